@@ -1,0 +1,170 @@
+"""Cluster: devices, their hosts and regions, and the links between them (paper §2).
+
+A link (d, d') has a one-way latency ``delay_ms`` and a bandwidth ``bandwidth_gbps``. Both
+matrices are symmetric. Data files and printouts use ms and Gbit/s; code that computes times
+uses :attr:`Cluster.delay_s` and :attr:`Cluster.bandwidth_bps` (SI units).
+
+Delay semantics (decided once for the whole project): ``delay_ms`` is the latency one message
+pays from sender to receiver, i.e. the α of the paper's cost model ``t = α + 8·X/β``. The
+paper's tables look like NCCL round-trip measurements, but the authors applied each value as
+one-way netem delay on both sides, so their runs (and their scheduler) paid the table value per
+message. We do the same: the emulator applies ``delay_ms`` per direction, so a ping between two
+emulated devices shows RTT = 2·delay_ms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["Cluster", "link_time_s"]
+
+
+def link_time_s(delay_s: npt.ArrayLike, bandwidth_bps: npt.ArrayLike, nbytes: float) -> np.ndarray:
+    """Paper §2: time to move ``nbytes`` over a link, ``α + 8·X/β`` (seconds)."""
+    return np.asarray(delay_s, dtype=float) + 8.0 * float(nbytes) / np.asarray(bandwidth_bps, float)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cluster:
+    """Devices and the links between them for one network case.
+
+    Example:
+        >>> import numpy as np
+        >>> c = Cluster(name="two", region_of=("a", "b"), host_of=(0, 1),
+        ...             delay_ms=np.array([[0, 10.0], [10.0, 0]]),
+        ...             bandwidth_gbps=np.array([[0, 1.0], [1.0, 0]]))
+        >>> float(c.link_time_s(1e9 / 8)[0, 1])  # 10 ms + 1 Gbit / 1 Gbit/s
+        1.01
+    """
+
+    name: str
+    region_of: tuple[str, ...]  # region name per device, len D
+    host_of: tuple[int, ...]  # host id per device, len D (devices of a host share its NIC)
+    delay_ms: npt.NDArray[np.float64]  # (D, D) one-way latency, symmetric, zero diagonal
+    bandwidth_gbps: npt.NDArray[np.float64]  # (D, D) Gbit/s, symmetric, > 0 off-diagonal
+    # Optional per-host NIC bandwidth (Gbit/s) shared by all devices of a host for traffic that
+    # leaves the host; None means every device has links of its own (no sharing).
+    host_nic_gbps: tuple[float, ...] | None = None
+    description: str = ""
+    meta: dict = field(default_factory=dict, compare=False)  # provenance (case, variant, scale)
+
+    def __post_init__(self) -> None:
+        d = len(self.region_of)
+        where = f"cluster {self.name!r}"
+        if d < 1:
+            raise ValueError(f"{where}: needs at least one device")
+        if len(self.host_of) != d:
+            raise ValueError(f"{where}: host_of has {len(self.host_of)} entries, expected {d}")
+        delay = np.array(self.delay_ms, dtype=np.float64)
+        bw = np.array(self.bandwidth_gbps, dtype=np.float64)
+        for label, m in (("delay_ms", delay), ("bandwidth_gbps", bw)):
+            if m.shape != (d, d):
+                raise ValueError(f"{where}: {label} has shape {m.shape}, expected ({d}, {d})")
+            if not np.all(np.isfinite(m[~np.eye(d, dtype=bool)])):
+                raise ValueError(f"{where}: {label} has non-finite off-diagonal entries")
+            if not np.allclose(m, m.T, rtol=1e-9, atol=1e-12):
+                i, j = np.argwhere(~np.isclose(m, m.T))[0]
+                raise ValueError(
+                    f"{where}: {label} is not symmetric: [{i},{j}]={m[i, j]} vs [{j},{i}]={m[j, i]}"
+                )
+        off = ~np.eye(d, dtype=bool)
+        if np.any(delay[off] < 0):
+            raise ValueError(f"{where}: delay_ms has negative entries")
+        if np.any(bw[off] <= 0):
+            i, j = np.argwhere((bw <= 0) & off)[0]
+            raise ValueError(f"{where}: bandwidth_gbps[{i},{j}]={bw[i, j]} must be > 0")
+        np.fill_diagonal(delay, 0.0)
+        np.fill_diagonal(bw, np.inf)  # a device talking to itself is free
+        delay.setflags(write=False)
+        bw.setflags(write=False)
+        object.__setattr__(self, "delay_ms", delay)
+        object.__setattr__(self, "bandwidth_gbps", bw)
+        object.__setattr__(self, "region_of", tuple(str(r) for r in self.region_of))
+        object.__setattr__(self, "host_of", tuple(int(h) for h in self.host_of))
+        if self.host_nic_gbps is not None:
+            nics = tuple(float(x) for x in self.host_nic_gbps)
+            if len(nics) != self.num_hosts or min(nics) <= 0:
+                raise ValueError(f"{where}: host_nic_gbps needs {self.num_hosts} positive values")
+            object.__setattr__(self, "host_nic_gbps", nics)
+
+    # ---- sizes -------------------------------------------------------------------------------
+    @property
+    def num_devices(self) -> int:
+        return len(self.region_of)
+
+    @property
+    def num_hosts(self) -> int:
+        return max(self.host_of) + 1
+
+    @property
+    def regions(self) -> tuple[str, ...]:
+        """Distinct region names in order of first appearance."""
+        return tuple(dict.fromkeys(self.region_of))
+
+    # ---- SI views ------------------------------------------------------------------------------
+    @property
+    def delay_s(self) -> np.ndarray:
+        return self.delay_ms * 1e-3
+
+    @property
+    def bandwidth_bps(self) -> np.ndarray:
+        return self.bandwidth_gbps * 1e9
+
+    def link_time_s(self, nbytes: float) -> np.ndarray:
+        """(D, D) seconds to move ``nbytes`` over each link; zero on the diagonal."""
+        t = link_time_s(self.delay_s, self.bandwidth_bps, nbytes)
+        np.fill_diagonal(t, 0.0)
+        return t
+
+    # ---- derived clusters ------------------------------------------------------------------
+    def subset(self, devices: list[int] | tuple[int, ...], name: str | None = None) -> Cluster:
+        """The cluster restricted to ``devices`` (renumbered 0..k-1 in the given order)."""
+        idx = np.asarray(devices, dtype=int)
+        if idx.size == 0 or len(set(idx.tolist())) != idx.size:
+            raise ValueError(f"subset of {self.name!r}: devices must be distinct and non-empty")
+        if idx.min() < 0 or idx.max() >= self.num_devices:
+            raise ValueError(f"subset of {self.name!r}: device ids outside 0..{self.num_devices - 1}")
+        hosts = [self.host_of[i] for i in idx]
+        remap = {h: k for k, h in enumerate(dict.fromkeys(hosts))}
+        nics = None
+        if self.host_nic_gbps is not None:
+            nics = tuple(self.host_nic_gbps[h] for h in remap)
+        return Cluster(
+            name=name or f"{self.name}[{len(idx)}]",
+            region_of=tuple(self.region_of[i] for i in idx),
+            host_of=tuple(remap[h] for h in hosts),
+            delay_ms=self.delay_ms[np.ix_(idx, idx)],
+            bandwidth_gbps=self.bandwidth_gbps[np.ix_(idx, idx)],
+            host_nic_gbps=nics,
+            description=self.description,
+            meta={**self.meta, "subset_of": self.name, "subset_devices": idx.tolist()},
+        )
+
+    def scaled(self, *, bandwidth_scale: float = 1.0, delay_scale: float = 1.0) -> Cluster:
+        """Same topology with every bandwidth × ``bandwidth_scale`` and delay × ``delay_scale``."""
+        if bandwidth_scale <= 0 or delay_scale < 0:
+            raise ValueError("scaled: bandwidth_scale must be > 0 and delay_scale >= 0")
+        nics = self.host_nic_gbps
+        if nics is not None:
+            nics = tuple(x * bandwidth_scale for x in nics)
+        return Cluster(
+            name=self.name,
+            region_of=self.region_of,
+            host_of=self.host_of,
+            delay_ms=self.delay_ms * delay_scale,
+            bandwidth_gbps=self.bandwidth_gbps * bandwidth_scale,
+            host_nic_gbps=nics,
+            description=self.description,
+            meta={
+                **self.meta,
+                "bandwidth_scale": self.meta.get("bandwidth_scale", 1.0) * bandwidth_scale,
+                "delay_scale": self.meta.get("delay_scale", 1.0) * delay_scale,
+            },
+        )
+
+    def permuted(self, perm: list[int] | np.ndarray) -> Cluster:
+        """Relabel devices: new device i is old device ``perm[i]``."""
+        return self.subset(list(perm), name=self.name)
