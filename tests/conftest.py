@@ -1,0 +1,28 @@
+"""Shared test setup: hypothesis profiles, environment for torch processes, skip helpers."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+from hypothesis import settings
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("WANDB_MODE", "disabled")
+
+settings.register_profile("default", max_examples=30, deadline=None)
+settings.register_profile("ci", max_examples=60, deadline=None)
+settings.load_profile("ci" if os.environ.get("CI") else "default")
+
+
+def has_root_netns() -> tuple[bool, str]:
+    """Whether this process can create network namespaces and use tc (root + iproute2)."""
+    if os.geteuid() != 0:
+        return False, "needs root"
+    if shutil.which("ip") is None or shutil.which("tc") is None:
+        return False, "needs iproute2 (ip, tc)"
+    return True, ""
+
+
+needs_root_netns = pytest.mark.skipif(not has_root_netns()[0], reason=has_root_netns()[1] or "ok")
