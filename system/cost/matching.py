@@ -1,0 +1,121 @@
+"""Bottleneck perfect matching between two DP groups (paper §3.3, PIPELINEP-COST step 1).
+
+Given the (n, n) matrix of link times between the devices of two groups, the coarse edge weight
+is min over perfect matchings of the largest matched entry. Two exact routines:
+
+- :func:`bottleneck_matching`: binary search over the sorted distinct entries, testing each
+  threshold for a perfect matching with Hopcroft–Karp (``scipy.sparse.csgraph``); returns the
+  value *and* a matching that attains it. Any n.
+- :func:`bottleneck_values`: values only, for a batch of small matrices at once (n <= 12), by a
+  min-max dynamic program over column subsets, vectorized with numpy. This is the scheduler's
+  inner loop; tests check that both agree.
+
+Example:
+    >>> m = np.array([[1.0, 9.0], [2.0, 3.0]])
+    >>> value, perm = bottleneck_matching(m)
+    >>> value, perm.tolist()
+    (3.0, [0, 1])
+    >>> float(bottleneck_values(m[None])[0])
+    3.0
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import lru_cache
+
+import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import maximum_bipartite_matching
+
+log = logging.getLogger(__name__)
+
+__all__ = ["bottleneck_matching", "bottleneck_values", "MAX_DP_BATCH_N"]
+
+MAX_DP_BATCH_N = 12  # largest n for the subset DP (2^n · n work per matrix)
+
+
+def _check_square(m: np.ndarray, name: str) -> np.ndarray:
+    m = np.asarray(m, dtype=float)
+    if m.ndim != 2 or m.shape[0] != m.shape[1] or m.shape[0] == 0:
+        raise ValueError(f"{name}: need a non-empty square matrix, got shape {m.shape}")
+    if not np.all(np.isfinite(m)):
+        raise ValueError(f"{name}: entries must be finite")
+    return m
+
+
+def _perfect_matching(allowed: np.ndarray) -> np.ndarray | None:
+    """Hopcroft–Karp on a boolean (n, n) matrix: column per row, or None if not perfect."""
+    match = maximum_bipartite_matching(csr_matrix(allowed), perm_type="column")
+    return None if np.any(match < 0) else match
+
+
+def bottleneck_matching(cost: np.ndarray) -> tuple[float, np.ndarray]:
+    """Exact bottleneck perfect matching of a square cost matrix.
+
+    Returns ``(value, perm)`` where row ``i`` is matched to column ``perm[i]`` and
+    ``max_i cost[i, perm[i]] == value`` is the minimum possible.
+
+    Raises:
+        ValueError: if ``cost`` is not a finite non-empty square matrix.
+    """
+    m = _check_square(cost, "bottleneck_matching")
+    # Every row and every column must be matched: the value is at least the largest row minimum
+    # and the largest column minimum. Often this bound is the answer; try it first.
+    lower = max(m.min(axis=1).max(), m.min(axis=0).max())
+    values = np.unique(m)
+    values = values[values >= lower]
+    lo, hi = 0, len(values) - 1
+    best = _perfect_matching(m <= values[hi])  # the largest value always admits a matching
+    assert best is not None
+    first = _perfect_matching(m <= values[0])
+    if first is not None:
+        return float(values[0]), first.astype(np.int64)
+    lo = 1
+    while lo < hi:  # invariant: values[lo-1] fails, values[hi] succeeds with matching ``best``
+        mid = (lo + hi) // 2
+        got = _perfect_matching(m <= values[mid])
+        if got is None:
+            lo = mid + 1
+        else:
+            hi, best = mid, got
+    return float(values[hi]), best.astype(np.int64)
+
+
+@lru_cache(maxsize=None)
+def _subset_tables(n: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per popcount level L: masks with L bits, their predecessors mask^(1<<c), and validity."""
+    masks = np.arange(1 << n)
+    pop = np.array([bin(x).count("1") for x in range(1 << n)])
+    cols = np.arange(n)
+    levels = []
+    for level in range(1, n + 1):
+        ms = masks[pop == level]
+        has = (ms[:, None] >> cols[None, :]) & 1 == 1  # (m_L, n)
+        prev = np.where(has, ms[:, None] ^ (1 << cols)[None, :], 0)
+        levels.append((ms, prev, has))
+    return levels
+
+
+def bottleneck_values(costs: np.ndarray) -> np.ndarray:
+    """Bottleneck matching values of a batch ``(K, n, n)`` of matrices, n <= 12.
+
+    g[mask] = best max-cost of matching rows 0..|mask|-1 onto the columns in ``mask``;
+    g[mask] = min over c in mask of max(g[mask - c], cost[|mask|-1, c]).
+    """
+    c = np.asarray(costs, dtype=float)
+    if c.ndim != 3 or c.shape[1] != c.shape[2] or c.shape[1] == 0:
+        raise ValueError(f"bottleneck_values: need a (K, n, n) batch, got shape {c.shape}")
+    k, n, _ = c.shape
+    if n > MAX_DP_BATCH_N:
+        return np.array([bottleneck_matching(x)[0] for x in c])
+    if k == 0:
+        return np.zeros(0)
+    g = np.empty((k, 1 << n))
+    g[:, 0] = -np.inf
+    for level, (ms, prev, has) in enumerate(_subset_tables(n)):
+        row = c[:, level, :]  # (K, n): cost of putting row ``level`` on each column
+        cand = np.maximum(g[:, prev], row[:, None, :])  # (K, m_L, n)
+        cand[:, ~has] = np.inf
+        g[:, ms] = cand.min(axis=2)
+    return g[:, -1].copy()

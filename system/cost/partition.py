@@ -1,0 +1,169 @@
+"""Cost of a partition into DP groups with optimal matchings and stage order (paper §3.2–3.3).
+
+A partition is ``pp`` unordered groups of ``dp`` devices. Its cost is
+
+    DATAP-COST  = max over groups of DP(C)                      (§3.2)
+    PIPELINEP-COST = open-loop TSP over the coarse graph whose edge (Ci, Cj) is the bottleneck
+                     perfect matching value of the link-time matrix between Ci and Cj  (§3.3)
+    TOTAL = DATAP-COST + 2 · PIPELINEP-COST
+
+:func:`partition_cost` also builds the :class:`Assignment` that attains it (TSP order for the
+stages, the bottleneck matchings to chain replicas), so the runtime pays exactly this cost.
+:class:`PartitionEvaluator` is the scheduler's cached, batched version of the same arithmetic.
+
+Example (debug case, one pipeline per region pair):
+    >>> from system.cases import get_case
+    >>> from system.workload import DTFM_REFERENCE
+    >>> from system.cost.model import assignment_cost
+    >>> c = get_case("debug")
+    >>> cost, a = partition_cost(c, np.array([[0, 2], [1, 3], [4, 6], [5, 7]]), DTFM_REFERENCE)
+    >>> cost == assignment_cost(c, a, DTFM_REFERENCE)
+    True
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import numpy as np
+
+from system.cluster import Cluster
+from system.cost.matching import MAX_DP_BATCH_N, bottleneck_matching, bottleneck_values
+from system.cost.model import CostBreakdown, assignment_cost, check_sizes, dp_cost_matrix_s
+from system.cost.tsp import MAX_EXACT_TSP, open_tsp_path, open_tsp_values
+from system.scheduler.assignment import Assignment
+from system.workload import TaskletSizes
+
+log = logging.getLogger(__name__)
+
+__all__ = ["partition_cost", "PartitionEvaluator", "check_groups"]
+
+Group = tuple[int, ...]  # sorted device ids of one DP group
+
+
+def check_groups(groups: np.ndarray, num_devices: int) -> np.ndarray:
+    """Validate a (pp, dp) table of device ids covering 0..num_devices-1 once each."""
+    g = np.asarray(groups)
+    if g.ndim != 2 or g.size == 0:
+        raise ValueError(f"groups: need a non-empty (pp, dp) table, got shape {g.shape}")
+    if g.size != num_devices or sorted(g.ravel().tolist()) != list(range(num_devices)):
+        raise ValueError(f"groups: must hold each device 0..{num_devices - 1} exactly once")
+    return g.astype(np.int64)
+
+
+class PartitionEvaluator:
+    """Cached partition costs for one cluster, tasklet sizes and layout (the GA's inner loop).
+
+    Group DP costs are cached per sorted member tuple, coarse edges per (group, group) pair; new
+    edges are computed in one vectorized batch (:func:`bottleneck_values`), TSPs likewise.
+    ``evaluations`` counts partitions costed.
+    """
+
+    def __init__(self, cluster: Cluster, sizes: TaskletSizes, *, pp: int, dp: int) -> None:
+        check_sizes(cluster, pp, dp)
+        self.cluster, self.sizes, self.pp, self.dp = cluster, sizes, pp, dp
+        self.dp_pair_s = dp_cost_matrix_s(cluster, sizes.c_dp_bytes, dp)  # (D, D) seconds
+        self.pp_link_s = cluster.link_time_s(sizes.c_pp_bytes)  # (D, D) seconds
+        self._dp_cache: dict[Group, float] = {}
+        self._edge_cache: dict[tuple[Group, Group], float] = {}
+        self.evaluations = 0
+
+    # ---- pieces --------------------------------------------------------------------------------
+    def group_dp_cost(self, g: Group) -> float:
+        got = self._dp_cache.get(g)
+        if got is None:
+            idx = np.asarray(g)
+            got = float(self.dp_pair_s[np.ix_(idx, idx)].sum(axis=1).max()) if len(g) > 1 else 0.0
+            self._dp_cache[g] = got
+        return got
+
+    def edges(self, pairs: Sequence[tuple[Group, Group]]) -> np.ndarray:
+        """Bottleneck values of many (group, group) pairs; unseen ones in one batch."""
+        out = np.empty(len(pairs))
+        todo: list[int] = []
+        for k, (a, b) in enumerate(pairs):
+            key = (a, b) if a <= b else (b, a)
+            got = self._edge_cache.get(key)
+            if got is None:
+                todo.append(k)
+            else:
+                out[k] = got
+        if todo:
+            rows = np.array([pairs[k][0] for k in todo])
+            cols = np.array([pairs[k][1] for k in todo])
+            mats = self.pp_link_s[rows[:, :, None], cols[:, None, :]]  # (K, dp, dp)
+            if self.dp <= MAX_DP_BATCH_N:
+                vals = bottleneck_values(mats)
+            else:
+                vals = np.array([bottleneck_matching(m)[0] for m in mats])
+            for k, v in zip(todo, vals):
+                a, b = pairs[k]
+                self._edge_cache[(a, b) if a <= b else (b, a)] = float(v)
+                out[k] = v
+        return out
+
+    def coarse_weights(self, groups: Sequence[Group]) -> np.ndarray:
+        m = len(groups)
+        iu = [(i, j) for i in range(m) for j in range(i + 1, m)]
+        w = np.zeros((m, m))
+        if iu:
+            vals = self.edges([(groups[i], groups[j]) for i, j in iu])
+            ii, jj = np.array(iu).T
+            w[ii, jj] = vals
+            w[jj, ii] = vals
+        return w
+
+    # ---- whole partitions ----------------------------------------------------------------------
+    def totals(self, partitions: Sequence[Sequence[Group]]) -> np.ndarray:
+        """TOTAL of each partition (a sequence of pp sorted groups), batched."""
+        if not partitions:
+            return np.zeros(0)
+        self.evaluations += len(partitions)
+        dps = np.array([max(self.group_dp_cost(g) for g in p) for p in partitions])
+        ws = np.stack([self.coarse_weights(p) for p in partitions])
+        if self.pp <= MAX_EXACT_TSP:
+            pps = open_tsp_values(ws)
+        else:
+            pps = np.array([open_tsp_path(w)[0] for w in ws])
+        return dps + 2.0 * pps
+
+    def total(self, partition: Sequence[Group]) -> float:
+        return float(self.totals([partition])[0])
+
+    def assignment(self, partition: Sequence[Group]) -> Assignment:
+        """The assignment attaining the partition cost: TSP stage order, chained matchings."""
+        groups = [list(g) for g in partition]
+        _, order = open_tsp_path(self.coarse_weights([tuple(g) for g in groups]))
+        stages = np.empty((self.pp, self.dp), dtype=np.int64)
+        stages[0] = groups[order[0]]  # replica r of stage 0 = r-th member of the first group
+        for s in range(1, self.pp):
+            nxt = np.asarray(groups[order[s]])
+            m = self.pp_link_s[np.ix_(stages[s - 1], nxt)]
+            _, perm = bottleneck_matching(m)  # attains the coarse edge value
+            stages[s] = nxt[perm]
+        return Assignment(stages)
+
+
+def _as_partition(groups: np.ndarray) -> list[Group]:
+    return [tuple(sorted(int(x) for x in row)) for row in groups]
+
+
+def partition_cost(cluster: Cluster, groups: np.ndarray,
+                   sizes: TaskletSizes) -> tuple[CostBreakdown, Assignment]:
+    """Cost of a partition into DP groups with optimal matchings + TSP, and its assignment.
+
+    Args:
+        cluster: devices and links.
+        groups: (pp, dp) device ids; each row is one (unordered) DP group.
+        sizes: c_dp / c_pp bytes.
+
+    Returns:
+        ``(cost, assignment)`` with ``cost == assignment_cost(cluster, assignment, sizes)``
+        exactly (the cost is computed from the assignment). For pp > 16 the stage order comes
+        from a TSP heuristic, so the cost is an upper bound on the partition's optimum.
+    """
+    g = check_groups(groups, cluster.num_devices)
+    ev = PartitionEvaluator(cluster, sizes, pp=g.shape[0], dp=g.shape[1])
+    a = ev.assignment(_as_partition(g))
+    return assignment_cost(cluster, a, sizes), a

@@ -1,0 +1,177 @@
+"""Open-loop TSP on the coarsened group graph (paper §3.3, PIPELINEP-COST step 2).
+
+The pipeline visits every DP group once, starting anywhere: the cheapest Hamiltonian path.
+
+- :func:`open_tsp_values`: exact Held–Karp for a batch ``(K, m, m)`` of weight matrices, m <= 16,
+  vectorized over the batch and over all subsets of one size.
+- :func:`open_tsp_path`: one matrix, returns ``(cost, order)``; exact Held–Karp for m <= 16, else
+  nearest-neighbour starts from every group improved by 2-opt and Or-opt (a heuristic: the cost is
+  an upper bound, and it is the true cost of the returned order).
+
+Example:
+    >>> w = np.array([[0, 1, 9], [1, 0, 2], [9, 2, 0]], dtype=float)
+    >>> cost, order = open_tsp_path(w)
+    >>> cost, order
+    (3.0, [0, 1, 2])
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import lru_cache
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+__all__ = ["open_tsp_values", "open_tsp_path", "path_cost", "MAX_EXACT_TSP"]
+
+MAX_EXACT_TSP = 16  # largest group count solved exactly
+
+
+@lru_cache(maxsize=None)
+def _levels(m: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per subset size L >= 2: masks, predecessor masks mask^(1<<j) (m_L, m), and j-in-mask."""
+    masks = np.arange(1 << m)
+    pop = np.array([bin(x).count("1") for x in range(1 << m)])
+    nodes = np.arange(m)
+    out = []
+    for level in range(2, m + 1):
+        ms = masks[pop == level]
+        has = (ms[:, None] >> nodes[None, :]) & 1 == 1
+        prev = np.where(has, ms[:, None] ^ (1 << nodes)[None, :], 0)
+        out.append((ms, prev, has))
+    return out
+
+
+def _held_karp(w: np.ndarray) -> np.ndarray:
+    """dp table (K, 2^m, m): cheapest path over set S ending at j (any start)."""
+    k, m, _ = w.shape
+    dp = np.full((k, 1 << m, m), np.inf)
+    dp[:, 1 << np.arange(m), np.arange(m)] = 0.0
+    for ms, prev, has in _levels(m):
+        # cand[k, s, j, i] = dp[prev(s, j), i] + w[i, j]; dp is inf where i not in prev mask.
+        cand = dp[:, prev, :] + np.swapaxes(w, 1, 2)[:, None, :, :]
+        best = cand.min(axis=3)
+        best[:, ~has] = np.inf
+        dp[:, ms, :] = best
+    return dp
+
+
+def _check_weights(w: np.ndarray, name: str) -> np.ndarray:
+    w = np.asarray(w, dtype=float)
+    if w.ndim < 2 or w.shape[-1] != w.shape[-2] or w.shape[-1] == 0:
+        raise ValueError(f"{name}: need square weight matrices, got shape {w.shape}")
+    if not np.all(np.isfinite(w)):
+        raise ValueError(f"{name}: weights must be finite")
+    return w
+
+
+def open_tsp_values(weights: np.ndarray) -> np.ndarray:
+    """Exact cheapest Hamiltonian-path cost of each matrix in a ``(K, m, m)`` batch, m <= 16."""
+    w = _check_weights(weights, "open_tsp_values")
+    if w.ndim != 3:
+        raise ValueError(f"open_tsp_values: need a (K, m, m) batch, got shape {w.shape}")
+    k, m, _ = w.shape
+    if m > MAX_EXACT_TSP:
+        raise ValueError(f"open_tsp_values: exact only up to {MAX_EXACT_TSP} groups, got {m}")
+    if m == 1 or k == 0:
+        return np.zeros(k)
+    chunk = max(1, int(2e6 // ((1 << m) * m * m)))  # bound the (K, m_L, m, m) temporary
+    out = np.empty(k)
+    for s in range(0, k, chunk):
+        out[s:s + chunk] = _held_karp(w[s:s + chunk])[:, -1, :].min(axis=1)
+    return out
+
+
+def path_cost(weights: np.ndarray, order: list[int]) -> float:
+    w = np.asarray(weights, dtype=float)
+    return float(sum(w[a, b] for a, b in zip(order[:-1], order[1:])))
+
+
+def _exact_path(w: np.ndarray) -> list[int]:
+    m = w.shape[0]
+    dp = _held_karp(w[None])[0]
+    mask = (1 << m) - 1
+    j = int(np.argmin(dp[mask]))
+    order = [j]
+    while mask != (1 << j):
+        prev = mask ^ (1 << j)
+        i = int(np.argmin(dp[prev] + w[:, j]))
+        order.append(i)
+        mask, j = prev, i
+    return order[::-1]
+
+
+def _edge(w: np.ndarray, a: int | None, b: int | None) -> float:
+    return 0.0 if a is None or b is None else float(w[a, b])
+
+
+def _two_opt(w: np.ndarray, order: list[int]) -> list[int]:
+    """Reverse segments (2-opt) and relocate runs of 1–3 groups (Or-opt) until neither helps."""
+    path = list(order)
+    m = len(path)
+    improved = True
+    while improved:
+        improved = False
+        for i in range(m - 1):
+            for j in range(i + 1, m):
+                # reversing path[i..j] swaps edges (i-1, i), (j, j+1) for (i-1, j), (i, j+1)
+                a = path[i - 1] if i > 0 else None
+                b = path[j + 1] if j < m - 1 else None
+                delta = (_edge(w, a, path[j]) + _edge(w, path[i], b)
+                         - _edge(w, a, path[i]) - _edge(w, path[j], b))
+                if delta < -1e-12:
+                    path[i:j + 1] = path[i:j + 1][::-1]
+                    improved = True
+        for run in (1, 2, 3):
+            i = 0
+            while i + run <= m and m > run:
+                seg = path[i:i + run]
+                a = path[i - 1] if i > 0 else None
+                b = path[i + run] if i + run < m else None
+                removed = _edge(w, a, seg[0]) + _edge(w, seg[-1], b) - _edge(w, a, b)
+                rest = path[:i] + path[i + run:]
+                best_delta, best_at = -1e-12, None
+                for k in range(len(rest) + 1):
+                    p = rest[k - 1] if k > 0 else None
+                    q = rest[k] if k < len(rest) else None
+                    for cand in (seg, seg[::-1]):
+                        added = _edge(w, p, cand[0]) + _edge(w, cand[-1], q) - _edge(w, p, q)
+                        if added - removed < best_delta:
+                            best_delta, best_at = added - removed, (k, cand)
+                if best_at is not None:
+                    k, cand = best_at
+                    path = rest[:k] + list(cand) + rest[k:]
+                    improved = True
+                i += 1
+    return path
+
+
+def open_tsp_path(weights: np.ndarray) -> tuple[float, list[int]]:
+    """Cheapest Hamiltonian path (any start): ``(cost, order)``; exact up to 16 groups."""
+    w = _check_weights(weights, "open_tsp_path")
+    if w.ndim != 2:
+        raise ValueError(f"open_tsp_path: need one (m, m) matrix, got shape {w.shape}")
+    m = w.shape[0]
+    if m == 1:
+        return 0.0, [0]
+    if m <= MAX_EXACT_TSP:
+        order = _exact_path(w)
+        return path_cost(w, order), order
+    best: tuple[float, list[int]] | None = None
+    for start in range(m):  # nearest-neighbour from every start, then local improvement
+        order, left = [start], set(range(m)) - {start}
+        while left:
+            nxt = min(left, key=lambda g: w[order[-1], g])
+            order.append(nxt)
+            left.remove(nxt)
+        cost = path_cost(w, order)
+        if best is None or cost < best[0]:
+            best = (cost, order)
+    for order in [best[1]]:
+        better = _two_opt(w, list(order))
+        cost = path_cost(w, better)
+        if cost < best[0]:
+            best = (cost, better)
+    return best

@@ -1,0 +1,145 @@
+"""``schedule()``: the scheduler's one entry point (paper §3.4) and its result.
+
+Methods (:data:`SCHEDULERS`):
+
+- ``genetic``: hybrid GA with the tailored local search (the paper's scheduler);
+- ``genetic_kl``: the same GA with Kernighan–Lin gains (the ablation baseline);
+- ``random``: best of ``trials`` uniformly random rank maps (no matching, no TSP), costed as
+  given: what a user gets from an arbitrary launch order.
+
+For the GA methods the returned assignment is built from the best partition with its TSP stage
+order and bottleneck matchings, and ``cost`` is :func:`assignment_cost` of that assignment.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from system.cluster import Cluster
+from system.cost.model import CostBreakdown, assignment_cost, check_sizes
+from system.cost.partition import PartitionEvaluator
+from system.scheduler.assignment import Assignment, random_assignment
+from system.scheduler.genetic import GeneticConfig, genetic_search
+from system.workload import TaskletSizes
+
+log = logging.getLogger(__name__)
+
+__all__ = ["schedule", "ScheduleResult", "SCHEDULERS", "DEFAULT_TRIALS", "DEFAULT_POPULATION"]
+
+SCHEDULERS = ("genetic", "genetic_kl", "random")
+DEFAULT_TRIALS = {"genetic": 4900, "genetic_kl": 4900, "random": 5000}
+DEFAULT_POPULATION = 100
+
+
+@dataclass(frozen=True)
+class ScheduleResult:
+    """A scheduled assignment, its cost (as the runtime pays it) and search statistics."""
+
+    assignment: Assignment
+    cost: CostBreakdown  # == assignment_cost(cluster, assignment, sizes)
+    method: str
+    seed: int | None  # None when a Generator was passed
+    search_time_s: float
+    trials: int  # offspring made (GA) or random layouts drawn
+    evaluations: int  # partitions / layouts costed
+    history: tuple[tuple[int, float], ...]  # (trial, best TOTAL so far)
+    stats: dict | None = None  # method-specific extras (GA: replacements, best_from, ...)
+
+    def to_dict(self) -> dict:
+        return {
+            "method": self.method,
+            "seed": self.seed,
+            **self.assignment.to_dict(),
+            **self.cost.to_dict(),
+            "search_time_s": self.search_time_s,
+            "trials": self.trials,
+            "evaluations": self.evaluations,
+            "history": [list(h) for h in self.history],
+            "stats": self.stats or {},
+        }
+
+
+def _random_search(cluster: Cluster, sizes: TaskletSizes, pp: int, dp: int, trials: int,
+                   rng: np.random.Generator, time_limit_s: float | None,
+                   on_progress: Callable[[int, float], None] | None):
+    t0 = time.perf_counter()
+    best: tuple[float, Assignment, CostBreakdown] | None = None
+    history = []
+    done = 0
+    for t in range(1, max(1, trials) + 1):
+        if best is not None and time_limit_s is not None and time.perf_counter() - t0 >= time_limit_s:
+            break
+        a = random_assignment(pp, dp, rng)
+        c = assignment_cost(cluster, a, sizes)
+        done = t
+        if best is None or c.total_cost_s < best[0]:
+            best = (c.total_cost_s, a, c)
+        history.append((t, best[0]))
+        if on_progress and (t % 50 == 0 or t == trials):
+            on_progress(t, best[0])
+    assert best is not None
+    return best[1], best[2], done, done, history, {}
+
+
+def schedule(cluster: Cluster, sizes: TaskletSizes, *, pp: int, dp: int,
+             method: str = "genetic", seed: int | np.random.Generator = 0,
+             trials: int | None = None, population: int | None = None,
+             time_limit_s: float | None = None,
+             on_progress: Callable[[int, float], None] | None = None,
+             greedy_seeds: bool = False, ls_max_steps: int = 50) -> ScheduleResult:
+    """Assign every device a (stage, replica) to minimise TOTAL = DP + 2·PP (paper §3).
+
+    Args:
+        cluster: devices and links; ``pp · dp`` must equal its device count.
+        sizes: tasklet sizes (c_dp, c_pp bytes).
+        pp, dp: pipeline stages and data-parallel replicas.
+        method: ``genetic`` | ``genetic_kl`` | ``random``.
+        seed: int or Generator; the same int gives the same assignment.
+        trials: GA offspring (default 4,900) or random layouts (default 5,000).
+        population: GA population (default 100).
+        time_limit_s: stop the search after about this much wall time.
+        on_progress: called as ``on_progress(trial, best_total_s)``.
+        greedy_seeds: put two greedy layouts in the GA's initial population.
+        ls_max_steps: improving steps per local search.
+
+    Raises:
+        ValueError: unknown method, or ``pp · dp`` not the device count.
+    """
+    if method not in SCHEDULERS:
+        raise ValueError(f"schedule: unknown method {method!r}; known: {', '.join(SCHEDULERS)}")
+    check_sizes(cluster, pp, dp)
+    seed_value = None if isinstance(seed, np.random.Generator) else int(seed)
+    rng = np.random.default_rng(seed)
+    trials = DEFAULT_TRIALS[method] if trials is None else int(trials)
+    t0 = time.perf_counter()
+    if method == "random":
+        a, cost, done, evals, history, stats = _random_search(
+            cluster, sizes, pp, dp, trials, rng, time_limit_s, on_progress)
+    else:
+        config = GeneticConfig(
+            population=DEFAULT_POPULATION if population is None else int(population),
+            trials=trials,
+            local_search="kl" if method == "genetic_kl" else "tailored",
+            ls_max_steps=ls_max_steps,
+            greedy_seeds=greedy_seeds,
+            time_limit_s=time_limit_s,
+        )
+        ev = PartitionEvaluator(cluster, sizes, pp=pp, dp=dp)
+        part, total, gstats = genetic_search(ev, config, rng, on_progress)
+        a = ev.assignment(part)
+        cost = assignment_cost(cluster, a, sizes)
+        if not np.isclose(cost.total_cost_s, total, rtol=1e-9, atol=1e-9) and pp <= 16:
+            raise AssertionError(f"schedule: assignment cost {cost.total_cost_s} != partition {total}")
+        done, evals, history = gstats.trials, ev.evaluations, gstats.history
+        stats = gstats.to_dict()
+    elapsed = time.perf_counter() - t0
+    log.info("schedule %s on %s: TOTAL %.3f s after %d trials in %.2f s", method, cluster.name,
+             cost.total_cost_s, done, elapsed)
+    return ScheduleResult(assignment=a, cost=cost, method=method, seed=seed_value,
+                          search_time_s=elapsed, trials=done, evaluations=evals,
+                          history=tuple((int(t), float(v)) for t, v in history), stats=stats)
