@@ -1,0 +1,272 @@
+"""Real Megatron / DeepSpeed baselines: one run spec, a local launcher and the grid search (paper §4).
+
+The paper compares against Megatron and DeepSpeed *tuned by grid search*. This module runs them for
+real: :class:`BaselineSpec` names one configuration (system, TP/PP/DP, micro-batch, ZeRO stage),
+:func:`run_point` starts one process per rank (``python -m baselines.<system>.train SPEC``) and
+returns rank 0's metrics, :func:`run_grid` runs every point of a grid and keeps infeasible ones as
+rows with ``status`` ``invalid`` / ``oom`` / ``failed`` / ``timeout`` instead of dropping them.
+
+Launching: ranks are local subprocesses with torchrun's environment (RANK, WORLD_SIZE,
+LOCAL_RANK, MASTER_ADDR, MASTER_PORT). ``rank_prefix[i]`` is prepended to rank i's command and
+``rank_env[i]`` added to its environment, so the same call runs ranks inside network namespaces
+(``["ip", "netns", "exec", "ns3"]`` and ``{"GLOO_SOCKET_IFNAME": "veth3"}``, with
+``master_addr`` a namespace address). On a multi-host GPU cluster start the same workers with
+torchrun instead, one spec file everywhere::
+
+    torchrun --nnodes N --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:29500 \\
+        -m baselines.megatron.train spec.json        # or baselines.deepspeed.train
+
+Importing this module does not import torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from system.workload import GPTConfig, Workload, get_model
+
+log = logging.getLogger(__name__)
+
+__all__ = ["SYSTEMS", "BaselineSpec", "check_spec", "run_point", "launch", "default_grid",
+           "run_grid", "metrics_from"]
+
+SYSTEMS = ("megatron", "deepspeed")
+_ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BaselineSpec:
+    """One baseline configuration on ``tp·pp·dp`` ranks (a JSON file for the workers).
+
+    DeepSpeed variants: ``pp == 1`` trains the whole model under ZeRO stage ``zero`` (0..3);
+    ``pp > 1`` is ``PipelineModule`` over our GPT's layers with ZeRO stage 0 or 1 (DeepSpeed's
+    pipeline engine refuses stages 2/3). Megatron ignores ``zero`` (plain DDP all-reduce).
+    """
+
+    system: str
+    model: str = "debug"
+    layers: int | None = None
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    zero: int | None = None
+    global_batch_size: int = 8
+    micro_batch_size: int = 1
+    iters: int = 3
+    seed: int = 0
+    lr: float = 1e-3
+    device: str = "cpu"  # cpu (gloo) | cuda (nccl)
+    recompute: bool = False
+    timeout_s: float = 120.0  # collective timeout inside the workers
+    result_path: str | None = None  # rank 0 writes its metrics here (set by run_point)
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    def gpt_config(self) -> GPTConfig:
+        return get_model(self.model, self.layers)
+
+    def workload(self) -> Workload:
+        return Workload(model=self.gpt_config(), global_batch_size=self.global_batch_size,
+                        micro_batch_size=self.micro_batch_size)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> BaselineSpec:
+        data = json.loads(text)
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"baseline spec: unknown keys {sorted(unknown)}")
+        return cls(**data)
+
+    def label(self) -> str:
+        z = f" zero{self.zero}" if self.system == "deepspeed" else ""
+        return (f"{self.system} tp{self.tp} pp{self.pp} dp{self.dp} mb{self.micro_batch_size}{z}")
+
+
+def check_spec(spec: BaselineSpec) -> None:
+    """Raise one ValueError naming what makes ``spec`` impossible to run (before any process)."""
+    if spec.system not in SYSTEMS:
+        raise ValueError(f"baseline spec: system {spec.system!r} is not one of {SYSTEMS}")
+    for k in ("tp", "pp", "dp", "iters", "global_batch_size", "micro_batch_size"):
+        if getattr(spec, k) < 1:
+            raise ValueError(f"baseline spec: {k} must be >= 1, got {getattr(spec, k)}")
+    if spec.device not in ("cpu", "cuda"):
+        raise ValueError(f"baseline spec: device must be cpu or cuda, got {spec.device!r}")
+    m = spec.gpt_config()
+    spec.workload().check_layout(spec.pp, spec.dp)
+    if m.num_attention_heads % spec.tp or m.hidden_size % spec.tp:
+        raise ValueError(f"baseline spec: tp={spec.tp} does not divide num_attention_heads="
+                         f"{m.num_attention_heads} and hidden_size={m.hidden_size}")
+    if spec.system == "deepspeed":
+        if spec.tp != 1:
+            raise ValueError("baseline spec: deepspeed runs with tp=1 (no tensor parallelism)")
+        if spec.zero is None or spec.zero not in (0, 1, 2, 3):
+            raise ValueError(f"baseline spec: deepspeed needs zero in 0..3, got {spec.zero!r}")
+        if spec.pp > 1 and spec.zero > 1:
+            raise ValueError(f"baseline spec: deepspeed pipeline (pp={spec.pp}) supports ZeRO "
+                             f"stage 0 or 1 only, got zero={spec.zero}")
+
+
+def metrics_from(spec: BaselineSpec, losses: Sequence[float], iter_times_s: Sequence[float]) -> dict:
+    """Per-run metrics the same way as our runtime: median iteration time after the first."""
+    import statistics
+
+    times = list(iter_times_s)
+    steady = times[1:] if len(times) > 1 else times  # the first iteration warms up
+    iter_time_s = statistics.median(steady)
+    w = spec.workload()
+    return {
+        "losses": [float(x) for x in losses],
+        "iter_times_s": times,
+        "iter_time_s": iter_time_s,
+        "tokens_per_s": w.tokens_per_iteration / iter_time_s,
+        "tflops": w.model_flops(recompute=True) / iter_time_s / 1e12,
+        "pflops": w.model_flops(recompute=True) / iter_time_s / 1e15,
+        "loss_first": float(losses[0]),
+        "loss_last": float(losses[-1]),
+    }
+
+
+# ---------------------------------------------------------------- launcher
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _kill(procs: Iterable[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                p.kill()
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # pragma: no cover - a process stuck in the kernel
+            log.warning("rank process %d did not exit after SIGKILL", p.pid)
+
+
+def launch(module: str, spec_path: str | Path, *, world_size: int,
+           rank_prefix: Sequence[Sequence[str]] | None = None,
+           rank_env: Sequence[dict] | None = None, master_addr: str = "127.0.0.1",
+           master_port: int | None = None, timeout_s: float = 300.0,
+           log_dir: str | Path | None = None) -> list[int]:
+    """Run ``python -m module spec_path`` as ``world_size`` ranks; returns their exit codes.
+
+    All ranks are killed (process group SIGKILL) when one fails, on timeout or on Ctrl-C.
+    Raises ``TimeoutError`` past ``timeout_s``. Rank output goes to ``log_dir/rank<i>.log``.
+    """
+    if rank_prefix is not None and len(rank_prefix) != world_size:
+        raise ValueError(f"launch: rank_prefix has {len(rank_prefix)} entries, need {world_size}")
+    if rank_env is not None and len(rank_env) != world_size:
+        raise ValueError(f"launch: rank_env has {len(rank_env)} entries, need {world_size}")
+    port = master_port or _free_port()
+    log_dir = Path(log_dir or tempfile.mkdtemp(prefix="baseline-logs-"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    procs: list[subprocess.Popen] = []
+    files = []
+    try:
+        for r in range(world_size):
+            env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world_size), LOCAL_RANK=str(r),
+                       LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR=master_addr,
+                       MASTER_PORT=str(port), OMP_NUM_THREADS="1",
+                       PYTHONPATH=os.pathsep.join(filter(None, [str(_ROOT),
+                                                                os.environ.get("PYTHONPATH")])))
+            env.update((rank_env[r] if rank_env else {}) or {})
+            cmd = [*(rank_prefix[r] if rank_prefix else []), sys.executable, "-m", module,
+                   str(spec_path)]
+            f = open(log_dir / f"rank{r}.log", "w")  # noqa: SIM115 - closed in finally
+            files.append(f)
+            procs.append(subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT,
+                                          cwd=_ROOT, start_new_session=True))
+        deadline = time.monotonic() + timeout_s
+        while True:
+            codes = [p.poll() for p in procs]
+            if any(c not in (None, 0) for c in codes) or all(c is not None for c in codes):
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{module}: {world_size} ranks still running after "
+                                   f"{timeout_s:.0f} s (logs in {log_dir})")
+            time.sleep(0.1)
+        if any(c not in (None, 0) for c in codes):  # one failed: give the others a moment
+            end = time.monotonic() + 5
+            while time.monotonic() < end and any(p.poll() is None for p in procs):
+                time.sleep(0.1)
+        return [p.poll() if p.poll() is not None else -9 for p in procs]
+    finally:
+        _kill(procs)
+        for f in files:
+            f.close()
+
+
+def _tail(path: Path, n: int = 3000) -> str:
+    try:
+        return path.read_text(errors="replace")[-n:]
+    except OSError:
+        return ""
+
+
+def _failure_status(text: str) -> str:
+    low = text.lower()
+    if "out of memory" in low or "outofmemoryerror" in low or "cannot allocate memory" in low:
+        return "oom"
+    return "failed"
+
+
+def run_point(spec: BaselineSpec, *, rank_prefix=None, rank_env=None, master_addr="127.0.0.1",
+              timeout_s: float = 300.0, work_dir: str | Path | None = None) -> dict:
+    """Run one configuration; returns ``{"status": ..., **metrics}`` (never raises on failure).
+
+    ``status`` is ``ok``, ``invalid`` (rejected by :func:`check_spec`, with ``error``), ``oom``,
+    ``failed`` or ``timeout``.
+    """
+    try:
+        check_spec(spec)
+    except ValueError as e:
+        return {"status": "invalid", "error": str(e)}
+    work = Path(work_dir or tempfile.mkdtemp(prefix="baseline-"))
+    work.mkdir(parents=True, exist_ok=True)
+    result_path = work / "result.json"
+    result_path.unlink(missing_ok=True)
+    spec = dataclasses.replace(spec, result_path=str(result_path))
+    spec_path = work / "spec.json"
+    spec_path.write_text(spec.to_json())
+    module = f"baselines.{spec.system}.train"
+    t0 = time.monotonic()
+    try:
+        codes = launch(module, spec_path, world_size=spec.world_size, rank_prefix=rank_prefix,
+                       rank_env=rank_env, master_addr=master_addr, timeout_s=timeout_s,
+                       log_dir=work)
+    except TimeoutError as e:
+        return {"status": "timeout", "error": str(e), "wall_s": time.monotonic() - t0}
+    wall_s = time.monotonic() - t0
+    if any(codes) or not result_path.exists():
+        bad = next((r for r, c in enumerate(codes) if c), 0)
+        text = _tail(work / f"rank{bad}.log")
+        log.warning("%s failed (exit codes %s); rank %d log tail:\n%s", spec.label(), codes, bad,
+                    text[-1500:])
+        return {"status": _failure_status(text), "error": text[-500:], "exit_codes": codes,
+                "wall_s": wall_s}
+    out = json.loads(result_path.read_text())
+    return {"status": "ok", **out, "wall_s": wall_s}

@@ -1,0 +1,140 @@
+"""Megatron-core baseline worker: one process per rank, ``python -m baselines.megatron.train SPEC``.
+
+Trains megatron-core's own ``GPTModel`` shaped like our GPT (same layers, hidden size, heads,
+sequence length, vocabulary, untied output layer as in system/runtime/model.py, no dropout) on the same synthetic batches as every
+other system, with Megatron's 1F1B pipeline schedule (``get_forward_backward_func``), its
+tensor/pipeline/data-parallel groups (``initialize_model_parallel``; rank = tp + TP·(dp + DP·pp)),
+its DDP wrapper (gradient all-reduce per DP group) and its optimizer (``get_megatron_optimizer``,
+which falls back to ``torch.optim.AdamW`` without Apex/TE). Paper §4 compares against Megatron
+tuned by grid search; :mod:`baselines.grid` runs the grid.
+
+On CPU (gloo) :mod:`baselines.megatron.cpu_shim` answers Megatron's CUDA calls; on CUDA (NCCL)
+nothing is patched. The environment is torchrun's (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+LOCAL_RANK); rank 0 writes the metrics JSON named by the spec.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+from baselines.grid import BaselineSpec  # noqa: E402
+from baselines.megatron import common as wc  # noqa: E402
+
+log = logging.getLogger(__name__)
+
+
+def _build(spec: BaselineSpec, device: torch.device):
+    """Model (wrapped in Megatron DDP), optimizer and the Megatron config for this rank."""
+    from megatron.core import parallel_state as ps
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+    from megatron.core.distributed.finalize_model_grads import finalize_model_grads
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+    from megatron.core.transformer import TransformerConfig
+
+    from baselines.megatron import cpu_shim
+
+    ps.initialize_model_parallel(tensor_model_parallel_size=spec.tp,
+                                 pipeline_model_parallel_size=spec.pp)
+    cpu_shim.install(spec.seed, use_cpu=device.type == "cpu")
+    m = spec.gpt_config()
+    config = TransformerConfig(
+        num_layers=m.num_layers, hidden_size=m.hidden_size,
+        num_attention_heads=m.num_attention_heads, ffn_hidden_size=m.ffn_mult * m.hidden_size,
+        hidden_dropout=0.0, attention_dropout=0.0,
+        tensor_model_parallel_size=spec.tp, pipeline_model_parallel_size=spec.pp,
+        pipeline_dtype=torch.float32, params_dtype=torch.float32,
+        use_cpu_initialization=device.type == "cpu", perform_initialization=True,
+        gradient_accumulation_fusion=False, masked_softmax_fusion=False,
+        bias_activation_fusion=False, bias_dropout_fusion=False, apply_rope_fusion=False,
+        persist_layer_norm=False, sequence_parallel=False,
+        recompute_granularity="full" if spec.recompute else None,
+        recompute_method="uniform" if spec.recompute else None,
+        recompute_num_layers=1 if spec.recompute else None,
+    )
+    model = GPTModel(
+        config=config, transformer_layer_spec=get_gpt_layer_local_spec(),
+        vocab_size=m.vocab_size, max_sequence_length=m.seq_length,
+        pre_process=ps.is_pipeline_first_stage(), post_process=ps.is_pipeline_last_stage(),
+        share_embeddings_and_output_weights=False, position_embedding_type="learned_absolute",
+    ).to(device)
+    ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=False,
+                                               use_distributed_optimizer=False)
+    model = DistributedDataParallel(config=config, ddp_config=ddp_config, module=model)
+    config.finalize_model_grads_func = finalize_model_grads
+    opt_config = OptimizerConfig(optimizer="adam", lr=spec.lr, weight_decay=0.0, adam_beta1=0.9,
+                                 adam_beta2=0.95, clip_grad=0.0, fp16=False, bf16=False,
+                                 use_distributed_optimizer=False)
+    optimizer = get_megatron_optimizer(opt_config, [model])
+    return model, optimizer, config
+
+
+def train(spec: BaselineSpec) -> dict:
+    """Train ``spec.iters`` iterations; returns this rank's metrics (rank 0's are the run's)."""
+    from megatron.core import parallel_state as ps
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+
+    device = wc.init_distributed(spec)
+    model, optimizer, _ = _build(spec, device)
+    m = spec.gpt_config()
+    dp_rank, dp_size = ps.get_data_parallel_rank(), ps.get_data_parallel_world_size()
+    is_last = ps.is_pipeline_last_stage()
+    position_ids = torch.arange(m.seq_length, device=device).unsqueeze(0)
+    forward_backward = get_forward_backward_func()
+
+    def forward_step(data_iterator, model_chunk):
+        inputs, labels = (t.to(device).contiguous() for t in next(data_iterator))
+        pos = position_ids.expand(inputs.shape[0], -1)
+        out = model_chunk(inputs, pos, None, labels=labels)  # last stage: per-token loss (b, s)
+
+        def loss_func(output_tensor):
+            loss = output_tensor.float().mean()
+            return loss, {"lm loss": loss.detach().clone()}  # the schedule scales loss in place
+
+        return out, loss_func
+
+    losses, times = [], []
+    for it in range(spec.iters):
+        micro = wc.replica_micro_batches(spec, it, dp_rank, dp_size)
+        model.zero_grad_buffer()
+        optimizer.zero_grad()
+        with wc.IterationTimer(device) as timer:
+            out = forward_backward(forward_step_func=forward_step, data_iterator=iter(micro),
+                                   model=[model], num_microbatches=len(micro),
+                                   seq_length=m.seq_length, micro_batch_size=spec.micro_batch_size,
+                                   forward_only=False)
+            ok, _, _ = optimizer.step()
+            if not ok:
+                raise RuntimeError(f"megatron: optimizer step skipped at iteration {it}")
+        local = torch.stack([d["lm loss"] for d in out]).mean() if is_last else None
+        losses.append(wc.global_mean_loss(local, dp_size, device))
+        times.append(wc.max_over_ranks(timer.elapsed_s, device))
+    return wc.metrics(spec, losses, times)
+
+
+def main(argv: list[str]) -> int:
+    spec = wc.load_spec(argv, expect_system="megatron")
+    try:
+        result = train(spec)
+        wc.write_result(spec, result)
+    finally:
+        try:
+            from megatron.core import parallel_state as ps
+
+            ps.destroy_model_parallel()
+        except Exception:  # noqa: BLE001 - best effort cleanup on the way out
+            pass
+        wc.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
