@@ -158,6 +158,7 @@ def open_tsp_path(weights: np.ndarray) -> tuple[float, list[int]]:
         return 0.0, [0]
     if m <= MAX_EXACT_TSP:
         order = _exact_path(w)
+        order = order if order[0] < order[-1] else order[::-1]  # one direction, deterministic
         return path_cost(w, order), order
     best: tuple[float, list[int]] | None = None
     for start in range(m):  # nearest-neighbour from every start, then local improvement
