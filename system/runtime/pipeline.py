@@ -1,0 +1,99 @@
+"""GPipe schedule for one stage (paper §3.5): all forward micro-batches, then all backward.
+
+Per stage, with M micro-batches of its replica's macro-batch:
+
+* forward: receive the input of micro-batch i (posted ``recv_ahead`` ahead), run the stage, post
+  the send of its output; the last stage computes the loss instead.
+* backward, micro-batches in reverse order: receive the output gradient (posted ahead), run
+  backward, post the send of the input gradient to the previous stage.
+* drain: wait for all sends, so buffers live until the wire is done.
+
+The last stage back-propagates ``loss_i · loss_scale / M``; summed over i that is the macro-batch
+mean (scaled), and :mod:`system.runtime.data_parallel` averages over replicas, so the update is
+the global-batch mean gradient whatever pp, dp and the layout are.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+import torch
+
+from system.runtime.groups import Placement
+from system.runtime.model import Stage, lm_loss
+from system.runtime.p2p import P2P, Pending
+
+__all__ = ["gpipe_iteration"]
+
+
+def gpipe_iteration(stage: Stage, place: Placement, comm: P2P,
+                    micro: list[tuple[torch.Tensor, torch.Tensor]], *, hidden_size: int,
+                    loss_scale: float = 1.0, amp: bool = False, recv_ahead: int = 2) -> list[float]:
+    """Run forward and backward of all micro-batches on this stage; gradients accumulate in
+    ``stage``'s parameters. Returns the per-micro-batch losses (last stage; else empty)."""
+    m = len(micro)
+    dev = comm.device
+    tl = comm.timeline
+    mb, seq = micro[0][0].shape
+    act_shape = (mb, seq, hidden_size)
+    wire = torch.float16 if amp else torch.float32
+    autocast = (torch.autocast(device_type="cuda", dtype=torch.float16) if amp else nullcontext())
+    inputs: list[torch.Tensor | None] = [None] * m
+    outputs: list[torch.Tensor | None] = [None] * m
+    losses: list[torch.Tensor] = []
+    sends: list[Pending] = []
+
+    # ---- forward: all micro-batches ----
+    recvs: dict[int, Pending] = {}
+
+    def post_fwd(i: int) -> None:
+        if i < m and not place.is_first:
+            recvs[i] = comm.irecv(act_shape, wire, place.prev_rank, tag=i, name=f"recv F{i}")
+
+    for i in range(recv_ahead):
+        post_fwd(i)
+    for i in range(m):
+        if place.is_first:
+            x = micro[i][0].to(dev, non_blocking=True)
+        else:
+            x = comm.wait(recvs.pop(i)).float().requires_grad_()
+            post_fwd(i + recv_ahead)
+        with tl.span("compute", f"F{i}"), autocast:
+            y = stage(x)
+            if place.is_last:
+                loss = lm_loss(y, micro[i][1].to(dev, non_blocking=True))
+                losses.append(loss.detach())
+                y = loss * (loss_scale / m)
+        if not place.is_last:
+            sends.append(comm.isend(y.detach().to(wire), place.next_rank, tag=i, name=f"send F{i}"))
+        inputs[i], outputs[i] = x, y
+
+    # ---- backward: all micro-batches, reverse order ----
+    order = list(reversed(range(m)))
+    grecvs: dict[int, Pending] = {}
+
+    def post_bwd(k: int) -> None:
+        if k < m and not place.is_last:
+            i = order[k]
+            grecvs[i] = comm.irecv(act_shape, wire, place.next_rank, tag=m + i, name=f"recv B{i}")
+
+    for k in range(recv_ahead):
+        post_bwd(k)
+    for k, i in enumerate(order):
+        if place.is_last:
+            with tl.span("compute", f"B{i}"):
+                outputs[i].backward()
+        else:
+            g = comm.wait(grecvs.pop(i))
+            post_bwd(k + recv_ahead)
+            with tl.span("compute", f"B{i}"):
+                outputs[i].backward(g.to(outputs[i].dtype))
+        if not place.is_first:
+            gx = inputs[i].grad.to(wire)
+            sends.append(comm.isend(gx, place.prev_rank, tag=m + i, name=f"send B{i}"))
+        inputs[i] = outputs[i] = None  # free the graph and activations
+
+    # ---- drain ----
+    for p in sends:
+        comm.wait(p)
+    return [float(v) for v in losses]

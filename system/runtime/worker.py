@@ -1,0 +1,242 @@
+"""One rank of a training run: ``python -m system.runtime.worker SPEC.json`` (paper §3.5).
+
+Reads ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT`` (and ``LOCAL_RANK`` for the GPU)
+from the environment, as :func:`system.runtime.launch.launch` and ``torchrun`` set them. Per
+iteration: zero the flat gradient buckets, barrier, GPipe forward/backward over the replica's
+micro-batches, per-stage data-parallel exchange, (loss-scale check), optimizer step. Rank 0
+gathers every rank's timings and writes the metrics JSON (``spec.metrics_out``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from system.runtime.data import SyntheticData, micro_batches
+from system.runtime.data_parallel import GradBuckets
+from system.runtime.groups import Placement, make_stage_groups, placement
+from system.runtime.model import build_stage
+from system.runtime.p2p import P2P
+from system.runtime.pipeline import gpipe_iteration
+from system.runtime.spec import RunSpec
+from system.runtime.timeline import Timeline, merge_traces
+
+log = logging.getLogger(__name__)
+
+__all__ = ["run_worker", "main", "TIMING_FIELDS"]
+
+# per rank, per iteration (seconds): gathered to rank 0
+TIMING_FIELDS = ("iter_time_s", "compute_s", "wait_s", "dp_s", "optim_s", "fwd_mb_s", "bwd_mb_s")
+
+
+def _probe_links(comm: P2P, place: Placement, shape: tuple[int, ...], dtype: torch.dtype,
+                 repeats: int = 5) -> float | None:
+    """Median one-way time (s) of one activation message to the next stage (sender's view:
+    send + zero-byte ack). Every rank calls it; stage s probes the link s -> s+1 in two phases
+    (even stages send first) so each link is measured alone."""
+    result = None
+    buf = torch.zeros(shape, dtype=dtype, device=comm.device)
+    ack = torch.zeros(1, device=comm.device)
+    for phase in (0, 1):
+        dist.barrier()
+        sender = place.next_rank is not None and place.stage % 2 == phase
+        receiver = place.prev_rank is not None and (place.stage - 1) % 2 == phase
+        times = []
+        for _ in range(repeats):
+            if sender:
+                t = time.perf_counter()
+                dist.send(buf, place.next_rank)
+                dist.recv(ack, place.next_rank)
+                times.append(time.perf_counter() - t)
+            if receiver:
+                dist.recv(buf, place.prev_rank)
+                dist.send(ack, place.prev_rank)
+        if times:
+            result = statistics.median(times)
+    dist.barrier()
+    return result
+
+
+def run_worker(spec: RunSpec, rank: int, world_size: int) -> dict | None:
+    """Train per ``spec`` as ``rank``; return the metrics on rank 0 (None elsewhere)."""
+    spec.validate(world_size)
+    use_cuda = spec.device == "cuda"
+    if use_cuda:
+        if not torch.cuda.is_available():
+            raise RuntimeError("RunSpec device='cuda' but CUDA is not available on this machine")
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    dist.init_process_group("nccl" if use_cuda else "gloo", rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(seconds=spec.pg_timeout_s))
+    try:
+        return _train(spec, rank, world_size, device)
+    finally:
+        dist.destroy_process_group()
+
+
+def _train(spec: RunSpec, rank: int, world: int, device: torch.device) -> dict | None:
+    assign = spec.assignment()
+    place = placement(assign, rank)
+    dp_group = make_stage_groups(assign, rank)
+    cfg = spec.gpt_config()
+    wl = spec.workload()
+    stage = build_stage(cfg, spec.pp, place.stage, spec.seed).to(device)
+    stage.checkpoint = spec.checkpointing
+    buckets = GradBuckets(list(stage.parameters()), dp=spec.dp, bucket_mb=spec.bucket_mb,
+                          device=device)
+    if spec.optimizer == "adamw":
+        opt = torch.optim.AdamW(stage.parameters(), lr=spec.lr, weight_decay=0.0)
+    else:
+        opt = torch.optim.SGD(stage.parameters(), lr=spec.lr)
+    data = SyntheticData(vocab_size=cfg.vocab_size, seq_length=cfg.seq_length,
+                         global_batch_size=spec.global_batch_size, seed=spec.seed)
+    tl = Timeline(rank, use_cuda_events=device.type == "cuda", keep_events=bool(spec.trace_path))
+    comm = P2P(device, tl)
+    scaling = spec.amp or spec.loss_scale is not None
+    scale = float(spec.loss_scale if spec.loss_scale is not None else (2.0**16 if spec.amp else 1.0))
+    clean_steps, skipped = 0, 0
+
+    link_s = None
+    if spec.probe_links:
+        link_s = _probe_links(comm, place, (spec.micro_batch_size, cfg.seq_length, cfg.hidden_size),
+                              torch.float16 if spec.amp else torch.float32)
+
+    losses, scales, rows = [], [], []
+    for it in range(spec.iters):
+        micro = micro_batches(data.batch(it), dp=spec.dp, replica=place.replica,
+                              micro_batch_size=spec.micro_batch_size)
+        buckets.zero()
+        tl.reset_totals()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        dist.barrier()
+        t0 = time.perf_counter()
+        mb_losses = gpipe_iteration(stage, place, comm, micro, hidden_size=cfg.hidden_size,
+                                    loss_scale=scale, amp=spec.amp, recv_ahead=spec.recv_ahead)
+        buckets.check_views()
+        buckets.sync(dp_group, spec.dp_mode, tl)
+        with tl.span("optim", "step"):
+            ok = True
+            if scaling:
+                buckets.scale_(1.0 / scale)
+                flag = torch.tensor([0.0 if buckets.all_finite() else 1.0], device=device)
+                dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # every stage skips together
+                ok = flag.item() == 0.0
+            if ok:
+                opt.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t1 = time.perf_counter()
+        tl.flush()
+        scales.append(scale)
+        if scaling and spec.dynamic_loss_scale:
+            if not ok:
+                scale, clean_steps, skipped = scale / 2, 0, skipped + 1
+            else:
+                clean_steps += 1
+                if clean_steps % 1000 == 0:
+                    scale *= 2
+        fwd, bwd = tl.spans.get("F", []), tl.spans.get("B", [])
+        rows.append([t1 - t0, tl.totals["compute"], tl.totals["wait"], tl.totals["dp"],
+                     tl.totals["optim"], statistics.median(fwd) if fwd else 0.0,
+                     statistics.median(bwd) if bwd else 0.0])
+        # global mean loss: the last stages hold per-micro-batch losses
+        lsum = torch.tensor([sum(mb_losses), float(len(mb_losses))], dtype=torch.float64)
+        lsum_d = lsum.to(device)
+        dist.all_reduce(lsum_d)
+        lsum = lsum_d.cpu()
+        losses.append(float(lsum[0] / lsum[1]))
+        if rank == 0:
+            log.info("step %d | loss %.4f | iter %.3f s", it, losses[-1], t1 - t0)
+
+    # gather (world, iters, fields) timings and link probes to rank 0
+    mine = torch.tensor(rows, dtype=torch.float64).to(device)
+    allt = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(allt, mine)
+    probe = torch.tensor([link_s if link_s is not None else -1.0], dtype=torch.float64).to(device)
+    allp = [torch.empty_like(probe) for _ in range(world)]
+    dist.all_gather(allp, probe)
+    if spec.trace_path:
+        tl.write(f"{spec.trace_path}.rank{rank}")
+    dist.barrier()
+    if rank != 0:
+        return None
+    timings = torch.stack([t.cpu() for t in allt]).numpy()  # (world, iters, fields)
+    if spec.trace_path:
+        parts = [Path(f"{spec.trace_path}.rank{r}") for r in range(world)]
+        merge_traces(parts, spec.trace_path)
+        for p in parts:
+            p.unlink(missing_ok=True)
+    return _metrics(spec, assign, wl, losses, scales, skipped, timings,
+                    [float(p.item()) for p in allp])
+
+
+def _steady_median(x) -> float:
+    """Median over iterations (after the first, if there are several) of the max over ranks."""
+    per_iter = x.max(axis=0).tolist()
+    return float(statistics.median(per_iter[1:] if len(per_iter) > 1 else per_iter))
+
+
+def _metrics(spec, assign, wl, losses, scales, skipped, timings, probes) -> dict:
+    """Rank 0's summary: losses, per-iteration times (max over ranks), rates, per-rank detail."""
+    iter_times = timings[:, :, 0].max(axis=0).tolist()
+    med = _steady_median(timings[:, :, 0])
+    flops = wl.model_flops(recompute=True)
+    stage_of = assign.stage_of
+    per_rank = {f: timings[:, :, k].tolist() for k, f in enumerate(TIMING_FIELDS)}
+    return {
+        "status": "ok",
+        "losses": losses,
+        "iter_time_s": iter_times,
+        "iter_time_median_s": med,  # median over iterations after the first
+        "tokens_per_s": wl.tokens_per_iteration / med,
+        "tflops": flops / med / 1e12,  # Megatron's recompute FLOP count, the project's convention
+        "tflops_per_device": flops / med / 1e12 / spec.world_size,
+        "model_flops": flops,
+        "compute_s_median": _steady_median(timings[:, :, 1]),  # max over ranks
+        "wait_s_median": _steady_median(timings[:, :, 2]),
+        "dp_s_median": _steady_median(timings[:, :, 3]),
+        "per_rank": per_rank,  # field -> [rank][iteration] seconds
+        "stage_of_rank": stage_of.tolist(),
+        "link_probe_s": probes,  # per rank: its link to the next stage (-1: none)
+        "loss_scale": scales,
+        "skipped_steps": skipped,
+        "world_size": spec.world_size,
+        "pp": spec.pp, "dp": spec.dp,
+        "micro_batches": wl.micro_batches(spec.dp),
+        "stages": assign.stages.tolist(),
+        "spec": spec.to_dict(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        sys.stderr.write("usage: python -m system.runtime.worker SPEC.json\n")
+        return 2
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING,
+                        format=f"[rank {rank}] %(message)s")
+    spec = RunSpec.load(argv[0])
+    metrics = run_worker(spec, rank, world)
+    if metrics is not None and spec.metrics_out:
+        from system.results import atomic_write_text
+
+        atomic_write_text(spec.metrics_out, json.dumps(metrics, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
