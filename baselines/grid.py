@@ -35,12 +35,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
+from system.cluster import Cluster
 from system.workload import GPTConfig, Workload, get_model
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SYSTEMS", "BaselineSpec", "check_spec", "run_point", "launch", "default_grid",
-           "run_grid", "metrics_from"]
+__all__ = ["SYSTEMS", "BaselineSpec", "check_spec", "metrics_from", "launch", "run_point",
+           "local_cluster", "grid_points", "run_grid", "best_point"]
 
 SYSTEMS = ("megatron", "deepspeed")
 _ROOT = Path(__file__).resolve().parents[1]
@@ -66,7 +69,7 @@ class BaselineSpec:
     micro_batch_size: int = 1
     iters: int = 3
     seed: int = 0
-    lr: float = 1e-3
+    lr: float = 3e-3  # AdamW, betas (0.9, 0.999), no weight decay: as system/runtime
     device: str = "cpu"  # cpu (gloo) | cuda (nccl)
     recompute: bool = False
     timeout_s: float = 120.0  # collective timeout inside the workers
@@ -270,3 +273,91 @@ def run_point(spec: BaselineSpec, *, rank_prefix=None, rank_env=None, master_add
                 "wall_s": wall_s}
     out = json.loads(result_path.read_text())
     return {"status": "ok", **out, "wall_s": wall_s}
+
+
+# ---------------------------------------------------------------- grid search
+
+
+def local_cluster(num_devices: int) -> Cluster:
+    """``num_devices`` ranks on this one machine (one host: tensor parallelism allowed)."""
+    if num_devices < 1:
+        raise ValueError(f"local_cluster: num_devices must be >= 1, got {num_devices}")
+    off = 1.0 - np.eye(num_devices)
+    return Cluster(name=f"local{num_devices}", region_of=("local",) * num_devices,
+                   host_of=(0,) * num_devices, delay_ms=off * 0.05, bandwidth_gbps=off * 10.0,
+                   description="ranks on this machine (loopback)")
+
+
+def _raw_points(system: str, n: int, micro_batch_sizes: Sequence[int]) -> list[tuple]:
+    """Every (tp, pp, dp, micro-batch, zero) with tp·pp·dp = n, valid or not."""
+    div = [k for k in range(1, n + 1) if n % k == 0]
+    shapes = [(tp, pp, n // (tp * pp)) for tp in div for pp in div if (n // tp) % pp == 0]
+    if system == "deepspeed":  # the paper's two DeepSpeed variants; tp > 1 is recorded invalid
+        shapes = [(tp, pp, dp, 3 if pp == 1 else 1) for tp, pp, dp in shapes]
+    else:
+        shapes = [(tp, pp, dp, None) for tp, pp, dp in shapes]
+    return [(tp, pp, dp, mb, z) for tp, pp, dp, z in shapes for mb in micro_batch_sizes]
+
+
+def grid_points(system: str, cluster: Cluster, workload: Workload, *, base: BaselineSpec,
+                micro_batch_sizes: Sequence[int] | None = None,
+                memory_limit_bytes: float | None = None) -> list[tuple[BaselineSpec, str | None]]:
+    """The grid for ``system``: ``(spec, reason)`` pairs, ``reason`` None when runnable.
+
+    Runnable points are exactly the simulator's space (:mod:`baselines.space`); every other shape
+    on ``cluster.num_devices`` devices is kept with status ``invalid`` and the reason, and with
+    ``memory_limit_bytes`` a point whose estimated per-device memory exceeds it gets ``oom``.
+    """
+    from baselines import space  # B's grid; shared with the simulator
+
+    if system not in SYSTEMS:
+        raise ValueError(f"grid: system {system!r} is not one of {SYSTEMS}")
+    enum = space.megatron_space if system == "megatron" else space.deepspeed_space
+    configs = {(c.tp, c.pp, c.dp, c.micro_batch_size, c.zero if system == "deepspeed" else None): c
+               for c in enum(cluster, workload)}
+    mbs = tuple(micro_batch_sizes or space.MICRO_BATCH_SIZES)
+    out = []
+    for tp, pp, dp, mb, zero in _raw_points(system, cluster.num_devices, mbs):
+        spec = dataclasses.replace(base, system=system, tp=tp, pp=pp, dp=dp, micro_batch_size=mb,
+                                   zero=zero)
+        cfg = configs.get((tp, pp, dp, mb, zero))
+        reason = None
+        if cfg is None:
+            try:
+                check_spec(spec)
+                reason = "outside the simulator's space (e.g. a tensor-parallel group across hosts)"
+            except ValueError as e:
+                reason = str(e)
+        elif memory_limit_bytes is not None:
+            need = space.config_memory_bytes(cfg, workload)
+            if need > memory_limit_bytes:
+                reason = f"oom: needs {need / 2**30:.1f} GiB > {memory_limit_bytes / 2**30:.1f} GiB"
+        out.append((spec, reason))
+    return out
+
+
+def run_grid(points: Sequence[tuple[BaselineSpec, str | None]], *, run=run_point,
+             **run_kwargs) -> list[tuple[BaselineSpec, dict]]:
+    """Run every runnable point (``run(spec, **run_kwargs)``); others get their status unrun.
+
+    Returns ``(spec, result)`` for every point, in order; ``result["status"]`` is ``ok`` for
+    measured points. ``run`` is :func:`run_point` by default (emulation passes namespaces
+    through ``run_kwargs``; tests pass a stand-in).
+    """
+    results = []
+    for spec, reason in points:
+        if reason is not None:
+            status = "oom" if reason.startswith("oom") else "invalid"
+            results.append((spec, {"status": status, "error": reason}))
+            continue
+        res = run(spec, **run_kwargs)
+        log.info("grid %s: %s %s", spec.label(), res["status"],
+                 f"{res['iter_time_s']:.3f} s/iter" if res["status"] == "ok" else res.get("error", "")[:200])
+        results.append((spec, res))
+    return results
+
+
+def best_point(results: Sequence[tuple[BaselineSpec, dict]]) -> tuple[BaselineSpec, dict] | None:
+    """The measured point with the lowest iteration time (None if none ran successfully)."""
+    ok = [(s, r) for s, r in results if r["status"] == "ok"]
+    return min(ok, key=lambda sr: sr[1]["iter_time_s"]) if ok else None

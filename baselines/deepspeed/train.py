@@ -68,7 +68,7 @@ def _import_deepspeed():
 def _train_zero(ds, spec: BaselineSpec, device: torch.device) -> tuple[list[float], list[float]]:
     model = build_model(spec.gpt_config(), spec.seed).to(device)
     model.checkpoint = spec.recompute
-    opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, betas=(0.9, 0.999), weight_decay=0.0)
     engine, _, _, _ = ds.initialize(model=model, optimizer=opt, config=ds_config(spec))
     dp_rank, dp_size = dist.get_rank(), dist.get_world_size()
     losses, times = [], []
@@ -94,7 +94,7 @@ def _train_pipeline(ds, spec: BaselineSpec, device: torch.device) -> tuple[list[
                             partition_method="uniform",
                             activation_checkpoint_interval=1 if spec.recompute else 0)
     params = [p for p in module.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=spec.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    opt = torch.optim.AdamW(params, lr=spec.lr, betas=(0.9, 0.999), weight_decay=0.0)
     engine, _, _, _ = ds.initialize(model=module, optimizer=opt, config=ds_config(spec))
     grid = engine.grid
     dp_rank, dp_size = grid.get_data_parallel_rank(), grid.get_data_parallel_world_size()

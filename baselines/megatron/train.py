@@ -71,7 +71,7 @@ def _build(spec: BaselineSpec, device: torch.device):
     model = DistributedDataParallel(config=config, ddp_config=ddp_config, module=model)
     config.finalize_model_grads_func = finalize_model_grads
     opt_config = OptimizerConfig(optimizer="adam", lr=spec.lr, weight_decay=0.0, adam_beta1=0.9,
-                                 adam_beta2=0.95, clip_grad=0.0, fp16=False, bf16=False,
+                                 adam_beta2=0.999, clip_grad=0.0, fp16=False, bf16=False,
                                  use_distributed_optimizer=False)
     optimizer = get_megatron_optimizer(opt_config, [model])
     return model, optimizer, config
@@ -86,7 +86,8 @@ def train(spec: BaselineSpec) -> dict:
     model, optimizer, _ = _build(spec, device)
     m = spec.gpt_config()
     dp_rank, dp_size = ps.get_data_parallel_rank(), ps.get_data_parallel_world_size()
-    is_last = ps.is_pipeline_last_stage()
+    # one loss holder per replica: the last stage's tensor-parallel rank 0
+    holds_loss = ps.is_pipeline_last_stage() and ps.get_tensor_model_parallel_rank() == 0
     position_ids = torch.arange(m.seq_length, device=device).unsqueeze(0)
     forward_backward = get_forward_backward_func()
 
@@ -114,7 +115,7 @@ def train(spec: BaselineSpec) -> dict:
             ok, _, _ = optimizer.step()
             if not ok:
                 raise RuntimeError(f"megatron: optimizer step skipped at iteration {it}")
-        local = torch.stack([d["lm loss"] for d in out]).mean() if is_last else None
+        local = torch.stack([d["lm loss"] for d in out]).mean() if holds_loss else None
         losses.append(wc.global_mean_loss(local, dp_size, device))
         times.append(wc.max_over_ranks(timer.elapsed_s, device))
     return wc.metrics(spec, losses, times)
