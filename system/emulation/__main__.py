@@ -1,0 +1,82 @@
+"""CLI: ``python -m system.emulation {cleanup,tc-script,check}``.
+
+- ``cleanup [--force] [--dry-run]``: remove leftovers of crashed runs (dtfm-* namespaces, state).
+- ``tc-script --case 5 --hosts hosts.txt --out DIR [--dev eth0] [--bandwidth-scale S]``: per-host
+  tc scripts (HTB + netem per destination) for a real multi-host cluster.
+- ``check --case debug [--devices 0,2,4,6] [--bandwidth-scale 0.1] [--pairs 6]``: build the
+  emulated network, verify sampled links, print the table, tear it down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from system.cases import get_case
+
+
+def _cluster(args):
+    c = get_case(args.case, args.variant)
+    if args.devices:
+        c = c.subset([int(x) for x in args.devices.split(",")])
+    return c
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    ap = argparse.ArgumentParser(prog="python -m system.emulation")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("cleanup", help="remove leftovers of crashed emulation runs")
+    c.add_argument("--force", action="store_true", help="also runs whose owner is still alive")
+    c.add_argument("--dry-run", action="store_true")
+    for name in ("tc-script", "check"):
+        p = sub.add_parser(name)
+        p.add_argument("--case", default="debug")
+        p.add_argument("--variant", default="paper")
+        p.add_argument("--devices", default="", help="comma-separated device subset")
+        p.add_argument("--bandwidth-scale", type=float, default=1.0)
+        p.add_argument("--delay-scale", type=float, default=1.0)
+        if name == "tc-script":
+            p.add_argument("--hosts", required=True, help="file: one IPv4 address per host")
+            p.add_argument("--out", required=True)
+            p.add_argument("--dev", default="eth0")
+        else:
+            p.add_argument("--pairs", type=int, default=6)
+            p.add_argument("--backend", default="auto")
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "cleanup":
+            from system.emulation.cleanup import cleanup
+
+            print(json.dumps(cleanup(force=args.force, dry_run=args.dry_run), indent=1))
+        elif args.cmd == "tc-script":
+            from system.emulation.tcscript import read_hosts, write_scripts
+
+            paths = write_scripts(_cluster(args), read_hosts(args.hosts), args.out, dev=args.dev,
+                                  bandwidth_scale=args.bandwidth_scale, delay_scale=args.delay_scale)
+            print("\n".join(str(p) for p in paths))
+        else:
+            from system.emulation.netns import Emulation
+            from system.emulation.plan import make_plan
+            from system.emulation.verify import verify_links
+
+            plan = make_plan(_cluster(args), bandwidth_scale=args.bandwidth_scale,
+                             delay_scale=args.delay_scale)
+            with Emulation(plan, backend=args.backend) as emu:
+                rep = verify_links(plan, pairs=args.pairs, on_fail="warn")
+                rep["backend"] = emu.backend
+            print(f"{'pair':>7} {'RTT ms':>9} {'target':>9} {'Gbit/s':>8} {'target':>8} ok")
+            for r in rep["pairs"]:
+                print(f"{r['src']:>3}->{r['dst']:<3} {r['rtt_ms']:9.2f} {r['target_rtt_ms']:9.2f} "
+                      f"{r['gbps']:8.4f} {r['target_gbps']:8.4f} {r['ok']}")
+            return 0 if rep["ok"] else 1
+    except (ValueError, FileNotFoundError, RuntimeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

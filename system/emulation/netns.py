@@ -1,0 +1,252 @@
+"""One machine emulating a geo-distributed cluster: namespaces, bridge, HTB and delay (paper §4.1).
+
+Layout for an :class:`~system.emulation.plan.EmulationPlan` with tag T and D devices::
+
+    dtfm-T-d0 (eth0 198.18.0.1) ─┐                      ┌─ dtfm-T-d1 (eth0 198.18.0.2) ...
+                                 └── v0 ─ br0 ─ v1 ─────┘      (bridge in dtfm-T-br)
+
+- bandwidth: HTB on each device's ``eth0`` egress, one class per destination (``u32 match ip
+  dst``), rate = target goodput × frame overhead;
+- delay, backend ``netem`` (kernel has sch_netem): a netem leaf under each HTB class, as on the
+  paper's hosts; backend ``nfqueue`` (no netem, this project's machines): every bridged IPv4
+  packet goes to NFQUEUE in the bridge namespace, where :mod:`system.emulation.delayer` holds it
+  for the pair's one-way delay. Never on the sender's own output path (TCP collapses there).
+
+Nothing is created in the host's namespace; all names start with ``dtfm-``. :class:`Emulation`
+removes everything on exit, error, Ctrl-C, SIGTERM and at interpreter exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from system.emulation.plan import DEVICE_IFNAME, MTU, PREFIX, EmulationPlan
+from system.emulation.shell import EmulationError, missing_tools, run_batch, run_cmd
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Emulation", "has_netem", "device_tc_lines", "STATE_ROOT"]
+
+STATE_ROOT = Path(tempfile.gettempdir())  # run state lives in <tmp>/dtfm-<tag>/
+_DEFAULT_CLASS = 9999
+
+
+def has_netem() -> bool:
+    """Whether the kernel offers sch_netem (tried on ``lo`` of a scratch namespace)."""
+    ns = f"{PREFIX}probe{os.getpid()}"
+    run_cmd(["ip", "netns", "add", ns])
+    try:
+        p = run_cmd(["tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"], ns=ns,
+                    check=False)
+        return p.returncode == 0
+    finally:
+        run_cmd(["ip", "netns", "del", ns], check=False)
+
+
+def device_tc_lines(plan: EmulationPlan, i: int, *, netem: bool, dev: str = DEVICE_IFNAME) -> list[str]:
+    """``tc -batch`` lines shaping device i's egress: HTB class (+ netem leaf) per destination."""
+    rate, delay = plan.rate_bps, plan.delay_s
+    lines = [f"qdisc add dev {dev} root handle 1: htb default {_DEFAULT_CLASS}",
+             f"class add dev {dev} parent 1: classid 1:{_DEFAULT_CLASS} htb rate 10gbit quantum 65536"]
+    for j in range(plan.num_devices):
+        if j == i:
+            continue
+        cid = j + 1
+        r = int(round(rate[i, j]))
+        lines.append(f"class add dev {dev} parent 1: classid 1:{cid} htb rate {r}bit ceil {r}bit "
+                     f"quantum 65536")
+        if netem and delay[i, j] > 0:
+            lines.append(f"qdisc add dev {dev} parent 1:{cid} handle {cid + 10000}: netem "
+                         f"delay {delay[i, j] * 1e3:.3f}ms limit 1000000")
+        lines.append(f"filter add dev {dev} parent 1: protocol ip prio 1 u32 match ip dst "
+                     f"{plan.ip(j)}/32 flowid 1:{cid}")
+    return lines
+
+
+class Emulation:
+    """Context manager: build the emulated network of ``plan``, tear it down on any exit.
+
+    Example (needs root)::
+
+        with Emulation(make_plan(get_case("debug"), bandwidth_scale=0.1)) as emu:
+            emu.exec_prefix(0)   # ["ip", "netns", "exec", "dtfm-<tag>-d0"]
+    """
+
+    def __init__(self, plan: EmulationPlan, *, backend: str = "auto") -> None:
+        if backend not in ("auto", "netem", "nfqueue"):
+            raise ValueError(f"emulation backend must be auto, netem or nfqueue, got {backend!r}")
+        self.plan = plan
+        self.requested_backend = backend
+        self.backend: str | None = None
+        self.state_dir = STATE_ROOT / f"{PREFIX}{plan.tag}"
+        self._delayer: subprocess.Popen | None = None
+        self._created: list[str] = []
+        self._old_sigterm = None
+        self._closed = True
+        self.setup_s = 0.0
+
+    # ---- public helpers ---------------------------------------------------------------------
+    def exec_prefix(self, i: int) -> list[str]:
+        return ["ip", "netns", "exec", self.plan.device_ns(i)]
+
+    def rank_env(self, i: int) -> dict[str, str]:
+        return {"GLOO_SOCKET_IFNAME": DEVICE_IFNAME, "TP_SOCKET_IFNAME": DEVICE_IFNAME}
+
+    @property
+    def master_addr(self) -> str:
+        return self.plan.ip(0)
+
+    def delayer_stats(self) -> dict:
+        f = self.state_dir / "delayer_stats.json"
+        try:
+            return json.loads(f.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    # ---- lifecycle --------------------------------------------------------------------------
+    def __enter__(self) -> Emulation:
+        self.setup()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def setup(self) -> None:
+        if os.geteuid() != 0:
+            raise EmulationError("network emulation needs root (namespaces, tc, iptables)")
+        missing = missing_tools(("ip", "tc") if self.requested_backend == "netem" else ("ip", "tc", "iptables"))
+        if missing:
+            raise EmulationError(f"network emulation needs {', '.join(missing)} on PATH")
+        t0 = time.perf_counter()
+        self._closed = False
+        atexit.register(self.close)
+        if threading.current_thread() is threading.main_thread():
+            self._old_sigterm = signal.signal(signal.SIGTERM, _raise_exit)
+        try:
+            self.backend = self._pick_backend()
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            self._write_state()
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+        self.setup_s = time.perf_counter() - t0
+        log.info("emulation %s: %d devices, backend %s, bandwidth x%g, delay x%g (%.1f s)",
+                 self.plan.tag, self.plan.num_devices, self.backend, self.plan.bandwidth_scale,
+                 self.plan.delay_scale, self.setup_s)
+
+    def _pick_backend(self) -> str:
+        if self.requested_backend != "auto":
+            return self.requested_backend
+        return "netem" if has_netem() else "nfqueue"
+
+    def _write_state(self) -> None:
+        state = {"owner_pid": os.getpid(), "tag": self.plan.tag, "namespaces": self.plan.namespaces,
+                 "backend": self.backend}
+        (self.state_dir / "state.json").write_text(json.dumps(state))
+
+    def _build(self) -> None:
+        p, br = self.plan, self.plan.bridge_ns
+        for ns in p.namespaces:
+            run_cmd(["ip", "netns", "add", ns])
+            self._created.append(ns)
+            run_cmd(["sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1"], ns=ns, check=False)
+        bridge_lines = ["link add br0 type bridge", "link set br0 up"]
+        for i in range(p.num_devices):
+            bridge_lines += [f"link add v{i} mtu {MTU} type veth peer name {DEVICE_IFNAME} "
+                             f"netns {p.device_ns(i)}",
+                             f"link set v{i} master br0", f"link set v{i} up"]
+        run_batch("ip", bridge_lines, ns=br)
+        for i in range(p.num_devices):
+            ns = p.device_ns(i)
+            run_batch("ip", ["link set lo up", f"link set {DEVICE_IFNAME} mtu {MTU}",
+                             f"addr add {p.ip(i)}/{p.prefixlen} dev {DEVICE_IFNAME}",
+                             f"link set {DEVICE_IFNAME} up"], ns=ns)
+            run_batch("tc", device_tc_lines(p, i, netem=self.backend == "netem"), ns=ns)
+        if self.backend == "nfqueue":
+            self._start_delayer()
+
+    def _start_delayer(self) -> None:
+        br = self.plan.bridge_ns
+        table = self.state_dir / "delays.json"
+        table.write_text(json.dumps(self.plan.delay_table()))
+        ready = self.state_dir / "delayer_ready.json"
+        ready.unlink(missing_ok=True)
+        run_cmd(["sysctl", "-q", "-w", "net.bridge.bridge-nf-call-iptables=1"], ns=br)
+        log_f = open(self.state_dir / "delayer.log", "w")  # noqa: SIM115 (lives as long as the process)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_project_root(),
+                                                                       os.environ.get("PYTHONPATH")]))}
+        self._delayer = subprocess.Popen(
+            ["ip", "netns", "exec", br, sys.executable, "-m", "system.emulation.delayer",
+             "--table", str(table), "--ready-file", str(ready),
+             "--stats-file", str(self.state_dir / "delayer_stats.json")],
+            stdout=log_f, stderr=subprocess.STDOUT, env=env)
+        log_f.close()
+        deadline = time.monotonic() + 20.0
+        while not ready.exists():
+            if self._delayer.poll() is not None:
+                raise EmulationError(f"delayer exited ({self._delayer.returncode}): "
+                                     f"{(self.state_dir / 'delayer.log').read_text()[-500:]}")
+            if time.monotonic() > deadline:
+                raise EmulationError("delayer did not become ready within 20 s")
+            time.sleep(0.05)
+        run_cmd(["iptables", "-A", "FORWARD", "-j", "NFQUEUE", "--queue-num", "0"], ns=br)
+
+    def close(self) -> None:
+        """Remove everything this emulation created; safe to call twice; never raises."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._delayer is not None and self._delayer.poll() is None:
+            self._delayer.terminate()
+            try:
+                self._delayer.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._delayer.kill()
+                self._delayer.wait(timeout=5)
+        for ns in reversed(self._created):
+            _kill_netns_pids(ns)
+            try:
+                run_cmd(["ip", "netns", "del", ns], check=True, timeout_s=15)
+            except EmulationError as e:
+                log.warning("cleanup: %s", e)
+        self._created.clear()
+        try:
+            stats = self.delayer_stats()
+            if stats:
+                log.info("delayer stats: %s", stats)
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+        except OSError:
+            pass
+        if self._old_sigterm is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._old_sigterm)
+            self._old_sigterm = None
+        atexit.unregister(self.close)
+
+
+def _raise_exit(signum, frame) -> None:  # noqa: ARG001
+    raise SystemExit(128 + signum)
+
+
+def _kill_netns_pids(ns: str) -> None:
+    p = run_cmd(["ip", "netns", "pids", ns], check=False, timeout_s=10)
+    for tok in p.stdout.split():
+        try:
+            os.kill(int(tok), signal.SIGKILL)
+        except (ValueError, ProcessLookupError, PermissionError):
+            pass
+
+
+def _project_root() -> str:
+    return str(Path(__file__).resolve().parents[2])

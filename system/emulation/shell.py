@@ -1,0 +1,60 @@
+"""Running ``ip``/``tc``/``iptables`` inside namespaces, bounded in time, with one clear error.
+
+Every command that changes network state goes through :func:`run_cmd` or :func:`run_batch`, so a
+dry run can record the commands instead of executing them (the tc-script tests use that).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+from collections.abc import Sequence
+
+log = logging.getLogger(__name__)
+
+__all__ = ["run_cmd", "run_batch", "ns_prefix", "missing_tools", "netns_list", "EmulationError"]
+
+
+class EmulationError(RuntimeError):
+    """A network-emulation command failed (message names the command and its stderr)."""
+
+
+def ns_prefix(ns: str | None) -> list[str]:
+    return [] if ns is None else ["ip", "netns", "exec", ns]
+
+
+def run_cmd(args: Sequence[str], *, ns: str | None = None, timeout_s: float = 15.0,
+            check: bool = True, input_text: str | None = None) -> subprocess.CompletedProcess:
+    """Run ``args`` (inside namespace ``ns`` when given); raise EmulationError on failure."""
+    full = ns_prefix(ns) + list(args)
+    try:
+        p = subprocess.run(full, input=input_text, capture_output=True, text=True,
+                           timeout=timeout_s, env={**os.environ, "LC_ALL": "C"})
+    except subprocess.TimeoutExpired as e:
+        raise EmulationError(f"command timed out after {timeout_s:.0f} s: {' '.join(full)}") from e
+    if check and p.returncode != 0:
+        raise EmulationError(f"command failed ({p.returncode}): {' '.join(full)}: "
+                             f"{(p.stderr or p.stdout).strip()[:500]}")
+    return p
+
+
+def run_batch(tool: str, lines: Sequence[str], *, ns: str | None = None,
+              timeout_s: float = 30.0) -> None:
+    """Feed ``lines`` to ``tool -batch -`` (tool is ``ip`` or ``tc``) in one process."""
+    if tool not in ("ip", "tc"):
+        raise ValueError(f"run_batch: tool must be 'ip' or 'tc', got {tool!r}")
+    if not lines:
+        return
+    run_cmd([tool, "-batch", "-"], ns=ns, timeout_s=timeout_s, input_text="\n".join(lines) + "\n")
+
+
+def missing_tools(tools: Sequence[str] = ("ip", "tc", "iptables")) -> list[str]:
+    return [t for t in tools if shutil.which(t) is None]
+
+
+def netns_list() -> list[str]:
+    """Names of all network namespaces (``ip netns list``), first word of each line."""
+    p = run_cmd(["ip", "netns", "list"], check=False, timeout_s=10)
+    return [ln.split()[0] for ln in p.stdout.splitlines() if ln.strip()]

@@ -1,0 +1,126 @@
+"""Check an emulated network before a run: RTT and capacity on sampled pairs (paper §4.1 links).
+
+For each sampled ordered pair (i, j): RTT by ``ping`` (median of a few, first one dropped: it
+pays ARP) against 2·delay_ms, and capacity by a UDP flood (:mod:`system.emulation.probe`)
+converted to TCP-goodput terms against the pair's scaled bandwidth. A pair passes when both are
+within ``tolerance`` (relative; RTT also passes within ``rtt_floor_ms`` absolute, which matters
+only for near-zero delays, e.g. 0.2 ms of bridge/delayer path on a 0 ms link).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import statistics
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from system.emulation.plan import TCP_PAYLOAD_BYTES, EmulationPlan
+from system.emulation.probe import UDP_PAYLOAD_BYTES
+from system.emulation.shell import EmulationError, ns_prefix
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PairCheck", "sample_pairs", "measure_rtt_ms", "measure_capacity_gbps", "verify_links"]
+
+_TIME_RE = re.compile(r"time=([0-9.]+) ms")
+
+
+@dataclass
+class PairCheck:
+    src: int
+    dst: int
+    target_rtt_ms: float
+    rtt_ms: float
+    target_gbps: float
+    gbps: float
+    rtt_err: float  # relative error (measured/target - 1); nan when target is 0
+    bw_err: float
+    ok: bool
+
+
+def sample_pairs(plan: EmulationPlan, n: int, rng: np.random.Generator) -> list[tuple[int, int]]:
+    """``n`` distinct ordered pairs: the longest-delay and the slowest pair first, then random."""
+    d = plan.num_devices
+    allp = [(i, j) for i in range(d) for j in range(d) if i != j]
+    if n >= len(allp):
+        return allp
+    delay, bw = plan.delay_s, plan.goodput_bps
+    picked = [max(allp, key=lambda p: delay[p]), min(allp, key=lambda p: bw[p])]
+    rest = [p for p in allp if p not in picked]
+    for k in rng.permutation(len(rest)):
+        if len(dict.fromkeys(picked)) >= n:
+            break
+        picked.append(rest[k])
+    return list(dict.fromkeys(picked))[:n]
+
+
+def measure_rtt_ms(plan: EmulationPlan, i: int, j: int, count: int = 6) -> float:
+    """Median ping RTT (ms) from device i to device j; the first echo is dropped (ARP)."""
+    wait_s = max(2, int(4 * plan.delay_s[i, j] + 2))
+    p = subprocess.run(ns_prefix(plan.device_ns(i)) + ["ping", "-n", "-c", str(count), "-i", "0.05",
+                       "-W", str(wait_s), plan.ip(j)], capture_output=True, text=True,
+                       timeout=count * 0.05 + 3 * wait_s + 5)
+    times = [float(x) for x in _TIME_RE.findall(p.stdout)]
+    if len(times) < 2:
+        raise EmulationError(f"ping {i}->{j} got {len(times)} replies: {p.stdout[-300:]}")
+    return statistics.median(times[1:])
+
+
+def measure_capacity_gbps(plan: EmulationPlan, i: int, j: int, *, port: int = 47000,
+                          min_packets: int = 400) -> float:
+    """Capacity of link i→j as TCP goodput (Gbit/s), from a UDP flood's arrival rate."""
+    target = float(plan.goodput_bps[i, j])
+    duration = float(np.clip(min_packets * 1514 * 8 / target, 0.3, 2.0))
+    probe = [sys.executable, "-m", "system.emulation.probe"]
+    recv = subprocess.Popen(ns_prefix(plan.device_ns(j)) + probe + [
+        "udp-recv", "--port", str(port), "--duration-s", str(duration)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = recv.stdout.readline()
+        if "ready" not in first:
+            raise EmulationError(f"udp receiver in device {j} did not start: {recv.stderr.read()[-300:]}")
+        subprocess.run(ns_prefix(plan.device_ns(i)) + probe + [
+            "udp-send", "--dst", plan.ip(j), "--port", str(port), "--duration-s", str(duration)],
+            capture_output=True, text=True, timeout=duration + 10, check=True)
+        out, _ = recv.communicate(timeout=duration + 10)
+    finally:
+        if recv.poll() is None:
+            recv.kill()
+            recv.wait(timeout=5)
+    res = json.loads(out.strip().splitlines()[-1])
+    payload_bps = float(res["rate_bps"])
+    return payload_bps * TCP_PAYLOAD_BYTES / UDP_PAYLOAD_BYTES / 1e9  # same frames, TCP payload
+
+
+def verify_links(plan: EmulationPlan, *, pairs: int = 6, tolerance: float = 0.10,
+                 on_fail: str = "raise", seed: int = 0, rtt_floor_ms: float = 0.5) -> dict:
+    """Measure sampled pairs; return {"pairs": [...], "ok": bool, ...}; raise or warn on misses."""
+    if on_fail not in ("raise", "warn"):
+        raise ValueError(f"verify on_fail must be 'raise' or 'warn', got {on_fail!r}")
+    checks: list[PairCheck] = []
+    for i, j in sample_pairs(plan, pairs, np.random.default_rng(seed)):
+        t_rtt = 2e3 * float(plan.delay_s[i, j])
+        t_bw = float(plan.goodput_bps[i, j]) / 1e9
+        rtt = measure_rtt_ms(plan, i, j)
+        bw = measure_capacity_gbps(plan, i, j)
+        rtt_err = rtt / t_rtt - 1 if t_rtt > 0 else float("nan")
+        bw_err = bw / t_bw - 1
+        ok = abs(rtt - t_rtt) <= max(tolerance * t_rtt, rtt_floor_ms) and abs(bw_err) <= tolerance
+        checks.append(PairCheck(i, j, t_rtt, rtt, t_bw, bw, rtt_err, bw_err, ok))
+        log.info("link %d->%d: RTT %.2f ms (target %.2f), %.4f Gbit/s (target %.4f) %s", i, j, rtt,
+                 t_rtt, bw, t_bw, "ok" if ok else "OFF")
+    report = {"ok": all(c.ok for c in checks), "tolerance": tolerance, "pairs": [asdict(c) for c in checks],
+              "max_abs_rtt_err": float(np.nanmax([abs(c.rtt_err) for c in checks] or [0.0])),
+              "max_abs_bw_err": float(max([abs(c.bw_err) for c in checks] or [0.0]))}
+    if not report["ok"]:
+        bad = [(c.src, c.dst) for c in checks if not c.ok]
+        msg = f"emulated links off target by more than {tolerance:.0%} on pairs {bad}"
+        if on_fail == "raise":
+            raise EmulationError(msg)
+        log.warning("%s", msg)
+    return report

@@ -1,0 +1,115 @@
+"""Emulated links in network namespaces: accuracy and cleanup (needs root, ip, tc, iptables)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from system.cases import get_case
+from system.emulation.cleanup import cleanup
+from system.emulation.netns import Emulation, has_netem
+from system.emulation.plan import make_plan
+from system.emulation.shell import missing_tools, netns_list
+from system.emulation.verify import measure_rtt_ms, verify_links
+
+
+def _why_skip() -> str:
+    if os.geteuid() != 0:
+        return "needs root for network namespaces"
+    if missing_tools(("ip", "tc", "iptables", "ping")):
+        return f"needs {missing_tools(('ip', 'tc', 'iptables', 'ping'))} (apt-get install iproute2 iptables iputils-ping)"
+    if importlib.util.find_spec("netfilterqueue") is None and not has_netem():
+        return "no sch_netem and no netfilterqueue (pip install netfilterqueue)"
+    return ""
+
+
+pytestmark = [pytest.mark.emulation, pytest.mark.skipif(bool(_why_skip()), reason=_why_skip() or "ok")]
+
+
+def _ours(tag: str) -> list[str]:
+    return [ns for ns in netns_list() if ns.startswith(f"dtfm-{tag}-")]
+
+
+def _wait_for(pred, timeout_s: float) -> bool:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.slow
+def test_links_within_ten_percent_of_target():
+    # one device per region of the debug case: 10-143 ms one-way, 0.3-0.79 Gbit/s (x0.1)
+    plan = make_plan(get_case("debug").subset([0, 2, 4, 6]), bandwidth_scale=0.1, tag="tlink")
+    with Emulation(plan) as emu:
+        rep = verify_links(plan, pairs=5, tolerance=0.10, on_fail="raise", seed=1)
+        stats = emu.delayer_stats()
+    assert rep["ok"] and len(rep["pairs"]) == 5
+    for p in rep["pairs"]:
+        assert abs(p["rtt_err"]) <= 0.10 and abs(p["bw_err"]) <= 0.10
+    assert stats == {} or stats["delayed"] > 0
+    assert not _ours("tlink")
+
+
+def test_rtt_is_twice_the_one_way_delay_and_cleanup_after_error(tmp_path):
+    c = get_case("debug").subset([0, 2])  # Oregon-Virginia: 67 ms one-way
+    plan = make_plan(c, tag="terr")
+    with pytest.raises(RuntimeError, match="boom"):
+        with Emulation(plan) as emu:
+            assert len(_ours("terr")) == 3
+            rtt = measure_rtt_ms(plan, 0, 1, count=4)
+            assert rtt == pytest.approx(2 * c.delay_ms[0, 1], rel=0.10)
+            state = emu.state_dir
+            raise RuntimeError("boom")
+    assert not _ours("terr")
+    assert not state.exists()
+
+
+_CHILD = textwrap.dedent("""
+    import sys, time
+    from system.cases import get_case
+    from system.emulation.netns import Emulation
+    from system.emulation.plan import make_plan
+    with Emulation(make_plan(get_case("debug").subset([0, 2]), tag=sys.argv[1])):
+        print("up", flush=True)
+        time.sleep(60)
+""")
+
+
+def _start_child(tag: str) -> subprocess.Popen:
+    p = subprocess.Popen([sys.executable, "-c", _CHILD, tag], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "up"
+    assert len(_ours(tag)) == 3
+    return p
+
+
+def test_sigterm_and_ctrl_c_clean_up():
+    for tag, sig in (("tterm", signal.SIGTERM), ("tint", signal.SIGINT)):
+        p = _start_child(tag)
+        p.send_signal(sig)
+        p.wait(timeout=30)
+        assert not _ours(tag), f"{sig!r} left namespaces behind"
+
+
+def test_cleanup_command_removes_leftovers_of_a_killed_run():
+    p = _start_child("tkill")
+    p.kill()  # SIGKILL: no handler runs, the namespaces stay behind
+    p.wait(timeout=10)
+    assert len(_ours("tkill")) == 3
+    out = subprocess.run([sys.executable, "-m", "system.emulation", "cleanup"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert not _ours("tkill")
+    # the delayer died with its parent (PR_SET_PDEATHSIG) or with its namespace
+    assert _wait_for(lambda: not subprocess.run(["pgrep", "-f", "dtfm-tkill/delays"],
+                                                capture_output=True).stdout, 5)
+    assert not [ns for ns in cleanup(dry_run=True)["namespaces"] if ns.startswith("dtfm-tkill")]
