@@ -36,7 +36,9 @@ def main(cfg: DictConfig) -> None:
 
     setup_logging()
     try:
-        run(cfg)
+        from repro.collect import run_job  # skips a job whose resolved config already finished
+
+        run_job(cfg, run)
     except (ValueError, FileNotFoundError, RuntimeError) as e:
         log.error("%s", e)
         print(f"error: {e}", file=sys.stderr)

@@ -1,0 +1,171 @@
+"""Local report of a study (no wandb needed): ``results/<study>/REPORT.md`` with tables and PNGs.
+
+    python -m repro.report results/paper [--ablation results/scheduler/ablation.csv] [--tolerance 0.25]
+
+Reads only the tidy rows (``rows/*.json`` via :func:`system.results.read_rows`) and, for the
+scheduler claims, the ablation table. Writes next to them: ``best.csv`` (best configuration per
+setting, the Fig. 3 table), ``variance.csv`` (every configuration's repeats, CV, flag),
+``claims.csv`` (paper vs ours, PASS / FAIL / INCONCLUSIVE), ``fig3.png``, ``fig4.png`` and
+``REPORT.md`` linking them. Every file is written atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from repro.claims import evaluate_claims
+from repro.figures.fig3 import plot_fig3
+from repro.figures.fig4 import plot_fig4
+from repro.variance import CV_LIMIT, best_configs, variance_table
+from system.results import atomic_write_text, read_rows
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ReportPaths", "build_report", "markdown_table", "read_ablation", "main"]
+
+
+@dataclass(frozen=True, slots=True)
+class ReportPaths:
+    report: Path
+    variance: Path
+    claims: Path
+    best: Path
+    figures: tuple[Path, ...]
+
+
+def markdown_table(df: pd.DataFrame, floatfmt: str = ".4g") -> str:
+    """A GitHub-flavoured Markdown table (no tabulate dependency).
+
+    >>> print(markdown_table(pd.DataFrame({"a": [1.23456], "b": ["x|y"]})))
+    | a | b |
+    |---|---|
+    | 1.235 | x\\|y |
+    """
+    def cell(v) -> str:
+        if isinstance(v, float):
+            return "" if pd.isna(v) else format(v, floatfmt)
+        return str(v).replace("|", "\\|").replace("\n", " ")
+
+    head = "| " + " | ".join(map(str, df.columns)) + " |"
+    sep = "|" + "|".join("---" for _ in df.columns) + "|"
+    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join([head, sep, *body])
+
+
+def read_ablation(path: str | Path | None) -> pd.DataFrame | None:
+    """The scheduler ablation table (csv or parquet), or None when ``path`` is unset or absent."""
+    if path is None:
+        return None
+    path = Path(path)
+    if not path.exists():
+        log.info("no ablation table at %s: the scheduler claims will be INCONCLUSIVE", path)
+        return None
+    return pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+
+
+def _atomic_csv(df: pd.DataFrame, path: Path) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        df.to_csv(tmp, index=False)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def build_report(results_dir: str | Path, *, ablation_path: str | Path | None = None,
+                 tolerance: float = 0.25, study: str | None = None,
+                 cv_limit: float = CV_LIMIT) -> ReportPaths:
+    """Build every table, figure and REPORT.md of the study in ``results_dir``."""
+    d = Path(results_dir)
+    if not d.is_dir():
+        raise FileNotFoundError(f"results_dir {d} does not exist")
+    rows = read_rows(d)
+    ablation = read_ablation(ablation_path)
+    variance = variance_table(rows, cv_limit) if not rows.empty else variance_table(
+        pd.DataFrame(columns=["case", "system", "num_layers", "global_batch_size", "iter_time_s"]))
+    best = best_configs(rows) if not rows.empty else variance.assign(n_configs=pd.Series(dtype=int))
+    claims = evaluate_claims(rows, ablation, tolerance=tolerance)
+    paths = ReportPaths(report=d / "REPORT.md", variance=d / "variance.csv", claims=d / "claims.csv",
+                        best=d / "best.csv", figures=())
+    _atomic_csv(variance, paths.variance)
+    _atomic_csv(claims, paths.claims)
+    _atomic_csv(best, paths.best)
+    figs = tuple(p for p in (plot_fig3(best, d / "fig3.png"), plot_fig4(ablation, d / "fig4.png")) if p)
+    paths = ReportPaths(paths.report, paths.variance, paths.claims, paths.best, figs)
+    atomic_write_text(paths.report, _render(study or d.name, rows, best, variance, claims, figs,
+                                            ablation_path, cv_limit))
+    counts = claims.verdict.value_counts().to_dict()
+    log.info("report %s: %d rows, claims %s", paths.report, len(rows), counts)
+    return paths
+
+
+def _render(study, rows, best, variance, claims, figs, ablation_path, cv_limit) -> str:
+    n_ok = int((rows["status"].fillna("ok") == "ok").sum()) if not rows.empty else 0
+    counts = claims.verdict.value_counts()
+    lines = [f"# Study `{study}`", "",
+             f"{len(rows)} rows ({n_ok} ok) from `rows/*.json`; tables: `runs.csv`, `runs.parquet`, "
+             "`best.csv`, `variance.csv`, `claims.csv`.", "",
+             "Verdicts: " + ", ".join(f"{v} {int(counts.get(v, 0))}" for v in
+                                      ("PASS", "FAIL", "INCONCLUSIVE")), "",
+             "## Claims of the paper", "",
+             "Ranges: PASS when our median over the settings lies inside the paper's range widened "
+             "by the tolerance; one-sided claims use the stated rule. INCONCLUSIVE says why the "
+             "rows cannot test the claim.", "",
+             markdown_table(claims[["claim_id", "statement", "paper", "ours", "tolerance", "verdict",
+                                    "detail"]]), ""]
+    lines += ["## Throughput per setting (Fig. 3 analogue)", ""]
+    if any(p.name == "fig3.png" for p in figs):
+        lines += ["![Fig. 3 analogue](fig3.png)", ""]
+    if not best.empty:
+        cols = [c for c in ("case", "system", "num_layers", "global_batch_size", "tp", "pp", "dp",
+                            "zero", "n_configs", "n_repeats", "iter_time_s_mean", "pflops_mean")
+                if c in best.columns]
+        lines += ["Baselines at their best configuration per setting (`n_configs` compared).", "",
+                  markdown_table(best[cols]), ""]
+    else:
+        lines += ["No ok rows yet.", ""]
+    lines += ["## Scheduler ablation (Fig. 4 analogue)", ""]
+    if any(p.name == "fig4.png" for p in figs):
+        lines += [f"From `{ablation_path}`.", "", "![Fig. 4 analogue](fig4.png)", ""]
+    else:
+        lines += [f"No ablation table (looked for `{ablation_path}`); run `sweep=ablation`.", ""]
+    lines += [f"## Repeats and variance (CV > {cv_limit:.0%} flagged)", ""]
+    flagged = variance[variance.flagged] if not variance.empty else variance
+    if variance.empty:
+        lines += ["No rows.", ""]
+    else:
+        lines += [f"{len(variance)} configurations, {int((variance.n_repeats >= 3).sum())} with 3+ "
+                  f"repeats, {len(flagged)} flagged.", ""]
+        show = flagged if len(flagged) else variance.head(0)
+        cols = [c for c in variance.columns if c not in ("pflops_mean",)]
+        if len(show):
+            lines += ["Flagged configurations:", "", markdown_table(show[cols]), ""]
+        lines += ["Full table: `variance.csv`.", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from repro.console import setup_logging
+
+    setup_logging()
+    p = argparse.ArgumentParser(description="Build REPORT.md for a results folder")
+    p.add_argument("results_dir")
+    p.add_argument("--ablation", default="results/scheduler/ablation.csv")
+    p.add_argument("--tolerance", type=float, default=0.25)
+    a = p.parse_args(argv)
+    paths = build_report(a.results_dir, ablation_path=a.ablation, tolerance=a.tolerance)
+    print(f"report: {paths.report}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,112 @@
+"""Repeats of a setting: mean, coefficient of variation, flags; the best configuration per setting.
+
+The paper ran every setting three times and reports that the runs varied within 5% (appendix 10.1;
+the scheduled layout stays fixed across the three runs, random layouts change every run). Here a
+*setting* is (case, system, num_layers, global_batch_size); a *configuration* adds the layout knobs
+a baseline grid search varies (tp, pp, dp, micro_batch_size, zero). Rows come from
+:func:`system.results.read_rows` (one row per run; ``repeat`` numbers the runs of a configuration).
+
+    >>> import pandas as pd
+    >>> rows = pd.DataFrame({"case": ["5"] * 3, "system": ["ours"] * 3, "num_layers": [24] * 3,
+    ...                      "global_batch_size": [1024] * 3, "status": ["ok"] * 3,
+    ...                      "iter_time_s": [10.0, 10.2, 9.8], "pflops": [2.0, 1.96, 2.04]})
+    >>> t = variance_table(rows)
+    >>> int(t.n_repeats[0]), round(float(t.cv[0]), 3), bool(t.flagged[0])
+    (3, 0.02, False)
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pandas as pd
+
+log = logging.getLogger(__name__)
+
+__all__ = ["SETTING_COLUMNS", "CONFIG_COLUMNS", "CV_LIMIT", "ok_rows", "config_columns",
+           "variance_table", "best_configs"]
+
+SETTING_COLUMNS = ("case", "system", "num_layers", "global_batch_size")
+CONFIG_COLUMNS = ("tp", "pp", "dp", "micro_batch_size", "zero")  # a baseline's grid-search knobs
+CV_LIMIT = 0.05  # appendix 10.1: "variance within 5%"
+
+
+def ok_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """Rows with status ok and a positive iteration time; ``case`` as text ("5", "debug")."""
+    missing = [c for c in (*SETTING_COLUMNS, "iter_time_s") if c not in rows.columns]
+    if missing:
+        raise ValueError(f"rows: missing columns {missing}; have {sorted(rows.columns)}")
+    df = rows.copy()
+    if "status" in df.columns:
+        df = df[df["status"].fillna("ok").astype(str) == "ok"]
+    df["iter_time_s"] = pd.to_numeric(df["iter_time_s"], errors="coerce")
+    df = df[np.isfinite(df["iter_time_s"]) & (df["iter_time_s"] > 0)]
+    df["case"] = df["case"].map(_case_text)
+    if "pflops" in df.columns:
+        df["pflops"] = pd.to_numeric(df["pflops"], errors="coerce")
+    return df.reset_index(drop=True)
+
+
+def _case_text(v) -> str:
+    """5, 5.0, "5" -> "5"; other names unchanged."""
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def config_columns(rows: pd.DataFrame) -> list[str]:
+    """The setting columns plus whichever configuration knobs the rows carry."""
+    return list(SETTING_COLUMNS) + [c for c in CONFIG_COLUMNS if c in rows.columns]
+
+
+def _stats(group: pd.DataFrame) -> pd.Series:
+    t = group["iter_time_s"].to_numpy(dtype=float)
+    mean = float(t.mean())
+    std = float(t.std(ddof=1)) if t.size > 1 else float("nan")
+    out = {"n_repeats": int(t.size), "iter_time_s_mean": mean, "iter_time_s_std": std,
+           "cv": std / mean if t.size > 1 else float("nan"),
+           "spread": float((t.max() - t.min()) / mean)}
+    if "pflops" in group.columns:
+        out["pflops_mean"] = float(pd.to_numeric(group["pflops"], errors="coerce").mean())
+    return pd.Series(out)
+
+
+def variance_table(rows: pd.DataFrame, cv_limit: float = CV_LIMIT) -> pd.DataFrame:
+    """One line per configuration: repeats, mean/std of iter_time_s, CV, spread, flagged.
+
+    ``cv`` is the sample standard deviation over the mean (NaN with one repeat); ``spread`` is
+    (max - min) / mean; ``flagged`` is ``cv > cv_limit``.
+    """
+    if not 0 < cv_limit < 1:
+        raise ValueError(f"cv_limit must be in (0, 1), got {cv_limit}")
+    df = ok_rows(rows)
+    keys = config_columns(df)
+    if df.empty:
+        return pd.DataFrame(columns=[*keys, "n_repeats", "iter_time_s_mean", "iter_time_s_std",
+                                     "cv", "spread", "flagged"])
+    out = (df.groupby(keys, dropna=False, sort=True)[[c for c in ("iter_time_s", "pflops")
+                                                     if c in df.columns]]
+           .apply(_stats).reset_index())
+    out["n_repeats"] = out["n_repeats"].astype(int)
+    out["flagged"] = out["cv"].fillna(0.0) > cv_limit
+    return out
+
+
+def best_configs(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per setting, the configuration with the lowest mean iteration time (a grid search's pick).
+
+    Systems with a single configuration per setting (ours, ours_random) pass through unchanged.
+    Adds ``n_configs`` (how many configurations the search compared); ``pflops_mean`` is NaN when
+    the rows carry no pflops.
+    """
+    table = variance_table(rows)
+    if table.empty:
+        return table.assign(n_configs=pd.Series(dtype=int))
+    keys = list(SETTING_COLUMNS)
+    table["n_configs"] = table.groupby(keys, dropna=False)["iter_time_s_mean"].transform("size")
+    idx = table.groupby(keys, dropna=False)["iter_time_s_mean"].idxmin()
+    best = table.loc[idx.to_numpy()].reset_index(drop=True)
+    if "pflops_mean" not in best.columns:
+        best["pflops_mean"] = np.nan
+    return best.sort_values(keys, kind="stable").reset_index(drop=True)

@@ -1,0 +1,123 @@
+"""wandb mirror of a study: one run per configuration, plus a comparison run grouped like Fig. 3.
+
+``logger=wandb`` turns it on. The mode comes from ``WANDB_MODE`` when set, else ``wandb.mode``
+(default ``offline``: no account, no network; files go to ``<wandb.dir>/wandb/offline-run-*``,
+upload later with ``wandb sync``). ``wandb.mode=online`` logs to ``wandb.entity``/``wandb.project``.
+
+- :func:`log_job`: for each configuration among a job's rows (case, system, layers, batch and the
+  layout knobs), a run with the job's resolved config, the setting, per-repeat ``iter_time_s`` as
+  history and the summary metrics (means, CV, repeats).
+- :func:`log_comparison`: one ``job_type=report`` run holding wandb Tables (best configuration per
+  setting, variance, claims) and one bar chart per case (PFLOPS per system and setting), plus the
+  local PNGs. wandb's Reports API needs network and an account, so offline it is not used: the
+  Tables and bar charts of this run are the comparison report; online, build a Report from them in
+  the UI (its panels read these keys).
+
+The tidy rows stay the source of truth; wandb only mirrors them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf
+
+from repro.variance import config_columns, variance_table
+
+log = logging.getLogger(__name__)
+
+__all__ = ["wandb_mode", "log_job", "log_comparison"]
+
+MODES = ("offline", "online", "disabled")
+
+
+def _wcfg(cfg) -> dict:
+    w = cfg.get("wandb") if hasattr(cfg, "get") else None
+    return OmegaConf.to_container(w, resolve=True) if isinstance(w, DictConfig) else dict(w or {})
+
+
+def wandb_mode(cfg) -> str:
+    """``WANDB_MODE`` if set, else ``cfg.wandb.mode``, else offline."""
+    mode = os.environ.get("WANDB_MODE") or _wcfg(cfg).get("mode") or "offline"
+    if mode not in MODES:
+        raise ValueError(f"wandb.mode must be one of {', '.join(MODES)}, got {mode!r}")
+    return mode
+
+
+def _init(cfg, **kw):
+    import wandb
+
+    w = _wcfg(cfg)
+    wdir = Path(str(w.get("dir") or cfg.results_dir))
+    wdir.mkdir(parents=True, exist_ok=True)
+    return wandb.init(project=w.get("project") or "dtfm-repro", entity=w.get("entity"),
+                      mode=wandb_mode(cfg), dir=str(wdir), group=str(cfg.get("study", "adhoc")),
+                      reinit="finish_previous", **kw)
+
+
+def _plain(v):
+    if hasattr(v, "item"):
+        return v.item()
+    return None if isinstance(v, float) and pd.isna(v) else v
+
+
+def log_job(cfg: DictConfig, rows: pd.DataFrame) -> list[str]:
+    """One wandb run per configuration in ``rows``; returns the runs' names."""
+    if rows.empty or wandb_mode(cfg) == "disabled":
+        return []
+    resolved = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    keys = config_columns(rows)
+    stats = variance_table(rows)
+    names = []
+    for _, st in stats.iterrows():
+        setting = {k: _plain(st[k]) for k in keys}
+        sel = rows
+        for k in keys:
+            sel = sel[sel[k].astype(str) == str(setting[k])]
+        name = "-".join(f"{k}{setting[k]}" for k in ("case", "system", "num_layers", "global_batch_size"))
+        run = _init(cfg, name=name, job_type=str(cfg.get("mode", "simulate")),
+                    config={**resolved, "setting": setting})
+        for i, t in enumerate(pd.to_numeric(sel["iter_time_s"], errors="coerce")):
+            run.log({"iter_time_s": float(t), "repeat": i})
+        run.summary.update({k: _plain(st[k]) for k in
+                            ("n_repeats", "iter_time_s_mean", "iter_time_s_std", "cv", "pflops_mean")
+                            if k in st.index})
+        run.finish()
+        names.append(name)
+    log.info("wandb (%s): %d runs", wandb_mode(cfg), len(names))
+    return names
+
+
+def _table(df: pd.DataFrame):
+    import wandb
+
+    df = df.astype(object).where(df.notna(), None)
+    return wandb.Table(columns=[str(c) for c in df.columns], data=df.values.tolist())
+
+
+def log_comparison(cfg, best: pd.DataFrame, variance: pd.DataFrame, claims: pd.DataFrame,
+                   figures: tuple[Path, ...] = ()) -> str | None:
+    """The comparison run (tables + bar charts per case); returns its name or None when off."""
+    if wandb_mode(cfg) == "disabled":
+        return None
+    import wandb
+
+    name = f"{cfg.get('study', 'adhoc')}-report"
+    run = _init(cfg, name=name, job_type="report")
+    payload = {"best_configs": _table(best), "variance": _table(variance), "claims": _table(claims)}
+    y = "pflops_mean" if "pflops_mean" in best.columns and best["pflops_mean"].notna().any() \
+        else "iter_time_s_mean"
+    for case, sub in best.groupby("case"):
+        t = sub.assign(label=sub.system + " L" + sub.num_layers.astype(str) + " B"
+                       + sub.global_batch_size.astype(str))[["label", y]]
+        payload[f"fig3/case{case}"] = wandb.plot.bar(_table(t), "label", y, title=f"case {case}: {y}")
+    for p in figures:
+        payload[f"figures/{Path(p).stem}"] = wandb.Image(str(p))
+    run.log(payload)
+    run.summary.update({f"claims/{r.claim_id}": r.verdict for r in claims.itertuples()})
+    run.finish()
+    log.info("wandb (%s): comparison run %s", wandb_mode(cfg), name)
+    return name

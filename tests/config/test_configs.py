@@ -1,0 +1,81 @@
+"""Every sweep file and every config option composes (Hydra compose API), with known values."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+from repro.run import MODES
+from system.cases import CASES
+from system.workload import MODELS
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+SWEEPS = sorted(p.stem for p in (CONF / "sweep").glob("*.yaml"))
+SYSTEMS = {"all", "ours", "ours_random", "megatron", "deepspeed"}
+
+
+def _compose(overrides):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("config", overrides=list(overrides), return_hydra_config=True)
+
+
+def _jobs(cfg):
+    """Expand the sweeper params into one override list per job."""
+    parsed = OverridesParser.create().parse_overrides(
+        [f"{k}={v}" for k, v in (cfg.hydra.sweeper.params or {}).items()])
+    axes = [[f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()] for o in parsed]
+    return [list(c) for c in itertools.product(*axes)]
+
+
+def test_the_three_sweeps_exist():
+    assert {"paper", "ablation", "smoke"} <= set(SWEEPS)
+
+
+@pytest.mark.parametrize("name", SWEEPS)
+def test_sweep_file_shape(name):
+    lines = (CONF / "sweep" / f"{name}.yaml").read_text().splitlines()
+    assert lines[0] == "# @package _global_"  # Hydra ignores it anywhere else
+    assert lines[1].startswith("# python repro/run.py -m sweep=" + name)
+
+
+@pytest.mark.parametrize("name", SWEEPS)
+def test_sweep_composes_and_every_job_composes(name):
+    cfg = _compose([f"sweep={name}"])
+    assert str(cfg.hydra.mode) == "RunMode.MULTIRUN" and cfg.study == name
+    assert cfg.hydra.callbacks.workflow._target_ == "repro.callbacks.WorkflowCallback"
+    jobs = _jobs(cfg)
+    assert jobs
+    for ov in jobs[:: max(1, len(jobs) // 12)]:  # a spread sample; every job shares one schema
+        job = _compose([f"sweep={name}", *ov])
+        assert job.mode in MODES and str(job.case) in CASES and job.model in MODELS
+        assert str(job.system) in SYSTEMS
+
+
+def test_paper_sweep_is_the_fig3_grid():
+    cfg = _compose(["sweep=paper"])
+    jobs = _jobs(cfg)
+    assert len(jobs) == 5 * 3 * 3 * 4 and cfg.repeats == 3 and cfg.mode == "simulate"
+    assert {j[0] for j in jobs} == {f"case={c}" for c in range(1, 6)}
+
+
+@pytest.mark.parametrize("override", [
+    *(f"mode={m}" for m in MODES), *(f"case={c}" for c in CASES), *(f"model={m}" for m in MODELS),
+    *(f"system={s}" for s in sorted(SYSTEMS)), "scheduler.name=genetic", "scheduler.name=kl",
+    "scheduler.name=random", "case_variant=dtfm_code", "logger=wandb", "wandb.mode=online",
+    "workflow.skip_finished=false", "results_dir=elsewhere", "layers=40", "batch=4096",
+])
+def test_every_option_composes(override):
+    cfg = _compose([override])
+    key, value = override.split("=")
+    node = cfg
+    for part in key.split("."):
+        node = node[part]
+    assert str(node).lower() == value
+
+
+def test_results_dir_follows_the_study():
+    assert _compose(["study=xyz"]).results_dir == "results/xyz"

@@ -1,0 +1,81 @@
+"""Claims table: paper vs ours with PASS / FAIL / INCONCLUSIVE (repro/claims.py)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from repro.claims import evaluate_claims, load_paper_claims
+from system.results import read_rows, write_rows
+from tests.unit._workflow_rows import synthetic_rows
+
+
+def _verdicts(rows, ablation=None, **kw):
+    c = evaluate_claims(rows, ablation, **kw)
+    return dict(zip(c.claim_id, c.verdict, strict=True)), c
+
+
+@pytest.fixture
+def rows(tmp_path):
+    write_rows(tmp_path, synthetic_rows(cases=("1", "2", "5")))
+    return read_rows(tmp_path)
+
+
+def test_every_shipped_claim_gets_a_verdict(rows):
+    v, table = _verdicts(rows)
+    assert list(table.claim_id) == list(load_paper_claims().claim_id)
+    assert set(v.values()) <= {"PASS", "FAIL", "INCONCLUSIVE"}
+    assert v["c5_vs_megatron"] == "PASS" and v["megatron_best_case1"] == "PASS"
+    assert v["gap_narrows_batch"] == "PASS" and v["variance_3runs"] == "PASS"
+    # synthetic megatron in case 1 is slower than ours in case 5: the claim must fail
+    assert v["decentral_vs_datacenter"] == "FAIL"
+    assert v["local_search_vs_kl"] == "INCONCLUSIVE" and v["fluidstack_mfu"] == "INCONCLUSIVE"
+
+
+def test_speedup_outside_the_tolerance_fails(tmp_path):
+    write_rows(tmp_path, synthetic_rows(cases=("5",), speedup=1.5))
+    v, _ = _verdicts(read_rows(tmp_path))
+    assert v["c5_vs_megatron"] == "FAIL"
+    v, _ = _verdicts(read_rows(tmp_path), tolerance=0.0)
+    assert v["c5_vs_megatron"] == "FAIL"
+
+
+def test_missing_system_is_inconclusive_with_reason(rows):
+    v, table = _verdicts(rows[rows.system != "megatron"])
+    assert v["c5_vs_megatron"] == "INCONCLUSIVE"
+    assert "megatron" in table.set_index("claim_id").detail["c5_vs_megatron"]
+
+
+def test_deterministic_repeats_and_no_grid_are_inconclusive(tmp_path):
+    write_rows(tmp_path, synthetic_rows(cases=("1", "5"), noise=0.0))
+    rows = read_rows(tmp_path)
+    v, _ = _verdicts(rows)
+    assert v["variance_3runs"] == "INCONCLUSIVE"
+    v, _ = _verdicts(rows[~((rows.system == "megatron") & (rows.tp == 2))])
+    assert v["megatron_best_case1"] == "INCONCLUSIVE"
+
+
+def test_noisy_repeats_fail_the_variance_claim(tmp_path):
+    write_rows(tmp_path, synthetic_rows(cases=("5",), noise=0.2))
+    assert _verdicts(read_rows(tmp_path))[0]["variance_3runs"] == "FAIL"
+
+
+def test_kl_claim_from_the_ablation_table(rows):
+    def table(kl_cost):
+        return pd.DataFrame([{"case": c, "method": m, "seed": s, "trial": t,
+                              "best_total_cost_s": (kl_cost if m == "kl" else 50.0) + 10 - t}
+                             for c in (4, 5) for m in ("tailored", "kl", "random") for s in (0, 1)
+                             for t in range(3)])
+    assert _verdicts(rows, table(60.0))[0]["local_search_vs_kl"] == "PASS"
+    assert _verdicts(rows, table(40.0))[0]["local_search_vs_kl"] == "FAIL"
+
+
+def test_no_rows_is_inconclusive_everywhere():
+    v, _ = _verdicts(pd.DataFrame(columns=["case", "system", "num_layers", "global_batch_size",
+                                           "iter_time_s", "status"]))
+    assert set(v.values()) == {"INCONCLUSIVE"}
+
+
+def test_bad_tolerance_is_rejected(rows):
+    with pytest.raises(ValueError, match="tolerance"):
+        evaluate_claims(rows, tolerance=2)

@@ -1,0 +1,84 @@
+"""Local report (REPORT.md, tables, figures) and the wandb mirror, offline into a tmp dir."""
+
+from __future__ import annotations
+
+import doctest
+
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+import repro.report
+import repro.variance
+from repro.report import build_report
+from system.results import read_rows, write_rows
+from tests.unit._workflow_rows import synthetic_rows
+
+
+def test_doctests_of_the_workflow_modules():
+    for mod in (repro.report, repro.variance):
+        assert doctest.testmod(mod).failed == 0
+
+
+def test_report_has_claims_variance_and_figures(tmp_path):
+    write_rows(tmp_path, synthetic_rows(cases=("1", "5"), noise=0.05, seed=3))
+    abl = pd.DataFrame([{"case": 5, "method": m, "seed": 0, "trial": t, "best_total_cost_s": 60 - t}
+                        for m in ("tailored", "kl") for t in range(4)])
+    abl.to_csv(tmp_path / "ablation.csv", index=False)
+    paths = build_report(tmp_path, ablation_path=tmp_path / "ablation.csv")
+    text = paths.report.read_text()
+    for must in ("## Claims of the paper", "c5_vs_megatron", "fig3.png", "fig4.png",
+                 "## Repeats and variance", "INCONCLUSIVE"):
+        assert must in text
+    assert {p.name for p in paths.figures} == {"fig3.png", "fig4.png"}
+    assert all(p.stat().st_size > 1000 for p in paths.figures)
+    claims = pd.read_csv(paths.claims)
+    assert set(claims.verdict) <= {"PASS", "FAIL", "INCONCLUSIVE"} and len(claims) == 13
+    var = pd.read_csv(paths.variance)
+    assert (var.n_repeats == 3).all() and var.flagged.any()  # 5% noise: some configs over 5%
+    assert "Flagged configurations" in text
+
+
+def test_report_of_an_empty_study(tmp_path):
+    (tmp_path / "rows").mkdir()
+    paths = build_report(tmp_path)
+    assert "No ok rows yet" in paths.report.read_text() and paths.figures == ()
+
+
+def test_missing_results_dir_is_an_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        build_report(tmp_path / "nope")
+
+
+@pytest.mark.slow
+def test_wandb_offline_one_run_per_configuration(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    from repro.wandb_log import log_comparison, log_job
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    write_rows(tmp_path, synthetic_rows(cases=("5",), layers=(24,), batches=(1024,), repeats=2))
+    rows = read_rows(tmp_path)
+    cfg = OmegaConf.create({"study": "t", "mode": "simulate", "results_dir": str(tmp_path),
+                            "wandb": {"project": "p", "entity": None, "mode": "offline",
+                                      "dir": str(tmp_path)}})
+    names = log_job(cfg, rows)
+    assert len(names) == 5  # ours, ours_random, deepspeed, megatron x 2 configurations
+    paths = build_report(tmp_path)
+    assert log_comparison(cfg, pd.read_csv(paths.best), pd.read_csv(paths.variance),
+                          pd.read_csv(paths.claims), paths.figures) == "t-report"
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 6
+
+
+def test_wandb_disabled_logs_nothing(tmp_path, monkeypatch):
+    from repro.wandb_log import log_job, wandb_mode
+
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    cfg = OmegaConf.create({"results_dir": str(tmp_path), "wandb": {"mode": "offline"}})
+    assert wandb_mode(cfg) == "disabled"
+    write_rows(tmp_path, synthetic_rows(cases=("5",), layers=(24,), batches=(1024,), repeats=1))
+    assert log_job(cfg, read_rows(tmp_path)) == [] and not (tmp_path / "wandb").exists()
+    monkeypatch.delenv("WANDB_MODE")
+    with pytest.raises(ValueError, match="wandb.mode"):
+        wandb_mode(OmegaConf.create({"wandb": {"mode": "cloud"}}))

@@ -1,0 +1,170 @@
+"""Sweeps: finished jobs are skipped by resolved config; a sweep killed half-way loses nothing."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import importlib.util
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hydra import compose, initialize_config_dir
+
+from repro.collect import SESSION, finished_job, job_key, run_job
+from system.results import collect, make_row, read_rows, write_rows
+
+ROOT = Path(__file__).resolve().parents[2]
+HAS_SIMULATE = importlib.util.find_spec("repro.modes.simulate") is not None
+
+
+@functools.lru_cache(maxsize=8)
+def _composed(overrides: tuple[str, ...]):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        base = compose("config", overrides=["sweep=smoke"], return_hydra_config=True)
+        params = {k: str(v).split(",") for k, v in base.hydra.sweeper.params.items()}
+        return [compose("config", overrides=["sweep=smoke", "results_dir=PLACEHOLDER", *overrides,
+                                             *(f"{k}={v}" for k, v in zip(params, combo, strict=True))])
+                for combo in itertools.product(*params.values())]
+
+
+def _configs(tmp_path, overrides=()):
+    """The smoke sweep's jobs, composed as Hydra would (one config per job)."""
+    jobs = [copy.deepcopy(c) for c in _composed(tuple(overrides))]
+    for c in jobs:
+        c.results_dir = str(tmp_path)
+    return jobs
+
+
+def _fake_task(calls):
+    """A stand-in mode: writes one row per repeat, like the simulate mode does."""
+    def task(cfg):
+        calls.append(job_key(cfg))
+        rows = [make_row({"mode": cfg.mode, "case": str(cfg.case), "system": str(cfg.system),
+                          "num_layers": cfg.layers, "global_batch_size": cfg.batch, "repeat": r},
+                         iter_time_s=1.0 + r, study=cfg.study) for r in range(cfg.repeats)]
+        write_rows(cfg.results_dir, rows, collect_after=False)
+        return {"rows": len(rows)}
+    return task
+
+
+def test_job_key_ignores_reporting_keys_only(tmp_path):
+    a, = _configs(tmp_path)[:1]
+    b, = _configs(tmp_path, ["logger=wandb", "workflow.tolerance=0.1"])[:1]
+    c, = _configs(tmp_path, ["seed=1"])[:1]
+    assert job_key(a) == job_key(b) != job_key(c)
+
+
+def test_interrupted_sweep_restarts_without_loss_or_duplicates(tmp_path):
+    jobs = _configs(tmp_path)
+    calls: list[str] = []
+    task = _fake_task(calls)
+    SESSION.reset()
+    half = len(jobs) // 2
+
+    def dies_half_way(cfg):
+        if len(calls) == half:  # killed while running this job: its rows half-written, no ledger
+            write_rows(cfg.results_dir, [make_row({"partial": True, "case": str(cfg.case)})],
+                       collect_after=False)
+            raise KeyboardInterrupt
+        return task(cfg)
+
+    with pytest.raises(KeyboardInterrupt):
+        for cfg in jobs:
+            run_job(cfg, dies_half_way)
+    assert SESSION.ran == half
+    calls.clear()
+    SESSION.reset()
+    for cfg in jobs:
+        run_job(cfg, task)
+    assert SESSION.skipped == half and SESSION.ran == len(jobs) - half
+    assert len(calls) == len(jobs) - half
+    collect(tmp_path)
+    df = pd.read_csv(tmp_path / "runs.csv")
+    full = df[df.get("partial").isna()] if "partial" in df else df
+    assert len(full) == len(jobs) * 3 and not full.run_id.duplicated().any()
+    # a third pass runs nothing and changes nothing
+    SESSION.reset()
+    for cfg in jobs:
+        run_job(cfg, task)
+    assert SESSION.ran == 0 and len(read_rows(tmp_path)) == len(df)
+
+
+def test_a_job_whose_rows_were_lost_runs_again(tmp_path):
+    cfg = _configs(tmp_path)[0]
+    calls: list[str] = []
+    run_job(cfg, _fake_task(calls))
+    rec = finished_job(tmp_path, job_key(cfg))
+    assert rec is not None and len(rec["run_ids"]) == 3 and rec["config"]["case"] == cfg.case
+    (tmp_path / "rows" / f"{rec['run_ids'][0]}.json").unlink()
+    assert finished_job(tmp_path, job_key(cfg)) is None
+    run_job(cfg, _fake_task(calls))
+    assert len(calls) == 2 and len(read_rows(tmp_path)) == 3
+
+
+def test_skip_can_be_turned_off(tmp_path):
+    cfg = _configs(tmp_path, ["workflow.skip_finished=false"])[0]
+    calls: list[str] = []
+    run_job(cfg, _fake_task(calls))
+    run_job(cfg, _fake_task(calls))
+    assert len(calls) == 2 and len(read_rows(tmp_path)) == 3
+
+
+def _sweep(results_dir, *extra, timeout=150):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
+    return subprocess.run([sys.executable, "repro/run.py", "-m", "sweep=smoke",
+                           f"results_dir={results_dir}", f"hydra.sweep.dir={results_dir}/mr", *extra],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_SIMULATE, reason="needs repro/modes/simulate.py (mode=simulate)")
+def test_smoke_sweep_cli_twice_adds_no_rows(tmp_path):
+    r = _sweep(tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    for f in ("runs.csv", "runs.parquet", "variance.csv", "claims.csv", "REPORT.md"):
+        assert (tmp_path / f).exists(), f
+    first = pd.read_csv(tmp_path / "runs.csv")
+    assert set(first.case.astype(str)) >= {"1", "2", "3", "4", "5"} and not first.run_id.duplicated().any()
+    r = _sweep(tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    again = pd.read_csv(tmp_path / "runs.csv")
+    assert sorted(again.run_id) == sorted(first.run_id)
+    assert "0 jobs ran, 20 skipped" in r.stdout + r.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_SIMULATE, reason="needs repro/modes/simulate.py (mode=simulate)")
+def test_smoke_sweep_killed_half_way_then_resumed(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
+    p = subprocess.Popen([sys.executable, "repro/run.py", "-m", "sweep=smoke", f"results_dir={tmp_path}",
+                          f"hydra.sweep.dir={tmp_path}/mr"], cwd=ROOT, env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    try:
+        while len(list((tmp_path / "jobs").glob("*.json"))) < 5 and time.monotonic() < deadline:
+            if p.poll() is not None:
+                break
+            time.sleep(0.05)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait(timeout=30)
+    done = len(list((tmp_path / "jobs").glob("*.json")))
+    if done >= 20:
+        pytest.skip("the sweep finished before it could be killed")
+    assert done >= 5
+    r = _sweep(tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"{20 - done} jobs ran, {done} skipped" in r.stdout + r.stderr
+    df = pd.read_csv(tmp_path / "runs.csv")
+    ledger = [json.loads(f.read_text()) for f in (tmp_path / "jobs").glob("*.json")]
+    assert len(ledger) == 20 and not df.run_id.duplicated().any()
+    assert {i for rec in ledger for i in rec["run_ids"]} <= set(df.run_id)
