@@ -28,7 +28,8 @@ from system.results import atomic_write_text, read_rows
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ReportPaths", "build_report", "markdown_table", "read_ablation", "main"]
+__all__ = ["ReportPaths", "build_report", "markdown_table", "read_ablation", "ablation_from_rows",
+           "main"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +71,31 @@ def read_ablation(path: str | Path | None) -> pd.DataFrame | None:
     return pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
 
 
+def ablation_from_rows(rows: pd.DataFrame) -> pd.DataFrame | None:
+    """An ablation table (case, method, seed, trial, best_total_cost_s) from scheduled rows.
+
+    Used when no ablation table is given: rows that name their scheduler (``scheduler`` or
+    ``method``) and its best cost (``best_total_cost_s``, ``best_cost_s`` or ``total_cost_s``)
+    give one point per run, or a curve when they carry a ``history`` of (trial, best) pairs.
+    """
+    mcol = next((c for c in ("scheduler", "method") if c in rows.columns), None)
+    ccol = next((c for c in ("best_total_cost_s", "best_cost_s", "total_cost_s") if c in rows.columns),
+                None)
+    if rows.empty or mcol is None or ccol is None or "seed" not in rows.columns:
+        return None
+    df = rows[rows[mcol].notna() & pd.to_numeric(rows[ccol], errors="coerce").notna()]
+    if "status" in df.columns:
+        df = df[df["status"].fillna("ok") == "ok"]
+    out = []
+    for r in df.to_dict("records"):
+        hist = r.get("history")
+        points = [(int(t), float(c)) for t, c in hist] if isinstance(hist, list) and hist else \
+            [(int(r.get("trials") or 0), float(r[ccol]))]
+        out += [{"case": str(r["case"]), "method": str(r[mcol]), "seed": r["seed"], "trial": t,
+                 "best_total_cost_s": c} for t, c in points]
+    return pd.DataFrame(out) if out else None
+
+
 def _atomic_csv(df: pd.DataFrame, path: Path) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
@@ -90,6 +116,10 @@ def build_report(results_dir: str | Path, *, ablation_path: str | Path | None = 
         raise FileNotFoundError(f"results_dir {d} does not exist")
     rows = read_rows(d)
     ablation = read_ablation(ablation_path)
+    if ablation is None:
+        ablation = ablation_from_rows(rows)
+        if ablation is not None:
+            ablation_path = "the study's rows (scheduler + best cost columns)"
     variance = variance_table(rows, cv_limit) if not rows.empty else variance_table(
         pd.DataFrame(columns=["case", "system", "num_layers", "global_batch_size", "iter_time_s"]))
     best = best_configs(rows) if not rows.empty else variance.assign(n_configs=pd.Series(dtype=int))

@@ -82,3 +82,17 @@ def test_wandb_disabled_logs_nothing(tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_MODE")
     with pytest.raises(ValueError, match="wandb.mode"):
         wandb_mode(OmegaConf.create({"wandb": {"mode": "cloud"}}))
+
+
+def test_ablation_is_derived_from_scheduled_rows(tmp_path):
+    from system.results import make_row
+
+    rows = [make_row({"case": "5", "system": "ours", "num_layers": 24, "global_batch_size": 1024,
+                      "scheduler": m, "seed": s}, iter_time_s=10.0, best_cost_s=c + s,
+                     history=[[0, c + 20.0], [10, c + s]])
+            for m, c in (("genetic", 40.0), ("genetic_kl", 55.0)) for s in (0, 1)]
+    write_rows(tmp_path, rows)
+    paths = build_report(tmp_path, ablation_path=tmp_path / "absent.csv")
+    claims = pd.read_csv(paths.claims).set_index("claim_id")
+    assert claims.verdict["local_search_vs_kl"] == "PASS"
+    assert any(p.name == "fig4.png" for p in paths.figures)
