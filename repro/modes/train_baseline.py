@@ -29,6 +29,7 @@ _DEFAULT_BATCH = 8  # sequences per iteration when batch=null (as system/runtime
 def _base_spec(cfg: DictConfig, system: str) -> BaselineSpec:
     pp = int(cfg.pp) if cfg.get("pp") is not None else 1
     dp = int(cfg.dp) if cfg.get("dp") is not None else 1
+    rt = cfg.get("runtime") or {}  # shared with system=ours (runtime.lr, runtime.device)
     zero = cfg.get("zero")
     if system == "deepspeed" and zero is None:
         zero = 3 if pp == 1 else 1
@@ -39,8 +40,8 @@ def _base_spec(cfg: DictConfig, system: str) -> BaselineSpec:
         zero=int(zero) if zero is not None and system == "deepspeed" else None,
         global_batch_size=int(cfg.batch) if cfg.get("batch") is not None else _DEFAULT_BATCH,
         micro_batch_size=int(cfg.get("micro_batch_size") or 1), iters=int(cfg.iters),
-        seed=int(cfg.seed), lr=float(cfg.get("lr") or BaselineSpec.lr),
-        device=str(cfg.get("device") or "cpu"),
+        seed=int(cfg.seed), lr=float(rt.get("lr") or BaselineSpec.lr),
+        device=str(rt.get("device") or "cpu"),
         recompute=bool(cfg.get("baseline_recompute", False)),
     )
 

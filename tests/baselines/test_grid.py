@@ -1,0 +1,129 @@
+"""Baseline spec checks, metrics, grid bookkeeping and the launcher (no torch processes)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+
+import pytest
+
+from baselines.grid import (BaselineSpec, best_point, check_spec, grid_points, launch,
+                            local_cluster, metrics_from, run_grid, run_point)
+
+
+def test_import_is_light():
+    import subprocess
+
+    code = "import baselines.grid, baselines.megatron, baselines.deepspeed, sys; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_spec_json_round_trip():
+    spec = BaselineSpec(system="deepspeed", pp=2, dp=2, zero=1, iters=4, seed=3)
+    assert BaselineSpec.from_json(spec.to_json()) == spec
+    with pytest.raises(ValueError, match="unknown keys"):
+        BaselineSpec.from_json(json.dumps({"system": "megatron", "bogus": 1}))
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(system="jax"), "system"),
+    (dict(system="megatron", pp=3), "num_layers=4 is not divisible"),
+    (dict(system="megatron", tp=3), "tp=3"),
+    (dict(system="megatron", dp=3), "global_batch_size=8"),
+    (dict(system="deepspeed", zero=None), "zero in 0..3"),
+    (dict(system="deepspeed", zero=3, pp=2), "ZeRO stage 0 or 1"),
+    (dict(system="deepspeed", zero=1, tp=2), "tp=1"),
+    (dict(system="megatron", device="tpu"), "device"),
+])
+def test_check_spec_rejects(kw, match):
+    with pytest.raises(ValueError, match=match):
+        check_spec(BaselineSpec(**kw))
+
+
+def test_invalid_point_is_a_row_not_a_process(tmp_path):
+    res = run_point(BaselineSpec(system="deepspeed", zero=3, pp=2, dp=2), work_dir=tmp_path)
+    assert res["status"] == "invalid" and "ZeRO" in res["error"]
+    assert not (tmp_path / "rank0.log").exists()
+
+
+def test_metrics_use_steady_iterations():
+    spec = BaselineSpec(system="megatron", global_batch_size=8)
+    m = metrics_from(spec, [6.0, 5.0, 4.0], [9.0, 1.0, 3.0])
+    assert m["iter_time_s"] == 2.0  # median of the iterations after the first
+    w = spec.workload()
+    assert m["tokens_per_s"] == pytest.approx(w.tokens_per_iteration / 2.0)
+    assert m["tflops"] == pytest.approx(w.model_flops(recompute=True) / 2.0 / 1e12)
+    assert (m["loss_first"], m["loss_last"]) == (6.0, 4.0)
+
+
+def test_grid_keeps_infeasible_points():
+    pytest.importorskip("baselines.space", reason="baselines/space.py (engineer B) not present")
+    base = BaselineSpec(system="deepspeed")
+    points = grid_points("deepspeed", local_cluster(4), base.workload(), base=base,
+                         micro_batch_sizes=(1, 2))
+    shapes = {(s.tp, s.pp, s.dp, s.micro_batch_size, s.zero): r for s, r in points}
+    assert shapes[(1, 1, 4, 1, 3)] is None and shapes[(1, 2, 2, 2, 1)] is None
+    assert "tp=1" in shapes[(2, 1, 2, 1, 3)]  # recorded, with the reason
+    calls = []
+
+    def fake_run(spec, **kw):
+        calls.append(spec)
+        return {"status": "ok", "iter_time_s": 1.0 / spec.dp + 0.01 * spec.micro_batch_size}
+
+    results = run_grid(points, run=fake_run)
+    assert len(results) == len(points)
+    assert len(calls) == sum(r is None for _, r in points)
+    assert {r["status"] for _, r in results} == {"ok", "invalid"}
+    best, _ = best_point(results)
+    assert (best.dp, best.micro_batch_size) == (4, 1)
+
+
+def test_grid_memory_limit_marks_oom():
+    pytest.importorskip("baselines.space", reason="baselines/space.py (engineer B) not present")
+    base = BaselineSpec(system="megatron")
+    points = grid_points("megatron", local_cluster(2), base.workload(), base=base,
+                         micro_batch_sizes=(1,), memory_limit_bytes=1.0)
+    runnable = [r for _, r in points if r is not None and r.startswith("oom")]
+    assert runnable and all(r is not None for _, r in points)
+    assert {st["status"] for _, st in run_grid(points, run=None)} <= {"oom", "invalid"}
+
+
+def _module(tmp_path, body: str) -> dict:
+    (tmp_path / "fake_rank.py").write_text(textwrap.dedent(body))
+    return {"PYTHONPATH": str(tmp_path)}
+
+
+def test_launch_kills_all_ranks_when_one_fails(tmp_path):
+    env = _module(tmp_path, """
+        import os, sys, time
+        if os.environ["RANK"] == "1":
+            sys.exit(3)
+        time.sleep(60)
+    """)
+    codes = launch("fake_rank", "unused", world_size=3, rank_env=[env] * 3, timeout_s=30,
+                   log_dir=tmp_path / "logs")
+    assert codes[1] == 3 and all(c != 0 for c in codes)  # the sleepers were killed
+
+
+def test_launch_times_out(tmp_path):
+    env = _module(tmp_path, "import time; time.sleep(60)\n")
+    with pytest.raises(TimeoutError):
+        launch("fake_rank", "unused", world_size=2, rank_env=[env] * 2, timeout_s=1.5,
+               log_dir=tmp_path / "logs")
+
+
+def test_launch_passes_prefix_and_env(tmp_path):
+    env = _module(tmp_path, """
+        import os, pathlib, sys
+        out = pathlib.Path(sys.argv[1]).parent / f"seen{os.environ['RANK']}"
+        out.write_text(os.environ["WORLD_SIZE"] + " " + os.environ.get("MARK", ""))
+    """)
+    spec = tmp_path / "spec.json"
+    prefix = [["env", f"MARK=m{r}"] for r in range(2)]
+    assert launch("fake_rank", spec, world_size=2, rank_prefix=prefix, rank_env=[env] * 2,
+                  timeout_s=30) == [0, 0]
+    assert (tmp_path / "seen1").read_text() == "2 m1"
+    with pytest.raises(ValueError, match="rank_prefix"):
+        launch("fake_rank", spec, world_size=3, rank_prefix=prefix)
