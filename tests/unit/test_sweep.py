@@ -168,3 +168,27 @@ def test_smoke_sweep_killed_half_way_then_resumed(tmp_path):
     ledger = [json.loads(f.read_text()) for f in (tmp_path / "jobs").glob("*.json")]
     assert len(ledger) == 20 and not df.run_id.duplicated().any()
     assert {i for rec in ledger for i in rec["run_ids"]} <= set(df.run_id)
+
+
+def test_count_jobs_matches_the_sweep_and_command_line():
+    from repro.callbacks import count_jobs
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        paper = compose("config", overrides=["sweep=paper"], return_hydra_config=True)
+    assert count_jobs(paper) == 180
+    paper.hydra.overrides.task = ["sweep=paper", "case=1,5", "results_dir=x"]
+    assert count_jobs(paper) == 72  # the command line's case=1,5 replaces the file's 1..5
+
+
+def test_finish_study_collects_and_reports(tmp_path):
+    from omegaconf import OmegaConf
+
+    from repro.callbacks import finish_study
+
+    cfg = _configs(tmp_path)[0]
+    run_job(cfg, _fake_task([]))
+    OmegaConf.update(cfg, "workflow.ablation_csv", str(tmp_path / "none.csv"))
+    out = finish_study(cfg, elapsed_s=1.0, sweep_dir="mr")
+    assert Path(out["report"]).exists() and len(pd.read_csv(out["runs_csv"])) == 3
+    assert finish_study(OmegaConf.create({"results_dir": str(tmp_path / "empty"), "study": "e"})) \
+        == {"results_dir": str(tmp_path / "empty")}
