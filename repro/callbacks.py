@@ -39,15 +39,18 @@ def count_jobs(config: DictConfig) -> int | None:
         params = dict(config.hydra.sweeper.get("params") or {})
         lines = [f"{k}={v}" for k, v in params.items()] + list(config.hydra.overrides.task)
         by_key = {o.get_key_element(): o for o in OverridesParser.create().parse_overrides(lines)}
-        sizes = [len(list(o.sweep_string_iterator())) for o in by_key.values() if o.is_sweep_override()]
+        sizes = [
+            len(list(o.sweep_string_iterator())) for o in by_key.values() if o.is_sweep_override()
+        ]
         return math.prod(sizes)
     except Exception as e:  # a custom sweeper: progress without a total
         log.debug("cannot count jobs: %s", e)
         return None
 
 
-def finish_study(config: DictConfig, *, elapsed_s: float | None = None,
-                 sweep_dir: str | None = None) -> dict:
+def finish_study(
+    config: DictConfig, *, elapsed_s: float | None = None, sweep_dir: str | None = None
+) -> dict:
     """Collect, report and (optionally) mirror to wandb; returns where the outputs are."""
     from repro.report import build_report
 
@@ -59,21 +62,39 @@ def finish_study(config: DictConfig, *, elapsed_s: float | None = None,
     runs_csv = collect_study(results_dir)
     out = {"results_dir": str(results_dir), "runs_csv": str(runs_csv)}
     if wf.get("report", True):
-        paths = build_report(results_dir, ablation_path=wf.get("ablation_csv"),
-                             tolerance=float(wf.get("tolerance", 0.25)), study=str(config.study))
+        paths = build_report(
+            results_dir,
+            ablation_path=wf.get("ablation_csv"),
+            tolerance=float(wf.get("tolerance", 0.25)),
+            study=str(config.study),
+        )
         out["report"] = str(paths.report)
         if str(config.get("logger", "none")) == "wandb":
             import pandas as pd
 
             from repro.wandb_log import log_comparison
 
-            log_comparison(config, pd.read_csv(paths.best), pd.read_csv(paths.variance),
-                           pd.read_csv(paths.claims), paths.figures)
+            log_comparison(
+                config,
+                pd.read_csv(paths.best),
+                pd.read_csv(paths.variance),
+                pd.read_csv(paths.claims),
+                paths.figures,
+            )
     n_rows = sum(1 for _ in (results_dir / "rows").glob("*.json"))
     took = f" in {elapsed_s:.0f} s" if elapsed_s is not None else ""
-    log.info("sweep %s: %d jobs ran, %d skipped (already finished)%s; %d rows -> %s; report %s; "
-             "job folders %s", config.study, SESSION.ran, SESSION.skipped, took, n_rows, runs_csv,
-             out.get("report", "off"), sweep_dir or "-")
+    log.info(
+        "sweep %s: %d jobs ran, %d skipped (already finished)%s; %d rows -> %s; report %s; "
+        "job folders %s",
+        config.study,
+        SESSION.ran,
+        SESSION.skipped,
+        took,
+        n_rows,
+        runs_csv,
+        out.get("report", "off"),
+        sweep_dir or "-",
+    )
     return out
 
 
@@ -95,8 +116,13 @@ class WorkflowCallback(Callback):
         if self.progress and sys.stdout.isatty():
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-            self._bar = Progress("[progress.description]{task.description}", BarColumn(),
-                                 MofNCompleteColumn(), TimeElapsedColumn(), transient=False)
+            self._bar = Progress(
+                "[progress.description]{task.description}",
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                transient=False,
+            )
             self._bar.start()
             self._task = self._bar.add_task(f"sweep {config.study}", total=self._total)
 
@@ -106,12 +132,18 @@ class WorkflowCallback(Callback):
             self._bar.advance(self._task)
         else:
             status = getattr(getattr(job_return, "status", None), "name", "?")
-            log.info("job %d/%s %s (%.0f s elapsed)", self._done, self._total or "?", status,
-                     time.monotonic() - self._t0)
+            log.info(
+                "job %d/%s %s (%.0f s elapsed)",
+                self._done,
+                self._total or "?",
+                status,
+                time.monotonic() - self._t0,
+            )
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
-        finish_study(config, elapsed_s=time.monotonic() - self._t0,
-                     sweep_dir=str(config.hydra.sweep.dir))
+        finish_study(
+            config, elapsed_s=time.monotonic() - self._t0, sweep_dir=str(config.hydra.sweep.dir)
+        )

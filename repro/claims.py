@@ -120,7 +120,10 @@ def _speedup(best, num_sys, den, cases, low, high, tol):
         return None, f"no {den} rows"
     r = _ratio(_times(best, num_sys, cases), den_t)
     if r.empty:
-        return None, f"no setting with both {num_sys} and {den} in case(s) {','.join(map(str, cases))}"
+        return (
+            None,
+            f"no setting with both {num_sys} and {den} in case(s) {','.join(map(str, cases))}",
+        )
     return _range_verdict(r["ratio"].to_numpy(float), low, high, tol), ""
 
 
@@ -135,7 +138,9 @@ def _claim_decentral(best, low, high, tol):
 
 def _claim_gap(best, along: str):
     other = "num_layers" if along == "global_batch_size" else "global_batch_size"
-    r = _ratio(_times(best, "ours", sorted(set(best.case))), _baseline_times(best, sorted(set(best.case))))
+    r = _ratio(
+        _times(best, "ours", sorted(set(best.case))), _baseline_times(best, sorted(set(best.case)))
+    )
     if r.empty:
         return None, "needs ours and a baseline in the same settings"
     slopes = []
@@ -158,8 +163,10 @@ def _claim_variance(rows):
     if v3.empty:
         return None, "no configuration has 3 or more repeats"
     if float(v3.spread.max()) == 0.0:
-        return None, (f"all {len(v3)} configurations repeat exactly: the rows are deterministic, "
-                      "run-to-run noise is not measured")
+        return None, (
+            f"all {len(v3)} configurations repeat exactly: the rows are deterministic, "
+            "run-to-run noise is not measured"
+        )
     worst = float(v3.cv.max())
     k = int((v3.cv > CV_LIMIT).sum())
     ours = f"max CV {worst:.3f}, max spread {float(v3.spread.max()):.3f}; {k}/{len(v3)} over 5%"
@@ -176,7 +183,9 @@ def _claim_megatron_best(rows, cases, expected: str):
     best = best_configs(df)
     if int(best.n_configs.max()) < 2:
         return None, "one megatron configuration per setting: no grid search in the rows"
-    picks = [f"{int(t)}/{int(p)}/{int(d)}" for t, p, d in zip(best.tp, best.pp, best.dp, strict=True)]
+    picks = [
+        f"{int(t)}/{int(p)}/{int(d)}" for t, p, d in zip(best.tp, best.pp, best.dp, strict=True)
+    ]
     top = max(set(picks), key=picks.count)
     share = picks.count(expected) / len(picks)
     ours = f"most often {top}; {expected} best in {picks.count(expected)}/{len(picks)} settings"
@@ -189,8 +198,11 @@ def _claim_deepspeed(rows):
     if df.empty or "zero" not in df.columns or "pp" not in df.columns:
         return None, "needs deepspeed rows with zero and pp columns"
     z = pd.to_numeric(df["zero"], errors="coerce")
-    df = df.assign(variant=np.where((z == 1) & (df.pp.astype(float) > 1), "pp+zero1",
-                                    np.where(z == 3, "zero3", "other")))
+    df = df.assign(
+        variant=np.where(
+            (z == 1) & (df.pp.astype(float) > 1), "pp+zero1", np.where(z == 3, "zero3", "other")
+        )
+    )
     df = df[df.variant != "other"]
     t = df.groupby(KEYS + ["variant"])["iter_time_s"].mean().unstack("variant")
     if not {"pp+zero1", "zero3"} <= set(t.columns):
@@ -202,8 +214,10 @@ def _claim_deepspeed(rows):
     if c1 is None or rest.empty:
         return None, "needs case 1 and at least one of cases 2-5"
     ok = c1["sum"] > c1["size"] / 2 and int(rest["sum"].sum()) == int(rest["size"].sum())
-    ours = (f"pp+zero1 wins {int(c1['sum'])}/{int(c1['size'])} in case 1, "
-            f"{int(rest['sum'].sum())}/{int(rest['size'].sum())} in cases 2-5")
+    ours = (
+        f"pp+zero1 wins {int(c1['sum'])}/{int(c1['size'])} in case 1, "
+        f"{int(rest['sum'].sum())}/{int(rest['size'].sum())} in cases 2-5"
+    )
     return (ours, "most of case 1, all of 2-5", "PASS" if ok else "FAIL"), ""
 
 
@@ -214,7 +228,9 @@ def _claim_kl(ablation: pd.DataFrame | None):
     if not need <= set(ablation.columns):
         return None, f"ablation table lacks {sorted(need - set(ablation.columns))}"
     methods = {str(m).lower() for m in ablation.method}
-    tailored = next((m for m in ("tailored", "genetic", "ours", "local_search") if m in methods), None)
+    tailored = next(
+        (m for m in ("tailored", "genetic", "ours", "local_search") if m in methods), None
+    )
     kl = next((m for m in ("kl", "genetic_kl") if m in methods), None)
     if tailored is None or kl is None:
         return None, f"ablation needs a tailored and a kl method, has {sorted(methods)}"
@@ -239,8 +255,47 @@ def _claim_fluidstack(rows, low, high, tol):
     return _range_verdict(pd.to_numeric(sel.mfu).to_numpy(float), low, high, tol), ""
 
 
-def evaluate_claims(rows: pd.DataFrame, ablation: pd.DataFrame | None = None, *,
-                    tolerance: float = 0.25, claims: pd.DataFrame | None = None) -> pd.DataFrame:
+def _check(claim_id: str, rows, best, ablation, low, high, expected: str, tol: float):
+    """Dispatch one claim to its check; returns ((ours, tolerance, verdict) | None, reason)."""
+    speedups = {
+        "c5_vs_megatron": ("megatron", [5]),
+        "c5_vs_deepspeed": ("deepspeed", [5]),
+        "c1to4_vs_baselines": ("best_baseline", [1, 2, 3, 4]),
+        "scheduler_vs_random": ("ours_random", [5]),
+    }
+    if claim_id == "local_search_vs_kl":
+        return _claim_kl(ablation)
+    if best.empty:
+        return None, "no ok rows"
+    if claim_id in speedups:
+        den, cases = speedups[claim_id]
+        return _speedup(best, "ours", den, cases, low, high, tol)
+    if claim_id == "decentral_vs_datacenter":
+        return _claim_decentral(best, low, high, tol)
+    if claim_id == "gap_narrows_batch":
+        return _claim_gap(best, "global_batch_size")
+    if claim_id == "gap_narrows_depth":
+        return _claim_gap(best, "num_layers")
+    if claim_id == "variance_3runs":
+        return _claim_variance(rows)
+    if claim_id == "megatron_best_case1":
+        return _claim_megatron_best(rows, [1], expected)
+    if claim_id == "megatron_best_case2to5":
+        return _claim_megatron_best(rows, [2, 3, 4, 5], expected)
+    if claim_id == "deepspeed_best":
+        return _claim_deepspeed(rows)
+    if claim_id == "fluidstack_mfu":
+        return _claim_fluidstack(rows, low, high, tol)
+    return None, "no check implemented for this claim"
+
+
+def evaluate_claims(
+    rows: pd.DataFrame,
+    ablation: pd.DataFrame | None = None,
+    *,
+    tolerance: float = 0.25,
+    claims: pd.DataFrame | None = None,
+) -> pd.DataFrame:
     """One line per claim of ``claims`` (default: the shipped table), with our verdict."""
     if not 0 <= tolerance < 1:
         raise ValueError(f"tolerance must be in [0, 1), got {tolerance}")
@@ -248,40 +303,27 @@ def evaluate_claims(rows: pd.DataFrame, ablation: pd.DataFrame | None = None, *,
     best = best_configs(rows) if not rows.empty else pd.DataFrame(columns=KEYS + ["system"])
     out = []
     for c in claims.itertuples(index=False):
-        low, high = _num(c.paper_low), _num(c.paper_high)
-        checks = {
-            "c5_vs_megatron": lambda: _speedup(best, "ours", "megatron", [5], low, high, tolerance),
-            "c5_vs_deepspeed": lambda: _speedup(best, "ours", "deepspeed", [5], low, high, tolerance),
-            "c1to4_vs_baselines": lambda: _speedup(best, "ours", "best_baseline", [1, 2, 3, 4],
-                                                   low, high, tolerance),
-            "decentral_vs_datacenter": lambda: _claim_decentral(best, low, high, tolerance),
-            "scheduler_vs_random": lambda: _speedup(best, "ours", "ours_random", [5], low, high,
-                                                    tolerance),
-            "local_search_vs_kl": lambda: _claim_kl(ablation),
-            "gap_narrows_batch": lambda: _claim_gap(best, "global_batch_size"),
-            "gap_narrows_depth": lambda: _claim_gap(best, "num_layers"),
-            "variance_3runs": lambda: _claim_variance(rows) if not rows.empty else (None, "no rows"),
-            "megatron_best_case1": lambda: _claim_megatron_best(rows, [1], str(c.paper_low)),
-            "megatron_best_case2to5": lambda: _claim_megatron_best(rows, [2, 3, 4, 5],
-                                                                   str(c.paper_low)),
-            "deepspeed_best": lambda: _claim_deepspeed(rows),
-            "fluidstack_mfu": lambda: _claim_fluidstack(rows, low, high, tolerance),
-        }
         paper = _paper_text(c.paper_low, c.paper_high)
-        if c.claim_id not in checks:
-            out.append(ClaimResult(c.claim_id, c.statement, paper, "—", "—", "INCONCLUSIVE",
-                                   "no check implemented for this claim"))
-            continue
         try:
-            res, why = checks[c.claim_id]() if not best.empty or c.claim_id == "local_search_vs_kl" \
-                else (None, "no rows")
+            res, why = _check(
+                c.claim_id,
+                rows,
+                best,
+                ablation,
+                _num(c.paper_low),
+                _num(c.paper_high),
+                str(c.paper_low),
+                tolerance,
+            )
         except (KeyError, ValueError) as e:  # malformed rows: say so instead of crashing the report
             res, why = None, f"could not evaluate: {e}"
         if res is None:
             out.append(ClaimResult(c.claim_id, c.statement, paper, "—", "—", "INCONCLUSIVE", why))
         else:
             ours, tol_text, verdict = res
-            out.append(ClaimResult(c.claim_id, c.statement, paper, ours, tol_text, verdict, c.metric))
+            out.append(
+                ClaimResult(c.claim_id, c.statement, paper, ours, tol_text, verdict, c.metric)
+            )
     return pd.DataFrame([asdict(r) for r in out])
 
 

@@ -27,8 +27,16 @@ from system.results import atomic_write_text, collect, read_rows, run_id_for
 
 log = logging.getLogger(__name__)
 
-__all__ = ["NON_RESULT_KEYS", "SESSION", "job_key", "ledger_path", "finished_job", "run_job",
-           "collect_study", "main"]
+__all__ = [
+    "NON_RESULT_KEYS",
+    "SESSION",
+    "job_key",
+    "ledger_path",
+    "finished_job",
+    "run_job",
+    "collect_study",
+    "main",
+]
 
 # Keys that only change how a run is reported, never its rows.
 NON_RESULT_KEYS = ("logger", "wandb", "workflow", "metrics_out")
@@ -114,16 +122,25 @@ def run_job(cfg: DictConfig, task: Callable[[DictConfig], dict | None]) -> dict:
         rec = finished_job(results_dir, key)
         if rec is not None:
             SESSION.skipped += 1
-            log.info("skip job %s: finished at %s (%d rows)", key, rec.get("finished_utc"),
-                     len(rec.get("run_ids", [])))
+            log.info(
+                "skip job %s: finished at %s (%d rows)",
+                key,
+                rec.get("finished_utc"),
+                len(rec.get("run_ids", [])),
+            )
             return {**rec.get("summary", {}), "skipped": True, "job_key": key}
     before = _row_files(results_dir)
     summary = dict(task(cfg) or {})
     after = _row_files(results_dir)
     run_ids = summary.get("run_ids") or sorted(r for r, t in after.items() if before.get(r) != t)
-    rec = {"job_key": key, "finished_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-           "run_ids": list(run_ids), "output_dir": _output_dir(),
-           "summary": json.loads(json.dumps(summary, default=str)), "config": _strip(_resolved(cfg))}
+    rec = {
+        "job_key": key,
+        "finished_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "run_ids": list(run_ids),
+        "output_dir": _output_dir(),
+        "summary": json.loads(json.dumps(summary, default=str)),
+        "config": _strip(_resolved(cfg)),
+    }
     atomic_write_text(ledger_path(results_dir, key), json.dumps(rec, indent=1) + "\n")
     SESSION.ran += 1
     if str(cfg.get("logger", "none")) == "wandb" and run_ids:

@@ -1,6 +1,6 @@
 """Local report of a study (no wandb needed): ``results/<study>/REPORT.md`` with tables and PNGs.
 
-    python -m repro.report results/paper [--ablation results/scheduler/ablation.csv] [--tolerance 0.25]
+    python -m repro.report results/paper [--ablation results/scheduler/ablation.csv]
 
 Reads only the tidy rows (``rows/*.json`` via :func:`system.results.read_rows`) and, for the
 scheduler claims, the ablation table. Writes next to them: ``best.csv`` (best configuration per
@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,8 +26,14 @@ from system.results import atomic_write_text, read_rows
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ReportPaths", "build_report", "markdown_table", "read_ablation", "ablation_from_rows",
-           "main"]
+__all__ = [
+    "ReportPaths",
+    "build_report",
+    "markdown_table",
+    "read_ablation",
+    "ablation_from_rows",
+    "main",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +53,7 @@ def markdown_table(df: pd.DataFrame, floatfmt: str = ".4g") -> str:
     |---|---|
     | 1.235 | x\\|y |
     """
+
     def cell(v) -> str:
         if isinstance(v, float):
             return "" if pd.isna(v) else format(v, floatfmt)
@@ -79,8 +84,9 @@ def ablation_from_rows(rows: pd.DataFrame) -> pd.DataFrame | None:
     give one point per run, or a curve when they carry a ``history`` of (trial, best) pairs.
     """
     mcol = next((c for c in ("scheduler", "method") if c in rows.columns), None)
-    ccol = next((c for c in ("best_total_cost_s", "best_cost_s", "total_cost_s") if c in rows.columns),
-                None)
+    ccol = next(
+        (c for c in ("best_total_cost_s", "best_cost_s", "total_cost_s") if c in rows.columns), None
+    )
     if rows.empty or mcol is None or ccol is None or "seed" not in rows.columns:
         return None
     df = rows[rows[mcol].notna() & pd.to_numeric(rows[ccol], errors="coerce").notna()]
@@ -89,27 +95,36 @@ def ablation_from_rows(rows: pd.DataFrame) -> pd.DataFrame | None:
     out = []
     for r in df.to_dict("records"):
         hist = r.get("history")
-        points = [(int(t), float(c)) for t, c in hist] if isinstance(hist, list) and hist else \
-            [(int(r.get("trials") or 0), float(r[ccol]))]
-        out += [{"case": str(r["case"]), "method": str(r[mcol]), "seed": r["seed"], "trial": t,
-                 "best_total_cost_s": c} for t, c in points]
+        points = (
+            [(int(t), float(c)) for t, c in hist]
+            if isinstance(hist, list) and hist
+            else [(int(r.get("trials") or 0), float(r[ccol]))]
+        )
+        out += [
+            {
+                "case": str(r["case"]),
+                "method": str(r[mcol]),
+                "seed": r["seed"],
+                "trial": t,
+                "best_total_cost_s": c,
+            }
+            for t, c in points
+        ]
     return pd.DataFrame(out) if out else None
 
 
 def _atomic_csv(df: pd.DataFrame, path: Path) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        df.to_csv(tmp, index=False)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, df.to_csv(index=False))
 
 
-def build_report(results_dir: str | Path, *, ablation_path: str | Path | None = None,
-                 tolerance: float = 0.25, study: str | None = None,
-                 cv_limit: float = CV_LIMIT) -> ReportPaths:
+def build_report(
+    results_dir: str | Path,
+    *,
+    ablation_path: str | Path | None = None,
+    tolerance: float = 0.25,
+    study: str | None = None,
+    cv_limit: float = CV_LIMIT,
+) -> ReportPaths:
     """Build every table, figure and REPORT.md of the study in ``results_dir``."""
     d = Path(results_dir)
     if not d.is_dir():
@@ -120,19 +135,35 @@ def build_report(results_dir: str | Path, *, ablation_path: str | Path | None = 
         ablation = ablation_from_rows(rows)
         if ablation is not None:
             ablation_path = "the study's rows (scheduler + best cost columns)"
-    variance = variance_table(rows, cv_limit) if not rows.empty else variance_table(
-        pd.DataFrame(columns=["case", "system", "num_layers", "global_batch_size", "iter_time_s"]))
+    variance = (
+        variance_table(rows, cv_limit)
+        if not rows.empty
+        else variance_table(
+            pd.DataFrame(
+                columns=["case", "system", "num_layers", "global_batch_size", "iter_time_s"]
+            )
+        )
+    )
     best = best_configs(rows) if not rows.empty else variance.assign(n_configs=pd.Series(dtype=int))
     claims = evaluate_claims(rows, ablation, tolerance=tolerance)
-    paths = ReportPaths(report=d / "REPORT.md", variance=d / "variance.csv", claims=d / "claims.csv",
-                        best=d / "best.csv", figures=())
+    paths = ReportPaths(
+        report=d / "REPORT.md",
+        variance=d / "variance.csv",
+        claims=d / "claims.csv",
+        best=d / "best.csv",
+        figures=(),
+    )
     _atomic_csv(variance, paths.variance)
     _atomic_csv(claims, paths.claims)
     _atomic_csv(best, paths.best)
-    figs = tuple(p for p in (plot_fig3(best, d / "fig3.png"), plot_fig4(ablation, d / "fig4.png")) if p)
+    figs = tuple(
+        p for p in (plot_fig3(best, d / "fig3.png"), plot_fig4(ablation, d / "fig4.png")) if p
+    )
     paths = ReportPaths(paths.report, paths.variance, paths.claims, paths.best, figs)
-    atomic_write_text(paths.report, _render(study or d.name, rows, best, variance, claims, figs,
-                                            ablation_path, cv_limit))
+    atomic_write_text(
+        paths.report,
+        _render(study or d.name, rows, best, variance, claims, figs, ablation_path, cv_limit),
+    )
     counts = claims.verdict.value_counts().to_dict()
     log.info("report %s: %d rows, claims %s", paths.report, len(rows), counts)
     return paths
@@ -141,26 +172,54 @@ def build_report(results_dir: str | Path, *, ablation_path: str | Path | None = 
 def _render(study, rows, best, variance, claims, figs, ablation_path, cv_limit) -> str:
     n_ok = int((rows["status"].fillna("ok") == "ok").sum()) if not rows.empty else 0
     counts = claims.verdict.value_counts()
-    lines = [f"# Study `{study}`", "",
-             f"{len(rows)} rows ({n_ok} ok) from `rows/*.json`; tables: `runs.csv`, `runs.parquet`, "
-             "`best.csv`, `variance.csv`, `claims.csv`.", "",
-             "Verdicts: " + ", ".join(f"{v} {int(counts.get(v, 0))}" for v in
-                                      ("PASS", "FAIL", "INCONCLUSIVE")), "",
-             "## Claims of the paper", "",
-             "Ranges: PASS when our median over the settings lies inside the paper's range widened "
-             "by the tolerance; one-sided claims use the stated rule. INCONCLUSIVE says why the "
-             "rows cannot test the claim.", "",
-             markdown_table(claims[["claim_id", "statement", "paper", "ours", "tolerance", "verdict",
-                                    "detail"]]), ""]
+    lines = [
+        f"# Study `{study}`",
+        "",
+        f"{len(rows)} rows ({n_ok} ok) from `rows/*.json`; tables: `runs.csv`, `runs.parquet`, "
+        "`best.csv`, `variance.csv`, `claims.csv`.",
+        "",
+        "Verdicts: "
+        + ", ".join(f"{v} {int(counts.get(v, 0))}" for v in ("PASS", "FAIL", "INCONCLUSIVE")),
+        "",
+        "## Claims of the paper",
+        "",
+        "Ranges: PASS when our median over the settings lies inside the paper's range widened "
+        "by the tolerance; one-sided claims use the stated rule. INCONCLUSIVE says why the "
+        "rows cannot test the claim.",
+        "",
+        markdown_table(
+            claims[["claim_id", "statement", "paper", "ours", "tolerance", "verdict", "detail"]]
+        ),
+        "",
+    ]
     lines += ["## Throughput per setting (Fig. 3 analogue)", ""]
     if any(p.name == "fig3.png" for p in figs):
         lines += ["![Fig. 3 analogue](fig3.png)", ""]
     if not best.empty:
-        cols = [c for c in ("case", "system", "num_layers", "global_batch_size", "tp", "pp", "dp",
-                            "zero", "n_configs", "n_repeats", "iter_time_s_mean", "pflops_mean")
-                if c in best.columns]
-        lines += ["Baselines at their best configuration per setting (`n_configs` compared).", "",
-                  markdown_table(best[cols]), ""]
+        cols = [
+            c
+            for c in (
+                "case",
+                "system",
+                "num_layers",
+                "global_batch_size",
+                "tp",
+                "pp",
+                "dp",
+                "zero",
+                "n_configs",
+                "n_repeats",
+                "iter_time_s_mean",
+                "pflops_mean",
+            )
+            if c in best.columns
+        ]
+        lines += [
+            "Baselines at their best configuration per setting (`n_configs` compared).",
+            "",
+            markdown_table(best[cols]),
+            "",
+        ]
     else:
         lines += ["No ok rows yet.", ""]
     lines += ["## Scheduler ablation (Fig. 4 analogue)", ""]
@@ -173,8 +232,11 @@ def _render(study, rows, best, variance, claims, figs, ablation_path, cv_limit) 
     if variance.empty:
         lines += ["No rows.", ""]
     else:
-        lines += [f"{len(variance)} configurations, {int((variance.n_repeats >= 3).sum())} with 3+ "
-                  f"repeats, {len(flagged)} flagged.", ""]
+        lines += [
+            f"{len(variance)} configurations, {int((variance.n_repeats >= 3).sum())} with 3+ "
+            f"repeats, {len(flagged)} flagged.",
+            "",
+        ]
         show = flagged if len(flagged) else variance.head(0)
         cols = [c for c in variance.columns if c not in ("pflops_mean",)]
         if len(show):

@@ -24,8 +24,15 @@ import pandas as pd
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SETTING_COLUMNS", "CONFIG_COLUMNS", "CV_LIMIT", "ok_rows", "config_columns",
-           "variance_table", "best_configs"]
+__all__ = [
+    "SETTING_COLUMNS",
+    "CONFIG_COLUMNS",
+    "CV_LIMIT",
+    "ok_rows",
+    "config_columns",
+    "variance_table",
+    "best_configs",
+]
 
 SETTING_COLUMNS = ("case", "system", "num_layers", "global_batch_size")
 CONFIG_COLUMNS = ("tp", "pp", "dp", "micro_batch_size", "zero")  # a baseline's grid-search knobs
@@ -64,9 +71,13 @@ def _stats(group: pd.DataFrame) -> pd.Series:
     t = group["iter_time_s"].to_numpy(dtype=float)
     mean = float(t.mean())
     std = float(t.std(ddof=1)) if t.size > 1 else float("nan")
-    out = {"n_repeats": int(t.size), "iter_time_s_mean": mean, "iter_time_s_std": std,
-           "cv": std / mean if t.size > 1 else float("nan"),
-           "spread": float((t.max() - t.min()) / mean)}
+    out = {
+        "n_repeats": int(t.size),
+        "iter_time_s_mean": mean,
+        "iter_time_s_std": std,
+        "cv": std / mean if t.size > 1 else float("nan"),
+        "spread": float((t.max() - t.min()) / mean),
+    }
     if "pflops" in group.columns:
         out["pflops_mean"] = float(pd.to_numeric(group["pflops"], errors="coerce").mean())
     return pd.Series(out)
@@ -83,11 +94,24 @@ def variance_table(rows: pd.DataFrame, cv_limit: float = CV_LIMIT) -> pd.DataFra
     df = ok_rows(rows)
     keys = config_columns(df)
     if df.empty:
-        return pd.DataFrame(columns=[*keys, "n_repeats", "iter_time_s_mean", "iter_time_s_std",
-                                     "cv", "spread", "flagged"])
-    out = (df.groupby(keys, dropna=False, sort=True)[[c for c in ("iter_time_s", "pflops")
-                                                     if c in df.columns]]
-           .apply(_stats).reset_index())
+        return pd.DataFrame(
+            columns=[
+                *keys,
+                "n_repeats",
+                "iter_time_s_mean",
+                "iter_time_s_std",
+                "cv",
+                "spread",
+                "flagged",
+            ]
+        )
+    out = (
+        df.groupby(keys, dropna=False, sort=True)[
+            [c for c in ("iter_time_s", "pflops") if c in df.columns]
+        ]
+        .apply(_stats)
+        .reset_index()
+    )
     out["n_repeats"] = out["n_repeats"].astype(int)
     out["flagged"] = out["cv"].fillna(0.0) > cv_limit
     return out

@@ -53,9 +53,15 @@ def _init(cfg, **kw):
     w = _wcfg(cfg)
     wdir = Path(str(w.get("dir") or cfg.results_dir))
     wdir.mkdir(parents=True, exist_ok=True)
-    return wandb.init(project=w.get("project") or "dtfm-repro", entity=w.get("entity"),
-                      mode=wandb_mode(cfg), dir=str(wdir), group=str(cfg.get("study", "adhoc")),
-                      reinit="finish_previous", **kw)
+    return wandb.init(
+        project=w.get("project") or "dtfm-repro",
+        entity=w.get("entity"),
+        mode=wandb_mode(cfg),
+        dir=str(wdir),
+        group=str(cfg.get("study", "adhoc")),
+        reinit="finish_previous",
+        **kw,
+    )
 
 
 def _plain(v):
@@ -68,7 +74,9 @@ def log_job(cfg: DictConfig, rows: pd.DataFrame) -> list[str]:
     """One wandb run per configuration in ``rows``; returns the runs' names."""
     if rows.empty or wandb_mode(cfg) == "disabled":
         return []
-    resolved = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    resolved = (
+        OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    )
     keys = config_columns(rows)
     stats = variance_table(rows)
     names = []
@@ -77,14 +85,24 @@ def log_job(cfg: DictConfig, rows: pd.DataFrame) -> list[str]:
         sel = rows
         for k in keys:
             sel = sel[sel[k].astype(str) == str(setting[k])]
-        name = "-".join(f"{k}{setting[k]}" for k in ("case", "system", "num_layers", "global_batch_size"))
-        run = _init(cfg, name=name, job_type=str(cfg.get("mode", "simulate")),
-                    config={**resolved, "setting": setting})
+        name = "-".join(
+            f"{k}{setting[k]}" for k in ("case", "system", "num_layers", "global_batch_size")
+        )
+        run = _init(
+            cfg,
+            name=name,
+            job_type=str(cfg.get("mode", "simulate")),
+            config={**resolved, "setting": setting},
+        )
         for i, t in enumerate(pd.to_numeric(sel["iter_time_s"], errors="coerce")):
             run.log({"iter_time_s": float(t), "repeat": i})
-        run.summary.update({k: _plain(st[k]) for k in
-                            ("n_repeats", "iter_time_s_mean", "iter_time_s_std", "cv", "pflops_mean")
-                            if k in st.index})
+        run.summary.update(
+            {
+                k: _plain(st[k])
+                for k in ("n_repeats", "iter_time_s_mean", "iter_time_s_std", "cv", "pflops_mean")
+                if k in st.index
+            }
+        )
         run.finish()
         names.append(name)
     log.info("wandb (%s): %d runs", wandb_mode(cfg), len(names))
@@ -98,8 +116,13 @@ def _table(df: pd.DataFrame):
     return wandb.Table(columns=[str(c) for c in df.columns], data=df.values.tolist())
 
 
-def log_comparison(cfg, best: pd.DataFrame, variance: pd.DataFrame, claims: pd.DataFrame,
-                   figures: tuple[Path, ...] = ()) -> str | None:
+def log_comparison(
+    cfg,
+    best: pd.DataFrame,
+    variance: pd.DataFrame,
+    claims: pd.DataFrame,
+    figures: tuple[Path, ...] = (),
+) -> str | None:
     """The comparison run (tables + bar charts per case); returns its name or None when off."""
     if wandb_mode(cfg) == "disabled":
         return None
@@ -108,12 +131,22 @@ def log_comparison(cfg, best: pd.DataFrame, variance: pd.DataFrame, claims: pd.D
     name = f"{cfg.get('study', 'adhoc')}-report"
     run = _init(cfg, name=name, job_type="report")
     payload = {"best_configs": _table(best), "variance": _table(variance), "claims": _table(claims)}
-    y = "pflops_mean" if "pflops_mean" in best.columns and best["pflops_mean"].notna().any() \
+    y = (
+        "pflops_mean"
+        if "pflops_mean" in best.columns and best["pflops_mean"].notna().any()
         else "iter_time_s_mean"
+    )
     for case, sub in best.groupby("case"):
-        t = sub.assign(label=sub.system + " L" + sub.num_layers.astype(str) + " B"
-                       + sub.global_batch_size.astype(str))[["label", y]]
-        payload[f"fig3/case{case}"] = wandb.plot.bar(_table(t), "label", y, title=f"case {case}: {y}")
+        t = sub.assign(
+            label=sub.system
+            + " L"
+            + sub.num_layers.astype(str)
+            + " B"
+            + sub.global_batch_size.astype(str)
+        )[["label", y]]
+        payload[f"fig3/case{case}"] = wandb.plot.bar(
+            _table(t), "label", y, title=f"case {case}: {y}"
+        )
     for p in figures:
         payload[f"figures/{Path(p).stem}"] = wandb.Image(str(p))
     run.log(payload)

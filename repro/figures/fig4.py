@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from repro.figures import save_figure
+
 log = logging.getLogger(__name__)
 
 __all__ = ["plot_fig4"]
@@ -42,10 +44,4 @@ def plot_fig4(ablation: pd.DataFrame | None, path: str | Path) -> Path | None:
         ax.set_ylabel("best TOTAL cost (s)")
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
-    return path
+    return save_figure(fig, path)

@@ -26,7 +26,8 @@ def _compose(overrides):
 def _jobs(cfg):
     """Expand the sweeper params into one override list per job."""
     parsed = OverridesParser.create().parse_overrides(
-        [f"{k}={v}" for k, v in (cfg.hydra.sweeper.params or {}).items()])
+        [f"{k}={v}" for k, v in (cfg.hydra.sweeper.params or {}).items()]
+    )
     axes = [[f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()] for o in parsed]
     return [list(c) for c in itertools.product(*axes)]
 
@@ -62,12 +63,25 @@ def test_paper_sweep_is_the_fig3_grid():
     assert {j[0] for j in jobs} == {f"case={c}" for c in range(1, 6)}
 
 
-@pytest.mark.parametrize("override", [
-    *(f"mode={m}" for m in MODES), *(f"case={c}" for c in CASES), *(f"model={m}" for m in MODELS),
-    *(f"system={s}" for s in sorted(SYSTEMS)), "scheduler.name=genetic", "scheduler.name=kl",
-    "scheduler.name=random", "case_variant=dtfm_code", "logger=wandb", "wandb.mode=online",
-    "workflow.skip_finished=false", "results_dir=elsewhere", "layers=40", "batch=4096",
-])
+@pytest.mark.parametrize(
+    "override",
+    [
+        *(f"mode={m}" for m in MODES),
+        *(f"case={c}" for c in CASES),
+        *(f"model={m}" for m in MODELS),
+        *(f"system={s}" for s in sorted(SYSTEMS)),
+        "scheduler.name=genetic",
+        "scheduler.name=kl",
+        "scheduler.name=random",
+        "case_variant=dtfm_code",
+        "logger=wandb",
+        "wandb.mode=online",
+        "workflow.skip_finished=false",
+        "results_dir=elsewhere",
+        "layers=40",
+        "batch=4096",
+    ],
+)
 def test_every_option_composes(override):
     cfg = _compose([override])
     key, value = override.split("=")

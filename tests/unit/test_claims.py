@@ -62,17 +62,32 @@ def test_noisy_repeats_fail_the_variance_claim(tmp_path):
 
 def test_kl_claim_from_the_ablation_table(rows):
     def table(kl_cost):
-        return pd.DataFrame([{"case": c, "method": m, "seed": s, "trial": t,
-                              "best_total_cost_s": (kl_cost if m == "kl" else 50.0) + 10 - t}
-                             for c in (4, 5) for m in ("tailored", "kl", "random") for s in (0, 1)
-                             for t in range(3)])
+        return pd.DataFrame(
+            [
+                {
+                    "case": c,
+                    "method": m,
+                    "seed": s,
+                    "trial": t,
+                    "best_total_cost_s": (kl_cost if m == "kl" else 50.0) + 10 - t,
+                }
+                for c in (4, 5)
+                for m in ("tailored", "kl", "random")
+                for s in (0, 1)
+                for t in range(3)
+            ]
+        )
+
     assert _verdicts(rows, table(60.0))[0]["local_search_vs_kl"] == "PASS"
     assert _verdicts(rows, table(40.0))[0]["local_search_vs_kl"] == "FAIL"
 
 
 def test_no_rows_is_inconclusive_everywhere():
-    v, _ = _verdicts(pd.DataFrame(columns=["case", "system", "num_layers", "global_batch_size",
-                                           "iter_time_s", "status"]))
+    v, _ = _verdicts(
+        pd.DataFrame(
+            columns=["case", "system", "num_layers", "global_batch_size", "iter_time_s", "status"]
+        )
+    )
     assert set(v.values()) == {"INCONCLUSIVE"}
 
 

@@ -22,13 +22,24 @@ def test_doctests_of_the_workflow_modules():
 
 def test_report_has_claims_variance_and_figures(tmp_path):
     write_rows(tmp_path, synthetic_rows(cases=("1", "5"), noise=0.05, seed=3))
-    abl = pd.DataFrame([{"case": 5, "method": m, "seed": 0, "trial": t, "best_total_cost_s": 60 - t}
-                        for m in ("tailored", "kl") for t in range(4)])
+    abl = pd.DataFrame(
+        [
+            {"case": 5, "method": m, "seed": 0, "trial": t, "best_total_cost_s": 60 - t}
+            for m in ("tailored", "kl")
+            for t in range(4)
+        ]
+    )
     abl.to_csv(tmp_path / "ablation.csv", index=False)
     paths = build_report(tmp_path, ablation_path=tmp_path / "ablation.csv")
     text = paths.report.read_text()
-    for must in ("## Claims of the paper", "c5_vs_megatron", "fig3.png", "fig4.png",
-                 "## Repeats and variance", "INCONCLUSIVE"):
+    for must in (
+        "## Claims of the paper",
+        "c5_vs_megatron",
+        "fig3.png",
+        "fig4.png",
+        "## Repeats and variance",
+        "INCONCLUSIVE",
+    ):
         assert must in text
     assert {p.name for p in paths.figures} == {"fig3.png", "fig4.png"}
     assert all(p.stat().st_size > 1000 for p in paths.figures)
@@ -59,14 +70,27 @@ def test_wandb_offline_one_run_per_configuration(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_SILENT", "true")
     write_rows(tmp_path, synthetic_rows(cases=("5",), layers=(24,), batches=(1024,), repeats=2))
     rows = read_rows(tmp_path)
-    cfg = OmegaConf.create({"study": "t", "mode": "simulate", "results_dir": str(tmp_path),
-                            "wandb": {"project": "p", "entity": None, "mode": "offline",
-                                      "dir": str(tmp_path)}})
+    cfg = OmegaConf.create(
+        {
+            "study": "t",
+            "mode": "simulate",
+            "results_dir": str(tmp_path),
+            "wandb": {"project": "p", "entity": None, "mode": "offline", "dir": str(tmp_path)},
+        }
+    )
     names = log_job(cfg, rows)
     assert len(names) == 5  # ours, ours_random, deepspeed, megatron x 2 configurations
     paths = build_report(tmp_path)
-    assert log_comparison(cfg, pd.read_csv(paths.best), pd.read_csv(paths.variance),
-                          pd.read_csv(paths.claims), paths.figures) == "t-report"
+    assert (
+        log_comparison(
+            cfg,
+            pd.read_csv(paths.best),
+            pd.read_csv(paths.variance),
+            pd.read_csv(paths.claims),
+            paths.figures,
+        )
+        == "t-report"
+    )
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 6
 
@@ -87,10 +111,23 @@ def test_wandb_disabled_logs_nothing(tmp_path, monkeypatch):
 def test_ablation_is_derived_from_scheduled_rows(tmp_path):
     from system.results import make_row
 
-    rows = [make_row({"case": "5", "system": "ours", "num_layers": 24, "global_batch_size": 1024,
-                      "scheduler": m, "seed": s}, iter_time_s=10.0, best_cost_s=c + s,
-                     history=[[0, c + 20.0], [10, c + s]])
-            for m, c in (("genetic", 40.0), ("genetic_kl", 55.0)) for s in (0, 1)]
+    rows = [
+        make_row(
+            {
+                "case": "5",
+                "system": "ours",
+                "num_layers": 24,
+                "global_batch_size": 1024,
+                "scheduler": m,
+                "seed": s,
+            },
+            iter_time_s=10.0,
+            best_cost_s=c + s,
+            history=[[0, c + 20.0], [10, c + s]],
+        )
+        for m, c in (("genetic", 40.0), ("genetic_kl", 55.0))
+        for s in (0, 1)
+    ]
     write_rows(tmp_path, rows)
     paths = build_report(tmp_path, ablation_path=tmp_path / "absent.csv")
     claims = pd.read_csv(paths.claims).set_index("claim_id")

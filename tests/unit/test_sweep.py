@@ -30,9 +30,18 @@ def _composed(overrides: tuple[str, ...]):
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         base = compose("config", overrides=["sweep=smoke"], return_hydra_config=True)
         params = {k: str(v).split(",") for k, v in base.hydra.sweeper.params.items()}
-        return [compose("config", overrides=["sweep=smoke", "results_dir=PLACEHOLDER", *overrides,
-                                             *(f"{k}={v}" for k, v in zip(params, combo, strict=True))])
-                for combo in itertools.product(*params.values())]
+        return [
+            compose(
+                "config",
+                overrides=[
+                    "sweep=smoke",
+                    "results_dir=PLACEHOLDER",
+                    *overrides,
+                    *(f"{k}={v}" for k, v in zip(params, combo, strict=True)),
+                ],
+            )
+            for combo in itertools.product(*params.values())
+        ]
 
 
 def _configs(tmp_path, overrides=()):
@@ -45,20 +54,34 @@ def _configs(tmp_path, overrides=()):
 
 def _fake_task(calls):
     """A stand-in mode: writes one row per repeat, like the simulate mode does."""
+
     def task(cfg):
         calls.append(job_key(cfg))
-        rows = [make_row({"mode": cfg.mode, "case": str(cfg.case), "system": str(cfg.system),
-                          "num_layers": cfg.layers, "global_batch_size": cfg.batch, "repeat": r},
-                         iter_time_s=1.0 + r, study=cfg.study) for r in range(cfg.repeats)]
+        rows = [
+            make_row(
+                {
+                    "mode": cfg.mode,
+                    "case": str(cfg.case),
+                    "system": str(cfg.system),
+                    "num_layers": cfg.layers,
+                    "global_batch_size": cfg.batch,
+                    "repeat": r,
+                },
+                iter_time_s=1.0 + r,
+                study=cfg.study,
+            )
+            for r in range(cfg.repeats)
+        ]
         write_rows(cfg.results_dir, rows, collect_after=False)
         return {"rows": len(rows)}
+
     return task
 
 
 def test_job_key_ignores_reporting_keys_only(tmp_path):
-    a, = _configs(tmp_path)[:1]
-    b, = _configs(tmp_path, ["logger=wandb", "workflow.tolerance=0.1"])[:1]
-    c, = _configs(tmp_path, ["seed=1"])[:1]
+    (a,) = _configs(tmp_path)[:1]
+    (b,) = _configs(tmp_path, ["logger=wandb", "workflow.tolerance=0.1"])[:1]
+    (c,) = _configs(tmp_path, ["seed=1"])[:1]
     assert job_key(a) == job_key(b) != job_key(c)
 
 
@@ -71,8 +94,11 @@ def test_interrupted_sweep_restarts_without_loss_or_duplicates(tmp_path):
 
     def dies_half_way(cfg):
         if len(calls) == half:  # killed while running this job: its rows half-written, no ledger
-            write_rows(cfg.results_dir, [make_row({"partial": True, "case": str(cfg.case)})],
-                       collect_after=False)
+            write_rows(
+                cfg.results_dir,
+                [make_row({"partial": True, "case": str(cfg.case)})],
+                collect_after=False,
+            )
             raise KeyboardInterrupt
         return task(cfg)
 
@@ -119,9 +145,22 @@ def test_skip_can_be_turned_off(tmp_path):
 
 def _sweep(results_dir, *extra, timeout=150):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
-    return subprocess.run([sys.executable, "repro/run.py", "-m", "sweep=smoke",
-                           f"results_dir={results_dir}", f"hydra.sweep.dir={results_dir}/mr", *extra],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [
+            sys.executable,
+            "repro/run.py",
+            "-m",
+            "sweep=smoke",
+            f"results_dir={results_dir}",
+            f"hydra.sweep.dir={results_dir}/mr",
+            *extra,
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.mark.slow
@@ -132,7 +171,10 @@ def test_smoke_sweep_cli_twice_adds_no_rows(tmp_path):
     for f in ("runs.csv", "runs.parquet", "variance.csv", "claims.csv", "REPORT.md"):
         assert (tmp_path / f).exists(), f
     first = pd.read_csv(tmp_path / "runs.csv")
-    assert set(first.case.astype(str)) >= {"1", "2", "3", "4", "5"} and not first.run_id.duplicated().any()
+    assert (
+        set(first.case.astype(str)) >= {"1", "2", "3", "4", "5"}
+        and not first.run_id.duplicated().any()
+    )
     r = _sweep(tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     again = pd.read_csv(tmp_path / "runs.csv")
@@ -144,9 +186,21 @@ def test_smoke_sweep_cli_twice_adds_no_rows(tmp_path):
 @pytest.mark.skipif(not HAS_SIMULATE, reason="needs repro/modes/simulate.py (mode=simulate)")
 def test_smoke_sweep_killed_half_way_then_resumed(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
-    p = subprocess.Popen([sys.executable, "repro/run.py", "-m", "sweep=smoke", f"results_dir={tmp_path}",
-                          f"hydra.sweep.dir={tmp_path}/mr"], cwd=ROOT, env=env,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "repro/run.py",
+            "-m",
+            "sweep=smoke",
+            f"results_dir={tmp_path}",
+            f"hydra.sweep.dir={tmp_path}/mr",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 120
     try:
         while len(list((tmp_path / "jobs").glob("*.json"))) < 5 and time.monotonic() < deadline:
@@ -190,5 +244,6 @@ def test_finish_study_collects_and_reports(tmp_path):
     OmegaConf.update(cfg, "workflow.ablation_csv", str(tmp_path / "none.csv"))
     out = finish_study(cfg, elapsed_s=1.0, sweep_dir="mr")
     assert Path(out["report"]).exists() and len(pd.read_csv(out["runs_csv"])) == 3
-    assert finish_study(OmegaConf.create({"results_dir": str(tmp_path / "empty"), "study": "e"})) \
-        == {"results_dir": str(tmp_path / "empty")}
+    assert finish_study(
+        OmegaConf.create({"results_dir": str(tmp_path / "empty"), "study": "e"})
+    ) == {"results_dir": str(tmp_path / "empty")}

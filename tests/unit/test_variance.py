@@ -11,9 +11,17 @@ from repro.variance import best_configs, variance_table
 
 def _rows(times, system="ours", **extra):
     n = len(times)
-    return pd.DataFrame({"case": [5] * n, "system": [system] * n, "num_layers": [24] * n,
-                         "global_batch_size": [1024] * n, "status": ["ok"] * n,
-                         "iter_time_s": times, **{k: [v] * n for k, v in extra.items()}})
+    return pd.DataFrame(
+        {
+            "case": [5] * n,
+            "system": [system] * n,
+            "num_layers": [24] * n,
+            "global_batch_size": [1024] * n,
+            "status": ["ok"] * n,
+            "iter_time_s": times,
+            **{k: [v] * n for k, v in extra.items()},
+        }
+    )
 
 
 def test_cv_is_sample_std_over_mean_and_flags_over_five_percent():
@@ -37,8 +45,12 @@ def test_failed_rows_are_left_out():
 
 
 def test_best_config_is_the_fastest_mean():
-    rows = pd.concat([_rows([4.0, 4.2], "megatron", tp=1, pp=8, dp=8),
-                      _rows([3.0, 3.1], "megatron", tp=2, pp=4, dp=8)])
+    rows = pd.concat(
+        [
+            _rows([4.0, 4.2], "megatron", tp=1, pp=8, dp=8),
+            _rows([3.0, 3.1], "megatron", tp=2, pp=4, dp=8),
+        ]
+    )
     b = best_configs(rows)
     assert len(b) == 1 and (b.tp.iloc[0], b.pp.iloc[0], b.n_configs.iloc[0]) == (2, 4, 2)
 
