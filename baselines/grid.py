@@ -43,7 +43,8 @@ from system.workload import GPTConfig, Workload, get_model
 log = logging.getLogger(__name__)
 
 __all__ = ["SYSTEMS", "BaselineSpec", "check_spec", "metrics_from", "launch", "run_point",
-           "local_cluster", "grid_points", "run_grid", "best_point"]
+           "local_cluster", "grid_points", "run_grid", "best_point", "emulation_kwargs",
+           "predict_iter_time_s"]
 
 SYSTEMS = ("megatron", "deepspeed")
 _ROOT = Path(__file__).resolve().parents[1]
@@ -100,7 +101,7 @@ class BaselineSpec:
 
     def label(self) -> str:
         z = f" zero{self.zero}" if self.system == "deepspeed" else ""
-        return (f"{self.system} tp{self.tp} pp{self.pp} dp{self.dp} mb{self.micro_batch_size}{z}")
+        return f"{self.system} tp{self.tp} pp{self.pp} dp{self.dp} mb{self.micro_batch_size}{z}"
 
 
 def check_spec(spec: BaselineSpec) -> None:
@@ -224,10 +225,7 @@ def launch(module: str, spec_path: str | Path, *, world_size: int,
 
 
 def _tail(path: Path, n: int = 3000) -> str:
-    try:
-        return path.read_text(errors="replace")[-n:]
-    except OSError:
-        return ""
+    return path.read_text(errors="replace")[-n:] if path.exists() else ""
 
 
 def _failure_status(text: str) -> str:
@@ -361,3 +359,40 @@ def best_point(results: Sequence[tuple[BaselineSpec, dict]]) -> tuple[BaselineSp
     """The measured point with the lowest iteration time (None if none ran successfully)."""
     ok = [(s, r) for s, r in results if r["status"] == "ok"]
     return min(ok, key=lambda sr: sr[1]["iter_time_s"]) if ok else None
+
+
+def emulation_kwargs(emu) -> dict:
+    """``run_point``/``run_grid`` keyword arguments that run rank i inside device i's namespace.
+
+    ``emu`` is a :class:`system.emulation.netns.Emulation` (anything with ``plan.num_devices``,
+    ``exec_prefix(i)``, ``rank_env(i)`` and ``master_addr``).
+    """
+    n = emu.plan.num_devices
+    return {"rank_prefix": [emu.exec_prefix(i) for i in range(n)],
+            "rank_env": [emu.rank_env(i) for i in range(n)], "master_addr": emu.master_addr}
+
+
+def predict_iter_time_s(spec: BaselineSpec, cluster: Cluster, hardware=None) -> float | None:
+    """The simulator's iteration time for ``spec`` on ``cluster`` (baselines/*/perf.py).
+
+    ``hardware`` is a :class:`system.simulator.hardware.Hardware` (default V100). None when the
+    simulator has no model for the point (it raises ValueError, e.g. ZeRO-0/2 or TP across hosts).
+    """
+    from baselines.space import BaselineConfig
+
+    cfg = BaselineConfig(system=spec.system, tp=spec.tp, pp=spec.pp, dp=spec.dp,
+                         micro_batch_size=spec.micro_batch_size, zero=spec.zero or 0)
+    kw = {} if hardware is None else {"hardware": hardware}
+    try:
+        if spec.system == "megatron":
+            from baselines.megatron.perf import simulate_megatron
+
+            res = simulate_megatron(cluster, spec.workload(), cfg, **kw)
+        else:
+            from baselines.deepspeed.perf import simulate_deepspeed
+
+            res = simulate_deepspeed(cluster, spec.workload(), cfg, **kw)
+    except ValueError as e:
+        log.info("no simulator prediction for %s: %s", spec.label(), e)
+        return None
+    return float(res.iter_time_s)

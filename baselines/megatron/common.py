@@ -134,3 +134,39 @@ def shutdown() -> None:
             dist.barrier()
         finally:
             dist.destroy_process_group()
+
+
+def calibrated_cpu_hardware(spec: BaselineSpec, repeats: int = 5):
+    """A simulator :class:`Hardware` whose compute and optimizer times match this CPU.
+
+    Times one micro-batch forward+backward and one AdamW step of our GPT (``spec``'s shape and
+    micro-batch, one thread) and sets ``peak_flops`` (achievable fraction 1) so the simulator's
+    per-micro-batch compute (Megatron FLOP count, recompute included) equals the measured time,
+    and the optimizer "memory bandwidth" so its Adam step equals the measured one.
+    """
+    import statistics
+
+    from system.runtime.model import build_model, lm_loss
+    from system.simulator.hardware import ADAM_BYTES_PER_PARAM, Hardware
+    from system.workload import Workload
+
+    torch.set_num_threads(1)
+    m = spec.gpt_config()
+    model = build_model(m, spec.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=spec.lr)
+    x, y = replica_micro_batches(spec, 0, 0, 1)[0]
+    step_s, opt_s = [], []
+    for _ in range(repeats + 2):
+        t0 = time.perf_counter()
+        lm_loss(model(x), y).backward()
+        t1 = time.perf_counter()
+        opt.step()
+        opt.zero_grad()
+        step_s.append(t1 - t0)
+        opt_s.append(time.perf_counter() - t1)
+    compute_s, optim_s = statistics.median(step_s[2:]), statistics.median(opt_s[2:])
+    flops = Workload(model=m, global_batch_size=spec.micro_batch_size).model_flops(recompute=True)
+    params = sum(p.numel() for p in model.parameters())
+    return Hardware(name="cpu-1-thread (calibrated)", peak_flops=flops / compute_s,
+                    achievable_fraction=1.0, memory_bytes=16 * 2**30, reserved_bytes=2**30,
+                    hbm_bandwidth_bps=8.0 * ADAM_BYTES_PER_PARAM * params / optim_s)

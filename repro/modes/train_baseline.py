@@ -4,11 +4,16 @@
     python repro/run.py mode=train system=deepspeed zero=3 dp=4 results_dir=DIR
     python repro/run.py mode=train system=deepspeed zero=1 pp=2 dp=2 results_dir=DIR
     python repro/run.py mode=train system=megatron grid=true grid_devices=4 results_dir=DIR
+    python repro/run.py mode=emulate system=deepspeed case=5 grid=true \
+        +emulation.devices=[0,8,24,40] +emulation.bandwidth_scale=0.25 results_dir=DIR
 
 A single run uses ``tp``/``pp``/``dp``/``zero`` (DeepSpeed: ``zero`` defaults to 3 without a
 pipeline and 1 with one); ``grid=true`` runs the baseline's grid search over ``grid_devices``
 local ranks (the same space the simulator searches, :mod:`baselines.space`), writing a row for
 every point, infeasible ones included (status ``invalid``/``oom``), and logs the best point.
+``mode=emulate`` (dispatched here by repro/modes/emulate.py for these systems, or called
+directly) does the same inside engineer D's emulated network of ``case`` and adds the
+simulator's prediction (``predicted_iter_time_s``) to each measured row.
 """
 
 from __future__ import annotations
@@ -46,10 +51,10 @@ def _base_spec(cfg: DictConfig, system: str) -> BaselineSpec:
     )
 
 
-def _row(cfg: DictConfig, spec: BaselineSpec, result: dict, grid: bool) -> dict:
+def _row(cfg: DictConfig, spec: BaselineSpec, result: dict, grid: bool, extra_key: dict) -> dict:
     key = {
-        "study": str(cfg.study), "mode": str(cfg.mode), "system": spec.system,
-        "case": "local", "model": spec.model, "num_layers": spec.gpt_config().num_layers,
+        "study": str(cfg.study), "mode": str(cfg.mode), "system": spec.system, **extra_key,
+        "model": spec.model, "num_layers": spec.gpt_config().num_layers,
         "num_devices": spec.world_size, "global_batch_size": spec.global_batch_size,
         "micro_batch_size": spec.micro_batch_size, "tp": spec.tp, "pp": spec.pp, "dp": spec.dp,
         "zero": spec.zero, "iters": spec.iters, "seed": spec.seed, "device": spec.device,
@@ -67,38 +72,88 @@ def _variant(spec: BaselineSpec) -> str:
     return f"zero{spec.zero}" if spec.pp == 1 else f"pp+zero{spec.zero}"
 
 
+def _counts(results) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for _, r in results:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    return counts
+
+
+def _execute(cfg: DictConfig, base: BaselineSpec, cluster, run_kw: dict, extra_key: dict,
+             predict=None) -> dict:
+    """One point or the grid on ``cluster``; writes the rows; ``predict(spec)`` adds the simulator's."""
+    results_dir = Path(str(cfg.results_dir))
+    timeout_s = float(cfg.get("baseline_timeout_s") or 600)
+    grid = bool(cfg.get("grid", False))
+    if grid:
+        mbs = cfg.get("grid_micro_batch_sizes")
+        points = grid_points(base.system, cluster, base.workload(), base=base,
+                             micro_batch_sizes=list(mbs) if mbs else None)
+        results = run_grid(points, timeout_s=timeout_s, **run_kw)
+    else:
+        results = [(base, run_point(base, timeout_s=timeout_s, **run_kw))]
+        if results[0][1]["status"] == "invalid":
+            raise ValueError(results[0][1]["error"])
+    rows = []
+    for spec, res in results:
+        pred = predict(spec) if predict is not None and res["status"] == "ok" else None
+        rows.append(_row(cfg, spec, {**res, "predicted_iter_time_s": pred}, grid, extra_key))
+    write_rows(results_dir, rows)
+    best = best_point(results)
+    if best is None:
+        raise RuntimeError(f"{base.label()}{' grid' if grid else ''}: no point ran "
+                           f"({_counts(results)}): {results[-1][1].get('error', '')[-800:]}")
+    spec, res = best
+    log.info("%s%s: %.3f s/iter, %.0f tokens/s, losses %s (%s)", spec.label(),
+             " (best of the grid)" if grid else "", res["iter_time_s"], res["tokens_per_s"],
+             [round(x, 4) for x in res["losses"]], _counts(results))
+    return {"status": "ok", "spec": spec.label(), "best_iter_time_s": res["iter_time_s"],
+            "counts": _counts(results), **res}
+
+
+def _run_emulated(cfg: DictConfig, base: BaselineSpec) -> dict:
+    """``mode=emulate``: the run (or grid) inside an emulated network of ``case`` (engineer D's).
+
+    Reads ``emulation.devices`` (device ids of the case), ``emulation.bandwidth_scale``,
+    ``emulation.delay_scale`` and ``emulation.backend`` when present. Each row carries the scale
+    factors and the simulator's prediction on the emulated (scaled) cluster with a CPU-calibrated
+    hardware model.
+    """
+    from baselines.grid import emulation_kwargs, predict_iter_time_s
+    from baselines.megatron.common import calibrated_cpu_hardware
+    from system.cases import get_case
+    from system.emulation.netns import Emulation
+    from system.emulation.plan import make_plan
+
+    em = cfg.get("emulation") or {}
+    cluster = get_case(str(cfg.case), str(cfg.get("case_variant") or "paper"))
+    devices = em.get("devices")
+    if devices:
+        cluster = cluster.subset([int(d) for d in devices])
+    plan = make_plan(cluster, bandwidth_scale=float(em.get("bandwidth_scale") or 1.0),
+                     delay_scale=float(em.get("delay_scale") or 1.0))
+    plan.check_capacity()
+    scaled = plan.scaled_cluster()
+    n = scaled.num_devices
+    if not cfg.get("grid", False) and base.world_size != n:
+        raise ValueError(f"mode=emulate: tp*pp*dp = {base.world_size} but the emulated cluster has "
+                         f"{n} devices (set emulation.devices or pp/dp/tp)")
+    hw = calibrated_cpu_hardware(base)
+    extra = {"case": str(cfg.case), "devices": list(devices) if devices else None,
+             **plan.scale_record()}
+    with Emulation(plan, backend=str(em.get("backend") or "auto")) as emu:
+        extra["emu_backend"] = emu.backend
+        return _execute(cfg, base, scaled, emulation_kwargs(emu), extra,
+                        predict=lambda s: predict_iter_time_s(s, scaled, hw))
+
+
 def run(cfg: DictConfig) -> dict:
     """Run one baseline configuration, or its grid with ``grid=true``; returns a summary."""
     system = str(cfg.system)
     if system not in ("megatron", "deepspeed"):
         raise ValueError(f"train_baseline: system must be megatron or deepspeed, got {system!r}")
-    results_dir = Path(str(cfg.results_dir))
-    timeout_s = float(cfg.get("baseline_timeout_s") or 600)
     base = _base_spec(cfg, system)
-    if not cfg.get("grid", False):
-        result = run_point(base, timeout_s=timeout_s)
-        if result["status"] == "invalid":
-            raise ValueError(result["error"])
-        write_rows(results_dir, [_row(cfg, base, result, grid=False)])
-        if result["status"] != "ok":
-            raise RuntimeError(f"{base.label()}: {result['status']}: {result.get('error', '')[-800:]}")
-        log.info("%s: %.3f s/iter, %.0f tokens/s, losses %s", base.label(), result["iter_time_s"],
-                 result["tokens_per_s"], [round(x, 4) for x in result["losses"]])
-        return {"status": "ok", "spec": base.label(), **result}
-
+    if str(cfg.mode) == "emulate":
+        return _run_emulated(cfg, base)
     n = int(cfg.get("grid_devices") or base.world_size)
-    mbs = cfg.get("grid_micro_batch_sizes")
-    points = grid_points(system, local_cluster(n), base.workload(), base=base,
-                         micro_batch_sizes=list(mbs) if mbs else None)
-    results = run_grid(points, timeout_s=timeout_s)
-    write_rows(results_dir, [_row(cfg, s, r, grid=True) for s, r in results])
-    best = best_point(results)
-    counts: dict[str, int] = {}
-    for _, r in results:
-        counts[r["status"]] = counts.get(r["status"], 0) + 1
-    if best is None:
-        raise RuntimeError(f"{system} grid on {n} devices: no point ran ({counts})")
-    log.info("%s grid on %d devices: best %s at %.3f s/iter (%s)", system, n, best[0].label(),
-             best[1]["iter_time_s"], counts)
-    return {"status": "ok", "best": best[0].label(), "best_iter_time_s": best[1]["iter_time_s"],
-            "counts": counts}
+    return _execute(cfg, base, local_cluster(n), {}, {"case": "local"})

@@ -127,3 +127,44 @@ def test_launch_passes_prefix_and_env(tmp_path):
     assert (tmp_path / "seen1").read_text() == "2 m1"
     with pytest.raises(ValueError, match="rank_prefix"):
         launch("fake_rank", spec, world_size=3, rank_prefix=prefix)
+
+
+def test_emulation_kwargs_per_rank():
+    from baselines.grid import emulation_kwargs
+
+    class FakeEmu:
+        class plan:  # noqa: N801 - mimics Emulation.plan
+            num_devices = 2
+
+        master_addr = "198.18.0.1"
+
+        def exec_prefix(self, i):
+            return ["ip", "netns", "exec", f"dtfm-x-d{i}"]
+
+        def rank_env(self, i):
+            return {"GLOO_SOCKET_IFNAME": "eth0"}
+
+    kw = emulation_kwargs(FakeEmu())
+    assert kw["rank_prefix"][1] == ["ip", "netns", "exec", "dtfm-x-d1"]
+    assert kw["rank_env"] == [{"GLOO_SOCKET_IFNAME": "eth0"}] * 2
+    assert kw["master_addr"] == "198.18.0.1"
+
+
+def test_prediction_grows_with_link_delay():
+    pytest.importorskip("baselines.megatron.perf", reason="simulator (engineer B) not present")
+    import numpy as np
+
+    from baselines.grid import predict_iter_time_s
+    from system.cluster import Cluster
+
+    def cluster(delay_ms):
+        off = 1.0 - np.eye(4)
+        return Cluster(name="t", region_of=("a",) * 4, host_of=(0, 1, 2, 3),
+                       delay_ms=off * delay_ms, bandwidth_gbps=off * 1.0)
+
+    for spec in (BaselineSpec(system="megatron", pp=2, dp=2),
+                 BaselineSpec(system="deepspeed", zero=3, dp=4),
+                 BaselineSpec(system="deepspeed", zero=1, pp=2, dp=2)):
+        fast, slow = (predict_iter_time_s(spec, cluster(d)) for d in (1.0, 100.0))
+        assert fast is not None and slow > fast > 0, spec.label()
+    assert predict_iter_time_s(BaselineSpec(system="megatron", tp=2, pp=2), cluster(1.0)) is None
