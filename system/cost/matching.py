@@ -83,25 +83,47 @@ def bottleneck_matching(cost: np.ndarray) -> tuple[float, np.ndarray]:
 
 
 @lru_cache(maxsize=None)
-def _subset_tables(n: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Per popcount level L: masks with L bits, their predecessors mask^(1<<c), and validity."""
-    masks = np.arange(1 << n)
-    pop = np.array([bin(x).count("1") for x in range(1 << n)])
-    cols = np.arange(n)
+def _subset_tables(n: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """Per popcount level L: valid transitions mask <- mask - c for c in mask, flattened.
+
+    Returns per level ``(tgt, src, col, starts)``: target masks (sorted, distinct), predecessor
+    masks and the column of each transition, and the first transition of each target (for
+    ``np.minimum.reduceat``).
+    """
+    masks = np.arange(1 << n, dtype=np.int64)
+    bits = (masks[:, None] >> np.arange(n)[None, :]) & 1 == 1
+    pop = bits.sum(axis=1)
     levels = []
     for level in range(1, n + 1):
-        ms = masks[pop == level]
-        has = (ms[:, None] >> cols[None, :]) & 1 == 1  # (m_L, n)
-        prev = np.where(has, ms[:, None] ^ (1 << cols)[None, :], 0)
-        levels.append((ms, prev, has))
+        s_idx, col = np.nonzero(bits[pop == level])
+        mask = masks[pop == level][s_idx]
+        tgt, starts = np.unique(mask, return_index=True)
+        levels.append((tgt, mask ^ (1 << col), col, starts))
     return levels
+
+
+def _lower_bounds(c: np.ndarray) -> np.ndarray:
+    """Every row and column is matched: value >= max(largest row min, largest column min)."""
+    return np.maximum(c.min(axis=2).max(axis=1), c.min(axis=1).max(axis=1))
+
+
+def _reaches(allowed: np.ndarray) -> np.ndarray:
+    """Whether each boolean (n, n) matrix of a batch has a perfect matching (subset DP)."""
+    k, n, _ = allowed.shape
+    r = np.zeros((k, 1 << n), dtype=np.uint8)
+    r[:, 0] = 1
+    a = allowed.astype(np.uint8)
+    for level, (tgt, src, col, starts) in enumerate(_subset_tables(n)):
+        r[:, tgt] = np.maximum.reduceat(r[:, src] & a[:, level, col], starts, axis=1)
+    return r[:, -1] == 1
 
 
 def bottleneck_values(costs: np.ndarray) -> np.ndarray:
     """Bottleneck matching values of a batch ``(K, n, n)`` of matrices, n <= 12.
 
-    g[mask] = best max-cost of matching rows 0..|mask|-1 onto the columns in ``mask``;
-    g[mask] = min over c in mask of max(g[mask - c], cost[|mask|-1, c]).
+    Most matrices attain the lower bound max(row minima, column minima): test that threshold with
+    a boolean subset DP first. The rest run the min-max DP g[mask] = min over c in mask of
+    max(g[mask - c], cost[|mask| - 1, c]) (rows 0..|mask|-1 matched onto the columns in mask).
     """
     c = np.asarray(costs, dtype=float)
     if c.ndim != 3 or c.shape[1] != c.shape[2] or c.shape[1] == 0:
@@ -111,11 +133,14 @@ def bottleneck_values(costs: np.ndarray) -> np.ndarray:
         return np.array([bottleneck_matching(x)[0] for x in c])
     if k == 0:
         return np.zeros(0)
-    g = np.empty((k, 1 << n))
-    g[:, 0] = -np.inf
-    for level, (ms, prev, has) in enumerate(_subset_tables(n)):
-        row = c[:, level, :]  # (K, n): cost of putting row ``level`` on each column
-        cand = np.maximum(g[:, prev], row[:, None, :])  # (K, m_L, n)
-        cand[:, ~has] = np.inf
-        g[:, ms] = cand.min(axis=2)
-    return g[:, -1].copy()
+    out = _lower_bounds(c)
+    rest = np.flatnonzero(~_reaches(c <= out[:, None, None]))
+    if rest.size:
+        cr = c[rest]
+        g = np.empty((rest.size, 1 << n))
+        g[:, 0] = -np.inf
+        for level, (tgt, src, col, starts) in enumerate(_subset_tables(n)):
+            cand = np.maximum(g[:, src], cr[:, level, col])
+            g[:, tgt] = np.minimum.reduceat(cand, starts, axis=1)
+        out[rest] = g[:, -1]
+    return out

@@ -47,7 +47,9 @@ def check_groups(groups: np.ndarray, num_devices: int) -> np.ndarray:
     g = np.asarray(groups)
     if g.ndim != 2 or g.size == 0:
         raise ValueError(f"groups: need a non-empty (pp, dp) table, got shape {g.shape}")
-    if g.size != num_devices or sorted(g.ravel().tolist()) != list(range(num_devices)):
+    if g.size != num_devices:
+        raise ValueError(f"groups: table holds {g.size} devices, the cluster has {num_devices}")
+    if sorted(g.ravel().tolist()) != list(range(num_devices)):
         raise ValueError(f"groups: must hold each device 0..{num_devices - 1} exactly once")
     return g.astype(np.int64)
 
@@ -104,29 +106,59 @@ class PartitionEvaluator:
         return out
 
     def coarse_weights(self, groups: Sequence[Group]) -> np.ndarray:
-        m = len(groups)
-        iu = [(i, j) for i in range(m) for j in range(i + 1, m)]
-        w = np.zeros((m, m))
-        if iu:
-            vals = self.edges([(groups[i], groups[j]) for i, j in iu])
-            ii, jj = np.array(iu).T
-            w[ii, jj] = vals
-            w[jj, ii] = vals
+        return self._weights([groups])[0]
+
+    def _weights(self, partitions: Sequence[Sequence[Group]]) -> np.ndarray:
+        """(K, pp, pp) coarse edge weights of K partitions, all new edges in one batch."""
+        m = self.pp
+        ii, jj = np.triu_indices(m, k=1)
+        pairs = [(p[i], p[j]) for p in partitions for i, j in zip(ii.tolist(), jj.tolist())]
+        vals = self.edges(pairs).reshape(len(partitions), len(ii))
+        w = np.zeros((len(partitions), m, m))
+        w[:, ii, jj] = vals
+        w[:, jj, ii] = vals
+        return w
+
+    def _lower_weights(self, partitions: Sequence[Sequence[Group]]) -> np.ndarray:
+        """(K, pp, pp) lower bounds of the coarse edges (every row/column must be matched)."""
+        g = np.array([list(p) for p in partitions])  # (K, pp, dp)
+        m = self.pp
+        ii, jj = np.triu_indices(m, k=1)
+        sub = self.pp_link_s[g[:, ii, :, None], g[:, jj, None, :]]  # (K, E, dp, dp)
+        lb = np.maximum(sub.min(axis=3).max(axis=2), sub.min(axis=2).max(axis=2))
+        w = np.zeros((len(partitions), m, m))
+        w[:, ii, jj] = lb
+        w[:, jj, ii] = lb
         return w
 
     # ---- whole partitions ----------------------------------------------------------------------
-    def totals(self, partitions: Sequence[Sequence[Group]]) -> np.ndarray:
-        """TOTAL of each partition (a sequence of pp sorted groups), batched."""
+    def totals(self, partitions: Sequence[Sequence[Group]], bound: float | None = None) -> np.ndarray:
+        """TOTAL of each partition (a sequence of pp sorted groups), batched.
+
+        With ``bound``, partitions whose DP cost alone reaches ``bound`` are not costed further
+        and get ``inf`` (they cannot beat it): a local search only needs improving candidates.
+        """
         if not partitions:
             return np.zeros(0)
         self.evaluations += len(partitions)
         dps = np.array([max(self.group_dp_cost(g) for g in p) for p in partitions])
-        ws = np.stack([self.coarse_weights(p) for p in partitions])
+        out = np.full(len(partitions), np.inf)
+        keep = np.flatnonzero(dps < bound) if bound is not None else np.arange(len(partitions))
+        if keep.size == 0:
+            return out
+        if bound is not None and self.pp <= MAX_EXACT_TSP:
+            # cheap lower bound first: each coarse edge >= max(row minima, column minima)
+            lbs = dps[keep] + 2.0 * open_tsp_values(self._lower_weights([partitions[k] for k in keep]))
+            keep = keep[lbs < bound]
+            if keep.size == 0:
+                return out
+        ws = self._weights([partitions[k] for k in keep])
         if self.pp <= MAX_EXACT_TSP:
             pps = open_tsp_values(ws)
         else:
             pps = np.array([open_tsp_path(w)[0] for w in ws])
-        return dps + 2.0 * pps
+        out[keep] = dps[keep] + 2.0 * pps
+        return out
 
     def total(self, partition: Sequence[Group]) -> float:
         return float(self.totals([partition])[0])

@@ -30,31 +30,43 @@ MAX_EXACT_TSP = 16  # largest group count solved exactly
 
 
 @lru_cache(maxsize=None)
-def _levels(m: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Per subset size L >= 2: masks, predecessor masks mask^(1<<j) (m_L, m), and j-in-mask."""
-    masks = np.arange(1 << m)
-    pop = np.array([bin(x).count("1") for x in range(1 << m)])
-    nodes = np.arange(m)
+def _levels(m: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """Held–Karp transitions per subset size L >= 2, flattened to valid (S, j) <- (S - j, i).
+
+    For each level: ``tgt`` (distinct state ids S·m + j, sorted), ``src`` (state ids
+    (S - j)·m + i), ``wid`` (weight ids i·m + j) and ``starts`` (first transition of each target,
+    for ``np.minimum.reduceat``). Only i, j in S with i != j appear: 4-5x fewer than a dense gather.
+    """
+    masks = np.arange(1 << m, dtype=np.int64)
+    bits = (masks[:, None] >> np.arange(m)[None, :]) & 1 == 1  # (2^m, m) membership
+    pop = bits.sum(axis=1)
+    eye = np.eye(m, dtype=bool)
     out = []
     for level in range(2, m + 1):
         ms = masks[pop == level]
-        has = (ms[:, None] >> nodes[None, :]) & 1 == 1
-        prev = np.where(has, ms[:, None] ^ (1 << nodes)[None, :], 0)
-        out.append((ms, prev, has))
+        b = bits[pop == level]
+        # valid (S, j, i): j in S, i in S, i != j; C-order keeps each target (S, j) contiguous
+        ok = b[:, :, None] & b[:, None, :] & ~eye[None, :, :]
+        s_idx, j, i = np.nonzero(ok)
+        mask = ms[s_idx]
+        tgt_all = mask * m + j
+        src = (mask ^ (1 << j)) * m + i
+        wid = i * m + j
+        tgt, starts = np.unique(tgt_all, return_index=True)
+        out.append((tgt, src, wid, starts))
     return out
 
 
 def _held_karp(w: np.ndarray) -> np.ndarray:
-    """dp table (K, 2^m, m): cheapest path over set S ending at j (any start)."""
+    """dp table (K, 2^m · m): cheapest path over set S ending at j (any start), id S·m + j."""
     k, m, _ = w.shape
-    dp = np.full((k, 1 << m, m), np.inf)
-    dp[:, 1 << np.arange(m), np.arange(m)] = 0.0
-    for ms, prev, has in _levels(m):
-        # cand[k, s, j, i] = dp[prev(s, j), i] + w[i, j]; dp is inf where i not in prev mask.
-        cand = dp[:, prev, :] + np.swapaxes(w, 1, 2)[:, None, :, :]
-        best = cand.min(axis=3)
-        best[:, ~has] = np.inf
-        dp[:, ms, :] = best
+    dp = np.full((k, (1 << m) * m), np.inf)
+    singles = np.arange(m)
+    dp[:, (1 << singles) * m + singles] = 0.0
+    wf = w.reshape(k, m * m)
+    for tgt, src, wid, starts in _levels(m):
+        cand = dp[:, src] + wf[:, wid]
+        dp[:, tgt] = np.minimum.reduceat(cand, starts, axis=1)
     return dp
 
 
@@ -77,10 +89,11 @@ def open_tsp_values(weights: np.ndarray) -> np.ndarray:
         raise ValueError(f"open_tsp_values: exact only up to {MAX_EXACT_TSP} groups, got {m}")
     if m == 1 or k == 0:
         return np.zeros(k)
-    chunk = max(1, int(2e6 // ((1 << m) * m * m)))  # bound the (K, m_L, m, m) temporary
+    chunk = max(1, int(4e6 // ((1 << m) * m * m)))  # bound the (K, transitions) temporary
     out = np.empty(k)
+    full = ((1 << m) - 1) * m
     for s in range(0, k, chunk):
-        out[s:s + chunk] = _held_karp(w[s:s + chunk])[:, -1, :].min(axis=1)
+        out[s:s + chunk] = _held_karp(w[s:s + chunk])[:, full:full + m].min(axis=1)
     return out
 
 
@@ -91,7 +104,7 @@ def path_cost(weights: np.ndarray, order: list[int]) -> float:
 
 def _exact_path(w: np.ndarray) -> list[int]:
     m = w.shape[0]
-    dp = _held_karp(w[None])[0]
+    dp = _held_karp(w[None])[0].reshape(1 << m, m)
     mask = (1 << m) - 1
     j = int(np.argmin(dp[mask]))
     order = [j]

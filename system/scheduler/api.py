@@ -91,7 +91,7 @@ def schedule(cluster: Cluster, sizes: TaskletSizes, *, pp: int, dp: int,
              trials: int | None = None, population: int | None = None,
              time_limit_s: float | None = None,
              on_progress: Callable[[int, float], None] | None = None,
-             greedy_seeds: bool = False, ls_max_steps: int = 50) -> ScheduleResult:
+             greedy_seeds: bool = True, ls_max_steps: int = 50) -> ScheduleResult:
     """Assign every device a (stage, replica) to minimise TOTAL = DP + 2·PP (paper §3).
 
     Args:
@@ -104,7 +104,8 @@ def schedule(cluster: Cluster, sizes: TaskletSizes, *, pp: int, dp: int,
         population: GA population (default 100).
         time_limit_s: stop the search after about this much wall time.
         on_progress: called as ``on_progress(trial, best_total_s)``.
-        greedy_seeds: put two greedy layouts in the GA's initial population.
+        greedy_seeds: put two greedy layouts in the GA's initial population (the rest is
+            random); ``ScheduleResult.stats["best_from"]`` says whether the best came from one.
         ls_max_steps: improving steps per local search.
 
     Raises:

@@ -5,7 +5,9 @@ Population of balanced partitions (``pp`` groups of ``dp`` devices). Each trial:
 1. pick two distinct parents uniformly at random;
 2. crossover: relabel parent 2's groups to best overlap parent 1's (Hungarian on the overlap
    counts), then take each device's group from parent 1 or parent 2 by a fair coin;
-3. repair to balanced groups: overfull groups hand random members to underfull ones;
+3. repair to balanced groups: overfull groups hand random members to underfull ones; then
+   mutate by 0..``mutation_swaps`` random swaps between groups (lets every device move: the
+   tailored search only moves each group's fastest pair);
 4. local search (:mod:`system.scheduler.local_search`, tailored or KL gains, true TOTAL);
 5. replace the WORST member if the child is better than it and not already in the population.
 
@@ -39,7 +41,9 @@ class GeneticConfig:
     trials: int = 4900  # offspring made (the authors: 4,900 → 5,000 evaluations with the start)
     local_search: str = "tailored"  # tailored | kl
     ls_max_steps: int = 50  # improving steps per local search
-    greedy_seeds: bool = False  # add two greedy layouts to the initial population
+    swap_sample: int = 128  # plain swaps tried when the circular moves are stuck (0: none)
+    mutation_swaps: int = 2  # after crossover, 0..mutation_swaps random swaps (uniform count)
+    greedy_seeds: bool = True  # add two greedy layouts to the initial population
     time_limit_s: float | None = None  # stop after this much wall time (checked per trial)
 
     def __post_init__(self) -> None:
@@ -139,11 +143,22 @@ def crossover(a: Partition, b: Partition, rng: np.random.Generator) -> Partition
     return _sorted([np.flatnonzero(child == k) for k in range(pp)])
 
 
+def mutate(part: Partition, swaps: int, rng: np.random.Generator) -> Partition:
+    """Swap two random devices of two random groups, ``swaps`` times."""
+    groups = [list(g) for g in part]
+    for _ in range(swaps):
+        p, q = rng.choice(len(groups), 2, replace=False)
+        i, j = rng.integers(len(groups[p])), rng.integers(len(groups[q]))
+        groups[p][i], groups[q][j] = groups[q][j], groups[p][i]
+    return _sorted(groups)
+
+
 def genetic_search(ev: PartitionEvaluator, config: GeneticConfig, rng: np.random.Generator,
                    on_progress: Callable[[int, float], None] | None = None,
                    ) -> tuple[Partition, float, GeneticStats]:
     """Run the hybrid GA; returns (best partition, its TOTAL, statistics)."""
     t0 = time.perf_counter()
+    deadline = None if config.time_limit_s is None else t0 + config.time_limit_s
     n, pp = ev.cluster.num_devices, ev.pp
     stats = GeneticStats()
     pop = [random_partition(n, pp, rng) for _ in range(config.population)]
@@ -160,12 +175,15 @@ def genetic_search(ev: PartitionEvaluator, config: GeneticConfig, rng: np.random
     if on_progress:
         on_progress(0, float(totals[best]))
     for trial in range(1, config.trials + 1):
-        if config.time_limit_s is not None and time.perf_counter() - t0 >= config.time_limit_s:
+        if deadline is not None and time.perf_counter() >= deadline:
             break
         i, j = rng.choice(len(pop), 2, replace=False)
         child = crossover(pop[i], pop[j], rng)
+        if config.mutation_swaps and pp > 1:
+            child = mutate(child, int(rng.integers(config.mutation_swaps + 1)), rng)
         child, total = local_search(ev, child, ev.total(child), rng, rule=config.local_search,
-                                    max_steps=config.ls_max_steps)
+                                    max_steps=config.ls_max_steps, swap_sample=config.swap_sample,
+                                    deadline=deadline)
         stats.trials = trial
         worst = int(np.argmax(totals))
         key = tuple(child)

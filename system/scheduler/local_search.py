@@ -18,6 +18,7 @@ tries the paper's four swaps d1↔d1', d1↔d2', d2↔d1', d2↔d2' for every pa
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -55,13 +56,18 @@ class _Gains:
     def __init__(self, ev: PartitionEvaluator, rule: str) -> None:
         self.link = ev.pp_link_s
         self.rule = rule
+        self._pairs: dict[tuple[int, ...], list[int]] = {}
         if rule == "kl":
             w = 1.0 / ev.cluster.bandwidth_bps  # weight ∝ 1/β; diagonal is 1/inf = 0
             self.w = w
 
     def candidates(self, g: set[int]) -> list[int]:
         if self.rule == "tailored" and len(g) >= 2:
-            return list(_fast_pair(self.link, tuple(sorted(g))))
+            key = tuple(sorted(g))
+            got = self._pairs.get(key)
+            if got is None:
+                got = self._pairs[key] = list(_fast_pair(self.link, key))
+            return got
         return sorted(g)
 
     def gain(self, v: int, src: set[int], dst: set[int]) -> float:
@@ -131,19 +137,35 @@ def _swap_candidates(part: Partition, gains: _Gains) -> list[Partition]:
     return out
 
 
+def _random_swaps(part: Partition, limit: int, rng: np.random.Generator) -> list[Partition]:
+    """All single swaps between groups if there are at most ``limit``, else ``limit`` at random."""
+    pp = len(part)
+    pairs = [(p, q, a, b) for p in range(pp) for q in range(p + 1, pp)
+             for a in part[p] for b in part[q]]
+    if len(pairs) > limit:
+        pairs = [pairs[k] for k in rng.choice(len(pairs), limit, replace=False)]
+    return [_apply(part, [(a, p, q), (b, q, p)]) for p, q, a, b in pairs]
+
+
 def local_search(ev: PartitionEvaluator, part: Partition, total: float, rng: np.random.Generator,
-                 *, rule: str = "tailored", max_steps: int = 50) -> tuple[Partition, float]:
+                 *, rule: str = "tailored", max_steps: int = 50, swap_sample: int = 0,
+                 deadline: float | None = None) -> tuple[Partition, float]:
     """Improve ``part`` by circular move sequences until no start group improves TOTAL.
 
     Each step builds one sequence per start group (plus the four-candidate swaps for
     ``tailored``), costs every closed prefix with the true TOTAL in one batch, and applies the
-    best one if it is lower. Returns the improved partition and its TOTAL.
+    best one if it is lower. When that fails and ``swap_sample`` > 0, one more try costs up to
+    ``swap_sample`` plain swaps (all of them on small instances) before giving up: the
+    fast-pair candidates alone leave most devices unmovable. Stops early once ``time.perf_counter()`` passes ``deadline``.
+    Returns the improved partition and its TOTAL.
     """
     if rule not in LOCAL_SEARCHES:
         raise ValueError(f"local search rule {rule!r} unknown; known: {', '.join(LOCAL_SEARCHES)}")
     gains = _Gains(ev, rule)
     pp = len(part)
     for _ in range(max_steps):
+        if deadline is not None and time.perf_counter() >= deadline:
+            break
         cands: list[Partition] = []
         for start in rng.permutation(pp):
             cands.extend(_cycle_candidates(part, gains, int(start), rng))
@@ -151,8 +173,12 @@ def local_search(ev: PartitionEvaluator, part: Partition, total: float, rng: np.
             cands.extend(_swap_candidates(part, gains))
         if not cands:
             break
-        totals = ev.totals(cands)
+        totals = ev.totals(cands, bound=total)
         k = int(np.argmin(totals))
+        if totals[k] >= total - 1e-12 and swap_sample > 0:
+            cands = _random_swaps(part, swap_sample, rng)
+            totals = ev.totals(cands, bound=total)
+            k = int(np.argmin(totals))
         if totals[k] >= total - 1e-12:
             break
         part, total = cands[k], float(totals[k])
