@@ -1,0 +1,150 @@
+"""The baselines' configuration grid: TP/PP/DP/micro-batch/ZeRO enumeration + memory check.
+
+The paper grid-searched Megatron and DeepSpeed per setting (§4.1, appendix 10.2). A configuration
+is valid when its shape divides the cluster and workload and (Megatron) every tensor-parallel group
+sits inside one host in launch order (TP only over NVLink, as the paper and Megatron recommend);
+it is *feasible* when its per-device memory fits the accelerator (16 B/param mixed-precision Adam,
+sharded as ZeRO says, plus activations with full recomputation; :mod:`system.simulator.memory`).
+
+The real-launcher grid driver imports :func:`megatron_space` / :func:`deepspeed_space` and
+:func:`config_memory_bytes` from here, so the simulator and real runs search the same grid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from system.cluster import Cluster
+from system.simulator.collective import pipeline_memory_bytes
+from system.simulator.hardware import V100, Hardware
+from system.simulator.memory import training_memory
+from system.simulator.result import SimResult
+from system.workload import Workload
+
+__all__ = ["BaselineConfig", "GridResult", "MICRO_BATCH_SIZES", "megatron_space",
+           "deepspeed_space", "config_memory_bytes", "config_fits", "with_micro_batch",
+           "pick_best"]
+
+MICRO_BATCH_SIZES = (1, 2, 4, 8)  # sequences per micro-batch tried by the grid
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BaselineConfig:
+    """One point of a baseline's grid."""
+
+    system: str  # megatron | deepspeed
+    tp: int
+    pp: int
+    dp: int
+    micro_batch_size: int
+    zero: int = 0  # 0 Megatron; DeepSpeed 1 (with a pipeline) or 3 (pure data parallel)
+
+    @property
+    def variant(self) -> str:
+        if self.system == "megatron":
+            return "megatron"
+        return "zero3" if self.zero == 3 else "pp+zero1"
+
+    def label(self) -> str:
+        text = f"tp{self.tp}/pp{self.pp}/dp{self.dp} mbs{self.micro_batch_size}"
+        return text + (f" zero{self.zero}" if self.zero else "")
+
+    def to_dict(self) -> dict:
+        return {"tp": self.tp, "pp": self.pp, "dp": self.dp,
+                "micro_batch_size": self.micro_batch_size, "zero": self.zero}
+
+
+@dataclass(frozen=True, slots=True)
+class GridResult:
+    """Every configuration simulated for one setting, and the fastest feasible one."""
+
+    best: SimResult
+    results: tuple[SimResult, ...] = field(default_factory=tuple)
+
+    def why(self) -> str:
+        """One line: the pick, its phases, and the runner-up it beat."""
+        ok = sorted((r for r in self.results if r.status == "ok"), key=lambda r: r.iter_time_s)
+        b = self.best
+        text = (f"{b.label()}: {b.iter_time_s:.1f} s (pipeline {b.breakdown.get('pipeline_s', 0):.1f}"
+                f" s, DP {b.breakdown.get('dp_sync_s', 0):.1f} s)")
+        if len(ok) > 1:
+            r = ok[1]
+            text += (f"; runner-up {r.label()} {r.iter_time_s:.1f} s (pipeline "
+                     f"{r.breakdown.get('pipeline_s', 0):.1f} s, DP {r.breakdown.get('dp_sync_s', 0):.1f} s)")
+        oom = sum(r.status == "oom" for r in self.results)
+        return text + f"; {len(ok)} feasible, {oom} over memory"
+
+
+def _divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+def _tp_inside_hosts(cluster: Cluster, tp: int) -> bool:
+    """Launch order puts TP ranks on consecutive devices: each block of ``tp`` on one host?"""
+    host = np.asarray(cluster.host_of).reshape(-1, tp)
+    return bool(np.all(host == host[:, :1]))
+
+
+def _micro_batches(workload: Workload, dp: int) -> list[int]:
+    per_replica = workload.global_batch_size // dp if workload.global_batch_size % dp == 0 else 0
+    return [b for b in MICRO_BATCH_SIZES if per_replica and per_replica % b == 0]
+
+
+def megatron_space(cluster: Cluster, workload: Workload) -> list[BaselineConfig]:
+    """All valid Megatron (tp, pp, dp, micro-batch) configurations on ``cluster``."""
+    d, model = cluster.num_devices, workload.model
+    out = []
+    for tp in _divisors(d):
+        if model.num_attention_heads % tp or not _tp_inside_hosts(cluster, tp):
+            continue
+        for pp in _divisors(d // tp):
+            if model.num_layers % pp:
+                continue
+            dp = d // (tp * pp)
+            out += [BaselineConfig(system="megatron", tp=tp, pp=pp, dp=dp, micro_batch_size=b)
+                    for b in _micro_batches(workload, dp)]
+    return out
+
+
+def deepspeed_space(cluster: Cluster, workload: Workload) -> list[BaselineConfig]:
+    """DeepSpeed: ZeRO-3 over all devices, and pipeline (pp >= 2) + ZeRO-1, every micro-batch."""
+    d, model = cluster.num_devices, workload.model
+    out = [BaselineConfig(system="deepspeed", tp=1, pp=1, dp=d, micro_batch_size=b, zero=3)
+           for b in _micro_batches(workload, d)]
+    for pp in _divisors(d):
+        if pp < 2 or model.num_layers % pp:
+            continue
+        out += [BaselineConfig(system="deepspeed", tp=1, pp=pp, dp=d // pp, micro_batch_size=b,
+                               zero=1) for b in _micro_batches(workload, d // pp)]
+    return out
+
+
+def with_micro_batch(workload: Workload, config: BaselineConfig) -> Workload:
+    return replace(workload, micro_batch_size=config.micro_batch_size)
+
+
+def config_memory_bytes(config: BaselineConfig, workload: Workload) -> float:
+    """Peak per-device memory estimate of ``config`` (bytes)."""
+    w = with_micro_batch(workload, config)
+    if config.zero == 3:
+        d = config.dp
+        return training_memory(w.model, layers=w.model.num_layers, micro_batch_size=w.micro_batch_size,
+                               in_flight=1, embedding=True, logits=True, weight_shards=d,
+                               grad_shards=d, optimizer_shards=d, gathered_layers=2).total_bytes
+    shards = config.dp if config.zero == 1 else 1
+    return pipeline_memory_bytes(w, config.tp, config.pp, config.dp, optimizer_shards=shards)
+
+
+def config_fits(config: BaselineConfig, workload: Workload, hardware: Hardware = V100) -> bool:
+    return config_memory_bytes(config, workload) <= hardware.usable_memory_bytes
+
+
+def pick_best(results: list[SimResult], what: str) -> GridResult:
+    """The fastest feasible result; ValueError naming ``what`` if every configuration is over memory."""
+    ok = [r for r in results if r.status == "ok"]
+    if not ok:
+        raise ValueError(f"{what}: no configuration fits in device memory "
+                         f"({len(results)} tried); use more devices or a smaller model/batch")
+    return GridResult(best=min(ok, key=lambda r: r.iter_time_s), results=tuple(results))

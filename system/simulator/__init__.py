@@ -1,0 +1,17 @@
+"""Performance simulator for ours, Megatron and DeepSpeed on the paper's network cases (§4).
+
+Pure Python + NumPy (no torch). Entry points:
+
+- :func:`simulate_ours` — our runtime on any (cluster, assignment, workload), with the V100
+  compute model or measured :class:`StageCompute` times;
+- :func:`simulate_1f1b_ring` — 1F1B pipelines + ring all-reduce (Megatron, DeepSpeed pipe+ZeRO-1);
+  the baselines' grid search lives in ``baselines/``.
+"""
+
+from system.simulator.collective import rank_grid, simulate_1f1b_ring
+from system.simulator.hardware import V100, Hardware, StageCompute, stage_compute
+from system.simulator.ours import simulate_ours
+from system.simulator.result import SimResult
+
+__all__ = ["SimResult", "StageCompute", "Hardware", "V100", "stage_compute", "simulate_ours",
+           "simulate_1f1b_ring", "rank_grid"]

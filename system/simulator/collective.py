@@ -1,0 +1,114 @@
+"""Collective-communication training (Megatron-style 3D parallel, DeepSpeed pipe + ZeRO-1).
+
+The shared model of the baselines that run a 1F1B pipeline with blocking p2p and synchronise data
+parallel replicas with a ring all-reduce after the pipeline flush (MODELING.md):
+
+- ranks in launch order, ``rank = t + TP·(d + DP·s)`` (Megatron: tensor innermost, then data,
+  then pipeline; DeepSpeed's PipeDataParallelTopology is the TP = 1 case), rank r on device r.
+  Worked example, TP=2, PP=2, DP=2 on 8 devices: stage 0 holds devices 0–3 (replica 0: 0, 1;
+  replica 1: 2, 3), stage 1 devices 4–7; the DP ring of (t=0, s=0) is devices [0, 2];
+- tensor parallel: per layer and micro-batch 2 all-reduces of the activations (b·s·h fp16) in the
+  forward pass, 2 more in the recomputed forward and 2 in the backward (Shoeybi et al. 2019);
+  only inside a host;
+- pipeline: 1F1B; each micro-batch exchanges one activation (forward) and one gradient (backward)
+  with each neighbour; Megatron's scatter/gather optimisation sends 1/TP of it per tensor rank;
+  the transfers block the stage (:func:`system.simulator.timeline.one_f_one_b_s`);
+- data parallel: ring all-reduce of the stage's fp16 layer gradients (1/TP per rank) over the DP
+  ranks in rank order, all rings at once; ZeRO-1 replaces it by reduce-scatter + all-gather of the
+  same volume and shards the optimizer state and step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from system.cluster import Cluster
+from system.simulator.comm import flow_time_s, ring_collective_s
+from system.simulator.hardware import V100, Hardware, stage_compute
+from system.simulator.memory import training_memory
+from system.simulator.result import SimResult
+from system.simulator.timeline import one_f_one_b_s
+from system.workload import Workload
+
+__all__ = ["rank_grid", "simulate_1f1b_ring", "pipeline_memory_bytes"]
+
+
+def rank_grid(tp: int, pp: int, dp: int) -> np.ndarray:
+    """Device of (stage s, replica d, tensor rank t) as a (pp, dp, tp) array, launch order.
+
+    >>> rank_grid(2, 2, 2)[0].tolist()   # stage 0: replica 0 on devices 0, 1; replica 1 on 2, 3
+    [[0, 1], [2, 3]]
+    """
+    return np.arange(tp * pp * dp).reshape(pp, dp, tp)
+
+
+def pipeline_memory_bytes(workload: Workload, tp: int, pp: int, dp: int, *,
+                          optimizer_shards: int = 1) -> float:
+    """Peak device memory of a 1F1B stage: stage 0 holds up to ``pp`` micro-batches in flight."""
+    model = workload.model
+    kw = dict(layers=model.num_layers // pp, micro_batch_size=workload.micro_batch_size, tp=tp,
+              optimizer_shards=optimizer_shards)
+    first = training_memory(model, in_flight=pp, embedding=True, logits=pp == 1, **kw)
+    last = training_memory(model, in_flight=1, embedding=True, logits=True, **kw)
+    return max(first.total_bytes, last.total_bytes)
+
+
+def simulate_1f1b_ring(cluster: Cluster, workload: Workload, *, tp: int, pp: int, dp: int,
+                       zero: int = 0, system: str = "megatron", hardware: Hardware = V100,
+                       p2p_scatter: bool = True) -> SimResult:
+    """One iteration of 1F1B pipelines + ring all-reduce DP in launch order (module docstring).
+
+    ``zero`` 0 (Megatron, replicated optimizer) or 1 (DeepSpeed ZeRO-1: optimizer sharded).
+    Raises ValueError for layouts the cluster or workload cannot hold (sizes, TP across hosts).
+    """
+    model = workload.model
+    if tp * pp * dp != cluster.num_devices:
+        raise ValueError(f"tp={tp} x pp={pp} x dp={dp} != {cluster.num_devices} devices of {cluster.name!r}")
+    if zero not in (0, 1):
+        raise ValueError(f"simulate_1f1b_ring: zero must be 0 or 1, got {zero}")
+    if model.num_attention_heads % tp or model.hidden_size % tp:
+        raise ValueError(f"tp={tp} does not divide the model's heads/hidden size")
+    workload.check_layout(pp, dp)
+    grid = rank_grid(tp, pp, dp)
+    host = np.asarray(cluster.host_of)
+    if np.any(host[grid] != host[grid[..., :1]]):
+        raise ValueError(f"tp={tp}: a tensor-parallel group would span hosts of {cluster.name!r}")
+    mbs = workload.micro_batch_size
+    m = workload.micro_batches(dp)
+    layers = model.num_layers // pp
+    shards = dp if zero == 1 else 1
+    params = layers * model.params_per_layer / tp
+    compute = stage_compute(model, pp, mbs, tp=tp, hardware=hardware,
+                            params_per_device=[params / shards] * pp)
+    f, b, opt = compute.per_stage(pp)
+    busy = float((m * (f + b) + opt).max())  # pure compute of the busiest device
+
+    act = mbs * model.seq_length * model.hidden_size * workload.activation_bytes
+    if tp > 1:  # 6 all-reduces per layer and micro-batch, all TP groups at once
+        t_ar = ring_collective_s(cluster, grid.reshape(-1, tp), act).max()
+        f = f + 2 * layers * t_ar
+        b = b + 4 * layers * t_ar
+    else:
+        t_ar = 0.0
+    slot = np.broadcast_to((f + b)[:, None], (pp, dp)).copy()
+    if pp > 1:  # activations forward and gradients backward in flight at once (steady state)
+        send = act / tp if p2p_scatter else act
+        src, dst = grid[:-1].ravel(), grid[1:].ravel()
+        both = flow_time_s(cluster, np.concatenate([src, dst]), np.concatenate([dst, src]), send)
+        link = np.maximum(both[: src.size], both[src.size:]).reshape(pp - 1, dp, tp).max(axis=2)
+        slot[:-1] += link
+        slot[1:] += link
+    pipeline_s = float(one_f_one_b_s(slot, m).max())
+    rings = grid.transpose(0, 2, 1).reshape(-1, dp)  # (pp·tp, dp): one DP ring per (s, t)
+    dp_s = float(ring_collective_s(cluster, rings, 2.0 * params).max()) if dp > 1 else 0.0
+    iter_s = pipeline_s + dp_s + float(opt.max())
+    memory = pipeline_memory_bytes(workload, tp, pp, dp, optimizer_shards=shards)
+    return SimResult(
+        system=system, iter_time_s=iter_s, compute_time_s=busy,
+        model_flops=workload.model_flops(recompute=True), memory_bytes=memory,
+        config={"tp": tp, "pp": pp, "dp": dp, "micro_batch_size": mbs, "zero": zero},
+        breakdown={"pipeline_s": pipeline_s, "dp_sync_s": dp_s, "optimizer_s": float(opt.max()),
+                   "tp_allreduce_s": float(t_ar), "slot_max_s": float(slot.max()),
+                   "micro_batches": int(m)},
+        status="ok" if memory <= hardware.usable_memory_bytes else "oom",
+    )

@@ -1,0 +1,127 @@
+"""Device compute model: V100 16 GB, FLOPs per stage and micro-batch, optimizer step (paper §4.1).
+
+FLOP counts (MODELING.md, Narayanan et al. SC'21): one transformer layer's forward pass costs
+``24·s·h² + 4·s²·h`` FLOPs per sequence, its backward 2× that, and full activation recomputation
+replays the forward once more, so one layer costs 4× its forward per micro-batch sequence. The
+output layer costs ``2·s·h·V`` forward and 2× that backward (not recomputed). Summed over all
+stages and micro-batches this is exactly :meth:`system.workload.Workload.model_flops` with
+``recompute=True`` — the FLOP count every system's PFLOPS uses.
+
+Achievable fraction of peak: 0.30, from Megatron-LM (Shoeybi et al., 2019): 39 TFLOPS sustained on
+one V100 for a 1.2B-parameter GPT, i.e. 39/125 ≈ 30% of the fp16 tensor-core peak. It is the one
+calibrated constant of the compute model and the same for every system; it is not fitted to the
+paper's results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from system.workload import GPTConfig
+
+__all__ = ["Hardware", "V100", "StageCompute", "layer_forward_flops", "logits_forward_flops",
+           "stage_compute", "ADAM_BYTES_PER_PARAM"]
+
+# Bytes an Adam step moves per parameter in mixed precision: read fp16 grad (2), read+write fp32
+# master weight, momentum, variance (3 × 8), write fp16 weight (2).
+ADAM_BYTES_PER_PARAM = 28.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Hardware:
+    """One accelerator type."""
+
+    name: str = "V100-16GB"
+    peak_flops: float = 125e12  # fp16 tensor-core peak, FLOP/s (NVIDIA V100 datasheet)
+    achievable_fraction: float = 0.30  # Megatron-LM: 39 TFLOPS / 125 on one V100 (see module doc)
+    memory_bytes: float = 16 * 2**30  # HBM2 capacity
+    reserved_bytes: float = 1 * 2**30  # CUDA context + allocator fragmentation (assumption)
+    hbm_bandwidth_bps: float = 900e9 * 8  # 900 GB/s HBM2, in bit/s (optimizer step is memory-bound)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.achievable_fraction <= 1:
+            raise ValueError(f"hardware {self.name!r}: achievable_fraction must be in (0, 1]")
+        if self.peak_flops <= 0 or self.memory_bytes <= self.reserved_bytes:
+            raise ValueError(f"hardware {self.name!r}: needs peak_flops > 0, memory > reserved")
+
+    @property
+    def flops(self) -> float:
+        """Sustained FLOP/s used for every compute time."""
+        return self.peak_flops * self.achievable_fraction
+
+    @property
+    def usable_memory_bytes(self) -> float:
+        return self.memory_bytes - self.reserved_bytes
+
+    def optimizer_step_s(self, params: float) -> float:
+        """Seconds for a mixed-precision Adam step over ``params`` parameters (memory-bound)."""
+        return 8.0 * ADAM_BYTES_PER_PARAM * params / self.hbm_bandwidth_bps
+
+
+V100 = Hardware()
+
+
+def layer_forward_flops(model: GPTConfig, sequences: float) -> float:
+    """Forward FLOPs of one transformer layer for ``sequences`` sequences: 24sh² + 4s²h each."""
+    s, h = model.seq_length, model.hidden_size
+    return sequences * (24.0 * s * h * h + 4.0 * s * s * h)
+
+
+def logits_forward_flops(model: GPTConfig, sequences: float) -> float:
+    """Forward FLOPs of the output (logit) layer: 2·s·h·V per sequence."""
+    return sequences * 2.0 * model.seq_length * model.hidden_size * model.vocab_size
+
+
+@dataclass(frozen=True, slots=True)
+class StageCompute:
+    """Per-stage compute seconds per micro-batch (forward; backward incl. recomputation) + step.
+
+    Each field is a float (every stage alike) or one value per stage. This is what the emulation
+    engineer passes to :func:`system.simulator.simulate_ours` with *measured* times instead of the
+    V100 model.
+    """
+
+    fwd_s: float | Sequence[float]
+    bwd_s: float | Sequence[float]
+    opt_s: float | Sequence[float] = 0.0
+
+    def per_stage(self, pp: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(fwd, bwd, opt), each shape (pp,), checked non-negative and finite."""
+        out = []
+        for label in ("fwd_s", "bwd_s", "opt_s"):
+            v = np.asarray(getattr(self, label), dtype=float)
+            v = np.full(pp, float(v)) if v.ndim == 0 else v
+            if v.shape != (pp,):
+                raise ValueError(f"StageCompute.{label}: expected a float or {pp} values, got {v.shape}")
+            if not np.all(np.isfinite(v)) or np.any(v < 0):
+                raise ValueError(f"StageCompute.{label}: values must be finite and >= 0, got {v}")
+            out.append(v)
+        return out[0], out[1], out[2]
+
+
+def stage_compute(model: GPTConfig, pp: int, micro_batch_size: int, *, tp: int = 1,
+                  hardware: Hardware = V100, params_per_device: Sequence[float] | None = None,
+                  ) -> StageCompute:
+    """V100-model compute times for ``pp`` equal stages (layers split evenly, logits on the last).
+
+    Tensor parallelism divides each stage's FLOPs by ``tp`` (perfect split; its all-reduces are
+    charged by the caller). ``params_per_device`` (one per stage) sets the optimizer step time;
+    default: the stage's layer parameters / tp.
+    """
+    if model.num_layers % pp:
+        raise ValueError(f"num_layers={model.num_layers} is not divisible into pp={pp} stages")
+    layers = model.num_layers // pp
+    f_layer = layer_forward_flops(model, micro_batch_size)
+    f_logit = logits_forward_flops(model, micro_batch_size)
+    fwd = np.full(pp, layers * f_layer)
+    bwd = np.full(pp, layers * 3.0 * f_layer)  # backward 2× + recomputation 1×
+    fwd[-1] += f_logit
+    bwd[-1] += 2.0 * f_logit
+    if params_per_device is None:
+        params_per_device = [layers * model.params_per_layer / tp] * pp
+    opt = np.array([hardware.optimizer_step_s(p) for p in params_per_device])
+    scale = 1.0 / (tp * hardware.flops)
+    return StageCompute(fwd_s=tuple(fwd * scale), bwd_s=tuple(bwd * scale), opt_s=tuple(opt))

@@ -1,0 +1,56 @@
+"""Per-device training memory: weights, gradients, optimizer state, activations (MODELING.md).
+
+- Mixed-precision Adam: 16 bytes per parameter = fp16 weights 2 + fp16 grads 2 + fp32 master
+  weights, momentum and variance 12 (Rajbhandari et al., ZeRO, SC'20). ZeRO-1 shards the 12,
+  ZeRO-3 also the weights and grads, over the data-parallel degree.
+- Activations with full recomputation (Korthikanti et al., 2022): only each layer's fp16 input,
+  2·s·h bytes per sequence, is kept per micro-batch in flight; one layer is recomputed at a time
+  and needs its full working set, s·h·(10 + 24/t + 5·a·s/(h·t)) bytes per sequence with tensor
+  parallel degree t (= s·h·(34 + 5as/h) for t = 1).
+- Output layer: fp16 logits + fp32 softmax, 6·s·V/t bytes per sequence, on the last stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from system.workload import GPTConfig
+
+__all__ = ["MemoryEstimate", "training_memory"]
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryEstimate:
+    weights_bytes: float
+    grads_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+
+    @property
+    def total_bytes(self) -> float:
+        return self.weights_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes
+
+
+def training_memory(model: GPTConfig, *, layers: int, micro_batch_size: int, in_flight: int,
+                    tp: int = 1, embedding: bool = False, logits: bool = False,
+                    weight_shards: int = 1, grad_shards: int = 1, optimizer_shards: int = 1,
+                    gathered_layers: int = 0) -> MemoryEstimate:
+    """Memory of one device holding ``layers`` layers (plus the embedding/logits if flagged).
+
+    ``in_flight`` micro-batches keep their layer inputs (GPipe: all of a pass, 1F1B: up to the
+    number of stages); ``gathered_layers`` full layers are materialised at once (ZeRO-3).
+    """
+    if min(layers, micro_batch_size, in_flight, tp, weight_shards, grad_shards, optimizer_shards) < 1:
+        raise ValueError("training_memory: layers, micro_batch_size, in_flight, tp and shards must be >= 1")
+    s, h, a, v = model.seq_length, model.hidden_size, model.num_attention_heads, model.vocab_size
+    params = layers * model.params_per_layer / tp
+    if embedding or logits:
+        params += model.embedding_params / tp
+    weights = 2.0 * params / weight_shards + 2.0 * gathered_layers * model.params_per_layer / tp
+    grads = 2.0 * params / grad_shards
+    optimizer = 12.0 * params / optimizer_shards
+    b = micro_batch_size
+    stored = in_flight * layers * 2.0 * s * h * b
+    working = s * h * b * (10.0 + 24.0 / tp + 5.0 * a * s / (h * tp))
+    out = 6.0 * s * v * b / tp if logits else 0.0
+    return MemoryEstimate(weights, grads, optimizer, stored + working + out)

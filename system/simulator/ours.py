@@ -1,0 +1,143 @@
+"""Our system's iteration time on any (cluster, assignment, workload) (paper §3.5).
+
+One iteration of the runtime:
+
+1. GPipe over the assignment's pipelines (``stages[s][r]``): all forwards, then all backwards,
+   micro-batches of ``micro_batch_size`` sequences; receive, compute and send on separate streams
+   (:func:`system.simulator.timeline.gpipe_timeline`). All pipelines run concurrently, so their
+   boundary transfers share links and host NICs (:mod:`system.simulator.comm`).
+2. If a replica's micro-batches do not fit in memory at once, the pass is split into equal
+   gradient-accumulation rounds, each a GPipe pass starting when the device is free.
+3. Sharded-parameter-server data parallelism (§3.2) over each stage's group, started when all of
+   the group's replicas have finished their last backward (groups run concurrently).
+4. The optimizer step on each stage.
+
+Use it with the V100 model (default) or with measured compute times::
+
+    simulate_ours(cluster, assignment, workload,
+                  compute=StageCompute(fwd_s=0.012, bwd_s=0.030, opt_s=0.002))
+
+The DP payload is :func:`system.workload.tasklet_sizes`'s c_dp (the stage's layer gradients),
+exactly what the scheduler's cost model charges, so with free pipelines and no NIC sharing the
+DP phase equals :func:`system.cost.model.assignment_cost`'s ``dp_cost_s`` (tested).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from system.cluster import Cluster
+from system.cost.model import check_sizes
+from system.scheduler.assignment import Assignment
+from system.simulator.comm import flow_time_s, sharded_ps_s
+from system.simulator.hardware import V100, Hardware, StageCompute, stage_compute
+from system.simulator.memory import training_memory
+from system.simulator.result import SimResult
+from system.simulator.timeline import gpipe_timeline
+from system.workload import Workload, tasklet_sizes
+
+log = logging.getLogger(__name__)
+
+__all__ = ["simulate_ours", "ours_memory_bytes", "accumulation_rounds"]
+
+
+def ours_memory_bytes(workload: Workload, pp: int, in_flight: int) -> float:
+    """Peak device memory (bytes) of our runtime with ``in_flight`` micro-batches per pass."""
+    layers = workload.model.num_layers // pp
+    kw = dict(layers=layers, micro_batch_size=workload.micro_batch_size, in_flight=in_flight)
+    first = training_memory(workload.model, embedding=True, logits=pp == 1, **kw)
+    last = training_memory(workload.model, embedding=True, logits=True, **kw)
+    return max(first.total_bytes, last.total_bytes)
+
+
+def accumulation_rounds(workload: Workload, pp: int, dp: int, hardware: Hardware = V100) -> int:
+    """Fewest equal rounds whose micro-batches fit in memory; 0 if even one micro-batch does not."""
+    m = workload.micro_batches(dp)
+    for rounds in range(1, m + 1):
+        if m % rounds == 0 and ours_memory_bytes(workload, pp, m // rounds) <= hardware.usable_memory_bytes:
+            return rounds
+    return 0
+
+
+def _pipeline_links(cluster: Cluster, stages: np.ndarray, nbytes: float) -> tuple[np.ndarray, np.ndarray]:
+    """(p-1, r) seconds per activation (forward) and per activation gradient (backward)."""
+    p, r = stages.shape
+    if p == 1:
+        return np.zeros((0, r)), np.zeros((0, r))
+    src, dst = stages[:-1].ravel(), stages[1:].ravel()
+    fwd = flow_time_s(cluster, src, dst, nbytes).reshape(p - 1, r)
+    bwd = flow_time_s(cluster, dst, src, nbytes).reshape(p - 1, r)
+    return fwd, bwd
+
+
+def simulate_ours(cluster: Cluster, assignment: Assignment, workload: Workload, *,
+                  compute: StageCompute | None = None, hardware: Hardware = V100,
+                  rounds: int | None = None, system: str = "ours") -> SimResult:
+    """Predict one training iteration of our runtime (see the module docstring).
+
+    Args:
+        cluster: devices and links.
+        assignment: the layout; its pp × dp must equal the cluster's device count.
+        workload: model, global batch, micro-batch size.
+        compute: per-stage compute seconds per micro-batch; default: the V100 model.
+        hardware: accelerator for the default compute model and the memory check.
+        rounds: gradient-accumulation rounds (default: fewest that fit in memory).
+        system: name recorded in the result (``ours``, ``ours_random``).
+
+    Returns:
+        A SimResult (status ``oom`` with ``iter_time_s`` NaN when nothing fits).
+
+    Raises:
+        ValueError: layout and cluster/workload disagree.
+    """
+    pp, dp = assignment.pp, assignment.dp
+    check_sizes(cluster, pp, dp)
+    workload.check_layout(pp, dp)
+    model = workload.model
+    m = workload.micro_batches(dp)
+    flops = workload.model_flops(recompute=True)
+    config = {"tp": 1, "pp": pp, "dp": dp, "micro_batch_size": workload.micro_batch_size, "zero": 0}
+    if rounds is None:
+        rounds = accumulation_rounds(workload, pp, dp, hardware)
+    elif rounds < 1 or m % rounds:
+        raise ValueError(f"rounds={rounds} must be >= 1 and divide the {m} micro-batches per replica")
+    in_flight = m // rounds if rounds else 1
+    memory = ours_memory_bytes(workload, pp, in_flight)
+    if rounds == 0:
+        return SimResult(system=system, iter_time_s=float("nan"), compute_time_s=float("nan"),
+                         model_flops=flops, memory_bytes=memory, config=config, status="oom")
+    compute = compute or stage_compute(model, pp, workload.micro_batch_size, hardware=hardware)
+    f, b, opt = compute.per_stage(pp)
+    act_bytes = workload.micro_batch_size * model.seq_length * model.hidden_size * workload.activation_bytes
+    link_f, link_b = _pipeline_links(cluster, assignment.stages, act_bytes)
+
+    free = np.zeros((pp, dp))
+    for _ in range(rounds):
+        times = gpipe_timeline(f, b, link_f, link_b, in_flight, start_s=free)
+        free = times.bwd_end_s
+    pipeline_s = free.max(axis=1)  # (pp,) when every replica of the stage is done
+
+    c_dp = tasklet_sizes(workload, pp, dp).c_dp_bytes
+    dp_s = sharded_ps_s(cluster, [assignment.group(s) for s in range(pp)], c_dp)
+    end = pipeline_s + dp_s + opt
+    iter_s = float(end.max())
+    busy = float((m * (f + b) + opt).max())
+    slot = np.maximum(np.maximum(f[:-1, None], link_f), f[1:, None]) if pp > 1 else f[:, None]
+    breakdown = {
+        "pipeline_s": float(pipeline_s.max()),
+        "dp_sync_s": float(dp_s.max()),
+        "optimizer_s": float(opt.max()),
+        "rounds": int(rounds),
+        "micro_batches": int(m),
+        "fwd_s": float(f.max()),
+        "bwd_s": float(b.max()),
+        "pp_link_max_s": float(max(link_f.max(initial=0.0), link_b.max(initial=0.0))),
+        "fwd_slot_max_s": float(slot.max()),
+    }
+    config["rounds"] = int(rounds)
+    log.debug("ours %s: iter %.2f s (pipeline %.2f s, dp %.2f s)", cluster.name, iter_s,
+              breakdown["pipeline_s"], breakdown["dp_sync_s"])
+    return SimResult(system=system, iter_time_s=iter_s, compute_time_s=busy, model_flops=flops,
+                     memory_bytes=memory, config=config, breakdown=breakdown)

@@ -1,0 +1,103 @@
+"""Pipeline timelines: GPipe with overlapped receive/compute/send (ours, paper §3.5) and 1F1B.
+
+GPipe (all forwards, then all backwards), event-driven, exact for its model. For micro-batch i on
+stage s with forward time f_s and a transfer time l_s from stage s to s+1::
+
+    # forward: compute starts when the input arrived and the previous micro-batch is done
+    F[s][i] = max(F[s][i-1], A[s][i]) + f_s           A[0][i] = start[0]
+    # send stream: one transfer at a time per link, starts when the activation exists
+    A[s+1][i] = T[s][i] = max(T[s][i-1], F[s][i]) + l_s
+
+Receive, compute and send run on separate streams, so a stage's steady-state slot per micro-batch
+is max(recv, compute, send) — the paper's overlap. The backward pass is the mirror image, starting
+on the last stage when its last forward is done. Each recurrence ``X[i] = max(X[i-1], Y[i]) + c``
+is solved in closed form with a running maximum, ``X[i] = (i+1)·c + max(X[-1], cummax_j(Y[j] −
+j·c))``, vectorised over micro-batches and replicas. With free links and equal stages it gives
+GPipe's (m + p − 1)·(t_f + t_b) exactly (tested).
+
+1F1B (Megatron, DeepSpeed) with blocking point-to-point transfers (MODELING.md: Megatron waits on
+its p2p inside the schedule): a stage's slot is ``t_f + t_b`` plus the exchange with each
+neighbour; the pipeline takes ``Σ_s slot_s + (m − 1)·max_s slot_s`` — the standard fill + steady
+state + drain bound, equal to (m + p − 1)·slot on uniform stages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["GPipeTimes", "gpipe_timeline", "one_f_one_b_s"]
+
+
+@dataclass(frozen=True, slots=True)
+class GPipeTimes:
+    """End times (s) per (stage, replica) of one GPipe pass."""
+
+    fwd_end_s: np.ndarray  # (p, r) end of the last forward
+    bwd_end_s: np.ndarray  # (p, r) end of the last backward
+
+
+def _chain(arrival: np.ndarray, cost: np.ndarray, free_at: np.ndarray) -> np.ndarray:
+    """Solve X[i] = max(X[i-1], arrival[i]) + cost with X[-1] = free_at; shapes (m, r), (r,), (r,)."""
+    m = arrival.shape[0]
+    k = np.arange(m, dtype=float)[:, None]
+    run = np.maximum.accumulate(arrival - k * cost[None, :], axis=0)
+    return (k + 1.0) * cost[None, :] + np.maximum(run, free_at[None, :])
+
+
+def gpipe_timeline(fwd_s: np.ndarray, bwd_s: np.ndarray, link_fwd_s: np.ndarray,
+                   link_bwd_s: np.ndarray, micro_batches: int,
+                   start_s: np.ndarray | None = None) -> GPipeTimes:
+    """One GPipe pass of ``micro_batches`` over p stages and r replicas.
+
+    Args:
+        fwd_s, bwd_s: (p,) or (p, r) compute seconds per micro-batch (backward incl. recompute).
+        link_fwd_s: (p-1, r) seconds to send one activation from stage s to s+1 in each replica.
+        link_bwd_s: (p-1, r) seconds to send one activation gradient from stage s+1 to s.
+        micro_batches: m >= 1.
+        start_s: (p, r) when each device is free to start (default 0): chains passes for
+            gradient accumulation.
+    """
+    if micro_batches < 1:
+        raise ValueError(f"gpipe: micro_batches must be >= 1, got {micro_batches}")
+    link_fwd_s, link_bwd_s = np.asarray(link_fwd_s, float), np.asarray(link_bwd_s, float)
+    p = np.asarray(fwd_s).shape[0]
+    if link_fwd_s.ndim == 2:
+        r = link_fwd_s.shape[1]
+    else:
+        r = np.asarray(start_s).shape[1] if start_s is not None else 1
+    f = np.broadcast_to(np.asarray(fwd_s, float).reshape(p, -1), (p, r))
+    b = np.broadcast_to(np.asarray(bwd_s, float).reshape(p, -1), (p, r))
+    if p > 1 and (link_fwd_s.shape != (p - 1, r) or link_bwd_s.shape != (p - 1, r)):
+        raise ValueError(f"gpipe: link times must have shape ({p - 1}, {r}), got "
+                         f"{link_fwd_s.shape} and {link_bwd_s.shape}")
+    start = np.zeros((p, r)) if start_s is None else np.asarray(start_s, float)
+    m = micro_batches
+    fwd_end = np.empty((p, r))
+    bwd_end = np.empty((p, r))
+    # forward phase
+    arrival = np.broadcast_to(start[0], (m, r))
+    for s in range(p):
+        done = _chain(arrival, f[s], start[s])
+        fwd_end[s] = done[-1]
+        if s < p - 1:
+            arrival = _chain(done, link_fwd_s[s], np.full(r, -np.inf))
+    # backward phase, from the last stage down
+    arrival = np.broadcast_to(fwd_end[p - 1], (m, r))
+    for s in range(p - 1, -1, -1):
+        done = _chain(arrival, b[s], fwd_end[s])
+        bwd_end[s] = done[-1]
+        if s > 0:
+            arrival = _chain(done, link_bwd_s[s - 1], np.full(r, -np.inf))
+    return GPipeTimes(fwd_end_s=fwd_end, bwd_end_s=bwd_end)
+
+
+def one_f_one_b_s(slot_s: np.ndarray, micro_batches: int) -> np.ndarray:
+    """1F1B pipeline time per replica from per-stage slots (p, r): Σ slot + (m − 1)·max slot."""
+    if micro_batches < 1:
+        raise ValueError(f"1f1b: micro_batches must be >= 1, got {micro_batches}")
+    slot = np.asarray(slot_s, float)
+    if slot.ndim == 1:
+        slot = slot[:, None]
+    return slot.sum(axis=0) + (micro_batches - 1) * slot.max(axis=0)

@@ -1,0 +1,162 @@
+"""Simulator: closed forms (GPipe, one link, ring all-reduce, 1F1B), cost-model agreement, FLOPs,
+memory, monotonicity."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from system.cases import get_case
+from system.cluster import Cluster
+from system.cost.model import assignment_cost, dp_cost_matrix_s, dp_group_cost_s
+from system.scheduler.assignment import Assignment, identity_assignment, random_assignment
+from system.simulator import Hardware, StageCompute, simulate_1f1b_ring, simulate_ours
+from system.simulator.comm import flow_bandwidth_bps, flow_time_s, ring_collective_s, sharded_ps_s
+from system.simulator.hardware import V100, stage_compute
+from system.simulator.memory import training_memory
+from system.simulator.timeline import gpipe_timeline, one_f_one_b_s
+from system.workload import MODELS, Workload, tasklet_sizes
+
+
+def uniform(n: int, delay_ms: float = 0.0, bw_gbps: float = 1e9, hosts=None, nic=None) -> Cluster:
+    off = ~np.eye(n, dtype=bool)
+    return Cluster(name=f"uniform{n}", region_of=("r",) * n,
+                   host_of=tuple(range(n)) if hosts is None else tuple(hosts),
+                   delay_ms=np.where(off, delay_ms, 0.0), bandwidth_gbps=np.where(off, bw_gbps, 0.0),
+                   host_nic_gbps=nic)
+
+
+@pytest.mark.parametrize("p,m,r", [(1, 5, 1), (2, 3, 2), (4, 16, 3), (8, 128, 8)])
+def test_gpipe_free_links_is_m_plus_p_minus_1_slots(p, m, r):
+    f, b = 0.01, 0.025
+    t = gpipe_timeline(np.full(p, f), np.full(p, b), np.zeros((p - 1, r)), np.zeros((p - 1, r)), m)
+    assert np.allclose(t.bwd_end_s[0], (m + p - 1) * (f + b))
+    assert np.allclose(t.fwd_end_s[-1], (m + p - 1) * f)
+
+
+def test_gpipe_link_bound_two_stages():
+    f, b, link, m = 0.01, 0.02, 0.1, 7  # the link is the slowest of recv/compute/send
+    t = gpipe_timeline(np.full(2, f), np.full(2, b), np.full((1, 1), link), np.full((1, 1), link), m)
+    assert t.bwd_end_s[0, 0] == pytest.approx(2 * f + 2 * b + 2 * m * link)
+
+
+def test_gpipe_overlap_hides_fast_links():
+    """A link faster than compute adds only its one-time fill, not a per-micro-batch cost."""
+    p, m, f, b, link = 4, 50, 0.02, 0.04, 0.005
+    t = gpipe_timeline(np.full(p, f), np.full(p, b), np.full((p - 1, 1), link),
+                       np.full((p - 1, 1), link), m)
+    assert t.bwd_end_s[0, 0] == pytest.approx((m + p - 1) * (f + b) + 2 * (p - 1) * link)
+
+
+def test_simulate_ours_free_links_matches_closed_form():
+    c = uniform(8)
+    w = Workload(model=MODELS["debug"], global_batch_size=32)
+    res = simulate_ours(c, identity_assignment(4, 2), w, compute=StageCompute(fwd_s=0.01, bwd_s=0.03))
+    m = w.micro_batches(2)
+    assert res.iter_time_s == pytest.approx((m + 4 - 1) * 0.04, rel=1e-6)
+    assert res.compute_time_s == pytest.approx(m * 0.04)
+
+
+def test_single_link_transfer():
+    c = uniform(2, delay_ms=10.0, bw_gbps=1.0)
+    assert flow_time_s(c, [0], [1], 1e9 / 8)[0] == pytest.approx(0.010 + 1.0)
+
+
+def test_concurrent_flows_share_a_link_and_a_nic():
+    c = uniform(2, bw_gbps=8.0)
+    assert flow_bandwidth_bps(c, [0, 0], [1, 1]).tolist() == [4e9, 4e9]
+    c = uniform(4, bw_gbps=100.0, hosts=(0, 0, 1, 1), nic=(10.0, 10.0))
+    bw = flow_bandwidth_bps(c, [0, 1, 0], [2, 3, 1])
+    assert bw.tolist() == [5e9, 5e9, 100e9]  # two flows out of host 0, one inside it
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_ring_allreduce_uniform_closed_form(n):
+    alpha, beta, size = 0.005, 2e9, 3e8
+    c = uniform(n, delay_ms=alpha * 1e3, bw_gbps=beta / 1e9)
+    t = ring_collective_s(c, [list(range(n))], size)[0]
+    assert t == pytest.approx(2 * (n - 1) / n * size * 8 / beta + 2 * (n - 1) * alpha)
+    half = ring_collective_s(c, [list(range(n))], size, kind="allgather")[0]
+    assert half == pytest.approx(t / 2)
+
+
+def test_ring_is_set_by_its_slowest_link():
+    c = get_case("5")
+    fast = ring_collective_s(c, [list(range(8))], 1e8)[0]  # one region
+    slow = ring_collective_s(c, [[0, 8, 16, 24, 32, 40, 48, 56]], 1e8)[0]  # across all
+    assert slow > 5 * fast
+
+
+def test_sharded_ps_equals_the_cost_model():
+    c = get_case("5")
+    w = Workload(model=MODELS["gpt3_xl"], global_batch_size=1024)
+    a = random_assignment(8, 8, seed=3)
+    sizes = tasklet_sizes(w, 8, 8)
+    groups = [a.group(s) for s in range(8)]
+    sim = sharded_ps_s(c, groups, sizes.c_dp_bytes)
+    pair = dp_cost_matrix_s(c, sizes.c_dp_bytes, 8)
+    assert np.allclose(sim, [dp_group_cost_s(pair, g) for g in groups])
+    assert sim.max() == pytest.approx(assignment_cost(c, a, sizes).dp_cost_s)
+
+
+def test_one_f_one_b_uniform():
+    assert one_f_one_b_s(np.full(4, 0.1), 32)[0] == pytest.approx((32 + 4 - 1) * 0.1)
+
+
+def test_stage_flops_sum_to_the_model_formula():
+    w = Workload(model=MODELS["gpt3_xl"].with_layers(40), global_batch_size=4096)
+    for pp, dp in [(8, 8), (4, 16), (1, 64)]:
+        sc = stage_compute(w.model, pp, 1)
+        f, b, _ = sc.per_stage(pp)
+        total = (f + b).sum() * V100.flops * w.micro_batches(dp) * dp
+        assert total == pytest.approx(w.model_flops(recompute=True), rel=1e-9)
+
+
+def test_memory_is_16_bytes_per_param_plus_activations():
+    m = MODELS["gpt3_xl"]
+    est = training_memory(m, layers=3, micro_batch_size=1, in_flight=1)
+    p = 3 * m.params_per_layer
+    assert est.weights_bytes + est.grads_bytes + est.optimizer_bytes == pytest.approx(16 * p)
+    z = training_memory(m, layers=3, micro_batch_size=1, in_flight=1, optimizer_shards=8)
+    assert z.optimizer_bytes == pytest.approx(12 * p / 8)
+    more = training_memory(m, layers=3, micro_batch_size=1, in_flight=4)
+    assert more.activations_bytes - est.activations_bytes == pytest.approx(3 * 3 * 2 * 2048 * 2048)
+
+
+def test_ours_out_of_memory_is_reported_not_simulated():
+    tiny = Hardware(name="tiny", memory_bytes=2 * 2**30, reserved_bytes=2**30)
+    w = Workload(model=MODELS["gpt3_xl"], global_batch_size=1024)
+    res = simulate_ours(get_case("5"), identity_assignment(8, 8), w, hardware=tiny)
+    assert res.status == "oom" and np.isnan(res.pflops)
+
+
+def test_ours_splits_into_accumulation_rounds_when_memory_needs_it():
+    w = Workload(model=MODELS["gpt3_xl"].with_layers(40), global_batch_size=4096)
+    res = simulate_ours(get_case("1"), identity_assignment(8, 8), w)
+    assert res.breakdown["rounds"] > 1 and res.memory_bytes <= V100.usable_memory_bytes
+
+
+def test_bad_layouts_raise():
+    w = Workload(model=MODELS["gpt3_xl"].with_layers(30), global_batch_size=1024)
+    with pytest.raises(ValueError, match="not divisible"):
+        simulate_ours(get_case("5"), identity_assignment(8, 8), w)
+    with pytest.raises(ValueError, match="span hosts"):
+        simulate_1f1b_ring(get_case("3"), Workload(model=MODELS["gpt3_xl"]), tp=2, pp=4, dp=8)
+    with pytest.raises(ValueError, match="StageCompute"):
+        StageCompute(fwd_s=[0.1, 0.2], bwd_s=0.1).per_stage(3)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_slower_links_never_speed_anything_up(seed):
+    rng = np.random.default_rng(seed)
+    c = get_case("debug")
+    w = Workload(model=MODELS["debug"], global_batch_size=16)
+    a = Assignment(rng.permutation(8).reshape(2, 4))
+    factor = np.where(rng.random((8, 8)) < 0.3, rng.uniform(0.05, 1.0, (8, 8)), 1.0)
+    factor = np.minimum(factor, factor.T)
+    slow = Cluster(name="slow", region_of=c.region_of, host_of=c.host_of, delay_ms=c.delay_ms * 1.5,
+                   bandwidth_gbps=np.where(np.isinf(c.bandwidth_gbps), 0, c.bandwidth_gbps) * factor)
+    assert simulate_ours(slow, a, w).iter_time_s >= simulate_ours(c, a, w).iter_time_s - 1e-12
+    for tp, pp, dp in [(1, 2, 4), (1, 4, 2), (1, 1, 8)]:
+        fast_t = simulate_1f1b_ring(c, w, tp=tp, pp=pp, dp=dp).iter_time_s
+        assert simulate_1f1b_ring(slow, w, tp=tp, pp=pp, dp=dp).iter_time_s >= fast_t - 1e-12
