@@ -198,3 +198,24 @@ def test_train_cli_parses_key_values(tmp_path):
         spec_from_args(["ppp=2"])
     with pytest.raises(ValueError, match="expected"):
         spec_from_args(["pp=two"])
+
+
+def test_gpipe_ideal_time_bounds():
+    from system.runtime.ideal import gpipe_ideal_s
+
+    f, b, link, m = [1.0, 2.0, 1.5], [2.0, 3.0, 2.5], [0.2, 0.4], 6
+    t = gpipe_ideal_s(f, b, link, m, tail_s=[0.1, 0.1, 0.1])
+    assert t >= m * max(x + y for x, y in zip(f, b))  # the slowest stage does all its work
+    assert t <= sum(f) + sum(b) + 2 * sum(link) + (m - 1) * (max(f) + max(b)) + 0.1 + 1e-9
+    assert gpipe_ideal_s([1.0], [2.0], [], 3) == 9.0
+    with pytest.raises(ValueError, match="link"):
+        gpipe_ideal_s([1.0, 1.0], [1.0, 1.0], [], 2)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message only")
+def test_gpu_check_explains_itself_without_cuda(capsys):
+    from repro.gpu_check import main
+
+    assert main([]) == 0
+    assert "CUDA is not available" in capsys.readouterr().out
+    assert main(["bogus=1"]) == 2

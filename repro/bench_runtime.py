@@ -1,0 +1,123 @@
+"""Pipeline efficiency on CPU loopback: measured iteration time vs the ideal GPipe time.
+
+    python repro/bench_runtime.py                       # default settings, writes results/runtime/bench.csv
+    python repro/bench_runtime.py pp=2 micro=4,8,16 iters=6 hidden_size=256 out=FILE.csv
+
+For each setting, run our runtime (one process per stage, gloo on loopback, ``OMP_NUM_THREADS=1``),
+take from the run itself the per-stage forward/backward compute time of one micro-batch (medians),
+the per-link time of one activation message (a probe before training) and the per-stage tail
+(gradient exchange + optimizer step), and compute the ideal GPipe time
+(:func:`system.runtime.ideal.gpipe_ideal_s`). Target (issue 4): measured within 15% of ideal.
+Keep ``pp·dp`` at most the number of free cores: the ideal assumes the stages run in parallel.
+Other keys (``hidden_size``, ``seq_length``, ``layers``, ``dp``, ``model``, ...) go to the RunSpec.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from system.runtime.ideal import gpipe_ideal_s  # noqa: E402
+
+log = logging.getLogger("repro.bench_runtime")
+
+__all__ = ["bench_one", "main"]
+
+DEFAULTS = dict(model="debug", pp=2, dp=1, layers=4, hidden_size=256, seq_length=128,
+                micro_batch_size=1, iters=6, seed=0)
+
+
+def _per_stage(values, stage_of, pp, skip_first=True) -> list[float]:
+    """values[rank][iter] -> per stage: median over iterations of the max over its replicas."""
+    out = []
+    for s in range(pp):
+        ranks = [r for r, st in enumerate(stage_of) if st == s]
+        per_iter = [max(values[r][i] for r in ranks) for i in range(len(values[0]))]
+        out.append(statistics.median(per_iter[1:] if skip_first and len(per_iter) > 1 else per_iter))
+    return out
+
+
+def bench_one(micro_batches: int, **kw) -> dict:
+    """Run one setting; return measured and ideal times (s) and their ratio."""
+    from system.runtime.launch import launch
+    from system.runtime.spec import RunSpec
+
+    opts = dict(DEFAULTS, **kw)
+    opts["global_batch_size"] = micro_batches * opts["micro_batch_size"] * opts["dp"]
+    spec = RunSpec(**opts, probe_links=True)
+    m = launch(spec, timeout_s=600)
+    pp, stage_of, pr = spec.pp, m["stage_of_rank"], m["per_rank"]
+    fwd = _per_stage(pr["fwd_mb_s"], stage_of, pp)
+    bwd = _per_stage(pr["bwd_mb_s"], stage_of, pp)
+    tail = [a + b for a, b in zip(_per_stage(pr["dp_s"], stage_of, pp),
+                                  _per_stage(pr["optim_s"], stage_of, pp))]
+    link = []
+    for s in range(pp - 1):  # slowest replica's link s -> s+1
+        link.append(max(m["link_probe_s"][r] for r, st in enumerate(stage_of) if st == s))
+    ideal = gpipe_ideal_s(fwd, bwd, link, micro_batches, tail)
+    measured = m["iter_time_median_s"]
+    return {"pp": pp, "dp": spec.dp, "micro_batches": micro_batches,
+            "hidden_size": spec.gpt_config().hidden_size, "seq_length": spec.gpt_config().seq_length,
+            "fwd_mb_s": fwd, "bwd_mb_s": bwd, "link_s": link, "tail_s": tail,
+            "measured_s": measured, "ideal_s": ideal, "ratio": measured / ideal,
+            "compute_bound_s": micro_batches * max(f + b for f, b in zip(fwd, bwd)),
+            "iter_time_s": m["iter_time_s"]}
+
+
+def _parse(args: list[str]) -> tuple[list[int], Path, dict]:
+    micro, out, kw = [4, 8, 16], Path("results/runtime/bench.csv"), {}
+    for a in args:
+        if "=" not in a:
+            raise ValueError(f"argument {a!r} is not key=value")
+        k, v = a.split("=", 1)
+        if k == "micro":
+            micro = [int(x) for x in v.split(",")]
+        elif k == "out":
+            out = Path(v)
+        elif k in ("model", "dp_mode", "layout", "device"):
+            kw[k] = v
+        elif k in ("lr",):
+            kw[k] = float(v)
+        elif k in ("checkpointing",):
+            kw[k] = v.lower() in ("1", "true", "yes")
+        else:
+            kw[k] = int(v)
+    return micro, out, kw
+
+
+def main(argv: list[str] | None = None) -> int:
+    import pandas as pd
+
+    from repro.console import setup_logging
+    from system.results import atomic_write_text
+
+    setup_logging("WARNING")
+    try:
+        micro, out, kw = _parse(sys.argv[1:] if argv is None else argv)
+        rows = [bench_one(m, **kw) for m in micro]
+    except (ValueError, RuntimeError) as e:
+        sys.stderr.write(f"error: {e}\n")
+        return 2
+    c = print  # a plain table: wide rows must not wrap
+    c("| pp | dp | M | fwd/mb ms (per stage) | bwd/mb ms | link ms | tail ms | measured s | ideal s | measured/ideal |")
+    c("|---|---|---|---|---|---|---|---|---|---|")
+    ms = lambda xs: ",".join(f"{1e3 * x:.1f}" for x in xs)  # noqa: E731
+    for r in rows:
+        c(f"| {r['pp']} | {r['dp']} | {r['micro_batches']} | {ms(r['fwd_mb_s'])} | "
+                f"{ms(r['bwd_mb_s'])} | {ms(r['link_s'])} | {ms(r['tail_s'])} | "
+                f"{r['measured_s']:.4f} | {r['ideal_s']:.4f} | {r['ratio']:.3f} |")
+    worst = max(r["ratio"] for r in rows)
+    c(f"worst measured/ideal = {worst:.3f} (target <= 1.15: {'met' if worst <= 1.15 else 'NOT met'})")
+    df = pd.DataFrame([{k: (str(v) if isinstance(v, list) else v) for k, v in r.items()} for r in rows])
+    atomic_write_text(out, df.to_csv(index=False))
+    c(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
