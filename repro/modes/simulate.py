@@ -191,7 +191,9 @@ def _summary_frame(lines: list[dict]) -> pd.DataFrame:
             "ours_iter_time_s": ours.iter_time_s if ours else None, "ours_pflops": ours.pflops if ours else None,
             "ours_random_pflops": float(np.mean([r.pflops for r in rnd])) if rnd else None,
             "megatron_pflops": meg.pflops if meg else None, "megatron_config": meg.label() if meg else None,
+            "megatron_iter_time_s": meg.iter_time_s if meg else None,
             "deepspeed_pflops": ds.pflops if ds else None, "deepspeed_config": ds.label() if ds else None,
+            "deepspeed_iter_time_s": ds.iter_time_s if ds else None,
             "speedup_vs_megatron": _ratio(ours, meg), "speedup_vs_deepspeed": _ratio(ours, ds),
             "speedup_vs_best_baseline": _ratio(ours, best_base), "speedup_vs_random": _ratio(ours, rnd),
             "paper_vs_megatron": paper[0], "paper_vs_deepspeed": paper[1],
@@ -204,17 +206,19 @@ def _print_table(summary: pd.DataFrame, elapsed_s: float) -> None:
 
     from rich.console import Console
 
-    t = Table(title=f"simulated PFLOPS (64 x V100 model, {V100.achievable_fraction:.0%} of peak) "
-                    f"- {elapsed_s:.1f} s")
-    cols = ["case", "L", "batch", "ours", "random", "Megatron (config)", "DeepSpeed (config)",
-            "x Meg", "x DS", "x rand", "paper x Meg", "paper x DS"]
+    t = Table(title=f"simulated PFLOPS and iteration seconds (V100 model, "
+                    f"{V100.achievable_fraction:.0%} of peak; x = ours' speed-up) - {elapsed_s:.1f} s")
+    cols = ["case", "L", "batch", "ours", "ours s", "random", "Megatron (config)", "Meg s",
+            "DeepSpeed (config)", "DS s", "x Meg", "x DS", "x rand", "paper x Meg", "paper x DS"]
     for c in cols:
         t.add_column(c, justify="right" if c not in ("Megatron (config)", "DeepSpeed (config)") else "left")
     f = lambda v, p=2: "—" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{v:.{p}g}"  # noqa: E731
     for r in summary.itertuples(index=False):
         t.add_row(r.case, str(r.num_layers), str(r.global_batch_size), f(r.ours_pflops, 3),
-                  f(r.ours_random_pflops, 3), f"{f(r.megatron_pflops, 3)} ({r.megatron_config})",
-                  f"{f(r.deepspeed_pflops, 3)} ({r.deepspeed_config})", f(r.speedup_vs_megatron),
+                  f(r.ours_iter_time_s, 3), f(r.ours_random_pflops, 3),
+                  f"{f(r.megatron_pflops, 3)} ({r.megatron_config})", f(r.megatron_iter_time_s, 3),
+                  f"{f(r.deepspeed_pflops, 3)} ({r.deepspeed_config})", f(r.deepspeed_iter_time_s, 3),
+                  f(r.speedup_vs_megatron),
                   f(r.speedup_vs_deepspeed), f(r.speedup_vs_random), r.paper_vs_megatron,
                   r.paper_vs_deepspeed)
     Console(width=200, highlight=False).print(t)
@@ -271,6 +275,8 @@ def run(cfg: DictConfig) -> dict:
     summary = _summary_frame(lines)
     _write_reports(results_dir, summary, elapsed)
     _print_table(summary, elapsed)
+    log.info("mode=simulate took %.1f s in all (simulation %.1f s, rows/tables/figure %.1f s)",
+             time.perf_counter() - t0, elapsed, time.perf_counter() - t0 - elapsed)
     return {"run_ids": [r["run_id"] for r in rows], "rows": len(rows), "new_rows": len(new),
             "elapsed_s": elapsed, "results_dir": str(results_dir),
             "summary": summary.drop(columns=["megatron_why", "deepspeed_why"]).to_dict("records")}
