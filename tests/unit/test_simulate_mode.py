@@ -74,3 +74,15 @@ def test_cli_needs_no_torch(tmp_path):
                        timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
     assert "ours" in p.stdout and (tmp_path / "runs.csv").exists()
+
+
+def test_nothing_fits_in_memory_raises(tmp_path):
+    target = tmp_path / "out"
+    with pytest.raises(ValueError, match="fits"):
+        simulate(_cfg(target, "model=gpt3_xl", "layers=24", "batch=64", "micro_batch_size=16"))
+    assert not target.exists()
+
+
+def test_case_list(tmp_path):
+    out = simulate(_cfg(tmp_path, "case=[debug,debug]", "system=megatron"))
+    assert len(out["summary"]) == 2

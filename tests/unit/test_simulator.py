@@ -160,3 +160,27 @@ def test_slower_links_never_speed_anything_up(seed):
     for tp, pp, dp in [(1, 2, 4), (1, 4, 2), (1, 1, 8)]:
         fast_t = simulate_1f1b_ring(c, w, tp=tp, pp=pp, dp=dp).iter_time_s
         assert simulate_1f1b_ring(slow, w, tp=tp, pp=pp, dp=dp).iter_time_s >= fast_t - 1e-12
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_relabelling_devices_with_the_assignment_changes_nothing(seed):
+    rng = np.random.default_rng(seed)
+    c = get_case("2")  # hosts and NICs make this non-trivial
+    w = Workload(model=MODELS["gpt3_xl"], global_batch_size=1024)
+    a = random_assignment(8, 8, rng)
+    perm = rng.permutation(64)  # new device i is old device perm[i]
+    inv = np.argsort(perm)
+    moved = simulate_ours(c.permuted(perm), a.relabel(inv), w).iter_time_s
+    assert moved == pytest.approx(simulate_ours(c, a, w).iter_time_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("case", ["1", "3", "5"])
+def test_iteration_is_bounded_below_by_compute_and_dp_cost(case):
+    c = get_case(case)
+    w = Workload(model=MODELS["gpt3_xl"], global_batch_size=2048)
+    a = random_assignment(8, 8, seed=1)
+    res = simulate_ours(c, a, w)
+    cost = assignment_cost(c, a, tasklet_sizes(w, 8, 8))
+    assert res.iter_time_s >= res.compute_time_s
+    assert res.iter_time_s >= cost.dp_cost_s
+    assert res.comm_time_s == pytest.approx(res.iter_time_s - res.compute_time_s)
