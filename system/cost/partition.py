@@ -156,7 +156,9 @@ class PartitionEvaluator:
         if self.pp <= MAX_EXACT_TSP:
             pps = open_tsp_values(ws)
         else:
-            pps = np.array([open_tsp_path(w)[0] for w in ws])
+            # beyond exact TSP: one nearest-neighbour start + 2-opt per candidate (the final
+            # assignment uses 8 starts, including this one, so it is never worse)
+            pps = np.array([open_tsp_path(w, starts=1)[0] for w in ws])
         out[keep] = dps[keep] + 2.0 * pps
         return out
 

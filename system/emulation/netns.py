@@ -40,6 +40,17 @@ __all__ = ["Emulation", "has_netem", "device_tc_lines", "STATE_ROOT"]
 
 STATE_ROOT = Path(tempfile.gettempdir())  # run state lives in <tmp>/dtfm-<tag>/
 _DEFAULT_CLASS = 9999
+_LEAF_QUEUE_PACKETS = 50_000  # per-destination queue (75 MB): no drops at these windows
+# Per-namespace TCP settings of every emulated device: windows big enough for the largest
+# bandwidth-delay product (1.3 Gbit/s x 0.5 s RTT = 81 MB at full scale), and no return to slow
+# start after an idle gap (the gradient exchange follows seconds of pipeline traffic on other
+# connections; long-lived WAN training connections keep their window in practice).
+_DEVICE_SYSCTLS = ("net.ipv4.tcp_rmem=4096 131072 134217728",
+                   "net.ipv4.tcp_wmem=4096 131072 134217728",
+                   "net.ipv4.tcp_slow_start_after_idle=0",
+                   # CUBIC, not BBR: BBR's ProbeRTT drops the window to 4 packets for 200 ms
+                   # every 10 s, which stalls a transfer by a random extra RTT or two.
+                   "net.ipv4.tcp_congestion_control=cubic")
 
 
 def has_netem() -> bool:
@@ -55,22 +66,60 @@ def has_netem() -> bool:
 
 
 def device_tc_lines(plan: EmulationPlan, i: int, *, netem: bool, dev: str = DEVICE_IFNAME) -> list[str]:
-    """``tc -batch`` lines shaping device i's egress: HTB class (+ netem leaf) per destination."""
+    """``tc -batch`` lines shaping device i's egress: one HTB class per destination.
+
+    Each destination class (rate = ceil = the link's rate) has two leaves: pure TCP ACKs (IP
+    packets under 128 bytes, HTB priority 0) and everything else (priority 1). Without the ACK
+    leaf, a bulk transfer in one direction holds back the ACKs of the opposite transfer behind a
+    full queue and a bidirectional exchange (all-to-all) runs at about half the link rate. Each
+    leaf gets a netem delay (backend ``netem``) or a deep FIFO (backend ``nfqueue``; the bridge
+    adds the delay) so TCP fills the pipe without tail drops.
+    """
     rate, delay = plan.rate_bps, plan.delay_s
     lines = [f"qdisc add dev {dev} root handle 1: htb default {_DEFAULT_CLASS}",
              f"class add dev {dev} parent 1: classid 1:{_DEFAULT_CLASS} htb rate 10gbit quantum 65536"]
     for j in range(plan.num_devices):
         if j == i:
             continue
-        cid = j + 1
+        cid, ack, data = f"{j + 1:x}", f"{0x1000 + j + 1:x}", f"{0x2000 + j + 1:x}"
         r = int(round(rate[i, j]))
+        r_ack = max(8000, r // 20)
         lines.append(f"class add dev {dev} parent 1: classid 1:{cid} htb rate {r}bit ceil {r}bit "
                      f"quantum 65536")
-        if netem and delay[i, j] > 0:
-            lines.append(f"qdisc add dev {dev} parent 1:{cid} handle {cid + 10000}: netem "
-                         f"delay {delay[i, j] * 1e3:.3f}ms limit 1000000")
-        lines.append(f"filter add dev {dev} parent 1: protocol ip prio 1 u32 match ip dst "
-                     f"{plan.ip(j)}/32 flowid 1:{cid}")
+        lines.append(f"class add dev {dev} parent 1:{cid} classid 1:{ack} htb rate {r_ack}bit "
+                     f"ceil {r}bit prio 0 quantum 1514")
+        lines.append(f"class add dev {dev} parent 1:{cid} classid 1:{data} htb rate "
+                     f"{r}bit ceil {r}bit prio 1 quantum 65536")
+        for leaf in (ack, data):
+            handle = f"{int(leaf, 16) + 0x1000:x}"
+            if netem and delay[i, j] > 0:
+                lines.append(f"qdisc add dev {dev} parent 1:{leaf} handle {handle}: netem "
+                             f"delay {delay[i, j] * 1e3:.3f}ms limit 1000000")
+            else:
+                lines.append(f"qdisc add dev {dev} parent 1:{leaf} handle {handle}: pfifo "
+                             f"limit {_LEAF_QUEUE_PACKETS}")
+        dst = f"match ip dst {plan.ip(j)}/32"
+        # TCP (protocol 6), IP total length < 128: pure ACKs (with timestamps/SACK options)
+        lines.append(f"filter add dev {dev} parent 1: protocol ip prio 1 u32 {dst} "
+                     f"match ip protocol 6 0xff match u16 0x0000 0xff80 at 2 flowid 1:{ack}")
+        lines.append(f"filter add dev {dev} parent 1: protocol ip prio 2 u32 {dst} flowid 1:{data}")
+    return lines
+
+
+def device_route_lines(plan: EmulationPlan, i: int, *, dev: str = DEVICE_IFNAME) -> list[str]:
+    """Host routes from device i to every peer with a TCP window clamp of 1.25 x BDP + 64 KiB.
+
+    Without a clamp, loss-free CUBIC grows its window far past the bandwidth-delay product and
+    the excess sits in the sender's HTB queue; control messages that follow bulk data on the same
+    connection (gloo's rendezvous) then wait behind seconds of queue. The clamp keeps the pipe
+    full (window > BDP) with at most a quarter RTT of queue.
+    """
+    bdp = plan.goodput_bps * 2.0 * plan.delay_s / 8.0
+    lines = []
+    for j in range(plan.num_devices):
+        if j != i:
+            w = int(1.25 * bdp[i, j]) + 65536
+            lines.append(f"route add {plan.ip(j)}/32 dev {dev} window {w}")
     return lines
 
 
@@ -174,6 +223,9 @@ class Emulation:
                              f"addr add {p.ip(i)}/{p.prefixlen} dev {DEVICE_IFNAME}",
                              f"link set {DEVICE_IFNAME} up"], ns=ns)
             run_batch("tc", device_tc_lines(p, i, netem=self.backend == "netem"), ns=ns)
+            run_batch("ip", device_route_lines(p, i), ns=ns)
+            for kv in _DEVICE_SYSCTLS:
+                run_cmd(["sysctl", "-q", "-w", kv], ns=ns, check=False)
         if self.backend == "nfqueue":
             self._start_delayer()
 

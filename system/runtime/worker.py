@@ -34,7 +34,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["run_worker", "main", "TIMING_FIELDS"]
 
-# per rank, per iteration (seconds): gathered to rank 0
+# per rank, per iteration (seconds): gathered to rank 0; fwd_mb_s / bwd_mb_s are the mean
+# forward / backward compute of one micro-batch in that iteration
 TIMING_FIELDS = ("iter_time_s", "compute_s", "wait_s", "dp_s", "optim_s", "fwd_mb_s", "bwd_mb_s")
 
 
@@ -150,8 +151,8 @@ def _train(spec: RunSpec, rank: int, world: int, device: torch.device) -> dict |
                     scale *= 2
         fwd, bwd = tl.spans.get("F", []), tl.spans.get("B", [])
         rows.append([t1 - t0, tl.totals["compute"], tl.totals["wait"], tl.totals["dp"],
-                     tl.totals["optim"], statistics.median(fwd) if fwd else 0.0,
-                     statistics.median(bwd) if bwd else 0.0])
+                     tl.totals["optim"], statistics.fmean(fwd) if fwd else 0.0,
+                     statistics.fmean(bwd) if bwd else 0.0])
         # global mean loss: the last stages hold per-micro-batch losses
         lsum = torch.tensor([sum(mb_losses), float(len(mb_losses))], dtype=torch.float64)
         lsum_d = lsum.to(device)

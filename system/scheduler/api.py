@@ -117,7 +117,7 @@ def schedule(cluster: Cluster, sizes: TaskletSizes, *, pp: int, dp: int,
     seed_value = None if isinstance(seed, np.random.Generator) else int(seed)
     rng = np.random.default_rng(seed)
     trials = DEFAULT_TRIALS[method] if trials is None else int(trials)
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     if method == "random":
         a, cost, done, evals, history, stats = _random_search(
             cluster, sizes, pp, dp, trials, rng, time_limit_s, on_progress)
@@ -139,6 +139,7 @@ def schedule(cluster: Cluster, sizes: TaskletSizes, *, pp: int, dp: int,
         done, evals, history = gstats.trials, ev.evaluations, gstats.history
         stats = gstats.to_dict()
     elapsed = time.perf_counter() - t0
+    stats["search_cpu_s"] = time.process_time() - cpu0  # wall time is noisy on a shared machine
     log.info("schedule %s on %s: TOTAL %.3f s after %d trials in %.2f s", method, cluster.name,
              cost.total_cost_s, done, elapsed)
     return ScheduleResult(assignment=a, cost=cost, method=method, seed=seed_value,

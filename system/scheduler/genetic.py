@@ -166,7 +166,14 @@ def genetic_search(ev: PartitionEvaluator, config: GeneticConfig, rng: np.random
     if config.greedy_seeds:
         for k, (name, part) in enumerate(greedy_seeds(ev).items()):
             pop[k], origin[k] = part, name
-    totals = ev.totals(pop)
+    # cost the start population in chunks so a time limit also bounds huge instances (>= 2 kept)
+    parts: list[np.ndarray] = []
+    for s in range(0, len(pop), 10):
+        if s >= 2 and deadline is not None and time.perf_counter() >= deadline:
+            pop, origin = pop[:s], origin[:s]
+            break
+        parts.append(ev.totals(pop[s:s + 10]))
+    totals = np.concatenate(parts)
     keys = {tuple(p) for p in pop}
     best = int(np.argmin(totals))
     stats.initial_best_s = float(totals[best])

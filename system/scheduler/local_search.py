@@ -31,6 +31,9 @@ __all__ = ["local_search", "LOCAL_SEARCHES", "Partition"]
 
 Partition = list[tuple[int, ...]]  # pp sorted groups
 LOCAL_SEARCHES = ("tailored", "kl")
+# Neighbourhood limits per step: all of it for pp <= 8 groups; sampled beyond (256+ devices).
+MAX_STARTS = 8  # start groups of circular sequences
+
 
 
 def _fast_pair(link: np.ndarray, g: tuple[int, ...]) -> tuple[int, int]:
@@ -82,7 +85,7 @@ class _Gains:
 
 
 def _cycle_candidates(part: Partition, gains: _Gains, start: int,
-                      rng: np.random.Generator) -> list[Partition]:
+                      rng: np.random.Generator, max_len: int = 8) -> list[Partition]:
     """Closed prefixes of one circular move sequence that starts by moving out of ``start``."""
     pp = len(part)
     groups = [set(g) for g in part]
@@ -91,7 +94,7 @@ def _cycle_candidates(part: Partition, gains: _Gains, start: int,
     visited = {start}
     cur = start  # group that must give a vertex away next
     out: list[Partition] = []
-    for _ in range(pp - 1):
+    for _ in range(min(pp - 1, max_len)):
         best = None
         for q in rng.permutation(pp):
             q = int(q)
@@ -125,15 +128,19 @@ def _cycle_candidates(part: Partition, gains: _Gains, start: int,
     return out
 
 
-def _swap_candidates(part: Partition, gains: _Gains) -> list[Partition]:
-    """The paper's four swaps between the fastest pairs of every two groups."""
+def _swap_candidates(part: Partition, gains: _Gains, rng: np.random.Generator,
+                     max_pairs: int = 32) -> list[Partition]:
+    """The paper's four swaps between the fastest pairs of two groups, for every pair of groups
+    (or ``max_pairs`` random pairs of groups when there are more)."""
     cands = [gains.candidates(set(g))[:2] for g in part]
     out = []
-    for p in range(len(part)):
-        for q in range(p + 1, len(part)):
-            for a in cands[p]:
-                for b in cands[q]:
-                    out.append(_apply(part, [(a, p, q), (b, q, p)]))
+    pairs = [(p, q) for p in range(len(part)) for q in range(p + 1, len(part))]
+    if len(pairs) > max_pairs:
+        pairs = [pairs[k] for k in rng.choice(len(pairs), max_pairs, replace=False)]
+    for p, q in pairs:
+        for a in cands[p]:
+            for b in cands[q]:
+                out.append(_apply(part, [(a, p, q), (b, q, p)]))
     return out
 
 
@@ -167,10 +174,10 @@ def local_search(ev: PartitionEvaluator, part: Partition, total: float, rng: np.
         if deadline is not None and time.perf_counter() >= deadline:
             break
         cands: list[Partition] = []
-        for start in rng.permutation(pp):
+        for start in rng.permutation(pp)[:MAX_STARTS]:
             cands.extend(_cycle_candidates(part, gains, int(start), rng))
         if rule == "tailored":
-            cands.extend(_swap_candidates(part, gains))
+            cands.extend(_swap_candidates(part, gains, rng))
         if not cands:
             break
         totals = ev.totals(cands, bound=total)
