@@ -38,7 +38,14 @@ def plot_fig4(ablation: pd.DataFrame | None, path: str | Path) -> Path | None:
             # best-so-far per seed, then the median over seeds at each trial
             g = g.assign(best=g.groupby("seed")["best_total_cost_s"].cummin())
             curve = g.groupby("trial")["best"].median()
-            ax.plot(curve.index, curve.to_numpy(), label=str(method), drawstyle="steps-post")
+            ax.plot(
+                curve.index,
+                curve.to_numpy(),
+                label=str(method),
+                drawstyle="steps-post",
+                marker="o",
+                ms=3,
+            )
         ax.set_title(f"case {case}")
         ax.set_xlabel("trial")
         ax.set_ylabel("best TOTAL cost (s)")

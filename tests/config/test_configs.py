@@ -59,7 +59,8 @@ def test_sweep_composes_and_every_job_composes(name):
 def test_paper_sweep_is_the_fig3_grid():
     cfg = _compose(["sweep=paper"])
     jobs = _jobs(cfg)
-    assert len(jobs) == 5 * 3 * 3 * 4 and cfg.repeats == 3 and cfg.mode == "simulate"
+    assert len(jobs) == 5 * 3 * 3 and cfg.repeats == 3 and cfg.mode == "simulate"
+    assert cfg.system == "all"  # each job simulates all four systems
     assert {j[0] for j in jobs} == {f"case={c}" for c in range(1, 6)}
 
 

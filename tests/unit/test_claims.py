@@ -80,6 +80,7 @@ def test_kl_claim_from_the_ablation_table(rows):
 
     assert _verdicts(rows, table(60.0))[0]["local_search_vs_kl"] == "PASS"
     assert _verdicts(rows, table(40.0))[0]["local_search_vs_kl"] == "FAIL"
+    assert _verdicts(rows, table(50.0))[0]["local_search_vs_kl"] == "INCONCLUSIVE"  # a tie
 
 
 def test_no_rows_is_inconclusive_everywhere():

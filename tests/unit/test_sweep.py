@@ -23,6 +23,7 @@ from system.results import collect, make_row, read_rows, write_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 HAS_SIMULATE = importlib.util.find_spec("repro.modes.simulate") is not None
+N_SMOKE = 10  # jobs in conf/sweep/smoke.yaml (checked in test_smoke_has_ten_jobs)
 
 
 @functools.lru_cache(maxsize=8)
@@ -163,47 +164,29 @@ def _sweep(results_dir, *extra, timeout=150):
     )
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not HAS_SIMULATE, reason="needs repro/modes/simulate.py (mode=simulate)")
-def test_smoke_sweep_cli_twice_adds_no_rows(tmp_path):
-    r = _sweep(tmp_path)
-    assert r.returncode == 0, r.stderr[-3000:]
-    for f in ("runs.csv", "runs.parquet", "variance.csv", "claims.csv", "REPORT.md"):
-        assert (tmp_path / f).exists(), f
-    first = pd.read_csv(tmp_path / "runs.csv")
-    assert (
-        set(first.case.astype(str)) >= {"1", "2", "3", "4", "5"}
-        and not first.run_id.duplicated().any()
-    )
-    r = _sweep(tmp_path)
-    assert r.returncode == 0, r.stderr[-3000:]
-    again = pd.read_csv(tmp_path / "runs.csv")
-    assert sorted(again.run_id) == sorted(first.run_id)
-    assert "0 jobs ran, 20 skipped" in r.stdout + r.stderr
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not HAS_SIMULATE, reason="needs repro/modes/simulate.py (mode=simulate)")
-def test_smoke_sweep_killed_half_way_then_resumed(tmp_path):
+def _kill_after_jobs(results_dir: Path, n_jobs: int, timeout_s: float = 120) -> int:
+    """Start the smoke sweep, SIGKILL it once ``n_jobs`` jobs finished; returns how many had."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
+    cmd = [
+        sys.executable,
+        "repro/run.py",
+        "-m",
+        "sweep=smoke",
+        f"results_dir={results_dir}",
+        f"hydra.sweep.dir={results_dir}/mr",
+    ]
     p = subprocess.Popen(
-        [
-            sys.executable,
-            "repro/run.py",
-            "-m",
-            "sweep=smoke",
-            f"results_dir={tmp_path}",
-            f"hydra.sweep.dir={tmp_path}/mr",
-        ],
+        cmd,
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    deadline = time.monotonic() + 120
+    jobs = results_dir / "jobs"
+    deadline = time.monotonic() + timeout_s
     try:
-        while len(list((tmp_path / "jobs").glob("*.json"))) < 5 and time.monotonic() < deadline:
+        while len(list(jobs.glob("*.json"))) < n_jobs and time.monotonic() < deadline:
             if p.poll() is not None:
                 break
             time.sleep(0.05)
@@ -211,17 +194,30 @@ def test_smoke_sweep_killed_half_way_then_resumed(tmp_path):
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
         p.wait(timeout=30)
-    done = len(list((tmp_path / "jobs").glob("*.json")))
-    if done >= 20:
-        pytest.skip("the sweep finished before it could be killed")
-    assert done >= 5
+    return len(list(jobs.glob("*.json")))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_SIMULATE, reason="needs repro/modes/simulate.py (mode=simulate)")
+def test_smoke_sweep_killed_resumed_and_rerun(tmp_path):
+    """The CI smoke: killed half-way, started again (skips, loses nothing), then once more."""
+    done = _kill_after_jobs(tmp_path, 3)
+    assert done >= 3, "the sweep died before finishing 3 jobs"
     r = _sweep(tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert f"{20 - done} jobs ran, {done} skipped" in r.stdout + r.stderr
-    df = pd.read_csv(tmp_path / "runs.csv")
+    assert f"{N_SMOKE - done} jobs ran, {done} skipped" in r.stdout + r.stderr
+    for f in ("runs.csv", "runs.parquet", "variance.csv", "claims.csv", "REPORT.md"):
+        assert (tmp_path / f).exists(), f
+    first = pd.read_csv(tmp_path / "runs.csv")
+    assert set(first.case.astype(str)) == {"1", "2", "3", "4", "5"}
+    assert not first.run_id.duplicated().any()
     ledger = [json.loads(f.read_text()) for f in (tmp_path / "jobs").glob("*.json")]
-    assert len(ledger) == 20 and not df.run_id.duplicated().any()
-    assert {i for rec in ledger for i in rec["run_ids"]} <= set(df.run_id)
+    assert len(ledger) == N_SMOKE
+    assert {i for rec in ledger for i in rec["run_ids"]} <= set(first.run_id)
+    r = _sweep(tmp_path)  # everything finished: nothing runs, no row is added
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"0 jobs ran, {N_SMOKE} skipped" in r.stdout + r.stderr
+    assert sorted(pd.read_csv(tmp_path / "runs.csv").run_id) == sorted(first.run_id)
 
 
 def test_count_jobs_matches_the_sweep_and_command_line():
@@ -229,9 +225,13 @@ def test_count_jobs_matches_the_sweep_and_command_line():
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         paper = compose("config", overrides=["sweep=paper"], return_hydra_config=True)
-    assert count_jobs(paper) == 180
+    assert count_jobs(paper) == 45
     paper.hydra.overrides.task = ["sweep=paper", "case=1,5", "results_dir=x"]
-    assert count_jobs(paper) == 72  # the command line's case=1,5 replaces the file's 1..5
+    assert count_jobs(paper) == 18  # the command line's case=1,5 replaces the file's 1..5
+
+
+def test_smoke_has_ten_jobs(tmp_path):
+    assert len(_configs(tmp_path)) == N_SMOKE
 
 
 def test_finish_study_collects_and_reports(tmp_path):
