@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import subprocess
@@ -14,20 +13,11 @@ import pytest
 
 from system.cases import get_case
 from system.emulation.cleanup import cleanup
-from system.emulation.netns import Emulation, has_netem
+from system.emulation.netns import Emulation
 from system.emulation.plan import make_plan
-from system.emulation.shell import missing_tools, netns_list
+from system.emulation.shell import netns_list
 from system.emulation.verify import measure_rtt_ms, verify_links
-
-
-def _why_skip() -> str:
-    if os.geteuid() != 0:
-        return "needs root for network namespaces"
-    if missing_tools(("ip", "tc", "iptables", "ping")):
-        return f"needs {missing_tools(('ip', 'tc', 'iptables', 'ping'))} (apt-get install iproute2 iptables iputils-ping)"
-    if importlib.util.find_spec("netfilterqueue") is None and not has_netem():
-        return "no sch_netem and no netfilterqueue (pip install netfilterqueue)"
-    return ""
+from tests.emulation._skip import _why_skip
 
 
 pytestmark = [pytest.mark.emulation, pytest.mark.skipif(bool(_why_skip()), reason=_why_skip() or "ok")]

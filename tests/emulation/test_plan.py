@@ -46,3 +46,26 @@ def test_bad_plans(kw):
     args = {"cluster": get_case("debug"), "tag": "ok"} | kw
     with pytest.raises(ValueError):
         EmulationPlan(**args)
+
+
+def test_device_tc_and_route_lines():
+    from system.emulation.netns import device_route_lines, device_tc_lines
+
+    plan = make_plan(get_case("debug").subset([0, 2, 4]), bandwidth_scale=0.1, tag="t4")
+    lines = device_tc_lines(plan, 0, netem=False)
+    assert lines[0].startswith("qdisc add dev eth0 root handle 1: htb")
+    # per destination: parent class, ACK leaf, data leaf, 2 leaf qdiscs, 2 filters
+    assert len(lines) == 2 + 2 * 7
+    assert sum("netem" in ln for ln in lines) == 0
+    assert sum(f"match ip dst {plan.ip(2)}/32" in ln for ln in lines) == 2
+    r = int(round(plan.rate_bps[0, 1]))
+    assert f"classid 1:2 htb rate {r}bit ceil {r}bit" in "\n".join(lines)
+    netem = device_tc_lines(plan, 1, netem=True)
+    delays = sorted(float(ln.split("delay ")[1].split("ms")[0]) for ln in netem if "netem" in ln)
+    assert delays == pytest.approx(sorted([plan.delay_s[1, 0] * 1e3] * 2 + [plan.delay_s[1, 2] * 1e3] * 2))
+    handles = [ln.split("handle ")[1].split(":")[0] for ln in netem if ln.startswith("qdisc") and "parent" in ln]
+    assert len(set(handles)) == len(handles) and all(int(h, 16) <= 0xFFFF for h in handles)
+    routes = device_route_lines(plan, 0)
+    assert len(routes) == 2 and routes[0].startswith(f"route add {plan.ip(1)}/32 dev eth0 window ")
+    bdp = plan.goodput_bps[0, 1] * 2 * plan.delay_s[0, 1] / 8
+    assert int(routes[0].split()[-1]) >= bdp
