@@ -41,7 +41,6 @@ SCHEDULER_METHODS = {"genetic": "genetic", "kl": "genetic_kl", "genetic_kl": "ge
                      "random": "random"}
 SIM_BUDGET = {"trials": 4, "population": 4, "time_limit_s": 1.0}  # keeps the full grid < 2 min
 MIN_RANDOM_LAYOUTS = 3  # the paper's three random layouts per setting (appendix 10.1)
-PAPER_RATIO = {"5": ("3.8–4.8×", "3.6×"), "other": ("1.2–2.5× (best baseline)", "")}
 
 
 def _as_list(value, default) -> list:
@@ -173,32 +172,55 @@ def _fmt_pf(res: SimResult | list | None) -> str:
     return f"{res.pflops:.3f}"
 
 
-def _ratio(a: SimResult | None, b: SimResult | list | None) -> float | None:
-    if a is None or b is None:
-        return None
-    tb = np.mean([r.iter_time_s for r in b]) if isinstance(b, list) else b.iter_time_s
-    return float(tb / a.iter_time_s)
+KEYS = ["case", "num_layers", "global_batch_size"]
 
 
 def _summary_frame(lines: list[dict]) -> pd.DataFrame:
+    """One line per setting: each system's PFLOPS / seconds and the baselines' picks."""
     out = []
     for ln in lines:
-        ours, rnd, meg, ds = (ln.get(k) for k in ("ours", "ours_random", "megatron", "deepspeed"))
-        paper = PAPER_RATIO["5" if ln["case"] == "5" else "other"]
-        best_base = min((x for x in (meg, ds) if x is not None), key=lambda r: r.iter_time_s, default=None)
-        out.append({
-            "case": ln["case"], "num_layers": ln["num_layers"], "global_batch_size": ln["global_batch_size"],
-            "ours_iter_time_s": ours.iter_time_s if ours else None, "ours_pflops": ours.pflops if ours else None,
-            "ours_random_pflops": float(np.mean([r.pflops for r in rnd])) if rnd else None,
-            "megatron_pflops": meg.pflops if meg else None, "megatron_config": meg.label() if meg else None,
-            "megatron_iter_time_s": meg.iter_time_s if meg else None,
-            "deepspeed_pflops": ds.pflops if ds else None, "deepspeed_config": ds.label() if ds else None,
-            "deepspeed_iter_time_s": ds.iter_time_s if ds else None,
-            "speedup_vs_megatron": _ratio(ours, meg), "speedup_vs_deepspeed": _ratio(ours, ds),
-            "speedup_vs_best_baseline": _ratio(ours, best_base), "speedup_vs_random": _ratio(ours, rnd),
-            "paper_vs_megatron": paper[0], "paper_vs_deepspeed": paper[1],
-            "megatron_why": ln.get("megatron_why"), "deepspeed_why": ln.get("deepspeed_why")})
+        row = {k: ln[k] for k in KEYS}
+        for name in ("ours", "megatron", "deepspeed"):
+            res = ln.get(name)
+            row[f"{name}_pflops"] = res.pflops if res else None
+            row[f"{name}_iter_time_s"] = res.iter_time_s if res else None
+            if name != "ours":
+                row[f"{name}_config"] = res.label() if res else None
+                row[f"{name}_why"] = ln.get(f"{name}_why")
+        rnd = ln.get("ours_random")
+        row["ours_random_pflops"] = float(np.mean([r.pflops for r in rnd])) if rnd else None
+        row["ours_random_iter_time_s"] = float(np.mean([r.iter_time_s for r in rnd])) if rnd else None
+        out.append(row)
     return pd.DataFrame(out)
+
+
+def _with_speedups(df: pd.DataFrame) -> pd.DataFrame:
+    """Add ours' speed-ups (time ratios) and the paper's claimed ratio beside them."""
+    df = df.copy()
+    t = {k: pd.to_numeric(df[f"{k}_iter_time_s"], errors="coerce")
+         for k in ("ours", "ours_random", "megatron", "deepspeed")}
+    df["speedup_vs_megatron"] = t["megatron"] / t["ours"]
+    df["speedup_vs_deepspeed"] = t["deepspeed"] / t["ours"]
+    df["speedup_vs_best_baseline"] = np.fmin(t["megatron"], t["deepspeed"]) / t["ours"]
+    df["speedup_vs_random"] = t["ours_random"] / t["ours"]
+    paper = _paper_ratios()
+    five = df["case"].astype(str) == "5"
+    df["paper_vs_megatron"] = np.where(five, paper["c5_vs_megatron"],
+                                       paper["c1to4_vs_baselines"] + " (best baseline)")
+    df["paper_vs_deepspeed"] = np.where(five, paper["c5_vs_deepspeed"], "")
+    df["paper_vs_random"] = np.where(five, "up to " + paper["scheduler_vs_random"].split("–")[-1], "")
+    return df
+
+
+def _paper_ratios() -> dict[str, str]:
+    """The paper's claimed ratios as text, from ``repro/data/paper_claims.csv``."""
+    from repro.claims import load_paper_claims
+
+    out = {}
+    for c in load_paper_claims().itertuples(index=False):
+        lo, hi = (None if pd.isna(v) else str(v) for v in (c.paper_low, c.paper_high))
+        out[c.claim_id] = (lo if lo == hi or not hi else f"{lo}–{hi}") + "×" if lo else ""
+    return out
 
 
 def _print_table(summary: pd.DataFrame, elapsed_s: float) -> None:
@@ -209,18 +231,19 @@ def _print_table(summary: pd.DataFrame, elapsed_s: float) -> None:
     t = Table(title=f"simulated PFLOPS and iteration seconds (V100 model, "
                     f"{V100.achievable_fraction:.0%} of peak; x = ours' speed-up) - {elapsed_s:.1f} s")
     cols = ["case", "L", "batch", "ours", "ours s", "random", "Megatron (config)", "Meg s",
-            "DeepSpeed (config)", "DS s", "x Meg", "x DS", "x rand", "paper x Meg", "paper x DS"]
+            "DeepSpeed (config)", "DS s", "x Meg", "x DS", "x rand", "paper x Meg", "paper x DS",
+            "paper x rand"]
     for c in cols:
         t.add_column(c, justify="right" if c not in ("Megatron (config)", "DeepSpeed (config)") else "left")
     f = lambda v, p=2: "—" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{v:.{p}g}"  # noqa: E731
     for r in summary.itertuples(index=False):
         t.add_row(r.case, str(r.num_layers), str(r.global_batch_size), f(r.ours_pflops, 3),
                   f(r.ours_iter_time_s, 3), f(r.ours_random_pflops, 3),
-                  f"{f(r.megatron_pflops, 3)} ({r.megatron_config})", f(r.megatron_iter_time_s, 3),
-                  f"{f(r.deepspeed_pflops, 3)} ({r.deepspeed_config})", f(r.deepspeed_iter_time_s, 3),
+                  f"{f(r.megatron_pflops, 3)} ({r.megatron_config or '—'})", f(r.megatron_iter_time_s, 3),
+                  f"{f(r.deepspeed_pflops, 3)} ({r.deepspeed_config or '—'})", f(r.deepspeed_iter_time_s, 3),
                   f(r.speedup_vs_megatron),
                   f(r.speedup_vs_deepspeed), f(r.speedup_vs_random), r.paper_vs_megatron,
-                  r.paper_vs_deepspeed)
+                  r.paper_vs_deepspeed, r.paper_vs_random)
     Console(width=200, highlight=False).print(t)
 
 
@@ -232,7 +255,12 @@ def _write_reports(results_dir: Path, summary: pd.DataFrame, elapsed_s: float) -
 
     rows = read_rows(results_dir)
     plot_fig3(best_configs(rows), results_dir / "fig3.png")
-    atomic_write_text(results_dir / "summary.csv", summary.to_csv(index=False))
+    path = results_dir / "summary.csv"
+    merged = summary
+    if path.exists():  # keep what earlier runs (other sweep jobs) found; this run's values win
+        old = pd.read_csv(path, dtype={"case": str}).set_index(KEYS)
+        merged = summary.set_index(KEYS).combine_first(old).reset_index()
+    atomic_write_text(path, _with_speedups(merged).to_csv(index=False))
     claims = evaluate_claims(rows)
     lines = ["# Simulated results vs the paper's claims", "",
              f"Generated by `python repro/run.py` (mode=simulate) in {elapsed_s:.1f} s; "
@@ -272,7 +300,7 @@ def run(cfg: DictConfig) -> dict:
     log.info("simulated %d settings in %.1f s: %d rows (%d new) -> %s", len(lines), elapsed,
              len(rows), len(new), results_dir)
     write_rows(results_dir, new)
-    summary = _summary_frame(lines)
+    summary = _with_speedups(_summary_frame(lines))
     _write_reports(results_dir, summary, elapsed)
     _print_table(summary, elapsed)
     log.info("mode=simulate took %.1f s in all (simulation %.1f s, rows/tables/figure %.1f s)",
