@@ -125,32 +125,34 @@ def _simulate_setting(cfg, case, layers, batch, systems, schedules, repeats):
     base = {"mode": "simulate", "case": case, "case_variant": variant, "model": model.name,
             "num_layers": layers, "global_batch_size": batch, "seed": seed}
     rows, line = [], {"case": case, "num_layers": layers, "global_batch_size": batch}
-    if "ours" in systems or "ours_random" in systems:
+    oom = ValueError(f"case {case}, {layers} layers: not even one micro-batch of "
+                     f"{workload.micro_batch_size} fits in {V100.name} memory with pp={pp}")
+    if "ours" in systems:
         sched = schedules.get(case, cluster, workload, pp, dp)
         ours = simulate_ours(cluster, sched.assignment, workload)
         if ours.status != "ok":
-            raise ValueError(f"case {case}, {layers} layers: not even one micro-batch of "
-                             f"{workload.micro_batch_size} fits in {V100.name} memory with pp={pp}")
+            raise oom
         line["ours"] = ours
-        if "ours" in systems:
-            info = {"scheduler": schedules.method, "search_time_s": sched.search_time_s,
-                    "best_cost_s": sched.cost.total_cost_s, "search_trials": sched.trials,
-                    "layout": sched.assignment.stages.tolist()}
-            for r in range(repeats):
-                key = {**base, "system": "ours", "scheduler": schedules.method,
-                       "scheduler_budget": str(schedules.budget), "micro_batch_size":
-                       workload.micro_batch_size, "pp": pp, "dp": dp, "repeat": r}
-                rows.append(_row(key, ours, cluster, **info))
-        if "ours_random" in systems:
-            line["ours_random"] = []
-            for k in range(max(MIN_RANDOM_LAYOUTS, repeats)):
-                a = random_assignment(pp, dp, np.random.default_rng([seed, k]))
-                res = simulate_ours(cluster, a, workload, system="ours_random")
-                line["ours_random"].append(res)
-                key = {**base, "system": "ours_random", "micro_batch_size": workload.micro_batch_size,
-                       "pp": pp, "dp": dp, "layout_seed": [seed, k], "repeat": k}
-                rows.append(_row(key, res, cluster, scheduler="random_rank_map",
-                                 layout=a.stages.tolist()))
+        info = {"scheduler": schedules.method, "search_time_s": sched.search_time_s,
+                "best_cost_s": sched.cost.total_cost_s, "search_trials": sched.trials,
+                "layout": sched.assignment.stages.tolist()}
+        for r in range(repeats):
+            key = {**base, "system": "ours", "scheduler": schedules.method,
+                   "scheduler_budget": str(schedules.budget), "micro_batch_size":
+                   workload.micro_batch_size, "pp": pp, "dp": dp, "repeat": r}
+            rows.append(_row(key, ours, cluster, **info))
+    if "ours_random" in systems:  # the paper's random layouts: a new seeded rank map per run
+        line["ours_random"] = []
+        for k in range(max(MIN_RANDOM_LAYOUTS, repeats)):
+            a = random_assignment(pp, dp, np.random.default_rng([seed, k]))
+            res = simulate_ours(cluster, a, workload, system="ours_random")
+            if res.status != "ok":
+                raise oom
+            line["ours_random"].append(res)
+            key = {**base, "system": "ours_random", "micro_batch_size": workload.micro_batch_size,
+                   "pp": pp, "dp": dp, "layout_seed": [seed, k], "repeat": k}
+            rows.append(_row(key, res, cluster, scheduler="random_rank_map",
+                             layout=a.stages.tolist()))
     for name, search in (("megatron", grid_search_megatron), ("deepspeed", grid_search_deepspeed)):
         if name not in systems:
             continue
