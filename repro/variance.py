@@ -67,22 +67,6 @@ def config_columns(rows: pd.DataFrame) -> list[str]:
     return list(SETTING_COLUMNS) + [c for c in CONFIG_COLUMNS if c in rows.columns]
 
 
-def _stats(group: pd.DataFrame) -> pd.Series:
-    t = group["iter_time_s"].to_numpy(dtype=float)
-    mean = float(t.mean())
-    std = float(t.std(ddof=1)) if t.size > 1 else float("nan")
-    out = {
-        "n_repeats": int(t.size),
-        "iter_time_s_mean": mean,
-        "iter_time_s_std": std,
-        "cv": std / mean if t.size > 1 else float("nan"),
-        "spread": float((t.max() - t.min()) / mean),
-    }
-    if "pflops" in group.columns:
-        out["pflops_mean"] = float(pd.to_numeric(group["pflops"], errors="coerce").mean())
-    return pd.Series(out)
-
-
 def variance_table(rows: pd.DataFrame, cv_limit: float = CV_LIMIT) -> pd.DataFrame:
     """One line per configuration: repeats, mean/std of iter_time_s, CV, spread, flagged.
 
@@ -105,13 +89,19 @@ def variance_table(rows: pd.DataFrame, cv_limit: float = CV_LIMIT) -> pd.DataFra
                 "flagged",
             ]
         )
-    out = (
-        df.groupby(keys, dropna=False, sort=True)[
-            [c for c in ("iter_time_s", "pflops") if c in df.columns]
-        ]
-        .apply(_stats)
-        .reset_index()
+    g = df.groupby(keys, dropna=False, sort=True)["iter_time_s"]
+    out = g.agg(
+        n_repeats="size", iter_time_s_mean="mean", iter_time_s_std="std", _min="min", _max="max"
     )
+    if "pflops" in df.columns:
+        out["pflops_mean"] = df.groupby(keys, dropna=False, sort=True)["pflops"].mean()
+    out = out.reset_index()
+    one = out["n_repeats"] < 2
+    out.loc[one, "iter_time_s_std"] = np.nan
+    out["cv"] = out["iter_time_s_std"] / out["iter_time_s_mean"]
+    out["spread"] = (out.pop("_max") - out.pop("_min")) / out["iter_time_s_mean"]
+    cols = [*keys, "n_repeats", "iter_time_s_mean", "iter_time_s_std", "cv", "spread"]
+    out = out[cols + [c for c in out.columns if c not in cols]]
     out["n_repeats"] = out["n_repeats"].astype(int)
     out["flagged"] = out["cv"].fillna(0.0) > cv_limit
     return out
