@@ -23,9 +23,17 @@ from system.simulator.memory import training_memory
 from system.simulator.result import SimResult
 from system.workload import Workload
 
-__all__ = ["BaselineConfig", "GridResult", "MICRO_BATCH_SIZES", "megatron_space",
-           "deepspeed_space", "config_memory_bytes", "config_fits", "with_micro_batch",
-           "pick_best"]
+__all__ = [
+    "BaselineConfig",
+    "GridResult",
+    "MICRO_BATCH_SIZES",
+    "megatron_space",
+    "deepspeed_space",
+    "config_memory_bytes",
+    "config_fits",
+    "with_micro_batch",
+    "pick_best",
+]
 
 MICRO_BATCH_SIZES = (1, 2, 4, 8)  # sequences per micro-batch tried by the grid
 
@@ -52,8 +60,13 @@ class BaselineConfig:
         return text + (f" zero{self.zero}" if self.zero else "")
 
     def to_dict(self) -> dict:
-        return {"tp": self.tp, "pp": self.pp, "dp": self.dp,
-                "micro_batch_size": self.micro_batch_size, "zero": self.zero}
+        return {
+            "tp": self.tp,
+            "pp": self.pp,
+            "dp": self.dp,
+            "micro_batch_size": self.micro_batch_size,
+            "zero": self.zero,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,12 +80,17 @@ class GridResult:
         """One line: the pick, its phases, and the runner-up it beat."""
         ok = sorted((r for r in self.results if r.status == "ok"), key=lambda r: r.iter_time_s)
         b = self.best
-        text = (f"{b.label()}: {b.iter_time_s:.1f} s (pipeline {b.breakdown.get('pipeline_s', 0):.1f}"
-                f" s, DP {b.breakdown.get('dp_sync_s', 0):.1f} s)")
+        text = (
+            f"{b.label()}: {b.iter_time_s:.1f} s (pipeline {b.breakdown.get('pipeline_s', 0):.1f}"
+            f" s, DP {b.breakdown.get('dp_sync_s', 0):.1f} s)"
+        )
         if len(ok) > 1:
             r = ok[1]
-            text += (f"; runner-up {r.label()} {r.iter_time_s:.1f} s (pipeline "
-                     f"{r.breakdown.get('pipeline_s', 0):.1f} s, DP {r.breakdown.get('dp_sync_s', 0):.1f} s)")
+            text += (
+                f"; runner-up {r.label()} {r.iter_time_s:.1f} s (pipeline "
+                f"{r.breakdown.get('pipeline_s', 0):.1f} s, "
+                f"DP {r.breakdown.get('dp_sync_s', 0):.1f} s)"
+            )
         oom = sum(r.status == "oom" for r in self.results)
         return text + f"; {len(ok)} feasible, {oom} over memory"
 
@@ -103,21 +121,27 @@ def megatron_space(cluster: Cluster, workload: Workload) -> list[BaselineConfig]
             if model.num_layers % pp:
                 continue
             dp = d // (tp * pp)
-            out += [BaselineConfig(system="megatron", tp=tp, pp=pp, dp=dp, micro_batch_size=b)
-                    for b in _micro_batches(workload, dp)]
+            out += [
+                BaselineConfig(system="megatron", tp=tp, pp=pp, dp=dp, micro_batch_size=b)
+                for b in _micro_batches(workload, dp)
+            ]
     return out
 
 
 def deepspeed_space(cluster: Cluster, workload: Workload) -> list[BaselineConfig]:
     """DeepSpeed: ZeRO-3 over all devices, and pipeline (pp >= 2) + ZeRO-1, every micro-batch."""
     d, model = cluster.num_devices, workload.model
-    out = [BaselineConfig(system="deepspeed", tp=1, pp=1, dp=d, micro_batch_size=b, zero=3)
-           for b in _micro_batches(workload, d)]
+    out = [
+        BaselineConfig(system="deepspeed", tp=1, pp=1, dp=d, micro_batch_size=b, zero=3)
+        for b in _micro_batches(workload, d)
+    ]
     for pp in _divisors(d):
         if pp < 2 or model.num_layers % pp:
             continue
-        out += [BaselineConfig(system="deepspeed", tp=1, pp=pp, dp=d // pp, micro_batch_size=b,
-                               zero=1) for b in _micro_batches(workload, d // pp)]
+        out += [
+            BaselineConfig(system="deepspeed", tp=1, pp=pp, dp=d // pp, micro_batch_size=b, zero=1)
+            for b in _micro_batches(workload, d // pp)
+        ]
     return out
 
 
@@ -130,9 +154,18 @@ def config_memory_bytes(config: BaselineConfig, workload: Workload) -> float:
     w = with_micro_batch(workload, config)
     if config.zero == 3:
         d = config.dp
-        return training_memory(w.model, layers=w.model.num_layers, micro_batch_size=w.micro_batch_size,
-                               in_flight=1, embedding=True, logits=True, weight_shards=d,
-                               grad_shards=d, optimizer_shards=d, gathered_layers=2).total_bytes
+        return training_memory(
+            w.model,
+            layers=w.model.num_layers,
+            micro_batch_size=w.micro_batch_size,
+            in_flight=1,
+            embedding=True,
+            logits=True,
+            weight_shards=d,
+            grad_shards=d,
+            optimizer_shards=d,
+            gathered_layers=2,
+        ).total_bytes
     shards = config.dp if config.zero == 1 else 1
     return pipeline_memory_bytes(w, config.tp, config.pp, config.dp, optimizer_shards=shards)
 
@@ -142,9 +175,11 @@ def config_fits(config: BaselineConfig, workload: Workload, hardware: Hardware =
 
 
 def pick_best(results: list[SimResult], what: str) -> GridResult:
-    """The fastest feasible result; ValueError naming ``what`` if every configuration is over memory."""
+    """The fastest feasible result; ValueError naming ``what`` when none fits in memory."""
     ok = [r for r in results if r.status == "ok"]
     if not ok:
-        raise ValueError(f"{what}: no configuration fits in device memory "
-                         f"({len(results)} tried); use more devices or a smaller model/batch")
+        raise ValueError(
+            f"{what}: no configuration fits in device memory "
+            f"({len(results)} tried); use more devices or a smaller model/batch"
+        )
     return GridResult(best=min(ok, key=lambda r: r.iter_time_s), results=tuple(results))

@@ -18,6 +18,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from baselines.space import (
+    BaselineConfig,
+    GridResult,
+    config_memory_bytes,
+    deepspeed_space,
+    pick_best,
+    with_micro_batch,
+)
 from system.cluster import Cluster
 from system.simulator.collective import simulate_1f1b_ring
 from system.simulator.comm import ring_collective_s
@@ -25,22 +33,24 @@ from system.simulator.hardware import V100, Hardware, stage_compute
 from system.simulator.result import SimResult
 from system.workload import Workload
 
-from baselines.space import (BaselineConfig, GridResult, config_memory_bytes, deepspeed_space,
-                             pick_best, with_micro_batch)
-
 __all__ = ["simulate_zero3", "simulate_deepspeed", "grid_search_deepspeed"]
 
 
-def simulate_zero3(cluster: Cluster, workload: Workload, config: BaselineConfig,
-                   hardware: Hardware = V100) -> SimResult:
+def simulate_zero3(
+    cluster: Cluster, workload: Workload, config: BaselineConfig, hardware: Hardware = V100
+) -> SimResult:
     """One ZeRO-3 iteration (see the module docstring)."""
     if config.zero != 3 or config.pp != 1 or config.tp != 1 or config.dp != cluster.num_devices:
-        raise ValueError(f"simulate_zero3: needs tp=1, pp=1, dp={cluster.num_devices}, zero=3; got {config}")
+        raise ValueError(
+            f"simulate_zero3: needs tp=1, pp=1, dp={cluster.num_devices}, zero=3; got {config}"
+        )
     w = with_micro_batch(workload, config)
     model, d = w.model, config.dp
     steps = w.micro_batches(d)
     params = model.num_layers * model.params_per_layer
-    comp = stage_compute(model, 1, w.micro_batch_size, hardware=hardware, params_per_device=[params / d])
+    comp = stage_compute(
+        model, 1, w.micro_batch_size, hardware=hardware, params_per_device=[params / d]
+    )
     f, b, opt = (float(x[0]) for x in comp.per_stage(1))
     ring = [list(range(d))]
     layer_bytes = 2.0 * model.params_per_layer  # fp16 parameters / gradients of one layer
@@ -51,37 +61,60 @@ def simulate_zero3(cluster: Cluster, workload: Workload, config: BaselineConfig,
     iter_s = steps * step + opt
     memory = config_memory_bytes(config, workload)
     return SimResult(
-        system="deepspeed", iter_time_s=iter_s, compute_time_s=steps * (f + b) + opt,
-        model_flops=w.model_flops(recompute=True), memory_bytes=memory, config=config.to_dict(),
-        breakdown={"pipeline_s": 0.0, "dp_sync_s": steps * comm, "optimizer_s": opt,
-                   "micro_steps": int(steps), "zero3_comm_per_step_s": comm,
-                   "variant": "zero3"},
+        system="deepspeed",
+        iter_time_s=iter_s,
+        compute_time_s=steps * (f + b) + opt,
+        model_flops=w.model_flops(recompute=True),
+        memory_bytes=memory,
+        config=config.to_dict(),
+        breakdown={
+            "pipeline_s": 0.0,
+            "dp_sync_s": steps * comm,
+            "optimizer_s": opt,
+            "micro_steps": int(steps),
+            "zero3_comm_per_step_s": comm,
+            "variant": "zero3",
+        },
         status="ok" if memory <= hardware.usable_memory_bytes else "oom",
     )
 
 
-def simulate_deepspeed(cluster: Cluster, workload: Workload, config: BaselineConfig,
-                       hardware: Hardware = V100) -> SimResult:
+def simulate_deepspeed(
+    cluster: Cluster, workload: Workload, config: BaselineConfig, hardware: Hardware = V100
+) -> SimResult:
     """One DeepSpeed iteration in ``config`` (ZeRO-3, or pipeline + ZeRO-1)."""
     if config.system != "deepspeed":
         raise ValueError(f"simulate_deepspeed: not a DeepSpeed configuration: {config}")
     if config.zero == 3:
         return simulate_zero3(cluster, workload, config, hardware)
     if config.zero != 1 or config.tp != 1:
-        raise ValueError(f"simulate_deepspeed: pipeline configurations need tp=1, zero=1; got {config}")
-    res = simulate_1f1b_ring(cluster, with_micro_batch(workload, config), tp=1, pp=config.pp,
-                             dp=config.dp, zero=1, system="deepspeed", hardware=hardware)
+        raise ValueError(
+            f"simulate_deepspeed: pipeline configurations need tp=1, zero=1; got {config}"
+        )
+    res = simulate_1f1b_ring(
+        cluster,
+        with_micro_batch(workload, config),
+        tp=1,
+        pp=config.pp,
+        dp=config.dp,
+        zero=1,
+        system="deepspeed",
+        hardware=hardware,
+    )
     res.breakdown["variant"] = "pp+zero1"
     return res
 
 
-def grid_search_deepspeed(cluster: Cluster, workload: Workload,
-                          hardware: Hardware = V100) -> GridResult:
+def grid_search_deepspeed(
+    cluster: Cluster, workload: Workload, hardware: Hardware = V100
+) -> GridResult:
     """Both variants over their grids; the best is the fastest feasible of either."""
     configs = deepspeed_space(cluster, workload)
     if not configs:
-        raise ValueError(f"deepspeed: no valid layout for {workload.model.num_layers} layers, batch "
-                         f"{workload.global_batch_size} on {cluster.num_devices} devices")
+        raise ValueError(
+            f"deepspeed: no valid layout for {workload.model.num_layers} layers, batch "
+            f"{workload.global_batch_size} on {cluster.num_devices} devices"
+        )
     results = [simulate_deepspeed(cluster, workload, c, hardware) for c in configs]
     assert all(np.isfinite(r.iter_time_s) for r in results)
     return pick_best(results, f"deepspeed on {cluster.name}")

@@ -10,37 +10,56 @@ TP (inside a host), PP, DP and the micro-batch size; the fastest configuration t
 
 from __future__ import annotations
 
+from baselines.space import (
+    BaselineConfig,
+    GridResult,
+    config_memory_bytes,
+    megatron_space,
+    pick_best,
+    with_micro_batch,
+)
 from system.cluster import Cluster
 from system.simulator.collective import simulate_1f1b_ring
 from system.simulator.hardware import V100, Hardware
 from system.simulator.result import SimResult
 from system.workload import Workload
 
-from baselines.space import (BaselineConfig, GridResult, config_memory_bytes, megatron_space,
-                             pick_best, with_micro_batch)
-
 __all__ = ["simulate_megatron", "grid_search_megatron"]
 
 
-def simulate_megatron(cluster: Cluster, workload: Workload, config: BaselineConfig,
-                      hardware: Hardware = V100) -> SimResult:
+def simulate_megatron(
+    cluster: Cluster, workload: Workload, config: BaselineConfig, hardware: Hardware = V100
+) -> SimResult:
     """One Megatron iteration in ``config`` (its micro-batch size replaces the workload's)."""
     if config.system != "megatron" or config.zero:
         raise ValueError(f"simulate_megatron: not a Megatron configuration: {config}")
     w = with_micro_batch(workload, config)
-    res = simulate_1f1b_ring(cluster, w, tp=config.tp, pp=config.pp, dp=config.dp, zero=0,
-                             system="megatron", hardware=hardware)
+    res = simulate_1f1b_ring(
+        cluster,
+        w,
+        tp=config.tp,
+        pp=config.pp,
+        dp=config.dp,
+        zero=0,
+        system="megatron",
+        hardware=hardware,
+    )
     assert abs(res.memory_bytes - config_memory_bytes(config, workload)) < 1.0
     return res
 
 
-def grid_search_megatron(cluster: Cluster, workload: Workload,
-                         hardware: Hardware = V100) -> GridResult:
+def grid_search_megatron(
+    cluster: Cluster, workload: Workload, hardware: Hardware = V100
+) -> GridResult:
     """Simulate every valid configuration; the best is the fastest one that fits in memory."""
     configs = megatron_space(cluster, workload)
     if not configs:
-        raise ValueError(f"megatron: no valid (tp, pp, dp, micro-batch) layout for "
-                         f"{workload.model.num_layers} layers, batch {workload.global_batch_size} on "
-                         f"{cluster.num_devices} devices")
-    return pick_best([simulate_megatron(cluster, workload, c, hardware) for c in configs],
-                     f"megatron on {cluster.name}")
+        raise ValueError(
+            f"megatron: no valid (tp, pp, dp, micro-batch) layout for "
+            f"{workload.model.num_layers} layers, batch {workload.global_batch_size} on "
+            f"{cluster.num_devices} devices"
+        )
+    return pick_best(
+        [simulate_megatron(cluster, workload, c, hardware) for c in configs],
+        f"megatron on {cluster.name}",
+    )

@@ -37,8 +37,12 @@ log = logging.getLogger(__name__)
 
 SYSTEMS = ("ours", "ours_random", "megatron", "deepspeed")
 PAPER_LAYERS, PAPER_BATCHES = (24, 32, 40), (1024, 2048, 4096)
-SCHEDULER_METHODS = {"genetic": "genetic", "kl": "genetic_kl", "genetic_kl": "genetic_kl",
-                     "random": "random"}
+SCHEDULER_METHODS = {
+    "genetic": "genetic",
+    "kl": "genetic_kl",
+    "genetic_kl": "genetic_kl",
+    "random": "random",
+}
 SIM_BUDGET = {"trials": 4, "population": 4, "time_limit_s": 1.0}  # keeps the full grid < 2 min
 MIN_RANDOM_LAYOUTS = 3  # the paper's three random layouts per setting (appendix 10.1)
 
@@ -72,8 +76,16 @@ class _Schedules:
         sizes = tasklet_sizes(workload, pp, dp)
         key = (case, cluster.meta.get("variant"), sizes.c_dp_bytes, sizes.c_pp_bytes, pp, dp)
         if key not in self.cache:
-            self.cache[key] = schedule(cluster, sizes, pp=pp, dp=dp, method=self.method,
-                                       seed=self.seed, greedy_seeds=True, **self.budget)
+            self.cache[key] = schedule(
+                cluster,
+                sizes,
+                pp=pp,
+                dp=dp,
+                method=self.method,
+                seed=self.seed,
+                greedy_seeds=True,
+                **self.budget,
+            )
         return self.cache[key]
 
 
@@ -101,13 +113,24 @@ def _row(key: dict, res: SimResult, cluster: Cluster, **extra) -> dict:
     c = res.config
     ok = res.status == "ok"
     return make_row(
-        key, status=res.status, num_devices=cluster.num_devices,
-        iter_time_s=res.iter_time_s if ok else None, pflops=res.pflops if ok else None,
-        compute_time_s=res.compute_time_s if ok else None, comm_time_s=res.comm_time_s if ok else None,
-        tp=c.get("tp", 1), pp=c.get("pp"), dp=c.get("dp"), micro_batch_size=c.get("micro_batch_size"),
-        zero=c.get("zero", 0), memory_gib=res.memory_bytes / 2**30, config=res.label(),
+        key,
+        status=res.status,
+        num_devices=cluster.num_devices,
+        iter_time_s=res.iter_time_s if ok else None,
+        pflops=res.pflops if ok else None,
+        compute_time_s=res.compute_time_s if ok else None,
+        comm_time_s=res.comm_time_s if ok else None,
+        tp=c.get("tp", 1),
+        pp=c.get("pp"),
+        dp=c.get("dp"),
+        micro_batch_size=c.get("micro_batch_size"),
+        zero=c.get("zero", 0),
+        memory_gib=res.memory_bytes / 2**30,
+        config=res.label(),
         mfu=res.pflops * 1e15 / (cluster.num_devices * V100.peak_flops) if ok else None,
-        **{f"sim_{k}": v for k, v in res.breakdown.items()}, **extra)
+        **{f"sim_{k}": v for k, v in res.breakdown.items()},
+        **extra,
+    )
 
 
 def _simulate_setting(cfg, case, layers, batch, systems, schedules, repeats):
@@ -115,31 +138,52 @@ def _simulate_setting(cfg, case, layers, batch, systems, schedules, repeats):
     variant = str(cfg.get("case_variant", "paper"))
     cluster = get_case(case, variant)
     model = get_model(str(cfg.get("model", "gpt3_xl")), layers)
-    workload = Workload(model=model, global_batch_size=batch,
-                        micro_batch_size=int(cfg.get("micro_batch_size", 1)))
+    workload = Workload(
+        model=model, global_batch_size=batch, micro_batch_size=int(cfg.get("micro_batch_size", 1))
+    )
     d = cluster.num_devices
     pp = int(cfg.pp) if cfg.get("pp") else default_pp(d)
     dp = int(cfg.dp) if cfg.get("dp") else d // pp
     workload.check_layout(pp, dp)
     seed = int(cfg.get("seed", 0))
-    base = {"mode": "simulate", "case": case, "case_variant": variant, "model": model.name,
-            "num_layers": layers, "global_batch_size": batch, "seed": seed}
+    base = {
+        "mode": "simulate",
+        "case": case,
+        "case_variant": variant,
+        "model": model.name,
+        "num_layers": layers,
+        "global_batch_size": batch,
+        "seed": seed,
+    }
     rows, line = [], {"case": case, "num_layers": layers, "global_batch_size": batch}
-    oom = ValueError(f"case {case}, {layers} layers: not even one micro-batch of "
-                     f"{workload.micro_batch_size} fits in {V100.name} memory with pp={pp}")
+    oom = ValueError(
+        f"case {case}, {layers} layers: not even one micro-batch of "
+        f"{workload.micro_batch_size} fits in {V100.name} memory with pp={pp}"
+    )
     if "ours" in systems:
         sched = schedules.get(case, cluster, workload, pp, dp)
         ours = simulate_ours(cluster, sched.assignment, workload)
         if ours.status != "ok":
             raise oom
         line["ours"] = ours
-        info = {"scheduler": schedules.method, "search_time_s": sched.search_time_s,
-                "best_cost_s": sched.cost.total_cost_s, "search_trials": sched.trials,
-                "layout": sched.assignment.stages.tolist()}
+        info = {
+            "scheduler": schedules.method,
+            "search_time_s": sched.search_time_s,
+            "best_cost_s": sched.cost.total_cost_s,
+            "search_trials": sched.trials,
+            "layout": sched.assignment.stages.tolist(),
+        }
         for r in range(repeats):
-            key = {**base, "system": "ours", "scheduler": schedules.method,
-                   "scheduler_budget": str(schedules.budget), "micro_batch_size":
-                   workload.micro_batch_size, "pp": pp, "dp": dp, "repeat": r}
+            key = {
+                **base,
+                "system": "ours",
+                "scheduler": schedules.method,
+                "scheduler_budget": str(schedules.budget),
+                "micro_batch_size": workload.micro_batch_size,
+                "pp": pp,
+                "dp": dp,
+                "repeat": r,
+            }
             rows.append(_row(key, ours, cluster, **info))
     if "ours_random" in systems:  # the paper's random layouts: a new seeded rank map per run
         line["ours_random"] = []
@@ -149,10 +193,18 @@ def _simulate_setting(cfg, case, layers, batch, systems, schedules, repeats):
             if res.status != "ok":
                 raise oom
             line["ours_random"].append(res)
-            key = {**base, "system": "ours_random", "micro_batch_size": workload.micro_batch_size,
-                   "pp": pp, "dp": dp, "layout_seed": [seed, k], "repeat": k}
-            rows.append(_row(key, res, cluster, scheduler="random_rank_map",
-                             layout=a.stages.tolist()))
+            key = {
+                **base,
+                "system": "ours_random",
+                "micro_batch_size": workload.micro_batch_size,
+                "pp": pp,
+                "dp": dp,
+                "layout_seed": [seed, k],
+                "repeat": k,
+            }
+            rows.append(
+                _row(key, res, cluster, scheduler="random_rank_map", layout=a.stages.tolist())
+            )
     for name, search in (("megatron", grid_search_megatron), ("deepspeed", grid_search_deepspeed)):
         if name not in systems:
             continue
@@ -161,8 +213,15 @@ def _simulate_setting(cfg, case, layers, batch, systems, schedules, repeats):
         for res in grid.results:
             for r in range(repeats):
                 key = {**base, "system": name, **res.config, "repeat": r}
-                rows.append(_row(key, res, cluster, is_best=res is grid.best,
-                                 variant=res.breakdown.get("variant", name)))
+                rows.append(
+                    _row(
+                        key,
+                        res,
+                        cluster,
+                        is_best=res is grid.best,
+                        variant=res.breakdown.get("variant", name),
+                    )
+                )
     return rows, line
 
 
@@ -191,7 +250,9 @@ def _summary_frame(lines: list[dict]) -> pd.DataFrame:
                 row[f"{name}_why"] = ln.get(f"{name}_why")
         rnd = ln.get("ours_random")
         row["ours_random_pflops"] = float(np.mean([r.pflops for r in rnd])) if rnd else None
-        row["ours_random_iter_time_s"] = float(np.mean([r.iter_time_s for r in rnd])) if rnd else None
+        row["ours_random_iter_time_s"] = (
+            float(np.mean([r.iter_time_s for r in rnd])) if rnd else None
+        )
         out.append(row)
     return pd.DataFrame(out)
 
@@ -199,18 +260,23 @@ def _summary_frame(lines: list[dict]) -> pd.DataFrame:
 def _with_speedups(df: pd.DataFrame) -> pd.DataFrame:
     """Add ours' speed-ups (time ratios) and the paper's claimed ratio beside them."""
     df = df.copy()
-    t = {k: pd.to_numeric(df[f"{k}_iter_time_s"], errors="coerce")
-         for k in ("ours", "ours_random", "megatron", "deepspeed")}
+    t = {
+        k: pd.to_numeric(df[f"{k}_iter_time_s"], errors="coerce")
+        for k in ("ours", "ours_random", "megatron", "deepspeed")
+    }
     df["speedup_vs_megatron"] = t["megatron"] / t["ours"]
     df["speedup_vs_deepspeed"] = t["deepspeed"] / t["ours"]
     df["speedup_vs_best_baseline"] = np.fmin(t["megatron"], t["deepspeed"]) / t["ours"]
     df["speedup_vs_random"] = t["ours_random"] / t["ours"]
     paper = _paper_ratios()
     five = df["case"].astype(str) == "5"
-    df["paper_vs_megatron"] = np.where(five, paper["c5_vs_megatron"],
-                                       paper["c1to4_vs_baselines"] + " (best baseline)")
+    df["paper_vs_megatron"] = np.where(
+        five, paper["c5_vs_megatron"], paper["c1to4_vs_baselines"] + " (best baseline)"
+    )
     df["paper_vs_deepspeed"] = np.where(five, paper["c5_vs_deepspeed"], "")
-    df["paper_vs_random"] = np.where(five, "up to " + paper["scheduler_vs_random"].split("–")[-1], "")
+    df["paper_vs_random"] = np.where(
+        five, "up to " + paper["scheduler_vs_random"].split("–")[-1], ""
+    )
     return df
 
 
@@ -226,26 +292,55 @@ def _paper_ratios() -> dict[str, str]:
 
 
 def _print_table(summary: pd.DataFrame, elapsed_s: float) -> None:
+    from rich.console import Console
     from rich.table import Table
 
-    from rich.console import Console
-
-    t = Table(title=f"simulated PFLOPS and iteration seconds (V100 model, "
-                    f"{V100.achievable_fraction:.0%} of peak; x = ours' speed-up) - {elapsed_s:.1f} s")
-    cols = ["case", "L", "batch", "ours", "ours s", "random", "Megatron (config)", "Meg s",
-            "DeepSpeed (config)", "DS s", "x Meg", "x DS", "x rand", "paper x Meg", "paper x DS",
-            "paper x rand"]
+    t = Table(
+        title=f"simulated PFLOPS and iteration seconds (V100 model, "
+        f"{V100.achievable_fraction:.0%} of peak; x = ours' speed-up) - {elapsed_s:.1f} s"
+    )
+    cols = [
+        "case",
+        "L",
+        "batch",
+        "ours",
+        "ours s",
+        "random",
+        "Megatron (config)",
+        "Meg s",
+        "DeepSpeed (config)",
+        "DS s",
+        "x Meg",
+        "x DS",
+        "x rand",
+        "paper x Meg",
+        "paper x DS",
+        "paper x rand",
+    ]
     for c in cols:
-        t.add_column(c, justify="right" if c not in ("Megatron (config)", "DeepSpeed (config)") else "left")
+        t.add_column(
+            c, justify="right" if c not in ("Megatron (config)", "DeepSpeed (config)") else "left"
+        )
     f = lambda v, p=2: "—" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{v:.{p}g}"  # noqa: E731
     for r in summary.itertuples(index=False):
-        t.add_row(r.case, str(r.num_layers), str(r.global_batch_size), f(r.ours_pflops, 3),
-                  f(r.ours_iter_time_s, 3), f(r.ours_random_pflops, 3),
-                  f"{f(r.megatron_pflops, 3)} ({r.megatron_config or '—'})", f(r.megatron_iter_time_s, 3),
-                  f"{f(r.deepspeed_pflops, 3)} ({r.deepspeed_config or '—'})", f(r.deepspeed_iter_time_s, 3),
-                  f(r.speedup_vs_megatron),
-                  f(r.speedup_vs_deepspeed), f(r.speedup_vs_random), r.paper_vs_megatron,
-                  r.paper_vs_deepspeed, r.paper_vs_random)
+        t.add_row(
+            r.case,
+            str(r.num_layers),
+            str(r.global_batch_size),
+            f(r.ours_pflops, 3),
+            f(r.ours_iter_time_s, 3),
+            f(r.ours_random_pflops, 3),
+            f"{f(r.megatron_pflops, 3)} ({r.megatron_config or '—'})",
+            f(r.megatron_iter_time_s, 3),
+            f"{f(r.deepspeed_pflops, 3)} ({r.deepspeed_config or '—'})",
+            f(r.deepspeed_iter_time_s, 3),
+            f(r.speedup_vs_megatron),
+            f(r.speedup_vs_deepspeed),
+            f(r.speedup_vs_random),
+            r.paper_vs_megatron,
+            r.paper_vs_deepspeed,
+            r.paper_vs_random,
+        )
     Console(width=200, highlight=False).print(t)
 
 
@@ -264,16 +359,23 @@ def _write_reports(results_dir: Path, summary: pd.DataFrame, elapsed_s: float) -
         merged = summary.set_index(KEYS).combine_first(old).reset_index()
     atomic_write_text(path, _with_speedups(merged).to_csv(index=False))
     claims = evaluate_claims(rows)
-    lines = ["# Simulated results vs the paper's claims", "",
-             f"Generated by `python repro/run.py` (mode=simulate) in {elapsed_s:.1f} s; "
-             f"{len(rows)} rows. Verdicts: `repro/claims.py` (tolerance 25%).", "",
-             "| claim | paper | ours | verdict | note |", "|---|---|---|---|---|"]
+    lines = [
+        "# Simulated results vs the paper's claims",
+        "",
+        f"Generated by `python repro/run.py` (mode=simulate) in {elapsed_s:.1f} s; "
+        f"{len(rows)} rows. Verdicts: `repro/claims.py` (tolerance 25%).",
+        "",
+        "| claim | paper | ours | verdict | note |",
+        "|---|---|---|---|---|",
+    ]
     for c in claims.itertuples(index=False):
         lines.append(f"| {c.claim_id} | {c.paper} | {c.ours} | {c.verdict} | {c.detail} |")
     lines += ["", "## Baseline grid picks (why)", ""]
     for r in summary.itertuples(index=False):
-        lines.append(f"- case {r.case}, L{r.num_layers}, B{r.global_batch_size}: Megatron "
-                     f"{r.megatron_why}; DeepSpeed {r.deepspeed_why}")
+        lines.append(
+            f"- case {r.case}, L{r.num_layers}, B{r.global_batch_size}: Megatron "
+            f"{r.megatron_why}; DeepSpeed {r.deepspeed_why}"
+        )
     atomic_write_text(results_dir / "claims.md", "\n".join(lines) + "\n")
 
 
@@ -283,10 +385,14 @@ def run(cfg: DictConfig) -> dict:
     system = str(cfg.get("system", "all"))
     systems = SYSTEMS if system == "all" else (system,)
     if system != "all" and system not in SYSTEMS:
-        raise ValueError(f"mode=simulate: unknown system {system!r}; known: all, {', '.join(SYSTEMS)}")
+        raise ValueError(
+            f"mode=simulate: unknown system {system!r}; known: all, {', '.join(SYSTEMS)}"
+        )
     method = SCHEDULER_METHODS.get(str((cfg.get("scheduler") or {}).get("name", "genetic")))
     if method is None:
-        raise ValueError(f"unknown scheduler.name {cfg.scheduler.name!r}; known: {', '.join(SCHEDULER_METHODS)}")
+        raise ValueError(
+            f"unknown scheduler.name {cfg.scheduler.name!r}; known: {', '.join(SCHEDULER_METHODS)}"
+        )
     repeats = int(cfg.get("repeats", 1))
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
@@ -299,14 +405,29 @@ def run(cfg: DictConfig) -> dict:
         lines.append(ln)
     elapsed = time.perf_counter() - t0
     new = [r for r in rows if not has_row(results_dir, r["run_id"])]
-    log.info("simulated %d settings in %.1f s: %d rows (%d new) -> %s", len(lines), elapsed,
-             len(rows), len(new), results_dir)
+    log.info(
+        "simulated %d settings in %.1f s: %d rows (%d new) -> %s",
+        len(lines),
+        elapsed,
+        len(rows),
+        len(new),
+        results_dir,
+    )
     write_rows(results_dir, new)
     summary = _with_speedups(_summary_frame(lines))
     _write_reports(results_dir, summary, elapsed)
     _print_table(summary, elapsed)
-    log.info("mode=simulate took %.1f s in all (simulation %.1f s, rows/tables/figure %.1f s)",
-             time.perf_counter() - t0, elapsed, time.perf_counter() - t0 - elapsed)
-    return {"run_ids": [r["run_id"] for r in rows], "rows": len(rows), "new_rows": len(new),
-            "elapsed_s": elapsed, "results_dir": str(results_dir),
-            "summary": summary.drop(columns=["megatron_why", "deepspeed_why"]).to_dict("records")}
+    log.info(
+        "mode=simulate took %.1f s in all (simulation %.1f s, rows/tables/figure %.1f s)",
+        time.perf_counter() - t0,
+        elapsed,
+        time.perf_counter() - t0 - elapsed,
+    )
+    return {
+        "run_ids": [r["run_id"] for r in rows],
+        "rows": len(rows),
+        "new_rows": len(new),
+        "elapsed_s": elapsed,
+        "results_dir": str(results_dir),
+        "summary": summary.drop(columns=["megatron_why", "deepspeed_why"]).to_dict("records"),
+    }

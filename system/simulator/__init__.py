@@ -13,5 +13,13 @@ from system.simulator.hardware import V100, Hardware, StageCompute, stage_comput
 from system.simulator.ours import simulate_ours
 from system.simulator.result import SimResult
 
-__all__ = ["SimResult", "StageCompute", "Hardware", "V100", "stage_compute", "simulate_ours",
-           "simulate_1f1b_ring", "rank_grid"]
+__all__ = [
+    "SimResult",
+    "StageCompute",
+    "Hardware",
+    "V100",
+    "stage_compute",
+    "simulate_ours",
+    "simulate_1f1b_ring",
+    "rank_grid",
+]

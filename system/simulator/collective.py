@@ -42,20 +42,34 @@ def rank_grid(tp: int, pp: int, dp: int) -> np.ndarray:
     return np.arange(tp * pp * dp).reshape(pp, dp, tp)
 
 
-def pipeline_memory_bytes(workload: Workload, tp: int, pp: int, dp: int, *,
-                          optimizer_shards: int = 1) -> float:
+def pipeline_memory_bytes(
+    workload: Workload, tp: int, pp: int, dp: int, *, optimizer_shards: int = 1
+) -> float:
     """Peak device memory of a 1F1B stage: stage 0 holds up to ``pp`` micro-batches in flight."""
     model = workload.model
-    kw = dict(layers=model.num_layers // pp, micro_batch_size=workload.micro_batch_size, tp=tp,
-              optimizer_shards=optimizer_shards)
+    kw = dict(
+        layers=model.num_layers // pp,
+        micro_batch_size=workload.micro_batch_size,
+        tp=tp,
+        optimizer_shards=optimizer_shards,
+    )
     first = training_memory(model, in_flight=pp, embedding=True, logits=pp == 1, **kw)
     last = training_memory(model, in_flight=1, embedding=True, logits=True, **kw)
     return max(first.total_bytes, last.total_bytes)
 
 
-def simulate_1f1b_ring(cluster: Cluster, workload: Workload, *, tp: int, pp: int, dp: int,
-                       zero: int = 0, system: str = "megatron", hardware: Hardware = V100,
-                       p2p_scatter: bool = True) -> SimResult:
+def simulate_1f1b_ring(
+    cluster: Cluster,
+    workload: Workload,
+    *,
+    tp: int,
+    pp: int,
+    dp: int,
+    zero: int = 0,
+    system: str = "megatron",
+    hardware: Hardware = V100,
+    p2p_scatter: bool = True,
+) -> SimResult:
     """One iteration of 1F1B pipelines + ring all-reduce DP in launch order (module docstring).
 
     ``zero`` 0 (Megatron, replicated optimizer) or 1 (DeepSpeed ZeRO-1: optimizer sharded).
@@ -63,7 +77,9 @@ def simulate_1f1b_ring(cluster: Cluster, workload: Workload, *, tp: int, pp: int
     """
     model = workload.model
     if tp * pp * dp != cluster.num_devices:
-        raise ValueError(f"tp={tp} x pp={pp} x dp={dp} != {cluster.num_devices} devices of {cluster.name!r}")
+        raise ValueError(
+            f"tp={tp} x pp={pp} x dp={dp} != {cluster.num_devices} devices of {cluster.name!r}"
+        )
     if zero not in (0, 1):
         raise ValueError(f"simulate_1f1b_ring: zero must be 0 or 1, got {zero}")
     if model.num_attention_heads % tp or model.hidden_size % tp:
@@ -78,8 +94,9 @@ def simulate_1f1b_ring(cluster: Cluster, workload: Workload, *, tp: int, pp: int
     layers = model.num_layers // pp
     shards = dp if zero == 1 else 1
     params = layers * model.params_per_layer / tp
-    compute = stage_compute(model, pp, mbs, tp=tp, hardware=hardware,
-                            params_per_device=[params / shards] * pp)
+    compute = stage_compute(
+        model, pp, mbs, tp=tp, hardware=hardware, params_per_device=[params / shards] * pp
+    )
     f, b, opt = compute.per_stage(pp)
     busy = float((m * (f + b) + opt).max())  # pure compute of the busiest device
 
@@ -95,7 +112,7 @@ def simulate_1f1b_ring(cluster: Cluster, workload: Workload, *, tp: int, pp: int
         send = act / tp if p2p_scatter else act
         src, dst = grid[:-1].ravel(), grid[1:].ravel()
         both = flow_time_s(cluster, np.concatenate([src, dst]), np.concatenate([dst, src]), send)
-        link = np.maximum(both[: src.size], both[src.size:]).reshape(pp - 1, dp, tp).max(axis=2)
+        link = np.maximum(both[: src.size], both[src.size :]).reshape(pp - 1, dp, tp).max(axis=2)
         slot[:-1] += link
         slot[1:] += link
     pipeline_s = float(one_f_one_b_s(slot, m).max())
@@ -104,11 +121,19 @@ def simulate_1f1b_ring(cluster: Cluster, workload: Workload, *, tp: int, pp: int
     iter_s = pipeline_s + dp_s + float(opt.max())
     memory = pipeline_memory_bytes(workload, tp, pp, dp, optimizer_shards=shards)
     return SimResult(
-        system=system, iter_time_s=iter_s, compute_time_s=busy,
-        model_flops=workload.model_flops(recompute=True), memory_bytes=memory,
+        system=system,
+        iter_time_s=iter_s,
+        compute_time_s=busy,
+        model_flops=workload.model_flops(recompute=True),
+        memory_bytes=memory,
         config={"tp": tp, "pp": pp, "dp": dp, "micro_batch_size": mbs, "zero": zero},
-        breakdown={"pipeline_s": pipeline_s, "dp_sync_s": dp_s, "optimizer_s": float(opt.max()),
-                   "tp_allreduce_s": float(t_ar), "slot_max_s": float(slot.max()),
-                   "micro_batches": int(m)},
+        breakdown={
+            "pipeline_s": pipeline_s,
+            "dp_sync_s": dp_s,
+            "optimizer_s": float(opt.max()),
+            "tp_allreduce_s": float(t_ar),
+            "slot_max_s": float(slot.max()),
+            "micro_batches": int(m),
+        },
         status="ok" if memory <= hardware.usable_memory_bytes else "oom",
     )

@@ -30,9 +30,13 @@ from system.cluster import Cluster
 __all__ = ["flow_bandwidth_bps", "flow_time_s", "ring_collective_s", "sharded_ps_s"]
 
 
-def flow_bandwidth_bps(cluster: Cluster, src: Sequence[int], dst: Sequence[int],
-                       host_flows_out: np.ndarray | None = None,
-                       host_flows_in: np.ndarray | None = None) -> np.ndarray:
+def flow_bandwidth_bps(
+    cluster: Cluster,
+    src: Sequence[int],
+    dst: Sequence[int],
+    host_flows_out: np.ndarray | None = None,
+    host_flows_in: np.ndarray | None = None,
+) -> np.ndarray:
     """Bandwidth (bit/s) each of a set of concurrent flows ``src[i] -> dst[i]`` gets.
 
     ``host_flows_out/in`` (per host) override how many concurrent cross-host flows share each NIC
@@ -61,8 +65,9 @@ def flow_bandwidth_bps(cluster: Cluster, src: Sequence[int], dst: Sequence[int],
     return np.where(cross, np.minimum(bw, share), bw)
 
 
-def flow_time_s(cluster: Cluster, src: Sequence[int], dst: Sequence[int], nbytes: float,
-                **sharing) -> np.ndarray:
+def flow_time_s(
+    cluster: Cluster, src: Sequence[int], dst: Sequence[int], nbytes: float, **sharing
+) -> np.ndarray:
     """Seconds for each concurrent flow to move ``nbytes``; zero for a device to itself."""
     src, dst = np.asarray(src, dtype=int), np.asarray(dst, dtype=int)
     bw = flow_bandwidth_bps(cluster, src, dst, **sharing)
@@ -70,8 +75,9 @@ def flow_time_s(cluster: Cluster, src: Sequence[int], dst: Sequence[int], nbytes
     return np.where(src == dst, 0.0, t)
 
 
-def ring_collective_s(cluster: Cluster, rings: Sequence[Sequence[int]], nbytes: float, *,
-                      kind: str = "allreduce") -> np.ndarray:
+def ring_collective_s(
+    cluster: Cluster, rings: Sequence[Sequence[int]], nbytes: float, *, kind: str = "allreduce"
+) -> np.ndarray:
     """Seconds for each of several concurrent ring collectives over ``nbytes`` per device.
 
     ``rings`` lists the devices of each ring in ring (rank) order; all rings run at the same time
@@ -109,8 +115,11 @@ def sharded_ps_s(cluster: Cluster, groups: Sequence[Sequence[int]], nbytes: floa
     if cluster.host_nic_gbps is not None:
         host = np.asarray(cluster.host_of)
         busy = [d for g in groups for d in g if np.any(host[g] != host[d])]
-        counts = np.bincount(host[busy], minlength=cluster.num_hosts) if busy else \
-            np.zeros(cluster.num_hosts, dtype=int)
+        counts = (
+            np.bincount(host[busy], minlength=cluster.num_hosts)
+            if busy
+            else np.zeros(cluster.num_hosts, dtype=int)
+        )
         sharing = {"host_flows_out": counts, "host_flows_in": counts}
     for k, g in enumerate(groups):
         src = np.repeat(g, n)

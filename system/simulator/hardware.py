@@ -22,8 +22,15 @@ import numpy as np
 
 from system.workload import GPTConfig
 
-__all__ = ["Hardware", "V100", "StageCompute", "layer_forward_flops", "logits_forward_flops",
-           "stage_compute", "ADAM_BYTES_PER_PARAM"]
+__all__ = [
+    "Hardware",
+    "V100",
+    "StageCompute",
+    "layer_forward_flops",
+    "logits_forward_flops",
+    "stage_compute",
+    "ADAM_BYTES_PER_PARAM",
+]
 
 # Bytes an Adam step moves per parameter in mixed precision: read fp16 grad (2), read+write fp32
 # master weight, momentum, variance (3 × 8), write fp16 weight (2).
@@ -95,16 +102,24 @@ class StageCompute:
             v = np.asarray(getattr(self, label), dtype=float)
             v = np.full(pp, float(v)) if v.ndim == 0 else v
             if v.shape != (pp,):
-                raise ValueError(f"StageCompute.{label}: expected a float or {pp} values, got {v.shape}")
+                raise ValueError(
+                    f"StageCompute.{label}: expected a float or {pp} values, got {v.shape}"
+                )
             if not np.all(np.isfinite(v)) or np.any(v < 0):
                 raise ValueError(f"StageCompute.{label}: values must be finite and >= 0, got {v}")
             out.append(v)
         return out[0], out[1], out[2]
 
 
-def stage_compute(model: GPTConfig, pp: int, micro_batch_size: int, *, tp: int = 1,
-                  hardware: Hardware = V100, params_per_device: Sequence[float] | None = None,
-                  ) -> StageCompute:
+def stage_compute(
+    model: GPTConfig,
+    pp: int,
+    micro_batch_size: int,
+    *,
+    tp: int = 1,
+    hardware: Hardware = V100,
+    params_per_device: Sequence[float] | None = None,
+) -> StageCompute:
     """V100-model compute times for ``pp`` equal stages (layers split evenly, logits on the last).
 
     Tensor parallelism divides each stage's FLOPs by ``tp`` (perfect split; its all-reduces are

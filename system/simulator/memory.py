@@ -31,17 +31,32 @@ class MemoryEstimate:
         return self.weights_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes
 
 
-def training_memory(model: GPTConfig, *, layers: int, micro_batch_size: int, in_flight: int,
-                    tp: int = 1, embedding: bool = False, logits: bool = False,
-                    weight_shards: int = 1, grad_shards: int = 1, optimizer_shards: int = 1,
-                    gathered_layers: int = 0) -> MemoryEstimate:
+def training_memory(
+    model: GPTConfig,
+    *,
+    layers: int,
+    micro_batch_size: int,
+    in_flight: int,
+    tp: int = 1,
+    embedding: bool = False,
+    logits: bool = False,
+    weight_shards: int = 1,
+    grad_shards: int = 1,
+    optimizer_shards: int = 1,
+    gathered_layers: int = 0,
+) -> MemoryEstimate:
     """Memory of one device holding ``layers`` layers (plus the embedding/logits if flagged).
 
     ``in_flight`` micro-batches keep their layer inputs (GPipe: all of a pass, 1F1B: up to the
     number of stages); ``gathered_layers`` full layers are materialised at once (ZeRO-3).
     """
-    if min(layers, micro_batch_size, in_flight, tp, weight_shards, grad_shards, optimizer_shards) < 1:
-        raise ValueError("training_memory: layers, micro_batch_size, in_flight, tp and shards must be >= 1")
+    if (
+        min(layers, micro_batch_size, in_flight, tp, weight_shards, grad_shards, optimizer_shards)
+        < 1
+    ):
+        raise ValueError(
+            "training_memory: layers, micro_batch_size, in_flight, tp and shards must be >= 1"
+        )
     s, h, a, v = model.seq_length, model.hidden_size, model.num_attention_heads, model.vocab_size
     params = layers * model.params_per_layer / tp
     if embedding or logits:

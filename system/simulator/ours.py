@@ -56,12 +56,17 @@ def accumulation_rounds(workload: Workload, pp: int, dp: int, hardware: Hardware
     """Fewest equal rounds whose micro-batches fit in memory; 0 if even one micro-batch does not."""
     m = workload.micro_batches(dp)
     for rounds in range(1, m + 1):
-        if m % rounds == 0 and ours_memory_bytes(workload, pp, m // rounds) <= hardware.usable_memory_bytes:
+        if (
+            m % rounds == 0
+            and ours_memory_bytes(workload, pp, m // rounds) <= hardware.usable_memory_bytes
+        ):
             return rounds
     return 0
 
 
-def _pipeline_links(cluster: Cluster, stages: np.ndarray, nbytes: float) -> tuple[np.ndarray, np.ndarray]:
+def _pipeline_links(
+    cluster: Cluster, stages: np.ndarray, nbytes: float
+) -> tuple[np.ndarray, np.ndarray]:
     """(p-1, r) seconds per activation (forward) and per activation gradient (backward)."""
     p, r = stages.shape
     if p == 1:
@@ -72,9 +77,16 @@ def _pipeline_links(cluster: Cluster, stages: np.ndarray, nbytes: float) -> tupl
     return fwd, bwd
 
 
-def simulate_ours(cluster: Cluster, assignment: Assignment, workload: Workload, *,
-                  compute: StageCompute | None = None, hardware: Hardware = V100,
-                  rounds: int | None = None, system: str = "ours") -> SimResult:
+def simulate_ours(
+    cluster: Cluster,
+    assignment: Assignment,
+    workload: Workload,
+    *,
+    compute: StageCompute | None = None,
+    hardware: Hardware = V100,
+    rounds: int | None = None,
+    system: str = "ours",
+) -> SimResult:
     """Predict one training iteration of our runtime (see the module docstring).
 
     Args:
@@ -102,15 +114,26 @@ def simulate_ours(cluster: Cluster, assignment: Assignment, workload: Workload, 
     if rounds is None:
         rounds = accumulation_rounds(workload, pp, dp, hardware)
     elif rounds < 1 or m % rounds:
-        raise ValueError(f"rounds={rounds} must be >= 1 and divide the {m} micro-batches per replica")
+        raise ValueError(
+            f"rounds={rounds} must be >= 1 and divide the {m} micro-batches per replica"
+        )
     in_flight = m // rounds if rounds else 1
     memory = ours_memory_bytes(workload, pp, in_flight)
     if rounds == 0:
-        return SimResult(system=system, iter_time_s=float("nan"), compute_time_s=float("nan"),
-                         model_flops=flops, memory_bytes=memory, config=config, status="oom")
+        return SimResult(
+            system=system,
+            iter_time_s=float("nan"),
+            compute_time_s=float("nan"),
+            model_flops=flops,
+            memory_bytes=memory,
+            config=config,
+            status="oom",
+        )
     compute = compute or stage_compute(model, pp, workload.micro_batch_size, hardware=hardware)
     f, b, opt = compute.per_stage(pp)
-    act_bytes = workload.micro_batch_size * model.seq_length * model.hidden_size * workload.activation_bytes
+    act_bytes = (
+        workload.micro_batch_size * model.seq_length * model.hidden_size * workload.activation_bytes
+    )
     link_f, link_b = _pipeline_links(cluster, assignment.stages, act_bytes)
 
     free = np.zeros((pp, dp))
@@ -137,7 +160,19 @@ def simulate_ours(cluster: Cluster, assignment: Assignment, workload: Workload, 
         "fwd_slot_max_s": float(slot.max()),
     }
     config["rounds"] = int(rounds)
-    log.debug("ours %s: iter %.2f s (pipeline %.2f s, dp %.2f s)", cluster.name, iter_s,
-              breakdown["pipeline_s"], breakdown["dp_sync_s"])
-    return SimResult(system=system, iter_time_s=iter_s, compute_time_s=busy, model_flops=flops,
-                     memory_bytes=memory, config=config, breakdown=breakdown)
+    log.debug(
+        "ours %s: iter %.2f s (pipeline %.2f s, dp %.2f s)",
+        cluster.name,
+        iter_s,
+        breakdown["pipeline_s"],
+        breakdown["dp_sync_s"],
+    )
+    return SimResult(
+        system=system,
+        iter_time_s=iter_s,
+        compute_time_s=busy,
+        model_flops=flops,
+        memory_bytes=memory,
+        config=config,
+        breakdown=breakdown,
+    )

@@ -28,7 +28,9 @@ class SimResult:
 
     def __post_init__(self) -> None:
         if self.status == "ok" and not self.iter_time_s > 0:
-            raise ValueError(f"SimResult({self.system}): iter_time_s must be > 0, got {self.iter_time_s}")
+            raise ValueError(
+                f"SimResult({self.system}): iter_time_s must be > 0, got {self.iter_time_s}"
+            )
 
     @property
     def comm_time_s(self) -> float:
@@ -41,7 +43,8 @@ class SimResult:
     def label(self) -> str:
         """Short configuration text, e.g. ``tp2/pp4/dp8 mbs1``."""
         c = self.config
-        text = f"tp{c.get('tp', 1)}/pp{c.get('pp', 1)}/dp{c.get('dp', 1)} mbs{c.get('micro_batch_size', 1)}"
+        text = f"tp{c.get('tp', 1)}/pp{c.get('pp', 1)}/dp{c.get('dp', 1)}"
+        text += f" mbs{c.get('micro_batch_size', 1)}"
         if c.get("zero"):
             text += f" zero{c['zero']}"
         return text

@@ -39,16 +39,21 @@ class GPipeTimes:
 
 
 def _chain(arrival: np.ndarray, cost: np.ndarray, free_at: np.ndarray) -> np.ndarray:
-    """Solve X[i] = max(X[i-1], arrival[i]) + cost with X[-1] = free_at; shapes (m, r), (r,), (r,)."""
+    """Solve X[i] = max(X[i-1], arrival[i]) + cost, X[-1] = free_at; shapes (m, r), (r,), (r,)."""
     m = arrival.shape[0]
     k = np.arange(m, dtype=float)[:, None]
     run = np.maximum.accumulate(arrival - k * cost[None, :], axis=0)
     return (k + 1.0) * cost[None, :] + np.maximum(run, free_at[None, :])
 
 
-def gpipe_timeline(fwd_s: np.ndarray, bwd_s: np.ndarray, link_fwd_s: np.ndarray,
-                   link_bwd_s: np.ndarray, micro_batches: int,
-                   start_s: np.ndarray | None = None) -> GPipeTimes:
+def gpipe_timeline(
+    fwd_s: np.ndarray,
+    bwd_s: np.ndarray,
+    link_fwd_s: np.ndarray,
+    link_bwd_s: np.ndarray,
+    micro_batches: int,
+    start_s: np.ndarray | None = None,
+) -> GPipeTimes:
     """One GPipe pass of ``micro_batches`` over p stages and r replicas.
 
     Args:
@@ -70,8 +75,10 @@ def gpipe_timeline(fwd_s: np.ndarray, bwd_s: np.ndarray, link_fwd_s: np.ndarray,
     f = np.broadcast_to(np.asarray(fwd_s, float).reshape(p, -1), (p, r))
     b = np.broadcast_to(np.asarray(bwd_s, float).reshape(p, -1), (p, r))
     if p > 1 and (link_fwd_s.shape != (p - 1, r) or link_bwd_s.shape != (p - 1, r)):
-        raise ValueError(f"gpipe: link times must have shape ({p - 1}, {r}), got "
-                         f"{link_fwd_s.shape} and {link_bwd_s.shape}")
+        raise ValueError(
+            f"gpipe: link times must have shape ({p - 1}, {r}), got "
+            f"{link_fwd_s.shape} and {link_bwd_s.shape}"
+        )
     start = np.zeros((p, r)) if start_s is None else np.asarray(start_s, float)
     m = micro_batches
     fwd_end = np.empty((p, r))

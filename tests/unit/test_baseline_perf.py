@@ -7,11 +7,17 @@ import pytest
 
 from baselines.deepspeed.perf import grid_search_deepspeed, simulate_deepspeed, simulate_zero3
 from baselines.megatron.perf import grid_search_megatron, simulate_megatron
-from baselines.space import (BaselineConfig, config_fits, config_memory_bytes, deepspeed_space,
-                             megatron_space, pick_best)
+from baselines.space import (
+    BaselineConfig,
+    config_fits,
+    config_memory_bytes,
+    deepspeed_space,
+    megatron_space,
+    pick_best,
+)
 from system.cases import get_case
 from system.cluster import Cluster
-from system.simulator import Hardware, V100
+from system.simulator import V100, Hardware
 from system.simulator.hardware import stage_compute
 from system.workload import MODELS, Workload
 
@@ -65,9 +71,12 @@ def test_grid_best_is_fastest_feasible():
 
 def test_pipe_zero1_matches_megatron_tp1_except_optimizer():
     c = get_case("5")
-    m = simulate_megatron(c, GPT, BaselineConfig(system="megatron", tp=1, pp=8, dp=8, micro_batch_size=2))
-    d = simulate_deepspeed(c, GPT, BaselineConfig(system="deepspeed", tp=1, pp=8, dp=8,
-                                                  micro_batch_size=2, zero=1))
+    m = simulate_megatron(
+        c, GPT, BaselineConfig(system="megatron", tp=1, pp=8, dp=8, micro_batch_size=2)
+    )
+    d = simulate_deepspeed(
+        c, GPT, BaselineConfig(system="deepspeed", tp=1, pp=8, dp=8, micro_batch_size=2, zero=1)
+    )
     assert d.breakdown["pipeline_s"] == pytest.approx(m.breakdown["pipeline_s"])
     assert d.iter_time_s <= m.iter_time_s and d.memory_bytes < m.memory_bytes
 
@@ -75,16 +84,25 @@ def test_pipe_zero1_matches_megatron_tp1_except_optimizer():
 def test_zero3_closed_form_on_uniform_links():
     n, alpha, beta = 8, 0.01, 1e9
     off = ~np.eye(n, dtype=bool)
-    c = Cluster(name="u8", region_of=("r",) * n, host_of=tuple(range(n)),
-                delay_ms=np.where(off, alpha * 1e3, 0), bandwidth_gbps=np.where(off, beta / 1e9, 0))
+    c = Cluster(
+        name="u8",
+        region_of=("r",) * n,
+        host_of=tuple(range(n)),
+        delay_ms=np.where(off, alpha * 1e3, 0),
+        bandwidth_gbps=np.where(off, beta / 1e9, 0),
+    )
     w = Workload(model=MODELS["debug"], global_batch_size=16)
     cfg = BaselineConfig(system="deepspeed", tp=1, pp=1, dp=n, micro_batch_size=1, zero=3)
     res = simulate_zero3(c, w, cfg)
     layer = 2.0 * w.model.params_per_layer
     per_collective = (n - 1) * (alpha + layer / n * 8 / beta)
     comm = w.model.num_layers * 3 * per_collective
-    f, b, opt = (float(x[0]) for x in stage_compute(w.model, 1, 1, params_per_device=[
-        w.model.num_layers * w.model.params_per_layer / n]).per_stage(1))
+    f, b, opt = (
+        float(x[0])
+        for x in stage_compute(
+            w.model, 1, 1, params_per_device=[w.model.num_layers * w.model.params_per_layer / n]
+        ).per_stage(1)
+    )
     steps = 16 // n
     assert res.iter_time_s == pytest.approx(steps * max(comm, f + b) + opt)
 
@@ -94,4 +112,6 @@ def test_worldwide_prefers_data_parallel_inside_regions():
     g = grid_search_megatron(get_case("5"), GPT)
     eight = [r for r in g.results if r.config["pp"] == 8 and r.status == "ok"]
     four = [r for r in g.results if r.config["pp"] == 4 and r.status == "ok"]
-    assert min(r.breakdown["dp_sync_s"] for r in eight) < min(r.breakdown["dp_sync_s"] for r in four)
+    assert min(r.breakdown["dp_sync_s"] for r in eight) < min(
+        r.breakdown["dp_sync_s"] for r in four
+    )

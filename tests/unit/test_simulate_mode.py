@@ -14,14 +14,29 @@ from repro.modes.simulate import default_pp
 from repro.modes.simulate import run as simulate
 
 ROOT = Path(__file__).resolve().parents[2]
-COLUMNS = ["case", "system", "num_layers", "global_batch_size", "iter_time_s", "pflops", "tp", "pp",
-           "dp", "micro_batch_size", "memory_gib", "compute_time_s", "comm_time_s", "status"]
+COLUMNS = [
+    "case",
+    "system",
+    "num_layers",
+    "global_batch_size",
+    "iter_time_s",
+    "pflops",
+    "tp",
+    "pp",
+    "dp",
+    "micro_batch_size",
+    "memory_gib",
+    "compute_time_s",
+    "comm_time_s",
+    "status",
+]
 
 
 def _cfg(tmp_path, *overrides):
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose("config", overrides=["case=debug", "model=debug",
-                                            f"results_dir={tmp_path}", *overrides])
+        return compose(
+            "config", overrides=["case=debug", "model=debug", f"results_dir={tmp_path}", *overrides]
+        )
 
 
 def test_debug_end_to_end_and_rerun_skips_rows(tmp_path):
@@ -47,12 +62,15 @@ def test_one_system_and_repeats(tmp_path):
     assert rows.iter_time_s.nunique() == 1  # the scheduled layout is fixed across repeats
 
 
-@pytest.mark.parametrize("override,match", [
-    ("case=nope", "unknown case"),
-    ("layers=3", "not divisible"),
-    ("system=pytorch", "unknown system"),
-    ("batch=6", "not divisible"),
-])
+@pytest.mark.parametrize(
+    "override,match",
+    [
+        ("case=nope", "unknown case"),
+        ("layers=3", "not divisible"),
+        ("system=pytorch", "unknown system"),
+        ("batch=6", "not divisible"),
+    ],
+)
 def test_bad_input_raises_and_writes_nothing(tmp_path, override, match):
     target = tmp_path / "out"
     with pytest.raises(ValueError, match=match):
@@ -65,13 +83,16 @@ def test_default_stages():
 
 
 def test_cli_needs_no_torch(tmp_path):
-    code = ("import sys, runpy; sys.argv = ['run.py', 'case=debug', 'model=debug', "
-            f"'results_dir={tmp_path}', 'hydra.run.dir={tmp_path}/hydra']\n"
-            "try:\n    runpy.run_path('repro/run.py', run_name='__main__')\n"
-            "except SystemExit as e:\n    assert not e.code, e.code\n"
-            "assert 'torch' not in sys.modules, 'simulate imported torch'\n")
-    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                       timeout=120)
+    code = (
+        "import sys, runpy; sys.argv = ['run.py', 'case=debug', 'model=debug', "
+        f"'results_dir={tmp_path}', 'hydra.run.dir={tmp_path}/hydra']\n"
+        "try:\n    runpy.run_path('repro/run.py', run_name='__main__')\n"
+        "except SystemExit as e:\n    assert not e.code, e.code\n"
+        "assert 'torch' not in sys.modules, 'simulate imported torch'\n"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     assert "ours" in p.stdout and (tmp_path / "runs.csv").exists()
 

@@ -20,10 +20,14 @@ from system.workload import MODELS, Workload, tasklet_sizes
 
 def uniform(n: int, delay_ms: float = 0.0, bw_gbps: float = 1e9, hosts=None, nic=None) -> Cluster:
     off = ~np.eye(n, dtype=bool)
-    return Cluster(name=f"uniform{n}", region_of=("r",) * n,
-                   host_of=tuple(range(n)) if hosts is None else tuple(hosts),
-                   delay_ms=np.where(off, delay_ms, 0.0), bandwidth_gbps=np.where(off, bw_gbps, 0.0),
-                   host_nic_gbps=nic)
+    return Cluster(
+        name=f"uniform{n}",
+        region_of=("r",) * n,
+        host_of=tuple(range(n)) if hosts is None else tuple(hosts),
+        delay_ms=np.where(off, delay_ms, 0.0),
+        bandwidth_gbps=np.where(off, bw_gbps, 0.0),
+        host_nic_gbps=nic,
+    )
 
 
 @pytest.mark.parametrize("p,m,r", [(1, 5, 1), (2, 3, 2), (4, 16, 3), (8, 128, 8)])
@@ -36,22 +40,27 @@ def test_gpipe_free_links_is_m_plus_p_minus_1_slots(p, m, r):
 
 def test_gpipe_link_bound_two_stages():
     f, b, link, m = 0.01, 0.02, 0.1, 7  # the link is the slowest of recv/compute/send
-    t = gpipe_timeline(np.full(2, f), np.full(2, b), np.full((1, 1), link), np.full((1, 1), link), m)
+    t = gpipe_timeline(
+        np.full(2, f), np.full(2, b), np.full((1, 1), link), np.full((1, 1), link), m
+    )
     assert t.bwd_end_s[0, 0] == pytest.approx(2 * f + 2 * b + 2 * m * link)
 
 
 def test_gpipe_overlap_hides_fast_links():
     """A link faster than compute adds only its one-time fill, not a per-micro-batch cost."""
     p, m, f, b, link = 4, 50, 0.02, 0.04, 0.005
-    t = gpipe_timeline(np.full(p, f), np.full(p, b), np.full((p - 1, 1), link),
-                       np.full((p - 1, 1), link), m)
+    t = gpipe_timeline(
+        np.full(p, f), np.full(p, b), np.full((p - 1, 1), link), np.full((p - 1, 1), link), m
+    )
     assert t.bwd_end_s[0, 0] == pytest.approx((m + p - 1) * (f + b) + 2 * (p - 1) * link)
 
 
 def test_simulate_ours_free_links_matches_closed_form():
     c = uniform(8)
     w = Workload(model=MODELS["debug"], global_batch_size=32)
-    res = simulate_ours(c, identity_assignment(4, 2), w, compute=StageCompute(fwd_s=0.01, bwd_s=0.03))
+    res = simulate_ours(
+        c, identity_assignment(4, 2), w, compute=StageCompute(fwd_s=0.01, bwd_s=0.03)
+    )
     m = w.micro_batches(2)
     assert res.iter_time_s == pytest.approx((m + 4 - 1) * 0.04, rel=1e-6)
     assert res.compute_time_s == pytest.approx(m * 0.04)
@@ -154,8 +163,13 @@ def test_slower_links_never_speed_anything_up(seed):
     a = Assignment(rng.permutation(8).reshape(2, 4))
     factor = np.where(rng.random((8, 8)) < 0.3, rng.uniform(0.05, 1.0, (8, 8)), 1.0)
     factor = np.minimum(factor, factor.T)
-    slow = Cluster(name="slow", region_of=c.region_of, host_of=c.host_of, delay_ms=c.delay_ms * 1.5,
-                   bandwidth_gbps=np.where(np.isinf(c.bandwidth_gbps), 0, c.bandwidth_gbps) * factor)
+    slow = Cluster(
+        name="slow",
+        region_of=c.region_of,
+        host_of=c.host_of,
+        delay_ms=c.delay_ms * 1.5,
+        bandwidth_gbps=np.where(np.isinf(c.bandwidth_gbps), 0, c.bandwidth_gbps) * factor,
+    )
     assert simulate_ours(slow, a, w).iter_time_s >= simulate_ours(c, a, w).iter_time_s - 1e-12
     for tp, pp, dp in [(1, 2, 4), (1, 4, 2), (1, 1, 8)]:
         fast_t = simulate_1f1b_ring(c, w, tp=tp, pp=pp, dp=dp).iter_time_s

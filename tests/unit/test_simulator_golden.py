@@ -26,17 +26,23 @@ SETTINGS = [(24, 1024), (40, 4096)]
 
 def _values() -> dict:
     out = {}
-    per_host_chain = Assignment(np.arange(64).reshape(8, 8).T.copy())  # replica r on devices 8r..8r+7
+    per_host_chain = Assignment(
+        np.arange(64).reshape(8, 8).T.copy()
+    )  # replica r on devices 8r..8r+7
     for case in ("1", "2", "3", "4", "5"):
         cluster = get_case(case)
         for layers, batch in SETTINGS:
             w = Workload(model=MODELS["gpt3_xl"].with_layers(layers), global_batch_size=batch)
             meg, ds = grid_search_megatron(cluster, w).best, grid_search_deepspeed(cluster, w).best
             out[f"case{case}_L{layers}_B{batch}"] = {
-                "ours_identity_iter_time_s": simulate_ours(cluster, identity_assignment(8, 8), w).iter_time_s,
+                "ours_identity_iter_time_s": simulate_ours(
+                    cluster, identity_assignment(8, 8), w
+                ).iter_time_s,
                 "ours_chain_iter_time_s": simulate_ours(cluster, per_host_chain, w).iter_time_s,
-                "megatron_iter_time_s": meg.iter_time_s, "megatron_config": meg.label(),
-                "deepspeed_iter_time_s": ds.iter_time_s, "deepspeed_config": ds.label(),
+                "megatron_iter_time_s": meg.iter_time_s,
+                "megatron_config": meg.label(),
+                "deepspeed_iter_time_s": ds.iter_time_s,
+                "deepspeed_config": ds.label(),
             }
     return out
 
