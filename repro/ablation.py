@@ -1,0 +1,139 @@
+"""Paper Fig. 4: best TOTAL vs trials for tailored local search, Kernighan–Lin and random.
+
+    python repro/ablation.py                       # cases 1-5, seeds 0-2, ~3-5 min on 2 cores
+    python repro/ablation.py cases=4,5 seeds=0,1,2,3 trials=20 population=20 out_dir=DIR
+
+Both GA variants start from a purely random population (no greedy seeds), so the curves show
+what each local search finds by itself. The authors ran 4,900 trials with population 100 (about
+300 s per case); the default here is ``trials=10, population=16`` so that the whole ablation fits
+in a few minutes (each of our trials runs a full local search costed with the true TOTAL).
+Random = best of ``random_layouts`` uniformly random rank maps (no matching, no TSP).
+
+Writes ``ablation.csv`` (long: case, method, seed, trial, best_total_cost_s),
+``ablation_summary.csv`` (per case: final TOTAL per method, ratios random/scheduled) and
+``fig4_ablation.png`` into ``out_dir`` (default results/scheduler).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from repro.schedule import default_layout
+from system.cases import get_case
+from system.results import atomic_write_text
+from system.scheduler import schedule
+from system.workload import DTFM_REFERENCE
+
+log = logging.getLogger(__name__)
+
+DEFAULTS = {"cases": "1,2,3,4,5", "seeds": "0,1,2", "trials": "10", "population": "16",
+            "random_layouts": "5000", "out_dir": "results/scheduler"}
+METHODS = {"tailored": "genetic", "kl": "genetic_kl", "random": "random"}
+
+
+def run(cfg: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+    cases = [c for c in str(cfg["cases"]).split(",") if c]
+    seeds = [int(s) for s in str(cfg["seeds"]).split(",") if s]
+    rows = []
+    for case in cases:
+        cluster = get_case(case)
+        pp, dp = default_layout(cluster.num_devices)  # 8 x 8 for the paper's 64 devices
+        for seed in seeds:
+            for label, method in METHODS.items():
+                trials = int(cfg["random_layouts"] if method == "random" else cfg["trials"])
+                r = schedule(cluster, DTFM_REFERENCE, pp=pp, dp=dp, method=method, seed=seed,
+                             trials=trials, population=int(cfg["population"]),
+                             greedy_seeds=False)
+                log.info("case %s %s seed %d: TOTAL %.3f s (%d evaluations, %.1f s)", case,
+                         label, seed, r.cost.total_cost_s, r.evaluations, r.search_time_s)
+                for trial, best in r.history:
+                    rows.append({"case": case, "method": label, "seed": seed, "trial": trial,
+                                 "best_total_cost_s": best})
+    long = pd.DataFrame(rows)
+    final = (long.sort_values("trial").groupby(["case", "method", "seed"]).last()
+             .reset_index().pivot_table(index="case", columns="method",
+                                        values="best_total_cost_s", aggfunc="mean"))
+    summary = pd.DataFrame({
+        "case": final.index,
+        "tailored_total_s": final["tailored"].values,
+        "kl_total_s": final["kl"].values,
+        "random_total_s": final["random"].values,
+    })
+    summary["ratio_random_over_tailored"] = summary.random_total_s / summary.tailored_total_s
+    summary["ratio_random_over_kl"] = summary.random_total_s / summary.kl_total_s
+    summary["ratio_kl_over_tailored"] = summary.kl_total_s / summary.tailored_total_s
+    summary["seeds"] = len(seeds)
+    summary["ga_trials"] = int(cfg["trials"])
+    summary["ga_population"] = int(cfg["population"])
+    summary["random_layouts"] = int(cfg["random_layouts"])
+    out = cfg["out_dir"]
+    if out:
+        atomic_write_text(f"{out}/ablation.csv", long.to_csv(index=False))
+        atomic_write_text(f"{out}/ablation_summary.csv", summary.to_csv(index=False))
+        _figure(long, f"{out}/fig4_ablation.png")
+    return long, summary
+
+
+def _figure(long: pd.DataFrame, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = list(dict.fromkeys(long.case))
+    fig, axes = plt.subplots(1, len(cases), figsize=(3.2 * len(cases), 3.0), squeeze=False)
+    colors = {"tailored": "tab:blue", "kl": "tab:orange", "random": "tab:gray"}
+    for ax, case in zip(axes[0], cases):
+        for method, color in colors.items():
+            d = long[(long.case == case) & (long.method == method)]
+            if d.empty:
+                continue
+            curve = d.pivot_table(index="trial", columns="seed", values="best_total_cost_s")
+            curve = curve.ffill()
+            x = curve.index.values + 1
+            ax.plot(x, curve.mean(axis=1), color=color, label=method)
+            ax.fill_between(x, curve.min(axis=1), curve.max(axis=1), color=color, alpha=0.2)
+        ax.set_xscale("log")
+        ax.set_title(f"case {case}")
+        ax.set_xlabel("trial + 1 (random: layouts)")
+    axes[0][0].set_ylabel("best TOTAL (s / iteration)")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120)
+    plt.close(fig)
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".png.tmp")
+    with os.fdopen(fd, "wb") as f:
+        f.write(buf.getvalue())
+    os.replace(tmp, target)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from repro.console import console, setup_logging
+
+    setup_logging()
+    cfg = dict(DEFAULTS)
+    for arg in sys.argv[1:] if argv is None else argv:
+        key, _, value = arg.partition("=")
+        if key not in DEFAULTS or not value:
+            log.error("argument %r: expected key=value with key in %s", arg, ", ".join(DEFAULTS))
+            return 2
+        cfg[key] = value
+    _, summary = run(cfg)
+    console().print(summary.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
