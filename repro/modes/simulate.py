@@ -31,6 +31,7 @@ from system.cluster import Cluster
 from system.results import atomic_write_text, has_row, make_row, read_rows, write_rows
 from system.scheduler.assignment import random_assignment
 from system.simulator import V100, SimResult, simulate_ours
+from system.simulator.summary import merge_summary, summary_frame, with_speedups
 from system.workload import Workload, get_model, tasklet_sizes
 
 log = logging.getLogger(__name__)
@@ -225,61 +226,6 @@ def _simulate_setting(cfg, case, layers, batch, systems, schedules, repeats):
     return rows, line
 
 
-def _fmt_pf(res: SimResult | list | None) -> str:
-    if res is None:
-        return "—"
-    if isinstance(res, list):
-        return f"{np.mean([r.pflops for r in res]):.3f}"
-    return f"{res.pflops:.3f}"
-
-
-KEYS = ["case", "num_layers", "global_batch_size"]
-
-
-def _summary_frame(lines: list[dict]) -> pd.DataFrame:
-    """One line per setting: each system's PFLOPS / seconds and the baselines' picks."""
-    out = []
-    for ln in lines:
-        row = {k: ln[k] for k in KEYS}
-        for name in ("ours", "megatron", "deepspeed"):
-            res = ln.get(name)
-            row[f"{name}_pflops"] = res.pflops if res else None
-            row[f"{name}_iter_time_s"] = res.iter_time_s if res else None
-            if name != "ours":
-                row[f"{name}_config"] = res.label() if res else None
-                row[f"{name}_why"] = ln.get(f"{name}_why")
-        rnd = ln.get("ours_random")
-        row["ours_random_pflops"] = float(np.mean([r.pflops for r in rnd])) if rnd else None
-        row["ours_random_iter_time_s"] = (
-            float(np.mean([r.iter_time_s for r in rnd])) if rnd else None
-        )
-        out.append(row)
-    return pd.DataFrame(out)
-
-
-def _with_speedups(df: pd.DataFrame) -> pd.DataFrame:
-    """Add ours' speed-ups (time ratios) and the paper's claimed ratio beside them."""
-    df = df.copy()
-    t = {
-        k: pd.to_numeric(df[f"{k}_iter_time_s"], errors="coerce")
-        for k in ("ours", "ours_random", "megatron", "deepspeed")
-    }
-    df["speedup_vs_megatron"] = t["megatron"] / t["ours"]
-    df["speedup_vs_deepspeed"] = t["deepspeed"] / t["ours"]
-    df["speedup_vs_best_baseline"] = np.fmin(t["megatron"], t["deepspeed"]) / t["ours"]
-    df["speedup_vs_random"] = t["ours_random"] / t["ours"]
-    paper = _paper_ratios()
-    five = df["case"].astype(str) == "5"
-    df["paper_vs_megatron"] = np.where(
-        five, paper["c5_vs_megatron"], paper["c1to4_vs_baselines"] + " (best baseline)"
-    )
-    df["paper_vs_deepspeed"] = np.where(five, paper["c5_vs_deepspeed"], "")
-    df["paper_vs_random"] = np.where(
-        five, "up to " + paper["scheduler_vs_random"].split("–")[-1], ""
-    )
-    return df
-
-
 def _paper_ratios() -> dict[str, str]:
     """The paper's claimed ratios as text, from ``repro/data/paper_claims.csv``."""
     from repro.claims import load_paper_claims
@@ -352,12 +298,9 @@ def _write_reports(results_dir: Path, summary: pd.DataFrame, elapsed_s: float) -
 
     rows = read_rows(results_dir)
     plot_fig3(best_configs(rows), results_dir / "fig3.png")
-    path = results_dir / "summary.csv"
-    merged = summary
-    if path.exists():  # keep what earlier runs (other sweep jobs) found; this run's values win
-        old = pd.read_csv(path, dtype={"case": str}).set_index(KEYS)
-        merged = summary.set_index(KEYS).combine_first(old).reset_index()
-    atomic_write_text(path, _with_speedups(merged).to_csv(index=False))
+    path = results_dir / "summary.csv"  # keeps the settings other sweep jobs wrote
+    merged = with_speedups(merge_summary(path, summary), _paper_ratios())
+    atomic_write_text(path, merged.to_csv(index=False))
     claims = evaluate_claims(rows)
     lines = [
         "# Simulated results vs the paper's claims",
@@ -414,7 +357,7 @@ def run(cfg: DictConfig) -> dict:
         results_dir,
     )
     write_rows(results_dir, new)
-    summary = _with_speedups(_summary_frame(lines))
+    summary = with_speedups(summary_frame(lines), _paper_ratios())
     _write_reports(results_dir, summary, elapsed)
     _print_table(summary, elapsed)
     log.info(
