@@ -1,6 +1,6 @@
 """Pipeline efficiency on CPU loopback: measured iteration time vs the ideal GPipe time.
 
-    python repro/bench_runtime.py                       # default settings, writes results/runtime/bench.csv
+    python repro/bench_runtime.py          # default settings, writes results/runtime/bench.csv
     python repro/bench_runtime.py pp=2 micro=4,8,16 iters=6 hidden_size=256 out=FILE.csv
 
 For each setting, run our runtime (one process per stage, gloo on loopback, ``OMP_NUM_THREADS=1``),
@@ -37,8 +37,17 @@ log = logging.getLogger("repro.bench_runtime")
 
 __all__ = ["bench_one", "main"]
 
-DEFAULTS = dict(model="debug", pp=2, dp=1, layers=4, hidden_size=256, seq_length=128,
-                micro_batch_size=1, iters=6, seed=0)
+DEFAULTS = dict(
+    model="debug",
+    pp=2,
+    dp=1,
+    layers=4,
+    hidden_size=256,
+    seq_length=128,
+    micro_batch_size=1,
+    iters=6,
+    seed=0,
+)
 
 
 def _per_stage(values, stage_of, pp, skip_first=True) -> list[float]:
@@ -47,7 +56,9 @@ def _per_stage(values, stage_of, pp, skip_first=True) -> list[float]:
     for s in range(pp):
         ranks = [r for r, st in enumerate(stage_of) if st == s]
         per_iter = [max(values[r][i] for r in ranks) for i in range(len(values[0]))]
-        out.append(statistics.median(per_iter[1:] if skip_first and len(per_iter) > 1 else per_iter))
+        out.append(
+            statistics.median(per_iter[1:] if skip_first and len(per_iter) > 1 else per_iter)
+        )
     return out
 
 
@@ -56,8 +67,9 @@ def _stage_at(values, stage_of, pp, i) -> list[float]:
     return [max(values[r][i] for r, st in enumerate(stage_of) if st == s) for s in range(pp)]
 
 
-def bench_one(micro_batches: int, *, launch_kw: dict | None = None, ack_delay_s: float = 0.0,
-              **kw) -> dict:
+def bench_one(
+    micro_batches: int, *, launch_kw: dict | None = None, ack_delay_s: float = 0.0, **kw
+) -> dict:
     """Run one setting; return measured and ideal times (s) and their ratio.
 
     ``launch_kw`` goes to :func:`system.runtime.launch.launch` (e.g. ``rank_prefix``/``rank_env``/
@@ -81,24 +93,47 @@ def bench_one(micro_batches: int, *, launch_kw: dict | None = None, ack_delay_s:
     for i in range(1, spec.iters) if spec.iters > 1 else [0]:
         fwd_i = _stage_at(pr["fwd_mb_s"], stage_of, pp, i)
         bwd_i = _stage_at(pr["bwd_mb_s"], stage_of, pp, i)
-        tail_i = [a + b for a, b in zip(_stage_at(pr["dp_s"], stage_of, pp, i),
-                                        _stage_at(pr["optim_s"], stage_of, pp, i))]
+        tail_i = [
+            a + b
+            for a, b in zip(
+                _stage_at(pr["dp_s"], stage_of, pp, i),
+                _stage_at(pr["optim_s"], stage_of, pp, i),
+                strict=True,
+            )
+        ]
         ideals.append(gpipe_ideal_s(fwd_i, bwd_i, link, micro_batches, tail_i))
         ratios.append(m["iter_time_s"][i] / ideals[-1])
     fwd = _per_stage(pr["fwd_mb_s"], stage_of, pp)
     bwd = _per_stage(pr["bwd_mb_s"], stage_of, pp)
-    tail = [a + b for a, b in zip(_per_stage(pr["dp_s"], stage_of, pp),
-                                  _per_stage(pr["optim_s"], stage_of, pp))]
+    tail = [
+        a + b
+        for a, b in zip(
+            _per_stage(pr["dp_s"], stage_of, pp),
+            _per_stage(pr["optim_s"], stage_of, pp),
+            strict=True,
+        )
+    ]
     ideal = statistics.median(ideals)
     measured = m["iter_time_median_s"]
     serial = micro_batches * (sum(fwd) + sum(bwd) + 2 * sum(link)) + max(tail)
-    return {"no_overlap_s": serial, "pp": pp, "dp": spec.dp, "micro_batches": micro_batches,
-            "hidden_size": spec.gpt_config().hidden_size, "seq_length": spec.gpt_config().seq_length,
-            "fwd_mb_s": fwd, "bwd_mb_s": bwd, "link_s": link, "tail_s": tail,
-            "measured_s": measured, "ideal_s": ideal, "ratio": statistics.median(ratios),
-            "ratios": ratios,
-            "compute_bound_s": micro_batches * max(f + b for f, b in zip(fwd, bwd)),
-            "iter_time_s": m["iter_time_s"]}
+    return {
+        "no_overlap_s": serial,
+        "pp": pp,
+        "dp": spec.dp,
+        "micro_batches": micro_batches,
+        "hidden_size": spec.gpt_config().hidden_size,
+        "seq_length": spec.gpt_config().seq_length,
+        "fwd_mb_s": fwd,
+        "bwd_mb_s": bwd,
+        "link_s": link,
+        "tail_s": tail,
+        "measured_s": measured,
+        "ideal_s": ideal,
+        "ratio": statistics.median(ratios),
+        "ratios": ratios,
+        "compute_bound_s": micro_batches * max(f + b for f, b in zip(fwd, bwd, strict=True)),
+        "iter_time_s": m["iter_time_s"],
+    }
 
 
 def _emulated(link_mbps: float, delay_ms: float, n: int):
@@ -110,9 +145,13 @@ def _emulated(link_mbps: float, delay_ms: float, n: int):
     from system.emulation.plan import make_plan
 
     off = 1.0 - np.eye(n)
-    cluster = Cluster(name=f"bench-{link_mbps:g}mbps", region_of=tuple(f"r{i}" for i in range(n)),
-                      host_of=tuple(range(n)), delay_ms=off * delay_ms,
-                      bandwidth_gbps=off * link_mbps / 1e3 + np.eye(n))
+    cluster = Cluster(
+        name=f"bench-{link_mbps:g}mbps",
+        region_of=tuple(f"r{i}" for i in range(n)),
+        host_of=tuple(range(n)),
+        delay_ms=off * delay_ms,
+        bandwidth_gbps=off * link_mbps / 1e3 + np.eye(n),
+    )
     return Emulation(make_plan(cluster))
 
 
@@ -154,28 +193,46 @@ def main(argv: list[str] | None = None) -> int:
         else:
             n = kw.get("pp", DEFAULTS["pp"]) * kw.get("dp", DEFAULTS["dp"])
             with _emulated(link_mbps, delay_ms, n) as emu:
-                lk = {"rank_prefix": [emu.exec_prefix(i) for i in range(n)],
-                      "rank_env": [emu.rank_env(i) for i in range(n)],
-                      "master_addr": emu.master_addr}
-                rows = [dict(bench_one(m, launch_kw=lk, ack_delay_s=delay_ms / 1e3, **kw),
-                             link_mbps=link_mbps, delay_ms=delay_ms) for m in micro]
+                lk = {
+                    "rank_prefix": [emu.exec_prefix(i) for i in range(n)],
+                    "rank_env": [emu.rank_env(i) for i in range(n)],
+                    "master_addr": emu.master_addr,
+                }
+                rows = [
+                    dict(
+                        bench_one(m, launch_kw=lk, ack_delay_s=delay_ms / 1e3, **kw),
+                        link_mbps=link_mbps,
+                        delay_ms=delay_ms,
+                    )
+                    for m in micro
+                ]
     except (ValueError, RuntimeError, OSError) as e:
         sys.stderr.write(f"error: {e}\n")
         return 2
     c = print  # a plain table: wide rows must not wrap
-    c("| pp | dp | M | fwd/mb ms (per stage) | bwd/mb ms | link ms | tail ms | measured s | ideal s "
-      "| no-overlap s | measured/ideal (median of per-iteration ratios) |")
+    c(
+        "| pp | dp | M | fwd/mb ms (per stage) | bwd/mb ms | link ms | tail ms | measured s "
+        "| ideal s "
+        "| no-overlap s | measured/ideal (median of per-iteration ratios) |"
+    )
     c("|---|---|---|---|---|---|---|---|---|---|---|")
     ms = lambda xs: ",".join(f"{1e3 * x:.1f}" for x in xs)  # noqa: E731
     for r in rows:
-        c(f"| {r['pp']} | {r['dp']} | {r['micro_batches']} | {ms(r['fwd_mb_s'])} | "
-                f"{ms(r['bwd_mb_s'])} | {ms(r['link_s'])} | {ms(r['tail_s'])} | "
-                f"{r['measured_s']:.4f} | {r['ideal_s']:.4f} | {r['no_overlap_s']:.4f} | {r['ratio']:.3f} |")
+        c(
+            f"| {r['pp']} | {r['dp']} | {r['micro_batches']} | {ms(r['fwd_mb_s'])} | "
+            f"{ms(r['bwd_mb_s'])} | {ms(r['link_s'])} | {ms(r['tail_s'])} | "
+            f"{r['measured_s']:.4f} | {r['ideal_s']:.4f} | {r['no_overlap_s']:.4f} | "
+            f"{r['ratio']:.3f} |"
+        )
     worst = max(r["ratio"] for r in rows)
     target = 1.10 if link_mbps is not None else 1.15  # issue 4: slow links 1.1, loopback 15%
-    c(f"worst measured/ideal = {worst:.3f} (target <= {target:.2f}: "
-      f"{'met' if worst <= target else 'NOT met'})")
-    df = pd.DataFrame([{k: (str(v) if isinstance(v, list) else v) for k, v in r.items()} for r in rows])
+    c(
+        f"worst measured/ideal = {worst:.3f} (target <= {target:.2f}: "
+        f"{'met' if worst <= target else 'NOT met'})"
+    )
+    df = pd.DataFrame(
+        [{k: (str(v) if isinstance(v, list) else v) for k, v in r.items()} for r in rows]
+    )
     atomic_write_text(out, df.to_csv(index=False))
     c(f"wrote {out}")
     return 0

@@ -66,16 +66,24 @@ def stage_throughput(layers: int = 3, checkpointing: bool = False, repeats: int 
         with torch.autocast("cuda", dtype=torch.float16):
             y = x
             for blk in blocks:
-                y = (torch.utils.checkpoint.checkpoint(blk, y, use_reentrant=False)
-                     if checkpointing else blk(y))
+                y = (
+                    torch.utils.checkpoint.checkpoint(blk, y, use_reentrant=False)
+                    if checkpointing
+                    else blk(y)
+                )
         y.float().sum().backward()
 
     t = _time_cuda(step, repeats)
     fwd_flops = layers * 24 * s * h * h * (1 + s / (6 * h))
     flops = fwd_flops * (4 if checkpointing else 3)
-    return {"layers": layers, "checkpointing": checkpointing, "time_s": t,
-            "tflops": flops / t / 1e12, "tokens_per_s": s / t,
-            "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30}
+    return {
+        "layers": layers,
+        "checkpointing": checkpointing,
+        "time_s": t,
+        "tflops": flops / t / 1e12,
+        "tokens_per_s": s / t,
+        "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30,
+    }
 
 
 def correctness(tol: float = 1e-3) -> list[dict]:
@@ -93,15 +101,31 @@ def correctness(tol: float = 1e-3) -> list[dict]:
             continue
         t = time.monotonic()
         m = launch(RunSpec(**base, pp=pp, dp=dp, device="cuda"), timeout_s=300)
-        rel = max(abs(a - b) / abs(b) for a, b in zip(m["losses"], ref))
-        out.append({"pp": pp, "dp": dp, "cuda_losses": m["losses"], "cpu_losses": ref,
-                    "max_rel_diff": rel, "status": "ok" if rel < tol else "FAIL",
-                    "wall_s": time.monotonic() - t})
+        rel = max(abs(a - b) / abs(b) for a, b in zip(m["losses"], ref, strict=True))
+        out.append(
+            {
+                "pp": pp,
+                "dp": dp,
+                "cuda_losses": m["losses"],
+                "cpu_losses": ref,
+                "max_rel_diff": rel,
+                "status": "ok" if rel < tol else "FAIL",
+                "wall_s": time.monotonic() - t,
+            }
+        )
     m = launch(RunSpec(**base, pp=1, dp=1, device="cuda", amp=True, iters=8), timeout_s=300)
     finite = all(v == v and abs(v) != float("inf") for v in m["losses"])
-    out.append({"pp": 1, "dp": 1, "amp": True, "cuda_losses": m["losses"],
-                "loss_scale": m["loss_scale"], "skipped_steps": m["skipped_steps"],
-                "status": "ok" if finite and m["losses"][-1] < m["losses"][0] else "FAIL"})
+    out.append(
+        {
+            "pp": 1,
+            "dp": 1,
+            "amp": True,
+            "cuda_losses": m["losses"],
+            "loss_scale": m["loss_scale"],
+            "skipped_steps": m["skipped_steps"],
+            "status": "ok" if finite and m["losses"][-1] < m["losses"][0] else "FAIL",
+        }
+    )
     return out
 
 
@@ -119,24 +143,35 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from system.results import atomic_write_text
 
-    report = {"device": torch.cuda.get_device_name(0), "gpus": torch.cuda.device_count(),
-              "torch": torch.__version__}
+    report = {
+        "device": torch.cuda.get_device_name(0),
+        "gpus": torch.cuda.device_count(),
+        "torch": torch.__version__,
+    }
     report["correctness"] = correctness()
-    report["peak_tflops"] = {"fp16": matmul_peak_tflops(torch.float16),
-                             "bf16": matmul_peak_tflops(torch.bfloat16)}
+    report["peak_tflops"] = {
+        "fp16": matmul_peak_tflops(torch.float16),
+        "bf16": matmul_peak_tflops(torch.bfloat16),
+    }
     report["stage"] = [stage_throughput(3, False), stage_throughput(3, True)]
     for st in report["stage"]:
         st["fraction_of_peak"] = st["tflops"] / report["peak_tflops"]["fp16"]
     atomic_write_text(out_dir / "gpu_check.json", json.dumps(report, indent=1))
-    print(f"{report['device']} x{report['gpus']}  matmul peak fp16 "
-          f"{report['peak_tflops']['fp16']:.0f} TFLOPS, bf16 {report['peak_tflops']['bf16']:.0f}")
+    print(
+        f"{report['device']} x{report['gpus']}  matmul peak fp16 "
+        f"{report['peak_tflops']['fp16']:.0f} TFLOPS, bf16 {report['peak_tflops']['bf16']:.0f}"
+    )
     for c in report["correctness"]:
-        print(f"correctness pp={c['pp']} dp={c['dp']}{' amp' if c.get('amp') else ''}: {c['status']}"
-              + (f" (max rel diff {c['max_rel_diff']:.2e})" if "max_rel_diff" in c else ""))
+        print(
+            f"correctness pp={c['pp']} dp={c['dp']}{' amp' if c.get('amp') else ''}: {c['status']}"
+            + (f" (max rel diff {c['max_rel_diff']:.2e})" if "max_rel_diff" in c else "")
+        )
     for st in report["stage"]:
-        print(f"stage of {st['layers']} GPT3-1.3B layers, ckpt={st['checkpointing']}: "
-              f"{st['time_s'] * 1e3:.1f} ms/micro-batch, {st['tflops']:.0f} TFLOPS = "
-              f"{100 * st['fraction_of_peak']:.0f}% of measured peak, {st['peak_mem_gib']:.1f} GiB")
+        print(
+            f"stage of {st['layers']} GPT3-1.3B layers, ckpt={st['checkpointing']}: "
+            f"{st['time_s'] * 1e3:.1f} ms/micro-batch, {st['tflops']:.0f} TFLOPS = "
+            f"{100 * st['fraction_of_peak']:.0f}% of measured peak, {st['peak_mem_gib']:.1f} GiB"
+        )
     print(f"wrote {out_dir / 'gpu_check.json'}")
     return 1 if any(c["status"] == "FAIL" for c in report["correctness"]) else 0
 

@@ -1,4 +1,4 @@
-"""Train with our runtime on local processes: ``python repro/train.py model=debug pp=2 dp=2 iters=3``.
+"""Train with our runtime on local processes: ``python repro/train.py model=debug pp=2 dp=2``.
 
 Plain ``key=value`` arguments (not Hydra; workers never see Hydra). Keys are the fields of
 :class:`system.runtime.spec.RunSpec` plus these shortcuts:
@@ -79,10 +79,14 @@ def spec_from_args(args: list[str]) -> tuple[RunSpec, dict]:
         elif key in _LAUNCH_KEYS:
             launch_opts[key] = _LAUNCH_KEYS[key](text)
         elif key in known:
-            values[key] = _convert(key, text, hints[key].__name__ if isinstance(hints[key], type)
-                                   else hints[key])
+            values[key] = _convert(
+                key, text, hints[key].__name__ if isinstance(hints[key], type) else hints[key]
+            )
         else:
-            raise ValueError(f"unknown argument {key!r}; known: {sorted(known | {'batch', 'assignment', 'timeout_s', 'log_dir'})}")
+            raise ValueError(
+                f"unknown argument {key!r}; known: "
+                f"{sorted(known | {'batch', 'assignment', 'timeout_s', 'log_dir'})}"
+            )
     if assignment is not None:
         from system.scheduler.assignment import Assignment
 
@@ -107,11 +111,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = console()
     out.print(f"pp={spec.pp} dp={spec.dp} layout={metrics['stages']} dp_mode={spec.dp_mode}")
-    for i, (loss, t) in enumerate(zip(metrics["losses"], metrics["iter_time_s"])):
+    for i, (loss, t) in enumerate(zip(metrics["losses"], metrics["iter_time_s"], strict=True)):
         out.print(f"step {i} | loss {loss:.5f} | iter {t:.4f} s")
-    out.print(f"median iter {metrics['iter_time_median_s']:.4f} s | {metrics['tokens_per_s']:.0f} "
-              f"tokens/s | {metrics['tflops']:.4f} TFLOPS | compute {metrics['compute_s_median']:.4f}"
-              f" s | wait {metrics['wait_s_median']:.4f} s | dp {metrics['dp_s_median']:.4f} s")
+    out.print(
+        f"median iter {metrics['iter_time_median_s']:.4f} s | {metrics['tokens_per_s']:.0f} "
+        f"tokens/s | {metrics['tflops']:.4f} TFLOPS | compute {metrics['compute_s_median']:.4f}"
+        f" s | wait {metrics['wait_s_median']:.4f} s | dp {metrics['dp_s_median']:.4f} s"
+    )
     if spec.metrics_out:
         out.print(f"metrics: {spec.metrics_out}")
     return 0

@@ -37,7 +37,8 @@ def spec_from_cfg(cfg: DictConfig) -> RunSpec:
     return RunSpec(
         model=str(cfg.get("model", "debug")),
         layers=None if cfg.get("layers") is None else int(cfg.layers),
-        pp=int(pp), dp=int(dp),
+        pp=int(pp),
+        dp=int(dp),
         global_batch_size=int(batch) if batch is not None else 8,
         micro_batch_size=int(cfg.get("micro_batch_size", 1)),
         iters=int(cfg.get("iters", 3)),
@@ -61,14 +62,27 @@ def run(cfg: DictConfig) -> dict:
     rt = cfg.get("runtime") or {}
     cfgm = spec.gpt_config()
     key = {
-        "study": str(cfg.get("study", "adhoc")), "mode": "train", "system": "ours",
-        "model": spec.model, "num_layers": cfgm.num_layers, "hidden_size": cfgm.hidden_size,
-        "seq_length": cfgm.seq_length, "global_batch_size": spec.global_batch_size,
-        "micro_batch_size": spec.micro_batch_size, "pp": spec.pp, "dp": spec.dp, "tp": 1,
-        "num_devices": spec.world_size, "seed": spec.seed, "iters": spec.iters,
+        "study": str(cfg.get("study", "adhoc")),
+        "mode": "train",
+        "system": "ours",
+        "model": spec.model,
+        "num_layers": cfgm.num_layers,
+        "hidden_size": cfgm.hidden_size,
+        "seq_length": cfgm.seq_length,
+        "global_batch_size": spec.global_batch_size,
+        "micro_batch_size": spec.micro_batch_size,
+        "pp": spec.pp,
+        "dp": spec.dp,
+        "tp": 1,
+        "num_devices": spec.world_size,
+        "seed": spec.seed,
+        "iters": spec.iters,
         "layout": "assignment" if spec.stages is not None else spec.layout,
-        "stages": spec.assignment().stages.tolist(), "dp_mode": spec.dp_mode,
-        "checkpointing": spec.checkpointing, "device": spec.device, "case": cfg.get("case"),
+        "stages": spec.assignment().stages.tolist(),
+        "dp_mode": spec.dp_mode,
+        "checkpointing": spec.checkpointing,
+        "device": spec.device,
+        "case": cfg.get("case"),
     }
     results_dir = str(cfg.get("results_dir", "results/adhoc"))
     try:
@@ -78,13 +92,28 @@ def run(cfg: DictConfig) -> dict:
         write_rows(results_dir, [make_row(key, status=status, error=str(e)[-2000:])])
         raise
     row = make_row(
-        key, status="ok", iter_time_s=m["iter_time_median_s"], iter_times_s=m["iter_time_s"],
-        tokens_per_s=m["tokens_per_s"], tflops=m["tflops"], pflops=m["tflops"] / 1e3,
-        tflops_per_device=m["tflops_per_device"], losses=m["losses"], final_loss=m["losses"][-1],
-        compute_time_s=m["compute_s_median"], comm_wait_time_s=m["wait_s_median"],
-        dp_time_s=m["dp_s_median"], micro_batches=m["micro_batches"],
+        key,
+        status="ok",
+        iter_time_s=m["iter_time_median_s"],
+        iter_times_s=m["iter_time_s"],
+        tokens_per_s=m["tokens_per_s"],
+        tflops=m["tflops"],
+        pflops=m["tflops"] / 1e3,
+        tflops_per_device=m["tflops_per_device"],
+        losses=m["losses"],
+        final_loss=m["losses"][-1],
+        compute_time_s=m["compute_s_median"],
+        comm_wait_time_s=m["wait_s_median"],
+        dp_time_s=m["dp_s_median"],
+        micro_batches=m["micro_batches"],
     )
     path = write_rows(results_dir, [row])
-    log.info("train ours pp=%d dp=%d: median iter %.4f s, final loss %.4f -> %s", spec.pp, spec.dp,
-             m["iter_time_median_s"], m["losses"][-1], path)
+    log.info(
+        "train ours pp=%d dp=%d: median iter %.4f s, final loss %.4f -> %s",
+        spec.pp,
+        spec.dp,
+        m["iter_time_median_s"],
+        m["losses"][-1],
+        path,
+    )
     return row

@@ -47,8 +47,10 @@ class SyntheticData:
             if getattr(self, k) < 1:
                 raise ValueError(f"SyntheticData: {k} must be >= 1, got {getattr(self, k)}")
         if not self.branching <= self.active_tokens:
-            raise ValueError(f"SyntheticData: branching={self.branching} exceeds "
-                             f"active_tokens={self.active_tokens}")
+            raise ValueError(
+                f"SyntheticData: branching={self.branching} exceeds "
+                f"active_tokens={self.active_tokens}"
+            )
 
     @property
     def _active(self) -> int:
@@ -75,19 +77,24 @@ class SyntheticData:
         return torch.from_numpy(out)
 
 
-def micro_batches(batch: torch.Tensor, *, dp: int, replica: int,
-                  micro_batch_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def micro_batches(
+    batch: torch.Tensor, *, dp: int, replica: int, micro_batch_size: int
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Replica ``replica``'s micro-batches of a global batch, as (inputs, targets) pairs."""
     g = batch.shape[0]
     if dp < 1 or not 0 <= replica < dp:
         raise ValueError(f"micro_batches: replica {replica} not in 0..dp-1 for dp={dp}")
     if micro_batch_size < 1 or g % (dp * micro_batch_size):
-        raise ValueError(f"micro_batches: global batch {g} is not divisible by dp={dp} x "
-                         f"micro_batch_size={micro_batch_size}")
+        raise ValueError(
+            f"micro_batches: global batch {g} is not divisible by dp={dp} x "
+            f"micro_batch_size={micro_batch_size}"
+        )
     per = g // dp
-    rows = batch[replica * per:(replica + 1) * per]
-    return [(rows[j:j + micro_batch_size, :-1], rows[j:j + micro_batch_size, 1:])
-            for j in range(0, per, micro_batch_size)]
+    rows = batch[replica * per : (replica + 1) * per]
+    return [
+        (rows[j : j + micro_batch_size, :-1], rows[j : j + micro_batch_size, 1:])
+        for j in range(0, per, micro_batch_size)
+    ]
 
 
 def entropy_floor(branching: int = 4) -> float:

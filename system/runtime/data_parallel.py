@@ -28,8 +28,9 @@ __all__ = ["GradBuckets"]
 class GradBuckets:
     """Flat fp32 gradient buckets for ``params``; shard-aligned for ``dp`` replicas."""
 
-    def __init__(self, params: list[nn.Parameter], *, dp: int, bucket_mb: float,
-                 device: torch.device):
+    def __init__(
+        self, params: list[nn.Parameter], *, dp: int, bucket_mb: float, device: torch.device
+    ):
         if dp < 1:
             raise ValueError(f"GradBuckets: dp must be >= 1, got {dp}")
         self.dp = dp
@@ -50,7 +51,7 @@ class GradBuckets:
             flat = torch.zeros(n_pad, dtype=torch.float32, device=device)
             off = 0
             for p in group:
-                p.grad = flat[off:off + p.numel()].view_as(p)
+                p.grad = flat[off : off + p.numel()].view_as(p)
                 off += p.numel()
             self.buffers.append(flat)
 
@@ -88,15 +89,19 @@ class GradBuckets:
                     b.div_(self.dp)
             elif mode == "sharded_ps":
                 recv = [torch.empty_like(b) for b in self.buffers]
-                works = [dist.all_to_all_single(r, b, group=group, async_op=True)
-                         for r, b in zip(recv, self.buffers)]
+                works = [
+                    dist.all_to_all_single(r, b, group=group, async_op=True)
+                    for r, b in zip(recv, self.buffers, strict=True)
+                ]
                 shards = []
-                for w, r in zip(works, recv):
+                for w, r in zip(works, recv, strict=True):
                     w.wait()
                     # (dp, shard): row j is replica j's copy of my shard; sum, then average
                     shards.append(r.view(self.dp, -1).sum(0).div_(self.dp))
-                works = [dist.all_gather_single(b, s, group=group, async_op=True)
-                         for b, s in zip(self.buffers, shards)]
+                works = [
+                    dist.all_gather_single(b, s, group=group, async_op=True)
+                    for b, s in zip(self.buffers, shards, strict=True)
+                ]
                 for w in works:
                     w.wait()
             else:

@@ -3,7 +3,7 @@
 Rank ``d`` is device ``d`` of the :class:`~system.scheduler.assignment.Assignment`; it runs stage
 ``stage_of[d]`` of replica ``replica_of[d]``. Its pipeline neighbours are the devices of the same
 replica at the stages before and after; its data-parallel group (paper §2: "group j holds stage j
-for every replica") is row ``stage_of[d]`` of the table. Worked example, ``stages=[[2, 0], [1, 3]]``:
+for every replica") is row ``stage_of[d]`` of the table. Example, ``stages=[[2, 0], [1, 3]]``:
 
     >>> from system.scheduler.assignment import Assignment
     >>> p = placement(Assignment.from_stages([[2, 0], [1, 3]]), rank=0)
@@ -45,13 +45,19 @@ class Placement:
 def placement(assignment: Assignment, rank: int) -> Placement:
     """The placement of ``rank`` (= device id) in ``assignment``."""
     if not 0 <= rank < assignment.num_devices:
-        raise ValueError(f"placement: rank {rank} is not a device of the assignment "
-                         f"(0..{assignment.num_devices - 1})")
+        raise ValueError(
+            f"placement: rank {rank} is not a device of the assignment "
+            f"(0..{assignment.num_devices - 1})"
+        )
     s = int(assignment.stage_of[rank])
     r = int(assignment.replica_of[rank])
     pipe = assignment.pipeline(r)
     return Placement(
-        rank=rank, stage=s, replica=r, pp=assignment.pp, dp=assignment.dp,
+        rank=rank,
+        stage=s,
+        replica=r,
+        pp=assignment.pp,
+        dp=assignment.dp,
         prev_rank=pipe[s - 1] if s > 0 else None,
         next_rank=pipe[s + 1] if s < assignment.pp - 1 else None,
         dp_ranks=tuple(assignment.group(s)),

@@ -29,8 +29,13 @@ from collections.abc import Sequence
 __all__ = ["gpipe_ideal_s"]
 
 
-def gpipe_ideal_s(fwd_s: Sequence[float], bwd_s: Sequence[float], link_s: Sequence[float],
-                  micro_batches: int, tail_s: Sequence[float] | None = None) -> float:
+def gpipe_ideal_s(
+    fwd_s: Sequence[float],
+    bwd_s: Sequence[float],
+    link_s: Sequence[float],
+    micro_batches: int,
+    tail_s: Sequence[float] | None = None,
+) -> float:
     """Ideal iteration time (s) of the GPipe schedule.
 
     Args:
@@ -41,8 +46,10 @@ def gpipe_ideal_s(fwd_s: Sequence[float], bwd_s: Sequence[float], link_s: Sequen
     """
     pp = len(fwd_s)
     if pp < 1 or len(bwd_s) != pp or len(link_s) != pp - 1:
-        raise ValueError(f"gpipe_ideal_s: need pp >= 1 forward/backward times and pp-1 link "
-                         f"times, got {len(fwd_s)}, {len(bwd_s)}, {len(link_s)}")
+        raise ValueError(
+            f"gpipe_ideal_s: need pp >= 1 forward/backward times and pp-1 link "
+            f"times, got {len(fwd_s)}, {len(bwd_s)}, {len(link_s)}"
+        )
     if micro_batches < 1:
         raise ValueError(f"gpipe_ideal_s: micro_batches must be >= 1, got {micro_batches}")
     tail = list(tail_s) if tail_s is not None else [0.0] * pp

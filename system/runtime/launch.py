@@ -86,10 +86,17 @@ def _tail(path: Path, n: int = 3000) -> str:
         return ""
 
 
-def launch(spec: RunSpec, *, world_size: int | None = None,
-           rank_prefix: list[list[str]] | None = None, rank_env: list[dict] | None = None,
-           master_addr: str = "127.0.0.1", master_port: int | None = None,
-           timeout_s: float = 600.0, log_dir: str | Path | None = None) -> dict:
+def launch(
+    spec: RunSpec,
+    *,
+    world_size: int | None = None,
+    rank_prefix: list[list[str]] | None = None,
+    rank_env: list[dict] | None = None,
+    master_addr: str = "127.0.0.1",
+    master_port: int | None = None,
+    timeout_s: float = 600.0,
+    log_dir: str | Path | None = None,
+) -> dict:
     """Run ``spec`` with one local process per rank; return rank 0's metrics dict.
 
     Args:
@@ -124,10 +131,17 @@ def launch(spec: RunSpec, *, world_size: int | None = None,
     port = master_port or free_port()
 
     base_env = dict(os.environ)
-    base_env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", WORLD_SIZE=str(world_size),
-                    MASTER_ADDR=master_addr, MASTER_PORT=str(port), PYTHONUNBUFFERED="1")
+    base_env.update(
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        WORLD_SIZE=str(world_size),
+        MASTER_ADDR=master_addr,
+        MASTER_PORT=str(port),
+        PYTHONUNBUFFERED="1",
+    )
     base_env["PYTHONPATH"] = os.pathsep.join(
-        [str(_REPO_ROOT)] + [p for p in base_env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        [str(_REPO_ROOT)] + [p for p in base_env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    )
 
     procs: list[subprocess.Popen] = []
     logs: list[Path] = []
@@ -141,26 +155,38 @@ def launch(spec: RunSpec, *, world_size: int | None = None,
             cmd += [sys.executable, "-m", "system.runtime.worker", str(spec_path.resolve())]
             logs.append(run_dir / f"rank{rank}.log")
             with open(logs[-1], "wb") as out:
-                procs.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                              cwd=str(_REPO_ROOT), start_new_session=True))
+                procs.append(
+                    subprocess.Popen(
+                        cmd,
+                        env=env,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        cwd=str(_REPO_ROOT),
+                        start_new_session=True,
+                    )
+                )
         log.info("launched %d ranks (port %d), logs in %s", world_size, port, run_dir)
         while True:
             codes = [p.poll() for p in procs]
             bad = [r for r, c in enumerate(codes) if c not in (None, 0)]
             if bad:
                 r = bad[0]
-                raise RuntimeError(f"rank {r} exited with code {codes[r]}; its log ends:\n"
-                                   f"{_tail(logs[r])}")
+                raise RuntimeError(
+                    f"rank {r} exited with code {codes[r]}; its log ends:\n{_tail(logs[r])}"
+                )
             if all(c == 0 for c in codes):
                 break
             if time.monotonic() - t0 > timeout_s:
                 waiting = [r for r, c in enumerate(codes) if c is None]
-                raise RuntimeError(f"run timed out after {timeout_s:.0f} s; ranks still running: "
-                                   f"{waiting}; rank {waiting[0]} log ends:\n{_tail(logs[waiting[0]])}")
+                raise RuntimeError(
+                    f"run timed out after {timeout_s:.0f} s; ranks still running: "
+                    f"{waiting}; rank {waiting[0]} log ends:\n{_tail(logs[waiting[0]])}"
+                )
             time.sleep(0.05)
         if not metrics_path.exists():
-            raise RuntimeError(f"all ranks exited 0 but rank 0 wrote no metrics; log ends:\n"
-                               f"{_tail(logs[0])}")
+            raise RuntimeError(
+                f"all ranks exited 0 but rank 0 wrote no metrics; log ends:\n{_tail(logs[0])}"
+            )
         metrics = json.loads(metrics_path.read_text())
         metrics["launch_wall_s"] = time.monotonic() - t0
         return metrics

@@ -37,14 +37,24 @@ from torch import nn
 
 from system.workload import GPTConfig
 
-__all__ = ["Embedding", "Block", "Head", "Stage", "GPT", "build_stage", "build_model",
-           "layer_list", "stage_layers", "lm_loss"]
+__all__ = [
+    "Embedding",
+    "Block",
+    "Head",
+    "Stage",
+    "GPT",
+    "build_stage",
+    "build_model",
+    "layer_list",
+    "stage_layers",
+    "lm_loss",
+]
 
 _INIT_STD = 0.02
 
 
 def _generator(seed: int, part: int) -> torch.Generator:
-    """One independent CPU generator per (seed, part): part 0 = embedding, 1+i = block i, -1 head."""
+    """An independent CPU generator per (seed, part): 0 = embedding, 1+i = block i, -1 = head."""
     g = torch.Generator(device="cpu")
     g.manual_seed((int(seed) * 1_000_003 + (part + 2) * 7919) % (2**63 - 1))
     return g
@@ -132,8 +142,9 @@ class Stage(nn.Module):
     activations in backward (paper §3.5, activation checkpointing per block).
     """
 
-    def __init__(self, embed: Embedding | None, blocks: list[Block], head: Head | None,
-                 first_layer: int = 0) -> None:
+    def __init__(
+        self, embed: Embedding | None, blocks: list[Block], head: Head | None, first_layer: int = 0
+    ) -> None:
         super().__init__()
         self.embed = embed
         self.blocks = nn.ModuleList(blocks)
@@ -179,8 +190,9 @@ def stage_layers(num_layers: int, pp: int, stage: int) -> range:
     return range(stage * per, (stage + 1) * per)
 
 
-def build_stage(cfg: GPTConfig, pp: int, stage: int, seed: int = 0, *,
-                tie_embeddings: bool = False) -> Stage:
+def build_stage(
+    cfg: GPTConfig, pp: int, stage: int, seed: int = 0, *, tie_embeddings: bool = False
+) -> Stage:
     """Stage ``stage`` of ``pp`` of the GPT ``cfg``, initialised exactly as the full model."""
     layers = stage_layers(cfg.num_layers, pp, stage)
     if tie_embeddings and pp > 1:
@@ -199,8 +211,11 @@ def build_model(cfg: GPTConfig, seed: int = 0, *, tie_embeddings: bool = False) 
 
 def layer_list(cfg: GPTConfig, seed: int = 0) -> list[nn.Module]:
     """``[Embedding, Block 0, …, Block L-1, Head]``, the same weights as :func:`build_model`."""
-    return [Embedding(cfg, seed), *(Block(cfg, i, seed) for i in range(cfg.num_layers)),
-            Head(cfg, seed)]
+    return [
+        Embedding(cfg, seed),
+        *(Block(cfg, i, seed) for i in range(cfg.num_layers)),
+        Head(cfg, seed),
+    ]
 
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

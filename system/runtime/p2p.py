@@ -45,8 +45,9 @@ class P2P:
     def _stream(self, s):
         return torch.cuda.stream(s) if self.is_cuda else nullcontext()
 
-    def irecv(self, shape: tuple[int, ...], dtype: torch.dtype, src: int, tag: int,
-              name: str) -> Pending:
+    def irecv(
+        self, shape: tuple[int, ...], dtype: torch.dtype, src: int, tag: int, name: str
+    ) -> Pending:
         """Post a receive of a ``shape``/``dtype`` tensor from ``src``."""
         with self._stream(self.recv_stream if self.is_cuda else None):
             buf = torch.empty(shape, dtype=dtype, device=self.device)

@@ -26,9 +26,17 @@ from system.runtime.p2p import P2P, Pending
 __all__ = ["gpipe_iteration"]
 
 
-def gpipe_iteration(stage: Stage, place: Placement, comm: P2P,
-                    micro: list[tuple[torch.Tensor, torch.Tensor]], *, hidden_size: int,
-                    loss_scale: float = 1.0, amp: bool = False, recv_ahead: int = 2) -> list[float]:
+def gpipe_iteration(
+    stage: Stage,
+    place: Placement,
+    comm: P2P,
+    micro: list[tuple[torch.Tensor, torch.Tensor]],
+    *,
+    hidden_size: int,
+    loss_scale: float = 1.0,
+    amp: bool = False,
+    recv_ahead: int = 2,
+) -> list[float]:
     """Run forward and backward of all micro-batches on this stage; gradients accumulate in
     ``stage``'s parameters. Returns the per-micro-batch losses (last stage; else empty)."""
     m = len(micro)
@@ -37,7 +45,7 @@ def gpipe_iteration(stage: Stage, place: Placement, comm: P2P,
     mb, seq = micro[0][0].shape
     act_shape = (mb, seq, hidden_size)
     wire = torch.float16 if amp else torch.float32
-    autocast = (torch.autocast(device_type="cuda", dtype=torch.float16) if amp else nullcontext())
+    autocast = torch.autocast(device_type="cuda", dtype=torch.float16) if amp else nullcontext()
     inputs: list[torch.Tensor | None] = [None] * m
     outputs: list[torch.Tensor | None] = [None] * m
     losses: list[torch.Tensor] = []

@@ -65,13 +65,19 @@ class RunSpec:
 
     def gpt_config(self) -> GPTConfig:
         cfg = get_model(self.model, self.layers)
-        over = {k: getattr(self, k) for k in ("hidden_size", "seq_length", "vocab_size")
-                if getattr(self, k) is not None}
+        over = {
+            k: getattr(self, k)
+            for k in ("hidden_size", "seq_length", "vocab_size")
+            if getattr(self, k) is not None
+        }
         return replace(cfg, **over) if over else cfg
 
     def workload(self) -> Workload:
-        return Workload(model=self.gpt_config(), global_batch_size=self.global_batch_size,
-                        micro_batch_size=self.micro_batch_size)
+        return Workload(
+            model=self.gpt_config(),
+            global_batch_size=self.global_batch_size,
+            micro_batch_size=self.micro_batch_size,
+        )
 
     def assignment(self) -> Assignment:
         if self.stages is not None:
@@ -90,8 +96,10 @@ class RunSpec:
         if self.pp < 1 or self.dp < 1:
             raise ValueError(f"RunSpec: pp={self.pp} and dp={self.dp} must both be >= 1")
         if world_size is not None and world_size != self.pp * self.dp:
-            raise ValueError(f"RunSpec: pp·dp = {self.pp}·{self.dp} = {self.pp * self.dp} "
-                             f"does not equal world_size={world_size}")
+            raise ValueError(
+                f"RunSpec: pp·dp = {self.pp}·{self.dp} = {self.pp * self.dp} "
+                f"does not equal world_size={world_size}"
+            )
         if self.iters < 1:
             raise ValueError(f"RunSpec: iters must be >= 1, got {self.iters}")
         if self.layout not in LAYOUTS:
@@ -103,7 +111,9 @@ class RunSpec:
         if self.device not in ("cpu", "cuda"):
             raise ValueError(f"RunSpec: device {self.device!r} must be 'cpu' or 'cuda'")
         if self.amp and self.device != "cuda":
-            raise ValueError("RunSpec: amp=True needs device='cuda' (fp16 autocast on CPU is not used)")
+            raise ValueError(
+                "RunSpec: amp=True needs device='cuda' (fp16 autocast on CPU is not used)"
+            )
         if self.recv_ahead < 1:
             raise ValueError(f"RunSpec: recv_ahead must be >= 1, got {self.recv_ahead}")
         if self.bucket_mb <= 0:
@@ -115,8 +125,10 @@ class RunSpec:
             except ValueError as e:
                 raise ValueError(f"RunSpec: bad assignment: {e}") from None
             if (a.pp, a.dp) != (self.pp, self.dp):
-                raise ValueError(f"RunSpec: assignment has shape pp={a.pp}, dp={a.dp} but the "
-                                 f"run asks for pp={self.pp}, dp={self.dp}")
+                raise ValueError(
+                    f"RunSpec: assignment has shape pp={a.pp}, dp={a.dp} but the "
+                    f"run asks for pp={self.pp}, dp={self.dp}"
+                )
 
     # ---- JSON ----------------------------------------------------------------------------------
     def to_dict(self) -> dict:

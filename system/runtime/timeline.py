@@ -39,8 +39,17 @@ class Timeline:
         if cat == "compute":
             self.spans[name[:1]].append(dur)
         if self.keep:
-            self.events.append({"name": name, "cat": cat, "ph": "X", "pid": self.rank,
-                                "tid": cat, "ts": (start - self.t_origin) * 1e6, "dur": dur * 1e6})
+            self.events.append(
+                {
+                    "name": name,
+                    "cat": cat,
+                    "ph": "X",
+                    "pid": self.rank,
+                    "tid": cat,
+                    "ts": (start - self.t_origin) * 1e6,
+                    "dur": dur * 1e6,
+                }
+            )
 
     @contextmanager
     def span(self, cat: str, name: str):
@@ -48,7 +57,10 @@ class Timeline:
         if self.use_cuda and cat == "compute":
             import torch
 
-            start_ev, end_ev = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start_ev, end_ev = (
+                torch.cuda.Event(enable_timing=True),
+                torch.cuda.Event(enable_timing=True),
+            )
             host = time.perf_counter()
             start_ev.record()
             yield

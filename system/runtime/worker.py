@@ -39,8 +39,9 @@ __all__ = ["run_worker", "main", "TIMING_FIELDS"]
 TIMING_FIELDS = ("iter_time_s", "compute_s", "wait_s", "dp_s", "optim_s", "fwd_mb_s", "bwd_mb_s")
 
 
-def _probe_links(comm: P2P, place: Placement, shape: tuple[int, ...], dtype: torch.dtype,
-                 repeats: int = 5) -> float | None:
+def _probe_links(
+    comm: P2P, place: Placement, shape: tuple[int, ...], dtype: torch.dtype, repeats: int = 5
+) -> float | None:
     """Median one-way time (s) of one activation message to the next stage (sender's view:
     send + zero-byte ack). Every rank calls it; stage s probes the link s -> s+1 in two phases
     (even stages send first) so each link is measured alone."""
@@ -74,13 +75,19 @@ def run_worker(spec: RunSpec, rank: int, world_size: int) -> dict | None:
     if use_cuda:
         if not torch.cuda.is_available():
             raise RuntimeError("RunSpec device='cuda' but CUDA is not available on this machine")
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
+        device = torch.device(
+            "cuda", int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count()
+        )
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    dist.init_process_group("nccl" if use_cuda else "gloo", rank=rank, world_size=world_size,
-                            timeout=datetime.timedelta(seconds=spec.pg_timeout_s))
+    dist.init_process_group(
+        "nccl" if use_cuda else "gloo",
+        rank=rank,
+        world_size=world_size,
+        timeout=datetime.timedelta(seconds=spec.pg_timeout_s),
+    )
     try:
         return _train(spec, rank, world_size, device)
     finally:
@@ -95,37 +102,60 @@ def _train(spec: RunSpec, rank: int, world: int, device: torch.device) -> dict |
     wl = spec.workload()
     stage = build_stage(cfg, spec.pp, place.stage, spec.seed).to(device)
     stage.checkpoint = spec.checkpointing
-    buckets = GradBuckets(list(stage.parameters()), dp=spec.dp, bucket_mb=spec.bucket_mb,
-                          device=device)
+    buckets = GradBuckets(
+        list(stage.parameters()), dp=spec.dp, bucket_mb=spec.bucket_mb, device=device
+    )
     if spec.optimizer == "adamw":
         opt = torch.optim.AdamW(stage.parameters(), lr=spec.lr, weight_decay=0.0)
     else:
         opt = torch.optim.SGD(stage.parameters(), lr=spec.lr)
-    data = SyntheticData(vocab_size=cfg.vocab_size, seq_length=cfg.seq_length,
-                         global_batch_size=spec.global_batch_size, seed=spec.seed)
+    data = SyntheticData(
+        vocab_size=cfg.vocab_size,
+        seq_length=cfg.seq_length,
+        global_batch_size=spec.global_batch_size,
+        seed=spec.seed,
+    )
     tl = Timeline(rank, use_cuda_events=device.type == "cuda", keep_events=bool(spec.trace_path))
     comm = P2P(device, tl)
     scaling = spec.amp or spec.loss_scale is not None
-    scale = float(spec.loss_scale if spec.loss_scale is not None else (2.0**16 if spec.amp else 1.0))
+    scale = float(
+        spec.loss_scale if spec.loss_scale is not None else (2.0**16 if spec.amp else 1.0)
+    )
     clean_steps, skipped = 0, 0
 
     link_s = None
     if spec.probe_links:
-        link_s = _probe_links(comm, place, (spec.micro_batch_size, cfg.seq_length, cfg.hidden_size),
-                              torch.float16 if spec.amp else torch.float32)
+        link_s = _probe_links(
+            comm,
+            place,
+            (spec.micro_batch_size, cfg.seq_length, cfg.hidden_size),
+            torch.float16 if spec.amp else torch.float32,
+        )
 
     losses, scales, rows = [], [], []
     for it in range(spec.iters):
-        micro = micro_batches(data.batch(it), dp=spec.dp, replica=place.replica,
-                              micro_batch_size=spec.micro_batch_size)
+        micro = micro_batches(
+            data.batch(it),
+            dp=spec.dp,
+            replica=place.replica,
+            micro_batch_size=spec.micro_batch_size,
+        )
         buckets.zero()
         tl.reset_totals()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         dist.barrier()
         t0 = time.perf_counter()
-        mb_losses = gpipe_iteration(stage, place, comm, micro, hidden_size=cfg.hidden_size,
-                                    loss_scale=scale, amp=spec.amp, recv_ahead=spec.recv_ahead)
+        mb_losses = gpipe_iteration(
+            stage,
+            place,
+            comm,
+            micro,
+            hidden_size=cfg.hidden_size,
+            loss_scale=scale,
+            amp=spec.amp,
+            recv_ahead=spec.recv_ahead,
+        )
         buckets.check_views()
         buckets.sync(dp_group, spec.dp_mode, tl)
         with tl.span("optim", "step"):
@@ -150,9 +180,17 @@ def _train(spec: RunSpec, rank: int, world: int, device: torch.device) -> dict |
                 if clean_steps % 1000 == 0:
                     scale *= 2
         fwd, bwd = tl.spans.get("F", []), tl.spans.get("B", [])
-        rows.append([t1 - t0, tl.totals["compute"], tl.totals["wait"], tl.totals["dp"],
-                     tl.totals["optim"], statistics.fmean(fwd) if fwd else 0.0,
-                     statistics.fmean(bwd) if bwd else 0.0])
+        rows.append(
+            [
+                t1 - t0,
+                tl.totals["compute"],
+                tl.totals["wait"],
+                tl.totals["dp"],
+                tl.totals["optim"],
+                statistics.fmean(fwd) if fwd else 0.0,
+                statistics.fmean(bwd) if bwd else 0.0,
+            ]
+        )
         # global mean loss: the last stages hold per-micro-batch losses
         lsum = torch.tensor([sum(mb_losses), float(len(mb_losses))], dtype=torch.float64)
         lsum_d = lsum.to(device)
@@ -180,8 +218,9 @@ def _train(spec: RunSpec, rank: int, world: int, device: torch.device) -> dict |
         merge_traces(parts, spec.trace_path)
         for p in parts:
             p.unlink(missing_ok=True)
-    return _metrics(spec, assign, wl, losses, scales, skipped, timings,
-                    [float(p.item()) for p in allp])
+    return _metrics(
+        spec, assign, wl, losses, scales, skipped, timings, [float(p.item()) for p in allp]
+    )
 
 
 def _steady_median(x) -> float:
@@ -215,7 +254,8 @@ def _metrics(spec, assign, wl, losses, scales, skipped, timings, probes) -> dict
         "loss_scale": scales,
         "skipped_steps": skipped,
         "world_size": spec.world_size,
-        "pp": spec.pp, "dp": spec.dp,
+        "pp": spec.pp,
+        "dp": spec.dp,
         "micro_batches": wl.micro_batches(spec.dp),
         "stages": assign.stages.tolist(),
         "spec": spec.to_dict(),
@@ -228,8 +268,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("usage: python -m system.runtime.worker SPEC.json\n")
         return 2
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING,
-                        format=f"[rank {rank}] %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if rank == 0 else logging.WARNING, format=f"[rank {rank}] %(message)s"
+    )
     spec = RunSpec.load(argv[0])
     metrics = run_worker(spec, rank, world)
     if metrics is not None and spec.metrics_out:

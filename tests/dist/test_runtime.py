@@ -31,8 +31,18 @@ LAYOUTS = {
 
 
 def _train_cli(tmp: Path, out: Path, trace: Path) -> dict:
-    cmd = [sys.executable, str(ROOT / "repro" / "train.py"), "model=debug", "pp=2", "dp=2",
-           "iters=3", "seed=0", "batch=8", f"metrics_out={out}", f"trace={trace}"]
+    cmd = [
+        sys.executable,
+        str(ROOT / "repro" / "train.py"),
+        "model=debug",
+        "pp=2",
+        "dp=2",
+        "iters=3",
+        "seed=0",
+        "batch=8",
+        f"metrics_out={out}",
+        f"trace={trace}",
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=tmp)
     assert r.returncode == 0, r.stderr[-2000:]
     return json.loads(out.read_text())
@@ -51,7 +61,7 @@ def runs(tmp_path_factory):
 
 
 def _rel(a: list[float], b: list[float]) -> float:
-    return max(abs(x - y) / abs(y) for x, y in zip(a, b))
+    return max(abs(x - y) / abs(y) for x, y in zip(a, b, strict=True))
 
 
 @pytest.mark.parametrize("name", [n for n in LAYOUTS if n != "pp1_dp1"])
@@ -66,7 +76,10 @@ def test_training_makes_progress_and_reports_metrics(runs):
     assert m["losses"][-1] < m["losses"][0]
     assert len(m["iter_time_s"]) == 3 and all(t > 0 for t in m["iter_time_s"])
     assert m["tokens_per_s"] > 0 and m["tflops"] > 0
-    assert m["stages"] == [[0, 1], [2, 3]] and runs["pp2_dp2_permuted"]["stages"] == [[3, 1], [0, 2]]
+    assert m["stages"] == [[0, 1], [2, 3]] and runs["pp2_dp2_permuted"]["stages"] == [
+        [3, 1],
+        [0, 2],
+    ]
     pr = m["per_rank"]
     assert len(pr["compute_s"]) == 4 and all(c > 0 for row in pr["compute_s"] for c in row)
     assert min(pr["dp_s"][r][0] for r in range(4)) > 0  # every rank exchanged gradients
@@ -107,8 +120,13 @@ def test_timeout_kills_every_rank():
 def test_train_cli_writes_metrics_and_refuses_bad_input(runs, tmp_path):
     m = runs["pp2_dp2"]
     assert len(m["losses"]) == 3 and len(m["iter_time_s"]) == 3 and m["iter_time_median_s"] > 0
-    bad = subprocess.run([sys.executable, str(ROOT / "repro" / "train.py"), "pp=3", "dp=1"],
-                         capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    bad = subprocess.run(
+        [sys.executable, str(ROOT / "repro" / "train.py"), "pp=3", "dp=1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert bad.returncode == 2 and "not divisible" in bad.stderr
 
 
@@ -118,10 +136,24 @@ def test_train_mode_writes_a_row(tmp_path):
     from repro.modes.train_ours import run
     from system.results import read_rows
 
-    cfg = OmegaConf.create({"mode": "train", "system": "ours", "model": "debug", "layers": None,
-                            "pp": 1, "dp": 1, "iters": 2, "seed": 0, "batch": 4,
-                            "micro_batch_size": 1, "metrics_out": None, "study": "t",
-                            "results_dir": str(tmp_path), "runtime": {"layout": "random"}})
+    cfg = OmegaConf.create(
+        {
+            "mode": "train",
+            "system": "ours",
+            "model": "debug",
+            "layers": None,
+            "pp": 1,
+            "dp": 1,
+            "iters": 2,
+            "seed": 0,
+            "batch": 4,
+            "micro_batch_size": 1,
+            "metrics_out": None,
+            "study": "t",
+            "results_dir": str(tmp_path),
+            "runtime": {"layout": "random"},
+        }
+    )
     row = run(cfg)
     df = read_rows(tmp_path)
     assert len(df) == 1 and df.iloc[0]["status"] == "ok" and row["iter_time_s"] > 0

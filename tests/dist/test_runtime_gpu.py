@@ -9,10 +9,13 @@ from system.runtime.launch import launch
 from system.runtime.spec import RunSpec
 
 pytestmark = [
-    pytest.mark.gpu, pytest.mark.dist,
-    pytest.mark.skipif(not torch.cuda.is_available(),
-                       reason="needs a CUDA device (this machine has none); "
-                              "repro/gpu_check.py is the full GPU check"),
+    pytest.mark.gpu,
+    pytest.mark.dist,
+    pytest.mark.skipif(
+        not torch.cuda.is_available(),
+        reason="needs a CUDA device (this machine has none); "
+        "repro/gpu_check.py is the full GPU check",
+    ),
 ]
 
 BASE = dict(model="debug", global_batch_size=8, iters=3, seed=0)
@@ -21,7 +24,7 @@ BASE = dict(model="debug", global_batch_size=8, iters=3, seed=0)
 def test_cuda_fp32_matches_cpu():
     cpu = launch(RunSpec(**BASE), timeout_s=300)["losses"]
     gpu = launch(RunSpec(**BASE, device="cuda"), timeout_s=300)["losses"]
-    assert max(abs(a - b) / abs(b) for a, b in zip(gpu, cpu)) < 1e-3
+    assert max(abs(a - b) / abs(b) for a, b in zip(gpu, cpu, strict=True)) < 1e-3
 
 
 def test_amp_with_loss_scaling_trains():

@@ -20,8 +20,9 @@ CFG = MODELS["debug"]
 
 
 def _data(batch: int = 8, seed: int = 0) -> SyntheticData:
-    return SyntheticData(vocab_size=CFG.vocab_size, seq_length=CFG.seq_length,
-                         global_batch_size=batch, seed=seed)
+    return SyntheticData(
+        vocab_size=CFG.vocab_size, seq_length=CFG.seq_length, global_batch_size=batch, seed=seed
+    )
 
 
 @pytest.mark.parametrize("pp", [1, 2, 4])
@@ -133,10 +134,15 @@ def test_gpipe_single_stage_equals_full_batch_gradient():
     m = build_model(CFG, seed=0)
     place = placement(Assignment.from_stages([[0]]), 0)
     comm = P2P(torch.device("cpu"), Timeline(0))
-    losses = gpipe_iteration(m, place, comm, micro_batches(b, dp=1, replica=0, micro_batch_size=2),
-                             hidden_size=CFG.hidden_size)
+    losses = gpipe_iteration(
+        m,
+        place,
+        comm,
+        micro_batches(b, dp=1, replica=0, micro_batch_size=2),
+        hidden_size=CFG.hidden_size,
+    )
     assert len(losses) == 4
-    for p, q in zip(m.parameters(), ref.parameters()):
+    for p, q in zip(m.parameters(), ref.parameters(), strict=True):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-7)
 
 
@@ -190,9 +196,24 @@ def test_train_cli_parses_key_values(tmp_path):
     from repro.train import spec_from_args
 
     (tmp_path / "a.json").write_text(json.dumps({"stages": [[3, 1], [0, 2]]}))
-    spec, opts = spec_from_args(["model=debug", f"assignment={tmp_path / 'a.json'}", "batch=4",
-                                 "checkpointing=true", "lr=0.01", "timeout_s=30", "layers=null"])
-    assert (spec.pp, spec.dp, spec.global_batch_size, spec.checkpointing, spec.lr) == (2, 2, 4, True, 0.01)
+    spec, opts = spec_from_args(
+        [
+            "model=debug",
+            f"assignment={tmp_path / 'a.json'}",
+            "batch=4",
+            "checkpointing=true",
+            "lr=0.01",
+            "timeout_s=30",
+            "layers=null",
+        ]
+    )
+    assert (spec.pp, spec.dp, spec.global_batch_size, spec.checkpointing, spec.lr) == (
+        2,
+        2,
+        4,
+        True,
+        0.01,
+    )
     assert spec.stages == [[3, 1], [0, 2]] and opts == {"timeout_s": 30.0}
     with pytest.raises(ValueError, match="unknown argument"):
         spec_from_args(["ppp=2"])
@@ -205,7 +226,8 @@ def test_gpipe_ideal_time_bounds():
 
     f, b, link, m = [1.0, 2.0, 1.5], [2.0, 3.0, 2.5], [0.2, 0.4], 6
     t = gpipe_ideal_s(f, b, link, m, tail_s=[0.1, 0.1, 0.1])
-    assert t >= m * max(x + y for x, y in zip(f, b))  # the slowest stage does all its work
+    # the slowest stage does all its work
+    assert t >= m * max(x + y for x, y in zip(f, b, strict=True))
     assert t <= sum(f) + sum(b) + 2 * sum(link) + (m - 1) * (max(f) + max(b)) + 0.1 + 1e-9
     assert gpipe_ideal_s([1.0], [2.0], [], 3) == 9.0
     with pytest.raises(ValueError, match="link"):
