@@ -290,17 +290,29 @@ def _print_table(summary: pd.DataFrame, elapsed_s: float) -> None:
     Console(width=200, highlight=False).print(t)
 
 
+def _in_multirun() -> bool:
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+    except (ImportError, ValueError):
+        return False
+
+
 def _write_reports(results_dir: Path, summary: pd.DataFrame, elapsed_s: float) -> None:
     """fig3.png, summary.csv and claims.md from everything under ``results_dir``."""
     from repro.claims import evaluate_claims
     from repro.figures.fig3 import plot_fig3
     from repro.variance import best_configs
 
-    rows = read_rows(results_dir)
-    plot_fig3(best_configs(rows), results_dir / "fig3.png")
     path = results_dir / "summary.csv"  # keeps the settings other sweep jobs wrote
     merged = with_speedups(merge_summary(path, summary), _paper_ratios())
     atomic_write_text(path, merged.to_csv(index=False))
+    if _in_multirun():  # the sweep's end-of-run report (repro/callbacks.py) draws these once
+        return
+    rows = read_rows(results_dir)
+    plot_fig3(best_configs(rows), results_dir / "fig3.png")
     claims = evaluate_claims(rows)
     lines = [
         "# Simulated results vs the paper's claims",

@@ -107,3 +107,13 @@ def test_nothing_fits_in_memory_raises(tmp_path):
 def test_case_list(tmp_path):
     out = simulate(_cfg(tmp_path, "case=[debug,debug]", "system=megatron"))
     assert len(out["summary"]) == 2
+
+
+def test_summary_merges_jobs_of_one_setting(tmp_path):
+    simulate(_cfg(tmp_path, "system=ours"))
+    simulate(_cfg(tmp_path, "system=megatron"))
+    s = pd.read_csv(tmp_path / "summary.csv")
+    assert len(s) == 1
+    assert s.ours_iter_time_s.notna().all() and s.megatron_iter_time_s.notna().all()
+    ratio = s.megatron_iter_time_s / s.ours_iter_time_s
+    assert s.speedup_vs_megatron.to_numpy() == pytest.approx(ratio.to_numpy())
