@@ -1,4 +1,4 @@
-"""Real Megatron / DeepSpeed baselines: one run spec, a local launcher and the grid search (paper §4).
+"""Real Megatron / DeepSpeed baselines: a run spec, a local launcher, the grid search (paper §4).
 
 The paper compares against Megatron and DeepSpeed *tuned by grid search*. This module runs them for
 real: :class:`BaselineSpec` names one configuration (system, TP/PP/DP, micro-batch, ZeRO stage),
@@ -25,19 +25,18 @@ import dataclasses
 import json
 import logging
 import os
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from system.cluster import Cluster
+from system.runtime.launch import _kill_all, free_port  # the runtime's; torch-free
 from system.workload import GPTConfig, Workload, get_model
 
 log = logging.getLogger(__name__)
@@ -62,6 +61,9 @@ class BaselineSpec:
     system: str
     model: str = "debug"
     layers: int | None = None
+    hidden_size: int | None = None  # shape overrides (emulation's scaled model); None = model's
+    seq_length: int | None = None
+    vocab_size: int | None = None
     tp: int = 1
     pp: int = 1
     dp: int = 1
@@ -81,11 +83,16 @@ class BaselineSpec:
         return self.tp * self.pp * self.dp
 
     def gpt_config(self) -> GPTConfig:
-        return get_model(self.model, self.layers)
+        over = {k: getattr(self, k) for k in ("hidden_size", "seq_length", "vocab_size")
+                if getattr(self, k) is not None}
+        m = get_model(self.model, self.layers)
+        return dataclasses.replace(m, **over) if over else m
 
     def workload(self) -> Workload:
+        """The workload; the baselines train in fp32, so activations and gradients are 4 B."""
         return Workload(model=self.gpt_config(), global_batch_size=self.global_batch_size,
-                        micro_batch_size=self.micro_batch_size)
+                        micro_batch_size=self.micro_batch_size, activation_bytes=4,
+                        gradient_bytes=4)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -128,7 +135,8 @@ def check_spec(spec: BaselineSpec) -> None:
                              f"stage 0 or 1 only, got zero={spec.zero}")
 
 
-def metrics_from(spec: BaselineSpec, losses: Sequence[float], iter_times_s: Sequence[float]) -> dict:
+def metrics_from(spec: BaselineSpec, losses: Sequence[float],
+                 iter_times_s: Sequence[float]) -> dict:
     """Per-run metrics the same way as our runtime: median iteration time after the first."""
     import statistics
 
@@ -151,26 +159,6 @@ def metrics_from(spec: BaselineSpec, losses: Sequence[float], iter_times_s: Sequ
 # ---------------------------------------------------------------- launcher
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _kill(procs: Iterable[subprocess.Popen]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                p.kill()
-    for p in procs:
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # pragma: no cover - a process stuck in the kernel
-            log.warning("rank process %d did not exit after SIGKILL", p.pid)
-
-
 def launch(module: str, spec_path: str | Path, *, world_size: int,
            rank_prefix: Sequence[Sequence[str]] | None = None,
            rank_env: Sequence[dict] | None = None, master_addr: str = "127.0.0.1",
@@ -185,7 +173,7 @@ def launch(module: str, spec_path: str | Path, *, world_size: int,
         raise ValueError(f"launch: rank_prefix has {len(rank_prefix)} entries, need {world_size}")
     if rank_env is not None and len(rank_env) != world_size:
         raise ValueError(f"launch: rank_env has {len(rank_env)} entries, need {world_size}")
-    port = master_port or _free_port()
+    port = master_port or free_port()
     log_dir = Path(log_dir or tempfile.mkdtemp(prefix="baseline-logs-"))
     log_dir.mkdir(parents=True, exist_ok=True)
     procs: list[subprocess.Popen] = []
@@ -219,7 +207,7 @@ def launch(module: str, spec_path: str | Path, *, world_size: int,
                 time.sleep(0.1)
         return [p.poll() if p.poll() is not None else -9 for p in procs]
     finally:
-        _kill(procs)
+        _kill_all(procs)
         for f in files:
             f.close()
 
@@ -349,8 +337,9 @@ def run_grid(points: Sequence[tuple[BaselineSpec, str | None]], *, run=run_point
             results.append((spec, {"status": status, "error": reason}))
             continue
         res = run(spec, **run_kwargs)
+        ok = res["status"] == "ok"
         log.info("grid %s: %s %s", spec.label(), res["status"],
-                 f"{res['iter_time_s']:.3f} s/iter" if res["status"] == "ok" else res.get("error", "")[:200])
+                 f"{res['iter_time_s']:.3f} s/iter" if ok else res.get("error", "")[:200])
         results.append((spec, res))
     return results
 

@@ -86,7 +86,8 @@ def _train_zero(ds, spec: BaselineSpec, device: torch.device) -> tuple[list[floa
     return losses, times
 
 
-def _train_pipeline(ds, spec: BaselineSpec, device: torch.device) -> tuple[list[float], list[float]]:
+def _train_pipeline(ds, spec: BaselineSpec,
+                    device: torch.device) -> tuple[list[float], list[float]]:
     from deepspeed.pipe import PipelineModule
 
     layers = layer_list(spec.gpt_config(), spec.seed)

@@ -1,11 +1,12 @@
 """Megatron-core baseline worker: one process per rank, ``python -m baselines.megatron.train SPEC``.
 
 Trains megatron-core's own ``GPTModel`` shaped like our GPT (same layers, hidden size, heads,
-sequence length, vocabulary, untied output layer as in system/runtime/model.py, no dropout) on the same synthetic batches as every
-other system, with Megatron's 1F1B pipeline schedule (``get_forward_backward_func``), its
-tensor/pipeline/data-parallel groups (``initialize_model_parallel``; rank = tp + TP·(dp + DP·pp)),
-its DDP wrapper (gradient all-reduce per DP group) and its optimizer (``get_megatron_optimizer``,
-which falls back to ``torch.optim.AdamW`` without Apex/TE). Paper §4 compares against Megatron
+sequence length, vocabulary, untied output layer as in system/runtime/model.py, no dropout) on
+the same synthetic batches as every other system, with Megatron's 1F1B pipeline schedule
+(``get_forward_backward_func``), its tensor/pipeline/data-parallel groups
+(``initialize_model_parallel``; rank = tp + TP·(dp + DP·pp)), its DDP wrapper (gradient
+all-reduce per DP group) and its optimizer (``get_megatron_optimizer``, which falls back to
+``torch.optim.AdamW`` without Apex/TE). Paper §4 compares against Megatron
 tuned by grid search; :mod:`baselines.grid` runs the grid.
 
 On CPU (gloo) :mod:`baselines.megatron.cpu_shim` answers Megatron's CUDA calls; on CUDA (NCCL)
@@ -22,7 +23,6 @@ import sys
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
 
 from baselines.grid import BaselineSpec  # noqa: E402
 from baselines.megatron import common as wc  # noqa: E402

@@ -4,8 +4,8 @@
     python repro/run.py mode=train system=deepspeed zero=3 dp=4 results_dir=DIR
     python repro/run.py mode=train system=deepspeed zero=1 pp=2 dp=2 results_dir=DIR
     python repro/run.py mode=train system=megatron grid=true grid_devices=4 results_dir=DIR
-    python repro/run.py mode=emulate system=deepspeed case=5 grid=true \
-        +emulation.devices=[0,8,24,40] +emulation.bandwidth_scale=0.25 results_dir=DIR
+    python repro/run.py mode=emulate system=deepspeed model=debug case=5 grid=true \\
+        'emulate.devices=[0,8,24,40]' batch=8 iters=4 results_dir=DIR
 
 A single run uses ``tp``/``pp``/``dp``/``zero`` (DeepSpeed: ``zero`` defaults to 3 without a
 pipeline and 1 with one); ``grid=true`` runs the baseline's grid search over ``grid_devices``
@@ -18,10 +18,11 @@ simulator's prediction (``predicted_iter_time_s``) to each measured row.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from baselines.grid import BaselineSpec, best_point, grid_points, local_cluster, run_grid, run_point
 from system.results import make_row, write_rows
@@ -81,7 +82,7 @@ def _counts(results) -> dict[str, int]:
 
 def _execute(cfg: DictConfig, base: BaselineSpec, cluster, run_kw: dict, extra_key: dict,
              predict=None) -> dict:
-    """One point or the grid on ``cluster``; writes the rows; ``predict(spec)`` adds the simulator's."""
+    """One point or the grid on ``cluster``, rows written; ``predict(spec)``: simulator's time."""
     results_dir = Path(str(cfg.results_dir))
     timeout_s = float(cfg.get("baseline_timeout_s") or 600)
     grid = bool(cfg.get("grid", False))
@@ -114,24 +115,31 @@ def _execute(cfg: DictConfig, base: BaselineSpec, cluster, run_kw: dict, extra_k
 def _run_emulated(cfg: DictConfig, base: BaselineSpec) -> dict:
     """``mode=emulate``: the run (or grid) inside an emulated network of ``case`` (engineer D's).
 
-    Reads ``emulation.devices`` (device ids of the case), ``emulation.bandwidth_scale``,
-    ``emulation.delay_scale`` and ``emulation.backend`` when present. Each row carries the scale
-    factors and the simulator's prediction on the emulated (scaled) cluster with a CPU-calibrated
-    hardware model.
+    Uses repro/modes/emulate.py's ``emulate.*`` keys and defaults (devices, bandwidth/delay scale,
+    backend, the scaled model's hidden_size/seq_length/vocab_size, batch 4·dp), so rows sit beside
+    ``system=ours`` rows of the same setting. Each row carries the scale factors and the
+    simulator's prediction on the emulated (scaled) cluster with a CPU-calibrated hardware model.
     """
     from baselines.grid import emulation_kwargs, predict_iter_time_s
     from baselines.megatron.common import calibrated_cpu_hardware
+    from repro.modes.emulate import DEFAULTS, pick_devices
     from system.cases import get_case
     from system.emulation.netns import Emulation
     from system.emulation.plan import make_plan
 
-    em = cfg.get("emulation") or {}
-    cluster = get_case(str(cfg.case), str(cfg.get("case_variant") or "paper"))
-    devices = em.get("devices")
-    if devices:
-        cluster = cluster.subset([int(d) for d in devices])
-    plan = make_plan(cluster, bandwidth_scale=float(em.get("bandwidth_scale") or 1.0),
-                     delay_scale=float(em.get("delay_scale") or 1.0))
+    user = OmegaConf.to_container(cfg.get("emulate") or OmegaConf.create({}), resolve=True)
+    em = {**DEFAULTS, **{k: v for k, v in user.items() if v is not None}}
+    full = get_case(str(cfg.case), str(cfg.get("case_variant") or "paper"))
+    devices = [int(d) for d in em["devices"]] if em["devices"] else pick_devices(
+        full, int(em["max_devices"]))
+    cluster = full.subset(devices)
+    base = dataclasses.replace(
+        base, hidden_size=int(em["hidden_size"]), seq_length=int(em["seq_length"]),
+        vocab_size=int(em["vocab_size"]),
+        global_batch_size=int(cfg.batch) if cfg.get("batch") is not None  # emulate.py's default:
+        else 4 * int(cfg.dp if cfg.get("dp") is not None else 2))
+    plan = make_plan(cluster, bandwidth_scale=float(em["bandwidth_scale"]),
+                     delay_scale=float(em["delay_scale"]))
     plan.check_capacity()
     scaled = plan.scaled_cluster()
     n = scaled.num_devices
@@ -139,9 +147,10 @@ def _run_emulated(cfg: DictConfig, base: BaselineSpec) -> dict:
         raise ValueError(f"mode=emulate: tp*pp*dp = {base.world_size} but the emulated cluster has "
                          f"{n} devices (set emulation.devices or pp/dp/tp)")
     hw = calibrated_cpu_hardware(base)
-    extra = {"case": str(cfg.case), "devices": list(devices) if devices else None,
-             **plan.scale_record()}
-    with Emulation(plan, backend=str(em.get("backend") or "auto")) as emu:
+    m = base.gpt_config()
+    extra = {"case": str(cfg.case), "devices": devices, "hidden_size": m.hidden_size,
+             "seq_length": m.seq_length, "vocab_size": m.vocab_size, **plan.scale_record()}
+    with Emulation(plan, backend=str(em["backend"])) as emu:
         extra["emu_backend"] = emu.backend
         return _execute(cfg, base, scaled, emulation_kwargs(emu), extra,
                         predict=lambda s: predict_iter_time_s(s, scaled, hw))

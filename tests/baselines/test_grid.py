@@ -8,14 +8,24 @@ import textwrap
 
 import pytest
 
-from baselines.grid import (BaselineSpec, best_point, check_spec, grid_points, launch,
-                            local_cluster, metrics_from, run_grid, run_point)
+from baselines.grid import (
+    BaselineSpec,
+    best_point,
+    check_spec,
+    grid_points,
+    launch,
+    local_cluster,
+    metrics_from,
+    run_grid,
+    run_point,
+)
 
 
 def test_import_is_light():
     import subprocess
 
-    code = "import baselines.grid, baselines.megatron, baselines.deepspeed, sys; print('torch' in sys.modules)"
+    code = ("import baselines.grid, baselines.megatron, baselines.deepspeed, sys; "
+            "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
 
