@@ -1,0 +1,73 @@
+"""repro/modes/train_baseline.py without processes: config mapping, rows, the emulate path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hydra import compose, initialize_config_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _cfg(*overrides):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+def _fake_result(spec, **kw):
+    return {"status": "ok", "losses": [6.0, 5.0], "iter_times_s": [2.0, 1.0], "iter_time_s": 1.0,
+            "tokens_per_s": 1.0, "tflops": 1.0, "pflops": 1e-3, "seen": kw}
+
+
+def test_deepspeed_zero_defaults_follow_the_pipeline():
+    from repro.modes.train_baseline import _base_spec
+
+    assert _base_spec(_cfg("system=deepspeed", "model=debug", "dp=4"), "deepspeed").zero == 3
+    spec = _base_spec(_cfg("system=deepspeed", "model=debug", "pp=2", "dp=2"), "deepspeed")
+    assert (spec.zero, spec.pp, spec.dp, spec.global_batch_size) == (1, 2, 2, 8)
+    assert _base_spec(_cfg("system=megatron", "model=debug", "zero=1"), "megatron").zero is None
+
+
+def test_bad_layout_is_one_value_error(tmp_path):
+    from repro.modes.train_baseline import run
+
+    with pytest.raises(ValueError, match="not divisible into pp=3"):
+        run(_cfg("mode=train", "system=megatron", "model=debug", "pp=3", f"results_dir={tmp_path}"))
+    assert not (tmp_path / "runs.csv").exists()
+
+
+def test_emulate_path_rows_carry_scales_and_prediction(tmp_path, monkeypatch):
+    pytest.importorskip("baselines.megatron.perf", reason="simulator (engineer B) not present")
+    import system.emulation.netns as netns
+    from baselines.megatron import common
+    from repro.modes import train_baseline
+
+    class FakeEmulation:
+        def __init__(self, plan, backend="auto"):
+            self.plan, self.backend, self.master_addr = plan, "fake", "198.18.0.1"
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+        def exec_prefix(self, i):
+            return ["ns", str(i)]
+
+        def rank_env(self, i):
+            return {}
+
+    monkeypatch.setattr(netns, "Emulation", FakeEmulation)
+    monkeypatch.setattr(common, "calibrated_cpu_hardware", lambda spec: None)  # V100 model
+    monkeypatch.setattr(train_baseline, "run_point", _fake_result)
+    out = train_baseline.run(_cfg("mode=emulate", "system=megatron", "model=debug", "case=5",
+                                  "emulate.devices=[0,8,24,40]", "pp=2", "dp=2",
+                                  f"results_dir={tmp_path}"))
+    assert out["seen"]["rank_prefix"][3] == ["ns", "3"]
+    row = pd.read_csv(tmp_path / "runs.csv").iloc[0]
+    assert (row["case"], row.hidden_size, row.global_batch_size, row.emu_bandwidth_scale) == (
+        5, 256, 8, 0.1)
+    assert row.predicted_iter_time_s > 0
