@@ -4,9 +4,9 @@
 (default ``offline``: no account, no network; files go to ``<wandb.dir>/wandb/offline-run-*``,
 upload later with ``wandb sync``). ``wandb.mode=online`` logs to ``wandb.entity``/``wandb.project``.
 
-- :func:`log_job`: for each configuration among a job's rows (case, system, layers, batch and the
-  layout knobs), a run with the job's resolved config, the setting, per-repeat ``iter_time_s`` as
-  history and the summary metrics (means, CV, repeats).
+- :func:`log_job`: for each setting among a job's rows (case, system, layers, batch), a run with
+  the job's resolved config, the setting, its best configuration, a ``grid`` Table of every
+  configuration tried (mean, CV, repeats) and the summary metrics of the best one.
 - :func:`log_comparison`: one ``job_type=report`` run holding wandb Tables (best configuration per
   setting, variance, claims) and one bar chart per case (PFLOPS per system and setting), plus the
   local PNGs. wandb's Reports API needs network and an account, so offline it is not used: the
@@ -25,7 +25,7 @@ from pathlib import Path
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from repro.variance import config_columns, variance_table
+from repro.variance import SETTING_COLUMNS, best_configs, config_columns, variance_table
 
 log = logging.getLogger(__name__)
 
@@ -71,38 +71,43 @@ def _plain(v):
 
 
 def log_job(cfg: DictConfig, rows: pd.DataFrame) -> list[str]:
-    """One wandb run per configuration in ``rows``; returns the runs' names."""
+    """One wandb run per setting (case, system, layers, batch) in ``rows``; returns the names.
+
+    A baseline's grid search is one setting: the run's summary is its best configuration and
+    the whole grid (every configuration's mean, CV, repeats) goes in a ``grid`` Table.
+    """
     if rows.empty or wandb_mode(cfg) == "disabled":
         return []
     resolved = (
         OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
     )
-    keys = config_columns(rows)
     stats = variance_table(rows)
+    best = best_configs(rows)
+    keys = list(SETTING_COLUMNS)
     names = []
-    for _, st in stats.iterrows():
-        setting = {k: _plain(st[k]) for k in keys}
-        sel = rows
+    for _, b in best.iterrows():
+        setting = {k: _plain(b[k]) for k in keys}
+        grid = stats
         for k in keys:
-            sel = sel[sel[k].astype(str) == str(setting[k])]
-        name = "-".join(
-            f"{k}{setting[k]}" for k in ("case", "system", "num_layers", "global_batch_size")
-        )
+            grid = grid[grid[k].astype(str) == str(setting[k])]
+        name = "-".join(f"{k}{setting[k]}" for k in keys)
+        best_cfg = {k: _plain(b[k]) for k in config_columns(best) if k not in keys}
         run = _init(
             cfg,
             name=name,
             job_type=str(cfg.get("mode", "simulate")),
-            config={**resolved, "setting": setting},
+            config={**resolved, "setting": setting, "best_config": best_cfg},
         )
-        for i, t in enumerate(pd.to_numeric(sel["iter_time_s"], errors="coerce")):
-            run.log({"iter_time_s": float(t), "repeat": i})
-        run.summary.update(
-            {
-                k: _plain(st[k])
-                for k in ("n_repeats", "iter_time_s_mean", "iter_time_s_std", "cv", "pflops_mean")
-                if k in st.index
-            }
+        run.log({"grid": _table(grid)})
+        summary = (
+            "n_configs",
+            "n_repeats",
+            "iter_time_s_mean",
+            "iter_time_s_std",
+            "cv",
+            "pflops_mean",
         )
+        run.summary.update({k: _plain(b[k]) for k in summary if k in b.index})
         run.finish()
         names.append(name)
     log.info("wandb (%s): %d runs", wandb_mode(cfg), len(names))
