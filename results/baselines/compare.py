@@ -24,11 +24,14 @@ MATCH = ["case", "devices", "global_batch_size", "hidden_size", "seq_length", "v
 
 
 def _rows(d: Path) -> pd.DataFrame:
-    files = sorted((d / "rows").glob("*.json"))
-    df = pd.DataFrame([json.loads(f.read_text()) for f in files])
-    if not df.empty and "devices" in df:
-        df["devices"] = df["devices"].map(lambda v: json.dumps(v) if isinstance(v, list) else v)
-        df["case"] = df["case"].astype(str)
+    """``d/runs.csv`` (system/results.collect), lists as their JSON text; empty if absent."""
+    if not (d / "runs.csv").exists():
+        return pd.DataFrame()
+    df = pd.read_csv(d / "runs.csv")
+    for k in ("case", "devices"):
+        if k in df:
+            df[k] = df[k].map(lambda v: json.dumps(json.loads(v)) if isinstance(v, str)
+                              and v.startswith("[") else str(v))
     return df
 
 
@@ -76,7 +79,8 @@ def emulated_table(base: pd.DataFrame, ours: pd.DataFrame) -> str:
 def grid_table(base: pd.DataFrame) -> str:
     lines = ["| case | system | config | status | measured s/iter | simulated s/iter | loss first"
              " → last |", "|---" * 7 + "|"]
-    for _, r in base.sort_values(["case", "system", "tp", "pp", "dp", "micro_batch_size"]).iterrows():
+    order = ["case", "system", "tp", "pp", "dp", "micro_batch_size"]
+    for _, r in base.sort_values(order).iterrows():
         meas = f"{r.iter_time_s:.3f}" if pd.notna(r.iter_time_s) else ""
         pred = r.get("predicted_iter_time_s")
         ps = f"{pred:.3f}" if pd.notna(pred) else ""
