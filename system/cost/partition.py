@@ -135,8 +135,9 @@ class PartitionEvaluator:
     def totals(self, partitions: Sequence[Sequence[Group]], bound: float | None = None) -> np.ndarray:
         """TOTAL of each partition (a sequence of pp sorted groups), batched.
 
-        With ``bound``, partitions whose DP cost alone reaches ``bound`` are not costed further
-        and get ``inf`` (they cannot beat it): a local search only needs improving candidates.
+        With ``bound``, partitions that provably cost more than ``bound`` (DP cost alone, or DP +
+        2·TSP over edge lower bounds) are not costed further and get ``inf``: a local search only
+        needs candidates that improve on, or tie with, its current TOTAL.
         """
         if not partitions:
             return np.zeros(0)
@@ -149,7 +150,7 @@ class PartitionEvaluator:
         if bound is not None and self.pp <= MAX_EXACT_TSP:
             # cheap lower bound first: each coarse edge >= max(row minima, column minima)
             lbs = dps[keep] + 2.0 * open_tsp_values(self._lower_weights([partitions[k] for k in keep]))
-            keep = keep[lbs < bound]
+            keep = keep[lbs <= bound + 1e-12]
             if keep.size == 0:
                 return out
         ws = self._weights([partitions[k] for k in keep])
@@ -161,6 +162,18 @@ class PartitionEvaluator:
             pps = np.array([open_tsp_path(w, starts=1)[0] for w in ws])
         out[keep] = dps[keep] + 2.0 * pps
         return out
+
+    def spread(self, partitions: Sequence[Sequence[Group]]) -> np.ndarray:
+        """Tie-breaker for plateaus of TOTAL: mean group DP cost + 2·(pp−1)·mean coarse edge.
+
+        TOTAL only sees the slowest group and the bottleneck links; this smooth companion also
+        rewards making the other groups and edges cheaper, so a search can cross a plateau.
+        """
+        ws = self._weights(partitions)
+        m = self.pp
+        mean_edge = ws.sum(axis=(1, 2)) / max(1, m * (m - 1))
+        mean_dp = np.array([np.mean([self.group_dp_cost(g) for g in p]) for p in partitions])
+        return mean_dp + 2.0 * (m - 1) * mean_edge
 
     def total(self, partition: Sequence[Group]) -> float:
         return float(self.totals([partition])[0])

@@ -42,6 +42,8 @@ class GeneticConfig:
     local_search: str = "tailored"  # tailored | kl
     ls_max_steps: int = 50  # improving steps per local search
     swap_sample: int = 128  # plain swaps tried when the circular moves are stuck (0: none)
+    tie_break: float = 0.5  # share of local searches that also take TOTAL-neutral steps that
+    # lower the spread (drawn per trial; mixing both kinds keeps the population diverse)
     mutation_swaps: int = 2  # after crossover, 0..mutation_swaps random swaps (uniform count)
     greedy_seeds: bool = True  # add two greedy layouts to the initial population
     time_limit_s: float | None = None  # stop after this much wall time (checked per trial)
@@ -190,6 +192,7 @@ def genetic_search(ev: PartitionEvaluator, config: GeneticConfig, rng: np.random
             child = mutate(child, int(rng.integers(config.mutation_swaps + 1)), rng)
         child, total = local_search(ev, child, ev.total(child), rng, rule=config.local_search,
                                     max_steps=config.ls_max_steps, swap_sample=config.swap_sample,
+                                    tie_break=bool(rng.random() < config.tie_break),
                                     deadline=deadline)
         stats.trials = trial
         worst = int(np.argmax(totals))

@@ -156,14 +156,16 @@ def _random_swaps(part: Partition, limit: int, rng: np.random.Generator) -> list
 
 def local_search(ev: PartitionEvaluator, part: Partition, total: float, rng: np.random.Generator,
                  *, rule: str = "tailored", max_steps: int = 50, swap_sample: int = 0,
-                 deadline: float | None = None) -> tuple[Partition, float]:
+                 tie_break: bool = False, deadline: float | None = None) -> tuple[Partition, float]:
     """Improve ``part`` by circular move sequences until no start group improves TOTAL.
 
     Each step builds one sequence per start group (plus the four-candidate swaps for
     ``tailored``), costs every closed prefix with the true TOTAL in one batch, and applies the
     best one if it is lower. When that fails and ``swap_sample`` > 0, one more try costs up to
     ``swap_sample`` plain swaps (all of them on small instances) before giving up: the
-    fast-pair candidates alone leave most devices unmovable. Stops early once ``time.perf_counter()`` passes ``deadline``.
+    fast-pair candidates alone leave most devices unmovable. With ``tie_break``, a step that
+    keeps TOTAL but lowers :meth:`PartitionEvaluator.spread` is also taken (lexicographic
+    objective: TOTAL never rises, so the search still ends). Stops early once ``time.perf_counter()`` passes ``deadline``.
     Returns the improved partition and its TOTAL.
     """
     if rule not in LOCAL_SEARCHES:
@@ -186,7 +188,19 @@ def local_search(ev: PartitionEvaluator, part: Partition, total: float, rng: np.
             cands = _random_swaps(part, swap_sample, rng)
             totals = ev.totals(cands, bound=total)
             k = int(np.argmin(totals))
-        if totals[k] >= total - 1e-12:
+        if totals[k] < total - 1e-12:
+            part, total = cands[k], float(totals[k])
+            continue
+        if not tie_break:
             break
-        part, total = cands[k], float(totals[k])
+        # plateau: among candidates with the same TOTAL take the one with the lowest spread
+        ties = np.flatnonzero(totals <= total + 1e-12)
+        if ties.size == 0:
+            break
+        spreads = ev.spread([cands[t] for t in ties])
+        here = float(ev.spread([part])[0])
+        j = int(np.argmin(spreads))
+        if spreads[j] >= here - 1e-12:
+            break
+        part = cands[int(ties[j])]
     return part, total

@@ -77,8 +77,8 @@ def test_ga_finds_the_optimum_on_12_devices(pp, dp):
         devices = np.random.default_rng(k).choice(64, 12, replace=False).tolist()
         c = c5.subset(devices)
         best = brute_optimum(c, pp, dp)
-        for seed in range(2):
-            r = schedule(c, SIZES, pp=pp, dp=dp, seed=seed, trials=150, population=16,
+        for seed in range(3):
+            r = schedule(c, SIZES, pp=pp, dp=dp, seed=seed, trials=150, population=32,
                          greedy_seeds=False)
             assert r.cost.total_cost_s == pytest.approx(best, abs=1e-9), (k, seed, r.cost, best)
 
