@@ -110,15 +110,30 @@ def _output_dir() -> str | None:
         return None
 
 
-def run_job(cfg: DictConfig, task: Callable[[DictConfig], dict | None]) -> dict:
+def _is_multirun() -> bool:
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        return HydraConfig.get().mode == RunMode.MULTIRUN
+    except (ImportError, ValueError):
+        return False
+
+
+def run_job(
+    cfg: DictConfig, task: Callable[[DictConfig], dict | None], *, multirun: bool | None = None
+) -> dict:
     """Run ``task(cfg)`` unless this resolved config already finished in ``cfg.results_dir``.
 
+    Skipping applies to multirun jobs only (``multirun=None``: ask Hydra), so a single
+    ``python repro/run.py ...`` always runs; every finished job writes its ledger entry.
     Returns the task's summary dict (or the stored one when skipped, with ``skipped: True``).
     """
     results_dir = Path(str(cfg.results_dir))
     key = job_key(cfg)
     wf = _workflow(cfg)
-    if wf.get("skip_finished", True):
+    multirun = _is_multirun() if multirun is None else multirun
+    if multirun and wf.get("skip_finished", True):
         rec = finished_job(results_dir, key)
         if rec is not None:
             SESSION.skipped += 1

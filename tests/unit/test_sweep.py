@@ -105,12 +105,12 @@ def test_interrupted_sweep_restarts_without_loss_or_duplicates(tmp_path):
 
     with pytest.raises(KeyboardInterrupt):
         for cfg in jobs:
-            run_job(cfg, dies_half_way)
+            run_job(cfg, dies_half_way, multirun=True)
     assert SESSION.ran == half
     calls.clear()
     SESSION.reset()
     for cfg in jobs:
-        run_job(cfg, task)
+        run_job(cfg, task, multirun=True)
     assert SESSION.skipped == half and SESSION.ran == len(jobs) - half
     assert len(calls) == len(jobs) - half
     collect(tmp_path)
@@ -120,27 +120,35 @@ def test_interrupted_sweep_restarts_without_loss_or_duplicates(tmp_path):
     # a third pass runs nothing and changes nothing
     SESSION.reset()
     for cfg in jobs:
-        run_job(cfg, task)
+        run_job(cfg, task, multirun=True)
     assert SESSION.ran == 0 and len(read_rows(tmp_path)) == len(df)
 
 
 def test_a_job_whose_rows_were_lost_runs_again(tmp_path):
     cfg = _configs(tmp_path)[0]
     calls: list[str] = []
-    run_job(cfg, _fake_task(calls))
+    run_job(cfg, _fake_task(calls), multirun=True)
     rec = finished_job(tmp_path, job_key(cfg))
     assert rec is not None and len(rec["run_ids"]) == 3 and rec["config"]["case"] == cfg.case
     (tmp_path / "rows" / f"{rec['run_ids'][0]}.json").unlink()
     assert finished_job(tmp_path, job_key(cfg)) is None
-    run_job(cfg, _fake_task(calls))
+    run_job(cfg, _fake_task(calls), multirun=True)
     assert len(calls) == 2 and len(read_rows(tmp_path)) == 3
+
+
+def test_single_runs_are_never_skipped(tmp_path):
+    cfg = _configs(tmp_path)[0]
+    calls: list[str] = []
+    run_job(cfg, _fake_task(calls), multirun=False)
+    run_job(cfg, _fake_task(calls))  # not under Hydra: a single run
+    assert len(calls) == 2 and finished_job(tmp_path, job_key(cfg)) is not None
 
 
 def test_skip_can_be_turned_off(tmp_path):
     cfg = _configs(tmp_path, ["workflow.skip_finished=false"])[0]
     calls: list[str] = []
-    run_job(cfg, _fake_task(calls))
-    run_job(cfg, _fake_task(calls))
+    run_job(cfg, _fake_task(calls), multirun=True)
+    run_job(cfg, _fake_task(calls), multirun=True)
     assert len(calls) == 2 and len(read_rows(tmp_path)) == 3
 
 
