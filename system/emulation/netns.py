@@ -31,6 +31,8 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
+
 from system.emulation.plan import DEVICE_IFNAME, MTU, PREFIX, EmulationPlan
 from system.emulation.shell import EmulationError, missing_tools, run_batch, run_cmd
 
@@ -114,7 +116,8 @@ def device_route_lines(plan: EmulationPlan, i: int, *, dev: str = DEVICE_IFNAME)
     connection (gloo's rendezvous) then wait behind seconds of queue. The clamp keeps the pipe
     full (window > BDP) with at most a quarter RTT of queue.
     """
-    bdp = plan.goodput_bps * 2.0 * plan.delay_s / 8.0
+    with np.errstate(invalid="ignore"):  # the diagonal is inf x 0
+        bdp = plan.goodput_bps * 2.0 * plan.delay_s / 8.0
     lines = []
     for j in range(plan.num_devices):
         if j != i:
@@ -157,11 +160,32 @@ class Emulation:
         return self.plan.ip(0)
 
     def delayer_stats(self) -> dict:
+        """The delayer's counters plus the kernel's NFQUEUE drops (queue full / socket full)."""
         f = self.state_dir / "delayer_stats.json"
         try:
-            return json.loads(f.read_text())
+            stats = json.loads(f.read_text())
         except (OSError, ValueError):
-            return {}
+            stats = {}
+        if self.backend == "nfqueue" and not self._closed:
+            p = run_cmd(["cat", "/proc/net/netfilter/nfnetlink_queue"], ns=self.plan.bridge_ns,
+                        check=False)
+            cols = p.stdout.split()
+            if len(cols) >= 7:  # queue, portid, waiting, mode, range, queue_dropped, user_dropped
+                stats.update(kernel_waiting=int(cols[2]), queue_dropped=int(cols[5]),
+                             user_dropped=int(cols[6]))
+        return stats
+
+    def tcp_retransmits(self) -> list[int]:
+        """Per device: TCP segments retransmitted so far (``TcpRetransSegs``)."""
+        out = []
+        for i in range(self.plan.num_devices):
+            p = run_cmd(["cat", "/proc/net/snmp"], ns=self.plan.device_ns(i), check=False)
+            lines = [ln.split() for ln in p.stdout.splitlines() if ln.startswith("Tcp:")]
+            try:
+                out.append(int(lines[1][lines[0].index("RetransSegs")]))
+            except (IndexError, ValueError):
+                out.append(-1)
+        return out
 
     # ---- lifecycle --------------------------------------------------------------------------
     def __enter__(self) -> Emulation:

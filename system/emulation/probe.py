@@ -16,9 +16,13 @@ import socket
 import sys
 import time
 
-__all__ = ["main", "UDP_PAYLOAD_BYTES"]
+__all__ = ["main", "UDP_PAYLOAD_BYTES", "WIRE_BYTES"]
 
-UDP_PAYLOAD_BYTES = 1472  # 1514-byte frames at MTU 1500 (14 Ethernet + 20 IP + 8 UDP)
+# One datagram = 10 IP fragments of 1480 bytes = 10 full 1514-byte frames at MTU 1500: ten
+# times fewer system calls than one frame per datagram, so a Python probe keeps up on busy cores.
+FRAGMENTS = 10
+UDP_PAYLOAD_BYTES = FRAGMENTS * 1480 - 8
+WIRE_BYTES = FRAGMENTS * 1514
 
 
 def _udp_recv(port: int, duration_s: float, skip_first: int) -> dict:
@@ -54,7 +58,7 @@ def _udp_recv(port: int, duration_s: float, skip_first: int) -> dict:
 
 def _udp_send(dst: str, port: int, duration_s: float) -> dict:
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 256 * 1024)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1024 * 1024)
     payload = b"x" * UDP_PAYLOAD_BYTES
     end = time.monotonic() + duration_s
     sent = 0
@@ -128,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dst", default="")
     ap.add_argument("--port", type=int, default=47000)
     ap.add_argument("--duration-s", type=float, default=0.5)
-    ap.add_argument("--skip-first", type=int, default=20)
+    ap.add_argument("--skip-first", type=int, default=3)
     ap.add_argument("--nbytes", type=int, default=1 << 20)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--timeout-s", type=float, default=60.0)

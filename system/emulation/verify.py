@@ -4,7 +4,9 @@ For each sampled ordered pair (i, j): RTT by ``ping`` (median of a few, first on
 pays ARP) against 2·delay_ms, and capacity by a UDP flood (:mod:`system.emulation.probe`)
 converted to TCP-goodput terms against the pair's scaled bandwidth. A pair passes when both are
 within ``tolerance`` (relative; RTT also passes within ``rtt_floor_ms`` absolute, which matters
-only for near-zero delays, e.g. 0.2 ms of bridge/delayer path on a 0 ms link).
+only for near-zero delays, e.g. 0.2 ms of bridge/delayer path on a 0 ms link). A pair that misses
+is measured again up to ``retries`` times (the probes are Python processes on shared cores);
+every attempt is kept in the report, and the last one decides.
 """
 
 from __future__ import annotations
@@ -15,12 +17,12 @@ import re
 import statistics
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from system.emulation.plan import TCP_PAYLOAD_BYTES, EmulationPlan
-from system.emulation.probe import UDP_PAYLOAD_BYTES
+from system.emulation.plan import FRAME_BYTES, TCP_PAYLOAD_BYTES, EmulationPlan
+from system.emulation.probe import UDP_PAYLOAD_BYTES, WIRE_BYTES
 from system.emulation.shell import EmulationError, ns_prefix
 
 log = logging.getLogger(__name__)
@@ -41,6 +43,7 @@ class PairCheck:
     rtt_err: float  # relative error (measured/target - 1); nan when target is 0
     bw_err: float
     ok: bool
+    attempts: list = field(default_factory=list)  # (rtt_ms, gbps) of every measurement
 
 
 def sample_pairs(plan: EmulationPlan, n: int, rng: np.random.Generator) -> list[tuple[int, int]]:
@@ -72,7 +75,7 @@ def measure_rtt_ms(plan: EmulationPlan, i: int, j: int, count: int = 6) -> float
 
 
 def measure_capacity_gbps(plan: EmulationPlan, i: int, j: int, *, port: int = 47000,
-                          min_packets: int = 400) -> float:
+                          min_packets: int = 600) -> float:
     """Capacity of link i→j as TCP goodput (Gbit/s), from a UDP flood's arrival rate."""
     target = float(plan.goodput_bps[i, j])
     duration = float(np.clip(min_packets * 1514 * 8 / target, 0.3, 2.0))
@@ -94,11 +97,13 @@ def measure_capacity_gbps(plan: EmulationPlan, i: int, j: int, *, port: int = 47
             recv.wait(timeout=5)
     res = json.loads(out.strip().splitlines()[-1])
     payload_bps = float(res["rate_bps"])
-    return payload_bps * TCP_PAYLOAD_BYTES / UDP_PAYLOAD_BYTES / 1e9  # same frames, TCP payload
+    frames_per_s = payload_bps / 8 / UDP_PAYLOAD_BYTES * WIRE_BYTES / FRAME_BYTES
+    return frames_per_s * TCP_PAYLOAD_BYTES * 8 / 1e9  # the same frames full of TCP payload
 
 
 def verify_links(plan: EmulationPlan, *, pairs: int = 6, tolerance: float = 0.10,
-                 on_fail: str = "raise", seed: int = 0, rtt_floor_ms: float = 0.5) -> dict:
+                 on_fail: str = "raise", seed: int = 0, rtt_floor_ms: float = 0.5,
+                 retries: int = 1) -> dict:
     """Measure sampled pairs; return {"pairs": [...], "ok": bool, ...}; raise or warn on misses."""
     if on_fail not in ("raise", "warn"):
         raise ValueError(f"verify on_fail must be 'raise' or 'warn', got {on_fail!r}")
@@ -106,12 +111,17 @@ def verify_links(plan: EmulationPlan, *, pairs: int = 6, tolerance: float = 0.10
     for i, j in sample_pairs(plan, pairs, np.random.default_rng(seed)):
         t_rtt = 2e3 * float(plan.delay_s[i, j])
         t_bw = float(plan.goodput_bps[i, j]) / 1e9
-        rtt = measure_rtt_ms(plan, i, j)
-        bw = measure_capacity_gbps(plan, i, j)
-        rtt_err = rtt / t_rtt - 1 if t_rtt > 0 else float("nan")
-        bw_err = bw / t_bw - 1
-        ok = abs(rtt - t_rtt) <= max(tolerance * t_rtt, rtt_floor_ms) and abs(bw_err) <= tolerance
-        checks.append(PairCheck(i, j, t_rtt, rtt, t_bw, bw, rtt_err, bw_err, ok))
+        attempts = []
+        for _ in range(1 + retries):  # a miss is measured again (busy cores); all kept
+            rtt = measure_rtt_ms(plan, i, j)
+            bw = measure_capacity_gbps(plan, i, j)
+            rtt_err = rtt / t_rtt - 1 if t_rtt > 0 else float("nan")
+            bw_err = bw / t_bw - 1
+            ok = abs(rtt - t_rtt) <= max(tolerance * t_rtt, rtt_floor_ms) and abs(bw_err) <= tolerance
+            attempts.append((rtt, bw))
+            if ok:
+                break
+        checks.append(PairCheck(i, j, t_rtt, rtt, t_bw, bw, rtt_err, bw_err, ok, attempts))
         log.info("link %d->%d: RTT %.2f ms (target %.2f), %.4f Gbit/s (target %.4f) %s", i, j, rtt,
                  t_rtt, bw, t_bw, "ok" if ok else "OFF")
     report = {"ok": all(c.ok for c in checks), "tolerance": tolerance, "pairs": [asdict(c) for c in checks],
