@@ -9,7 +9,7 @@ inside network namespace ``dtfm-i``::
     launch(spec, world_size=4,
            rank_prefix=[["ip", "netns", "exec", f"dtfm-{i}"] for i in range(4)],
            rank_env=[{"GLOO_SOCKET_IFNAME": f"veth{i}"} for i in range(4)],
-           master_addr="10.0.0.1")   # rank 0's namespace address
+           master_addr="198.18.0.1")   # rank 0's namespace address
 
 Rank ``i`` is device ``i`` of the assignment (``spec.stages[s][r] == i`` means rank ``i`` runs
 stage ``s`` of replica ``r``). If any rank fails, the time runs out, or the caller presses
