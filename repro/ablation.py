@@ -24,7 +24,6 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from repro.schedule import default_layout

@@ -22,7 +22,7 @@ Example:
 from __future__ import annotations
 
 import logging
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 from scipy.sparse import csr_matrix
@@ -82,7 +82,7 @@ def bottleneck_matching(cost: np.ndarray) -> tuple[float, np.ndarray]:
     return float(values[hi]), best.astype(np.int64)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _subset_tables(n: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
     """Per popcount level L: valid transitions mask <- mask - c for c in mask, flattened.
 

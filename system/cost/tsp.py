@@ -18,7 +18,7 @@ Example:
 from __future__ import annotations
 
 import logging
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 
@@ -29,7 +29,7 @@ __all__ = ["open_tsp_values", "open_tsp_path", "path_cost", "MAX_EXACT_TSP"]
 MAX_EXACT_TSP = 16  # largest group count solved exactly
 
 
-@lru_cache(maxsize=None)
+@cache
 def _levels(m: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
     """Held–Karp transitions per subset size L >= 2, flattened to valid (S, j) <- (S - j, i).
 

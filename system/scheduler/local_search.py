@@ -165,8 +165,8 @@ def local_search(ev: PartitionEvaluator, part: Partition, total: float, rng: np.
     ``swap_sample`` plain swaps (all of them on small instances) before giving up: the
     fast-pair candidates alone leave most devices unmovable. With ``tie_break``, a step that
     keeps TOTAL but lowers :meth:`PartitionEvaluator.spread` is also taken (lexicographic
-    objective: TOTAL never rises, so the search still ends). Stops early once ``time.perf_counter()`` passes ``deadline``.
-    Returns the improved partition and its TOTAL.
+    objective: TOTAL never rises, so the search still ends). Stops early once
+    ``time.perf_counter()`` passes ``deadline``. Returns the improved partition and its TOTAL.
     """
     if rule not in LOCAL_SEARCHES:
         raise ValueError(f"local search rule {rule!r} unknown; known: {', '.join(LOCAL_SEARCHES)}")
