@@ -24,7 +24,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from system.cases import get_case
-from system.emulation.netns import Emulation
+from system.emulation import netns
 from system.emulation.plan import make_plan
 from system.emulation.verify import verify_links
 from system.results import atomic_write_text, make_row, write_rows
@@ -123,7 +123,7 @@ def run(cfg: DictConfig) -> dict:
     layouts = _layouts(o, scaled, sizes, pp, dp, seed)
     out_dir = Path(str(cfg.results_dir))
     rows, summary = [], []
-    with Emulation(plan, backend=str(o["backend"])) as emu:
+    with netns.Emulation(plan, backend=str(o["backend"])) as emu:
         report = verify_links(plan, pairs=int(o["verify_pairs"]), tolerance=float(o["verify_tolerance"]),
                               on_fail=str(o["on_verify_fail"]), seed=seed)
         report["backend"] = emu.backend
