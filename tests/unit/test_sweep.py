@@ -152,30 +152,11 @@ def test_skip_can_be_turned_off(tmp_path):
     assert len(calls) == 2 and len(read_rows(tmp_path)) == 3
 
 
-def _sweep(results_dir, *extra, timeout=150):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
-    return subprocess.run(
-        [
-            sys.executable,
-            "repro/run.py",
-            "-m",
-            "sweep=smoke",
-            f"results_dir={results_dir}",
-            f"hydra.sweep.dir={results_dir}/mr",
-            *extra,
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
 
 
-def _kill_after_jobs(results_dir: Path, n_jobs: int, timeout_s: float = 120) -> int:
-    """Start the smoke sweep, SIGKILL it once ``n_jobs`` jobs finished; returns how many had."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
-    cmd = [
+def _smoke_cmd(results_dir) -> list[str]:
+    return [
         sys.executable,
         "repro/run.py",
         "-m",
@@ -183,10 +164,21 @@ def _kill_after_jobs(results_dir: Path, n_jobs: int, timeout_s: float = 120) -> 
         f"results_dir={results_dir}",
         f"hydra.sweep.dir={results_dir}/mr",
     ]
+
+
+def _sweep(results_dir, timeout=150):
+    return subprocess.run(
+        _smoke_cmd(results_dir), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def _kill_after_jobs(results_dir: Path, n_jobs: int, timeout_s: float = 120) -> int:
+    """Start the smoke sweep, SIGKILL it once ``n_jobs`` jobs finished; returns how many had."""
+    cmd = _smoke_cmd(results_dir)
     p = subprocess.Popen(
         cmd,
         cwd=ROOT,
-        env=env,
+        env=ENV,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
