@@ -38,11 +38,16 @@ from system.emulation.shell import EmulationError, missing_tools, run_batch, run
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Emulation", "has_netem", "device_tc_lines", "STATE_ROOT"]
+__all__ = ["Emulation", "has_netem", "device_tc_lines", "htb_burst_bytes", "BURST_S", "STATE_ROOT"]
 
 STATE_ROOT = Path(tempfile.gettempdir())  # run state lives in <tmp>/dtfm-<tag>/
 _DEFAULT_CLASS = 9999
 _LEAF_QUEUE_PACKETS = 50_000  # per-destination queue (75 MB): no drops at these windows
+# HTB token bucket depth of every shaped class, in seconds at the class rate. tc's default
+# (about one timer tick of bytes) loses rate whenever the qdisc watchdog fires late, which an
+# idle VM core waking up does by several ms: measured 0.5-0.9x of the target on idle cores with
+# the default, 0.98-1.0x with 8 ms (the long-run rate is still the class rate).
+BURST_S = 0.008
 # Per-namespace TCP settings of every emulated device: windows big enough for the largest
 # bandwidth-delay product (1.3 Gbit/s x 0.5 s RTT = 81 MB at full scale), and no return to slow
 # start after an idle gap (the gradient exchange follows seconds of pipeline traffic on other
@@ -67,6 +72,11 @@ def has_netem() -> bool:
         run_cmd(["ip", "netns", "del", ns], check=False)
 
 
+def htb_burst_bytes(rate_bps: float) -> int:
+    """Token bucket depth of a class of ``rate_bps``: :data:`BURST_S` of rate, at least 2 frames."""
+    return max(int(rate_bps * BURST_S / 8), 2 * 1514)
+
+
 def device_tc_lines(plan: EmulationPlan, i: int, *, netem: bool, dev: str = DEVICE_IFNAME) -> list[str]:
     """``tc -batch`` lines shaping device i's egress: one HTB class per destination.
 
@@ -86,12 +96,13 @@ def device_tc_lines(plan: EmulationPlan, i: int, *, netem: bool, dev: str = DEVI
         cid, ack, data = f"{j + 1:x}", f"{0x1000 + j + 1:x}", f"{0x2000 + j + 1:x}"
         r = int(round(rate[i, j]))
         r_ack = max(8000, r // 20)
+        burst = f"burst {htb_burst_bytes(r)} cburst {htb_burst_bytes(r)}"
         lines.append(f"class add dev {dev} parent 1: classid 1:{cid} htb rate {r}bit ceil {r}bit "
-                     f"quantum 65536")
+                     f"{burst} quantum 65536")
         lines.append(f"class add dev {dev} parent 1:{cid} classid 1:{ack} htb rate {r_ack}bit "
                      f"ceil {r}bit prio 0 quantum 1514")
         lines.append(f"class add dev {dev} parent 1:{cid} classid 1:{data} htb rate "
-                     f"{r}bit ceil {r}bit prio 1 quantum 65536")
+                     f"{r}bit ceil {r}bit {burst} prio 1 quantum 65536")
         for leaf in (ack, data):
             handle = f"{int(leaf, 16) + 0x1000:x}"
             if netem and delay[i, j] > 0:

@@ -16,7 +16,7 @@ import socket
 import sys
 import time
 
-__all__ = ["main", "UDP_PAYLOAD_BYTES", "WIRE_BYTES"]
+__all__ = ["main", "steady_rate", "UDP_PAYLOAD_BYTES", "WIRE_BYTES"]
 
 # One datagram = 10 IP fragments of 1480 bytes = 10 full 1514-byte frames at MTU 1500: ten
 # times fewer system calls than one frame per datagram, so a Python probe keeps up on busy cores.
@@ -31,7 +31,7 @@ def _udp_recv(port: int, duration_s: float, skip_first: int) -> dict:
     s.bind(("0.0.0.0", port))
     print(json.dumps({"ready": True}), flush=True)
     s.settimeout(duration_s + 5.0)
-    times, total, n = [], 0, 0
+    times, sizes, n = [], [], 0
     deadline = None
     try:
         while True:
@@ -41,19 +41,31 @@ def _udp_recv(port: int, duration_s: float, skip_first: int) -> dict:
                 break
             deadline = deadline or now + duration_s + 2.0
             n += 1
-            if n > skip_first:  # skip the burst HTB lets through before it starts pacing
-                total += len(data)
+            if n > skip_first:
                 times.append(now)
+                sizes.append(len(data))
             if now > deadline:
                 break
     except TimeoutError:
         pass
     s.close()
-    if len(times) < 2:
-        return {"packets": n, "bytes": total, "rate_bps": 0.0}
-    span = times[-1] - times[0]
-    return {"packets": n, "bytes": total, "span_s": span,
-            "rate_bps": 8.0 * (total - UDP_PAYLOAD_BYTES) / span if span > 0 else 0.0}
+    return {"packets": n, "bytes": sum(sizes), **steady_rate(times, sizes)}
+
+
+def steady_rate(times: list[float], sizes: list[int], settle: float = 0.25) -> dict:
+    """Paced arrival rate (bit/s) after the first ``settle`` of the arrival span.
+
+    The shaper lets its token bucket (a few ms of rate) through at once before it paces; those
+    early arrivals are left out, so the rate is the long-run one the class enforces.
+    """
+    if len(times) < 4:
+        return {"rate_bps": 0.0}
+    t0 = times[0] + settle * (times[-1] - times[0])
+    k = next(i for i, t in enumerate(times) if t >= t0)
+    k = min(k, len(times) - 2)
+    span = times[-1] - times[k]
+    payload = sum(sizes[k + 1 :])  # bytes that arrived after the first kept arrival
+    return {"span_s": span, "rate_bps": 8.0 * payload / span if span > 0 else 0.0}
 
 
 def _udp_send(dst: str, port: int, duration_s: float) -> dict:

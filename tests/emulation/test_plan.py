@@ -49,7 +49,7 @@ def test_bad_plans(kw):
 
 
 def test_device_tc_and_route_lines():
-    from system.emulation.netns import device_route_lines, device_tc_lines
+    from system.emulation.netns import BURST_S, device_route_lines, device_tc_lines, htb_burst_bytes
 
     plan = make_plan(get_case("debug").subset([0, 2, 4]), bandwidth_scale=0.1, tag="t4")
     lines = device_tc_lines(plan, 0, netem=False)
@@ -60,6 +60,10 @@ def test_device_tc_and_route_lines():
     assert sum(f"match ip dst {plan.ip(2)}/32" in ln for ln in lines) == 2
     r = int(round(plan.rate_bps[0, 1]))
     assert f"classid 1:2 htb rate {r}bit ceil {r}bit" in "\n".join(lines)
+    # a token bucket of BURST_S at the class rate on the destination class and its data leaf
+    b = htb_burst_bytes(r)
+    assert b == pytest.approx(r * BURST_S / 8, abs=1) and b >= 2 * 1514
+    assert sum(f"burst {b} cburst {b}" in ln for ln in lines if f"rate {r}bit" in ln) == 2
     netem = device_tc_lines(plan, 1, netem=True)
     delays = sorted(float(ln.split("delay ")[1].split("ms")[0]) for ln in netem if "netem" in ln)
     assert delays == pytest.approx(sorted([plan.delay_s[1, 0] * 1e3] * 2 + [plan.delay_s[1, 2] * 1e3] * 2))
@@ -69,3 +73,15 @@ def test_device_tc_and_route_lines():
     assert len(routes) == 2 and routes[0].startswith(f"route add {plan.ip(1)}/32 dev eth0 window ")
     bdp = plan.goodput_bps[0, 1] * 2 * plan.delay_s[0, 1] / 8
     assert int(routes[0].split()[-1]) >= bdp
+
+
+def test_udp_steady_rate_leaves_out_the_initial_burst():
+    from system.emulation.probe import steady_rate
+
+    # 20 datagrams arrive at once (the token bucket), then 1000 B every 1 ms = 8 Mbit/s
+    times = [0.0] * 20 + [0.001 * k for k in range(1, 401)]
+    sizes = [1000] * len(times)
+    assert steady_rate(times, sizes)["rate_bps"] == pytest.approx(8e6, rel=1e-9)
+    naive = 8 * sum(sizes[1:]) / times[-1]
+    assert naive > 8.3e6  # what counting the burst would report
+    assert steady_rate([0.0, 1.0], [1, 1])["rate_bps"] == 0.0  # too few arrivals: no estimate
