@@ -133,7 +133,7 @@ def device_route_lines(plan: EmulationPlan, i: int, *, dev: str = DEVICE_IFNAME)
     for j in range(plan.num_devices):
         if j != i:
             w = int(1.25 * bdp[i, j]) + 65536
-            lines.append(f"route add {plan.ip(j)}/32 dev {dev} window {w}")
+            lines.append(f"route add {plan.ip(j)}/32 dev {dev} window {w} congctl cubic")
     return lines
 
 

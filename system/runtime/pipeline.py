@@ -2,8 +2,11 @@
 
 Per stage, with M micro-batches of its replica's macro-batch:
 
-* forward: receive the input of micro-batch i (posted ``recv_ahead`` ahead), run the stage, post
-  the send of its output; the last stage computes the loss instead.
+* forward: receive the input of micro-batch i (posted ``recv_ahead`` ahead; by default all at the
+  start of the pass), run the stage, post the send of its output; the last stage computes the
+  loss instead. gloo and NCCL send a message only once the receiver has posted its receive, so a
+  receive posted when the previous micro-batch arrives would cost its sender a notice crossing
+  the link (α) per micro-batch on long links.
 * backward, micro-batches in reverse order: receive the output gradient (posted ahead), run
   backward, post the send of the input gradient to the previous stage.
 * drain: wait for all sends, so buffers live until the wire is done.
@@ -35,11 +38,14 @@ def gpipe_iteration(
     hidden_size: int,
     loss_scale: float = 1.0,
     amp: bool = False,
-    recv_ahead: int = 2,
+    recv_ahead: int | None = None,
 ) -> list[float]:
     """Run forward and backward of all micro-batches on this stage; gradients accumulate in
-    ``stage``'s parameters. Returns the per-micro-batch losses (last stage; else empty)."""
+    ``stage``'s parameters. Returns the per-micro-batch losses (last stage; else empty).
+
+    ``recv_ahead`` receives are kept posted ahead of compute (None: all of the pass at once)."""
     m = len(micro)
+    recv_ahead = m if recv_ahead is None else recv_ahead
     dev = comm.device
     tl = comm.timeline
     mb, seq = micro[0][0].shape

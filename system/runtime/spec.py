@@ -18,9 +18,10 @@ from pathlib import Path
 from system.scheduler.assignment import Assignment, identity_assignment, random_assignment
 from system.workload import GPTConfig, Workload, get_model
 
-__all__ = ["RunSpec", "DP_MODES", "LAYOUTS"]
+__all__ = ["RunSpec", "DP_MODES", "LAYOUTS", "STARTS"]
 
 DP_MODES = ("sharded_ps", "allreduce")
+STARTS = ("barrier", "clock")
 LAYOUTS = ("identity", "random")
 OPTIMIZERS = ("adamw", "sgd")
 
@@ -51,7 +52,17 @@ class RunSpec:
     amp: bool = False  # fp16 autocast (CUDA only)
     loss_scale: float | None = None  # static/initial loss scale; None = 2**16 with amp, else 1
     dynamic_loss_scale: bool = True  # halve on overflow, double after 1000 clean steps
-    recv_ahead: int = 2  # micro-batch receives posted ahead of compute
+    # micro-batch receives posted ahead of compute; None = all of the pass at its start (GPipe
+    # keeps every micro-batch's boundary tensors anyway, and a receive posted late delays its
+    # sender by one notice crossing the link, α)
+    recv_ahead: int | None = None
+    # how every rank starts an iteration: "barrier" (leave a barrier; ranks leave it up to a
+    # few link delays apart, and each times itself from its own exit) or "clock" (after the
+    # barrier rank 0 names a wall-clock instant ``start_margin_s`` ahead and every rank starts
+    # then: all ranks time one iteration from the same instant, which needs clocks in sync —
+    # one machine, as in the WAN emulation, or NTP-synced hosts)
+    start: str = "barrier"
+    start_margin_s: float = 1.0
     probe_links: bool = False  # time one activation transfer per pipeline link before training
     trace_path: str | None = None  # Chrome trace JSON (merged over ranks) if set
     metrics_out: str | None = None  # rank 0 writes its metrics JSON here
@@ -114,8 +125,12 @@ class RunSpec:
             raise ValueError(
                 "RunSpec: amp=True needs device='cuda' (fp16 autocast on CPU is not used)"
             )
-        if self.recv_ahead < 1:
-            raise ValueError(f"RunSpec: recv_ahead must be >= 1, got {self.recv_ahead}")
+        if self.recv_ahead is not None and self.recv_ahead < 1:
+            raise ValueError(f"RunSpec: recv_ahead must be None or >= 1, got {self.recv_ahead}")
+        if self.start not in STARTS:
+            raise ValueError(f"RunSpec: start {self.start!r} is not one of {STARTS}")
+        if not self.start_margin_s > 0:
+            raise ValueError(f"RunSpec: start_margin_s must be > 0, got {self.start_margin_s}")
         if self.bucket_mb <= 0:
             raise ValueError(f"RunSpec: bucket_mb must be > 0, got {self.bucket_mb}")
         self.workload().check_layout(self.pp, self.dp)  # layers % pp, batch % (dp·micro)

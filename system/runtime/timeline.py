@@ -1,7 +1,9 @@
 """Per-rank timing of compute and communication spans, and an optional Chrome trace.
 
 Categories: ``compute`` (forward/backward of a micro-batch), ``wait`` (blocked on a pipeline
-receive or send), ``dp`` (gradient exchange), ``optim`` (optimizer step). On CUDA, compute spans
+receive or send), ``dp`` (gradient exchange), ``optim`` (optimizer step), ``iter`` (one whole
+iteration, from the barrier). Trace times are the machine's monotonic clock, so the ranks of one
+host line up. On CUDA, compute spans
 are timed with CUDA events (the host does not block), resolved by :meth:`Timeline.flush` after a
 synchronize at the end of the iteration.
 """
@@ -24,7 +26,6 @@ class Timeline:
         self.rank = rank
         self.use_cuda = use_cuda_events
         self.keep = keep_events
-        self.t_origin = time.perf_counter()
         self.events: list[dict] = []
         self._pending: list[tuple] = []
         self.totals: dict[str, float] = defaultdict(float)
@@ -46,7 +47,8 @@ class Timeline:
                     "ph": "X",
                     "pid": self.rank,
                     "tid": cat,
-                    "ts": (start - self.t_origin) * 1e6,
+                    # the machine's monotonic clock: ranks on one host (the WAN emulation) line up
+                    "ts": start * 1e6,
                     "dur": dur * 1e6,
                 }
             )
@@ -70,6 +72,10 @@ class Timeline:
         t = time.perf_counter()
         yield
         self._add(cat, name, t, time.perf_counter() - t)
+
+    def record(self, cat: str, name: str, start_s: float, dur_s: float) -> None:
+        """Add a span timed by the caller (``time.perf_counter`` seconds)."""
+        self._add(cat, name, start_s, dur_s)
 
     def flush(self) -> None:
         """Resolve CUDA-event spans (call after ``torch.cuda.synchronize()``)."""

@@ -3,7 +3,7 @@
 Reads ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT`` (and ``LOCAL_RANK`` for the GPU)
 from the environment, as :func:`system.runtime.launch.launch` and ``torchrun`` set them. Per
 iteration: zero the flat gradient buckets, barrier, GPipe forward/backward over the replica's
-micro-batches, per-stage data-parallel exchange, (loss-scale check), optimizer step. Rank 0
+micro-batches (the DP exchange's first receives posted before it), per-stage data-parallel exchange, (loss-scale check), optimizer step. Rank 0
 gathers every rank's timings and writes the metrics JSON (``spec.metrics_out``).
 """
 
@@ -36,7 +36,33 @@ __all__ = ["run_worker", "main", "TIMING_FIELDS"]
 
 # per rank, per iteration (seconds): gathered to rank 0; fwd_mb_s / bwd_mb_s are the mean
 # forward / backward compute of one micro-batch in that iteration
-TIMING_FIELDS = ("iter_time_s", "compute_s", "wait_s", "dp_s", "optim_s", "fwd_mb_s", "bwd_mb_s")
+# start_late_s: how late a rank started past the common instant (spec.start == "clock"; else 0)
+TIMING_FIELDS = (
+    "iter_time_s",
+    "compute_s",
+    "wait_s",
+    "dp_s",
+    "optim_s",
+    "fwd_mb_s",
+    "bwd_mb_s",
+    "start_late_s",
+)
+
+
+def _start_iteration(spec: RunSpec, device: torch.device) -> tuple[float, float]:
+    """Barrier, then (spec.start == "clock") wait for a common wall-clock instant chosen by rank
+    0. Returns (t0, late): this rank's iteration start on ``time.perf_counter`` and how late
+    (s) it was past the instant (it received rank 0's choice after it)."""
+    dist.barrier()
+    if spec.start == "barrier":
+        return time.perf_counter(), 0.0
+    at = torch.tensor([time.time() + spec.start_margin_s], dtype=torch.float64).to(device)
+    dist.broadcast(at, 0)
+    t0 = time.perf_counter() + (float(at.item()) - time.time())
+    while (left := t0 - time.perf_counter()) > 0:
+        time.sleep(min(left, 0.05) if left > 0.002 else 0.0)
+    now = time.perf_counter()
+    return t0, max(0.0, now - t0 - 0.001)
 
 
 def _probe_links(
@@ -103,7 +129,12 @@ def _train(spec: RunSpec, rank: int, world: int, device: torch.device) -> dict |
     stage = build_stage(cfg, spec.pp, place.stage, spec.seed).to(device)
     stage.checkpoint = spec.checkpointing
     buckets = GradBuckets(
-        list(stage.parameters()), dp=spec.dp, bucket_mb=spec.bucket_mb, device=device
+        list(stage.parameters()),
+        dp=spec.dp,
+        bucket_mb=spec.bucket_mb,
+        device=device,
+        ranks=place.dp_ranks,
+        rank=rank,
     )
     if spec.optimizer == "adamw":
         opt = torch.optim.AdamW(stage.parameters(), lr=spec.lr, weight_decay=0.0)
@@ -141,11 +172,11 @@ def _train(spec: RunSpec, rank: int, world: int, device: torch.device) -> dict |
             micro_batch_size=spec.micro_batch_size,
         )
         buckets.zero()
+        buckets.post_receives(dp_group, spec.dp_mode)  # peers may send shards while we compute
         tl.reset_totals()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        dist.barrier()
-        t0 = time.perf_counter()
+        t0, late = _start_iteration(spec, device)
         mb_losses = gpipe_iteration(
             stage,
             place,
@@ -171,6 +202,7 @@ def _train(spec: RunSpec, rank: int, world: int, device: torch.device) -> dict |
             torch.cuda.synchronize(device)
         t1 = time.perf_counter()
         tl.flush()
+        tl.record("iter", f"iteration {it}", t0, t1 - t0)
         scales.append(scale)
         if scaling and spec.dynamic_loss_scale:
             if not ok:
@@ -189,6 +221,7 @@ def _train(spec: RunSpec, rank: int, world: int, device: torch.device) -> dict |
                 tl.totals["optim"],
                 statistics.fmean(fwd) if fwd else 0.0,
                 statistics.fmean(bwd) if bwd else 0.0,
+                late,
             ]
         )
         # global mean loss: the last stages hold per-micro-batch losses
@@ -248,6 +281,8 @@ def _metrics(spec, assign, wl, losses, scales, skipped, timings, probes) -> dict
         "compute_s_median": _steady_median(timings[:, :, 1]),  # max over ranks
         "wait_s_median": _steady_median(timings[:, :, 2]),
         "dp_s_median": _steady_median(timings[:, :, 3]),
+        "start": spec.start,
+        "start_late_max_s": float(timings[:, :, TIMING_FIELDS.index("start_late_s")].max()),
         "per_rank": per_rank,  # field -> [rank][iteration] seconds
         "stage_of_rank": stage_of.tolist(),
         "link_probe_s": probes,  # per rank: its link to the next stage (-1: none)

@@ -14,9 +14,12 @@ Collectives:
   bytes on every ring edge at once, a step lasting as long as the slowest edge — on uniform links
   this is the textbook ``2·(n−1)/n · S/β + 2·(n−1)·α``; reduce-scatter and all-gather take n−1
   steps (half);
-- sharded parameter server (the paper's DP, §3.2): each device sends one S/n shard to every peer
-  and gets the reduced shard back, sends serialised: ``Σ_{d'} 2·(α + 8·S/(n·β_eff))``; a group
-  takes as long as its slowest device.
+- sharded parameter server (the paper's DP, §3.2) as our runtime runs it
+  (:mod:`system.runtime.data_parallel`): point-to-point and concurrent, one connection per
+  peer, so a device's n−1 shards travel at once (sharing only its host NIC, where it has one).
+  Each member enters when its own last backward ends; see :func:`sharded_ps_p2p_s` for the
+  events. The scheduler's cost model (:mod:`system.cost.model`) keeps the paper's serialised
+  charge ``Σ_{d'} 2·(α + 8·S/(n·β))`` — an upper bound of this exchange for synchronised entry.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import numpy as np
 
 from system.cluster import Cluster
 
-__all__ = ["flow_bandwidth_bps", "flow_time_s", "ring_collective_s", "sharded_ps_s"]
+__all__ = ["flow_bandwidth_bps", "flow_time_s", "ring_collective_s", "sharded_ps_p2p_s"]
 
 
 def flow_bandwidth_bps(
@@ -100,30 +103,53 @@ def ring_collective_s(
     return steps_per_n[kind] * (n - 1) * step
 
 
-def sharded_ps_s(cluster: Cluster, groups: Sequence[Sequence[int]], nbytes: float) -> np.ndarray:
-    """Seconds for each of several concurrent sharded-parameter-server exchanges (paper §3.2).
+def sharded_ps_p2p_s(
+    cluster: Cluster,
+    groups: Sequence[Sequence[int]],
+    nbytes: float,
+    entry_s: np.ndarray,
+    *,
+    posted_s: float | np.ndarray = 0.0,
+) -> np.ndarray:
+    """When each member of several concurrent sharded-PS exchanges (paper §3.2) is done.
 
-    Each device sends its peers' shards one after another, so at any moment every device with a
-    cross-host peer holds one flow through its host's NIC.
+    ``groups[g]`` lists a stage's devices (one per replica), ``entry_s[g][k]`` when device
+    ``groups[g][k]`` finishes its backward and enters the exchange, ``nbytes`` its gradient
+    bytes; shard X = nbytes / n. Events, as the runtime and gloo/NCCL run them — a message
+    leaves only once its receiver's receive is posted and that notice has crossed the link:
+
+    - i's copy of shard j leaves i at ``s1[i,j] = max(e_i, p_j + α_ji)``, where ``p_j`` is when
+      j posted its first-half receives (``posted_s``: a scalar, the runtime's iteration start,
+      or one time per member like ``entry_s``), and arrives at ``a1[i,j] = s1[i,j] + α_ij +
+      8X/β_ij``;
+    - j holds its reduced shard at ``r_j = max(e_j, max_i a1[i,j])``;
+    - j's reduced shard leaves for i at ``max(r_j, s1[j,i] + 8X/β_ji)`` (one connection per
+      pair: it queues behind j's own first-half shard to i; i's receive for it, posted at e_i,
+      has arrived since ``r_j >= a1[i,j]``) and arrives α_ji + 8X/β_ji later;
+    - i is done when its reduced shard and all n−1 others are in.
+
+    All (n−1)·n flows of all groups share links and NICs as concurrent flows
+    (:func:`flow_bandwidth_bps`). On uniform links with equal entry e this is ``e + 2α + 2·8X/β``
+    when the receives were posted at least α before e, and ``e + 3α + 2·8X/β`` when posted at e
+    (as inside one gloo all-to-all). Returns an array shaped like ``entry_s``.
     """
-    groups = [list(g) for g in groups]
-    out = np.zeros(len(groups))
-    if not groups or len(groups[0]) == 1:
-        return out
-    n = len(groups[0])
-    sharing = {}
-    if cluster.host_nic_gbps is not None:
-        host = np.asarray(cluster.host_of)
-        busy = [d for g in groups for d in g if np.any(host[g] != host[d])]
-        counts = (
-            np.bincount(host[busy], minlength=cluster.num_hosts)
-            if busy
-            else np.zeros(cluster.num_hosts, dtype=int)
-        )
-        sharing = {"host_flows_out": counts, "host_flows_in": counts}
-    for k, g in enumerate(groups):
-        src = np.repeat(g, n)
-        dst = np.tile(g, n)
-        t = flow_time_s(cluster, src, dst, nbytes / n, **sharing)
-        out[k] = 2.0 * t.reshape(n, n).sum(axis=1).max()
-    return out
+    g = np.asarray(groups, dtype=int)
+    e = np.asarray(entry_s, dtype=float)
+    if g.ndim != 2 or e.shape != g.shape:
+        raise ValueError(f"sharded PS: groups {g.shape} and entry_s {e.shape} must be (G, n) alike")
+    n = g.shape[1]
+    if n == 1:
+        return e.copy()
+    src = np.repeat(g, n, axis=1).reshape(-1, n, n)  # [g, i, j] = device i
+    dst = np.tile(g, (1, n)).reshape(-1, n, n)  # [g, i, j] = device j
+    off = ~np.eye(n, dtype=bool)[None].repeat(g.shape[0], axis=0)
+    x_s = np.zeros(src.shape)
+    x_s[off] = 8.0 * (nbytes / n) / flow_bandwidth_bps(cluster, src[off], dst[off])
+    a = np.where(off, cluster.delay_s[src, dst], 0.0)  # [g, i, j] = α_ij
+    posted = np.broadcast_to(np.asarray(posted_s, dtype=float), e.shape)
+    s1 = np.maximum(e[:, :, None], posted[:, None, :] + a.transpose(0, 2, 1))
+    a1 = np.where(off, s1 + a + x_s, -np.inf)
+    red = np.maximum(e, a1.max(axis=1))  # [g, j]
+    s2 = np.maximum(red[:, :, None], s1 + x_s)  # [g, j, i]: j's reduced shard to i
+    a2 = np.where(off, s2 + a + x_s, -np.inf)
+    return np.maximum(red, a2.max(axis=1))

@@ -5,12 +5,16 @@ One iteration of the runtime:
 1. GPipe over the assignment's pipelines (``stages[s][r]``): all forwards, then all backwards,
    micro-batches of ``micro_batch_size`` sequences; receive, compute and send on separate streams
    (:func:`system.simulator.timeline.gpipe_timeline`). All pipelines run concurrently, so their
-   boundary transfers share links and host NICs (:mod:`system.simulator.comm`).
+   boundary transfers share links and host NICs (:mod:`system.simulator.comm`). A link streams
+   its messages (busy 8·X/β each, landing α later), and a message leaves only after its
+   receiver's posted receive has been announced across the link (α; the runtime posts the
+   pass's receives at its start).
 2. If a replica's micro-batches do not fit in memory at once, the pass is split into equal
    gradient-accumulation rounds, each a GPipe pass starting when the device is free.
-3. Sharded-parameter-server data parallelism (§3.2) over each stage's group, started when all of
-   the group's replicas have finished their last backward (groups run concurrently).
-4. The optimizer step on each stage.
+3. Sharded-parameter-server data parallelism (§3.2) over each stage's group, point-to-point and
+   concurrent (:func:`system.simulator.comm.sharded_ps_p2p_s`): each device enters when its own
+   last backward ends, so an early replica's shards travel while its peers still compute.
+4. The optimizer step on each device after its exchange; the iteration ends with the last.
 
 Use it with the V100 model (default) or with measured compute times::
 
@@ -18,8 +22,9 @@ Use it with the V100 model (default) or with measured compute times::
                   compute=StageCompute(fwd_s=0.012, bwd_s=0.030, opt_s=0.002))
 
 The DP payload is :func:`system.workload.tasklet_sizes`'s c_dp (the stage's layer gradients),
-exactly what the scheduler's cost model charges, so with free pipelines and no NIC sharing the
-DP phase equals :func:`system.cost.model.assignment_cost`'s ``dp_cost_s`` (tested).
+what the scheduler's cost model charges. The cost model sums a device's transfers over its peers
+(the paper's serialised charge); the runtime sends them concurrently, so the simulated exchange
+is at most that charge for synchronised entry (tested), and much less for large groups.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import numpy as np
 from system.cluster import Cluster
 from system.cost.model import check_sizes
 from system.scheduler.assignment import Assignment
-from system.simulator.comm import flow_time_s, sharded_ps_s
+from system.simulator.comm import flow_time_s, sharded_ps_p2p_s
 from system.simulator.hardware import V100, Hardware, StageCompute, stage_compute
 from system.simulator.memory import training_memory
 from system.simulator.result import SimResult
@@ -64,17 +69,20 @@ def accumulation_rounds(workload: Workload, pp: int, dp: int, hardware: Hardware
     return 0
 
 
-def _pipeline_links(
-    cluster: Cluster, stages: np.ndarray, nbytes: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """(p-1, r) seconds per activation (forward) and per activation gradient (backward)."""
+def _pipeline_links(cluster: Cluster, stages: np.ndarray, nbytes: float) -> dict[str, np.ndarray]:
+    """Per boundary (p-1, r): message seconds (α + 8X/β, forward and backward), their
+    propagation delays, and the receive-ready notices' delays (the opposite direction)."""
     p, r = stages.shape
     if p == 1:
-        return np.zeros((0, r)), np.zeros((0, r))
+        return {k: np.zeros((0, r)) for k in ("fwd", "bwd", "lat_f", "lat_b")}
     src, dst = stages[:-1].ravel(), stages[1:].ravel()
-    fwd = flow_time_s(cluster, src, dst, nbytes).reshape(p - 1, r)
-    bwd = flow_time_s(cluster, dst, src, nbytes).reshape(p - 1, r)
-    return fwd, bwd
+    delay = cluster.delay_s
+    return {
+        "fwd": flow_time_s(cluster, src, dst, nbytes).reshape(p - 1, r),
+        "bwd": flow_time_s(cluster, dst, src, nbytes).reshape(p - 1, r),
+        "lat_f": delay[src, dst].reshape(p - 1, r),  # s -> s+1; also the backward notice
+        "lat_b": delay[dst, src].reshape(p - 1, r),  # s+1 -> s; also the forward notice
+    }
 
 
 def simulate_ours(
@@ -134,23 +142,37 @@ def simulate_ours(
     act_bytes = (
         workload.micro_batch_size * model.seq_length * model.hidden_size * workload.activation_bytes
     )
-    link_f, link_b = _pipeline_links(cluster, assignment.stages, act_bytes)
+    links = _pipeline_links(cluster, assignment.stages, act_bytes)
+    link_f, link_b = links["fwd"], links["bwd"]
 
     free = np.zeros((pp, dp))
     for _ in range(rounds):
-        times = gpipe_timeline(f, b, link_f, link_b, in_flight, start_s=free)
-        free = times.bwd_end_s
+        times = gpipe_timeline(
+            f,
+            b,
+            link_f,
+            link_b,
+            in_flight,
+            start_s=free,
+            notice_fwd_s=links["lat_b"],
+            notice_bwd_s=links["lat_f"],
+            latency_fwd_s=links["lat_f"],
+            latency_bwd_s=links["lat_b"],
+        )
+        free = times.bwd_end_s  # (pp, dp): each device's last backward
     pipeline_s = free.max(axis=1)  # (pp,) when every replica of the stage is done
 
     c_dp = tasklet_sizes(workload, pp, dp).c_dp_bytes
-    dp_s = sharded_ps_s(cluster, [assignment.group(s) for s in range(pp)], c_dp)
-    end = pipeline_s + dp_s + opt
+    done = sharded_ps_p2p_s(cluster, assignment.stages, c_dp, free)  # (pp, dp)
+    end = done + opt[:, None]
     iter_s = float(end.max())
     busy = float((m * (f + b) + opt).max())
-    slot = np.maximum(np.maximum(f[:-1, None], link_f), f[1:, None]) if pp > 1 else f[:, None]
+    busy_f = link_f - links["lat_f"]  # a link's occupancy per message
+    slot = np.maximum(np.maximum(f[:-1, None], busy_f), f[1:, None]) if pp > 1 else f[:, None]
     breakdown = {
         "pipeline_s": float(pipeline_s.max()),
-        "dp_sync_s": float(dp_s.max()),
+        "dp_sync_s": float((done.max(axis=1) - pipeline_s).max()),  # past the stage's pipeline
+        "dp_span_max_s": float((done - free).max()),  # longest exchange of one device
         "optimizer_s": float(opt.max()),
         "rounds": int(rounds),
         "micro_batches": int(m),

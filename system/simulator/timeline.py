@@ -5,8 +5,9 @@ stage s with forward time f_s and a transfer time l_s from stage s to s+1::
 
     # forward: compute starts when the input arrived and the previous micro-batch is done
     F[s][i] = max(F[s][i-1], A[s][i]) + f_s           A[0][i] = start[0]
-    # send stream: one transfer at a time per link, starts when the activation exists
-    A[s+1][i] = T[s][i] = max(T[s][i-1], F[s][i]) + l_s
+    # send stream: one transfer at a time per link, starts when the activation exists; with a
+    # propagation delay d_s inside l_s the link is busy l_s − d_s and the message lands d_s later
+    T[s][i] = max(T[s][i-1], F[s][i]) + (l_s − d_s)      A[s+1][i] = T[s][i] + d_s
 
 Receive, compute and send run on separate streams, so a stage's steady-state slot per micro-batch
 is max(recv, compute, send) — the paper's overlap. The backward pass is the mirror image, starting
@@ -53,6 +54,10 @@ def gpipe_timeline(
     link_bwd_s: np.ndarray,
     micro_batches: int,
     start_s: np.ndarray | None = None,
+    notice_fwd_s: np.ndarray | None = None,
+    notice_bwd_s: np.ndarray | None = None,
+    latency_fwd_s: np.ndarray | None = None,
+    latency_bwd_s: np.ndarray | None = None,
 ) -> GPipeTimes:
     """One GPipe pass of ``micro_batches`` over p stages and r replicas.
 
@@ -63,6 +68,17 @@ def gpipe_timeline(
         micro_batches: m >= 1.
         start_s: (p, r) when each device is free to start (default 0): chains passes for
             gradient accumulation.
+        notice_fwd_s, notice_bwd_s: (p-1, r) receive-ready rendezvous (gloo, NCCL): a message
+            leaves only after its receiver posted the receive and that notice crossed the link.
+            Stage s+1 posts its forward receives when its pass starts, so link s carries
+            nothing before ``start_s[s+1] + notice_fwd_s[s]`` (one-way delay s+1 → s); stage s
+            posts its backward receives when its forwards end, so gradients cross link s no
+            earlier than ``fwd_end[s] + notice_bwd_s[s]`` (delay s → s+1). Default: no wait.
+        latency_fwd_s, latency_bwd_s: (p-1, r) the part of each link time that is propagation
+            delay: a stream (TCP) sends the next message after the previous one's bytes are on
+            the wire, not after they arrived, so a link is busy ``link − latency`` per message
+            and each message arrives ``latency`` after it left. Default 0: a link carries one
+            whole message at a time.
     """
     if micro_batches < 1:
         raise ValueError(f"gpipe: micro_batches must be >= 1, got {micro_batches}")
@@ -80,6 +96,13 @@ def gpipe_timeline(
             f"{link_fwd_s.shape} and {link_bwd_s.shape}"
         )
     start = np.zeros((p, r)) if start_s is None else np.asarray(start_s, float)
+    never = np.full((max(p - 1, 0), r), -np.inf)
+    open_f = never if notice_fwd_s is None else start[1:] + np.asarray(notice_fwd_s, float)
+    notice_b = never if notice_bwd_s is None else np.asarray(notice_bwd_s, float)
+    lat_f = np.zeros((max(p - 1, 0), r)) if latency_fwd_s is None else np.asarray(latency_fwd_s, float)
+    lat_b = np.zeros((max(p - 1, 0), r)) if latency_bwd_s is None else np.asarray(latency_bwd_s, float)
+    if np.any(lat_f > link_fwd_s + 1e-12) or np.any(lat_b > link_bwd_s + 1e-12):
+        raise ValueError("gpipe: a link's latency exceeds its message time")
     m = micro_batches
     fwd_end = np.empty((p, r))
     bwd_end = np.empty((p, r))
@@ -89,14 +112,15 @@ def gpipe_timeline(
         done = _chain(arrival, f[s], start[s])
         fwd_end[s] = done[-1]
         if s < p - 1:
-            arrival = _chain(done, link_fwd_s[s], np.full(r, -np.inf))
+            arrival = _chain(done, link_fwd_s[s] - lat_f[s], open_f[s]) + lat_f[s]
     # backward phase, from the last stage down
     arrival = np.broadcast_to(fwd_end[p - 1], (m, r))
     for s in range(p - 1, -1, -1):
         done = _chain(arrival, b[s], fwd_end[s])
         bwd_end[s] = done[-1]
         if s > 0:
-            arrival = _chain(done, link_bwd_s[s - 1], np.full(r, -np.inf))
+            occupancy = link_bwd_s[s - 1] - lat_b[s - 1]
+            arrival = _chain(done, occupancy, fwd_end[s - 1] + notice_b[s - 1]) + lat_b[s - 1]
     return GPipeTimes(fwd_end_s=fwd_end, bwd_end_s=bwd_end)
 
 

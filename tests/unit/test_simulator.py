@@ -11,7 +11,12 @@ from system.cluster import Cluster
 from system.cost.model import assignment_cost, dp_cost_matrix_s, dp_group_cost_s
 from system.scheduler.assignment import Assignment, identity_assignment, random_assignment
 from system.simulator import Hardware, StageCompute, simulate_1f1b_ring, simulate_ours
-from system.simulator.comm import flow_bandwidth_bps, flow_time_s, ring_collective_s, sharded_ps_s
+from system.simulator.comm import (
+    flow_bandwidth_bps,
+    flow_time_s,
+    ring_collective_s,
+    sharded_ps_p2p_s,
+)
 from system.simulator.hardware import V100, stage_compute
 from system.simulator.memory import training_memory
 from system.simulator.timeline import gpipe_timeline, one_f_one_b_s
@@ -44,6 +49,28 @@ def test_gpipe_link_bound_two_stages():
         np.full(2, f), np.full(2, b), np.full((1, 1), link), np.full((1, 1), link), m
     )
     assert t.bwd_end_s[0, 0] == pytest.approx(2 * f + 2 * b + 2 * m * link)
+
+
+def test_gpipe_streamed_link_pays_its_latency_once_per_pass():
+    f, b, d, x, m = 0.01, 0.02, 0.2, 0.05, 6  # link: 200 ms away, 50 ms per message on the wire
+    one = np.full((1, 1), d + x)
+    lat = np.full((1, 1), d)
+    t = gpipe_timeline(np.full(2, f), np.full(2, b), one, one, m, latency_fwd_s=lat, latency_bwd_s=lat)
+    assert t.bwd_end_s[0, 0] == pytest.approx(2 * f + 2 * b + 2 * m * x + 2 * d)
+    serial = gpipe_timeline(np.full(2, f), np.full(2, b), one, one, m)
+    assert serial.bwd_end_s[0, 0] == pytest.approx(2 * f + 2 * b + 2 * m * (x + d))
+
+
+def test_gpipe_waits_for_the_receivers_notice():
+    """Forward messages leave no earlier than the next stage's receive notice (its start + d)."""
+    f, b, d, x, m = 0.01, 0.02, 0.2, 0.05, 6
+    one, lat = np.full((1, 1), d + x), np.full((1, 1), d)
+    kw = dict(latency_fwd_s=lat, latency_bwd_s=lat)
+    t = gpipe_timeline(np.full(2, f), np.full(2, b), one, one, m, notice_fwd_s=lat, **kw)
+    assert t.fwd_end_s[1, 0] == pytest.approx(d + m * x + d + f)  # first send at d, not at f
+    late = gpipe_timeline(np.full(2, f), np.full(2, b), one, one, m, notice_bwd_s=np.full((1, 1), 5.0), **kw)
+    # gradients cannot leave before stage 0's forward end + 5 s
+    assert late.bwd_end_s[0, 0] == pytest.approx(m * f + 5.0 + m * x + d + b)
 
 
 def test_gpipe_overlap_hides_fast_links():
@@ -96,16 +123,55 @@ def test_ring_is_set_by_its_slowest_link():
     assert slow > 5 * fast
 
 
-def test_sharded_ps_equals_the_cost_model():
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_sharded_ps_uniform_closed_forms(n):
+    alpha, beta, size, e = 0.05, 1e9, 4e8, 2.0
+    c = uniform(n, delay_ms=alpha * 1e3, bw_gbps=beta / 1e9)
+    x = 8 * size / n / beta
+    entry = np.full((1, n), e)
+    early = sharded_ps_p2p_s(c, [list(range(n))], size, entry)  # receives posted at 0
+    assert np.allclose(early, e + 2 * alpha + 2 * x)
+    at_entry = sharded_ps_p2p_s(c, [list(range(n))], size, entry, posted_s=entry)
+    assert np.allclose(at_entry, e + 3 * alpha + 2 * x)
+
+
+def test_sharded_ps_two_replicas_equals_the_cost_model():
+    """dp=2, synchronised entry: the paper's serial charge 2(α + X/β) is exact (one peer)."""
+    c = get_case("5")
+    w = Workload(model=MODELS["gpt3_xl"].with_layers(32), global_batch_size=1024)
+    a = random_assignment(32, 2, seed=3)
+    sizes = tasklet_sizes(w, 32, 2)
+    done = sharded_ps_p2p_s(c, a.stages, sizes.c_dp_bytes, np.full((32, 2), 10.0)) - 10.0
+    pair = dp_cost_matrix_s(c, sizes.c_dp_bytes, 2)
+    assert np.allclose(done.max(axis=1), [dp_group_cost_s(pair, a.group(s)) for s in range(32)])
+    assert done.max() == pytest.approx(assignment_cost(c, a, sizes).dp_cost_s)
+
+
+def test_sharded_ps_concurrent_is_below_the_serial_charge():
     c = get_case("5")
     w = Workload(model=MODELS["gpt3_xl"], global_batch_size=1024)
     a = random_assignment(8, 8, seed=3)
     sizes = tasklet_sizes(w, 8, 8)
-    groups = [a.group(s) for s in range(8)]
-    sim = sharded_ps_s(c, groups, sizes.c_dp_bytes)
-    pair = dp_cost_matrix_s(c, sizes.c_dp_bytes, 8)
-    assert np.allclose(sim, [dp_group_cost_s(pair, g) for g in groups])
-    assert sim.max() == pytest.approx(assignment_cost(c, a, sizes).dp_cost_s)
+    done = sharded_ps_p2p_s(c, a.stages, sizes.c_dp_bytes, np.full((8, 8), 10.0)) - 10.0
+    serial = assignment_cost(c, a, sizes).dp_cost_s
+    assert done.max() < serial / 2  # 7 peers at once instead of one after another
+
+
+def test_sharded_ps_late_replica_matches_the_emulated_measurement():
+    """dp=2 on one emulated link (96 ms, 52.3 Mbit/s, 3.26 MB shards), replica B entering
+    0.3 s after A, receives posted at entry (repro/bench_gloo_wan.py): measured A 1.579 s,
+    B 1.489 s after A's entry."""
+    c = uniform(2, delay_ms=96.0, bw_gbps=0.0523)
+    entry = np.array([[0.0, 0.3]])
+    done = sharded_ps_p2p_s(c, [[0, 1]], 2 * 3.26e6, entry, posted_s=entry)[0]
+    assert done == pytest.approx([1.579, 1.489], rel=0.01)
+
+
+def test_sharded_ps_shares_a_host_nic():
+    # 4 devices on 4 hosts with a 1 Gbit/s NIC each, 100 Gbit/s links: 3 flows share the NIC
+    c = uniform(4, bw_gbps=100.0, nic=(1.0,) * 4)
+    done = sharded_ps_p2p_s(c, [[0, 1, 2, 3]], 4e8, np.zeros((1, 4)))
+    assert np.allclose(done, 2 * 8 * 1e8 / (1e9 / 3))
 
 
 def test_one_f_one_b_uniform():
@@ -189,12 +255,17 @@ def test_relabelling_devices_with_the_assignment_changes_nothing(seed):
 
 
 @pytest.mark.parametrize("case", ["1", "3", "5"])
-def test_iteration_is_bounded_below_by_compute_and_dp_cost(case):
+def test_iteration_is_bounded_below_by_compute_and_the_dp_exchange(case):
     c = get_case(case)
     w = Workload(model=MODELS["gpt3_xl"], global_batch_size=2048)
     a = random_assignment(8, 8, seed=1)
     res = simulate_ours(c, a, w)
-    cost = assignment_cost(c, a, tasklet_sizes(w, 8, 8))
+    c_dp = tasklet_sizes(w, 8, 8).c_dp_bytes
     assert res.iter_time_s >= res.compute_time_s
-    assert res.iter_time_s >= cost.dp_cost_s
+    # every device waits at least for its fastest peer's reduced shard: 2 (α + X/β) there
+    pair = flow_time_s(c, np.repeat(np.arange(64), 64), np.tile(np.arange(64), 64), c_dp / 8)
+    pair = pair.reshape(64, 64)
+    least = min(2 * min(pair[d, x] for x in a.group(s) if x != d) for s in range(8) for d in a.group(s))
+    assert res.breakdown["dp_span_max_s"] >= least - 1e-9
+    assert res.iter_time_s >= res.breakdown["pipeline_s"] + least - 1e-9
     assert res.comm_time_s == pytest.approx(res.iter_time_s - res.compute_time_s)
