@@ -165,7 +165,8 @@ def run(cfg: DictConfig) -> dict:
                 compute_bwd_s=compute.bwd_s, compute_opt_s=compute.opt_s,
                 compute_share=busy / meas, final_loss=m["losses"][-1],
                 verify_ok=report["ok"], verify_max_rtt_err=report["max_abs_rtt_err"],
-                verify_max_bw_err=report["max_abs_bw_err"], verify_file=str(vpath),
+                verify_max_bw_err=report["max_abs_bw_err"],
+                verify_max_tcp_err=report["max_abs_tcp_err"], verify_file=str(vpath),
                 verify_pairs=report["pairs"], emu_backend=emu.backend,
                 delayer_stats=emu.delayer_stats(), scaled_bandwidth_gbps=scaled.bandwidth_gbps.tolist(),
                 scaled_delay_ms=scaled.delay_ms.tolist()))

@@ -123,19 +123,20 @@ def _recv_exact(conn: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
-def _tcp_send(dst: str, port: int, nbytes: int, repeats: int, timeout_s: float) -> dict:
+def _tcp_send(dst: str, port: int, nbytes: int, repeats: int, timeout_s: float,
+              warmup: int = 1) -> dict:
     s = socket.create_connection((dst, port), timeout=timeout_s)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     payload = b"y" * nbytes
     times = []
-    for _ in range(repeats + 1):  # the first transfer warms the connection up (slow start)
+    for _ in range(repeats + warmup):  # the first transfers warm the connection up (slow start)
         t0 = time.perf_counter()
         s.sendall(len(payload).to_bytes(8, "big") + payload)
         _recv_exact(s, 1)
         times.append(time.perf_counter() - t0)
     s.sendall((0).to_bytes(8, "big"))
     s.close()
-    return {"warmup_s": times[0], "times_s": times[1:]}
+    return {"warmup_s": times[:warmup], "times_s": times[warmup:]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-first", type=int, default=3)
     ap.add_argument("--nbytes", type=int, default=1 << 20)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=1, help="tcp-send: untimed transfers first")
     ap.add_argument("--timeout-s", type=float, default=60.0)
     a = ap.parse_args(argv)
     if a.kind == "udp-recv":
@@ -156,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     elif a.kind == "tcp-recv":
         out = _tcp_recv(a.port, a.timeout_s)
     else:
-        out = _tcp_send(a.dst, a.port, a.nbytes, a.repeats, a.timeout_s)
+        out = _tcp_send(a.dst, a.port, a.nbytes, a.repeats, a.timeout_s, a.warmup)
     print(json.dumps(out), flush=True)
     return 0
 

@@ -71,8 +71,9 @@ def test_device_tc_and_route_lines():
     assert len(set(handles)) == len(handles) and all(int(h, 16) <= 0xFFFF for h in handles)
     routes = device_route_lines(plan, 0)
     assert len(routes) == 2 and routes[0].startswith(f"route add {plan.ip(1)}/32 dev eth0 window ")
+    assert all(r.endswith(" congctl cubic") for r in routes)
     bdp = plan.goodput_bps[0, 1] * 2 * plan.delay_s[0, 1] / 8
-    assert int(routes[0].split()[-1]) >= bdp
+    assert int(routes[0].split(" window ")[1].split()[0]) >= bdp
 
 
 def test_udp_steady_rate_leaves_out_the_initial_burst():
