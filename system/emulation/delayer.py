@@ -3,13 +3,16 @@
 Runs inside the bridge namespace: an iptables rule sends every bridged IPv4 packet to NFQUEUE
 queue ``--queue``; this process reads the packet's source and destination addresses (only the
 first 20 bytes are copied), looks up the pair's one-way delay and gives the packet its ACCEPT
-verdict once the delay has passed. Delays are constant per pair, so each pair's packets leave in
-arrival order. One thread: ``select`` on the queue's socket with a timeout equal to the next
-release time.
+verdict once the delay has passed since the kernel took the packet in (its receive timestamp,
+which a timestamping socket of this process switches on), so time spent waiting for this process
+is part of the delay, not added to it. Delays are constant per pair, so each pair's packets
+leave in arrival order. One thread: ``select`` on the queue's socket with a timeout equal to the
+next release time. The emulator runs one process per queue and hashes flows over the queues.
 
 Usage (the emulator starts it): ``python -m system.emulation.delayer --table T.json
 --ready-file R --stats-file S [--queue 0]``. The table is ``[[src_ip, dst_ip, delay_s], ...]``.
-It stops on SIGTERM/SIGINT or when its parent dies, and writes stats (packets, lateness) then.
+It stops on SIGTERM/SIGINT or when its parent dies, and writes stats (packets, release lateness,
+kernel-queue intake wait) every second and then.
 """
 
 from __future__ import annotations
@@ -102,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     heap: list[tuple[float, int, object]] = []
     seq = 0
     stats = {"packets": 0, "delayed": 0, "max_late_s": 0.0, "sum_late_s": 0.0, "max_backlog": 0,
-             "priority": "?"}
+             "priority": "?", "stamped": 0, "max_intake_s": 0.0, "sum_intake_s": 0.0}
     stop = False
     stats["priority"] = priority
 
@@ -113,9 +116,21 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
+    wall_minus_mono = time.time() - time.monotonic()
+
     def on_packet(pkt) -> None:
         nonlocal seq
         now = time.monotonic()
+        # when the kernel took the packet in (wall clock), or 0: the delay counts from then, so
+        # time spent waiting in the queue for this process is not added to the pair's delay
+        stamp = pkt.get_timestamp()
+        if stamp > 0:
+            arrived = min(now, stamp - wall_minus_mono)
+            stats["stamped"] += 1
+            stats["sum_intake_s"] += now - arrived
+            stats["max_intake_s"] = max(stats["max_intake_s"], now - arrived)
+        else:
+            arrived = now
         hdr = pkt.get_payload()
         stats["packets"] += 1
         delay = table.get(hdr[12:20], 0.0) if len(hdr) >= 20 else 0.0
@@ -123,9 +138,13 @@ def main(argv: list[str] | None = None) -> int:
             pkt.accept()
             return
         seq += 1
-        heapq.heappush(heap, (now + delay, seq, pkt))
+        heapq.heappush(heap, (arrived + delay, seq, pkt))
         stats["delayed"] += 1
 
+    # a socket asking for receive timestamps turns the kernel's packet timestamping on, so every
+    # queued packet carries the time it arrived (the queue's intake delay becomes measurable)
+    stamp_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    stamp_sock.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_TIMESTAMP", 29), 1)
     nfq = NetfilterQueue()
     nfq.bind(args.queue, on_packet, max_len=args.max_len, mode=COPY_PACKET, range=20,
              sock_len=64 * 1024 * 1024)
@@ -149,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
                 stats["max_backlog"] = max(stats["max_backlog"], len(heap))
             if now - last_check > 1.0:
                 last_check = now
+                wall_minus_mono = time.time() - time.monotonic()  # follow clock adjustments
                 if os.getppid() != parent:
                     break
                 _write_json(args.stats_file, stats)

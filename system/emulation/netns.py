@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from system.emulation.plan import DEVICE_IFNAME, MTU, PREFIX, EmulationPlan
+from system.emulation.plan import DEVICE_IFNAME, FRAME_BYTES, MTU, PREFIX, EmulationPlan
 from system.emulation.shell import EmulationError, missing_tools, run_batch, run_cmd
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ __all__ = ["Emulation", "has_netem", "device_tc_lines", "htb_burst_bytes", "BURS
 
 STATE_ROOT = Path(tempfile.gettempdir())  # run state lives in <tmp>/dtfm-<tag>/
 _DEFAULT_CLASS = 9999
-_LEAF_QUEUE_PACKETS = 50_000  # per-destination queue (75 MB): no drops at these windows
+_LEAF_QUEUE_PACKETS = 50_000  # per-destination queue (450 MB of jumbo frames): no tail drops
 # HTB token bucket depth of every shaped class, in seconds at the class rate. tc's default
 # (about one timer tick of bytes) loses rate whenever the qdisc watchdog fires late, which an
 # idle VM core waking up does by several ms: measured 0.5-0.9x of the target on idle cores with
@@ -51,8 +51,10 @@ BURST_S = 0.008
 # Per-namespace TCP settings of every emulated device: windows big enough for the largest
 # bandwidth-delay product (1.3 Gbit/s x 0.5 s RTT = 81 MB at full scale), and no return to slow
 # start after an idle gap (the gradient exchange follows seconds of pipeline traffic on other
-# connections; long-lived WAN training connections keep their window in practice).
-_DEVICE_SYSCTLS = ("net.ipv4.tcp_rmem=4096 131072 134217728",
+# connections; long-lived WAN training connections keep their window in practice). The 8 MB
+# initial receive buffer lets the receive window open within one message at jumbo MSS (with the
+# 128 KB default a 420 KB message took 2-3 s, 7 RTTs, for its first few repeats).
+_DEVICE_SYSCTLS = ("net.ipv4.tcp_rmem=4096 8388608 134217728",
                    "net.ipv4.tcp_wmem=4096 131072 134217728",
                    "net.ipv4.tcp_slow_start_after_idle=0")
 
@@ -71,7 +73,7 @@ def has_netem() -> bool:
 
 def htb_burst_bytes(rate_bps: float) -> int:
     """Token bucket depth of a class of ``rate_bps``: :data:`BURST_S` of rate, at least 2 frames."""
-    return max(int(rate_bps * BURST_S / 8), 2 * 1514)
+    return max(int(rate_bps * BURST_S / 8), 2 * FRAME_BYTES)
 
 
 def device_tc_lines(plan: EmulationPlan, i: int, *, netem: bool, dev: str = DEVICE_IFNAME) -> list[str]:
@@ -97,7 +99,7 @@ def device_tc_lines(plan: EmulationPlan, i: int, *, netem: bool, dev: str = DEVI
         lines.append(f"class add dev {dev} parent 1: classid 1:{cid} htb rate {r}bit ceil {r}bit "
                      f"{burst} quantum 65536")
         lines.append(f"class add dev {dev} parent 1:{cid} classid 1:{ack} htb rate {r_ack}bit "
-                     f"ceil {r}bit prio 0 quantum 1514")
+                     f"ceil {r}bit prio 0 quantum {FRAME_BYTES}")
         lines.append(f"class add dev {dev} parent 1:{cid} classid 1:{data} htb rate "
                      f"{r}bit ceil {r}bit {burst} prio 1 quantum 65536")
         for leaf in (ack, data):
@@ -150,14 +152,21 @@ class Emulation:
             emu.exec_prefix(0)   # ["ip", "netns", "exec", "dtfm-<tag>-d0"]
     """
 
-    def __init__(self, plan: EmulationPlan, *, backend: str = "auto") -> None:
+    def __init__(self, plan: EmulationPlan, *, backend: str = "auto",
+                 delayer_workers: int | None = None) -> None:
         if backend not in ("auto", "netem", "nfqueue"):
             raise ValueError(f"emulation backend must be auto, netem or nfqueue, got {backend!r}")
+        workers = min(2, os.cpu_count() or 1) if delayer_workers is None else delayer_workers
+        if not 1 <= workers <= 16:
+            raise ValueError(f"emulation delayer_workers must be 1..16, got {delayer_workers}")
+        # backend nfqueue: delayer processes, flows hashed over as many queues (one per core
+        # up to 2: each handles every packet of its flows in Python)
+        self.delayer_workers = workers
         self.plan = plan
         self.requested_backend = backend
         self.backend: str | None = None
         self.state_dir = STATE_ROOT / f"{PREFIX}{plan.tag}"
-        self._delayer: subprocess.Popen | None = None
+        self._delayers: list[subprocess.Popen] = []
         self._created: list[str] = []
         self._old_sigterm = None
         self._closed = True
@@ -175,19 +184,35 @@ class Emulation:
         return self.plan.ip(0)
 
     def delayer_stats(self) -> dict:
-        """The delayer's counters plus the kernel's NFQUEUE drops (queue full / socket full)."""
-        f = self.state_dir / "delayer_stats.json"
-        try:
-            stats = json.loads(f.read_text())
-        except (OSError, ValueError):
-            stats = {}
+        """The delayers' counters summed (maxima: the max) plus the kernel's NFQUEUE counters.
+
+        ``sum_late_s`` / ``delayed``: mean release lateness; ``sum_intake_s`` / ``stamped``: mean
+        wait in the kernel queue before a delayer read the packet (its delay counts from the
+        kernel's arrival stamp, so intake waits shorter than the pair's delay cost nothing).
+        """
+        stats: dict = {}
+        for f in sorted(self.state_dir.glob("delayer_stats*.json")):
+            try:
+                one = json.loads(f.read_text())
+            except (OSError, ValueError):
+                continue
+            for k, v in one.items():
+                if k.startswith("max_"):
+                    stats[k] = max(stats.get(k, 0.0), v)
+                elif isinstance(v, int | float):
+                    stats[k] = stats.get(k, 0) + v
+                else:
+                    stats[k] = v
         if self.backend == "nfqueue" and not self._closed:
             p = run_cmd(["cat", "/proc/net/netfilter/nfnetlink_queue"], ns=self.plan.bridge_ns,
                         check=False)
-            cols = p.stdout.split()
-            if len(cols) >= 7:  # queue, portid, waiting, mode, range, queue_dropped, user_dropped
-                stats.update(kernel_waiting=int(cols[2]), queue_dropped=int(cols[5]),
-                             user_dropped=int(cols[6]))
+            for line in p.stdout.splitlines():  # queue, portid, waiting, mode, range,
+                cols = line.split()  # queue_dropped, user_dropped, ...
+                if len(cols) >= 7:
+                    for k, c in (("kernel_waiting", 2), ("queue_dropped", 5), ("user_dropped", 6)):
+                        stats[k] = stats.get(k, 0) + int(cols[c])
+        if stats:
+            stats["workers"] = self.delayer_workers
         return stats
 
     def tcp_retransmits(self) -> list[int]:
@@ -269,43 +294,51 @@ class Emulation:
             self._start_delayer()
 
     def _start_delayer(self) -> None:
+        """Start one delayer per NFQUEUE queue; the iptables rule spreads flows over them."""
         br = self.plan.bridge_ns
         table = self.state_dir / "delays.json"
         table.write_text(json.dumps(self.plan.delay_table()))
-        ready = self.state_dir / "delayer_ready.json"
-        ready.unlink(missing_ok=True)
         run_cmd(["sysctl", "-q", "-w", "net.bridge.bridge-nf-call-iptables=1"], ns=br)
-        log_f = open(self.state_dir / "delayer.log", "w")  # noqa: SIM115 (lives as long as the process)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_project_root(),
                                                                        os.environ.get("PYTHONPATH")]))}
-        self._delayer = subprocess.Popen(
-            ["ip", "netns", "exec", br, sys.executable, "-m", "system.emulation.delayer",
-             "--table", str(table), "--ready-file", str(ready),
-             "--stats-file", str(self.state_dir / "delayer_stats.json")],
-            stdout=log_f, stderr=subprocess.STDOUT, env=env)
-        log_f.close()
+        ready = []
+        for q in range(self.delayer_workers):
+            ready.append(self.state_dir / f"delayer_ready{q}.json")
+            ready[-1].unlink(missing_ok=True)
+            log_f = open(self.state_dir / f"delayer{q}.log", "w")  # noqa: SIM115 (the child keeps it)
+            self._delayers.append(subprocess.Popen(
+                ["ip", "netns", "exec", br, sys.executable, "-m", "system.emulation.delayer",
+                 "--table", str(table), "--queue", str(q), "--ready-file", str(ready[-1]),
+                 "--stats-file", str(self.state_dir / f"delayer_stats{q}.json")],
+                stdout=log_f, stderr=subprocess.STDOUT, env=env))
+            log_f.close()
         deadline = time.monotonic() + 20.0
-        while not ready.exists():
-            if self._delayer.poll() is not None:
-                raise EmulationError(f"delayer exited ({self._delayer.returncode}): "
-                                     f"{(self.state_dir / 'delayer.log').read_text()[-500:]}")
-            if time.monotonic() > deadline:
-                raise EmulationError("delayer did not become ready within 20 s")
-            time.sleep(0.05)
-        run_cmd(["iptables", "-A", "FORWARD", "-j", "NFQUEUE", "--queue-num", "0"], ns=br)
+        for q, (proc, f) in enumerate(zip(self._delayers, ready, strict=True)):
+            while not f.exists():
+                if proc.poll() is not None:
+                    raise EmulationError(f"delayer {q} exited ({proc.returncode}): "
+                                         f"{(self.state_dir / f'delayer{q}.log').read_text()[-500:]}")
+                if time.monotonic() > deadline:
+                    raise EmulationError(f"delayer {q} did not become ready within 20 s")
+                time.sleep(0.05)
+        n = self.delayer_workers
+        target = ["--queue-num", "0"] if n == 1 else ["--queue-balance", f"0:{n - 1}"]
+        run_cmd(["iptables", "-A", "FORWARD", "-j", "NFQUEUE", *target], ns=br)
 
     def close(self) -> None:
         """Remove everything this emulation created; safe to call twice; never raises."""
         if self._closed:
             return
         self._closed = True
-        if self._delayer is not None and self._delayer.poll() is None:
-            self._delayer.terminate()
+        for proc in self._delayers:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self._delayers:
             try:
-                self._delayer.wait(timeout=5)
+                proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
-                self._delayer.kill()
-                self._delayer.wait(timeout=5)
+                proc.kill()
+                proc.wait(timeout=5)
         for ns in reversed(self._created):
             _kill_netns_pids(ns)
             try:

@@ -16,13 +16,16 @@ import socket
 import sys
 import time
 
+from system.emulation.plan import MTU
+
 __all__ = ["main", "steady_rate", "UDP_PAYLOAD_BYTES", "WIRE_BYTES"]
 
-# One datagram = 10 IP fragments of 1480 bytes = 10 full 1514-byte frames at MTU 1500: ten
-# times fewer system calls than one frame per datagram, so a Python probe keeps up on busy cores.
-FRAGMENTS = 10
-UDP_PAYLOAD_BYTES = FRAGMENTS * 1480 - 8
-WIRE_BYTES = FRAGMENTS * 1514
+# One datagram = several full-size IP fragments (payload a multiple of 8 bytes), so the flood
+# needs fewer system calls than one frame per datagram and a Python probe keeps up on busy cores.
+FRAGMENT_PAYLOAD = (MTU - 20) // 8 * 8
+FRAGMENTS = min(10, 65507 // FRAGMENT_PAYLOAD)
+UDP_PAYLOAD_BYTES = FRAGMENTS * FRAGMENT_PAYLOAD - 8
+WIRE_BYTES = FRAGMENTS * (FRAGMENT_PAYLOAD + 20 + 14)
 
 
 def _udp_recv(port: int, duration_s: float, skip_first: int) -> dict:

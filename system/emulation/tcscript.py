@@ -104,6 +104,10 @@ def render_host_script(cluster: Cluster, host: int, links: list[HostLink], *, de
         "  ;;",
         "show)",
         '  $TC -s qdisc show dev "$DEV"; $TC -s class show dev "$DEV"; $TC filter show dev "$DEV"',
+        "  # the simulator's links assume a loss-based TCP such as CUBIC; BBR paces short bursts",
+        "  # below the link rate (system/emulation/netns.py, device_route_lines)",
+        '  echo "tcp congestion control: $(sysctl -n net.ipv4.tcp_congestion_control 2>/dev/null'
+        ' || echo unknown)"',
         "  ;;",
         "clear)",
         '  $TC qdisc del dev "$DEV" root 2>/dev/null || true',

@@ -82,10 +82,10 @@ def measure_rtt_ms(plan: EmulationPlan, i: int, j: int, count: int = 6) -> float
 
 
 def measure_capacity_gbps(plan: EmulationPlan, i: int, j: int, *, port: int = 47000,
-                          min_packets: int = 600) -> float:
+                          min_bytes: float = 1e6) -> float:
     """Capacity of link i→j as TCP goodput (Gbit/s), from a UDP flood's arrival rate."""
     target = float(plan.goodput_bps[i, j])
-    duration = float(np.clip(min_packets * 1514 * 8 / target, 0.3, 2.0))
+    duration = float(np.clip(min_bytes * 8 / target, 0.3, 2.0))
     probe = [sys.executable, "-m", "system.emulation.probe"]
     recv = subprocess.Popen(ns_prefix(plan.device_ns(j)) + probe + [
         "udp-recv", "--port", str(port), "--duration-s", str(duration)],

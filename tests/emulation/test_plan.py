@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from system.cases import get_case
-from system.emulation.plan import FRAME_OVERHEAD, PREFIX, EmulationPlan, make_plan
+from system.emulation.plan import FRAME_BYTES, FRAME_OVERHEAD, PREFIX, EmulationPlan, make_plan
 
 
 def test_names_and_addresses_stay_in_benchmark_range():
@@ -62,7 +62,7 @@ def test_device_tc_and_route_lines():
     assert f"classid 1:2 htb rate {r}bit ceil {r}bit" in "\n".join(lines)
     # a token bucket of BURST_S at the class rate on the destination class and its data leaf
     b = htb_burst_bytes(r)
-    assert b == pytest.approx(r * BURST_S / 8, abs=1) and b >= 2 * 1514
+    assert b == pytest.approx(r * BURST_S / 8, abs=1) and b >= 2 * FRAME_BYTES
     assert sum(f"burst {b} cburst {b}" in ln for ln in lines if f"rate {r}bit" in ln) == 2
     netem = device_tc_lines(plan, 1, netem=True)
     delays = sorted(float(ln.split("delay ")[1].split("ms")[0]) for ln in netem if "netem" in ln)
