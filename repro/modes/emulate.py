@@ -36,7 +36,7 @@ DEFAULTS = {"devices": None, "max_devices": 8, "bandwidth_scale": 0.1, "delay_sc
             "layouts": ["scheduled", "random"], "random_layouts": 2, "verify_pairs": 6,
             "verify_tolerance": 0.10, "on_verify_fail": "raise", "backend": "auto",
             "hidden_size": 256, "seq_length": 64, "vocab_size": 128, "timeout_s": 600,
-            "schedule_trials": 300}
+            "schedule_trials": 300, "warmup_iters": 2}
 
 
 def _opts(cfg: DictConfig) -> dict:
@@ -75,9 +75,9 @@ def _layouts(o: dict, cluster, sizes, pp: int, dp: int, seed: int) -> list[tuple
     return out
 
 
-def _measured_compute(metrics: dict, pp: int):
-    """Per-stage medians (over ranks of the stage and iterations after the first) of the runtime's
-    forward/backward micro-batch spans and optimizer step."""
+def _measured_compute(metrics: dict, pp: int, warmup: int):
+    """Per-stage medians (over ranks of the stage and iterations after the ``warmup`` ones) of the
+    runtime's forward/backward micro-batch spans and optimizer step."""
     from system.simulator import StageCompute
 
     stage_of = np.asarray(metrics["stage_of_rank"])
@@ -85,9 +85,18 @@ def _measured_compute(metrics: dict, pp: int):
     out = {}
     for key, field in (("fwd_s", "fwd_mb_s"), ("bwd_s", "bwd_mb_s"), ("opt_s", "optim_s")):
         arr = np.asarray(pr[field])  # [rank][iteration]
-        arr = arr[:, 1:] if arr.shape[1] > 1 else arr
+        arr = arr[:, warmup:] if arr.shape[1] > warmup else arr[:, -1:]
         out[key] = [float(np.median(arr[stage_of == s])) for s in range(pp)]
     return StageCompute(**out)
+
+
+def _delayer_lag(before: dict, after: dict) -> dict:
+    """This run's mean release lateness of the userspace delayer (ms; NaN without one), from the
+    difference of its cumulative counters, and the emulation's maximum so far."""
+    n = after.get("delayed", 0) - before.get("delayed", 0)
+    late = after.get("sum_late_s", 0.0) - before.get("sum_late_s", 0.0)
+    return {"delayer_mean_late_ms": 1e3 * late / n if n > 0 else float("nan"),
+            "delayer_max_late_ms": 1e3 * after.get("max_late_s", float("nan"))}
 
 
 def run(cfg: DictConfig) -> dict:
@@ -106,11 +115,15 @@ def run(cfg: DictConfig) -> dict:
     if pp * dp != n:
         raise ValueError(f"mode=emulate: pp={pp} x dp={dp} must equal the {n} emulated devices {devices}")
     batch = int(cfg.batch) if cfg.get("batch") is not None else 4 * dp
-    seed, iters = int(cfg.seed), max(2, int(cfg.iters))
+    warmup = int(o["warmup_iters"])
+    if warmup < 0:
+        raise ValueError(f"mode=emulate: emulate.warmup_iters must be >= 0, got {warmup}")
+    seed, iters = int(cfg.seed), max(warmup + 1, int(cfg.iters))
     base = RunSpec(model=str(cfg.model), layers=None if cfg.get("layers") is None else int(cfg.layers),
                    hidden_size=int(o["hidden_size"]), seq_length=int(o["seq_length"]),
                    vocab_size=int(o["vocab_size"]), pp=pp, dp=dp, global_batch_size=batch,
-                   micro_batch_size=int(cfg.micro_batch_size), iters=iters, seed=seed)
+                   micro_batch_size=int(cfg.micro_batch_size), iters=iters, seed=seed,
+                   warmup_iters=warmup)
     model = base.gpt_config()
     # the CPU runtime sends fp32 activations and fp32 gradients
     wl = Workload(model=model, global_batch_size=batch, micro_batch_size=base.micro_batch_size,
@@ -141,8 +154,9 @@ def run(cfg: DictConfig) -> dict:
                    "num_layers": model.num_layers, "hidden_size": model.hidden_size,
                    "seq_length": model.seq_length, "vocab_size": model.vocab_size,
                    "global_batch_size": batch, "micro_batch_size": base.micro_batch_size,
-                   "tp": 1, "pp": pp, "dp": dp, "iters": iters, "seed": seed,
+                   "tp": 1, "pp": pp, "dp": dp, "iters": iters, "warmup_iters": warmup, "seed": seed,
                    "stages": assign.stages.tolist(), **plan.scale_record()}
+            before = emu.delayer_stats()
             try:
                 m = launch(spec, rank_prefix=[emu.exec_prefix(i) for i in range(n)],
                            rank_env=[emu.rank_env(i) for i in range(n)],
@@ -151,7 +165,8 @@ def run(cfg: DictConfig) -> dict:
                 log.error("emulated run %s failed: %s", layout, e)
                 rows.append(make_row(key, status="error", error=str(e)[:2000]))
                 continue
-            compute = _measured_compute(m, pp)
+            lag = _delayer_lag(before, emu.delayer_stats())
+            compute = _measured_compute(m, pp, warmup)
             sim = simulate_ours(scaled, assign, wl, compute=compute)
             meas = float(m["iter_time_median_s"])
             busy = float(np.max(wl.micro_batches(dp) * (np.array(compute.fwd_s) + np.array(compute.bwd_s))))
@@ -168,7 +183,7 @@ def run(cfg: DictConfig) -> dict:
                 verify_max_bw_err=report["max_abs_bw_err"],
                 verify_max_tcp_err=report["max_abs_tcp_err"], verify_file=str(vpath),
                 verify_pairs=report["pairs"], emu_backend=emu.backend,
-                delayer_stats=emu.delayer_stats(), scaled_bandwidth_gbps=scaled.bandwidth_gbps.tolist(),
+                delayer_stats=emu.delayer_stats(), **lag, scaled_bandwidth_gbps=scaled.bandwidth_gbps.tolist(),
                 scaled_delay_ms=scaled.delay_ms.tolist()))
             summary.append((layout, lseed, meas, sim.iter_time_s))
             log.info("emulate case %s %s(%d): measured %.3f s, simulated %.3f s (%+.1f%%)", cfg.case,

@@ -8,7 +8,7 @@ set -uo pipefail  # one failed setting (e.g. a link off target) does not stop th
 cd "$(dirname "$0")/../.."
 export OMP_NUM_THREADS=1
 out=${1:-results/emulation}
-common="mode=emulate model=debug study=emulation results_dir=$out iters=5"
+common="mode=emulate model=debug study=emulation results_dir=$out iters=6"
 python repro/run.py $common case=5 'emulate.devices=[0,8,24,40]' batch=8
 python repro/run.py $common case=5 'emulate.devices=[0,8,24,40]' batch=16
 python repro/run.py $common case=5 'emulate.devices=[0,8,24,40]' batch=8 emulate.hidden_size=512

@@ -256,16 +256,17 @@ def _train(spec: RunSpec, rank: int, world: int, device: torch.device) -> dict |
     )
 
 
-def _steady_median(x) -> float:
-    """Median over iterations (after the first, if there are several) of the max over ranks."""
+def _steady_median(x, warmup: int = 1) -> float:
+    """Median over iterations (after ``warmup`` of them, while any remain) of the max over ranks."""
     per_iter = x.max(axis=0).tolist()
-    return float(statistics.median(per_iter[1:] if len(per_iter) > 1 else per_iter))
+    return float(statistics.median(per_iter[warmup:] if len(per_iter) > warmup else per_iter[-1:]))
 
 
 def _metrics(spec, assign, wl, losses, scales, skipped, timings, probes) -> dict:
     """Rank 0's summary: losses, per-iteration times (max over ranks), rates, per-rank detail."""
     iter_times = timings[:, :, 0].max(axis=0).tolist()
-    med = _steady_median(timings[:, :, 0])
+    w = spec.warmup_iters
+    med = _steady_median(timings[:, :, 0], w)
     flops = wl.model_flops(recompute=True)
     stage_of = assign.stage_of
     per_rank = {f: timings[:, :, k].tolist() for k, f in enumerate(TIMING_FIELDS)}
@@ -273,14 +274,15 @@ def _metrics(spec, assign, wl, losses, scales, skipped, timings, probes) -> dict
         "status": "ok",
         "losses": losses,
         "iter_time_s": iter_times,
-        "iter_time_median_s": med,  # median over iterations after the first
+        "iter_time_median_s": med,  # median over iterations after the warm-up ones
+        "warmup_iters": w,
         "tokens_per_s": wl.tokens_per_iteration / med,
         "tflops": flops / med / 1e12,  # Megatron's recompute FLOP count, the project's convention
         "tflops_per_device": flops / med / 1e12 / spec.world_size,
         "model_flops": flops,
-        "compute_s_median": _steady_median(timings[:, :, 1]),  # max over ranks
-        "wait_s_median": _steady_median(timings[:, :, 2]),
-        "dp_s_median": _steady_median(timings[:, :, 3]),
+        "compute_s_median": _steady_median(timings[:, :, 1], w),  # max over ranks
+        "wait_s_median": _steady_median(timings[:, :, 2], w),
+        "dp_s_median": _steady_median(timings[:, :, 3], w),
         "start": spec.start,
         "start_late_max_s": float(timings[:, :, TIMING_FIELDS.index("start_late_s")].max()),
         "per_rank": per_rank,  # field -> [rank][iteration] seconds
