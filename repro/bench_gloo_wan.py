@@ -130,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
             med = {op: statistics.median(x["done_s"] for x in rows
                                          if x["skew"] == skew and x["op"] == op and x["rank"] == r)
                    for op in OPS}
-            print(f"{skew:7.2f} {r:7d} {med['collectives']:14.3f} {med['p2p']:8.3f} {model[r]:12.3f}")
+            print(f"{skew:7.2f} {r:7d} {med['collectives']:14.3f} {med['p2p']:8.3f} "
+                  f"{model[r]:12.3f}")
     return 0
 
 

@@ -2,9 +2,10 @@
 
 Reads ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT`` (and ``LOCAL_RANK`` for the GPU)
 from the environment, as :func:`system.runtime.launch.launch` and ``torchrun`` set them. Per
-iteration: zero the flat gradient buckets, barrier, GPipe forward/backward over the replica's
-micro-batches (the DP exchange's first receives posted before it), per-stage data-parallel exchange, (loss-scale check), optimizer step. Rank 0
-gathers every rank's timings and writes the metrics JSON (``spec.metrics_out``).
+iteration: zero the flat gradient buckets, post the DP exchange's first receives, start (a
+barrier, or one wall-clock instant with ``spec.start == "clock"``), GPipe forward/backward over
+the replica's micro-batches, per-stage data-parallel exchange, (loss-scale check), optimizer
+step. Rank 0 gathers every rank's timings and writes the metrics JSON (``spec.metrics_out``).
 """
 
 from __future__ import annotations

@@ -99,8 +99,12 @@ def gpipe_timeline(
     never = np.full((max(p - 1, 0), r), -np.inf)
     open_f = never if notice_fwd_s is None else start[1:] + np.asarray(notice_fwd_s, float)
     notice_b = never if notice_bwd_s is None else np.asarray(notice_bwd_s, float)
-    lat_f = np.zeros((max(p - 1, 0), r)) if latency_fwd_s is None else np.asarray(latency_fwd_s, float)
-    lat_b = np.zeros((max(p - 1, 0), r)) if latency_bwd_s is None else np.asarray(latency_bwd_s, float)
+    lat_f = (
+        np.zeros((max(p - 1, 0), r)) if latency_fwd_s is None else np.asarray(latency_fwd_s, float)
+    )
+    lat_b = (
+        np.zeros((max(p - 1, 0), r)) if latency_bwd_s is None else np.asarray(latency_bwd_s, float)
+    )
     if np.any(lat_f > link_fwd_s + 1e-12) or np.any(lat_b > link_bwd_s + 1e-12):
         raise ValueError("gpipe: a link's latency exceeds its message time")
     m = micro_batches

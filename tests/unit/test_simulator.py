@@ -55,7 +55,9 @@ def test_gpipe_streamed_link_pays_its_latency_once_per_pass():
     f, b, d, x, m = 0.01, 0.02, 0.2, 0.05, 6  # link: 200 ms away, 50 ms per message on the wire
     one = np.full((1, 1), d + x)
     lat = np.full((1, 1), d)
-    t = gpipe_timeline(np.full(2, f), np.full(2, b), one, one, m, latency_fwd_s=lat, latency_bwd_s=lat)
+    t = gpipe_timeline(
+        np.full(2, f), np.full(2, b), one, one, m, latency_fwd_s=lat, latency_bwd_s=lat
+    )
     assert t.bwd_end_s[0, 0] == pytest.approx(2 * f + 2 * b + 2 * m * x + 2 * d)
     serial = gpipe_timeline(np.full(2, f), np.full(2, b), one, one, m)
     assert serial.bwd_end_s[0, 0] == pytest.approx(2 * f + 2 * b + 2 * m * (x + d))
@@ -68,7 +70,9 @@ def test_gpipe_waits_for_the_receivers_notice():
     kw = dict(latency_fwd_s=lat, latency_bwd_s=lat)
     t = gpipe_timeline(np.full(2, f), np.full(2, b), one, one, m, notice_fwd_s=lat, **kw)
     assert t.fwd_end_s[1, 0] == pytest.approx(d + m * x + d + f)  # first send at d, not at f
-    late = gpipe_timeline(np.full(2, f), np.full(2, b), one, one, m, notice_bwd_s=np.full((1, 1), 5.0), **kw)
+    late = gpipe_timeline(
+        np.full(2, f), np.full(2, b), one, one, m, notice_bwd_s=np.full((1, 1), 5.0), **kw
+    )
     # gradients cannot leave before stage 0's forward end + 5 s
     assert late.bwd_end_s[0, 0] == pytest.approx(m * f + 5.0 + m * x + d + b)
 
@@ -265,7 +269,9 @@ def test_iteration_is_bounded_below_by_compute_and_the_dp_exchange(case):
     # every device waits at least for its fastest peer's reduced shard: 2 (α + X/β) there
     pair = flow_time_s(c, np.repeat(np.arange(64), 64), np.tile(np.arange(64), 64), c_dp / 8)
     pair = pair.reshape(64, 64)
-    least = min(2 * min(pair[d, x] for x in a.group(s) if x != d) for s in range(8) for d in a.group(s))
+    least = min(
+        2 * min(pair[d, x] for x in a.group(s) if x != d) for s in range(8) for d in a.group(s)
+    )
     assert res.breakdown["dp_span_max_s"] >= least - 1e-9
     assert res.iter_time_s >= res.breakdown["pipeline_s"] + least - 1e-9
     assert res.comm_time_s == pytest.approx(res.iter_time_s - res.compute_time_s)
