@@ -88,26 +88,40 @@ def summarize(df: pd.DataFrame) -> dict:
             "scheduled_vs_random": speed}
 
 
-def figure(df: pd.DataFrame, path: Path) -> None:
+def figure(df: pd.DataFrame, path: Path, summary: dict | None = None) -> None:
+    """Simulated vs measured iteration time per run, log-log, with the ±10% band."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
-    fig, ax = plt.subplots(figsize=(5.2, 4.6))
+    fig, ax = plt.subplots(figsize=(5.4, 4.8))
+    lo = 0.8 * float(min(df["iter_time_s"].min(), df["sim_iter_time_s"].min()))
+    hi = 1.25 * float(max(df["iter_time_s"].max(), df["sim_iter_time_s"].max()))
+    xs = np.geomspace(lo, hi, 50)
+    ax.fill_between(xs, 0.9 * xs, 1.1 * xs, color="0.88", label="±10%", zorder=0)
+    ax.plot(xs, xs, "k-", lw=0.8, zorder=1)
     for (case, layout), g in df.groupby(["case", "layout"]):
         ax.scatter(g["iter_time_s"], g["sim_iter_time_s"], label=f"case {case}, {layout}",
-                   marker="o" if layout == "scheduled" else "x")
-    hi = float(max(df["iter_time_s"].max(), df["sim_iter_time_s"].max())) * 1.1
-    xs = np.linspace(0, hi, 10)
-    ax.plot(xs, xs, "k-", lw=0.8)
-    ax.fill_between(xs, 0.9 * xs, 1.1 * xs, color="0.85", label="±10%")
-    ax.set_xlim(0, hi)
-    ax.set_ylim(0, hi)
+                   marker="o" if layout == "scheduled" else "x", s=30, zorder=3)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ticks = [t for t in (0.25, 0.5, 1, 2, 5, 10, 20, 50) if lo <= t <= hi]
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_locator(matplotlib.ticker.FixedLocator(ticks))
+        axis.set_major_formatter(matplotlib.ticker.FixedFormatter([f"{t:g}" for t in ticks]))
+        axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlabel("measured iteration time on emulated links (s)")
     ax.set_ylabel("simulated iteration time (s)")
-    ax.set_title("simulator vs emulation (scaled cases 4, 5)")
-    ax.legend(fontsize=7)
+    title = "simulator vs emulation (scaled cases 4, 5)"
+    if summary:
+        title += f"\n{summary['runs']} runs: MAPE {summary['mape_pct']:.1f}%, " \
+                 f"Kendall τ {summary['kendall_tau']:.2f}"
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     tmp = path.with_suffix(".tmp.png")
     fig.savefig(tmp, dpi=130)
@@ -166,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"{x['scheduled_s']:.2f} | {x['random_mean_s']:.2f} | {x['measured_speedup']:.2f} | "
                      f"{x['simulated_speedup']:.2f} |")
     atomic_write_text(d / "validation.md", "\n".join(lines) + "\n")
-    figure(df, d / "validation.png")
+    figure(df, d / "validation.png", s)
     print("\n".join(lines))
     return 0
 
