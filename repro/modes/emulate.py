@@ -2,6 +2,8 @@
 
     python repro/run.py case=5 mode=emulate model=debug study=emulation
     python repro/run.py case=4 mode=emulate model=debug batch=16 emulate.random_layouts=2
+    python repro/run.py case=5 mode=emulate system=megatron model=debug grid=true \
+        'emulate.devices=[0,8,24,40]' batch=8      # the baselines: repro/modes/train_baseline.py
 
 Steps: take a subset of the case's devices (default: the first device of each region, at most
 ``emulate.max_devices``), scale bandwidths by ``emulate.bandwidth_scale`` (and delays by
@@ -105,6 +107,13 @@ def run(cfg: DictConfig) -> dict:
     from system.simulator import simulate_ours
     from system.workload import Workload, tasklet_sizes
 
+    system = str(cfg.get("system", "all"))
+    if system in ("megatron", "deepspeed"):  # the real baselines in the same emulated network
+        from repro.modes.train_baseline import run as run_baseline
+
+        return run_baseline(cfg)
+    if system not in ("all", "ours", "ours_random"):
+        raise ValueError(f"mode=emulate: system must be ours, megatron or deepspeed, got {system!r}")
     o = _opts(cfg)
     full = get_case(str(cfg.case), str(cfg.get("case_variant", "paper")))
     devices = list(o["devices"]) if o["devices"] else pick_devices(full, int(o["max_devices"]))
@@ -183,7 +192,9 @@ def run(cfg: DictConfig) -> dict:
                 verify_max_bw_err=report["max_abs_bw_err"],
                 verify_max_tcp_err=report["max_abs_tcp_err"], verify_file=str(vpath),
                 verify_pairs=report["pairs"], emu_backend=emu.backend,
-                delayer_stats=emu.delayer_stats(), **lag, scaled_bandwidth_gbps=scaled.bandwidth_gbps.tolist(),
+                delayer_stats=emu.delayer_stats(), **lag,
+                emu_tcp_congestion_control=emu.tcp_congestion_control,
+                scaled_bandwidth_gbps=scaled.bandwidth_gbps.tolist(),
                 scaled_delay_ms=scaled.delay_ms.tolist()))
             summary.append((layout, lseed, meas, sim.iter_time_s))
             log.info("emulate case %s %s(%d): measured %.3f s, simulated %.3f s (%+.1f%%)", cfg.case,

@@ -11,16 +11,11 @@ for s in megatron deepspeed; do
   python repro/run.py mode=train system=$s model=debug grid=true grid_devices=4 \
     'grid_micro_batch_sizes=[1,2]' iters=4 study=baselines results_dir=results/baselines/loopback4
 done
-# mode=emulate for the baselines goes through repro/modes/train_baseline.py:run (see its docstring)
 for c in "5 [0,8,24,40]" "4 [0,16,32,48]"; do
   set -- $c
   for s in megatron deepspeed; do
-    python -c "import sys; from hydra import compose, initialize_config_dir; \
-from repro.modes.train_baseline import run; \
-initialize_config_dir(config_dir='$PWD/conf', version_base='1.3'); \
-run(compose('config', overrides=sys.argv[1:]))" \
-      mode=emulate system=$s model=debug grid=true 'grid_micro_batch_sizes=[1,2]' case=$1 \
-      "emulate.devices=$2" batch=8 iters=4 study=baselines results_dir=results/baselines/emulated
+    python repro/run.py mode=emulate system=$s model=debug grid=true 'grid_micro_batch_sizes=[1,2]' \
+      case=$1 "emulate.devices=$2" batch=8 iters=4 study=baselines results_dir=results/baselines/emulated
   done
 done
 python results/baselines/compare.py

@@ -38,7 +38,8 @@ from system.emulation.shell import EmulationError, missing_tools, run_batch, run
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Emulation", "has_netem", "device_tc_lines", "htb_burst_bytes", "BURST_S", "STATE_ROOT"]
+__all__ = ["Emulation", "has_netem", "device_tc_lines", "device_route_lines", "htb_burst_bytes",
+           "tcp_congestion_control", "BURST_S", "STATE_ROOT"]
 
 STATE_ROOT = Path(tempfile.gettempdir())  # run state lives in <tmp>/dtfm-<tag>/
 _DEFAULT_CLASS = 9999
@@ -118,7 +119,17 @@ def device_tc_lines(plan: EmulationPlan, i: int, *, netem: bool, dev: str = DEVI
     return lines
 
 
-def device_route_lines(plan: EmulationPlan, i: int, *, dev: str = DEVICE_IFNAME) -> list[str]:
+def tcp_congestion_control() -> str | None:
+    """``cubic`` when this kernel has it (built in or loaded), else None (the default stays)."""
+    try:
+        have = Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
+    except OSError:
+        return None
+    return "cubic" if "cubic" in have else None
+
+
+def device_route_lines(plan: EmulationPlan, i: int, *, dev: str = DEVICE_IFNAME,
+                       congctl: str | None = "cubic") -> list[str]:
     """Host routes from device i to every peer with a TCP window clamp of 1.25 x BDP + 64 KiB.
 
     Without a clamp, loss-free CUBIC grows its window far past the bandwidth-delay product and
@@ -131,7 +142,9 @@ def device_route_lines(plan: EmulationPlan, i: int, *, dev: str = DEVICE_IFNAME)
     idle) stays far below the link (measured: 64 KiB messages 4x slower than α + X/β on a 210 ms
     link), and its ProbeRTT stalls a transfer by an RTT every 10 s. A namespace may only pick
     from the host's allowed list (here reno and bbr, with bbr the default), so the per-namespace
-    sysctl cannot do it; a route metric can.
+    sysctl cannot do it; a route metric can. ``congctl=None`` leaves the default (a kernel
+    without CUBIC); the TCP check of :func:`system.emulation.verify.verify_links` then tells
+    whether the transport fills the links.
     """
     with np.errstate(invalid="ignore"):  # the diagonal is inf x 0
         bdp = plan.goodput_bps * 2.0 * plan.delay_s / 8.0
@@ -139,7 +152,8 @@ def device_route_lines(plan: EmulationPlan, i: int, *, dev: str = DEVICE_IFNAME)
     for j in range(plan.num_devices):
         if j != i:
             w = int(1.25 * bdp[i, j]) + 65536
-            lines.append(f"route add {plan.ip(j)}/32 dev {dev} window {w} congctl cubic")
+            cc = f" congctl {congctl}" if congctl else ""
+            lines.append(f"route add {plan.ip(j)}/32 dev {dev} window {w}{cc}")
     return lines
 
 
@@ -167,6 +181,7 @@ class Emulation:
         self.backend: str | None = None
         self.state_dir = STATE_ROOT / f"{PREFIX}{plan.tag}"
         self._delayers: list[subprocess.Popen] = []
+        self.tcp_congestion_control: str | None = None  # set by setup()
         self._created: list[str] = []
         self._old_sigterm = None
         self._closed = True
@@ -271,6 +286,11 @@ class Emulation:
 
     def _build(self) -> None:
         p, br = self.plan, self.plan.bridge_ns
+        congctl = tcp_congestion_control()
+        if congctl is None:
+            log.warning("emulation: this kernel has no CUBIC; TCP keeps the host's default "
+                        "congestion control (the link verification's TCP check will tell)")
+        self.tcp_congestion_control = congctl or "default"
         for ns in p.namespaces:
             run_cmd(["ip", "netns", "add", ns])
             self._created.append(ns)
@@ -287,7 +307,7 @@ class Emulation:
                              f"addr add {p.ip(i)}/{p.prefixlen} dev {DEVICE_IFNAME}",
                              f"link set {DEVICE_IFNAME} up"], ns=ns)
             run_batch("tc", device_tc_lines(p, i, netem=self.backend == "netem"), ns=ns)
-            run_batch("ip", device_route_lines(p, i), ns=ns)
+            run_batch("ip", device_route_lines(p, i, congctl=congctl), ns=ns)
             for kv in _DEVICE_SYSCTLS:
                 run_cmd(["sysctl", "-q", "-w", kv], ns=ns, check=False)
         if self.backend == "nfqueue":

@@ -71,3 +71,16 @@ def test_emulate_path_rows_carry_scales_and_prediction(tmp_path, monkeypatch):
     assert (row["case"], row.hidden_size, row.global_batch_size, row.emu_bandwidth_scale) == (
         5, 256, 8, 0.1)
     assert row.predicted_iter_time_s > 0
+
+
+def test_emulate_mode_dispatches_the_baselines(monkeypatch):
+    """``repro/run.py mode=emulate system=megatron|deepspeed`` runs the baseline, not ours."""
+    from repro.modes import emulate, train_baseline
+
+    seen = []
+    monkeypatch.setattr(train_baseline, "run", lambda cfg: seen.append(str(cfg.system)) or {})
+    for system in ("megatron", "deepspeed"):
+        emulate.run(_cfg("mode=emulate", f"system={system}", "model=debug", "case=5"))
+    assert seen == ["megatron", "deepspeed"]
+    with pytest.raises(ValueError, match="system must be ours, megatron or deepspeed"):
+        emulate.run(_cfg("mode=emulate", "system=gpipe", "model=debug", "case=5"))

@@ -72,6 +72,7 @@ def test_device_tc_and_route_lines():
     routes = device_route_lines(plan, 0)
     assert len(routes) == 2 and routes[0].startswith(f"route add {plan.ip(1)}/32 dev eth0 window ")
     assert all(r.endswith(" congctl cubic") for r in routes)
+    assert not any("congctl" in r for r in device_route_lines(plan, 0, congctl=None))
     bdp = plan.goodput_bps[0, 1] * 2 * plan.delay_s[0, 1] / 8
     assert int(routes[0].split(" window ")[1].split()[0]) >= bdp
 
