@@ -361,17 +361,22 @@ def emulation_kwargs(emu) -> dict:
             "rank_env": [emu.rank_env(i) for i in range(n)], "master_addr": emu.master_addr}
 
 
-def predict_iter_time_s(spec: BaselineSpec, cluster: Cluster, hardware=None) -> float | None:
+def predict_iter_time_s(spec: BaselineSpec, cluster: Cluster, hardware=None,
+                        transport=None) -> float | None:
     """The simulator's iteration time for ``spec`` on ``cluster`` (baselines/*/perf.py).
 
-    ``hardware`` is a :class:`system.simulator.hardware.Hardware` (default V100). None when the
-    simulator has no model for the point (it raises ValueError, e.g. ZeRO-0/2 or TP across hosts).
+    ``hardware`` is a :class:`system.simulator.hardware.Hardware` (default V100), ``transport``
+    a :class:`system.simulator.comm.Transport` (default NCCL; the CPU runs use GLOO). None when
+    the simulator has no model for the point (it raises ValueError, e.g. ZeRO-0/2 or TP across
+    hosts).
     """
     from baselines.space import BaselineConfig
 
     cfg = BaselineConfig(system=spec.system, tp=spec.tp, pp=spec.pp, dp=spec.dp,
                          micro_batch_size=spec.micro_batch_size, zero=spec.zero or 0)
     kw = {} if hardware is None else {"hardware": hardware}
+    if transport is not None:
+        kw["transport"] = transport
     try:
         if spec.system == "megatron":
             from baselines.megatron.perf import simulate_megatron

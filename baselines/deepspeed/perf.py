@@ -28,7 +28,7 @@ from baselines.space import (
 )
 from system.cluster import Cluster
 from system.simulator.collective import simulate_1f1b_ring
-from system.simulator.comm import ring_collective_s
+from system.simulator.comm import NCCL, Transport, ring_collective_s
 from system.simulator.hardware import V100, Hardware, stage_compute
 from system.simulator.result import SimResult
 from system.workload import Workload
@@ -80,9 +80,17 @@ def simulate_zero3(
 
 
 def simulate_deepspeed(
-    cluster: Cluster, workload: Workload, config: BaselineConfig, hardware: Hardware = V100
+    cluster: Cluster,
+    workload: Workload,
+    config: BaselineConfig,
+    hardware: Hardware = V100,
+    transport: Transport = NCCL,
 ) -> SimResult:
-    """One DeepSpeed iteration in ``config`` (ZeRO-3, or pipeline + ZeRO-1)."""
+    """One DeepSpeed iteration in ``config`` (ZeRO-3, or pipeline + ZeRO-1).
+
+    ``transport`` (NCCL or GLOO) applies to the pipeline + ZeRO-1 variant; ZeRO-3's collectives
+    are the textbook rings either way (see the module docstring).
+    """
     if config.system != "deepspeed":
         raise ValueError(f"simulate_deepspeed: not a DeepSpeed configuration: {config}")
     if config.zero == 3:
@@ -100,6 +108,7 @@ def simulate_deepspeed(
         zero=1,
         system="deepspeed",
         hardware=hardware,
+        transport=transport,
     )
     res.breakdown["variant"] = "pp+zero1"
     return res

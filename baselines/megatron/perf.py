@@ -20,6 +20,7 @@ from baselines.space import (
 )
 from system.cluster import Cluster
 from system.simulator.collective import simulate_1f1b_ring
+from system.simulator.comm import NCCL, Transport
 from system.simulator.hardware import V100, Hardware
 from system.simulator.result import SimResult
 from system.workload import Workload
@@ -28,9 +29,16 @@ __all__ = ["simulate_megatron", "grid_search_megatron"]
 
 
 def simulate_megatron(
-    cluster: Cluster, workload: Workload, config: BaselineConfig, hardware: Hardware = V100
+    cluster: Cluster,
+    workload: Workload,
+    config: BaselineConfig,
+    hardware: Hardware = V100,
+    transport: Transport = NCCL,
 ) -> SimResult:
-    """One Megatron iteration in ``config`` (its micro-batch size replaces the workload's)."""
+    """One Megatron iteration in ``config`` (its micro-batch size replaces the workload's).
+
+    ``transport``: NCCL (GPUs, the paper) or GLOO (the CPU runs on emulated links).
+    """
     if config.system != "megatron" or config.zero:
         raise ValueError(f"simulate_megatron: not a Megatron configuration: {config}")
     w = with_micro_batch(workload, config)
@@ -43,6 +51,7 @@ def simulate_megatron(
         zero=0,
         system="megatron",
         hardware=hardware,
+        transport=transport,
     )
     assert abs(res.memory_bytes - config_memory_bytes(config, workload)) < 1.0
     return res

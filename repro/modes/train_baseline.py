@@ -126,6 +126,7 @@ def _run_emulated(cfg: DictConfig, base: BaselineSpec) -> dict:
     from system.cases import get_case
     from system.emulation.netns import Emulation
     from system.emulation.plan import make_plan
+    from system.simulator.comm import GLOO
 
     user = OmegaConf.to_container(cfg.get("emulate") or OmegaConf.create({}), resolve=True)
     em = {**DEFAULTS, **{k: v for k, v in user.items() if v is not None}}
@@ -153,7 +154,7 @@ def _run_emulated(cfg: DictConfig, base: BaselineSpec) -> dict:
     with Emulation(plan, backend=str(em["backend"])) as emu:
         extra["emu_backend"] = emu.backend
         return _execute(cfg, base, scaled, emulation_kwargs(emu), extra,
-                        predict=lambda s: predict_iter_time_s(s, scaled, hw))
+                        predict=lambda s: predict_iter_time_s(s, scaled, hw, GLOO))
 
 
 def run(cfg: DictConfig) -> dict:

@@ -10,12 +10,18 @@ parallel replicas with a ring all-reduce after the pipeline flush (MODELING.md):
 - tensor parallel: per layer and micro-batch 2 all-reduces of the activations (b·s·h fp16) in the
   forward pass, 2 more in the recomputed forward and 2 in the backward (Shoeybi et al. 2019);
   only inside a host;
-- pipeline: 1F1B; each micro-batch exchanges one activation (forward) and one gradient (backward)
-  with each neighbour; Megatron's scatter/gather optimisation sends 1/TP of it per tensor rank;
-  the transfers block the stage (:func:`system.simulator.timeline.one_f_one_b_s`);
-- data parallel: ring all-reduce of the stage's fp16 layer gradients (1/TP per rank) over the DP
-  ranks in rank order, all rings at once; ZeRO-1 replaces it by reduce-scatter + all-gather of the
-  same volume and shards the optimizer state and step.
+- pipeline: 1F1B in Megatron's op order, event by event
+  (:func:`system.simulator.timeline.one_f_one_b_events`); each micro-batch exchanges one
+  activation (forward) and one gradient (backward) with each neighbour in blocking batched
+  send/receive calls; Megatron's scatter/gather optimisation sends 1/TP of it per tensor rank.
+  The ``transport`` decides whether a send waits for the receiver's posted receive (gloo) or
+  goes eagerly (NCCL, the paper's runs) — on WAN latencies that is up to 2× on a
+  communication-bound pipeline (``results/baselines/COMPARISON.md``);
+- data parallel: ring all-reduce of the stage's layer gradients (``workload.gradient_bytes`` per
+  parameter, 1/TP per rank) over the DP ranks in rank order, all rings at once, each starting
+  when its stage's last replica leaves the pipeline (:func:`system.simulator.comm.ring_allreduce_s`:
+  NCCL's streamed ring or gloo's segmented one); ZeRO-1 replaces it by reduce-scatter +
+  all-gather of the same volume and shards the optimizer state and step.
 """
 
 from __future__ import annotations
@@ -23,11 +29,17 @@ from __future__ import annotations
 import numpy as np
 
 from system.cluster import Cluster
-from system.simulator.comm import flow_time_s, ring_collective_s
+from system.simulator.comm import (
+    NCCL,
+    Transport,
+    flow_bandwidth_bps,
+    ring_allreduce_s,
+    ring_collective_s,
+)
 from system.simulator.hardware import V100, Hardware, stage_compute
 from system.simulator.memory import training_memory
 from system.simulator.result import SimResult
-from system.simulator.timeline import one_f_one_b_s
+from system.simulator.timeline import one_f_one_b_end_s
 from system.workload import Workload
 
 __all__ = ["rank_grid", "simulate_1f1b_ring", "pipeline_memory_bytes"]
@@ -69,10 +81,13 @@ def simulate_1f1b_ring(
     system: str = "megatron",
     hardware: Hardware = V100,
     p2p_scatter: bool = True,
+    transport: Transport = NCCL,
 ) -> SimResult:
     """One iteration of 1F1B pipelines + ring all-reduce DP in launch order (module docstring).
 
-    ``zero`` 0 (Megatron, replicated optimizer) or 1 (DeepSpeed ZeRO-1: optimizer sharded).
+    ``transport``: :data:`~system.simulator.comm.NCCL` (GPU runs, the paper) or
+    :data:`~system.simulator.comm.GLOO` (the CPU baselines on emulated links). ``zero`` 0
+    (Megatron, replicated optimizer) or 1 (DeepSpeed ZeRO-1: optimizer sharded).
     Raises ValueError for layouts the cluster or workload cannot hold (sizes, TP across hosts).
     """
     model = workload.model
@@ -107,18 +122,43 @@ def simulate_1f1b_ring(
         b = b + 4 * layers * t_ar
     else:
         t_ar = 0.0
-    slot = np.broadcast_to((f + b)[:, None], (pp, dp)).copy()
-    if pp > 1:  # activations forward and gradients backward in flight at once (steady state)
+    fwd = np.broadcast_to(f[:, None], (pp, dp))
+    bwd = np.broadcast_to(b[:, None], (pp, dp))
+    occupy = np.zeros((2, max(pp - 1, 0), dp))
+    delay = np.zeros((2, max(pp - 1, 0), dp))
+    buffer_s = np.zeros((2, max(pp - 1, 0), dp))
+    if pp > 1:  # activations forward and gradients backward, all links' flows counted at once
         send = act / tp if p2p_scatter else act
         src, dst = grid[:-1].ravel(), grid[1:].ravel()
-        both = flow_time_s(cluster, np.concatenate([src, dst]), np.concatenate([dst, src]), send)
-        link = np.maximum(both[: src.size], both[src.size :]).reshape(pp - 1, dp, tp).max(axis=2)
-        slot[:-1] += link
-        slot[1:] += link
-    pipeline_s = float(one_f_one_b_s(slot, m).max())
+        both_src, both_dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+        bw = flow_bandwidth_bps(cluster, both_src, both_dst).reshape(2, pp - 1, dp, tp)
+        lat = cluster.delay_s[both_src, both_dst].reshape(2, pp - 1, dp, tp)
+        occupy = (8.0 * send / bw).max(axis=3)  # the slowest tensor rank's copy
+        delay = lat.max(axis=3)
+        buffer_s = (8.0 * transport.send_buffer_bytes / bw).min(axis=3)
+    ends = one_f_one_b_end_s(
+        fwd,
+        bwd,
+        occupy[0],
+        occupy[1],
+        delay[0],
+        delay[1],
+        micro_batches=m,
+        rendezvous=transport.rendezvous,
+        buffer_fwd_s=buffer_s[0],
+        buffer_bwd_s=buffer_s[1],
+    )  # (pp, dp): when each stage of each replica leaves the pipeline
+    pipeline_s = float(ends.max())
+    grad_bytes = workload.gradient_bytes * params
     rings = grid.transpose(0, 2, 1).reshape(-1, dp)  # (pp·tp, dp): one DP ring per (s, t)
-    dp_s = float(ring_collective_s(cluster, rings, 2.0 * params).max()) if dp > 1 else 0.0
-    iter_s = pipeline_s + dp_s + float(opt.max())
+    dp_each = (
+        ring_allreduce_s(cluster, rings, grad_bytes, transport).reshape(pp, tp).max(axis=1)
+        if dp > 1
+        else np.zeros(pp)
+    )
+    stage_done = ends.max(axis=1) + dp_each  # a ring starts when its last replica is done
+    dp_s = float(dp_each.max())
+    iter_s = float((stage_done + opt).max())
     memory = pipeline_memory_bytes(workload, tp, pp, dp, optimizer_shards=shards)
     return SimResult(
         system=system,
@@ -132,7 +172,7 @@ def simulate_1f1b_ring(
             "dp_sync_s": dp_s,
             "optimizer_s": float(opt.max()),
             "tp_allreduce_s": float(t_ar),
-            "slot_max_s": float(slot.max()),
+            "dp_span_s": float(stage_done.max() - pipeline_s),
             "micro_batches": int(m),
         },
         status="ok" if memory <= hardware.usable_memory_bytes else "oom",

@@ -25,12 +25,48 @@ Collectives:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from system.cluster import Cluster
 
-__all__ = ["flow_bandwidth_bps", "flow_time_s", "ring_collective_s", "sharded_ps_p2p_s"]
+__all__ = [
+    "GLOO",
+    "NCCL",
+    "Transport",
+    "flow_bandwidth_bps",
+    "flow_time_s",
+    "ring_allreduce_s",
+    "ring_collective_s",
+    "sharded_ps_p2p_s",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Transport:
+    """How a communication library moves point-to-point messages and ring all-reduces.
+
+    - ``rendezvous``: a message leaves only after the receiver posted its receive and that
+      notice crossed the link (gloo's unbound buffers); otherwise sends are eager (NCCL over
+      sockets: receive buffers are pre-posted FIFO slots).
+    - ``send_buffer_bytes``: a blocking send returns once all but this many bytes have left (the
+      socket send buffer for gloo, NCCL's 4 MiB channel buffer).
+    - ``ring_segment_bytes`` / ``ring_window``: gloo's ring all-reduce cuts the buffer into
+      segments of at most 1 MiB (at least 2 per rank) and keeps 2 sends/receives in flight per
+      rank, each behind the receiver's notice (``gloo/allreduce.cc``, ``kMaxSegmentSize``);
+      ``None``: streamed textbook ring (NCCL), 2·(n−1) steps of α + 8·S/(n·β).
+    """
+
+    name: str
+    rendezvous: bool
+    send_buffer_bytes: float
+    ring_segment_bytes: float | None = None
+    ring_window: int = 2
+
+
+NCCL = Transport("nccl", rendezvous=False, send_buffer_bytes=4 * 2**20)
+GLOO = Transport("gloo", rendezvous=True, send_buffer_bytes=4 * 2**20, ring_segment_bytes=2**20)
 
 
 def flow_bandwidth_bps(
@@ -153,3 +189,51 @@ def sharded_ps_p2p_s(
     s2 = np.maximum(red[:, :, None], s1 + x_s)  # [g, j, i]: j's reduced shard to i
     a2 = np.where(off, s2 + a + x_s, -np.inf)
     return np.maximum(red, a2.max(axis=1))
+
+
+def ring_allreduce_s(
+    cluster: Cluster, rings: Sequence[Sequence[int]], nbytes: float, transport: Transport = NCCL
+) -> np.ndarray:
+    """Seconds for each of several concurrent ring all-reduces of ``nbytes`` per device.
+
+    NCCL (``transport.ring_segment_bytes is None``): :func:`ring_collective_s`. gloo, event by
+    event as ``gloo/allreduce.cc`` runs it: N = n·k segments (k = max(2, ⌈S/(n·1 MiB)⌉) per
+    rank), a reduce-scatter loop then an all-gather loop of (n−1)·k sends each; rank q sends to
+    q−1 and receives from q+1. In iteration i a rank first waits for its receive and send of
+    iteration i − window, then posts receive i and issues send i; send i leaves when the link is
+    free and the left neighbour's receive-i notice has arrived (α back), occupies the link
+    8·seg/β and lands α later. Each loop ends once its last receive and send are done.
+    """
+    if transport.ring_segment_bytes is None:
+        return ring_collective_s(cluster, rings, nbytes)
+    g = np.asarray([list(r) for r in rings], dtype=int)
+    if g.ndim != 2:
+        raise ValueError("ring all-reduce: rings must have one size")
+    n = g.shape[1]
+    if n == 1:
+        return np.zeros(g.shape[0])
+    k = max(2, int(np.ceil(nbytes / (n * transport.ring_segment_bytes))))
+    seg = nbytes / (n * k)
+    left = np.roll(g, 1, axis=1)  # [:, q] = device of rank q-1, the one q sends to
+    bw = flow_bandwidth_bps(cluster, g.ravel(), left.ravel()).reshape(g.shape)
+    busy = 8.0 * seg / bw
+    alpha = cluster.delay_s[g, left]  # q -> q-1
+    back = cluster.delay_s[left, g]  # q-1's notice to q
+    lag = np.maximum(busy - 8.0 * transport.send_buffer_bytes / bw, 0.0)
+    w = transport.ring_window
+    sends = (n - 1) * k
+    t = np.zeros(g.shape)
+    for _phase in range(2):  # reduce-scatter, then all-gather
+        link_free = np.full(g.shape, -np.inf)
+        landed = []  # per iteration: when q's receive lands (from q+1)
+        sent = []
+        for i in range(sends + w):
+            if i >= w:
+                t = np.maximum(t, np.maximum(landed[i - w], sent[i - w]))
+            if i < sends:
+                posted_left = np.roll(t, 1, axis=1)  # q-1 posts its receive i at its t
+                start = np.maximum(np.maximum(t, link_free), posted_left + back)
+                link_free = start + busy
+                sent.append(start + lag)
+                landed.append(np.roll(start + busy + alpha, -1, axis=1))  # lands at q-1
+    return t.max(axis=1)

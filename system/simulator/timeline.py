@@ -17,18 +17,23 @@ j·c))``, vectorised over micro-batches and replicas. With free links and equal 
 GPipe's (m + p − 1)·(t_f + t_b) exactly (tested).
 
 1F1B (Megatron, DeepSpeed) with blocking point-to-point transfers (MODELING.md: Megatron waits on
-its p2p inside the schedule): a stage's slot is ``t_f + t_b`` plus the exchange with each
-neighbour; the pipeline takes ``Σ_s slot_s + (m − 1)·max_s slot_s`` — the standard fill + steady
-state + drain bound, equal to (m + p − 1)·slot on uniform stages.
+its p2p inside the schedule), simulated event by event in Megatron's op order
+(:func:`one_f_one_b_events`): each blocking call returns when its receives have landed and its
+sends have left, and with a rendezvous transport (gloo) a message leaves only after the
+receiver's posted-receive notice crossed back. On free links and equal stages it gives
+(m + p − 1)·(t_f + t_b) (tested). Long passes are extrapolated from their periodic steady state
+(:func:`one_f_one_b_end_s`).
 """
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["GPipeTimes", "gpipe_timeline", "one_f_one_b_s"]
+__all__ = ["GPipeTimes", "gpipe_timeline", "one_f_one_b_end_s", "one_f_one_b_events"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,11 +133,202 @@ def gpipe_timeline(
     return GPipeTimes(fwd_end_s=fwd_end, bwd_end_s=bwd_end)
 
 
-def one_f_one_b_s(slot_s: np.ndarray, micro_batches: int) -> np.ndarray:
-    """1F1B pipeline time per replica from per-stage slots (p, r): Σ slot + (m − 1)·max slot."""
-    if micro_batches < 1:
+def _megatron_1f1b_program(stage: int, p: int, m: int) -> list[tuple]:
+    """Stage ``stage``'s op list in Megatron's non-interleaved 1F1B order.
+
+    Items: ``("F", i)`` / ``("B", i)`` compute of micro-batch i, and ``("C", msgs)`` one blocking
+    (batched) p2p call; a msg is ``(role, key)`` with role "send"/"recv" and key ``("f", i, s)``
+    (micro-batch i's activation s -> s+1) or ``("b", i, s)`` (its gradient s+1 -> s).
+    """
+    s = stage
+
+    def recv_f(i):
+        return [("recv", ("f", i, s - 1))] if s > 0 else []
+
+    def send_f(i):
+        return [("send", ("f", i, s))] if s < p - 1 else []
+
+    def recv_b(i):
+        return [("recv", ("b", i, s))] if s < p - 1 else []
+
+    def send_b(i):
+        return [("send", ("b", i, s - 1))] if s > 0 else []
+
+    ops: list[tuple] = []
+
+    def call(msgs):
+        if msgs:
+            ops.append(("C", msgs))
+
+    warm = min(p - s - 1, m)
+    rest = m - warm
+    for i in range(warm):
+        call(recv_f(i))
+        ops.append(("F", i))
+        call(send_f(i))
+    if rest > 0:
+        call(recv_f(warm))
+    for j in range(rest):
+        ops.append(("F", warm + j))
+        call(send_f(warm + j) + recv_b(j))  # send_forward_recv_backward
+        ops.append(("B", j))
+        call(send_b(j) if j == rest - 1 else send_b(j) + recv_f(warm + j + 1))
+    for i in range(rest, m):  # cool-down
+        call(recv_b(i))
+        ops.append(("B", i))
+        call(send_b(i))
+    return ops
+
+
+def one_f_one_b_events(
+    fwd_s: np.ndarray,
+    bwd_s: np.ndarray,
+    busy_fwd_s: np.ndarray,
+    busy_bwd_s: np.ndarray,
+    delay_fwd_s: np.ndarray,
+    delay_bwd_s: np.ndarray,
+    micro_batches: int,
+    *,
+    rendezvous: bool = False,
+    buffer_fwd_s: np.ndarray | float = 0.0,
+    buffer_bwd_s: np.ndarray | float = 0.0,
+    return_first_bwd: bool = False,
+) -> np.ndarray:
+    """End time of every stage of a 1F1B pass with blocking p2p, event by event; shape (p, r).
+
+    Megatron's order (:func:`_megatron_1f1b_program`): each blocking call (a batched send +
+    receive) returns when all its receives have landed and all its sends have left. A message of
+    link (s, s+1) occupies the link ``busy`` seconds (8X/β) from its start, one message at a time,
+    and lands ``delay`` (α) after it leaves. It starts when its sender issued it and the link is
+    free, and — with ``rendezvous`` (gloo: data goes only to a posted receive) — not before the
+    receiver's posted-receive notice has crossed back (α of the opposite direction). A send
+    returns once all but ``buffer`` seconds of its bytes have left (the socket / FIFO buffer).
+    ``fwd_s``/``bwd_s`` (p, r): compute per micro-batch; links (p−1, r); r replicas in parallel.
+    ``return_first_bwd``: also return stage 0's backward end times, shape (m, r).
+    """
+    f = np.atleast_2d(np.asarray(fwd_s, float))
+    p, r = f.shape
+    m = int(micro_batches)
+    if m < 1:
         raise ValueError(f"1f1b: micro_batches must be >= 1, got {micro_batches}")
-    slot = np.asarray(slot_s, float)
-    if slot.ndim == 1:
-        slot = slot[:, None]
-    return slot.sum(axis=0) + (micro_batches - 1) * slot.max(axis=0)
+    cols = [f, np.broadcast_to(np.asarray(bwd_s, float), (p, r))]
+    for x in (busy_fwd_s, busy_bwd_s, delay_fwd_s, delay_bwd_s, buffer_fwd_s, buffer_bwd_s):
+        cols.append(np.broadcast_to(np.asarray(x, float), (max(p - 1, 0), r)))
+    programs = _programs(p, m)
+    ends, firsts, seen = [], [], {}
+    for j in range(r):  # one scalar replay per distinct replica (plain floats: fast)
+        args = tuple(tuple(c[:, j].tolist()) for c in cols)
+        if args not in seen:
+            seen[args] = _replay(programs, *args, rendezvous=rendezvous)
+        ends.append(seen[args][0])
+        firsts.append(seen[args][1])
+    out = np.array(ends, dtype=float).T
+    if return_first_bwd:
+        return out, np.array(firsts, dtype=float).T
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _programs(p: int, m: int) -> tuple:
+    return tuple(tuple(_megatron_1f1b_program(s, p, m)) for s in range(p))
+
+
+def _replay(programs, f, b, busy_f, busy_b, delay_f, delay_b, buf_f, buf_b, *, rendezvous):
+    """One replica of :func:`one_f_one_b_events`: (end per stage, stage 0's backward ends)."""
+    p = len(programs)
+    links = {"f": (busy_f, delay_f, delay_b, buf_f), "b": (busy_b, delay_b, delay_f, buf_b)}
+    pc = [0] * p
+    now = [0.0] * p
+    issued: dict[tuple, float] = {}  # (role, key) -> issue time
+    done: dict[tuple, tuple[float, float]] = {}  # key -> (sender free, landing)
+    link_free = {}
+    first_bwd = []  # stage 0's end of each backward, in order: the steady state's clock
+    other = {"send": "recv", "recv": "send"}
+    waiting: dict[tuple, int] = {}  # (role, key) a blocked stage needs issued -> that stage
+    ready = list(range(p))  # stages that can run until their next unmatched call
+    while ready:
+        s = ready.pop()
+        prog = programs[s]
+        while pc[s] < len(prog):
+            kind, arg = prog[pc[s]]
+            if kind == "F":
+                now[s] += f[s]
+            elif kind == "B":
+                now[s] += b[s]
+                if s == 0:
+                    first_bwd.append(now[0])
+            else:
+                for role, key in arg:
+                    if (role, key) not in issued:
+                        issued[(role, key)] = now[s]
+                        if (role, key) in waiting:
+                            ready.append(waiting.pop((role, key)))
+                missing = [
+                    (other[role], key) for role, key in arg if (other[role], key) not in issued
+                ]
+                if missing:
+                    waiting[missing[0]] = s
+                    break
+                end = now[s]
+                for role, key in arg:
+                    if key not in done:  # first time both ends are known: place it on its link
+                        d, _, k = key
+                        busy, delay, back, buf = links[d]
+                        start = max(issued[("send", key)], link_free.get((d, k), -math.inf))
+                        if rendezvous:
+                            start = max(start, issued[("recv", key)] + back[k])
+                        link_free[(d, k)] = start + busy[k]
+                        done[key] = (start + max(busy[k] - buf[k], 0.0), start + busy[k] + delay[k])
+                    end = max(end, done[key][0 if role == "send" else 1])
+                now[s] = end
+            pc[s] += 1
+    if any(pc[s] < len(programs[s]) for s in range(p)):
+        raise RuntimeError("1f1b events: schedule deadlocked (a bug in the op lists)")
+    return now, first_bwd
+
+
+def _cycle(increments: np.ndarray, longest: int) -> int | None:
+    """Smallest c <= ``longest`` with increments[j] == increments[j − c] over the whole window."""
+    scale = max(float(np.abs(increments).max()), 1e-30)
+    for c in range(1, longest + 1):
+        if c < increments.shape[0] and np.allclose(
+            increments[c:], increments[:-c], rtol=0.0, atol=1e-9 * scale
+        ):
+            return c
+    return None
+
+
+def one_f_one_b_end_s(
+    *args, micro_batches: int, exact_up_to: int | None = None, **kw
+) -> np.ndarray:
+    """:func:`one_f_one_b_events` (same arguments), extrapolated past ``exact_up_to`` micro-batches.
+
+    A 1F1B pass is a max-plus linear system: after a transient, stage 0's backward end times
+    advance periodically, by c·λ every c micro-batches (c the cyclicity, λ the mean period). For
+    m above the cap (default 3p + 24 eager, 8p + 32 with rendezvous, whose transient is longer)
+    the pass is run for M = cap micro-batches, c and λ are read off the second half of stage 0's
+    backwards, and the pass is run again for the M' ∈ (M − c, M] with M' ≡ m (mod c): T(m) =
+    T(M') + (m − M')·λ. If no cycle shows, the cap doubles, up to m (then the run is exact).
+    Against exact runs of 300–700 micro-batches on random links (p ≤ 32): eager within 1e-12,
+    rendezvous within 1% (p ≥ 16; within 0.05% for p ≤ 8).
+    """
+    p = np.atleast_2d(np.asarray(args[0])).shape[0]
+    if exact_up_to is None:
+        cap = 8 * p + 32 if kw.get("rendezvous") else 3 * p + 24
+    else:
+        cap = int(exact_up_to)
+    m = int(micro_batches)
+    while m > cap:
+        _, first = one_f_one_b_events(*args, micro_batches=cap, return_first_bwd=True, **kw)
+        steady = first[cap // 2 : cap - p]  # before stage 0's cool-down
+        window = np.diff(steady, axis=0)
+        cycles = [_cycle(window[:, j], window.shape[0] // 3) for j in range(window.shape[1])]
+        if all(c is not None for c in cycles):
+            c = int(np.lcm.reduce(np.asarray(cycles, dtype=np.int64)))
+            if c <= window.shape[0] // 3:
+                lam = (steady[-1] - steady[-1 - c]) / c
+                m_short = cap - ((cap - m) % c)
+                base = one_f_one_b_events(*args, micro_batches=m_short, **kw)
+                return base + (m - m_short) * lam[None, :]
+        cap *= 2
+    return one_f_one_b_events(*args, micro_batches=m, **kw)

@@ -1,7 +1,9 @@
-"""Simulator: closed forms (GPipe, one link, ring all-reduce, 1F1B), cost-model agreement, FLOPs,
-memory, monotonicity."""
+"""Simulator: closed forms (GPipe, one link, ring all-reduce), 1F1B and gloo events,
+cost-model agreement, FLOPs, memory, monotonicity."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -12,14 +14,17 @@ from system.cost.model import assignment_cost, dp_cost_matrix_s, dp_group_cost_s
 from system.scheduler.assignment import Assignment, identity_assignment, random_assignment
 from system.simulator import Hardware, StageCompute, simulate_1f1b_ring, simulate_ours
 from system.simulator.comm import (
+    GLOO,
+    NCCL,
     flow_bandwidth_bps,
     flow_time_s,
+    ring_allreduce_s,
     ring_collective_s,
     sharded_ps_p2p_s,
 )
 from system.simulator.hardware import V100, stage_compute
 from system.simulator.memory import training_memory
-from system.simulator.timeline import gpipe_timeline, one_f_one_b_s
+from system.simulator.timeline import gpipe_timeline, one_f_one_b_end_s, one_f_one_b_events
 from system.workload import MODELS, Workload, tasklet_sizes
 
 
@@ -178,8 +183,75 @@ def test_sharded_ps_shares_a_host_nic():
     assert np.allclose(done, 2 * 8 * 1e8 / (1e9 / 3))
 
 
-def test_one_f_one_b_uniform():
-    assert one_f_one_b_s(np.full(4, 0.1), 32)[0] == pytest.approx((32 + 4 - 1) * 0.1)
+@pytest.mark.parametrize("p,m", [(1, 5), (2, 1), (4, 3), (4, 32), (6, 6)])
+def test_one_f_one_b_free_links_is_the_textbook_makespan(p, m):
+    # no communication, equal stages: stage 0 ends at (m + p − 1)·(f + b), stage s (b·s) earlier
+    z = np.zeros((p - 1, 2))
+    ends = one_f_one_b_events(
+        np.full((p, 2), 0.1), np.full((p, 2), 0.2), z, z, z, z, micro_batches=m
+    )
+    assert ends[0] == pytest.approx([(m + p - 1) * 0.3] * 2)
+    assert ends[:, 0] == pytest.approx((m + p - 1) * 0.3 - 0.2 * np.arange(p))
+
+
+def test_one_f_one_b_two_stages_by_hand():
+    # 2 stages, 2 micro-batches, no compute, no transmission, one-way delay L.
+    # Eager: stage 0 sends both activations at 0; stage 1 answers each at L (lands 2L): [2L, L].
+    # Rendezvous: activation 0 leaves at L (stage 1's receive notice), lands 2L; stage 1 posts
+    # the receive of activation 1 at 2L, so it leaves at 3L and lands 4L; gradient 1 leaves
+    # stage 1 at 4L (stage 0's notice, posted at 3L, is there) and lands at 5L: [5L, 4L].
+    L = 0.1
+    z, d = np.zeros((1, 1)), np.full((1, 1), L)
+    eager = one_f_one_b_events(np.zeros((2, 1)), np.zeros((2, 1)), z, z, d, d, micro_batches=2)
+    assert eager.ravel() == pytest.approx([2 * L, L])
+    rdv = one_f_one_b_events(
+        np.zeros((2, 1)), np.zeros((2, 1)), z, z, d, d, micro_batches=2, rendezvous=True
+    )
+    assert rdv.ravel() == pytest.approx([5 * L, 4 * L])
+
+
+def test_one_f_one_b_rendezvous_never_faster_and_extrapolation_exact():
+    rng = np.random.default_rng(7)
+    for _ in range(6):
+        p, r = int(rng.integers(2, 7)), 3
+        f = rng.uniform(0, 0.1, (p, r))
+        links = [rng.uniform(0, 0.1, (p - 1, r)) for _ in range(2)]
+        delay = rng.uniform(0, 0.2, (p - 1, r))
+        args = (f, 2 * f, *links, delay, delay * rng.uniform(0.8, 1.2, (p - 1, r)))
+        for rdv in (False, True):
+            m = int(rng.integers(120, 200))
+            exact = one_f_one_b_events(*args, micro_batches=m, rendezvous=rdv)
+            fast = one_f_one_b_end_s(*args, micro_batches=m, rendezvous=rdv)
+            assert fast == pytest.approx(exact, rel=2e-3)
+        eager = one_f_one_b_events(*args, micro_batches=9)
+        assert np.all(one_f_one_b_events(*args, micro_batches=9, rendezvous=True) >= eager - 1e-12)
+
+
+def test_gloo_ring_allreduce():
+    # no latency: gloo's segmented ring moves 2·(n−1)/n of the buffer per link, like NCCL's
+    c = uniform(4, bw_gbps=1.0, delay_ms=0.0)
+    size = 64e6
+    want = 2 * 3 / 4 * 8 * size / 1e9
+    assert ring_allreduce_s(c, [[0, 1, 2, 3]], size, GLOO)[0] == pytest.approx(want, rel=1e-9)
+    assert ring_allreduce_s(c, [[0, 1, 2, 3]], size, NCCL)[0] == pytest.approx(want, rel=1e-9)
+    # with WAN latency every segment waits for its receiver's notice: slower than NCCL's ring,
+    # at least 2α per window of 2 segments on each of the (n−1)·k sends of both loops
+    w = uniform(4, bw_gbps=1.0, delay_ms=100.0)
+    gloo, nccl = (ring_allreduce_s(w, [[0, 1, 2, 3]], size, t)[0] for t in (GLOO, NCCL))
+    k = int(np.ceil(size / (4 * 2**20)))
+    assert gloo > nccl
+    assert gloo >= 2 * (3 * k / 2) * 2 * 0.1
+
+
+def test_baseline_transport_and_gradient_bytes():
+    c = get_case("5")
+    w = Workload(model=MODELS["gpt3_xl"].with_layers(24), global_batch_size=1024)
+    nccl = simulate_1f1b_ring(c, w, tp=1, pp=8, dp=8)
+    gloo = simulate_1f1b_ring(c, w, tp=1, pp=8, dp=8, transport=GLOO)
+    assert gloo.iter_time_s > nccl.iter_time_s
+    fp32 = simulate_1f1b_ring(c, dataclasses.replace(w, gradient_bytes=4), tp=1, pp=8, dp=8)
+    assert fp32.breakdown["pipeline_s"] == pytest.approx(nccl.breakdown["pipeline_s"])
+    assert fp32.breakdown["dp_sync_s"] == pytest.approx(2 * nccl.breakdown["dp_sync_s"], rel=0.05)
 
 
 def test_stage_flops_sum_to_the_model_formula():
