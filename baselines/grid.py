@@ -76,6 +76,11 @@ class BaselineSpec:
     device: str = "cpu"  # cpu (gloo) | cuda (nccl)
     recompute: bool = False
     timeout_s: float = 120.0  # collective timeout inside the workers
+    # iteration start: "barrier" (each rank times itself from its own barrier exit) or "clock"
+    # (all ranks start at one wall-clock instant start_margin_s after the barrier; ranks on one
+    # host only, as in an emulated network; system/runtime/worker.py:start_together)
+    start: str = "barrier"
+    start_margin_s: float = 1.0
     result_path: str | None = None  # rank 0 writes its metrics here (set by run_point)
 
     @property
@@ -120,6 +125,10 @@ def check_spec(spec: BaselineSpec) -> None:
             raise ValueError(f"baseline spec: {k} must be >= 1, got {getattr(spec, k)}")
     if spec.device not in ("cpu", "cuda"):
         raise ValueError(f"baseline spec: device must be cpu or cuda, got {spec.device!r}")
+    if spec.start not in ("barrier", "clock"):
+        raise ValueError(f"baseline spec: start must be barrier or clock, got {spec.start!r}")
+    if not spec.start_margin_s > 0:
+        raise ValueError(f"baseline spec: start_margin_s must be > 0, got {spec.start_margin_s}")
     m = spec.gpt_config()
     spec.workload().check_layout(spec.pp, spec.dp)
     if m.num_attention_heads % spec.tp or m.hidden_size % spec.tp:

@@ -75,7 +75,7 @@ def _train_zero(ds, spec: BaselineSpec, device: torch.device) -> tuple[list[floa
     for it in range(spec.iters):
         micro = wc.replica_micro_batches(spec, it, dp_rank, dp_size)
         total = torch.zeros((), dtype=torch.float64)
-        with wc.IterationTimer(device) as timer:
+        with wc.IterationTimer(device, spec) as timer:
             for inputs, targets in micro:
                 loss = lm_loss(engine(inputs.to(device)), targets.to(device))
                 engine.backward(loss)  # DeepSpeed scales by 1/accumulation itself
@@ -104,7 +104,7 @@ def _train_pipeline(ds, spec: BaselineSpec,
     for it in range(spec.iters):
         micro = [(x.to(device), y.to(device))
                  for x, y in wc.replica_micro_batches(spec, it, dp_rank, dp_size)]
-        with wc.IterationTimer(device) as timer:
+        with wc.IterationTimer(device, spec) as timer:
             loss = engine.train_batch(data_iter=iter(micro))  # mean over micro-batches and DP
         # train_batch already averaged over DP; every replica's last stage adds it once
         losses.append(wc.global_mean_loss(loss if is_last else None, dp_size, device))

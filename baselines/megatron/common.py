@@ -73,17 +73,24 @@ def replica_micro_batches(spec: BaselineSpec, it: int, dp_rank: int,
 
 
 class IterationTimer:
-    """Times one iteration on this rank: barrier, then wall clock until exit (CUDA synchronised)."""
+    """Times one iteration on this rank: barrier (and with ``spec.start == "clock"`` one common
+    wall-clock instant), then wall clock until exit (CUDA synchronised)."""
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, spec: BaselineSpec | None = None) -> None:
         self.device = device
+        self.spec = spec
         self.elapsed_s = float("nan")
 
     def __enter__(self) -> IterationTimer:
         dist.barrier()
         if self.device.type == "cuda":
             torch.cuda.synchronize()
-        self._t0 = time.perf_counter()
+        if self.spec is not None and self.spec.start == "clock":
+            from system.runtime.worker import start_together
+
+            self._t0, _ = start_together(self.device, self.spec.start_margin_s)
+        else:
+            self._t0 = time.perf_counter()
         return self
 
     def __exit__(self, *exc) -> None:

@@ -52,6 +52,7 @@ def simulate_megatron(
         system="megatron",
         hardware=hardware,
         transport=transport,
+        grad_norm=True,  # megatron-core's optimizer step all-reduces the gradient norm
     )
     assert abs(res.memory_bytes - config_memory_bytes(config, workload)) < 1.0
     return res

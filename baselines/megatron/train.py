@@ -107,7 +107,7 @@ def train(spec: BaselineSpec) -> dict:
         micro = wc.replica_micro_batches(spec, it, dp_rank, dp_size)
         model.zero_grad_buffer()
         optimizer.zero_grad()
-        with wc.IterationTimer(device) as timer:
+        with wc.IterationTimer(device, spec) as timer:
             out = forward_backward(forward_step_func=forward_step, data_iterator=iter(micro),
                                    model=[model], num_microbatches=len(micro),
                                    seq_length=m.seq_length, micro_batch_size=spec.micro_batch_size,

@@ -136,7 +136,7 @@ def _run_emulated(cfg: DictConfig, base: BaselineSpec) -> dict:
     cluster = full.subset(devices)
     base = dataclasses.replace(
         base, hidden_size=int(em["hidden_size"]), seq_length=int(em["seq_length"]),
-        vocab_size=int(em["vocab_size"]),
+        vocab_size=int(em["vocab_size"]), start="clock",  # ranks share the host's clock
         global_batch_size=int(cfg.batch) if cfg.get("batch") is not None  # emulate.py's default:
         else 4 * int(cfg.dp if cfg.get("dp") is not None else 2))
     plan = make_plan(cluster, bandwidth_scale=float(em["bandwidth_scale"]),
@@ -150,7 +150,8 @@ def _run_emulated(cfg: DictConfig, base: BaselineSpec) -> dict:
     hw = calibrated_cpu_hardware(base)
     m = base.gpt_config()
     extra = {"case": str(cfg.case), "devices": devices, "hidden_size": m.hidden_size,
-             "seq_length": m.seq_length, "vocab_size": m.vocab_size, **plan.scale_record()}
+             "seq_length": m.seq_length, "vocab_size": m.vocab_size, "start": base.start,
+             **plan.scale_record()}
     with Emulation(plan, backend=str(em["backend"])) as emu:
         extra["emu_backend"] = emu.backend
         return _execute(cfg, base, scaled, emulation_kwargs(emu), extra,

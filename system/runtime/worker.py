@@ -51,13 +51,19 @@ TIMING_FIELDS = (
 
 
 def _start_iteration(spec: RunSpec, device: torch.device) -> tuple[float, float]:
-    """Barrier, then (spec.start == "clock") wait for a common wall-clock instant chosen by rank
-    0. Returns (t0, late): this rank's iteration start on ``time.perf_counter`` and how late
-    (s) it was past the instant (it received rank 0's choice after it)."""
+    """Barrier, then (spec.start == "clock") :func:`start_together`. Returns (t0, late)."""
     dist.barrier()
     if spec.start == "barrier":
         return time.perf_counter(), 0.0
-    at = torch.tensor([time.time() + spec.start_margin_s], dtype=torch.float64).to(device)
+    return start_together(device, spec.start_margin_s)
+
+
+def start_together(device: torch.device, margin_s: float) -> tuple[float, float]:
+    """Wait for one wall-clock instant chosen by rank 0 ``margin_s`` ahead (ranks on one host,
+    e.g. an emulated network, share the clock). Returns (t0, late): this rank's start on
+    ``time.perf_counter`` and how late (s) it was past the instant (rank 0's choice arrived
+    after it). Every rank of the default group must call it."""
+    at = torch.tensor([time.time() + margin_s], dtype=torch.float64).to(device)
     dist.broadcast(at, 0)
     t0 = time.perf_counter() + (float(at.item()) - time.time())
     while (left := t0 - time.perf_counter()) > 0:

@@ -21,7 +21,9 @@ parallel replicas with a ring all-reduce after the pipeline flush (MODELING.md):
   parameter, 1/TP per rank) over the DP ranks in rank order, all rings at once, each starting
   when its stage's last replica leaves the pipeline (:func:`system.simulator.comm.ring_allreduce_s`:
   NCCL's streamed ring or gloo's segmented one); ZeRO-1 replaces it by reduce-scatter +
-  all-gather of the same volume and shards the optimizer state and step.
+  all-gather of the same volume and shards the optimizer state and step;
+- Megatron then all-reduces the gradient norm (one fp32) over each replica's model-parallel
+  group before its optimizer step — latency-bound across regions (2·(n−1) ring hops).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from system.simulator.comm import (
     NCCL,
     Transport,
     flow_bandwidth_bps,
+    ring_allreduce_end_s,
     ring_allreduce_s,
     ring_collective_s,
 )
@@ -82,12 +85,15 @@ def simulate_1f1b_ring(
     hardware: Hardware = V100,
     p2p_scatter: bool = True,
     transport: Transport = NCCL,
+    grad_norm: bool = False,
 ) -> SimResult:
     """One iteration of 1F1B pipelines + ring all-reduce DP in launch order (module docstring).
 
     ``transport``: :data:`~system.simulator.comm.NCCL` (GPU runs, the paper) or
     :data:`~system.simulator.comm.GLOO` (the CPU baselines on emulated links). ``zero`` 0
-    (Megatron, replicated optimizer) or 1 (DeepSpeed ZeRO-1: optimizer sharded).
+    (Megatron, replicated optimizer) or 1 (DeepSpeed ZeRO-1: optimizer sharded). ``grad_norm``:
+    before the optimizer step every replica's model-parallel group (its tp·pp ranks) all-reduces
+    the squared gradient norm, one fp32 (Megatron-core's optimizer always does).
     Raises ValueError for layouts the cluster or workload cannot hold (sizes, TP across hosts).
     """
     model = workload.model
@@ -158,7 +164,13 @@ def simulate_1f1b_ring(
     )
     stage_done = ends.max(axis=1) + dp_each  # a ring starts when its last replica is done
     dp_s = float(dp_each.max())
-    iter_s = float((stage_done + opt).max())
+    step_at = np.broadcast_to(stage_done[:, None, None], grid.shape)  # (pp, dp, tp)
+    if grad_norm and pp * tp > 1:  # one fp32 all-reduce per replica's model-parallel group
+        groups = grid.transpose(1, 0, 2).reshape(dp, pp * tp)  # rank order: stage, then tensor
+        entry = step_at.transpose(1, 0, 2).reshape(dp, pp * tp)
+        norm_end = ring_allreduce_end_s(cluster, groups, 4.0, entry, transport)
+        step_at = norm_end.reshape(dp, pp, tp).transpose(1, 0, 2)
+    iter_s = float((step_at + opt[:, None, None]).max())
     memory = pipeline_memory_bytes(workload, tp, pp, dp, optimizer_shards=shards)
     return SimResult(
         system=system,
@@ -173,6 +185,7 @@ def simulate_1f1b_ring(
             "optimizer_s": float(opt.max()),
             "tp_allreduce_s": float(t_ar),
             "dp_span_s": float(stage_done.max() - pipeline_s),
+            "grad_norm_s": float(step_at.max() - stage_done.max()),
             "micro_batches": int(m),
         },
         status="ok" if memory <= hardware.usable_memory_bytes else "oom",

@@ -37,6 +37,7 @@ __all__ = [
     "Transport",
     "flow_bandwidth_bps",
     "flow_time_s",
+    "ring_allreduce_end_s",
     "ring_allreduce_s",
     "ring_collective_s",
     "sharded_ps_p2p_s",
@@ -194,46 +195,76 @@ def sharded_ps_p2p_s(
 def ring_allreduce_s(
     cluster: Cluster, rings: Sequence[Sequence[int]], nbytes: float, transport: Transport = NCCL
 ) -> np.ndarray:
-    """Seconds for each of several concurrent ring all-reduces of ``nbytes`` per device.
-
-    NCCL (``transport.ring_segment_bytes is None``): :func:`ring_collective_s`. gloo, event by
-    event as ``gloo/allreduce.cc`` runs it: N = n·k segments (k = max(2, ⌈S/(n·1 MiB)⌉) per
-    rank), a reduce-scatter loop then an all-gather loop of (n−1)·k sends each; rank q sends to
-    q−1 and receives from q+1. In iteration i a rank first waits for its receive and send of
-    iteration i − window, then posts receive i and issues send i; send i leaves when the link is
-    free and the left neighbour's receive-i notice has arrived (α back), occupies the link
-    8·seg/β and lands α later. Each loop ends once its last receive and send are done.
-    """
+    """Seconds for each of several concurrent ring all-reduces of ``nbytes`` per device, all
+    members entering at 0: NCCL's streamed ring (:func:`ring_collective_s`) or gloo's segmented
+    one (:func:`ring_allreduce_end_s`)."""
     if transport.ring_segment_bytes is None:
         return ring_collective_s(cluster, rings, nbytes)
     g = np.asarray([list(r) for r in rings], dtype=int)
-    if g.ndim != 2:
-        raise ValueError("ring all-reduce: rings must have one size")
+    return ring_allreduce_end_s(cluster, g, nbytes, np.zeros(g.shape), transport).max(axis=1)
+
+
+def ring_allreduce_end_s(
+    cluster: Cluster,
+    rings: Sequence[Sequence[int]],
+    nbytes: float,
+    entry_s: np.ndarray,
+    transport: Transport = NCCL,
+    *,
+    element_bytes: int = 4,
+) -> np.ndarray:
+    """When each member of several concurrent ring all-reduces is done; ``entry_s`` (G, n) is
+    when each enters (rings[g][q] is rank q of ring g).
+
+    NCCL: every member is done ``ring_collective_s`` after the last one entered. gloo, event by
+    event as ``gloo/allreduce.cc`` runs it: the buffer is cut into N = n·k segments (k = max(2,
+    ⌈S/(n·1 MiB)⌉) per rank, each ⌈S/N⌉ rounded up to ``element_bytes``; trailing segments may
+    be short or empty — a 1-element buffer has one), then a reduce-scatter loop and an
+    all-gather loop of (n−1)·k iterations; rank q sends to q−1 and receives from q+1 (segment
+    ((q+1)·k + i) mod N out and ((q+2)·k + i) mod N in during reduce-scatter, q·k + i and
+    (q+1)·k + i during all-gather), skipping empty segments. In iteration i a rank first waits
+    for its receive and send of iteration i − window, then posts receive i and issues send i;
+    send i leaves when the link is free and the left neighbour's receive-i notice has arrived
+    (α back), occupies the link 8·len/β and lands α later.
+    """
+    g = np.asarray([list(r) for r in rings], dtype=int)
+    e = np.asarray(entry_s, dtype=float)
+    if g.ndim != 2 or e.shape != g.shape:
+        raise ValueError(f"ring all-reduce: rings {g.shape} and entry_s {e.shape} must be (G, n)")
     n = g.shape[1]
     if n == 1:
-        return np.zeros(g.shape[0])
+        return e.copy()
+    if transport.ring_segment_bytes is None:
+        t = ring_collective_s(cluster, g, nbytes)
+        return np.broadcast_to((e.max(axis=1) + t)[:, None], g.shape).copy()
     k = max(2, int(np.ceil(nbytes / (n * transport.ring_segment_bytes))))
-    seg = nbytes / (n * k)
+    segments = n * k
+    seg = float(np.ceil(np.ceil(nbytes / segments) / element_bytes) * element_bytes)
+    length = np.clip(nbytes - seg * np.arange(segments), 0.0, seg)  # bytes of segment j
     left = np.roll(g, 1, axis=1)  # [:, q] = device of rank q-1, the one q sends to
     bw = flow_bandwidth_bps(cluster, g.ravel(), left.ravel()).reshape(g.shape)
-    busy = 8.0 * seg / bw
     alpha = cluster.delay_s[g, left]  # q -> q-1
     back = cluster.delay_s[left, g]  # q-1's notice to q
-    lag = np.maximum(busy - 8.0 * transport.send_buffer_bytes / bw, 0.0)
+    buffer_s = 8.0 * transport.send_buffer_bytes / bw
     w = transport.ring_window
     sends = (n - 1) * k
-    t = np.zeros(g.shape)
-    for _phase in range(2):  # reduce-scatter, then all-gather
+    q = np.arange(n)
+    t = e.copy()
+    for first in (1, 0):  # reduce-scatter sends segment (q+1)·k + i, all-gather q·k + i
         link_free = np.full(g.shape, -np.inf)
-        landed = []  # per iteration: when q's receive lands (from q+1)
-        sent = []
+        landed, sent = [], []  # per iteration
         for i in range(sends + w):
             if i >= w:
-                t = np.maximum(t, np.maximum(landed[i - w], sent[i - w]))
+                done = np.maximum(landed[i - w], sent[i - w])
+                t = np.maximum(t, done)
             if i < sends:
+                nb = length[((q + first) * k + i) % segments]  # this rank's send
+                on = np.broadcast_to(nb > 0, g.shape)
+                busy = 8.0 * nb[None, :] / bw
                 posted_left = np.roll(t, 1, axis=1)  # q-1 posts its receive i at its t
                 start = np.maximum(np.maximum(t, link_free), posted_left + back)
-                link_free = start + busy
-                sent.append(start + lag)
-                landed.append(np.roll(start + busy + alpha, -1, axis=1))  # lands at q-1
-    return t.max(axis=1)
+                link_free = np.where(on, start + busy, link_free)
+                sent.append(np.where(on, start + np.maximum(busy - buffer_s, 0.0), -np.inf))
+                arrive = np.where(on, start + busy + alpha, -np.inf)
+                landed.append(np.roll(arrive, -1, axis=1))  # q's send lands at q-1
+    return t

@@ -46,6 +46,8 @@ def test_spec_json_round_trip():
     (dict(system="deepspeed", zero=3, pp=2), "ZeRO stage 0 or 1"),
     (dict(system="deepspeed", zero=1, tp=2), "tp=1"),
     (dict(system="megatron", device="tpu"), "device"),
+    (dict(system="megatron", start="now"), "start must be barrier or clock"),
+    (dict(system="megatron", start="clock", start_margin_s=0.0), "start_margin_s"),
 ])
 def test_check_spec_rejects(kw, match):
     with pytest.raises(ValueError, match=match):

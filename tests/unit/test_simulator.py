@@ -18,6 +18,7 @@ from system.simulator.comm import (
     NCCL,
     flow_bandwidth_bps,
     flow_time_s,
+    ring_allreduce_end_s,
     ring_allreduce_s,
     ring_collective_s,
     sharded_ps_p2p_s,
@@ -347,3 +348,29 @@ def test_iteration_is_bounded_below_by_compute_and_the_dp_exchange(case):
     assert res.breakdown["dp_span_max_s"] >= least - 1e-9
     assert res.iter_time_s >= res.breakdown["pipeline_s"] + least - 1e-9
     assert res.comm_time_s == pytest.approx(res.iter_time_s - res.compute_time_s)
+
+
+def test_megatron_grad_norm_allreduce():
+    # NCCL, uniform links: the norm's 1-float ring over pp = 4 stages costs 2·3 hops after the
+    # last stage is done
+    alpha = 0.05
+    c = uniform(8, delay_ms=1e3 * alpha, bw_gbps=10.0)
+    w = Workload(model=MODELS["gpt3_xl"].with_layers(8), global_batch_size=64)
+    res = simulate_1f1b_ring(c, w, tp=1, pp=4, dp=2, grad_norm=True)
+    assert res.breakdown["grad_norm_s"] == pytest.approx(6 * (alpha + 8 * 1.0 / 10e9), rel=1e-6)
+    off = simulate_1f1b_ring(c, w, tp=1, pp=4, dp=2)
+    assert off.breakdown["grad_norm_s"] == 0.0 and off.iter_time_s < res.iter_time_s
+
+
+def test_gloo_one_float_allreduce_matches_a_traced_run():
+    # Traced in an emulated case-5 run (devices 0, 8, 24, 40; bandwidth x0.1; Megatron pp4, the
+    # grad-norm all-reduce of its optimizer step): when each rank entered and left, seconds.
+    from system.emulation.plan import make_plan
+
+    cluster = make_plan(get_case("5").subset([0, 8, 24, 40]), bandwidth_scale=0.1).scaled_cluster()
+    entered = np.array([[3.450, 3.366, 3.183, 2.935]])
+    left = np.array([3.827, 4.320, 4.196, 3.976])  # includes each rank's local Adam step
+    got = ring_allreduce_end_s(cluster, [[0, 1, 2, 3]], 4.0, entered, GLOO)[0]
+    assert np.all(got <= left) and np.all(left - got < 0.05)
+    # one data segment: far below the full-buffer estimate of 2·(n−1)·k = 12 notice round trips
+    assert got.max() - entered.max() < 1.0
