@@ -6,7 +6,8 @@
   MODELING.md), each a ring collective over every device. Prefetching overlaps it with compute, so a
   micro-step costs max(compute, communication) — generous to ZeRO-3. Gradient accumulation repeats
   all of it per micro-step (parameters are re-gathered for every micro-batch).
-- **Pipeline + ZeRO-1**: PipelineModule (rank = pipe·DP + data), 1F1B with blocking p2p, gradient
+- **Pipeline + ZeRO-1**: PipelineModule (rank = pipe·DP + data), 1F1B in ``TrainSchedule``'s
+  order with separate blocking sends and receives, gradient
   reduce-scatter + parameter all-gather (= one all-reduce of volume) across replicas, optimizer
   state sharded over DP (:func:`system.simulator.collective.simulate_1f1b_ring` with ``zero=1``).
 
@@ -109,6 +110,8 @@ def simulate_deepspeed(
         system="deepspeed",
         hardware=hardware,
         transport=transport,
+        schedule="deepspeed",  # TrainSchedule: separate blocking sends and receives
+        loss_broadcast=True,  # _aggregate_total_loss at the end of train_batch
     )
     res.breakdown["variant"] = "pp+zero1"
     return res

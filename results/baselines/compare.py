@@ -164,14 +164,18 @@ def grid_table(base: pd.DataFrame) -> str:
 
 
 ACCURACY_NOTE = """\
-"At run": the model when the grid ran (1F1B as Σ slot + (m − 1)·max slot, one-way link times,
-fp16 gradient bytes, textbook ring). "Now": 1F1B event by event in Megatron's op order with
-gloo's rendezvous (a message leaves only after the receiver's posted-receive notice crossed
-back), gloo's segmented ring all-reduce (1 MiB segments, 2 in flight, each behind a notice) and
-the runs' fp32 gradients (`system/simulator/timeline.py`, `comm.py`). Still missing: DeepSpeed's
-own pipeline schedule (modelled with Megatron's order) and its ZeRO-1 exchange on gloo, and
-whatever makes the pipeline points 15–25% slower than the model (candidates, untested: TCP
-restarting from its initial window after idle gaps longer than an RTO, per-call overheads)."""
+"At run": the model of the commit in each row's `git_sha` (this grid: the gloo model below
+without DeepSpeed's own schedule, ZeRO-1 all-gather and loss broadcast). The model before
+(1F1B as Σ slot + (m − 1)·max slot, one-way link times, fp16 gradient bytes, textbook ring)
+predicted 0.41–0.54× of the measured Megatron points and 0.25–0.51× of DeepSpeed's pipeline
+points. "Now": 1F1B replayed event by event in each framework's op order (Megatron's batched
+send+receive calls; DeepSpeed's TrainSchedule with separate blocking sends and receives), gloo's
+rendezvous (a message leaves only after the receiver's posted-receive notice crossed back),
+gloo's segmented ring all-reduce (1 MiB segments, 2 in flight, empty segments skipped), fp32
+gradients, Megatron's gradient-norm all-reduce over the model-parallel group, DeepSpeed's
+ZeRO-1 all-gather after the step and its loss all-reduce + broadcast (each found by tracing one
+emulated run per framework). Left: DeepSpeed's pipeline points are still 10–20% slower than
+modelled, ZeRO-3 uses textbook rings (its bucketed all-gathers on gloo are not modelled)."""
 
 
 def main(argv: list[str]) -> int:

@@ -86,6 +86,8 @@ def simulate_1f1b_ring(
     p2p_scatter: bool = True,
     transport: Transport = NCCL,
     grad_norm: bool = False,
+    schedule: str = "megatron",
+    loss_broadcast: bool = False,
 ) -> SimResult:
     """One iteration of 1F1B pipelines + ring all-reduce DP in launch order (module docstring).
 
@@ -93,7 +95,11 @@ def simulate_1f1b_ring(
     :data:`~system.simulator.comm.GLOO` (the CPU baselines on emulated links). ``zero`` 0
     (Megatron, replicated optimizer) or 1 (DeepSpeed ZeRO-1: optimizer sharded). ``grad_norm``:
     before the optimizer step every replica's model-parallel group (its tp·pp ranks) all-reduces
-    the squared gradient norm, one fp32 (Megatron-core's optimizer always does).
+    the squared gradient norm, one fp32 (Megatron-core's optimizer always does). ``schedule``:
+    the 1F1B op order, "megatron" or "deepspeed" (:mod:`system.simulator.timeline`).
+    ``loss_broadcast``: after the step the last stages all-reduce the loss over DP and broadcast
+    it to their pipeline (DeepSpeed's ``_aggregate_total_loss``). With a rendezvous transport
+    ZeRO-1 pays an all-reduce and then the all-gather of the updated shards (DeepSpeed on gloo).
     Raises ValueError for layouts the cluster or workload cannot hold (sizes, TP across hosts).
     """
     model = workload.model
@@ -151,6 +157,7 @@ def simulate_1f1b_ring(
         delay[1],
         micro_batches=m,
         rendezvous=transport.rendezvous,
+        schedule=schedule,
         buffer_fwd_s=buffer_s[0],
         buffer_bwd_s=buffer_s[1],
     )  # (pp, dp): when each stage of each replica leaves the pipeline
@@ -170,7 +177,40 @@ def simulate_1f1b_ring(
         entry = step_at.transpose(1, 0, 2).reshape(dp, pp * tp)
         norm_end = ring_allreduce_end_s(cluster, groups, 4.0, entry, transport)
         step_at = norm_end.reshape(dp, pp, tp).transpose(1, 0, 2)
-    iter_s = float((step_at + opt[:, None, None]).max())
+    norm_s = float(step_at.max() - stage_done.max())
+    step_at = step_at + opt[:, None, None]
+    gather = np.zeros(pp)
+    if zero == 1 and dp > 1 and transport.rendezvous:
+        # DeepSpeed on gloo (no reduce-scatter there): the all-reduce above, then the optimizer
+        # step's all-gather of the updated shards, (dp−1) ring steps of S/dp, each behind its
+        # receiver's notice
+        gather = ring_collective_s(cluster, rings, grad_bytes, kind="allgather").reshape(pp, tp)
+        src, dst = rings, np.roll(rings, -1, axis=1)
+        notice = cluster.delay_s[dst, src].max(axis=1).reshape(pp, tp)
+        gather = (gather + (dp - 1) * notice).max(axis=1)
+        step_at = step_at + gather[:, None, None]
+    if loss_broadcast:  # the last stages all-reduce the loss over DP, then broadcast it back
+        last = grid[-1, :, 0]
+        if dp > 1:
+            entry = step_at[-1, :, 0][None, :]
+            agg = ring_allreduce_end_s(cluster, [last], 4.0, entry, transport)[0]
+        else:
+            agg = step_at[-1, :, 0]
+        wait = transport.rendezvous  # gloo: the data also waits for the receiver's notice
+        for d in range(dp):
+            for s_ in range(pp - 1):
+                dst = grid[s_, d, 0]
+                lands = agg[d] + cluster.delay_s[last[d], dst]
+                if wait:
+                    lands = max(
+                        lands,
+                        step_at[s_, d, 0]
+                        + cluster.delay_s[dst, last[d]]
+                        + cluster.delay_s[last[d], dst],
+                    )
+                step_at[s_, d, :] = np.maximum(step_at[s_, d, :], lands)
+            step_at[-1, d, :] = agg[d]
+    iter_s = float(step_at.max())
     memory = pipeline_memory_bytes(workload, tp, pp, dp, optimizer_shards=shards)
     return SimResult(
         system=system,
@@ -185,7 +225,8 @@ def simulate_1f1b_ring(
             "optimizer_s": float(opt.max()),
             "tp_allreduce_s": float(t_ar),
             "dp_span_s": float(stage_done.max() - pipeline_s),
-            "grad_norm_s": float(step_at.max() - stage_done.max()),
+            "grad_norm_s": norm_s,
+            "zero1_gather_s": float(gather.max()),
             "micro_batches": int(m),
         },
         status="ok" if memory <= hardware.usable_memory_bytes else "oom",

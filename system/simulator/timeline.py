@@ -180,6 +180,47 @@ def _megatron_1f1b_program(stage: int, p: int, m: int) -> list[tuple]:
     return ops
 
 
+def _deepspeed_1f1b_program(stage: int, p: int, m: int) -> list[tuple]:
+    """Stage ``stage``'s op list in DeepSpeed's ``TrainSchedule`` (same items as
+    :func:`_megatron_1f1b_program`).
+
+    2·(m + p − 1) steps; even stages run forwards on even steps and backwards on odd ones, odd
+    stages the reverse. A forward step first sends the previous step's input gradient back and
+    receives this micro-batch's activation; a backward step first receives this micro-batch's
+    gradient and then sends the previous step's activation on — each a blocking call of its own
+    (``dist.send`` / ``dist.recv``), so an activation leaves only after the next gradient came.
+    """
+    s = stage
+    ops: list[tuple] = []
+    prev = -1
+    for step in range(2 * (m + p - 1)):
+        forward = step % 2 == s % 2
+        if forward:
+            mb = (step if step % 2 == 0 else step - 1) // 2 - s // 2
+        elif step % 2 == 0:  # odd stage, even step
+            mb = step // 2 - p + (s + 1) // 2
+        else:  # even stage, odd step
+            mb = (step - 1) // 2 - p + 1 + s // 2
+        ok, ok_prev = 0 <= mb < m, 0 <= prev < m
+        if forward and s > 0:
+            if ok_prev:
+                ops.append(("C", [("send", ("b", prev, s - 1))]))
+            if ok:
+                ops.append(("C", [("recv", ("f", mb, s - 1))]))
+        elif not forward and s < p - 1:
+            if ok:
+                ops.append(("C", [("recv", ("b", mb, s))]))
+            if ok_prev:
+                ops.append(("C", [("send", ("f", prev, s))]))
+        if ok:
+            ops.append(("F" if forward else "B", mb))
+        prev = mb
+    return ops
+
+
+SCHEDULES = {"megatron": _megatron_1f1b_program, "deepspeed": _deepspeed_1f1b_program}
+
+
 def one_f_one_b_events(
     fwd_s: np.ndarray,
     bwd_s: np.ndarray,
@@ -193,10 +234,11 @@ def one_f_one_b_events(
     buffer_fwd_s: np.ndarray | float = 0.0,
     buffer_bwd_s: np.ndarray | float = 0.0,
     return_first_bwd: bool = False,
+    schedule: str = "megatron",
 ) -> np.ndarray:
     """End time of every stage of a 1F1B pass with blocking p2p, event by event; shape (p, r).
 
-    Megatron's order (:func:`_megatron_1f1b_program`): each blocking call (a batched send +
+    In the framework's op order (``schedule``): each blocking call (a batched send +
     receive) returns when all its receives have landed and all its sends have left. A message of
     link (s, s+1) occupies the link ``busy`` seconds (8X/β) from its start, one message at a time,
     and lands ``delay`` (α) after it leaves. It starts when its sender issued it and the link is
@@ -205,6 +247,8 @@ def one_f_one_b_events(
     returns once all but ``buffer`` seconds of its bytes have left (the socket / FIFO buffer).
     ``fwd_s``/``bwd_s`` (p, r): compute per micro-batch; links (p−1, r); r replicas in parallel.
     ``return_first_bwd``: also return stage 0's backward end times, shape (m, r).
+    ``schedule``: "megatron" (:func:`_megatron_1f1b_program`) or "deepspeed"
+    (:func:`_deepspeed_1f1b_program`).
     """
     f = np.atleast_2d(np.asarray(fwd_s, float))
     p, r = f.shape
@@ -214,7 +258,9 @@ def one_f_one_b_events(
     cols = [f, np.broadcast_to(np.asarray(bwd_s, float), (p, r))]
     for x in (busy_fwd_s, busy_bwd_s, delay_fwd_s, delay_bwd_s, buffer_fwd_s, buffer_bwd_s):
         cols.append(np.broadcast_to(np.asarray(x, float), (max(p - 1, 0), r)))
-    programs = _programs(p, m)
+    if schedule not in SCHEDULES:
+        raise ValueError(f"1f1b: schedule must be one of {sorted(SCHEDULES)}, got {schedule!r}")
+    programs = _programs(p, m, schedule)
     ends, firsts, seen = [], [], {}
     for j in range(r):  # one scalar replay per distinct replica (plain floats: fast)
         args = tuple(tuple(c[:, j].tolist()) for c in cols)
@@ -229,8 +275,8 @@ def one_f_one_b_events(
 
 
 @functools.lru_cache(maxsize=64)
-def _programs(p: int, m: int) -> tuple:
-    return tuple(tuple(_megatron_1f1b_program(s, p, m)) for s in range(p))
+def _programs(p: int, m: int, schedule: str) -> tuple:
+    return tuple(tuple(SCHEDULES[schedule](s, p, m)) for s in range(p))
 
 
 def _replay(programs, f, b, busy_f, busy_b, delay_f, delay_b, buf_f, buf_b, *, rendezvous):

@@ -69,7 +69,10 @@ def test_grid_best_is_fastest_feasible():
         assert "feasible" in g.why()
 
 
-def test_pipe_zero1_matches_megatron_tp1_except_optimizer():
+def test_pipe_zero1_vs_megatron_tp1_same_layout():
+    # same layout and links: DeepSpeed's TrainSchedule sends an activation only after the next
+    # gradient came in (separate blocking calls), so its pipeline is never faster; its optimizer
+    # state is sharded (less memory)
     c = get_case("5")
     m = simulate_megatron(
         c, GPT, BaselineConfig(system="megatron", tp=1, pp=8, dp=8, micro_batch_size=2)
@@ -77,8 +80,8 @@ def test_pipe_zero1_matches_megatron_tp1_except_optimizer():
     d = simulate_deepspeed(
         c, GPT, BaselineConfig(system="deepspeed", tp=1, pp=8, dp=8, micro_batch_size=2, zero=1)
     )
-    assert d.breakdown["pipeline_s"] == pytest.approx(m.breakdown["pipeline_s"])
-    assert d.iter_time_s <= m.iter_time_s and d.memory_bytes < m.memory_bytes
+    assert d.breakdown["pipeline_s"] >= m.breakdown["pipeline_s"] - 1e-9
+    assert d.memory_bytes < m.memory_bytes
 
 
 def test_zero3_closed_form_on_uniform_links():

@@ -184,15 +184,32 @@ def test_sharded_ps_shares_a_host_nic():
     assert np.allclose(done, 2 * 8 * 1e8 / (1e9 / 3))
 
 
+@pytest.mark.parametrize("schedule", ["megatron", "deepspeed"])
 @pytest.mark.parametrize("p,m", [(1, 5), (2, 1), (4, 3), (4, 32), (6, 6)])
-def test_one_f_one_b_free_links_is_the_textbook_makespan(p, m):
+def test_one_f_one_b_free_links_is_the_textbook_makespan(p, m, schedule):
     # no communication, equal stages: stage 0 ends at (m + p − 1)·(f + b), stage s (b·s) earlier
     z = np.zeros((p - 1, 2))
     ends = one_f_one_b_events(
-        np.full((p, 2), 0.1), np.full((p, 2), 0.2), z, z, z, z, micro_batches=m
+        np.full((p, 2), 0.1), np.full((p, 2), 0.2), z, z, z, z, micro_batches=m, schedule=schedule
     )
     assert ends[0] == pytest.approx([(m + p - 1) * 0.3] * 2)
     assert ends[:, 0] == pytest.approx((m + p - 1) * 0.3 - 0.2 * np.arange(p))
+
+
+def test_deepspeed_schedule_sends_an_activation_after_the_next_gradient():
+    # 2 stages, 3 micro-batches, no compute, one-way delay L, eager sends. Megatron sends
+    # activation i+1 with its receive of gradient i, so two micro-batches are in flight: stage 0
+    # ends at (m + 1)·L = 4L. DeepSpeed's stage 0 sends activation i+1 only after its receive of
+    # gradient i returned, one micro-batch per round trip: 2m·L = 6L.
+    L = 0.1
+    z, d = np.zeros((1, 1)), np.full((1, 1), L)
+    zero = np.zeros((2, 1))
+    meg = one_f_one_b_events(zero, zero, z, z, d, d, micro_batches=3)
+    ds = one_f_one_b_events(zero, zero, z, z, d, d, micro_batches=3, schedule="deepspeed")
+    assert meg[0, 0] == pytest.approx(4 * L)
+    assert ds[0, 0] == pytest.approx(6 * L)
+    with pytest.raises(ValueError, match="schedule"):
+        one_f_one_b_events(zero, zero, z, z, d, d, micro_batches=3, schedule="gpipe")
 
 
 def test_one_f_one_b_two_stages_by_hand():
