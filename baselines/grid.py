@@ -76,9 +76,8 @@ class BaselineSpec:
     device: str = "cpu"  # cpu (gloo) | cuda (nccl)
     recompute: bool = False
     timeout_s: float = 120.0  # collective timeout inside the workers
-    # iteration start: "barrier" (each rank times itself from its own barrier exit) or "clock"
-    # (all ranks start at one wall-clock instant start_margin_s after the barrier; ranks on one
-    # host only, as in an emulated network; system/runtime/worker.py:start_together)
+    # iteration start: "barrier" (own barrier exit) or "clock" (one wall-clock instant after it,
+    # ranks on one host, e.g. emulated; system/runtime/worker.py:start_together)
     start: str = "barrier"
     start_margin_s: float = 1.0
     result_path: str | None = None  # rank 0 writes its metrics here (set by run_point)

@@ -10,10 +10,11 @@ parallel replicas with a ring all-reduce after the pipeline flush (MODELING.md):
 - tensor parallel: per layer and micro-batch 2 all-reduces of the activations (b·s·h fp16) in the
   forward pass, 2 more in the recomputed forward and 2 in the backward (Shoeybi et al. 2019);
   only inside a host;
-- pipeline: 1F1B in Megatron's op order, event by event
-  (:func:`system.simulator.timeline.one_f_one_b_events`); each micro-batch exchanges one
-  activation (forward) and one gradient (backward) with each neighbour in blocking batched
-  send/receive calls; Megatron's scatter/gather optimisation sends 1/TP of it per tensor rank.
+- pipeline: 1F1B event by event in the framework's op order (``schedule``: Megatron's batched
+  send/receive calls or DeepSpeed's TrainSchedule with separate blocking calls,
+  :func:`system.simulator.timeline.one_f_one_b_events`); each micro-batch exchanges one
+  activation (forward) and one gradient (backward) with each neighbour; Megatron's
+  scatter/gather optimisation sends 1/TP of it per tensor rank.
   The ``transport`` decides whether a send waits for the receiver's posted receive (gloo) or
   goes eagerly (NCCL, the paper's runs) — on WAN latencies that is up to 2× on a
   communication-bound pipeline (``results/baselines/COMPARISON.md``);

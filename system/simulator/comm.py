@@ -140,6 +140,15 @@ def ring_collective_s(
     return steps_per_n[kind] * (n - 1) * step
 
 
+def _groups_and_entries(groups, entry_s, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """``groups`` as a (G, n) device array and ``entry_s`` as a float array of the same shape."""
+    g = np.asarray([list(r) for r in groups], dtype=int)
+    e = np.asarray(entry_s, dtype=float)
+    if g.ndim != 2 or e.shape != g.shape:
+        raise ValueError(f"{what}: groups {g.shape} and entry_s {e.shape} must be (G, n) alike")
+    return g, e
+
+
 def sharded_ps_p2p_s(
     cluster: Cluster,
     groups: Sequence[Sequence[int]],
@@ -170,10 +179,7 @@ def sharded_ps_p2p_s(
     when the receives were posted at least α before e, and ``e + 3α + 2·8X/β`` when posted at e
     (as inside one gloo all-to-all). Returns an array shaped like ``entry_s``.
     """
-    g = np.asarray(groups, dtype=int)
-    e = np.asarray(entry_s, dtype=float)
-    if g.ndim != 2 or e.shape != g.shape:
-        raise ValueError(f"sharded PS: groups {g.shape} and entry_s {e.shape} must be (G, n) alike")
+    g, e = _groups_and_entries(groups, entry_s, "sharded PS")
     n = g.shape[1]
     if n == 1:
         return e.copy()
@@ -227,10 +233,7 @@ def ring_allreduce_end_s(
     send i leaves when the link is free and the left neighbour's receive-i notice has arrived
     (α back), occupies the link 8·len/β and lands α later.
     """
-    g = np.asarray([list(r) for r in rings], dtype=int)
-    e = np.asarray(entry_s, dtype=float)
-    if g.ndim != 2 or e.shape != g.shape:
-        raise ValueError(f"ring all-reduce: rings {g.shape} and entry_s {e.shape} must be (G, n)")
+    g, e = _groups_and_entries(rings, entry_s, "ring all-reduce")
     n = g.shape[1]
     if n == 1:
         return e.copy()
