@@ -1,5 +1,8 @@
 """Ideal GPipe iteration time from per-stage compute and per-link transfer times (paper §3.5).
 
+A thin view of the simulator's GPipe model (:func:`system.simulator.timeline.gpipe_timeline`)
+in the terms the runtime benchmark measures: one replica, one message time per link.
+
 The runtime's schedule as a flow shop: stage s computes the forward of micro-batch i when it has
 finished i−1 and i's activations have arrived; link s→s+1 carries one message at a time, each
 taking ``link_s[s]`` seconds, overlapped with compute (sends and receives are posted ahead). The
@@ -26,6 +29,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
+from system.simulator.timeline import gpipe_timeline
+
 __all__ = ["gpipe_ideal_s"]
 
 
@@ -50,32 +57,10 @@ def gpipe_ideal_s(
             f"gpipe_ideal_s: need pp >= 1 forward/backward times and pp-1 link "
             f"times, got {len(fwd_s)}, {len(bwd_s)}, {len(link_s)}"
         )
-    if micro_batches < 1:
-        raise ValueError(f"gpipe_ideal_s: micro_batches must be >= 1, got {micro_batches}")
-    tail = list(tail_s) if tail_s is not None else [0.0] * pp
-    if len(tail) != pp:
-        raise ValueError(f"gpipe_ideal_s: tail_s has {len(tail)} entries, pp={pp}")
-    m = micro_batches
-    # forward: fe[s][i] compute end, arrival at s of micro-batch i over a serial link
-    fe = [[0.0] * m for _ in range(pp)]
-    for s in range(pp):
-        link_free = 0.0
-        for i in range(m):
-            arrive = 0.0
-            if s > 0:
-                link_free = max(link_free, fe[s - 1][i]) + link_s[s - 1]
-                arrive = link_free
-            prev = fe[s][i - 1] if i else 0.0
-            fe[s][i] = max(prev, arrive) + fwd_s[s]
-    # backward, k-th in reverse order: be[s][k]
-    be = [[0.0] * m for _ in range(pp)]
-    for s in reversed(range(pp)):
-        link_free = 0.0
-        for k in range(m):
-            arrive = 0.0
-            if s < pp - 1:
-                link_free = max(link_free, be[s + 1][k]) + link_s[s]
-                arrive = link_free
-            prev = be[s][k - 1] if k else fe[s][m - 1]
-            be[s][k] = max(prev, arrive) + bwd_s[s]
-    return max(be[s][m - 1] + tail[s] for s in range(pp))
+    tail = np.zeros(pp) if tail_s is None else np.asarray(tail_s, float)
+    if tail.shape != (pp,):
+        raise ValueError(f"gpipe_ideal_s: tail_s has {tail.size} entries, pp={pp}")
+    link = np.asarray(link_s, float).reshape(pp - 1, 1)
+    times = gpipe_timeline(np.asarray(fwd_s, float), np.asarray(bwd_s, float), link, link,
+                           micro_batches)
+    return float(np.max(times.bwd_end_s[:, 0] + tail))
