@@ -169,7 +169,8 @@ def test_sharded_ps_concurrent_is_below_the_serial_charge():
 
 def test_sharded_ps_late_replica_matches_the_emulated_measurement():
     """dp=2 on one emulated link (96 ms, 52.3 Mbit/s, 3.26 MB shards), replica B entering
-    0.3 s after A, receives posted at entry (repro/bench_gloo_wan.py): measured A 1.579 s,
+    0.3 s after A, receives posted at entry (a one-link benchmark kept in the git history,
+    repro/bench_gloo_wan.py at commit fad66a7): measured A 1.579 s,
     B 1.489 s after A's entry."""
     c = uniform(2, delay_ms=96.0, bw_gbps=0.0523)
     entry = np.array([[0.0, 0.3]])
