@@ -71,7 +71,6 @@ def test_metrics_use_steady_iterations():
 
 
 def test_grid_keeps_infeasible_points():
-    pytest.importorskip("baselines.space", reason="baselines/space.py (engineer B) not present")
     base = BaselineSpec(system="deepspeed")
     points = grid_points("deepspeed", local_cluster(4), base.workload(), base=base,
                          micro_batch_sizes=(1, 2))
@@ -93,7 +92,6 @@ def test_grid_keeps_infeasible_points():
 
 
 def test_grid_memory_limit_marks_oom():
-    pytest.importorskip("baselines.space", reason="baselines/space.py (engineer B) not present")
     base = BaselineSpec(system="megatron")
     points = grid_points("megatron", local_cluster(2), base.workload(), base=base,
                          micro_batch_sizes=(1,), memory_limit_bytes=1.0)
@@ -163,7 +161,6 @@ def test_emulation_kwargs_per_rank():
 
 
 def test_prediction_grows_with_link_delay():
-    pytest.importorskip("baselines.megatron.perf", reason="simulator (engineer B) not present")
     import numpy as np
 
     from baselines.grid import predict_iter_time_s

@@ -39,7 +39,6 @@ def test_bad_layout_is_one_value_error(tmp_path):
 
 
 def test_emulate_path_rows_carry_scales_and_prediction(tmp_path, monkeypatch):
-    pytest.importorskip("baselines.megatron.perf", reason="simulator (engineer B) not present")
     import system.emulation.netns as netns
     from baselines.megatron import common
     from repro.modes import train_baseline
