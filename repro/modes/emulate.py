@@ -30,7 +30,7 @@ from system.emulation import netns
 from system.emulation.plan import make_plan
 from system.emulation.verify import verify_links
 from system.results import atomic_write_text, make_row, write_rows
-from system.scheduler.assignment import Assignment, random_assignment
+from system.assignment import Assignment, random_assignment
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ import numpy as np
 from system.cluster import Cluster
 from system.cost.model import CostBreakdown, assignment_cost, check_sizes
 from system.cost.partition import PartitionEvaluator
-from system.scheduler.assignment import Assignment, random_assignment
+from system.assignment import Assignment, random_assignment
 from system.scheduler.genetic import GeneticConfig, genetic_search
 from system.workload import TaskletSizes
 

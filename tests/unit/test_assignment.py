@@ -7,7 +7,7 @@ import pytest
 
 from system.cases import get_case
 from system.cost.model import assignment_cost
-from system.scheduler.assignment import Assignment, identity_assignment, random_assignment
+from system.assignment import Assignment, identity_assignment, random_assignment
 from system.workload import DTFM_REFERENCE, TaskletSizes
 
 

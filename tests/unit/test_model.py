@@ -13,7 +13,7 @@ from system.runtime.data_parallel import GradBuckets
 from system.runtime.groups import placement
 from system.runtime.model import build_model, build_stage, layer_list, lm_loss, stage_layers
 from system.runtime.spec import RunSpec
-from system.scheduler.assignment import Assignment
+from system.assignment import Assignment
 from system.workload import MODELS
 
 CFG = MODELS["debug"]

@@ -84,7 +84,7 @@ def test_ga_finds_the_optimum_on_12_devices(pp, dp):
 
 
 def test_random_method_is_the_best_of_its_random_rank_maps():
-    from system.scheduler.assignment import random_assignment
+    from system.assignment import random_assignment
 
     c = get_case("debug")
     r = schedule(c, SIZES, pp=4, dp=2, method="random", seed=7, trials=40)

@@ -11,7 +11,7 @@ import pytest
 from system.cases import get_case
 from system.cluster import Cluster
 from system.cost.model import assignment_cost, dp_cost_matrix_s, dp_group_cost_s
-from system.scheduler.assignment import Assignment, identity_assignment, random_assignment
+from system.assignment import Assignment, identity_assignment, random_assignment
 from system.simulator import Hardware, StageCompute, simulate_1f1b_ring, simulate_ours
 from system.simulator.comm import (
     GLOO,
