@@ -28,11 +28,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from system.assignment import Assignment
 from system.cluster import Cluster
 from system.cost.matching import MAX_DP_BATCH_N, bottleneck_matching, bottleneck_values
 from system.cost.model import CostBreakdown, assignment_cost, check_sizes, dp_cost_matrix_s
 from system.cost.tsp import MAX_EXACT_TSP, open_tsp_path, open_tsp_values
-from system.assignment import Assignment
 from system.workload import TaskletSizes
 
 log = logging.getLogger(__name__)

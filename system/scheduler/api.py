@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from system.assignment import Assignment, random_assignment
 from system.cluster import Cluster
 from system.cost.model import CostBreakdown, assignment_cost, check_sizes
 from system.cost.partition import PartitionEvaluator
-from system.assignment import Assignment, random_assignment
 from system.scheduler.genetic import GeneticConfig, genetic_search
 from system.workload import TaskletSizes
 

@@ -10,13 +10,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+from system.assignment import Assignment
 from system.cases import get_case
 from system.cluster import Cluster
 from system.cost.matching import bottleneck_matching, bottleneck_values
 from system.cost.model import assignment_cost
 from system.cost.partition import PartitionEvaluator, partition_cost
 from system.cost.tsp import open_tsp_path, open_tsp_values, path_cost
-from system.assignment import Assignment
 from system.workload import DTFM_REFERENCE, TaskletSizes
 
 SIZES = DTFM_REFERENCE
