@@ -10,8 +10,13 @@ Arguments are ``key=value`` (no Hydra here: only ``repro/run.py`` uses it):
     scheduler     genetic | genetic_kl | random                    default genetic
     workload      system.workload.WORKLOADS key                    default dtfm_reference
     pp, dp        stages / replicas (default: 8 x 8 for 64 devices, else a near-square split)
-    seed, trials, population, time_limit_s, greedy_seeds (0/1)
+    seed, trials, population, time_limit_s, greedy_seeds (0/1), patience_trials
     out           JSON file (written atomically); omitted: print the JSON
+
+Budget: with neither ``trials`` nor ``time_limit_s`` the search stops once the best TOTAL has not
+improved for ``patience_trials`` trials (default 20), and after 60 s at most
+(:data:`system.scheduler.api.DEFAULT_TIME_CAP_S`); ask for more with ``trials=`` or
+``time_limit_s=``.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ log = logging.getLogger(__name__)
 
 KEYS = {"case": "5", "case_variant": "paper", "scheduler": "genetic", "workload": "dtfm_reference",
         "pp": None, "dp": None, "seed": "0", "trials": None, "population": None,
-        "time_limit_s": None, "greedy_seeds": "1", "out": None}
+        "time_limit_s": None, "greedy_seeds": "1", "patience_trials": None, "out": None}
 
 
 def parse_args(argv: Sequence[str]) -> dict:
@@ -82,6 +87,7 @@ def run(cfg: dict, on_progress=None) -> dict:
                       seed=_int(cfg, "seed") or 0, trials=_int(cfg, "trials"),
                       population=_int(cfg, "population"), time_limit_s=limit,
                       greedy_seeds=str(cfg["greedy_seeds"]).lower() in ("1", "true", "yes"),
+                      patience_trials=_int(cfg, "patience_trials"),
                       on_progress=on_progress)
     record = {"case": str(cfg["case"]), "case_variant": cfg["case_variant"],
               "cluster": cluster.name, "num_devices": cluster.num_devices,

@@ -1,4 +1,7 @@
-"""The scheduler (paper §3.4): ``from system.scheduler import schedule, ScheduleResult, SCHEDULERS``."""
+"""The scheduler (paper §3.4).
+
+    from system.scheduler import schedule, ScheduleResult, SCHEDULERS
+"""
 
 from __future__ import annotations
 

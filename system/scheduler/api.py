@@ -34,6 +34,14 @@ __all__ = ["schedule", "ScheduleResult", "SCHEDULERS", "DEFAULT_TRIALS", "DEFAUL
 SCHEDULERS = ("genetic", "genetic_kl", "random")
 DEFAULT_TRIALS = {"genetic": 4900, "genetic_kl": 4900, "random": 5000}
 DEFAULT_POPULATION = 100
+# Default budget (neither ``trials`` nor ``time_limit_s`` given): stop once the best TOTAL has not
+# improved for DEFAULT_PATIENCE_TRIALS trials (deterministic for a seed), and in any case after
+# DEFAULT_TIME_CAP_S seconds of wall time or DEFAULT_TRIALS trials, whichever comes first.
+DEFAULT_PATIENCE_TRIALS = 20
+DEFAULT_TIME_CAP_S = 60.0
+# Share of a time limit given to the GA loop; the rest covers building the final assignment
+# (TSP order with 8 starts and the matchings), so the whole call stays inside the limit.
+_SEARCH_SHARE = 0.95
 
 
 @dataclass(frozen=True)
@@ -91,7 +99,8 @@ def schedule(cluster: Cluster, sizes: TaskletSizes, *, pp: int, dp: int,
              trials: int | None = None, population: int | None = None,
              time_limit_s: float | None = None,
              on_progress: Callable[[int, float], None] | None = None,
-             greedy_seeds: bool = True, ls_max_steps: int = 50) -> ScheduleResult:
+             greedy_seeds: bool = True, ls_max_steps: int = 50,
+             patience_trials: int | None = None) -> ScheduleResult:
     """Assign every device a (stage, replica) to minimise TOTAL = DP + 2·PP (paper §3).
 
     Args:
@@ -102,7 +111,12 @@ def schedule(cluster: Cluster, sizes: TaskletSizes, *, pp: int, dp: int,
         seed: int or Generator; the same int gives the same assignment.
         trials: GA offspring (default 4,900) or random layouts (default 5,000).
         population: GA population (default 100).
-        time_limit_s: stop the search after about this much wall time.
+        time_limit_s: stop the search after about this much wall time (the call returns within
+            it, plus at most one batch of candidates).
+        patience_trials: GA: stop after this many trials without a lower best TOTAL. Default:
+            when neither ``trials`` nor ``time_limit_s`` is given, the convergence budget
+            (:data:`DEFAULT_PATIENCE_TRIALS` trials, capped at :data:`DEFAULT_TIME_CAP_S` s);
+            otherwise off (the search runs the trials or the time asked for).
         on_progress: called as ``on_progress(trial, best_total_s)``.
         greedy_seeds: put two greedy layouts in the GA's initial population (the rest is
             random); ``ScheduleResult.stats["best_from"]`` says whether the best came from one.
@@ -116,6 +130,10 @@ def schedule(cluster: Cluster, sizes: TaskletSizes, *, pp: int, dp: int,
     check_sizes(cluster, pp, dp)
     seed_value = None if isinstance(seed, np.random.Generator) else int(seed)
     rng = np.random.default_rng(seed)
+    if trials is None and time_limit_s is None:  # the default budget: stop on convergence
+        if patience_trials is None:
+            patience_trials = DEFAULT_PATIENCE_TRIALS
+        time_limit_s = DEFAULT_TIME_CAP_S
     trials = DEFAULT_TRIALS[method] if trials is None else int(trials)
     t0, cpu0 = time.perf_counter(), time.process_time()
     if method == "random":
@@ -128,7 +146,8 @@ def schedule(cluster: Cluster, sizes: TaskletSizes, *, pp: int, dp: int,
             local_search="kl" if method == "genetic_kl" else "tailored",
             ls_max_steps=ls_max_steps,
             greedy_seeds=greedy_seeds,
-            time_limit_s=time_limit_s,
+            time_limit_s=None if time_limit_s is None else _SEARCH_SHARE * time_limit_s,
+            patience_trials=patience_trials,
         )
         ev = PartitionEvaluator(cluster, sizes, pp=pp, dp=dp)
         part, total, gstats = genetic_search(ev, config, rng, on_progress)

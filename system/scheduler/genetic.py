@@ -47,6 +47,7 @@ class GeneticConfig:
     mutation_swaps: int = 2  # after crossover, 0..mutation_swaps random swaps (uniform count)
     greedy_seeds: bool = True  # add two greedy layouts to the initial population
     time_limit_s: float | None = None  # stop after this much wall time (checked per trial)
+    patience_trials: int | None = None  # stop after this many trials without a better best
 
     def __post_init__(self) -> None:
         if self.population < 2:
@@ -55,6 +56,8 @@ class GeneticConfig:
             raise ValueError(f"genetic: trials must be >= 0, got {self.trials}")
         if self.time_limit_s is not None and self.time_limit_s <= 0:
             raise ValueError(f"genetic: time_limit_s must be > 0, got {self.time_limit_s}")
+        if self.patience_trials is not None and self.patience_trials < 1:
+            raise ValueError(f"genetic: patience_trials must be >= 1, got {self.patience_trials}")
 
 
 @dataclass(slots=True)
@@ -64,12 +67,13 @@ class GeneticStats:
     duplicates: int = 0  # offspring rejected as already present
     initial_best_s: float = float("inf")  # best TOTAL of the initial population (after seeds)
     best_from: str = "random"  # random | greedy_pipeline | greedy_dp | offspring
+    stopped_by: str = "trials"  # trials | patience | time_limit
     history: list[tuple[int, float]] = field(default_factory=list)  # (trial, best TOTAL)
 
     def to_dict(self) -> dict:
         return {"trials": self.trials, "replacements": self.replacements,
                 "duplicates": self.duplicates, "initial_best_s": self.initial_best_s,
-                "best_from": self.best_from}
+                "best_from": self.best_from, "stopped_by": self.stopped_by}
 
 
 def _sorted(groups) -> Partition:
@@ -170,11 +174,12 @@ def genetic_search(ev: PartitionEvaluator, config: GeneticConfig, rng: np.random
             pop[k], origin[k] = part, name
     # cost the start population in chunks so a time limit also bounds huge instances (>= 2 kept)
     parts: list[np.ndarray] = []
-    for s in range(0, len(pop), 10):
+    step = 10 if pp <= 16 else 1  # beyond 16 stages one partition is already a large batch
+    for s in range(0, len(pop), step):
         if s >= 2 and deadline is not None and time.perf_counter() >= deadline:
             pop, origin = pop[:s], origin[:s]
             break
-        parts.append(ev.totals(pop[s:s + 10]))
+        parts.append(ev.totals(pop[s:s + step]))
     totals = np.concatenate(parts)
     keys = {tuple(p) for p in pop}
     best = int(np.argmin(totals))
@@ -183,8 +188,13 @@ def genetic_search(ev: PartitionEvaluator, config: GeneticConfig, rng: np.random
     stats.history.append((0, float(totals[best])))
     if on_progress:
         on_progress(0, float(totals[best]))
+    last_gain = 0  # trial that last lowered the best TOTAL
     for trial in range(1, config.trials + 1):
         if deadline is not None and time.perf_counter() >= deadline:
+            stats.stopped_by = "time_limit"
+            break
+        if config.patience_trials is not None and trial - 1 - last_gain >= config.patience_trials:
+            stats.stopped_by = "patience"
             break
         i, j = rng.choice(len(pop), 2, replace=False)
         child = crossover(pop[i], pop[j], rng)
@@ -205,6 +215,8 @@ def genetic_search(ev: PartitionEvaluator, config: GeneticConfig, rng: np.random
             keys.add(key)
             stats.replacements += 1
         best = int(np.argmin(totals))
+        if totals[best] < stats.history[-1][1] - 1e-12:
+            last_gain = trial
         stats.history.append((trial, float(totals[best])))
         if on_progress:
             on_progress(trial, float(totals[best]))

@@ -182,11 +182,11 @@ def local_search(ev: PartitionEvaluator, part: Partition, total: float, rng: np.
             cands.extend(_swap_candidates(part, gains, rng))
         if not cands:
             break
-        totals = ev.totals(cands, bound=total)
+        totals = ev.totals(cands, bound=total, deadline=deadline)
         k = int(np.argmin(totals))
         if totals[k] >= total - 1e-12 and swap_sample > 0:
             cands = _random_swaps(part, swap_sample, rng)
-            totals = ev.totals(cands, bound=total)
+            totals = ev.totals(cands, bound=total, deadline=deadline)
             k = int(np.argmin(totals))
         if totals[k] < total - 1e-12:
             part, total = cands[k], float(totals[k])
