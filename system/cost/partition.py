@@ -210,16 +210,29 @@ class PartitionEvaluator:
         return out
 
     def spread(self, partitions: Sequence[Sequence[Group]]) -> np.ndarray:
-        """Tie-breaker for plateaus of TOTAL: mean group DP cost + 2·(pp−1)·mean coarse edge.
+        """Tie-breaker for plateaus of TOTAL: mean group DP cost + 2·(path over smooth edges).
 
-        TOTAL only sees the slowest group and the bottleneck links; this smooth companion also
-        rewards making the other groups and edges cheaper, so a search can cross a plateau.
+        TOTAL only sees the slowest group and the bottleneck links. A coarse edge gets faster
+        only when *all* of its matched pairs do, so single moves leave TOTAL flat; the smooth
+        edge weight, the mean over both groups' devices of their fastest link into the other
+        group, falls with every pair that becomes fast. The path is the open TSP over smooth
+        weights (exact up to 16 groups; beyond, (pp−1)·mean smooth edge). Rewarding cheaper
+        groups and smoother edges lets a search cross a plateau towards a lower TOTAL.
         """
-        ws = self._weights(partitions)
+        g = np.array([list(p) for p in partitions])  # (K, pp, dp)
         m = self.pp
-        mean_edge = ws.sum(axis=(1, 2)) / max(1, m * (m - 1))
-        mean_dp = np.array([np.mean([self.group_dp_cost(g) for g in p]) for p in partitions])
-        return mean_dp + 2.0 * (m - 1) * mean_edge
+        mean_dp = np.array([np.mean([self.group_dp_cost(x) for x in p]) for p in partitions])
+        if m == 1:
+            return mean_dp
+        ii, jj = np.triu_indices(m, k=1)
+        sub = self.pp_link_s[g[:, ii, :, None], g[:, jj, None, :]]  # (K, E, dp, dp)
+        smooth = 0.5 * (sub.min(axis=3).mean(axis=2) + sub.min(axis=2).mean(axis=2))
+        if m <= MAX_EXACT_TSP:
+            w = np.zeros((len(partitions), m, m))
+            w[:, ii, jj] = smooth
+            w[:, jj, ii] = smooth
+            return mean_dp + 2.0 * open_tsp_values(w)
+        return mean_dp + 2.0 * (m - 1) * smooth.mean(axis=1)
 
     def total(self, partition: Sequence[Group]) -> float:
         return float(self.totals([partition])[0])

@@ -14,7 +14,9 @@ Population of balanced partitions (``pp`` groups of ``dp`` devices). Each trial:
 Fixes over the authors' code: one seeded Generator drives every choice; the worst member (not
 the worse parent) is replaced, with a real comparison; local-search steps are checked against
 TOTAL. Optional ``greedy_seeds`` put two greedy layouts (chains of fastest pipeline links; groups
-of fastest DP peers) in the initial population; the statistics report where the best came from.
+of fastest DP peers) and the two best structure-aligned layouts (:mod:`system.scheduler.seeds`:
+host or region blocks stacked at the same stages in every replica) in the initial population;
+the statistics report where the best came from.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from scipy.optimize import linear_sum_assignment
 
 from system.cost.partition import PartitionEvaluator
 from system.scheduler.local_search import Partition, local_search
+from system.scheduler.seeds import structured_seeds
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +48,7 @@ class GeneticConfig:
     tie_break: float = 0.5  # share of local searches that also take TOTAL-neutral steps that
     # lower the spread (drawn per trial; mixing both kinds keeps the population diverse)
     mutation_swaps: int = 2  # after crossover, 0..mutation_swaps random swaps (uniform count)
-    greedy_seeds: bool = True  # add two greedy layouts to the initial population
+    greedy_seeds: bool = True  # add greedy and structure-aligned layouts to the start population
     time_limit_s: float | None = None  # stop after this much wall time (checked per trial)
     patience_trials: int | None = None  # stop after this many trials without a better best
 
@@ -66,7 +69,7 @@ class GeneticStats:
     replacements: int = 0  # offspring that entered the population
     duplicates: int = 0  # offspring rejected as already present
     initial_best_s: float = float("inf")  # best TOTAL of the initial population (after seeds)
-    best_from: str = "random"  # random | greedy_pipeline | greedy_dp | offspring
+    best_from: str = "random"  # random | greedy_pipeline | greedy_dp | aligned_* | offspring
     stopped_by: str = "trials"  # trials | patience | time_limit
     history: list[tuple[int, float]] = field(default_factory=list)  # (trial, best TOTAL)
 
@@ -170,7 +173,8 @@ def genetic_search(ev: PartitionEvaluator, config: GeneticConfig, rng: np.random
     pop = [random_partition(n, pp, rng) for _ in range(config.population)]
     origin = ["random"] * len(pop)
     if config.greedy_seeds:
-        for k, (name, part) in enumerate(greedy_seeds(ev).items()):
+        seeds = {**greedy_seeds(ev), **structured_seeds(ev)}
+        for k, (name, part) in enumerate(list(seeds.items())[:len(pop)]):
             pop[k], origin[k] = part, name
     # cost the start population in chunks so a time limit also bounds huge instances (>= 2 kept)
     parts: list[np.ndarray] = []
