@@ -106,7 +106,7 @@ def _markdown(df: pd.DataFrame, cfg: dict) -> str:
     cols = ["case", "num_devices", "pp", "dp", "row", "total_cost_s", "search_time_s",
             "search_cpu_s", "trials", "evaluations", "best_from"]
     lines = ["# Scheduler benchmark (`python repro/bench_scheduler.py`)", "",
-             f"Settings: {cfg}. Sizes: DTFM_REFERENCE (c_dp = 0.65e9 B, c_pp = 0.47116e9 B).",
+             f"Settings: {cfg}. Sizes: DTFM_REFERENCE (c_dp = 0.65e9 B, c_pp = 0.4712492e9 B).",
              "Wall times depend on machine load (shared 2-core machine); CPU seconds beside them.",
              "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for _, r in df.iterrows():

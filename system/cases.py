@@ -8,8 +8,9 @@ Two variants:
 - ``paper`` (default): the numbers the paper states, unit-correct.
 - ``dtfm_code``: what the authors' code used instead — 10 ms inside a region (their tc value) in
   cases 4–5; 5 Gbit/s and 1 ms inside a campus and 11 ms across in case 3; and in cases 1–2 the
-  GB/s figures read as Gbit/s (the unit bug, i.e. bandwidth 8× too low). Offered only so their
-  numbers can be compared.
+  links between hosts at the GB/s figures read as Gbit/s (the unit bug, i.e. 8× too low), while
+  the links inside a host carry the value 100 of their matrices in both cases. Offered only so
+  their numbers can be compared.
 
 User topologies: :func:`cluster_from_files` reads a pair table (CSV or YAML: region_a, region_b,
 delay_ms, bandwidth_gbps, plus optional ``intra`` rows with region_a == region_b) and a
@@ -35,6 +36,7 @@ __all__ = [
     "cluster_from_regions",
     "cluster_from_files",
     "read_pair_table",
+    "spot_cluster",
     "case_names",
 ]
 
@@ -47,6 +49,7 @@ CASE5_REGIONS = ("Oregon", "Virginia", "Ohio", "Tokyo", "Seoul", "London", "Fran
 DEBUG_REGIONS = ("Oregon", "Virginia", "Tokyo", "Frankfurt")
 
 NVLINK_GBPS = 1200.0  # V100 NVLink, 300 GB/s aggregate = 150 GB/s per direction (MODELING.md)
+DTFM_INTRA_HOST = 100.0  # the authors' matrices: 100 (read as Gbit/s) inside a host, cases 1-2
 
 
 def read_pair_table(path: str | Path) -> PairTable:
@@ -202,7 +205,7 @@ def case1(variant: str = "paper") -> Cluster:
         ["dc"] * 64,
         {frozenset(("dc",)): (0.0, 25.0 / unit)},
         host_of=[d // 8 for d in range(64)],
-        intra_host_bandwidth_gbps=NVLINK_GBPS / unit,
+        intra_host_bandwidth_gbps=DTFM_INTRA_HOST if variant == "dtfm_code" else NVLINK_GBPS,
         host_nic_gbps=[25.0 / unit] * 8,
         description="8 x p3.16xlarge: NVLink inside a host, 25 Gbit/s between hosts",
         meta=_meta("1", variant),
@@ -216,16 +219,37 @@ def case2(variant: str = "paper") -> Cluster:
     authors' code layout that gives 64.
     """
     unit = 8.0 if variant == "dtfm_code" else 1.0
-    hosts = [d // 4 if d < 32 else 8 + (d - 32) for d in range(64)]
+    return spot_cluster(
+        "case2-datacenter-spot", host_sizes=(4,) * 8 + (1,) * 32,
+        across_gbps=10.0 / unit, inside_gbps=DTFM_INTRA_HOST if variant == "dtfm_code" else 100.0,
+        meta=_meta("2", variant))
+
+
+def spot_cluster(name: str, *, host_sizes: Sequence[int], across_gbps: float,
+                 inside_gbps: float, across_delay_ms: float = 0.0, meta: dict | None = None,
+                 ) -> Cluster:
+    """One data center of hosts with ``host_sizes`` GPUs each (case 2's shape and its variants).
+
+    Devices are numbered host by host; links inside a host run at ``inside_gbps`` with no delay,
+    links between hosts at ``across_gbps`` / ``across_delay_ms``, each host has one NIC of
+    ``across_gbps``.
+    """
+    host_sizes = tuple(int(k) for k in host_sizes)
+    if not host_sizes or min(host_sizes) < 1:
+        raise ValueError(f"spot cluster {name!r}: host_sizes must be positive, got {host_sizes}")
+    hosts = [h for h, k in enumerate(host_sizes) for _ in range(k)]
+    big = [k for k in host_sizes if k > 1]
+    shape = " + ".join(f"{n} hosts x {k} GPUs" for k, n in
+                       sorted(((k, host_sizes.count(k)) for k in set(host_sizes)), reverse=True))
     return cluster_from_regions(
-        "case2-datacenter-spot",
-        ["dc"] * 64,
-        {frozenset(("dc",)): (0.0, 10.0 / unit)},
+        name,
+        ["dc"] * len(hosts),
+        {frozenset(("dc",)): (across_delay_ms, across_gbps)},
         host_of=hosts,
-        intra_host_bandwidth_gbps=100.0 / unit,
-        host_nic_gbps=[10.0 / unit] * 40,
-        description="8 hosts x 4 GPUs (100 Gbit/s inside) + 32 single-GPU hosts, 10 Gbit/s across",
-        meta=_meta("2", variant),
+        intra_host_bandwidth_gbps=inside_gbps if big else None,
+        host_nic_gbps=[across_gbps] * len(host_sizes),
+        description=f"{shape}; {inside_gbps:g} Gbit/s inside a host, {across_gbps:g} across",
+        meta=meta or {},
     )
 
 
