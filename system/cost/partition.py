@@ -210,14 +210,25 @@ class PartitionEvaluator:
         return out
 
     def spread(self, partitions: Sequence[Sequence[Group]]) -> np.ndarray:
-        """Tie-breaker for plateaus of TOTAL: mean group DP cost + 2·(path over smooth edges).
+        """Tie-breaker for plateaus of TOTAL: mean group DP cost + 2·(pp−1)·mean coarse edge.
 
-        TOTAL only sees the slowest group and the bottleneck links. A coarse edge gets faster
-        only when *all* of its matched pairs do, so single moves leave TOTAL flat; the smooth
-        edge weight, the mean over both groups' devices of their fastest link into the other
-        group, falls with every pair that becomes fast. The path is the open TSP over smooth
-        weights (exact up to 16 groups; beyond, (pp−1)·mean smooth edge). Rewarding cheaper
-        groups and smoother edges lets a search cross a plateau towards a lower TOTAL.
+        TOTAL only sees the slowest group and the bottleneck links; this smooth companion also
+        rewards making the other groups and edges cheaper, so a search can cross a plateau.
+        """
+        ws = self._weights(partitions)
+        m = self.pp
+        mean_edge = ws.sum(axis=(1, 2)) / max(1, m * (m - 1))
+        mean_dp = np.array([np.mean([self.group_dp_cost(g) for g in p]) for p in partitions])
+        return mean_dp + 2.0 * (m - 1) * mean_edge
+
+    def smooth_spread(self, partitions: Sequence[Sequence[Group]]) -> np.ndarray:
+        """Second tie-breaker: mean group DP cost + 2·(path over smooth edges).
+
+        A coarse edge gets faster only when *all* of its matched pairs do, so single moves can
+        leave both TOTAL and :meth:`spread` flat. The smooth edge weight, the mean over both
+        groups' devices of their fastest link into the other group, falls with every pair that
+        becomes fast. The path is the open TSP over smooth weights (exact up to 16 groups;
+        beyond, (pp−1)·mean smooth edge).
         """
         g = np.array([list(p) for p in partitions])  # (K, pp, dp)
         m = self.pp

@@ -24,6 +24,7 @@ from system.assignment import Assignment, random_assignment
 from system.cluster import Cluster
 from system.cost.model import CostBreakdown, assignment_cost, check_sizes
 from system.cost.partition import PartitionEvaluator
+from system.scheduler.bounds import LowerBound, gap_pct, lower_bound
 from system.scheduler.genetic import GeneticConfig, genetic_search
 from system.workload import TaskletSizes
 
@@ -57,6 +58,13 @@ class ScheduleResult:
     evaluations: int  # partitions / layouts costed
     history: tuple[tuple[int, float], ...]  # (trial, best TOTAL so far)
     stats: dict | None = None  # method-specific extras (GA: replacements, best_from, ...)
+    bound: LowerBound | None = None  # a lower bound on TOTAL over all assignments
+
+    @property
+    def gap_pct(self) -> float | None:
+        """Certified gap: 100·(TOTAL − bound)/TOTAL, None without a bound."""
+        return None if self.bound is None else gap_pct(self.cost.total_cost_s,
+                                                       self.bound.total_bound_s)
 
     def to_dict(self) -> dict:
         return {
@@ -69,6 +77,8 @@ class ScheduleResult:
             "evaluations": self.evaluations,
             "history": [list(h) for h in self.history],
             "stats": self.stats or {},
+            **(self.bound.to_dict() if self.bound is not None else {}),
+            "gap_pct": self.gap_pct,
         }
 
 
@@ -100,7 +110,7 @@ def schedule(cluster: Cluster, sizes: TaskletSizes, *, pp: int, dp: int,
              time_limit_s: float | None = None,
              on_progress: Callable[[int, float], None] | None = None,
              greedy_seeds: bool = True, ls_max_steps: int = 50,
-             patience_trials: int | None = None) -> ScheduleResult:
+             patience_trials: int | None = None, bound: bool = True) -> ScheduleResult:
     """Assign every device a (stage, replica) to minimise TOTAL = DP + 2·PP (paper §3).
 
     Args:
@@ -117,6 +127,9 @@ def schedule(cluster: Cluster, sizes: TaskletSizes, *, pp: int, dp: int,
             when neither ``trials`` nor ``time_limit_s`` is given, the convergence budget
             (:data:`DEFAULT_PATIENCE_TRIALS` trials, capped at :data:`DEFAULT_TIME_CAP_S` s);
             otherwise off (the search runs the trials or the time asked for).
+        bound: compute :func:`~system.scheduler.bounds.lower_bound` (combinatorial, plus the
+            LP relaxation up to 256 devices) and report the certified gap; not counted in
+            ``search_time_s``.
         on_progress: called as ``on_progress(trial, best_total_s)``.
         greedy_seeds: put two greedy layouts in the GA's initial population (the rest is
             random); ``ScheduleResult.stats["best_from"]`` says whether the best came from one.
@@ -161,6 +174,7 @@ def schedule(cluster: Cluster, sizes: TaskletSizes, *, pp: int, dp: int,
     stats["search_cpu_s"] = time.process_time() - cpu0  # wall time is noisy on a shared machine
     log.info("schedule %s on %s: TOTAL %.3f s after %d trials in %.2f s", method, cluster.name,
              cost.total_cost_s, done, elapsed)
-    return ScheduleResult(assignment=a, cost=cost, method=method, seed=seed_value,
+    lb = lower_bound(cluster, sizes, pp=pp, dp=dp) if bound else None
+    return ScheduleResult(assignment=a, cost=cost, method=method, seed=seed_value, bound=lb,
                           search_time_s=elapsed, trials=done, evaluations=evals,
                           history=tuple((int(t), float(v)) for t, v in history), stats=stats)

@@ -272,7 +272,7 @@ def _rebuild(part: Partition, lab: np.ndarray, targets: Sequence[int],
 
 
 def _block_candidates(part: Partition, labels: list[np.ndarray], rng: np.random.Generator,
-                      max_sets: int = 24) -> list[Partition]:
+                      max_sets: int = 12) -> list[Partition]:
     """Block moves per block labelling: :func:`_mirror` for up to ``max_sets`` ordered group
     pairs, and :func:`_rebuild` for up to ``max_sets`` group sets of each size k = 2..4."""
     pp = len(part)
@@ -296,13 +296,14 @@ def local_search(ev: PartitionEvaluator, part: Partition, total: float, rng: np.
                  tie_break: bool = False, deadline: float | None = None) -> tuple[Partition, float]:
     """Improve ``part`` by circular move sequences until no start group improves TOTAL.
 
-    Each step builds one sequence per start group (plus the four-candidate swaps for
-    ``tailored``), costs every closed prefix with the true TOTAL in one batch, and applies the
-    best one if it is lower. When that fails and ``swap_sample`` > 0, one more try costs up to
-    ``swap_sample`` plain swaps (all of them on small instances) before giving up: the
-    fast-pair candidates alone leave most devices unmovable. With ``tie_break``, a step that
-    keeps TOTAL but lowers :meth:`PartitionEvaluator.spread` is also taken (lexicographic
-    objective: TOTAL never rises, so the search still ends). Stops early once
+    Each step builds one sequence per start group (plus, for ``tailored``, the four-candidate
+    swaps and the block moves of :func:`_block_candidates` over hosts and regions), costs every
+    candidate with the true TOTAL in one batch, and applies the best one if it is lower. When
+    that fails and ``swap_sample`` > 0, one more try costs up to ``swap_sample`` plain swaps
+    (all of them on small instances) before giving up: the fast-pair candidates alone leave
+    most devices unmovable. With ``tie_break``, a step that keeps TOTAL but lowers
+    :meth:`PartitionEvaluator.spread` (or, failing that, its ``smooth_spread``) is also taken
+    (lexicographic objective: TOTAL never rises, so the search still ends). Stops early once
     ``time.perf_counter()`` passes ``deadline``. Returns the improved partition and its TOTAL.
     """
     if rule not in LOCAL_SEARCHES:
@@ -336,10 +337,16 @@ def local_search(ev: PartitionEvaluator, part: Partition, total: float, rng: np.
         ties = np.flatnonzero(totals <= total + 1e-12)
         if ties.size == 0:
             break
-        spreads = ev.spread([cands[t] for t in ties])
-        here = float(ev.spread([part])[0])
+        tied = [cands[t] for t in ties]
+        spreads = ev.spread(tied)
         j = int(np.argmin(spreads))
-        if spreads[j] >= here - 1e-12:
+        if spreads[j] < float(ev.spread([part])[0]) - 1e-12:
+            part = tied[j]
+            continue
+        # still flat: the smooth spread sees pairs of a coarse edge becoming fast one by one
+        spreads = ev.smooth_spread(tied)
+        j = int(np.argmin(spreads))
+        if spreads[j] >= float(ev.smooth_spread([part])[0]) - 1e-12:
             break
-        part = cands[int(ties[j])]
+        part = tied[j]
     return part, total
