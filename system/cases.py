@@ -104,6 +104,7 @@ def cluster_from_regions(
     intra_host_delay_ms: float = 0.0,
     intra_host_bandwidth_gbps: float | None = None,
     host_nic_gbps: Sequence[float] | None = None,
+    gpu_of: Sequence[str] | None = None,
     description: str = "",
     meta: dict | None = None,
 ) -> Cluster:
@@ -144,6 +145,7 @@ def cluster_from_regions(
         delay_ms=delay,
         bandwidth_gbps=bw,
         host_nic_gbps=None if host_nic_gbps is None else tuple(host_nic_gbps),
+        gpu_of=None if gpu_of is None else tuple(gpu_of),
         description=description,
         meta=meta or {},
     )
@@ -159,10 +161,11 @@ def cluster_from_files(
 ) -> Cluster:
     """A user topology: pair table file + device-to-region list (a list, or a file, one per line).
 
-    A device file may also be CSV with columns ``region`` and optionally ``host``.
+    A device file may also be CSV with columns ``region`` and optionally ``host`` and ``gpu`` (a
+    :data:`system.gpus.GPU_TYPES` name per device; absent: V100).
     """
     pairs = read_pair_table(pairs_path)
-    host_of = None
+    host_of = gpu_of = None
     if isinstance(devices, (str, Path)):
         p = Path(devices)
         if not p.exists():
@@ -173,6 +176,8 @@ def cluster_from_files(
             region_of = [r["region"] for r in rows]
             if "host" in rows[0]:
                 host_of = [int(r["host"]) for r in rows]
+            if "gpu" in rows[0]:
+                gpu_of = [r["gpu"] for r in rows]
         else:
             region_of = lines
     else:
@@ -186,6 +191,7 @@ def cluster_from_files(
         intra_delay_ms=intra_delay_ms,
         intra_bandwidth_gbps=intra_bandwidth_gbps,
         host_of=host_of,
+        gpu_of=gpu_of,
         meta={"source": str(pairs_path)},
     )
 
@@ -301,6 +307,44 @@ def debug(variant: str = "paper") -> Cluster:
                      "debug", "4 worldwide regions x 2 devices")
 
 
+# Mixed fleet: (region, GPU type, hosts, GPUs per host, Gbit/s inside a host). Instance shapes
+# are the public cloud ones (AWS p4d.24xlarge: 8 A100 on NVLink, 600 GB/s per GPU; p3.16xlarge:
+# 8 V100 on NVLink; g4dn.12xlarge: 4 T4 on PCIe 3.0 x16, 15.75 GB/s; g6.48xlarge: 8 L4 on PCIe
+# 4.0 x16, 31.5 GB/s). Links between hosts are case 5's region pairs and, inside a region, the
+# paper's 5 ms / 2 Gbit/s (§4.1).
+MIXED_FLEET = (
+    ("Oregon", "A100", 2, 8, 2400.0),
+    ("Virginia", "V100", 2, 8, NVLINK_GBPS),
+    ("Ohio", "T4", 4, 4, 126.0),
+    ("Frankfurt", "L4", 2, 8, 252.0),
+)
+
+
+def mixed(variant: str = "paper") -> Cluster:
+    """Mixed fleet (beyond the paper): 16 A100 in Oregon, 16 V100 in Virginia, 16 T4 in Ohio and
+    16 L4 in Frankfurt, as cloud instances of 4 or 8 GPUs; case-5 links between regions."""
+    region_of, host_of, gpu_of, inside = [], [], [], []
+    for region, gpu, hosts, per_host, gbps in MIXED_FLEET:
+        for _ in range(hosts):
+            inside.append(gbps)
+            region_of += [region] * per_host
+            host_of += [len(inside) - 1] * per_host
+            gpu_of += [gpu] * per_host
+    c = cluster_from_regions("mixed-fleet", region_of,
+                             _packaged_table("aws_region_pairs_case5.csv"),
+                             intra_delay_ms=10.0 if variant == "dtfm_code" else 5.0,
+                             intra_bandwidth_gbps=2.0, host_of=host_of)
+    delay, bw = c.delay_ms.copy(), c.bandwidth_gbps.copy()
+    h = np.asarray(host_of)
+    same = np.equal.outer(h, h)
+    delay[same] = 0.0
+    bw[same] = np.asarray(inside)[h][:, None].repeat(len(h), axis=1)[same]
+    return Cluster(name="mixed-fleet", region_of=tuple(region_of), host_of=tuple(host_of),
+                   delay_ms=delay, bandwidth_gbps=bw, host_nic_gbps=None, gpu_of=tuple(gpu_of),
+                   description="16 A100 (Oregon) + 16 V100 (Virginia) + 16 T4 (Ohio) + 16 L4 "
+                               "(Frankfurt)", meta=_meta("mixed", variant))
+
+
 CASES: dict[str, Callable[[str], Cluster]] = {
     "1": case1,
     "2": case2,
@@ -308,6 +352,7 @@ CASES: dict[str, Callable[[str], Cluster]] = {
     "4": case4,
     "5": case5,
     "debug": debug,
+    "mixed": mixed,
 }
 _ALIASES = {"datacenter": "1", "spot": "2", "campus": "3", "regional": "4", "worldwide": "5"}
 

@@ -22,17 +22,20 @@ import numpy as np
 
 from system.assignment import Assignment, random_assignment
 from system.cluster import Cluster
+from system.cost.iteration import IterationTimeEvaluator
 from system.cost.model import CostBreakdown, assignment_cost, check_sizes
 from system.cost.partition import PartitionEvaluator
 from system.scheduler.bounds import LowerBound, gap_pct, lower_bound
 from system.scheduler.genetic import GeneticConfig, genetic_search
-from system.workload import TaskletSizes
+from system.workload import TaskletSizes, Workload
 
 log = logging.getLogger(__name__)
 
-__all__ = ["schedule", "ScheduleResult", "SCHEDULERS", "DEFAULT_TRIALS", "DEFAULT_POPULATION"]
+__all__ = ["schedule", "ScheduleResult", "SCHEDULERS", "OBJECTIVES", "DEFAULT_TRIALS",
+           "DEFAULT_POPULATION", "layers_in_stage_order"]
 
 SCHEDULERS = ("genetic", "genetic_kl", "random")
+OBJECTIVES = ("comm", "iteration_time")
 DEFAULT_TRIALS = {"genetic": 4900, "genetic_kl": 4900, "random": 5000}
 DEFAULT_POPULATION = 100
 # Default budget (neither ``trials`` nor ``time_limit_s`` given): stop once the best TOTAL has not
@@ -82,6 +85,16 @@ class ScheduleResult:
         }
 
 
+def layers_in_stage_order(ev: IterationTimeEvaluator, partition, assignment: Assignment,
+                          ) -> list[int]:
+    """The surrogate's layer split of ``partition``, listed in the assignment's stage order."""
+    layers = ev.layers(partition)
+    if layers is None:
+        return []
+    where = {frozenset(g): k for k, g in enumerate(partition)}
+    return [int(layers[where[frozenset(assignment.group(s))]]) for s in range(assignment.pp)]
+
+
 def _random_search(cluster: Cluster, sizes: TaskletSizes, pp: int, dp: int, trials: int,
                    rng: np.random.Generator, time_limit_s: float | None,
                    on_progress: Callable[[int, float], None] | None):
@@ -110,7 +123,9 @@ def schedule(cluster: Cluster, sizes: TaskletSizes, *, pp: int, dp: int,
              time_limit_s: float | None = None,
              on_progress: Callable[[int, float], None] | None = None,
              greedy_seeds: bool = True, ls_max_steps: int = 50,
-             patience_trials: int | None = None, bound: bool = True) -> ScheduleResult:
+             patience_trials: int | None = None, bound: bool = True,
+             use_structure: bool = True, objective: str = "comm",
+             workload: Workload | None = None) -> ScheduleResult:
     """Assign every device a (stage, replica) to minimise TOTAL = DP + 2·PP (paper §3).
 
     Args:
@@ -128,8 +143,15 @@ def schedule(cluster: Cluster, sizes: TaskletSizes, *, pp: int, dp: int,
             (:data:`DEFAULT_PATIENCE_TRIALS` trials, capped at :data:`DEFAULT_TIME_CAP_S` s);
             otherwise off (the search runs the trials or the time asked for).
         bound: compute :func:`~system.scheduler.bounds.lower_bound` (combinatorial, plus the
-            LP relaxation up to 256 devices) and report the certified gap; not counted in
+            LP relaxation up to 128 devices) and report the certified gap; not counted in
             ``search_time_s``.
+        use_structure: GA: block moves over hosts/regions in the local search and
+            structure-aligned start layouts (False: the search as the paper describes it).
+        objective: ``comm`` (the paper's TOTAL) or ``iteration_time`` (GA only: the surrogate
+            of :mod:`system.cost.iteration`, compute by GPU type + TOTAL, layers split by
+            stage speed; needs ``workload``). With ``iteration_time``, ``stats`` holds
+            ``iteration_time_s`` and ``layers_per_stage`` (stage order of the assignment), and
+            no bound is computed (the bound is on TOTAL).
         on_progress: called as ``on_progress(trial, best_total_s)``.
         greedy_seeds: put two greedy layouts in the GA's initial population (the rest is
             random); ``ScheduleResult.stats["best_from"]`` says whether the best came from one.
@@ -140,6 +162,12 @@ def schedule(cluster: Cluster, sizes: TaskletSizes, *, pp: int, dp: int,
     """
     if method not in SCHEDULERS:
         raise ValueError(f"schedule: unknown method {method!r}; known: {', '.join(SCHEDULERS)}")
+    if objective not in OBJECTIVES:
+        raise ValueError(
+            f"schedule: unknown objective {objective!r}; known: {', '.join(OBJECTIVES)}")
+    if objective == "iteration_time" and (method == "random" or not isinstance(workload, Workload)):
+        raise ValueError("schedule: objective=iteration_time needs a GA method and a Workload "
+                         "(model and batch), not only tasklet sizes")
     check_sizes(cluster, pp, dp)
     seed_value = None if isinstance(seed, np.random.Generator) else int(seed)
     rng = np.random.default_rng(seed)
@@ -161,20 +189,29 @@ def schedule(cluster: Cluster, sizes: TaskletSizes, *, pp: int, dp: int,
             greedy_seeds=greedy_seeds,
             time_limit_s=None if time_limit_s is None else _SEARCH_SHARE * time_limit_s,
             patience_trials=patience_trials,
+            use_structure=use_structure,
         )
-        ev = PartitionEvaluator(cluster, sizes, pp=pp, dp=dp)
+        if objective == "iteration_time":
+            ev = IterationTimeEvaluator(cluster, sizes, pp=pp, dp=dp, workload=workload)
+        else:
+            ev = PartitionEvaluator(cluster, sizes, pp=pp, dp=dp)
         part, total, gstats = genetic_search(ev, config, rng, on_progress)
         a = ev.assignment(part)
         cost = assignment_cost(cluster, a, sizes)
-        if not np.isclose(cost.total_cost_s, total, rtol=1e-9, atol=1e-9) and pp <= 16:
+        if objective == "iteration_time":
+            extra = {"iteration_time_s": total,
+                     "layers_per_stage": layers_in_stage_order(ev, part, a)}
+        elif not np.isclose(cost.total_cost_s, total, rtol=1e-9, atol=1e-9) and pp <= 16:
             raise AssertionError(f"schedule: assignment cost {cost.total_cost_s} != partition {total}")
         done, evals, history = gstats.trials, ev.evaluations, gstats.history
         stats = gstats.to_dict()
+        if objective == "iteration_time":
+            stats.update(extra)
     elapsed = time.perf_counter() - t0
     stats["search_cpu_s"] = time.process_time() - cpu0  # wall time is noisy on a shared machine
     log.info("schedule %s on %s: TOTAL %.3f s after %d trials in %.2f s", method, cluster.name,
              cost.total_cost_s, done, elapsed)
-    lb = lower_bound(cluster, sizes, pp=pp, dp=dp) if bound else None
+    lb = lower_bound(cluster, sizes, pp=pp, dp=dp) if bound and objective == "comm" else None
     return ScheduleResult(assignment=a, cost=cost, method=method, seed=seed_value, bound=lb,
                           search_time_s=elapsed, trials=done, evaluations=evals,
                           history=tuple((int(t), float(v)) for t, v in history), stats=stats)

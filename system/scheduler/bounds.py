@@ -12,7 +12,8 @@ Combinatorial bounds (any size, microseconds):
   one-to-one onto the other stages, and the k-th cheapest stage maximum is at least the
   (k·dp)-th smallest m_d, so PIPELINEP ≥ Σ_{k=2..pp} m_(k·dp).
 
-LP relaxation (``lp_bound_s``, up to :data:`MAX_LP_DEVICES` devices, SciPy's HiGHS): variables
+LP relaxation (``lp_bound_s``, up to :data:`MAX_LP_DEVICES` devices, SciPy's HiGHS; None if
+HiGHS stops at its time limit without an optimum): variables
 x_e (the pair e shares a group) and y_e (e is a pipeline link of some replica), in [0, 1]:
 
     minimise  z + 2·w
@@ -60,7 +61,7 @@ __all__ = [
     "MAX_LP_DEVICES",
 ]
 
-MAX_LP_DEVICES = 256  # D·(D−1) variables; 64 devices solve in well under a second
+MAX_LP_DEVICES = 128  # D·(D−1) variables: 64 devices solve in under a second, 256 take > 10 s
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,8 +190,9 @@ def _lp(
         got = getattr(res, "mip_dual_bound", None)
         if got is not None and np.isfinite(got):
             return float(got)
-    if res.status != 0 or res.fun is None:
-        raise RuntimeError(f"lower_bound: HiGHS returned status {res.status}: {res.message}")
+    if res.status != 0 or res.fun is None:  # e.g. the time limit: no bound from the LP
+        log.warning("lower_bound: HiGHS stopped without an optimum (%s)", res.message)
+        return None
     return float(res.fun)
 
 
@@ -220,7 +222,7 @@ def lower_bound(
     lp_b, method = None, "combinatorial"
     if use_lp and 1 < cluster.num_devices <= MAX_LP_DEVICES:
         lp_b = _lp(pair, link, pp, dp, dp_b, pp_b, integral, time_limit_s)
-        method = "milp" if integral else "lp"
+        method = "combinatorial" if lp_b is None else "milp" if integral else "lp"
     return LowerBound(
         dp_bound_s=dp_b,
         pp_bound_s=pp_b,

@@ -51,6 +51,7 @@ class GeneticConfig:
     greedy_seeds: bool = True  # add greedy and structure-aligned layouts to the start population
     time_limit_s: float | None = None  # stop after this much wall time (checked per trial)
     patience_trials: int | None = None  # stop after this many trials without a better best
+    use_structure: bool = True  # block moves in the local search + structure-aligned seeds
 
     def __post_init__(self) -> None:
         if self.population < 2:
@@ -173,7 +174,7 @@ def genetic_search(ev: PartitionEvaluator, config: GeneticConfig, rng: np.random
     pop = [random_partition(n, pp, rng) for _ in range(config.population)]
     origin = ["random"] * len(pop)
     if config.greedy_seeds:
-        seeds = {**greedy_seeds(ev), **structured_seeds(ev)}
+        seeds = {**greedy_seeds(ev), **(structured_seeds(ev) if config.use_structure else {})}
         for k, (name, part) in enumerate(list(seeds.items())[:len(pop)]):
             pop[k], origin[k] = part, name
     # cost the start population in chunks so a time limit also bounds huge instances (>= 2 kept)
@@ -207,7 +208,7 @@ def genetic_search(ev: PartitionEvaluator, config: GeneticConfig, rng: np.random
         child, total = local_search(ev, child, ev.total(child), rng, rule=config.local_search,
                                     max_steps=config.ls_max_steps, swap_sample=config.swap_sample,
                                     tie_break=bool(rng.random() < config.tie_break),
-                                    deadline=deadline)
+                                    deadline=deadline, block_moves=config.use_structure)
         stats.trials = trial
         worst = int(np.argmax(totals))
         key = tuple(child)

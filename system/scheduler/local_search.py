@@ -293,7 +293,8 @@ def _block_candidates(part: Partition, labels: list[np.ndarray], rng: np.random.
 
 def local_search(ev: PartitionEvaluator, part: Partition, total: float, rng: np.random.Generator,
                  *, rule: str = "tailored", max_steps: int = 50, swap_sample: int = 0,
-                 tie_break: bool = False, deadline: float | None = None) -> tuple[Partition, float]:
+                 tie_break: bool = False, deadline: float | None = None,
+                 block_moves: bool = True) -> tuple[Partition, float]:
     """Improve ``part`` by circular move sequences until no start group improves TOTAL.
 
     Each step builds one sequence per start group (plus, for ``tailored``, the four-candidate
@@ -309,7 +310,7 @@ def local_search(ev: PartitionEvaluator, part: Partition, total: float, rng: np.
     if rule not in LOCAL_SEARCHES:
         raise ValueError(f"local search rule {rule!r} unknown; known: {', '.join(LOCAL_SEARCHES)}")
     gains = _Gains(ev, rule)
-    blocks = _block_labels(ev) if rule == "tailored" else []
+    blocks = _block_labels(ev) if rule == "tailored" and block_moves else []
     pp = len(part)
     for _ in range(max_steps):
         if deadline is not None and time.perf_counter() >= deadline:
