@@ -114,7 +114,13 @@ def greedy_seeds(ev: PartitionEvaluator) -> dict[str, Partition]:
         g = [min(free)]
         free.remove(g[0])
         while len(g) < dp:
-            nxt = min(free, key=lambda u: (pair[np.ix_(g + [u], g + [u])].sum(1).max(), u))
+            # DP cost of g + [u] for every free u at once: the members' row sums grow by
+            # pair[m, u], and u's own row sum is Σ_m pair[u, m]; ties go to the lowest u
+            cand = np.array(sorted(free))
+            rows = pair[np.ix_(g, g)].sum(axis=1)
+            to_u = pair[np.ix_(g, cand)]  # (|g|, F)
+            cost = np.maximum((rows[:, None] + to_u).max(axis=0), to_u.sum(axis=0))
+            nxt = int(cand[int(np.argmin(cost))])
             g.append(nxt)
             free.remove(nxt)
         groups.append(g)
@@ -174,7 +180,9 @@ def genetic_search(ev: PartitionEvaluator, config: GeneticConfig, rng: np.random
     pop = [random_partition(n, pp, rng) for _ in range(config.population)]
     origin = ["random"] * len(pop)
     if config.greedy_seeds:
-        seeds = {**greedy_seeds(ev), **(structured_seeds(ev) if config.use_structure else {})}
+        seeds = greedy_seeds(ev)
+        if config.use_structure:
+            seeds.update(structured_seeds(ev, deadline=deadline))
         for k, (name, part) in enumerate(list(seeds.items())[:len(pop)]):
             pop[k], origin[k] = part, name
     # cost the start population in chunks so a time limit also bounds huge instances (>= 2 kept)

@@ -57,11 +57,14 @@ def aligned_partition(blocks: Sequence[Sequence[int]], pp: int, dp: int, chunk: 
     return [tuple(sorted(int(x) for x in row)) for row in stages]
 
 
-def structured_seeds(ev: PartitionEvaluator, keep: int = 2) -> dict[str, Partition]:
-    """The ``keep`` cheapest aligned layouts over hosts and regions and every chunk length.
+def structured_seeds(ev: PartitionEvaluator, keep: int = 2,
+                     deadline: float | None = None) -> dict[str, Partition]:
+    """The ``keep`` cheapest aligned layouts over hosts and regions and chunk lengths.
 
-    Only structures with a block of two or more devices are tried (a cluster of single-GPU hosts
-    in one region has none). Names say the structure and chunk, e.g. ``aligned_host_4``.
+    Chunk lengths 1..8 and every block size up to pp are tried. Only structures with a block of
+    two or more devices are tried (a cluster of single-GPU hosts in one region has none). Names
+    say the structure and chunk, e.g. ``aligned_host_4``. Layouts not costed by ``deadline``
+    (a ``time.perf_counter()`` value) are dropped.
     """
     c = ev.cluster
     cands: dict[str, Partition] = {}
@@ -69,13 +72,14 @@ def structured_seeds(ev: PartitionEvaluator, keep: int = 2) -> dict[str, Partiti
         blocks = _blocks(labels)
         if max(len(b) for b in blocks) < 2:
             continue
-        for chunk in range(1, ev.pp + 1):
+        sizes = {len(b) for b in blocks if len(b) <= ev.pp}
+        for chunk in sorted(set(range(1, min(ev.pp, 8) + 1)) | sizes):
             part = aligned_partition(blocks, ev.pp, ev.dp, chunk)
             if part not in cands.values():
                 cands[f"aligned_{label}_{chunk}"] = part
     if not cands:
         return {}
     names = list(cands)
-    totals = ev.totals([cands[n] for n in names])
-    order = np.argsort(totals, kind="stable")[:keep]
+    totals = ev.totals([cands[n] for n in names], deadline=deadline)
+    order = [k for k in np.argsort(totals, kind="stable")[:keep] if np.isfinite(totals[k])]
     return {names[k]: cands[names[k]] for k in order}
