@@ -171,8 +171,12 @@ def mutate(part: Partition, swaps: int, rng: np.random.Generator) -> Partition:
 
 def genetic_search(ev: PartitionEvaluator, config: GeneticConfig, rng: np.random.Generator,
                    on_progress: Callable[[int, float], None] | None = None,
+                   extra_seeds: dict[str, Partition] | None = None,
                    ) -> tuple[Partition, float, GeneticStats]:
-    """Run the hybrid GA; returns (best partition, its TOTAL, statistics)."""
+    """Run the hybrid GA; returns (best partition, its TOTAL, statistics).
+
+    ``extra_seeds`` (e.g. a previous plan, for re-planning) join the start population first.
+    """
     t0 = time.perf_counter()
     deadline = None if config.time_limit_s is None else t0 + config.time_limit_s
     n, pp = ev.cluster.num_devices, ev.pp
@@ -180,7 +184,8 @@ def genetic_search(ev: PartitionEvaluator, config: GeneticConfig, rng: np.random
     pop = [random_partition(n, pp, rng) for _ in range(config.population)]
     origin = ["random"] * len(pop)
     if config.greedy_seeds:
-        seeds = greedy_seeds(ev)
+        seeds = dict(extra_seeds or {})
+        seeds.update(greedy_seeds(ev))
         if config.use_structure:
             seeds.update(structured_seeds(ev, deadline=deadline))
         for k, (name, part) in enumerate(list(seeds.items())[:len(pop)]):
