@@ -11,9 +11,10 @@ changes pp (48 devices: 6 stages), so ``num_layers`` must divide by every pp the
 
 After each event two plans are made for the devices present: ``warm`` (:func:`replan`, from
 the previous plan, ``replan.time_limit_s``) and ``scratch`` (:func:`schedule`, default budget).
-For each: TOTAL, simulated iteration time (:func:`simulate_ours`), tasklets moved, and the time
-to move them (each moved device fetches its stage's parameters, c_dp bytes, from the fastest
-device that held that stage before; a stage nobody held any more counts as lost). Throughput
+For each: TOTAL, simulated iteration time (:func:`simulate_ours`), the devices that must fetch
+layers they do not hold (``moved_tasklets``; layers, not stage ids, are compared since stage s
+covers other layers once pp changes), the bytes, and the time to fetch them from the fastest
+device that held each layer (a layer nobody present held is counted as lost). Throughput
 over time = tokens per iteration / iteration time, zero while planning and moving state.
 Writes ``replan.csv`` and ``replan.png`` into ``results_dir``.
 """
@@ -76,29 +77,41 @@ def trace(num_devices: int, events: int, step: int, seed: int) -> list[list[int]
     return out
 
 
-def _transfer_s(
+def _layers(stage: int, pp: int, num_layers: int) -> set[int]:
+    return set(range(stage * num_layers // pp, (stage + 1) * num_layers // pp))
+
+
+def _state_moves(
     cluster: Cluster,
     present: list[int],
-    new_stage: np.ndarray,
-    prev_stage: dict[int, int],
-    c_dp_bytes: float,
-) -> tuple[float, int]:
-    """Seconds until every moved device holds its stage (parallel fetches), and lost stages.
+    held: dict[int, set[int]],
+    need: dict[int, set[int]],
+    layer_bytes: float,
+) -> tuple[int, float, float, int]:
+    """(devices that fetch, bytes fetched, seconds until all hold their layers, lost layers).
 
-    ``present`` and ``prev_stage`` use the device ids of the full ``cluster``.
+    Layers, not stage ids, are compared: when pp changes, stage s covers other layers. A device
+    fetches each missing layer from the present device with the fastest link that held it
+    (one after another; devices in parallel); a layer nobody present held is lost (it would
+    come from a checkpoint). Device ids are those of the full ``cluster``.
     """
-    link = cluster.link_time_s(c_dp_bytes)
-    worst, lost = 0.0, set()
-    for k, d in enumerate(present):
-        s = int(new_stage[k])
-        if prev_stage.get(d, -1) == s:
+    link = cluster.link_time_s(layer_bytes)
+    devices, nbytes, worst, lost = 0, 0.0, 0.0, set()
+    for d in present:
+        missing = need[d] - held.get(d, set())
+        if not missing:
             continue
-        holders = [h for h in present if prev_stage.get(h, -1) == s]
-        if not holders:
-            lost.add(s)
-            continue
-        worst = max(worst, float(link[holders, d].min()))
-    return worst, len(lost)
+        devices += 1
+        nbytes += len(missing) * layer_bytes
+        t = 0.0
+        for layer in missing:
+            holders = [h for h in present if layer in held.get(h, set())]
+            if holders:
+                t += float(link[holders, d].min())
+            else:
+                lost.add(layer)
+        worst = max(worst, t)
+    return devices, nbytes, worst, len(lost)
 
 
 def replay(
@@ -113,13 +126,20 @@ def replay(
     seed: int,
 ) -> pd.DataFrame:
     rows = []
-    states = {"warm": {}, "scratch": {}}  # plan -> {device: stage}
+    states = {"warm": {}, "scratch": {}}  # plan -> {device: (stage, pp)}
+    held = {"warm": {}, "scratch": {}}  # plan -> {device: layers it holds}
+    num_layers = work.model.num_layers
+    layer_bytes = work.model.params_per_layer * work.gradient_bytes  # fp16 weights
     for k, present in enumerate(trace(cluster.num_devices, events, step, seed)):
         sub = cluster.subset(present)
         pp = len(present) // dp
         sizes = tasklet_sizes(work, pp, dp)
         for plan, prev in states.items():
-            prev_stage = np.array([prev.get(d, -1) for d in present])
+            # the new stage that holds the middle layer of each device's old stage (stage ids
+            # mean other layers once pp changes); -1 for devices that just joined
+            prev_stage = np.array(
+                [int((prev[d][0] + 0.5) * pp / prev[d][1]) if d in prev else -1 for d in present]
+            )
             if plan == "warm" and k > 0:
                 r = replan(
                     sub,
@@ -137,8 +157,11 @@ def replay(
                 flipped = type(a)(a.stages[::-1])
                 if moved_tasklets(flipped, prev_stage) < moved_tasklets(a, prev_stage):
                     a = flipped
-            moved = moved_tasklets(a, prev_stage) if k > 0 else 0
-            move_s, lost = _transfer_s(cluster, present, a.stage_of, prev, sizes.c_dp_bytes)
+            need = {d: _layers(int(a.stage_of[i]), pp, num_layers) for i, d in enumerate(present)}
+            moved, moved_bytes, move_s, lost = _state_moves(
+                cluster, present, held[plan], need, layer_bytes
+            )
+            held[plan] = need
             sim = simulate_ours(sub, a, work)
             rows.append(
                 {
@@ -151,14 +174,14 @@ def replay(
                     "total_cost_s": cost.total_cost_s,
                     "iter_time_s": sim.iter_time_s,
                     "tokens_per_s": work.tokens_per_iteration / sim.iter_time_s,
-                    "moved_tasklets": moved,
-                    "moved_param_bytes": moved * sizes.c_dp_bytes,
+                    "moved_tasklets": moved if k > 0 else 0,
+                    "moved_param_bytes": moved_bytes if k > 0 else 0.0,
                     "plan_time_s": t_plan,
                     "move_time_s": move_s if k > 0 else 0.0,
-                    "lost_stages": lost if k > 0 else 0,
+                    "lost_layers": lost if k > 0 else 0,
                 }
             )
-            states[plan] = {d: int(a.stage_of[i]) for i, d in enumerate(present)}
+            states[plan] = {d: (int(a.stage_of[i]), pp) for i, d in enumerate(present)}
         log.info(
             "event %d: %d devices; warm TOTAL %.2f (%d moved), scratch %.2f (%d moved)",
             k,
