@@ -57,8 +57,9 @@ def aligned_partition(blocks: Sequence[Sequence[int]], pp: int, dp: int, chunk: 
     return [tuple(sorted(int(x) for x in row)) for row in stages]
 
 
-def structured_seeds(ev: PartitionEvaluator, keep: int = 2,
-                     deadline: float | None = None) -> dict[str, Partition]:
+def structured_seeds(
+    ev: PartitionEvaluator, keep: int = 2, deadline: float | None = None
+) -> dict[str, Partition]:
     """The ``keep`` cheapest aligned layouts over hosts and regions and chunk lengths.
 
     Chunk lengths 1..8 and every block size up to pp are tried. Only structures with a block of

@@ -85,3 +85,27 @@ def test_iteration_time_objective_separates_fast_and_slow_gpus():
         schedule(c, sizes, pp=4, dp=4, objective="iteration_time")
     with pytest.raises(ValueError, match="unknown objective"):
         schedule(c, sizes, pp=4, dp=4, objective="flops")
+
+
+def test_stage_compute_runs_each_stage_at_its_slowest_gpu():
+    from repro.bench_hetero import stage_compute_for
+    from system.assignment import Assignment
+
+    c = get_case("mixed").subset([0, 16, 32, 48])  # A100, V100, T4, L4
+    work = Workload(model=MODELS["gpt3_xl"], global_batch_size=8)
+    a = Assignment(np.array([[0, 1], [2, 3]]))  # stage 0: A100+V100, stage 1: T4+L4
+    even = stage_compute_for(c, a, work, [12, 12])
+    f, b, _ = even.per_stage(2)
+    ratio_v100_t4 = GPU_TYPES["V100"].peak_flops / GPU_TYPES["T4"].peak_flops
+    assert b[1] / b[0] > ratio_v100_t4 > 1  # T4 stage slower, plus the logits on the last one
+    uneven = stage_compute_for(c, a, work, [16, 8])
+    assert uneven.per_stage(2)[0][0] == pytest.approx(f[0] * 16 / 12)
+
+
+def test_bench_scheduler_spot_variants_and_sections():
+    from repro import bench_scheduler
+
+    for name in bench_scheduler.SPOT_VARIANTS:
+        assert bench_scheduler.spot_variant(name).num_devices == 64
+    with pytest.raises(ValueError, match="unknown"):
+        bench_scheduler.run({**bench_scheduler.DEFAULTS, "sections": "plateau,speed"})
