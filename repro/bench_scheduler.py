@@ -13,9 +13,9 @@ is named):
 - ``gaps``: cases 1–5 (paper variant) and case 2 (dtfm_code) at 64 devices: bound, result, gap.
 - ``quality``: cases 4–5: GA with and without greedy seeds, best of N random rank maps, and the
   authors' best (4,900 GA trials).
-- ``scaling``: case 5's eight regions replicated to 32 and 128 devices each (256 / 1,024
-  devices, dp = 8), GA (population 10) stopped at ``big_time_limit_s`` vs its greedy start and
-  the combinatorial bound.
+- ``scaling``: case 5's eight regions replicated to ``per_regions`` devices each (default 32 and
+  128: 256 / 1,024 devices; 512: 4,096), dp = 8, GA (population 10) stopped at
+  ``big_time_limit_s`` vs its greedy start and the combinatorial bound.
 
 Wall times depend on machine load; CPU seconds are reported beside them.
 """
@@ -39,7 +39,8 @@ log = logging.getLogger(__name__)
 
 AUTHORS_BEST_S = {"4": 34.80, "5": 49.22}  # PAPER.md §3 / issue 2
 DEFAULTS = {"sections": "plateau,gaps,quality,scaling", "seeds": "0,1,2",
-            "big_time_limit_s": "30", "random_layouts": "5000", "big_random_layouts": "200",
+            "big_time_limit_s": "30", "per_regions": "32,128", "random_layouts": "5000",
+            "big_random_layouts": "200",
             "seed": "0", "out_dir": "results/scheduler"}
 
 # Spot variants of case 2 (dtfm_code units: 1.25 Gbit/s between hosts, 100 inside): host sizes
@@ -147,7 +148,7 @@ def _quality(cfg: dict) -> list[dict]:
 def _scaling(cfg: dict) -> list[dict]:
     rows = []
     seed, limit = int(cfg["seed"]), float(cfg["big_time_limit_s"])
-    for per_region in (32, 128):
+    for per_region in [int(x) for x in cfg["per_regions"].split(",")]:
         c = replicated_case5(per_region)
         pp, dp = c.num_devices // 8, 8
         g = schedule(c, DTFM_REFERENCE, pp=pp, dp=dp, seed=seed, time_limit_s=limit,

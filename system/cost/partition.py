@@ -248,10 +248,14 @@ class PartitionEvaluator:
     def total(self, partition: Sequence[Group]) -> float:
         return float(self.totals([partition])[0])
 
-    def assignment(self, partition: Sequence[Group]) -> Assignment:
-        """The assignment attaining the partition cost: TSP stage order, chained matchings."""
+    def assignment(self, partition: Sequence[Group], starts: int = 8) -> Assignment:
+        """The assignment attaining the partition cost: TSP stage order, chained matchings.
+
+        ``starts``: nearest-neighbour starts of the TSP heuristic beyond 16 groups (1 gives the
+        order :meth:`totals` priced).
+        """
         groups = [list(g) for g in partition]
-        _, order = open_tsp_path(self.coarse_weights([tuple(g) for g in groups]))
+        _, order = open_tsp_path(self.coarse_weights([tuple(g) for g in groups]), starts=starts)
         stages = np.empty((self.pp, self.dp), dtype=np.int64)
         stages[0] = groups[order[0]]  # replica r of stage 0 = r-th member of the first group
         for s in range(1, self.pp):

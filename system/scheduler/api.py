@@ -46,6 +46,8 @@ DEFAULT_TIME_CAP_S = 60.0
 # Share of a time limit given to the GA loop; the rest covers building the final assignment
 # (TSP order with 8 starts and the matchings), so the whole call stays inside the limit.
 _SEARCH_SHARE = 0.95
+_SEARCH_SHARE_LARGE = 0.8  # beyond LARGE_PP stages one costing takes seconds: keep more back
+LARGE_PP = 64  # beyond this the final TSP order uses one start (the one the search priced)
 
 
 @dataclass(frozen=True)
@@ -187,7 +189,8 @@ def schedule(cluster: Cluster, sizes: TaskletSizes, *, pp: int, dp: int,
             local_search="kl" if method == "genetic_kl" else "tailored",
             ls_max_steps=ls_max_steps,
             greedy_seeds=greedy_seeds,
-            time_limit_s=None if time_limit_s is None else _SEARCH_SHARE * time_limit_s,
+            time_limit_s=None if time_limit_s is None else time_limit_s * (
+                _SEARCH_SHARE if pp <= LARGE_PP else _SEARCH_SHARE_LARGE),
             patience_trials=patience_trials,
             use_structure=use_structure,
         )
@@ -196,7 +199,7 @@ def schedule(cluster: Cluster, sizes: TaskletSizes, *, pp: int, dp: int,
         else:
             ev = PartitionEvaluator(cluster, sizes, pp=pp, dp=dp)
         part, total, gstats = genetic_search(ev, config, rng, on_progress)
-        a = ev.assignment(part)
+        a = ev.assignment(part, starts=8 if pp <= LARGE_PP else 1)
         cost = assignment_cost(cluster, a, sizes)
         if objective == "iteration_time":
             extra = {"iteration_time_s": total,

@@ -97,17 +97,17 @@ def greedy_seeds(ev: PartitionEvaluator) -> dict[str, Partition]:
     """
     n, pp, dp = ev.cluster.num_devices, ev.pp, ev.dp
     link, pair = ev.pp_link_s, ev.dp_pair_s
-    free = set(range(n))
-    chains = []
-    for _ in range(dp):
-        chain = [min(free)]
-        free.remove(chain[0])
-        while len(chain) < pp:
-            nxt = min(free, key=lambda u: (link[chain[-1], u], u))
-            chain.append(nxt)
-            free.remove(nxt)
-        chains.append(chain)
-    pipe = _sorted(np.array(chains).T)
+    is_free = np.ones(n, dtype=bool)
+    chains = np.empty((dp, pp), dtype=np.int64)
+    for r in range(dp):
+        cur = int(np.flatnonzero(is_free)[0])
+        is_free[cur] = False
+        chains[r, 0] = cur
+        for s in range(1, pp):
+            cur = int(np.argmin(np.where(is_free, link[cur], np.inf)))  # lowest id on ties
+            is_free[cur] = False
+            chains[r, s] = cur
+    pipe = _sorted(chains.T)
     free = set(range(n))
     groups = []
     for _ in range(pp):
