@@ -1,18 +1,22 @@
-"""Scheduler benchmark: quality and time on cases 4–5, and scaling to 256 / 1,024 devices.
+"""Scheduler benchmark: plateaus, certified gaps, quality on cases 4–5, scaling to 1,024 devices.
 
     python repro/bench_scheduler.py                    # writes results/scheduler/bench.{csv,md}
-    python repro/bench_scheduler.py time_limit_s=5 big_time_limit_s=30 out_dir=DIR
+    python repro/bench_scheduler.py sections=plateau,gaps seeds=0,1,2 out_dir=DIR
 
-Rows (authors' constants DTFM_REFERENCE, seed 0):
+Sections (authors' constants DTFM_REFERENCE; the default convergence budget unless a time limit
+is named):
 
-- ``genetic``: our GA (greedy seeds in the initial population), stopped at ``time_limit_s``;
-- ``genetic_noseed``: the same GA from a purely random population;
-- ``random_best_of_N``: best of N uniformly random rank maps (no matching, no TSP);
-- ``authors_best``: the best TOTAL the authors' GA reached (PAPER.md §3: 4,900 trials, 283 s).
+- ``plateau``: case 2 as the authors' code builds it (``dtfm_code``) and spot variants of it
+  (:data:`SPOT_VARIANTS`), each seed, ``before`` = the search without block moves and without
+  structure-aligned seeds (``use_structure=False``), ``after`` = the default search; with the
+  lower bound and certified gap.
+- ``gaps``: cases 1–5 (paper variant) and case 2 (dtfm_code) at 64 devices: bound, result, gap.
+- ``quality``: cases 4–5: GA with and without greedy seeds, best of N random rank maps, and the
+  authors' best (4,900 GA trials).
+- ``scaling``: case 5's eight regions replicated to ``per_regions`` devices each (default 32 and
+  128: 256 / 1,024 devices; 512: 4,096), dp = 8, GA (population 10) stopped at
+  ``big_time_limit_s`` vs its greedy start and the combinatorial bound.
 
-Scaling: case 5's eight regions replicated to 32 and 128 devices each (256 / 1,024 devices,
-dp = 8 replicas of pp = 32 / 128 stages, TSP heuristic beyond 16 stages), GA with a small
-population stopped at ``big_time_limit_s``; we report the TOTAL reached and the time taken.
 Wall times depend on machine load; CPU seconds are reported beside them.
 """
 
@@ -25,7 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from system.cases import get_case
+from system.cases import get_case, spot_cluster
 from system.cluster import Cluster
 from system.results import atomic_write_text
 from system.scheduler import schedule
@@ -34,8 +38,29 @@ from system.workload import DTFM_REFERENCE
 log = logging.getLogger(__name__)
 
 AUTHORS_BEST_S = {"4": 34.80, "5": 49.22}  # PAPER.md §3 / issue 2
-DEFAULTS = {"time_limit_s": "5", "big_time_limit_s": "30", "random_layouts": "5000",
-            "big_random_layouts": "200", "seed": "0", "out_dir": "results/scheduler"}
+DEFAULTS = {"sections": "plateau,gaps,quality,scaling", "seeds": "0,1,2",
+            "big_time_limit_s": "30", "per_regions": "32,128", "random_layouts": "5000",
+            "big_random_layouts": "200",
+            "seed": "0", "out_dir": "results/scheduler"}
+
+# Spot variants of case 2 (dtfm_code units: 1.25 Gbit/s between hosts, 100 inside): host sizes
+# and link speeds change, 64 devices each, pp = dp = 8.
+SPOT_VARIANTS = {
+    "case2_dtfm_code": None,  # get_case("2", "dtfm_code"): 8 x 4 GPUs + 32 x 1
+    "spot_16x2": dict(host_sizes=(2,) * 16 + (1,) * 32, across_gbps=1.25, inside_gbps=100.0),
+    "spot_4x8": dict(host_sizes=(8,) * 4 + (1,) * 32, across_gbps=1.25, inside_gbps=100.0),
+    "spot_12x4": dict(host_sizes=(4,) * 12 + (1,) * 16, across_gbps=1.25, inside_gbps=100.0),
+    "spot_mixed": dict(host_sizes=(8,) * 2 + (4,) * 4 + (2,) * 8 + (1,) * 16, across_gbps=1.25,
+                       inside_gbps=100.0),
+    "spot_8x4_10g": dict(host_sizes=(4,) * 8 + (1,) * 32, across_gbps=10.0, inside_gbps=100.0),
+    "spot_8x4_slow_5ms": dict(host_sizes=(4,) * 8 + (1,) * 32, across_gbps=0.5,
+                              inside_gbps=100.0, across_delay_ms=5.0),
+}
+
+
+def spot_variant(name: str) -> Cluster:
+    spec = SPOT_VARIANTS[name]
+    return get_case("2", "dtfm_code") if spec is None else spot_cluster(name, **spec)
 
 
 def replicated_case5(per_region: int) -> Cluster:
@@ -61,39 +86,91 @@ def _row(label: str, cluster: Cluster, method: str, res, **extra) -> dict:
             "pp_cost_s": res.cost.pp_cost_s, "search_time_s": res.search_time_s,
             "search_cpu_s": (res.stats or {}).get("search_cpu_s"), "trials": res.trials,
             "evaluations": res.evaluations, "best_from": (res.stats or {}).get("best_from", ""),
-            **extra}
+            "stopped_by": (res.stats or {}).get("stopped_by", ""),
+            "initial_best_s": (res.stats or {}).get("initial_best_s"),
+            "bound_total_s": res.bound.total_bound_s if res.bound else None,
+            "bound_method": res.bound.method if res.bound else "", "gap_pct": res.gap_pct,
+            "time_to_best_s": _time_to_best(res), **extra}
 
 
-def run(cfg: dict) -> pd.DataFrame:
-    seed = int(cfg["seed"])
-    limit, big_limit = float(cfg["time_limit_s"]), float(cfg["big_time_limit_s"])
+def _time_to_best(res) -> float | None:
+    """Seconds until the final best first appeared (trials are spread evenly over the run)."""
+    if not res.history or res.trials == 0:
+        return 0.0
+    best = res.history[-1][1]
+    first = next(t for t, v in res.history if v <= best + 1e-12)
+    return res.search_time_s * first / max(1, res.trials)
+
+
+def _plateau(cfg: dict) -> list[dict]:
     rows = []
+    for name in SPOT_VARIANTS:
+        c = spot_variant(name)
+        for seed in [int(x) for x in cfg["seeds"].split(",")]:
+            for label, structure in (("before", False), ("after", True)):
+                res = schedule(c, DTFM_REFERENCE, pp=8, dp=8, seed=seed, use_structure=structure)
+                rows.append(_row(label, c, "genetic", res, section="plateau", case=name,
+                                 seed=seed))
+                log.info("plateau %s seed %d %s: TOTAL %.3f (bound %.3f)", name, seed, label,
+                         res.cost.total_cost_s, res.bound.total_bound_s)
+    return rows
+
+
+def _gaps(cfg: dict) -> list[dict]:
+    rows = []
+    for case, variant in (("1", "paper"), ("2", "paper"), ("2", "dtfm_code"), ("3", "paper"),
+                          ("4", "paper"), ("5", "paper")):
+        c = get_case(case, variant)
+        res = schedule(c, DTFM_REFERENCE, pp=8, dp=8, seed=int(cfg["seed"]))
+        rows.append(_row("genetic", c, "genetic", res, section="gaps",
+                         case=case if variant == "paper" else f"{case}_{variant}"))
+    return rows
+
+
+def _quality(cfg: dict) -> list[dict]:
+    rows = []
+    seed = int(cfg["seed"])
     for case in ("4", "5"):
         c = get_case(case)
         kw = dict(pp=8, dp=8, seed=seed)
-        g = schedule(c, DTFM_REFERENCE, time_limit_s=limit, **kw)
-        rows.append(_row("genetic", c, "genetic", g, case=case))
-        g0 = schedule(c, DTFM_REFERENCE, time_limit_s=limit, greedy_seeds=False, **kw)
-        rows.append(_row("genetic_noseed", c, "genetic", g0, case=case))
+        g0 = schedule(c, DTFM_REFERENCE, greedy_seeds=False, **kw)
+        rows.append(_row("genetic_noseed", c, "genetic", g0, section="quality", case=case))
         n = int(cfg["random_layouts"])
         r = schedule(c, DTFM_REFERENCE, method="random", trials=n, **kw)
-        rows.append(_row(f"random_best_of_{n}", c, "random", r, case=case))
-        rows.append({"cluster": c.name, "num_devices": 64, "pp": 8, "dp": 8, "case": case,
-                     "row": "authors_best", "method": "authors_ga_4900_trials",
-                     "total_cost_s": AUTHORS_BEST_S[case], "search_time_s": 283.0 if case == "5"
-                     else None})
-    for per_region, pp in ((8, 8), (32, 32), (128, 128)):
-        c = get_case("5") if per_region == 8 else replicated_case5(per_region)
-        dp = c.num_devices // pp
-        lim = limit if per_region == 8 else big_limit
-        g = schedule(c, DTFM_REFERENCE, pp=pp, dp=dp, seed=seed, time_limit_s=lim,
-                     population=100 if per_region == 8 else 10)
-        rows.append(_row("scaling_genetic", c, "genetic", g, case="5" if per_region == 8 else
-                         f"5x{per_region}", time_limit_s=lim))
+        rows.append(_row(f"random_best_of_{n}", c, "random", r, section="quality", case=case))
+        rows.append({"section": "quality", "cluster": c.name, "num_devices": 64, "pp": 8, "dp": 8,
+                     "case": case, "row": "authors_best", "method": "authors_ga_4900_trials",
+                     "total_cost_s": AUTHORS_BEST_S[case],
+                     "search_time_s": 283.0 if case == "5" else None})
+    return rows
+
+
+def _scaling(cfg: dict) -> list[dict]:
+    rows = []
+    seed, limit = int(cfg["seed"]), float(cfg["big_time_limit_s"])
+    for per_region in [int(x) for x in cfg["per_regions"].split(",")]:
+        c = replicated_case5(per_region)
+        pp, dp = c.num_devices // 8, 8
+        g = schedule(c, DTFM_REFERENCE, pp=pp, dp=dp, seed=seed, time_limit_s=limit,
+                     population=10)
+        rows.append(_row("scaling_genetic", c, "genetic", g, section="scaling",
+                         case=f"5x{per_region}", time_limit_s=limit))
         n = int(cfg["big_random_layouts"])
         r = schedule(c, DTFM_REFERENCE, pp=pp, dp=dp, method="random", trials=n, seed=seed)
-        rows.append(_row(f"scaling_random_best_of_{n}", c, "random", r,
-                         case="5" if per_region == 8 else f"5x{per_region}"))
+        rows.append(_row(f"scaling_random_best_of_{n}", c, "random", r, section="scaling",
+                         case=f"5x{per_region}"))
+    return rows
+
+
+SECTIONS = {"plateau": _plateau, "gaps": _gaps, "quality": _quality, "scaling": _scaling}
+
+
+def run(cfg: dict) -> pd.DataFrame:
+    names = [x for x in cfg["sections"].split(",") if x]
+    unknown = [x for x in names if x not in SECTIONS]
+    if unknown:
+        raise ValueError(f"sections={cfg['sections']!r}: unknown {unknown}; known {list(SECTIONS)}")
+    rows = [row for name in names for row in SECTIONS[name](cfg)]
     df = pd.DataFrame(rows)
     out = cfg["out_dir"]
     if out:
@@ -103,16 +180,18 @@ def run(cfg: dict) -> pd.DataFrame:
 
 
 def _markdown(df: pd.DataFrame, cfg: dict) -> str:
-    cols = ["case", "num_devices", "pp", "dp", "row", "total_cost_s", "search_time_s",
-            "search_cpu_s", "trials", "evaluations", "best_from"]
+    cols = ["section", "case", "seed", "num_devices", "pp", "dp", "row", "total_cost_s",
+            "bound_total_s", "gap_pct", "initial_best_s", "search_time_s", "time_to_best_s",
+            "search_cpu_s", "trials", "stopped_by", "best_from"]
     lines = ["# Scheduler benchmark (`python repro/bench_scheduler.py`)", "",
-             f"Settings: {cfg}. Sizes: DTFM_REFERENCE (c_dp = 0.65e9 B, c_pp = 0.47116e9 B).",
+             f"Settings: {cfg}. Sizes: DTFM_REFERENCE (c_dp = 0.65e9 B, c_pp = 0.4712492e9 B).",
              "Wall times depend on machine load (shared 2-core machine); CPU seconds beside them.",
              "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for _, r in df.iterrows():
         vals = []
         for c in cols:
             v = r.get(c)
+            v = None if v is None or (isinstance(v, float) and np.isnan(v)) else v
             vals.append("" if v is None or (isinstance(v, float) and np.isnan(v)) else
                         f"{v:.3f}" if isinstance(v, float) else str(v))
         lines.append("| " + " | ".join(vals) + " |")
@@ -134,16 +213,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg[key] = value
     df = run(cfg)
     table = Table(title="scheduler benchmark (TOTAL = DP + 2 PP, seconds per iteration)")
-    for c in ("case", "devices", "pp x dp", "row", "TOTAL s", "wall s", "cpu s", "trials",
-              "best from"):
+    for c in ("section", "case", "seed", "devices", "pp x dp", "row", "TOTAL s", "bound s",
+              "gap %", "wall s", "cpu s", "trials", "stopped by"):
         table.add_column(c)
+
+    def fmt(v, f="{:.3f}"):
+        return "" if v is None or (isinstance(v, float) and np.isnan(v)) else f.format(v)
+
     for _, r in df.iterrows():
-        def fmt(v, f="{:.3f}"):
-            return "" if v is None or (isinstance(v, float) and np.isnan(v)) else f.format(v)
-        table.add_row(str(r["case"]), str(r["num_devices"]), f"{r['pp']}x{r['dp']}", r["row"],
-                      fmt(r["total_cost_s"]), fmt(r.get("search_time_s"), "{:.2f}"),
+        table.add_row(str(r["section"]), str(r["case"]), fmt(r.get("seed"), "{:.0f}"),
+                      str(r["num_devices"]), f"{r['pp']}x{r['dp']}", r["row"],
+                      fmt(r["total_cost_s"]), fmt(r.get("bound_total_s")),
+                      fmt(r.get("gap_pct"), "{:.1f}"), fmt(r.get("search_time_s"), "{:.2f}"),
                       fmt(r.get("search_cpu_s"), "{:.2f}"), fmt(r.get("trials"), "{:.0f}"),
-                      str(r.get("best_from") or ""))
+                      str(r.get("stopped_by") or ""))
     console().print(table)
     return 0
 

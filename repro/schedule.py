@@ -10,8 +10,14 @@ Arguments are ``key=value`` (no Hydra here: only ``repro/run.py`` uses it):
     scheduler     genetic | genetic_kl | random                    default genetic
     workload      system.workload.WORKLOADS key                    default dtfm_reference
     pp, dp        stages / replicas (default: 8 x 8 for 64 devices, else a near-square split)
-    seed, trials, population, time_limit_s, greedy_seeds (0/1)
+    seed, trials, population, time_limit_s, greedy_seeds (0/1), patience_trials
+    objective     comm | iteration_time (needs a model workload, e.g. gpt3_xl_b1024) default comm
     out           JSON file (written atomically); omitted: print the JSON
+
+Budget: with neither ``trials`` nor ``time_limit_s`` the search stops once the best TOTAL has not
+improved for ``patience_trials`` trials (default 20), and after 60 s at most
+(:data:`system.scheduler.api.DEFAULT_TIME_CAP_S`); ask for more with ``trials=`` or
+``time_limit_s=``.
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ log = logging.getLogger(__name__)
 
 KEYS = {"case": "5", "case_variant": "paper", "scheduler": "genetic", "workload": "dtfm_reference",
         "pp": None, "dp": None, "seed": "0", "trials": None, "population": None,
-        "time_limit_s": None, "greedy_seeds": "1", "out": None}
+        "time_limit_s": None, "greedy_seeds": "1", "patience_trials": None, "objective": "comm",
+        "out": None}
 
 
 def parse_args(argv: Sequence[str]) -> dict:
@@ -82,6 +89,9 @@ def run(cfg: dict, on_progress=None) -> dict:
                       seed=_int(cfg, "seed") or 0, trials=_int(cfg, "trials"),
                       population=_int(cfg, "population"), time_limit_s=limit,
                       greedy_seeds=str(cfg["greedy_seeds"]).lower() in ("1", "true", "yes"),
+                      patience_trials=_int(cfg, "patience_trials"),
+                      objective=cfg["objective"],
+                      workload=work if isinstance(work, Workload) else None,
                       on_progress=on_progress)
     record = {"case": str(cfg["case"]), "case_variant": cfg["case_variant"],
               "cluster": cluster.name, "num_devices": cluster.num_devices,
@@ -90,6 +100,10 @@ def run(cfg: dict, on_progress=None) -> dict:
     if cfg["out"]:
         atomic_write_text(cfg["out"], json.dumps(record, indent=1) + "\n")
     return record
+
+
+def _fmt(value, spec: str = "{:.3f}") -> str:
+    return "n/a" if value is None else spec.format(value)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -114,9 +128,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             record = run(cfg, on_progress=progress)
     else:
         record = run(cfg)
-    log.info("case %s %s: TOTAL %.3f s (DP %.3f + 2 x PP %.3f) after %d trials in %.2f s",
+    log.info("case %s %s: TOTAL %.3f s (DP %.3f + 2 x PP %.3f) after %d trials in %.2f s; "
+             "lower bound %s s, certified gap %s%%",
              record["case"], record["method"], record["total_cost_s"], record["dp_cost_s"],
-             record["pp_cost_s"], record["trials"], record["search_time_s"])
+             record["pp_cost_s"], record["trials"], record["search_time_s"],
+             _fmt(record.get("bound_total_s")), _fmt(record.get("gap_pct"), "{:.1f}"))
     if not cfg["out"]:
         sys.stdout.write(json.dumps(record) + "\n")
     return 0

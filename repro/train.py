@@ -88,7 +88,7 @@ def spec_from_args(args: list[str]) -> tuple[RunSpec, dict]:
                 f"{sorted(known | {'batch', 'assignment', 'timeout_s', 'log_dir'})}"
             )
     if assignment is not None:
-        from system.scheduler.assignment import Assignment
+        from system.assignment import Assignment
 
         a = Assignment.load(assignment)
         values["stages"] = a.stages.tolist()

@@ -8,8 +8,9 @@ Two variants:
 - ``paper`` (default): the numbers the paper states, unit-correct.
 - ``dtfm_code``: what the authors' code used instead — 10 ms inside a region (their tc value) in
   cases 4–5; 5 Gbit/s and 1 ms inside a campus and 11 ms across in case 3; and in cases 1–2 the
-  GB/s figures read as Gbit/s (the unit bug, i.e. bandwidth 8× too low). Offered only so their
-  numbers can be compared.
+  links between hosts at the GB/s figures read as Gbit/s (the unit bug, i.e. 8× too low), while
+  the links inside a host carry the value 100 of their matrices in both cases. Offered only so
+  their numbers can be compared.
 
 User topologies: :func:`cluster_from_files` reads a pair table (CSV or YAML: region_a, region_b,
 delay_ms, bandwidth_gbps, plus optional ``intra`` rows with region_a == region_b) and a
@@ -35,6 +36,7 @@ __all__ = [
     "cluster_from_regions",
     "cluster_from_files",
     "read_pair_table",
+    "spot_cluster",
     "case_names",
 ]
 
@@ -47,6 +49,7 @@ CASE5_REGIONS = ("Oregon", "Virginia", "Ohio", "Tokyo", "Seoul", "London", "Fran
 DEBUG_REGIONS = ("Oregon", "Virginia", "Tokyo", "Frankfurt")
 
 NVLINK_GBPS = 1200.0  # V100 NVLink, 300 GB/s aggregate = 150 GB/s per direction (MODELING.md)
+DTFM_INTRA_HOST = 100.0  # the authors' matrices: 100 (read as Gbit/s) inside a host, cases 1-2
 
 
 def read_pair_table(path: str | Path) -> PairTable:
@@ -101,6 +104,7 @@ def cluster_from_regions(
     intra_host_delay_ms: float = 0.0,
     intra_host_bandwidth_gbps: float | None = None,
     host_nic_gbps: Sequence[float] | None = None,
+    gpu_of: Sequence[str] | None = None,
     description: str = "",
     meta: dict | None = None,
 ) -> Cluster:
@@ -141,6 +145,7 @@ def cluster_from_regions(
         delay_ms=delay,
         bandwidth_gbps=bw,
         host_nic_gbps=None if host_nic_gbps is None else tuple(host_nic_gbps),
+        gpu_of=None if gpu_of is None else tuple(gpu_of),
         description=description,
         meta=meta or {},
     )
@@ -156,10 +161,11 @@ def cluster_from_files(
 ) -> Cluster:
     """A user topology: pair table file + device-to-region list (a list, or a file, one per line).
 
-    A device file may also be CSV with columns ``region`` and optionally ``host``.
+    A device file may also be CSV with columns ``region`` and optionally ``host`` and ``gpu`` (a
+    :data:`system.gpus.GPU_TYPES` name per device; absent: V100).
     """
     pairs = read_pair_table(pairs_path)
-    host_of = None
+    host_of = gpu_of = None
     if isinstance(devices, (str, Path)):
         p = Path(devices)
         if not p.exists():
@@ -170,6 +176,8 @@ def cluster_from_files(
             region_of = [r["region"] for r in rows]
             if "host" in rows[0]:
                 host_of = [int(r["host"]) for r in rows]
+            if "gpu" in rows[0]:
+                gpu_of = [r["gpu"] for r in rows]
         else:
             region_of = lines
     else:
@@ -183,6 +191,7 @@ def cluster_from_files(
         intra_delay_ms=intra_delay_ms,
         intra_bandwidth_gbps=intra_bandwidth_gbps,
         host_of=host_of,
+        gpu_of=gpu_of,
         meta={"source": str(pairs_path)},
     )
 
@@ -202,7 +211,7 @@ def case1(variant: str = "paper") -> Cluster:
         ["dc"] * 64,
         {frozenset(("dc",)): (0.0, 25.0 / unit)},
         host_of=[d // 8 for d in range(64)],
-        intra_host_bandwidth_gbps=NVLINK_GBPS / unit,
+        intra_host_bandwidth_gbps=DTFM_INTRA_HOST if variant == "dtfm_code" else NVLINK_GBPS,
         host_nic_gbps=[25.0 / unit] * 8,
         description="8 x p3.16xlarge: NVLink inside a host, 25 Gbit/s between hosts",
         meta=_meta("1", variant),
@@ -216,16 +225,37 @@ def case2(variant: str = "paper") -> Cluster:
     authors' code layout that gives 64.
     """
     unit = 8.0 if variant == "dtfm_code" else 1.0
-    hosts = [d // 4 if d < 32 else 8 + (d - 32) for d in range(64)]
+    return spot_cluster(
+        "case2-datacenter-spot", host_sizes=(4,) * 8 + (1,) * 32,
+        across_gbps=10.0 / unit, inside_gbps=DTFM_INTRA_HOST if variant == "dtfm_code" else 100.0,
+        meta=_meta("2", variant))
+
+
+def spot_cluster(name: str, *, host_sizes: Sequence[int], across_gbps: float,
+                 inside_gbps: float, across_delay_ms: float = 0.0, meta: dict | None = None,
+                 ) -> Cluster:
+    """One data center of hosts with ``host_sizes`` GPUs each (case 2's shape and its variants).
+
+    Devices are numbered host by host; links inside a host run at ``inside_gbps`` with no delay,
+    links between hosts at ``across_gbps`` / ``across_delay_ms``, each host has one NIC of
+    ``across_gbps``.
+    """
+    host_sizes = tuple(int(k) for k in host_sizes)
+    if not host_sizes or min(host_sizes) < 1:
+        raise ValueError(f"spot cluster {name!r}: host_sizes must be positive, got {host_sizes}")
+    hosts = [h for h, k in enumerate(host_sizes) for _ in range(k)]
+    big = [k for k in host_sizes if k > 1]
+    shape = " + ".join(f"{n} hosts x {k} GPUs" for k, n in
+                       sorted(((k, host_sizes.count(k)) for k in set(host_sizes)), reverse=True))
     return cluster_from_regions(
-        "case2-datacenter-spot",
-        ["dc"] * 64,
-        {frozenset(("dc",)): (0.0, 10.0 / unit)},
+        name,
+        ["dc"] * len(hosts),
+        {frozenset(("dc",)): (across_delay_ms, across_gbps)},
         host_of=hosts,
-        intra_host_bandwidth_gbps=100.0 / unit,
-        host_nic_gbps=[10.0 / unit] * 40,
-        description="8 hosts x 4 GPUs (100 Gbit/s inside) + 32 single-GPU hosts, 10 Gbit/s across",
-        meta=_meta("2", variant),
+        intra_host_bandwidth_gbps=inside_gbps if big else None,
+        host_nic_gbps=[across_gbps] * len(host_sizes),
+        description=f"{shape}; {inside_gbps:g} Gbit/s inside a host, {across_gbps:g} across",
+        meta=meta or {},
     )
 
 
@@ -277,6 +307,44 @@ def debug(variant: str = "paper") -> Cluster:
                      "debug", "4 worldwide regions x 2 devices")
 
 
+# Mixed fleet: (region, GPU type, hosts, GPUs per host, Gbit/s inside a host). Instance shapes
+# are the public cloud ones (AWS p4d.24xlarge: 8 A100 on NVLink, 600 GB/s per GPU; p3.16xlarge:
+# 8 V100 on NVLink; g4dn.12xlarge: 4 T4 on PCIe 3.0 x16, 15.75 GB/s; g6.48xlarge: 8 L4 on PCIe
+# 4.0 x16, 31.5 GB/s). Links between hosts are case 5's region pairs and, inside a region, the
+# paper's 5 ms / 2 Gbit/s (§4.1).
+MIXED_FLEET = (
+    ("Oregon", "A100", 2, 8, 2400.0),
+    ("Virginia", "V100", 2, 8, NVLINK_GBPS),
+    ("Ohio", "T4", 4, 4, 126.0),
+    ("Frankfurt", "L4", 2, 8, 252.0),
+)
+
+
+def mixed(variant: str = "paper") -> Cluster:
+    """Mixed fleet (beyond the paper): 16 A100 in Oregon, 16 V100 in Virginia, 16 T4 in Ohio and
+    16 L4 in Frankfurt, as cloud instances of 4 or 8 GPUs; case-5 links between regions."""
+    region_of, host_of, gpu_of, inside = [], [], [], []
+    for region, gpu, hosts, per_host, gbps in MIXED_FLEET:
+        for _ in range(hosts):
+            inside.append(gbps)
+            region_of += [region] * per_host
+            host_of += [len(inside) - 1] * per_host
+            gpu_of += [gpu] * per_host
+    c = cluster_from_regions("mixed-fleet", region_of,
+                             _packaged_table("aws_region_pairs_case5.csv"),
+                             intra_delay_ms=10.0 if variant == "dtfm_code" else 5.0,
+                             intra_bandwidth_gbps=2.0, host_of=host_of)
+    delay, bw = c.delay_ms.copy(), c.bandwidth_gbps.copy()
+    h = np.asarray(host_of)
+    same = np.equal.outer(h, h)
+    delay[same] = 0.0
+    bw[same] = np.asarray(inside)[h][:, None].repeat(len(h), axis=1)[same]
+    return Cluster(name="mixed-fleet", region_of=tuple(region_of), host_of=tuple(host_of),
+                   delay_ms=delay, bandwidth_gbps=bw, host_nic_gbps=None, gpu_of=tuple(gpu_of),
+                   description="16 A100 (Oregon) + 16 V100 (Virginia) + 16 T4 (Ohio) + 16 L4 "
+                               "(Frankfurt)", meta=_meta("mixed", variant))
+
+
 CASES: dict[str, Callable[[str], Cluster]] = {
     "1": case1,
     "2": case2,
@@ -284,6 +352,7 @@ CASES: dict[str, Callable[[str], Cluster]] = {
     "4": case4,
     "5": case5,
     "debug": debug,
+    "mixed": mixed,
 }
 _ALIASES = {"datacenter": "1", "spot": "2", "campus": "3", "regional": "4", "worldwide": "5"}
 

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from system.gpus import DEFAULT_GPU, get_gpu
+
 __all__ = ["Cluster", "link_time_s"]
 
 
@@ -48,6 +50,9 @@ class Cluster:
     # Optional per-host NIC bandwidth (Gbit/s) shared by all devices of a host for traffic that
     # leaves the host; None means every device has links of its own (no sharing).
     host_nic_gbps: tuple[float, ...] | None = None
+    # GPU type per device (a :data:`system.gpus.GPU_TYPES` key); None: every device is a V100,
+    # the paper's testbed.
+    gpu_of: tuple[str, ...] | None = None
     description: str = ""
     meta: dict = field(default_factory=dict, compare=False)  # provenance (case, variant, scale)
 
@@ -89,6 +94,13 @@ class Cluster:
             if len(nics) != self.num_hosts or min(nics) <= 0:
                 raise ValueError(f"{where}: host_nic_gbps needs {self.num_hosts} positive values")
             object.__setattr__(self, "host_nic_gbps", nics)
+        if self.gpu_of is not None:
+            gpus = tuple(str(g) for g in self.gpu_of)
+            if len(gpus) != d:
+                raise ValueError(f"{where}: gpu_of has {len(gpus)} entries, expected {d}")
+            for g in set(gpus):
+                get_gpu(g)  # names the unknown type
+            object.__setattr__(self, "gpu_of", gpus)
 
     # ---- sizes -------------------------------------------------------------------------------
     @property
@@ -98,6 +110,19 @@ class Cluster:
     @property
     def num_hosts(self) -> int:
         return max(self.host_of) + 1
+
+    @property
+    def gpus(self) -> tuple[str, ...]:
+        """GPU type per device (V100 where the cluster names none)."""
+        return self.gpu_of if self.gpu_of is not None else (DEFAULT_GPU,) * self.num_devices
+
+    def peak_flops(self) -> np.ndarray:
+        """(D,) dense FP16 peak FLOP/s per device, from its GPU type."""
+        return np.array([get_gpu(g).peak_flops for g in self.gpus])
+
+    def memory_bytes(self) -> np.ndarray:
+        """(D,) on-board memory per device, from its GPU type."""
+        return np.array([get_gpu(g).memory_bytes for g in self.gpus])
 
     @property
     def regions(self) -> tuple[str, ...]:
@@ -139,6 +164,7 @@ class Cluster:
             delay_ms=self.delay_ms[np.ix_(idx, idx)],
             bandwidth_gbps=self.bandwidth_gbps[np.ix_(idx, idx)],
             host_nic_gbps=nics,
+            gpu_of=None if self.gpu_of is None else tuple(self.gpu_of[i] for i in idx),
             description=self.description,
             meta={**self.meta, "subset_of": self.name, "subset_devices": idx.tolist()},
         )
@@ -157,6 +183,7 @@ class Cluster:
             delay_ms=self.delay_ms * delay_scale,
             bandwidth_gbps=self.bandwidth_gbps * bandwidth_scale,
             host_nic_gbps=nics,
+            gpu_of=self.gpu_of,
             description=self.description,
             meta={
                 **self.meta,

@@ -164,8 +164,11 @@ def tasklet_sizes(workload: Workload, pp: int, dp: int) -> TaskletSizes:
 
 
 # The authors' hard-coded constants (DT-FM scheduler), taken numerically as their code does:
-# c_dp = 1.3e9 params × 4 B × 3/24 = 0.65e9 B; c_pp = 0.47116e9 B (from a "2024×2048" typo).
-DTFM_REFERENCE = TaskletSizes(c_dp_bytes=0.65e9, c_pp_bytes=0.47116e9, name="dtfm_reference")
+# c_dp = 1.3e9 params × 4 B × 3/24 = 0.65e9 B; c_pp by their formula 2024·2048·2·(1.25e5/2048)
+# / 2^30 "GB" = 0.4712492e9 B (a "2024×2048" typo for 2048 sequence positions; 0.47116e9 is a
+# rounding of it).
+DTFM_C_PP_BYTES = 2024 * 2048 * 2 * (1.25e5 / 2048) / 2**30 * 1e9
+DTFM_REFERENCE = TaskletSizes(c_dp_bytes=0.65e9, c_pp_bytes=DTFM_C_PP_BYTES, name="dtfm_reference")
 
 # Named workloads for the scheduler CLI: "dtfm_reference" is the constant preset above (pp=dp=8
 # on 64 devices); the others derive sizes from the model and batch.

@@ -25,12 +25,12 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from system.assignment import Assignment, random_assignment
 from system.cases import get_case
 from system.emulation import netns
 from system.emulation.plan import make_plan
 from system.emulation.verify import verify_links
 from system.results import atomic_write_text, make_row, write_rows
-from system.scheduler.assignment import Assignment, random_assignment
 
 log = logging.getLogger(__name__)
 

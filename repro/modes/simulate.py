@@ -26,10 +26,10 @@ from omegaconf import DictConfig, ListConfig
 
 from baselines.deepspeed.perf import grid_search_deepspeed
 from baselines.megatron.perf import grid_search_megatron
+from system.assignment import random_assignment
 from system.cases import get_case
 from system.cluster import Cluster
 from system.results import atomic_write_text, has_row, make_row, read_rows, write_rows
-from system.scheduler.assignment import random_assignment
 from system.simulator import V100, SimResult, simulate_ours
 from system.simulator.summary import merge_summary, summary_frame, with_speedups
 from system.workload import Workload, get_model, tasklet_sizes

@@ -28,7 +28,7 @@ def spec_from_cfg(cfg: DictConfig) -> RunSpec:
     rt = cfg.get("runtime") or {}
     stages = None
     if rt.get("assignment"):
-        from system.scheduler.assignment import Assignment
+        from system.assignment import Assignment
 
         stages = Assignment.load(str(rt["assignment"])).stages.tolist()
     pp = cfg.get("pp") if cfg.get("pp") is not None else (len(stages) if stages else 1)

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from system.assignment import Assignment
 from system.cluster import Cluster
-from system.scheduler.assignment import Assignment
 from system.workload import TaskletSizes
 
 __all__ = ["CostBreakdown", "dp_group_cost_s", "dp_cost_matrix_s", "assignment_cost", "check_sizes"]

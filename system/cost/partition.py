@@ -24,22 +24,52 @@ Example (debug case, one pipeline per region pair):
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 
 import numpy as np
 
+from system.assignment import Assignment
 from system.cluster import Cluster
 from system.cost.matching import MAX_DP_BATCH_N, bottleneck_matching, bottleneck_values
 from system.cost.model import CostBreakdown, assignment_cost, check_sizes, dp_cost_matrix_s
 from system.cost.tsp import MAX_EXACT_TSP, open_tsp_path, open_tsp_values
-from system.scheduler.assignment import Assignment
 from system.workload import TaskletSizes
 
 log = logging.getLogger(__name__)
 
-__all__ = ["partition_cost", "PartitionEvaluator", "check_groups"]
+__all__ = ["partition_cost", "PartitionEvaluator", "BoundedCache", "check_groups"]
 
 Group = tuple[int, ...]  # sorted device ids of one DP group
+
+# Cache capacities (entries). A key is one or two tuples of dp ints: about 0.2-0.5 kB per entry
+# at dp = 8, so the two caches stay below about 300 MB however long the search runs.
+MAX_GROUP_CACHE = 1 << 18
+MAX_EDGE_CACHE = 1 << 19
+TOTALS_CHUNK = 32  # partitions costed between two deadline checks
+
+
+class BoundedCache(dict):
+    """A dict that forgets its oldest half once it holds more than ``capacity`` entries.
+
+    Insertion order is age (Python dicts keep it), so eviction is one slice of the keys; a
+    forgotten value is simply recomputed. ``evicted`` counts entries dropped.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        if capacity < 2:
+            raise ValueError(f"BoundedCache: capacity must be >= 2, got {capacity}")
+        self.capacity = int(capacity)
+        self.evicted = 0
+
+    def __setitem__(self, key, value) -> None:
+        super().__setitem__(key, value)
+        if len(self) > self.capacity:
+            old = list(self.keys())[: len(self) // 2]
+            for k in old:
+                del self[k]
+            self.evicted += len(old)
 
 
 def check_groups(groups: np.ndarray, num_devices: int) -> np.ndarray:
@@ -67,8 +97,8 @@ class PartitionEvaluator:
         self.cluster, self.sizes, self.pp, self.dp = cluster, sizes, pp, dp
         self.dp_pair_s = dp_cost_matrix_s(cluster, sizes.c_dp_bytes, dp)  # (D, D) seconds
         self.pp_link_s = cluster.link_time_s(sizes.c_pp_bytes)  # (D, D) seconds
-        self._dp_cache: dict[Group, float] = {}
-        self._edge_cache: dict[tuple[Group, Group], float] = {}
+        self._dp_cache: dict[Group, float] = BoundedCache(MAX_GROUP_CACHE)
+        self._edge_cache: dict[tuple[Group, Group], float] = BoundedCache(MAX_EDGE_CACHE)
         self.evaluations = 0
 
     # ---- pieces --------------------------------------------------------------------------------
@@ -132,13 +162,28 @@ class PartitionEvaluator:
         return w
 
     # ---- whole partitions ----------------------------------------------------------------------
-    def totals(self, partitions: Sequence[Sequence[Group]], bound: float | None = None) -> np.ndarray:
+    def totals(self, partitions: Sequence[Sequence[Group]], bound: float | None = None,
+               deadline: float | None = None) -> np.ndarray:
         """TOTAL of each partition (a sequence of pp sorted groups), batched.
 
         With ``bound``, partitions that provably cost more than ``bound`` (DP cost alone, or DP +
         2·TSP over edge lower bounds) are not costed further and get ``inf``: a local search only
-        needs candidates that improve on, or tie with, its current TOTAL.
+        needs candidates that improve on, or tie with, its current TOTAL. With ``deadline`` (a
+        ``time.perf_counter()`` value) the batch is costed in chunks and the partitions not
+        reached by then get ``inf`` too, so one large batch cannot overrun a time limit.
         """
+        # a chunk holds about TOTALS_CHUNK · 64 coarse edges: one partition has pp·(pp−1)/2
+        chunk = max(1, min(TOTALS_CHUNK, TOTALS_CHUNK * 64 // (self.pp * self.pp)))
+        if deadline is None or len(partitions) <= chunk:
+            return self._totals(partitions, bound)
+        out = np.full(len(partitions), np.inf)
+        for s in range(0, len(partitions), chunk):
+            if s > 0 and time.perf_counter() >= deadline:
+                break
+            out[s:s + chunk] = self._totals(partitions[s:s + chunk], bound)
+        return out
+
+    def _totals(self, partitions: Sequence[Sequence[Group]], bound: float | None) -> np.ndarray:
         if not partitions:
             return np.zeros(0)
         self.evaluations += len(partitions)
@@ -149,7 +194,8 @@ class PartitionEvaluator:
             return out
         if bound is not None and self.pp <= MAX_EXACT_TSP:
             # cheap lower bound first: each coarse edge >= max(row minima, column minima)
-            lbs = dps[keep] + 2.0 * open_tsp_values(self._lower_weights([partitions[k] for k in keep]))
+            lower = self._lower_weights([partitions[k] for k in keep])
+            lbs = dps[keep] + 2.0 * open_tsp_values(lower)
             keep = keep[lbs <= bound + 1e-12]
             if keep.size == 0:
                 return out
@@ -175,13 +221,41 @@ class PartitionEvaluator:
         mean_dp = np.array([np.mean([self.group_dp_cost(g) for g in p]) for p in partitions])
         return mean_dp + 2.0 * (m - 1) * mean_edge
 
+    def smooth_spread(self, partitions: Sequence[Sequence[Group]]) -> np.ndarray:
+        """Second tie-breaker: mean group DP cost + 2·(path over smooth edges).
+
+        A coarse edge gets faster only when *all* of its matched pairs do, so single moves can
+        leave both TOTAL and :meth:`spread` flat. The smooth edge weight, the mean over both
+        groups' devices of their fastest link into the other group, falls with every pair that
+        becomes fast. The path is the open TSP over smooth weights (exact up to 16 groups;
+        beyond, (pp−1)·mean smooth edge).
+        """
+        g = np.array([list(p) for p in partitions])  # (K, pp, dp)
+        m = self.pp
+        mean_dp = np.array([np.mean([self.group_dp_cost(x) for x in p]) for p in partitions])
+        if m == 1:
+            return mean_dp
+        ii, jj = np.triu_indices(m, k=1)
+        sub = self.pp_link_s[g[:, ii, :, None], g[:, jj, None, :]]  # (K, E, dp, dp)
+        smooth = 0.5 * (sub.min(axis=3).mean(axis=2) + sub.min(axis=2).mean(axis=2))
+        if m <= MAX_EXACT_TSP:
+            w = np.zeros((len(partitions), m, m))
+            w[:, ii, jj] = smooth
+            w[:, jj, ii] = smooth
+            return mean_dp + 2.0 * open_tsp_values(w)
+        return mean_dp + 2.0 * (m - 1) * smooth.mean(axis=1)
+
     def total(self, partition: Sequence[Group]) -> float:
         return float(self.totals([partition])[0])
 
-    def assignment(self, partition: Sequence[Group]) -> Assignment:
-        """The assignment attaining the partition cost: TSP stage order, chained matchings."""
+    def assignment(self, partition: Sequence[Group], starts: int = 8) -> Assignment:
+        """The assignment attaining the partition cost: TSP stage order, chained matchings.
+
+        ``starts``: nearest-neighbour starts of the TSP heuristic beyond 16 groups (1 gives the
+        order :meth:`totals` priced).
+        """
         groups = [list(g) for g in partition]
-        _, order = open_tsp_path(self.coarse_weights([tuple(g) for g in groups]))
+        _, order = open_tsp_path(self.coarse_weights([tuple(g) for g in groups]), starts=starts)
         stages = np.empty((self.pp, self.dp), dtype=np.int64)
         stages[0] = groups[order[0]]  # replica r of stage 0 = r-th member of the first group
         for s in range(1, self.pp):

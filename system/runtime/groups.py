@@ -1,11 +1,11 @@
 """Placement: rank -> (stage, replica) from a scheduler assignment, and the per-stage DP groups.
 
-Rank ``d`` is device ``d`` of the :class:`~system.scheduler.assignment.Assignment`; it runs stage
+Rank ``d`` is device ``d`` of the :class:`~system.assignment.Assignment`; it runs stage
 ``stage_of[d]`` of replica ``replica_of[d]``. Its pipeline neighbours are the devices of the same
 replica at the stages before and after; its data-parallel group (paper §2: "group j holds stage j
 for every replica") is row ``stage_of[d]`` of the table. Example, ``stages=[[2, 0], [1, 3]]``:
 
-    >>> from system.scheduler.assignment import Assignment
+    >>> from system.assignment import Assignment
     >>> p = placement(Assignment.from_stages([[2, 0], [1, 3]]), rank=0)
     >>> (p.stage, p.replica, p.prev_rank, p.next_rank, p.dp_ranks)
     (0, 1, None, 3, (2, 0))
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from system.scheduler.assignment import Assignment
+from system.assignment import Assignment
 
 __all__ = ["Placement", "placement", "make_stage_groups"]
 

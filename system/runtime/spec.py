@@ -5,7 +5,7 @@ input (pp·dp ≠ world size, layers not divisible by pp, an assignment that mis
 clear ``ValueError`` in the caller, never a hang in a worker.
 
 ``stages`` is the scheduler's assignment table (``stages[s][r]`` = device = rank that runs stage
-``s`` of replica ``r``, :class:`system.scheduler.assignment.Assignment`); when it is ``None`` the
+``s`` of replica ``r``, :class:`system.assignment.Assignment`); when it is ``None`` the
 ``layout`` (``identity`` or ``random`` with ``seed``) makes one.
 """
 
@@ -15,7 +15,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-from system.scheduler.assignment import Assignment, identity_assignment, random_assignment
+from system.assignment import Assignment, identity_assignment, random_assignment
 from system.workload import GPTConfig, Workload, get_model
 
 __all__ = ["RunSpec", "DP_MODES", "LAYOUTS", "STARTS"]

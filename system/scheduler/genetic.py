@@ -14,7 +14,9 @@ Population of balanced partitions (``pp`` groups of ``dp`` devices). Each trial:
 Fixes over the authors' code: one seeded Generator drives every choice; the worst member (not
 the worse parent) is replaced, with a real comparison; local-search steps are checked against
 TOTAL. Optional ``greedy_seeds`` put two greedy layouts (chains of fastest pipeline links; groups
-of fastest DP peers) in the initial population; the statistics report where the best came from.
+of fastest DP peers) and the two best structure-aligned layouts (:mod:`system.scheduler.seeds`:
+host or region blocks stacked at the same stages in every replica) in the initial population;
+the statistics report where the best came from.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from scipy.optimize import linear_sum_assignment
 
 from system.cost.partition import PartitionEvaluator
 from system.scheduler.local_search import Partition, local_search
+from system.scheduler.seeds import structured_seeds
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +48,10 @@ class GeneticConfig:
     tie_break: float = 0.5  # share of local searches that also take TOTAL-neutral steps that
     # lower the spread (drawn per trial; mixing both kinds keeps the population diverse)
     mutation_swaps: int = 2  # after crossover, 0..mutation_swaps random swaps (uniform count)
-    greedy_seeds: bool = True  # add two greedy layouts to the initial population
+    greedy_seeds: bool = True  # add greedy and structure-aligned layouts to the start population
     time_limit_s: float | None = None  # stop after this much wall time (checked per trial)
+    patience_trials: int | None = None  # stop after this many trials without a better best
+    use_structure: bool = True  # block moves in the local search + structure-aligned seeds
 
     def __post_init__(self) -> None:
         if self.population < 2:
@@ -55,6 +60,8 @@ class GeneticConfig:
             raise ValueError(f"genetic: trials must be >= 0, got {self.trials}")
         if self.time_limit_s is not None and self.time_limit_s <= 0:
             raise ValueError(f"genetic: time_limit_s must be > 0, got {self.time_limit_s}")
+        if self.patience_trials is not None and self.patience_trials < 1:
+            raise ValueError(f"genetic: patience_trials must be >= 1, got {self.patience_trials}")
 
 
 @dataclass(slots=True)
@@ -63,13 +70,14 @@ class GeneticStats:
     replacements: int = 0  # offspring that entered the population
     duplicates: int = 0  # offspring rejected as already present
     initial_best_s: float = float("inf")  # best TOTAL of the initial population (after seeds)
-    best_from: str = "random"  # random | greedy_pipeline | greedy_dp | offspring
+    best_from: str = "random"  # random | greedy_pipeline | greedy_dp | aligned_* | offspring
+    stopped_by: str = "trials"  # trials | patience | time_limit
     history: list[tuple[int, float]] = field(default_factory=list)  # (trial, best TOTAL)
 
     def to_dict(self) -> dict:
         return {"trials": self.trials, "replacements": self.replacements,
                 "duplicates": self.duplicates, "initial_best_s": self.initial_best_s,
-                "best_from": self.best_from}
+                "best_from": self.best_from, "stopped_by": self.stopped_by}
 
 
 def _sorted(groups) -> Partition:
@@ -89,24 +97,30 @@ def greedy_seeds(ev: PartitionEvaluator) -> dict[str, Partition]:
     """
     n, pp, dp = ev.cluster.num_devices, ev.pp, ev.dp
     link, pair = ev.pp_link_s, ev.dp_pair_s
-    free = set(range(n))
-    chains = []
-    for _ in range(dp):
-        chain = [min(free)]
-        free.remove(chain[0])
-        while len(chain) < pp:
-            nxt = min(free, key=lambda u: (link[chain[-1], u], u))
-            chain.append(nxt)
-            free.remove(nxt)
-        chains.append(chain)
-    pipe = _sorted(np.array(chains).T)
+    is_free = np.ones(n, dtype=bool)
+    chains = np.empty((dp, pp), dtype=np.int64)
+    for r in range(dp):
+        cur = int(np.flatnonzero(is_free)[0])
+        is_free[cur] = False
+        chains[r, 0] = cur
+        for s in range(1, pp):
+            cur = int(np.argmin(np.where(is_free, link[cur], np.inf)))  # lowest id on ties
+            is_free[cur] = False
+            chains[r, s] = cur
+    pipe = _sorted(chains.T)
     free = set(range(n))
     groups = []
     for _ in range(pp):
         g = [min(free)]
         free.remove(g[0])
         while len(g) < dp:
-            nxt = min(free, key=lambda u: (pair[np.ix_(g + [u], g + [u])].sum(1).max(), u))
+            # DP cost of g + [u] for every free u at once: the members' row sums grow by
+            # pair[m, u], and u's own row sum is Σ_m pair[u, m]; ties go to the lowest u
+            cand = np.array(sorted(free))
+            rows = pair[np.ix_(g, g)].sum(axis=1)
+            to_u = pair[np.ix_(g, cand)]  # (|g|, F)
+            cost = np.maximum((rows[:, None] + to_u).max(axis=0), to_u.sum(axis=0))
+            nxt = int(cand[int(np.argmin(cost))])
             g.append(nxt)
             free.remove(nxt)
         groups.append(g)
@@ -157,8 +171,12 @@ def mutate(part: Partition, swaps: int, rng: np.random.Generator) -> Partition:
 
 def genetic_search(ev: PartitionEvaluator, config: GeneticConfig, rng: np.random.Generator,
                    on_progress: Callable[[int, float], None] | None = None,
+                   extra_seeds: dict[str, Partition] | None = None,
                    ) -> tuple[Partition, float, GeneticStats]:
-    """Run the hybrid GA; returns (best partition, its TOTAL, statistics)."""
+    """Run the hybrid GA; returns (best partition, its TOTAL, statistics).
+
+    ``extra_seeds`` (e.g. a previous plan, for re-planning) join the start population first.
+    """
     t0 = time.perf_counter()
     deadline = None if config.time_limit_s is None else t0 + config.time_limit_s
     n, pp = ev.cluster.num_devices, ev.pp
@@ -166,15 +184,20 @@ def genetic_search(ev: PartitionEvaluator, config: GeneticConfig, rng: np.random
     pop = [random_partition(n, pp, rng) for _ in range(config.population)]
     origin = ["random"] * len(pop)
     if config.greedy_seeds:
-        for k, (name, part) in enumerate(greedy_seeds(ev).items()):
+        seeds = dict(extra_seeds or {})
+        seeds.update(greedy_seeds(ev))
+        if config.use_structure:
+            seeds.update(structured_seeds(ev, deadline=deadline))
+        for k, (name, part) in enumerate(list(seeds.items())[:len(pop)]):
             pop[k], origin[k] = part, name
     # cost the start population in chunks so a time limit also bounds huge instances (>= 2 kept)
     parts: list[np.ndarray] = []
-    for s in range(0, len(pop), 10):
+    step = 10 if pp <= 16 else 1  # beyond 16 stages one partition is already a large batch
+    for s in range(0, len(pop), step):
         if s >= 2 and deadline is not None and time.perf_counter() >= deadline:
             pop, origin = pop[:s], origin[:s]
             break
-        parts.append(ev.totals(pop[s:s + 10]))
+        parts.append(ev.totals(pop[s:s + step]))
     totals = np.concatenate(parts)
     keys = {tuple(p) for p in pop}
     best = int(np.argmin(totals))
@@ -183,8 +206,13 @@ def genetic_search(ev: PartitionEvaluator, config: GeneticConfig, rng: np.random
     stats.history.append((0, float(totals[best])))
     if on_progress:
         on_progress(0, float(totals[best]))
+    last_gain = 0  # trial that last lowered the best TOTAL
     for trial in range(1, config.trials + 1):
         if deadline is not None and time.perf_counter() >= deadline:
+            stats.stopped_by = "time_limit"
+            break
+        if config.patience_trials is not None and trial - 1 - last_gain >= config.patience_trials:
+            stats.stopped_by = "patience"
             break
         i, j = rng.choice(len(pop), 2, replace=False)
         child = crossover(pop[i], pop[j], rng)
@@ -193,7 +221,7 @@ def genetic_search(ev: PartitionEvaluator, config: GeneticConfig, rng: np.random
         child, total = local_search(ev, child, ev.total(child), rng, rule=config.local_search,
                                     max_steps=config.ls_max_steps, swap_sample=config.swap_sample,
                                     tie_break=bool(rng.random() < config.tie_break),
-                                    deadline=deadline)
+                                    deadline=deadline, block_moves=config.use_structure)
         stats.trials = trial
         worst = int(np.argmax(totals))
         key = tuple(child)
@@ -205,6 +233,8 @@ def genetic_search(ev: PartitionEvaluator, config: GeneticConfig, rng: np.random
             keys.add(key)
             stats.replacements += 1
         best = int(np.argmin(totals))
+        if totals[best] < stats.history[-1][1] - 1e-12:
+            last_gain = trial
         stats.history.append((trial, float(totals[best])))
         if on_progress:
             on_progress(trial, float(totals[best]))

@@ -154,23 +154,163 @@ def _random_swaps(part: Partition, limit: int, rng: np.random.Generator) -> list
     return [_apply(part, [(a, p, q), (b, q, p)]) for p, q, a, b in pairs]
 
 
+def _block_labels(ev: PartitionEvaluator) -> list[np.ndarray]:
+    """Host and region labels per device, each only if some block holds two or more devices."""
+    out = []
+    for labels in (ev.cluster.host_of, ev.cluster.region_of):
+        _, lab, counts = np.unique(np.asarray(labels), return_inverse=True, return_counts=True)
+        if counts.max() >= 2:
+            out.append(lab)
+    return out
+
+
+def _mirror(part: Partition, lab: np.ndarray, p: int, q: int,
+            rng: np.random.Generator) -> Partition | None:
+    """Block move: give group ``q`` the same block profile as group ``p``.
+
+    With hosts as blocks, every device of ``p`` has a fast partner in ``q`` exactly when both
+    groups hold as many devices of each host; then the coarse edge (p, q) runs inside hosts. For
+    each block that ``q`` lacks, devices of it are swapped in from the other groups (never
+    ``p``) against members of ``q`` from blocks it holds too many of. Returns None when nothing
+    changes.
+    """
+    groups = [list(g) for g in part]
+    want: dict[int, int] = {}
+    for v in groups[p]:
+        want[int(lab[v])] = want.get(int(lab[v]), 0) + 1
+    have: dict[int, int] = {}
+    for v in groups[q]:
+        have[int(lab[v])] = have.get(int(lab[v]), 0) + 1
+    excess = [v for v in groups[q] if have[int(lab[v])] > want.get(int(lab[v]), 0)]
+    # drop the excess members of the most over-represented blocks first (deterministic given rng)
+    excess = [excess[k] for k in rng.permutation(len(excess))]
+    surplus = {b: have[b] - want.get(b, 0) for b in have}
+    out_q: list[int] = []
+    for v in excess:
+        if surplus[int(lab[v])] > 0:
+            out_q.append(v)
+            surplus[int(lab[v])] -= 1
+    others = [r for r in rng.permutation(len(groups)).tolist() if r not in (p, q)]
+    moved = False
+    for b, n in want.items():
+        need = n - have.get(b, 0)
+        for r in others:
+            if need <= 0 or not out_q:
+                break
+            for u in [u for u in groups[r] if int(lab[u]) == b][:need]:
+                if not out_q:
+                    break
+                v = out_q.pop()
+                groups[r].remove(u)
+                groups[q].remove(v)
+                groups[r].append(v)
+                groups[q].append(u)
+                need -= 1
+                moved = True
+    return [tuple(sorted(g)) for g in groups] if moved else None
+
+
+def _rebuild(part: Partition, lab: np.ndarray, targets: Sequence[int],
+             rng: np.random.Generator) -> Partition | None:
+    """Block move: re-split the ``k`` groups ``targets`` into same-block k-tuples.
+
+    Devices of the ``k`` groups are cut into k-tuples within their block; the left-over ones
+    are swapped out against devices from the other groups that complete a tuple (first the
+    rest of a partial tuple, then ``k`` devices of one block). With ``dp`` tuples, group
+    ``targets[i]`` takes member ``i`` of every tuple, so each coarse edge among the ``k`` groups
+    has a perfect matching inside blocks (a pipeline boundary that runs inside hosts for every
+    replica at once). Returns None when ``dp`` tuples cannot be formed this way.
+    """
+    k = len(targets)
+    groups = [list(g) for g in part]
+    dp = len(groups[targets[0]])
+    by_block: dict[int, list[int]] = {}
+    for t in targets:
+        for v in groups[t]:
+            by_block.setdefault(int(lab[v]), []).append(v)
+    tuples: list[list[int]] = []
+    partial: list[list[int]] = []
+    for members in by_block.values():
+        full = len(members) - len(members) % k
+        tuples += [members[i:i + k] for i in range(0, full, k)]
+        if full < len(members):
+            partial.append(members[full:])
+    outside: dict[int, list[tuple[int, int]]] = {}  # block -> [(device, its group)]
+    for r in rng.permutation(len(groups)).tolist():
+        if r not in targets:
+            for u in groups[r]:
+                outside.setdefault(int(lab[u]), []).append((u, r))
+    partial = [partial[i] for i in rng.permutation(len(partial))]
+    spare = [v for rest in partial for v in rest]  # devices that may leave the targets
+    swaps: list[tuple[int, int, int]] = []  # (leaving device, arriving device, other group)
+    for rest in partial:  # complete partial tuples from outside
+        need = k - len(rest)
+        cand = outside.get(int(lab[rest[0]]), [])
+        if len(tuples) >= dp or len(cand) < need or len(spare) - len(rest) < need:
+            continue
+        if any(v not in spare for v in rest):  # part of it already sent out
+            continue
+        for v in rest:
+            spare.remove(v)
+        got = [cand.pop() for _ in range(need)]
+        swaps += [(spare.pop(), w, r) for w, r in got]
+        tuples.append(rest + [w for w, _ in got])
+    for b in rng.permutation(sorted(outside)).tolist():  # whole tuples from outside
+        while len(tuples) < dp and len(spare) >= k and len(outside[b]) >= k:
+            got = [outside[b].pop() for _ in range(k)]
+            swaps += [(spare.pop(), w, r) for w, r in got]
+            tuples.append([w for w, _ in got])
+    if len(tuples) < dp:
+        return None
+    for out, w, r in swaps:
+        groups[r].remove(w)
+        groups[r].append(out)
+    for i, t in enumerate(targets):
+        groups[t] = [tup[i] for tup in tuples[:dp]]
+    new = [tuple(sorted(g)) for g in groups]
+    return None if new == part else new
+
+
+def _block_candidates(part: Partition, labels: list[np.ndarray], rng: np.random.Generator,
+                      max_sets: int = 12) -> list[Partition]:
+    """Block moves per block labelling: :func:`_mirror` for up to ``max_sets`` ordered group
+    pairs, and :func:`_rebuild` for up to ``max_sets`` group sets of each size k = 2..4."""
+    pp = len(part)
+    out = []
+    for lab in labels:
+        pairs = [(p, q) for p in range(pp) for q in range(pp) if p != q]
+        for i in rng.permutation(len(pairs))[:max_sets]:
+            got = _mirror(part, lab, *pairs[int(i)], rng)
+            if got is not None:
+                out.append(got)
+        for k in range(2, min(4, pp) + 1):
+            for _ in range(max_sets):
+                got = _rebuild(part, lab, rng.choice(pp, k, replace=False).tolist(), rng)
+                if got is not None:
+                    out.append(got)
+    return out
+
+
 def local_search(ev: PartitionEvaluator, part: Partition, total: float, rng: np.random.Generator,
                  *, rule: str = "tailored", max_steps: int = 50, swap_sample: int = 0,
-                 tie_break: bool = False, deadline: float | None = None) -> tuple[Partition, float]:
+                 tie_break: bool = False, deadline: float | None = None,
+                 block_moves: bool = True) -> tuple[Partition, float]:
     """Improve ``part`` by circular move sequences until no start group improves TOTAL.
 
-    Each step builds one sequence per start group (plus the four-candidate swaps for
-    ``tailored``), costs every closed prefix with the true TOTAL in one batch, and applies the
-    best one if it is lower. When that fails and ``swap_sample`` > 0, one more try costs up to
-    ``swap_sample`` plain swaps (all of them on small instances) before giving up: the
-    fast-pair candidates alone leave most devices unmovable. With ``tie_break``, a step that
-    keeps TOTAL but lowers :meth:`PartitionEvaluator.spread` is also taken (lexicographic
-    objective: TOTAL never rises, so the search still ends). Stops early once
+    Each step builds one sequence per start group (plus, for ``tailored``, the four-candidate
+    swaps and the block moves of :func:`_block_candidates` over hosts and regions), costs every
+    candidate with the true TOTAL in one batch, and applies the best one if it is lower. When
+    that fails and ``swap_sample`` > 0, one more try costs up to ``swap_sample`` plain swaps
+    (all of them on small instances) before giving up: the fast-pair candidates alone leave
+    most devices unmovable. With ``tie_break``, a step that keeps TOTAL but lowers
+    :meth:`PartitionEvaluator.spread` (or, failing that, its ``smooth_spread``) is also taken
+    (lexicographic objective: TOTAL never rises, so the search still ends). Stops early once
     ``time.perf_counter()`` passes ``deadline``. Returns the improved partition and its TOTAL.
     """
     if rule not in LOCAL_SEARCHES:
         raise ValueError(f"local search rule {rule!r} unknown; known: {', '.join(LOCAL_SEARCHES)}")
     gains = _Gains(ev, rule)
+    blocks = _block_labels(ev) if rule == "tailored" and block_moves else []
     pp = len(part)
     for _ in range(max_steps):
         if deadline is not None and time.perf_counter() >= deadline:
@@ -180,13 +320,14 @@ def local_search(ev: PartitionEvaluator, part: Partition, total: float, rng: np.
             cands.extend(_cycle_candidates(part, gains, int(start), rng))
         if rule == "tailored":
             cands.extend(_swap_candidates(part, gains, rng))
+            cands.extend(_block_candidates(part, blocks, rng))
         if not cands:
             break
-        totals = ev.totals(cands, bound=total)
+        totals = ev.totals(cands, bound=total, deadline=deadline)
         k = int(np.argmin(totals))
         if totals[k] >= total - 1e-12 and swap_sample > 0:
             cands = _random_swaps(part, swap_sample, rng)
-            totals = ev.totals(cands, bound=total)
+            totals = ev.totals(cands, bound=total, deadline=deadline)
             k = int(np.argmin(totals))
         if totals[k] < total - 1e-12:
             part, total = cands[k], float(totals[k])
@@ -197,10 +338,16 @@ def local_search(ev: PartitionEvaluator, part: Partition, total: float, rng: np.
         ties = np.flatnonzero(totals <= total + 1e-12)
         if ties.size == 0:
             break
-        spreads = ev.spread([cands[t] for t in ties])
-        here = float(ev.spread([part])[0])
+        tied = [cands[t] for t in ties]
+        spreads = ev.spread(tied)
         j = int(np.argmin(spreads))
-        if spreads[j] >= here - 1e-12:
+        if spreads[j] < float(ev.spread([part])[0]) - 1e-12:
+            part = tied[j]
+            continue
+        # still flat: the smooth spread sees pairs of a coarse edge becoming fast one by one
+        spreads = ev.smooth_spread(tied)
+        j = int(np.argmin(spreads))
+        if spreads[j] >= float(ev.smooth_spread([part])[0]) - 1e-12:
             break
-        part = cands[int(ties[j])]
+        part = tied[j]
     return part, total

@@ -33,9 +33,9 @@ import logging
 
 import numpy as np
 
+from system.assignment import Assignment
 from system.cluster import Cluster
 from system.cost.model import check_sizes
-from system.scheduler.assignment import Assignment
 from system.simulator.comm import flow_time_s, sharded_ps_p2p_s
 from system.simulator.hardware import V100, Hardware, StageCompute, stage_compute
 from system.simulator.memory import training_memory

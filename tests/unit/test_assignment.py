@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from system.assignment import Assignment, identity_assignment, random_assignment
 from system.cases import get_case
 from system.cost.model import assignment_cost
-from system.scheduler.assignment import Assignment, identity_assignment, random_assignment
 from system.workload import DTFM_REFERENCE, TaskletSizes
 
 

@@ -88,6 +88,21 @@ def test_authors_code_variant_differs_where_documented():
     c3 = get_case("3", "dtfm_code")
     assert c3.delay_ms[0, 40] == 11.0 and c3.bandwidth_gbps[0, 1] == 5.0
     assert get_case("1", "dtfm_code").bandwidth_gbps[0, 8] == pytest.approx(25 / 8)
+    # only links between hosts carry the unit mix-up; inside a host their matrices hold 100
+    assert get_case("1", "dtfm_code").bandwidth_gbps[0, 1] == 100.0
+    c2 = get_case("2", "dtfm_code")
+    assert c2.bandwidth_gbps[0, 1] == 100.0 and c2.bandwidth_gbps[0, 4] == pytest.approx(10 / 8)
+    assert c2.bandwidth_gbps[32, 33] == pytest.approx(10 / 8)  # single-GPU hosts
+
+
+def test_spot_cluster_builds_hosts_of_the_given_sizes():
+    from system.cases import spot_cluster
+
+    c = spot_cluster("s", host_sizes=(2, 2, 1), across_gbps=1.0, inside_gbps=50.0)
+    assert c.host_of == (0, 0, 1, 1, 2) and c.num_hosts == 3
+    assert c.bandwidth_gbps[0, 1] == 50.0 and c.bandwidth_gbps[1, 2] == 1.0
+    with pytest.raises(ValueError, match="host_sizes"):
+        spot_cluster("bad", host_sizes=(2, 0), across_gbps=1.0, inside_gbps=50.0)
 
 
 def test_unknown_case_and_variant():

@@ -8,12 +8,12 @@ import json
 import pytest
 import torch
 
+from system.assignment import Assignment
 from system.runtime.data import SyntheticData, entropy_floor, micro_batches
 from system.runtime.data_parallel import GradBuckets
 from system.runtime.groups import placement
 from system.runtime.model import build_model, build_stage, layer_list, lm_loss, stage_layers
 from system.runtime.spec import RunSpec
-from system.scheduler.assignment import Assignment
 from system.workload import MODELS
 
 CFG = MODELS["debug"]

@@ -13,9 +13,9 @@ import pytest
 
 from repro import ablation, bench_scheduler
 from repro.schedule import default_layout, main, parse_args, run
+from system.assignment import Assignment
 from system.cases import get_case
 from system.cost.model import assignment_cost
-from system.scheduler.assignment import Assignment
 from system.workload import DTFM_REFERENCE
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -84,7 +84,7 @@ def test_ga_finds_the_optimum_on_12_devices(pp, dp):
 
 
 def test_random_method_is_the_best_of_its_random_rank_maps():
-    from system.scheduler.assignment import random_assignment
+    from system.assignment import random_assignment
 
     c = get_case("debug")
     r = schedule(c, SIZES, pp=4, dp=2, method="random", seed=7, trials=40)
@@ -156,3 +156,34 @@ def test_bad_input_is_rejected():
         schedule(c, SIZES, pp=3, dp=2)
     with pytest.raises(ValueError, match="population"):
         schedule(c, SIZES, pp=4, dp=2, population=1)
+
+
+def test_default_budget_stops_once_the_best_stops_improving():
+    c = random_cluster(12, 3)
+    r = schedule(c, SIZES, pp=3, dp=4, seed=0, population=8)
+    assert r.stats["stopped_by"] == "patience"
+    totals = [v for _, v in r.history]
+    gains = [t for (t, v), prev in zip(r.history[1:], totals, strict=False) if v < prev]
+    last_gain = max([0, *gains])
+    assert r.trials - last_gain == 20  # DEFAULT_PATIENCE_TRIALS trials without a lower best
+
+
+def test_explicit_trials_switch_the_patience_off_unless_asked():
+    c = get_case("debug")
+    r = schedule(c, SIZES, pp=4, dp=2, seed=0, trials=30, population=4)
+    assert r.trials == 30 and r.stats["stopped_by"] == "trials"
+    r = schedule(c, SIZES, pp=4, dp=2, seed=0, trials=30, population=4, patience_trials=3)
+    assert r.trials < 30 and r.stats["stopped_by"] == "patience"
+    with pytest.raises(ValueError, match="patience_trials"):
+        schedule(c, SIZES, pp=4, dp=2, trials=3, population=4, patience_trials=0)
+
+
+def test_bounded_cache_forgets_its_oldest_half():
+    from system.cost.partition import BoundedCache
+
+    cache = BoundedCache(4)
+    for k in range(5):
+        cache[k] = k
+    assert list(cache) == [2, 3, 4] and cache.evicted == 2
+    with pytest.raises(ValueError, match="capacity"):
+        BoundedCache(1)

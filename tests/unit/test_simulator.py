@@ -8,10 +8,10 @@ import dataclasses
 import numpy as np
 import pytest
 
+from system.assignment import Assignment, identity_assignment, random_assignment
 from system.cases import get_case
 from system.cluster import Cluster
 from system.cost.model import assignment_cost, dp_cost_matrix_s, dp_group_cost_s
-from system.scheduler.assignment import Assignment, identity_assignment, random_assignment
 from system.simulator import Hardware, StageCompute, simulate_1f1b_ring, simulate_ours
 from system.simulator.comm import (
     GLOO,

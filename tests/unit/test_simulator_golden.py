@@ -15,8 +15,8 @@ import pytest
 
 from baselines.deepspeed.perf import grid_search_deepspeed
 from baselines.megatron.perf import grid_search_megatron
+from system.assignment import Assignment, identity_assignment
 from system.cases import get_case
-from system.scheduler.assignment import Assignment, identity_assignment
 from system.simulator import simulate_ours
 from system.workload import MODELS, Workload
 
