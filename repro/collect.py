@@ -28,6 +28,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+import repro.config  # noqa: F401  (registers the config schema that conf/config.yaml names)
 from system.results import atomic_write_text, collect, model_version, read_rows, run_id_for
 from system.results import run_ids as stored_run_ids
 from system.results import study_lock
