@@ -87,7 +87,6 @@ def finish_study(
     config: DictConfig, *, elapsed_s: float | None = None, sweep_dir: str | None = None
 ) -> dict:
     """Collect, report and (optionally) mirror to wandb; returns where the outputs are."""
-    from repro.report import build_report
 
     from system.results import study_lock
 
@@ -162,8 +161,11 @@ class WorkflowCallback(Callback):
         if bad:
             for line in bad:
                 log.error("%s", line)
-            print(f"error: {len(bad)} of {count_jobs(config) or '?'} sweep jobs are invalid; "
-                  f"nothing ran. First: {bad[0]}", file=sys.stderr)
+            print(
+                f"error: {len(bad)} of {count_jobs(config) or '?'} sweep jobs are invalid; "
+                f"nothing ran. First: {bad[0]}",
+                file=sys.stderr,
+            )
             raise SystemExit(2)  # not an Exception: Hydra's callback wrapper lets it through
         self._t0, self._done = time.monotonic(), 0
         self._total = count_jobs(config)
@@ -209,6 +211,9 @@ class WorkflowCallback(Callback):
         if SESSION.failed:
             for f in SESSION.failed:
                 log.error("failed job %s: %s", f["job_key"], f["error"])
-            print(f"error: {len(SESSION.failed)} sweep job(s) failed (recorded under "
-                  f"{config.results_dir}/jobs/; the report covers the others)", file=sys.stderr)
+            print(
+                f"error: {len(SESSION.failed)} sweep job(s) failed (recorded under "
+                f"{config.results_dir}/jobs/; the report covers the others)",
+                file=sys.stderr,
+            )
             raise SystemExit(1)

@@ -29,9 +29,15 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 import repro.config  # noqa: F401  (registers the config schema that conf/config.yaml names)
-from system.results import atomic_write_text, collect, model_version, read_rows, run_id_for
+from system.results import (
+    atomic_write_text,
+    collect,
+    model_version,
+    read_rows,
+    run_id_for,
+    study_lock,
+)
 from system.results import run_ids as stored_run_ids
-from system.results import study_lock
 
 log = logging.getLogger(__name__)
 
@@ -159,15 +165,24 @@ def run_job(
             rec = finished_job(results_dir, key)
             if rec is not None:
                 SESSION.skipped += 1
-                log.info("skip job %s: finished at %s (%d rows)", key, rec.get("finished_utc"),
-                         len(rec.get("run_ids", [])))
+                log.info(
+                    "skip job %s: finished at %s (%d rows)",
+                    key,
+                    rec.get("finished_utc"),
+                    len(rec.get("run_ids", [])),
+                )
                 return {**rec.get("summary", {}), "skipped": True, "job_key": key}
         before = stored_run_ids(results_dir)
         summary = dict(task(cfg) or {})
         run_ids = summary.get("run_ids") or sorted(stored_run_ids(results_dir) - before)
-        _write_ledger(results_dir, key, status="ok", run_ids=list(run_ids),
-                      summary=json.loads(json.dumps(summary, default=str)),
-                      config=_strip(_resolved(cfg)))
+        _write_ledger(
+            results_dir,
+            key,
+            status="ok",
+            run_ids=list(run_ids),
+            summary=json.loads(json.dumps(summary, default=str)),
+            config=_strip(_resolved(cfg)),
+        )
     SESSION.ran += 1
     if str(cfg.get("logger", "none")) == "wandb" and run_ids:
         from repro.wandb_log import log_job
@@ -185,9 +200,14 @@ def record_failure(cfg: DictConfig, error: BaseException) -> None:
         key = None
     SESSION.failed.append({"job_key": key, "error": f"{type(error).__name__}: {error}"[:2000]})
     try:
-        _write_ledger(Path(str(cfg.results_dir)), key, status="error",
-                      error=f"{type(error).__name__}: {error}"[:4000], run_ids=[],
-                      config=_strip(_resolved(cfg)))
+        _write_ledger(
+            Path(str(cfg.results_dir)),
+            key,
+            status="error",
+            error=f"{type(error).__name__}: {error}"[:4000],
+            run_ids=[],
+            config=_strip(_resolved(cfg)),
+        )
     except Exception as e:  # noqa: BLE001 - the folder itself may be what failed
         log.warning("could not record the failed job in its ledger: %s", e)
 

@@ -26,7 +26,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -123,10 +123,10 @@ def _cluster(case: str, variant: str):
 @dataclass
 class SchedulerConfig:
     name: str = "genetic"  # genetic | genetic_kl (kl) | random
-    trials: Optional[int] = None  # GA trials (null = the caller's default budget)
-    population: Optional[int] = None  # GA population (null = default)
+    trials: int | None = None  # GA trials (null = the caller's default budget)
+    population: int | None = None  # GA population (null = default)
     # simulate: null = a small budget (4 trials, population 4, 1 s per layout); recorded in rows
-    time_limit_s: Optional[float] = None  # wall-time cap per schedule() call
+    time_limit_s: float | None = None  # wall-time cap per schedule() call
 
     def __post_init__(self) -> None:
         _choice("scheduler.name", self.name, SCHEDULER_NAMES)
@@ -138,7 +138,7 @@ class SchedulerConfig:
 @dataclass
 class RuntimeConfig:  # system/runtime: mode=train system=ours
     layout: str = "identity"  # identity | random rank map when no assignment file is given
-    assignment: Optional[str] = None  # scheduler output JSON {"stages": [[...], ...]}
+    assignment: str | None = None  # scheduler output JSON {"stages": [[...], ...]}
     dp_mode: str = "sharded_ps"  # sharded_ps | allreduce
     checkpointing: bool = False  # recompute block activations in backward (rows: recompute)
     lr: float = 0.003
@@ -158,7 +158,7 @@ class RuntimeConfig:  # system/runtime: mode=train system=ours
 
 @dataclass
 class EmulateOptions:  # repro/modes/emulate.py, system/emulation (needs root)
-    devices: Optional[list[int]] = None  # device ids of the case; null = first of each region
+    devices: list[int] | None = None  # device ids of the case; null = first of each region
     max_devices: int = 8  # cap for the default device pick
     bandwidth_scale: float = 0.1  # every bandwidth x this (the NFQUEUE delayer tops ~1.1 Gbit/s)
     delay_scale: float = 1.0  # every one-way delay x this
@@ -191,9 +191,9 @@ class EmulateOptions:  # repro/modes/emulate.py, system/emulation (needs root)
 @dataclass
 class WandbConfig:
     project: str = "dtfm-repro"
-    entity: Optional[str] = None  # your wandb team/user when mode=online
+    entity: str | None = None  # your wandb team/user when mode=online
     mode: str = "offline"  # offline (no account, no network) | online | disabled; WANDB_MODE wins
-    dir: Optional[str] = None  # wandb/ run folders go here (null = results_dir)
+    dir: str | None = None  # wandb/ run folders go here (null = results_dir)
 
     def __post_init__(self) -> None:
         _choice("wandb.mode", self.mode, WANDB_MODES)
@@ -204,7 +204,7 @@ class WorkflowConfig:
     skip_finished: bool = True  # a restarted multirun skips jobs whose resolved config finished
     report: bool = True  # build REPORT.md (+ variance, claims, figures) when a multirun ends
     tolerance: float = 0.25  # claims: relative tolerance around the paper's ranges
-    ablation_csv: Optional[str] = "results/scheduler/ablation.csv"  # Fig. 4 / KL claim table
+    ablation_csv: str | None = "results/scheduler/ablation.csv"  # Fig. 4 / KL claim table
 
     def __post_init__(self) -> None:
         _at_least("workflow.tolerance", self.tolerance, 0.0, optional=False)
@@ -216,7 +216,7 @@ class LimitsConfig:
 
     # ranks started on this machine (train/emulate: tp*pp*dp; grid: grid_devices);
     # null = 4 per CPU core (a CPU rank of the debug model needs a fraction of a core)
-    max_local_ranks: Optional[int] = None
+    max_local_ranks: int | None = None
     # micro-batches per iteration (global batch / micro-batch size): the simulator replays each
     # one as events and a CPU run computes each one; 8 x the paper's largest (4096 at size 1)
     max_micro_batches: int = 32768
@@ -262,25 +262,25 @@ class RunConfig:
     case_variant: str = "paper"  # paper | dtfm_code (the authors' code's numbers)
     system: str = "all"  # simulate: all | ours | ours_random | megatron | deepspeed; train: one
     model: str = "gpt3_xl"  # system/workload.py MODELS: gpt3_xl | debug
-    layers: Optional[int] = None  # model.num_layers; null = the paper's {24, 32, 40} in simulate
-    batch: Optional[int] = None  # global batch (sequences); null = the mode's default
+    layers: int | None = None  # model.num_layers; null = the paper's {24, 32, 40} in simulate
+    batch: int | None = None  # global batch (sequences); null = the mode's default
     micro_batch_size: int = 1  # sequences per micro-batch
     seed: int = 0
     repeats: int = 1  # repeats per setting (random layouts: a different layout each)
     # results/<study>, or results/adhoc/<mode> for ad-hoc runs (null: the same)
-    results_dir: Optional[str] = "${default_results_dir:${study},${mode}}"
+    results_dir: str | None = "${default_results_dir:${study},${mode}}"
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
-    pp: Optional[int] = None  # pipeline stages (null = the mode's default layout)
-    dp: Optional[int] = None  # data-parallel replicas (null = the mode's default layout)
+    pp: int | None = None  # pipeline stages (null = the mode's default layout)
+    dp: int | None = None  # data-parallel replicas (null = the mode's default layout)
     tp: int = 1  # tensor parallel (baselines only)
-    zero: Optional[int] = None  # DeepSpeed ZeRO stage 0..3 (baselines only)
+    zero: int | None = None  # DeepSpeed ZeRO stage 0..3 (baselines only)
     iters: int = 3  # training iterations
-    metrics_out: Optional[str] = None  # optional JSON with per-iteration metrics
+    metrics_out: str | None = None  # optional JSON with per-iteration metrics
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     emulate: EmulateOptions = field(default_factory=EmulateOptions)
     grid: bool = False  # system=megatron|deepspeed: run the grid search instead of one point
-    grid_devices: Optional[int] = None  # grid: ranks to search over (null = tp*pp*dp)
-    grid_micro_batch_sizes: Optional[list[int]] = None  # grid: micro-batch sizes (null = all)
+    grid_devices: int | None = None  # grid: ranks to search over (null = tp*pp*dp)
+    grid_micro_batch_sizes: list[int] | None = None  # grid: micro-batch sizes (null = all)
     baseline_timeout_s: float = 600.0  # wall-clock limit per baseline run
     baseline_recompute: bool = False  # full activation recomputation in the baselines
     logger: str = "none"  # none | wandb (one wandb run per configuration)
@@ -406,8 +406,11 @@ class SimulateConfig(RunConfig):
             for layer in layers:
                 for b in batches:
                     try:
-                        w = Workload(model=get_model(self.model, layer), global_batch_size=b,
-                                     micro_batch_size=self.micro_batch_size)
+                        w = Workload(
+                            model=get_model(self.model, layer),
+                            global_batch_size=b,
+                            micro_batch_size=self.micro_batch_size,
+                        )
                         w.check_layout(pp, dp)
                     except ValueError as e:
                         raise ConfigError(f"case {case}, layers={layer}, batch={b}: {e}") from None
@@ -446,8 +449,10 @@ class TrainConfig(RunConfig):
         if self.system in ("all", "ours") and not self.runtime.assignment:
             pp, dp = self.pp or 1, self.dp or 1
             if batch % (dp * self.micro_batch_size):
-                raise ConfigError(f"batch={batch} is not divisible by dp={dp} x "
-                                  f"micro_batch_size={self.micro_batch_size}")
+                raise ConfigError(
+                    f"batch={batch} is not divisible by dp={dp} x "
+                    f"micro_batch_size={self.micro_batch_size}"
+                )
             from system.workload import get_model
 
             layers = self.layers or get_model(self.model).num_layers
@@ -469,7 +474,9 @@ class EmulateConfig(RunConfig):
         if devices is not None:
             bad = [d for d in devices if not 0 <= d < n_case]
             if bad or len(set(devices)) != len(devices):
-                raise ConfigError(f"emulate.devices={devices}: ids must be distinct, in 0..{n_case - 1}")
+                raise ConfigError(
+                    f"emulate.devices={devices}: ids must be distinct, in 0..{n_case - 1}"
+                )
         n = len(devices) if devices else None
         if self.grid:
             _check_local_run(self)
@@ -493,8 +500,9 @@ def store_schemas() -> None:
 def _one_line(e: Exception) -> str:
     text = str(e).strip().splitlines()
     msg = text[0] if text else type(e).__name__
-    key = next((ln.split(":", 1)[1].strip() for ln in text if ln.strip().startswith("full_key:")),
-               None)
+    key = next(
+        (ln.split(":", 1)[1].strip() for ln in text if ln.strip().startswith("full_key:")), None
+    )
     return f"{key}: {msg}" if key and key not in msg else msg
 
 

@@ -29,7 +29,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 if __package__ in (None, ""):  # run as a script: make the checkout importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -50,14 +49,14 @@ class ScheduleConfig:
     case_variant: str = "paper"
     scheduler: str = "genetic"
     workload: str = "dtfm_reference"
-    pp: Optional[int] = None
-    dp: Optional[int] = None
+    pp: int | None = None
+    dp: int | None = None
     seed: int = 0
-    trials: Optional[int] = None
-    population: Optional[int] = None
-    time_limit_s: Optional[float] = DEFAULT_TIME_LIMIT_S
+    trials: int | None = None
+    population: int | None = None
+    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S
     greedy_seeds: bool = True
-    out: Optional[str] = None
+    out: str | None = None
     verbose: bool = False
 
     def __post_init__(self) -> None:
@@ -79,8 +78,10 @@ class ScheduleConfig:
             if v is not None and n % v:
                 raise ConfigError(f"{k}={v} does not divide case {self.case}'s {n} devices")
         if self.pp and self.dp and self.pp * self.dp != n:
-            raise ConfigError(f"pp={self.pp} x dp={self.dp} = {self.pp * self.dp}, but case "
-                              f"{self.case} has {n} devices")
+            raise ConfigError(
+                f"pp={self.pp} x dp={self.dp} = {self.pp * self.dp}, but case "
+                f"{self.case} has {n} devices"
+            )
         if self.out is not None:
             p = Path(self.out)
             if not self.out.strip() or p.is_dir() or (p.parent.exists() and not p.parent.is_dir()):
@@ -114,14 +115,30 @@ def run(cfg: ScheduleConfig, on_progress=None) -> dict:
         dp = cluster.num_devices // pp
     work = get_workload(cfg.workload)
     sizes = tasklet_sizes(work, pp, dp) if isinstance(work, Workload) else work
-    result = schedule(cluster, sizes, pp=pp, dp=dp, method=cfg.scheduler, seed=cfg.seed,
-                      trials=cfg.trials, population=cfg.population, time_limit_s=cfg.time_limit_s,
-                      greedy_seeds=cfg.greedy_seeds, on_progress=on_progress)
-    record = {"case": str(cfg.case), "case_variant": cfg.case_variant,
-              "cluster": cluster.name, "num_devices": cluster.num_devices,
-              "workload": cfg.workload, "c_dp_bytes": sizes.c_dp_bytes,
-              "c_pp_bytes": sizes.c_pp_bytes, "time_limit_s": cfg.time_limit_s,
-              **result.to_dict()}
+    result = schedule(
+        cluster,
+        sizes,
+        pp=pp,
+        dp=dp,
+        method=cfg.scheduler,
+        seed=cfg.seed,
+        trials=cfg.trials,
+        population=cfg.population,
+        time_limit_s=cfg.time_limit_s,
+        greedy_seeds=cfg.greedy_seeds,
+        on_progress=on_progress,
+    )
+    record = {
+        "case": str(cfg.case),
+        "case_variant": cfg.case_variant,
+        "cluster": cluster.name,
+        "num_devices": cluster.num_devices,
+        "workload": cfg.workload,
+        "c_dp_bytes": sizes.c_dp_bytes,
+        "c_pp_bytes": sizes.c_pp_bytes,
+        "time_limit_s": cfg.time_limit_s,
+        **result.to_dict(),
+    }
     if cfg.out:
         atomic_write_text(cfg.out, json.dumps(record, indent=1) + "\n")
     return record
@@ -154,9 +171,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if cfg.verbose and sys.stderr.isatty():
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-            with Progress(TextColumn("{task.description}"), BarColumn(),
-                          TextColumn("{task.fields[best]}"), TimeElapsedColumn(),
-                          transient=True) as bar:
+            with Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn("{task.fields[best]}"),
+                TimeElapsedColumn(),
+                transient=True,
+            ) as bar:
                 task = bar.add_task(f"{cfg.scheduler} case {cfg.case}", total=None, best="")
 
                 def progress(trial: int, best_s: float) -> None:
@@ -169,9 +190,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("%s", e)
         print(f"error: {e}", file=sys.stderr)
         return 2
-    log.info("case %s %s: TOTAL %.3f s (DP %.3f + 2 x PP %.3f) after %d trials in %.2f s",
-             record["case"], record["method"], record["total_cost_s"], record["dp_cost_s"],
-             record["pp_cost_s"], record["trials"], record["search_time_s"])
+    log.info(
+        "case %s %s: TOTAL %.3f s (DP %.3f + 2 x PP %.3f) after %d trials in %.2f s",
+        record["case"],
+        record["method"],
+        record["total_cost_s"],
+        record["dp_cost_s"],
+        record["pp_cost_s"],
+        record["trials"],
+        record["search_time_s"],
+    )
     if not cfg.out:
         sys.stdout.write(json.dumps(record) + "\n")
     return 0

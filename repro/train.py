@@ -32,7 +32,6 @@ import logging
 import sys
 import typing
 from pathlib import Path
-from typing import Optional
 
 if __package__ in (None, ""):  # run as a script: make the checkout importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -45,16 +44,6 @@ log = logging.getLogger("repro.train")
 __all__ = ["TrainArgs", "spec_from_args", "main"]
 
 _ALIASES = {"batch": "global_batch_size", "trace": "trace_path"}
-_LOCAL_KEYS = {"assignment", "timeout_s", "log_dir", "max_local_ranks"}
-
-
-def _optional(hint):
-    """``int | None`` (PEP 604) as ``Optional[int]``, which OmegaConf understands."""
-    args = typing.get_args(hint)
-    if type(None) in args:
-        (inner,) = [a for a in args if a is not type(None)]
-        return Optional[inner]
-    return hint
 
 
 def _schema() -> type:
@@ -63,14 +52,14 @@ def _schema() -> type:
     for f in dataclasses.fields(RunSpec):
         if f.name in ("stages", "extra"):
             continue
-        specs.append((f.name, _optional(hints[f.name]), dataclasses.field(default=f.default)))
+        specs.append((f.name, hints[f.name], dataclasses.field(default=f.default)))
     specs += [
-        ("batch", Optional[int], dataclasses.field(default=None)),
-        ("trace", Optional[str], dataclasses.field(default=None)),
-        ("assignment", Optional[str], dataclasses.field(default=None)),
+        ("batch", int | None, dataclasses.field(default=None)),
+        ("trace", str | None, dataclasses.field(default=None)),
+        ("assignment", str | None, dataclasses.field(default=None)),
         ("timeout_s", float, dataclasses.field(default=600.0)),
-        ("log_dir", Optional[str], dataclasses.field(default=None)),
-        ("max_local_ranks", Optional[int], dataclasses.field(default=None)),
+        ("log_dir", str | None, dataclasses.field(default=None)),
+        ("max_local_ranks", int | None, dataclasses.field(default=None)),
     ]
     return dataclasses.make_dataclass("TrainArgs", specs)
 
@@ -82,8 +71,9 @@ def spec_from_args(args: list[str]) -> tuple[RunSpec, dict]:
     """``key=value`` strings -> (RunSpec, launch options). Raises ConfigError on a bad key/value."""
     parsed = parse_cli(TrainArgs, args)
     given = {a.split("=", 1)[0] for a in args if "=" in a}
-    values = {f.name: getattr(parsed, f.name) for f in dataclasses.fields(RunSpec)
-              if f.name in given}
+    values = {
+        f.name: getattr(parsed, f.name) for f in dataclasses.fields(RunSpec) if f.name in given
+    }
     for alias, name in _ALIASES.items():
         if alias in given:
             values[name] = getattr(parsed, alias)
@@ -102,7 +92,8 @@ def spec_from_args(args: list[str]) -> tuple[RunSpec, dict]:
         values.setdefault("dp", a.dp)
     spec = RunSpec(**values)
     LimitsConfig(max_local_ranks=parsed.max_local_ranks).check_ranks(
-        spec.world_size, f"pp*dp = {spec.pp}*{spec.dp}", key="max_local_ranks")
+        spec.world_size, f"pp*dp = {spec.pp}*{spec.dp}", key="max_local_ranks"
+    )
     LimitsConfig().check_micro_batches(spec.global_batch_size, spec.micro_batch_size)
     return spec, launch_opts
 

@@ -76,56 +76,150 @@ ROOT = Path(__file__).resolve().parents[1]
 # ---- schema ------------------------------------------------------------------------------------
 # kind: "str" | "int" | "float" | "bool" | "json" (a list or dict, stored as JSON text)
 _IDENTITY = {
-    "run_id": "str", "setting_id": "str", "model_version": "str", "study": "str",
-    "timestamp_utc": "str", "git_sha": "str", "git_dirty": "bool", "schema_version": "int",
-    "status": "str", "error": "str",
+    "run_id": "str",
+    "setting_id": "str",
+    "model_version": "str",
+    "study": "str",
+    "timestamp_utc": "str",
+    "git_sha": "str",
+    "git_dirty": "bool",
+    "schema_version": "int",
+    "status": "str",
+    "error": "str",
 }
 _SETTING = {
-    "mode": "str", "system": "str", "case": "str", "case_variant": "str", "model": "str",
-    "num_devices": "int", "devices": "json", "num_layers": "int", "hidden_size": "int",
-    "seq_length": "int", "vocab_size": "int", "global_batch_size": "int",
-    "micro_batch_size": "int", "tp": "int", "pp": "int", "dp": "int", "zero": "int",
-    "seed": "int", "repeat": "int", "iters": "int", "warmup_iters": "int", "device": "str",
-    "layout": "json", "layout_seed": "json", "stages": "json", "dp_mode": "str",
-    "recompute": "bool", "grid": "bool", "start": "str", "variant": "str", "config": "str",
-    "is_best": "bool", "scheduler": "str", "scheduler_budget": "str", "world_size": "int",
+    "mode": "str",
+    "system": "str",
+    "case": "str",
+    "case_variant": "str",
+    "model": "str",
+    "num_devices": "int",
+    "devices": "json",
+    "num_layers": "int",
+    "hidden_size": "int",
+    "seq_length": "int",
+    "vocab_size": "int",
+    "global_batch_size": "int",
+    "micro_batch_size": "int",
+    "tp": "int",
+    "pp": "int",
+    "dp": "int",
+    "zero": "int",
+    "seed": "int",
+    "repeat": "int",
+    "iters": "int",
+    "warmup_iters": "int",
+    "device": "str",
+    "layout": "json",
+    "layout_seed": "json",
+    "stages": "json",
+    "dp_mode": "str",
+    "recompute": "bool",
+    "grid": "bool",
+    "start": "str",
+    "variant": "str",
+    "config": "str",
+    "is_best": "bool",
+    "scheduler": "str",
+    "scheduler_budget": "str",
+    "world_size": "int",
 }
 _MEASURED = {
-    "iter_time_s": "float", "iter_times_s": "json", "pflops": "float", "tflops": "float",
-    "tflops_per_device": "float", "tokens_per_s": "float", "mfu": "float",
-    "memory_gib": "float", "compute_time_s": "float", "comm_time_s": "float",
-    "comm_wait_time_s": "float", "dp_time_s": "float", "micro_batches": "int",
-    "losses": "json", "loss_first": "float", "final_loss": "float", "wall_s": "float",
-    "predicted_iter_time_s": "float", "sim_error": "float",
-    "search_time_s": "float", "best_cost_s": "float", "search_trials": "int",
+    "iter_time_s": "float",
+    "iter_times_s": "json",
+    "pflops": "float",
+    "tflops": "float",
+    "tflops_per_device": "float",
+    "tokens_per_s": "float",
+    "mfu": "float",
+    "memory_gib": "float",
+    "compute_time_s": "float",
+    "comm_time_s": "float",
+    "comm_wait_time_s": "float",
+    "dp_time_s": "float",
+    "micro_batches": "int",
+    "losses": "json",
+    "loss_first": "float",
+    "final_loss": "float",
+    "wall_s": "float",
+    "predicted_iter_time_s": "float",
+    "sim_error": "float",
+    "search_time_s": "float",
+    "best_cost_s": "float",
+    "search_trials": "int",
 }
 _SIMULATOR = {  # the simulator's breakdown (SimResult.breakdown, prefixed sim_)
-    "sim_pipeline_s": "float", "sim_dp_sync_s": "float", "sim_dp_span_max_s": "float",
-    "sim_optimizer_s": "float", "sim_rounds": "int", "sim_micro_batches": "int",
-    "sim_micro_steps": "int", "sim_fwd_s": "float", "sim_bwd_s": "float",
-    "sim_pp_link_max_s": "float", "sim_fwd_slot_max_s": "float", "sim_tp_allreduce_s": "float",
-    "sim_grad_norm_s": "float", "sim_zero1_gather_s": "float",
-    "sim_zero3_comm_per_step_s": "float", "sim_variant": "str",
-    "sim_dp_s": "float", "sim_dp_span_s": "float",
+    "sim_pipeline_s": "float",
+    "sim_dp_sync_s": "float",
+    "sim_dp_span_max_s": "float",
+    "sim_optimizer_s": "float",
+    "sim_rounds": "int",
+    "sim_micro_batches": "int",
+    "sim_micro_steps": "int",
+    "sim_fwd_s": "float",
+    "sim_bwd_s": "float",
+    "sim_pp_link_max_s": "float",
+    "sim_fwd_slot_max_s": "float",
+    "sim_tp_allreduce_s": "float",
+    "sim_grad_norm_s": "float",
+    "sim_zero1_gather_s": "float",
+    "sim_zero3_comm_per_step_s": "float",
+    "sim_variant": "str",
+    "sim_dp_s": "float",
+    "sim_dp_span_s": "float",
 }
 _EMULATION = {
-    "emu_bandwidth_scale": "float", "emu_delay_scale": "float", "emu_max_rate_gbps": "float",
-    "emu_num_devices": "int", "emu_frame_overhead": "float", "emu_backend": "str",
-    "emu_tcp_congestion_control": "str", "measured_dp_s": "float", "measured_wait_s": "float",
-    "measured_compute_s": "float", "compute_fwd_s": "json", "compute_bwd_s": "json",
-    "compute_opt_s": "json", "compute_share": "float", "verify_ok": "bool",
-    "verify_max_rtt_err": "float", "verify_max_bw_err": "float", "verify_max_tcp_err": "float",
-    "verify_file": "str", "verify_pairs": "json", "delayer_stats": "json",
-    "delayer_mean_late_ms": "float", "delayer_max_late_ms": "float",
-    "scaled_bandwidth_gbps": "json", "scaled_delay_ms": "json",
+    "emu_bandwidth_scale": "float",
+    "emu_delay_scale": "float",
+    "emu_max_rate_gbps": "float",
+    "emu_num_devices": "int",
+    "emu_frame_overhead": "float",
+    "emu_backend": "str",
+    "emu_tcp_congestion_control": "str",
+    "measured_dp_s": "float",
+    "measured_wait_s": "float",
+    "measured_compute_s": "float",
+    "compute_fwd_s": "json",
+    "compute_bwd_s": "json",
+    "compute_opt_s": "json",
+    "compute_share": "float",
+    "verify_ok": "bool",
+    "verify_max_rtt_err": "float",
+    "verify_max_bw_err": "float",
+    "verify_max_tcp_err": "float",
+    "verify_file": "str",
+    "verify_pairs": "json",
+    "delayer_stats": "json",
+    "delayer_mean_late_ms": "float",
+    "delayer_max_late_ms": "float",
+    "scaled_bandwidth_gbps": "json",
+    "scaled_delay_ms": "json",
     "iter_time_after_first_s": "float",
 }
 COLUMNS: dict[str, str] = {**_IDENTITY, **_SETTING, **_MEASURED, **_SIMULATOR, **_EMULATION}
 # Columns every table has, in this order (others follow in first-seen order).
 CORE_COLUMNS = (
-    "run_id", "setting_id", "model_version", "study", "timestamp_utc", "git_sha", "git_dirty",
-    "schema_version", "status", "mode", "system", "case", "num_devices", "num_layers",
-    "global_batch_size", "micro_batch_size", "tp", "pp", "dp", "iter_time_s", "pflops",
+    "run_id",
+    "setting_id",
+    "model_version",
+    "study",
+    "timestamp_utc",
+    "git_sha",
+    "git_dirty",
+    "schema_version",
+    "status",
+    "mode",
+    "system",
+    "case",
+    "num_devices",
+    "num_layers",
+    "global_batch_size",
+    "micro_batch_size",
+    "tp",
+    "pp",
+    "dp",
+    "iter_time_s",
+    "pflops",
 )
 # Old spelling -> the schema's (read and write both translate).
 RENAMED = {
@@ -137,9 +231,16 @@ STATUSES = ("ok", "error", "timeout", "oom", "invalid")
 
 # The performance model: whatever can change a simulated number (globs relative to the repo).
 MODEL_SOURCES = (
-    "system/cluster.py", "system/cases.py", "system/workload.py", "system/data/*.csv",
-    "system/cost/*.py", "system/scheduler/*.py", "system/simulator/**/*.py",
-    "baselines/space.py", "baselines/*/perf.py", "baselines/*/schedule.py",
+    "system/cluster.py",
+    "system/cases.py",
+    "system/workload.py",
+    "system/data/*.csv",
+    "system/cost/*.py",
+    "system/scheduler/*.py",
+    "system/simulator/**/*.py",
+    "baselines/space.py",
+    "baselines/*/perf.py",
+    "baselines/*/schedule.py",
     "baselines/megatron/common.py",
 )
 
@@ -153,8 +254,13 @@ def _source_digest(path: Path) -> bytes:
     tree = ast.parse(raw)
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
-        if (isinstance(body, list) and body and isinstance(body[0], ast.Expr)
-                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
+        if (
+            isinstance(body, list)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
             node.body = body[1:] or [ast.Pass()]
     return ast.dump(tree, annotate_fields=False).encode()
 
@@ -251,7 +357,9 @@ def _coerce(column: str, kind: str, v):
     v = _scalar(v)
     if _is_missing(v) or (kind != "float" and isinstance(v, float) and math.isnan(v)):
         return None
-    bad = ValueError(f"results column {column!r} holds {kind} values, got {v!r} ({type(v).__name__})")
+    bad = ValueError(
+        f"results column {column!r} holds {kind} values, got {v!r} ({type(v).__name__})"
+    )
     if kind == "json":
         if isinstance(v, str):
             return v
@@ -320,8 +428,12 @@ def _frame(records: list[dict]):
             kind = _kind_of_extra(values)
             if c not in _WARNED:
                 _WARNED.add(c)
-                log.warning("results column %r is not in the schema (system/results.py COLUMNS): "
-                            "stored as %s", c, kind)
+                log.warning(
+                    "results column %r is not in the schema (system/results.py COLUMNS): "
+                    "stored as %s",
+                    c,
+                    kind,
+                )
         data[c] = pd.array([_coerce(c, kind, v) for v in values], dtype=_DTYPES[kind])
     return pd.DataFrame(data, index=pd.RangeIndex(len(records)))
 
@@ -376,7 +488,9 @@ def _upgrade(df):
         df["setting_id"] = df["run_id"]  # schema 1's run_id hashed the same key, without a version
     if "model_version" not in df:
         df["model_version"] = "unknown"
-    records = [{k: v for k, v in r.items() if not _is_missing_val(v)} for r in df.to_dict("records")]
+    records = [
+        {k: v for k, v in r.items() if not _is_missing_val(v)} for r in df.to_dict("records")
+    ]
     for r in records:
         if r.get("case") is not None:
             r["case"] = str(r["case"])
@@ -450,7 +564,9 @@ def _write_tables(d: Path, records: list[dict]) -> Path:
     return d / "runs.csv"
 
 
-def write_rows(results_dir: str | Path, rows: Iterable[Mapping], *, collect_after: bool = True) -> Path:
+def write_rows(
+    results_dir: str | Path, rows: Iterable[Mapping], *, collect_after: bool = True
+) -> Path:
     """Append ``rows`` to the study's ``runs.parquet`` (under the folder lock); returns runs.csv.
 
     Rows are typed first, so a bad value raises before the file is touched. A row whose
@@ -466,7 +582,7 @@ def write_rows(results_dir: str | Path, rows: Iterable[Mapping], *, collect_afte
 
 
 def collect(results_dir: str | Path) -> Path:
-    """Rewrite ``runs.parquet`` (schema upgraded, old ``rows/*.json`` folded in) and ``runs.csv``."""
+    """Rewrite ``runs.parquet`` (schema upgraded, old ``rows/*.json`` folded in) + ``runs.csv``."""
     d = Path(results_dir)
     with study_lock(d):
         return _write_tables(d, _load(d))

@@ -47,8 +47,12 @@ def test_empty_study_collects_to_header_only(tmp_path):
 
 def test_train_row_then_simulate_rows_share_a_folder(tmp_path):
     """A local train row (lists, case given as an int) and simulate rows in one table."""
-    train = make_row({"mode": "train", "system": "ours", "case": 5, "stages": [[0, 1], [2, 3]]},
-                     losses=[6.0, 5.5], final_loss=5.5, iter_time_s=0.1)
+    train = make_row(
+        {"mode": "train", "system": "ours", "case": 5, "stages": [[0, 1], [2, 3]]},
+        losses=[6.0, 5.5],
+        final_loss=5.5,
+        iter_time_s=0.1,
+    )
     write_rows(tmp_path, [train])
     write_rows(tmp_path, [make_row(KEY, iter_time_s=2.0, config="tp1/pp8/dp8")])
     write_rows(tmp_path, [make_row({**KEY, "repeat": 1}, iter_time_s=2.1)])
@@ -77,11 +81,19 @@ def test_a_badly_typed_value_names_its_column_and_writes_nothing(tmp_path, field
 
 
 def test_schema_1_tables_read_back_under_the_new_names(tmp_path):
-    old = pd.DataFrame({
-        "run_id": ["a", "b"], "study": ["x", "x"], "timestamp_utc": ["t1", "t2"],
-        "schema_version": [1, 1], "status": ["ok", "ok"], "mode": ["emulate", "train"],
-        "case": ["5", "local"], "sim_iter_time_s": [1.0, None], "loss_last": [None, 3.0],
-    })
+    old = pd.DataFrame(
+        {
+            "run_id": ["a", "b"],
+            "study": ["x", "x"],
+            "timestamp_utc": ["t1", "t2"],
+            "schema_version": [1, 1],
+            "status": ["ok", "ok"],
+            "mode": ["emulate", "train"],
+            "case": ["5", "local"],
+            "sim_iter_time_s": [1.0, None],
+            "loss_last": [None, 3.0],
+        }
+    )
     old.to_parquet(tmp_path / "runs.parquet")
     df = read_rows(tmp_path)
     assert df.predicted_iter_time_s.tolist()[0] == 1.0 and df.final_loss.tolist()[1] == 3.0

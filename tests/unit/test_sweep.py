@@ -282,14 +282,25 @@ def test_finish_study_collects_and_reports(tmp_path):
 
 
 def _run(*args, timeout=240):
-    return subprocess.run([sys.executable, "repro/run.py", *args], cwd=ROOT, env=ENV,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "repro/run.py", *args],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.mark.slow
 def test_one_bad_point_stops_the_sweep_before_any_job(tmp_path):
-    r = _run("-m", "sweep=smoke", "case=1,9,2", f"results_dir={tmp_path}",
-             f"hydra.sweep.dir={tmp_path}/mr")
+    r = _run(
+        "-m",
+        "sweep=smoke",
+        "case=1,9,2",
+        f"results_dir={tmp_path}",
+        f"hydra.sweep.dir={tmp_path}/mr",
+    )
     assert r.returncode == 2, r.stderr[-2000:]
     assert "case=9" in r.stderr and "nothing ran" in r.stderr
     assert not (tmp_path / "runs.parquet").exists()
@@ -298,9 +309,19 @@ def test_one_bad_point_stops_the_sweep_before_any_job(tmp_path):
 @pytest.mark.slow
 def test_a_failing_job_is_recorded_the_sweep_reports_and_fails(tmp_path):
     # micro_batch_size=16 of a 24-layer GPT3-XL does not fit in memory: found only when run
-    r = _run("-m", "sweep=smoke", "case=debug", "system=ours", "repeats=1", "layers=24",
-             "batch=64", "micro_batch_size=1,16", "workflow.ablation_csv=null",
-             f"results_dir={tmp_path}", f"hydra.sweep.dir={tmp_path}/mr")
+    r = _run(
+        "-m",
+        "sweep=smoke",
+        "case=debug",
+        "system=ours",
+        "repeats=1",
+        "layers=24",
+        "batch=64",
+        "micro_batch_size=1,16",
+        "workflow.ablation_csv=null",
+        f"results_dir={tmp_path}",
+        f"hydra.sweep.dir={tmp_path}/mr",
+    )
     assert r.returncode == 1, r.stderr[-2000:]
     assert "1 sweep job(s) failed" in r.stderr
     assert (tmp_path / "REPORT.md").exists() and len(read_rows(tmp_path)) == 1
@@ -311,19 +332,43 @@ def test_a_failing_job_is_recorded_the_sweep_reports_and_fails(tmp_path):
 @pytest.mark.slow
 def test_a_failed_report_fails_the_command(tmp_path):
     (tmp_path / "adir").mkdir()  # an ablation "table" that is a folder: the report fails
-    r = _run("-m", "sweep=smoke", "case=debug", "model=debug", "batch=16", "system=ours",
-             f"workflow.ablation_csv={tmp_path / 'adir'}", f"results_dir={tmp_path / 's'}",
-             f"hydra.sweep.dir={tmp_path}/mr")
+    r = _run(
+        "-m",
+        "sweep=smoke",
+        "case=debug",
+        "model=debug",
+        "batch=16",
+        "system=ours",
+        f"workflow.ablation_csv={tmp_path / 'adir'}",
+        f"results_dir={tmp_path / 's'}",
+        f"hydra.sweep.dir={tmp_path}/mr",
+    )
     assert r.returncode == 1 and "report failed" in r.stderr, r.stderr[-2000:]
 
 
 @pytest.mark.slow
 def test_two_sweeps_into_one_folder_run_each_job_once(tmp_path):
-    args = ["-m", "sweep=smoke", "case=debug", "model=debug", "batch=16,32", "system=ours",
-            "workflow.ablation_csv=null", f"results_dir={tmp_path}"]
-    procs = [subprocess.Popen([sys.executable, "repro/run.py", *args, f"hydra.sweep.dir={tmp_path}/mr{i}"],
-                              cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True) for i in range(2)]
+    args = [
+        "-m",
+        "sweep=smoke",
+        "case=debug",
+        "model=debug",
+        "batch=16,32",
+        "system=ours",
+        "workflow.ablation_csv=null",
+        f"results_dir={tmp_path}",
+    ]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "repro/run.py", *args, f"hydra.sweep.dir={tmp_path}/mr{i}"],
+            cwd=ROOT,
+            env=ENV,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
     outs = [p.communicate(timeout=240)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     ran = sum(int(o.split(" jobs ran")[0].split()[-1]) for o in outs)
