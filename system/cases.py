@@ -328,7 +328,8 @@ def load_topology(path: str | Path) -> Cluster:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"topology file {p} does not exist")
-    data = json.loads(p.read_text()) if p.suffix.lower() == ".json" else yaml.safe_load(p.read_text())
+    text = p.read_text()
+    data = json.loads(text) if p.suffix.lower() == ".json" else yaml.safe_load(text)
     if not isinstance(data, dict):
         raise ValueError(f"{p}: expected a mapping with keys {', '.join(TOPOLOGY_KEYS)}")
     extra = sorted(set(data) - set(TOPOLOGY_KEYS))
