@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,7 @@ __all__ = [
     "validate",
     "parse_cli",
     "store_schemas",
+    "composed_schema",
     "cpu_cores",
 ]
 
@@ -487,12 +489,42 @@ class EmulateConfig(RunConfig):
 
 
 # ---- entry points ------------------------------------------------------------------------------
+def _mode_keys() -> dict[str, tuple[str, Any, Any]]:
+    """Keys a mode adds to :class:`RunConfig`: name -> (mode, type, dataclass field)."""
+    shared = {f.name for f in dataclasses.fields(RunConfig)}
+    out: dict[str, tuple[str, Any, Any]] = {}
+    for spec in MODES.values():
+        hints = typing.get_type_hints(spec.schema)
+        for f in dataclasses.fields(spec.schema):
+            if f.name not in shared and f.name not in out:
+                out[f.name] = (spec.name, hints[f.name], f)
+    return out
+
+
+def _default(f):
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return f.default
+
+
+def composed_schema() -> type:
+    """What Hydra composes against: :class:`RunConfig` plus every mode's own keys (so a mode's
+    key is known at composition; :func:`validate` then refuses it for the other modes)."""
+    extra = []
+    for name, (_, typ, f) in _mode_keys().items():
+        if f.default_factory is not dataclasses.MISSING:
+            extra.append((name, typ, field(default_factory=f.default_factory)))
+        else:
+            extra.append((name, typ, field(default=f.default)))
+    return dataclasses.make_dataclass("ComposedConfig", extra, bases=(RunConfig,))
+
+
 def store_schemas() -> None:
-    """Register :class:`RunConfig` (``config_schema``) and each mode's class with Hydra."""
+    """Register the composed schema (``config_schema``) and each mode's class with Hydra."""
     from hydra.core.config_store import ConfigStore
 
     cs = ConfigStore.instance()
-    cs.store(name="config_schema", node=RunConfig)
+    cs.store(name="config_schema", node=composed_schema())
     for spec in MODES.values():
         cs.store(group="schema", name=spec.name, node=spec.schema)
 
@@ -525,6 +557,17 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
     if mode not in MODES:
         raise ConfigError(f"mode={mode!r}: expected one of {', '.join(MODES)}")
     schema = MODES[mode].schema
+    own = {f.name for f in dataclasses.fields(schema)}
+    foreign = _mode_keys()
+    for key in [k for k in raw if k not in own]:
+        if key not in foreign:
+            raise ConfigError(f"{key}: unknown key")
+        owner, _, f = foreign[key]
+        if raw[key] != _default(f):
+            raise ConfigError(
+                f"{key}={raw[key]!r}: a mode={owner} key; mode={mode} does not take it"
+            )
+        del raw[key]
     try:
         typed = OmegaConf.merge(OmegaConf.structured(schema), raw)
         obj = OmegaConf.to_object(typed)

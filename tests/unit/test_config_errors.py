@@ -189,3 +189,35 @@ def test_schedule_script_returns_in_seconds_by_default():
 
     assert parse_args(["case=5"]).time_limit_s == DEFAULT_TIME_LIMIT_S <= 10
     assert parse_args(["case=5", "time_limit_s=null"]).time_limit_s is None
+
+
+def test_a_new_mode_and_its_key_are_one_class(tmp_path):
+    """A mode's own key composes, reaches that mode typed, and is refused for other modes."""
+    from dataclasses import dataclass
+
+    from repro.config import MODES, ConfigError, RunConfig, register_mode, store_schemas, validate
+
+    @register_mode("probe", module="repro.modes.simulate")
+    @dataclass
+    class ProbeConfig(RunConfig):
+        objective: str = "comm"  # the new key
+
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            if self.objective not in ("comm", "iteration_time"):
+                raise ConfigError(f"objective={self.objective!r}: expected comm or iteration_time")
+
+    try:
+        store_schemas()
+        out = f"results_dir={tmp_path}"
+        assert validate(_cfg("mode=probe", "objective=iteration_time", out)).objective == (
+            "iteration_time"
+        )
+        with pytest.raises(ConfigError, match="objective='x'"):
+            validate(_cfg("mode=probe", "objective=x", out))
+        with pytest.raises(ConfigError, match="a mode=probe key; mode=simulate does not take it"):
+            validate(_cfg("objective=iteration_time", out))
+        assert "objective" not in validate(_cfg("case=debug", "model=debug", out))
+    finally:
+        MODES.pop("probe")
+        store_schemas()
