@@ -3,8 +3,9 @@
     python -m repro.report results/paper [--ablation results/scheduler/ablation.csv]
 
 Reads only the study's ``runs.parquet`` (:func:`system.results.read_rows`: the newest row of
-each setting) and, for the scheduler claims, the ablation table. Writes next to them: ``best.csv`` (best configuration per
-setting, the Fig. 3 table), ``variance.csv`` (every configuration's repeats, CV, flag),
+each setting) and, for the scheduler claims, the ablation table. Writes next to them:
+``best.csv`` (best configuration per setting, the Fig. 3 table), ``variance.csv`` (every
+configuration's repeats, CV, flag),
 ``claims.csv`` (paper vs ours, PASS / FAIL / INCONCLUSIVE), ``fig3.png``, ``fig4.png`` and
 ``REPORT.md`` linking them. Every file is written atomically.
 """
