@@ -231,6 +231,11 @@ def _summary(probe: Probe, outs: list[tuple[str, str, str]]) -> str:
         return (m.group(0) + " in the report; " if m else "") + _last_line(
             outs[-1][2] or outs[-1][1]
         )
+    hydra = re.search(r"(Error merging override [^\n]*)\n([^\n]*)", text)
+    if hydra:  # Hydra's composition error: the override and what is wrong with it
+        return f"{hydra.group(1)}: {hydra.group(2)}"
+    if all(rc == "0" for rc, _, _ in outs) and "simulated PFLOPS" in text:
+        return "ran to the end (printed the results table, no error)"
     errs = [_last_line(e) for rc, _, e in outs if rc not in ("0",) and _last_line(e)]
     return errs[-1] if errs else _last_line(outs[-1][2] or outs[-1][1])
 

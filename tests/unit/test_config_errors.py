@@ -221,3 +221,26 @@ def test_a_new_mode_and_its_key_are_one_class(tmp_path):
     finally:
         MODES.pop("probe")
         store_schemas()
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        (
+            "region_a,region_b,delay_ms,bandwidth_gbps\nA,B,10,1,extra\n",
+            "more cells than the header",
+        ),
+        (
+            "region_a,region_b,delay_ms,bandwidth_gbps,note\nA,B,10,1,x\n",
+            "unknown column(s) ['note']",
+        ),
+        ("region_a,region_b,delay_ms,bandwidth_gbps\nA,B,10,fast\n", "bandwidth_gbps='fast'"),
+    ],
+)
+def test_pair_tables_refuse_extra_cells_and_non_numbers(tmp_path, text, message):
+    from system.cases import read_pair_table
+
+    (tmp_path / "pairs.csv").write_text(text)
+    with pytest.raises(ValueError) as err:
+        read_pair_table(tmp_path / "pairs.csv")
+    assert message in str(err.value)
