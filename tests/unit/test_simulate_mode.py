@@ -55,6 +55,18 @@ def test_debug_end_to_end_and_rerun_skips_rows(tmp_path):
     assert again["new_rows"] == 0 and len(pd.read_csv(tmp_path / "runs.csv")) == len(rows)
 
 
+def test_a_model_change_recomputes_and_supersedes_the_old_rows(tmp_path, monkeypatch):
+    import system.results as results
+
+    first = simulate(_cfg(tmp_path, "system=ours"))
+    monkeypatch.setattr(results, "model_version", lambda: "another-model")
+    again = simulate(_cfg(tmp_path, "system=ours"))
+    assert again["new_rows"] == again["rows"] == first["rows"]
+    view = pd.read_csv(tmp_path / "runs.csv")
+    assert len(view) == first["rows"] and set(view.model_version) == {"another-model"}
+    assert len(pd.read_parquet(tmp_path / "runs.parquet")) == 2 * first["rows"]  # append-only
+
+
 def test_one_system_and_repeats(tmp_path):
     out = simulate(_cfg(tmp_path, "system=ours", "repeats=2"))
     rows = pd.read_csv(tmp_path / "runs.csv")
