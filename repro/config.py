@@ -38,6 +38,7 @@ __all__ = [
     "MODES",
     "register_mode",
     "RunConfig",
+    "SearchOptions",
     "SimulateConfig",
     "EmulateConfig",
     "TrainConfig",
@@ -123,18 +124,30 @@ def _cluster(case: str, variant: str):
 
 # ---- groups ------------------------------------------------------------------------------------
 @dataclass
-class SchedulerConfig:
-    name: str = "genetic"  # genetic | genetic_kl (kl) | random
+class SearchOptions:
+    """Knobs of the layout search, shared by ``repro/run.py`` (``scheduler.*``) and
+    ``repro/schedule.py`` (top-level keys): a search key added here reaches both."""
+
     trials: int | None = None  # GA trials (null = the caller's default budget)
     population: int | None = None  # GA population (null = default)
-    # simulate: null = a small budget (4 trials, population 4, 1 s per layout); recorded in rows
     time_limit_s: float | None = None  # wall-time cap per schedule() call
 
     def __post_init__(self) -> None:
+        prefix = "scheduler." if isinstance(self, SchedulerConfig) else ""
+        _at_least(f"{prefix}trials", self.trials, 1)
+        _at_least(f"{prefix}population", self.population, 2)
+        _positive(f"{prefix}time_limit_s", self.time_limit_s)
+
+
+@dataclass
+class SchedulerConfig(SearchOptions):
+    # simulate: null budget keys = a small budget (4 trials, population 4, 1 s per layout),
+    # recorded in every row
+    name: str = "genetic"  # genetic | genetic_kl (kl) | random
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
         _choice("scheduler.name", self.name, SCHEDULER_NAMES)
-        _at_least("scheduler.trials", self.trials, 1)
-        _at_least("scheduler.population", self.population, 2)
-        _positive("scheduler.time_limit_s", self.time_limit_s)
 
 
 @dataclass

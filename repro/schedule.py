@@ -33,7 +33,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the checkout importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from repro.config import ConfigError, parse_cli  # noqa: E402
+from repro.config import ConfigError, SearchOptions, parse_cli  # noqa: E402
 from system.results import atomic_write_text  # noqa: E402
 
 log = logging.getLogger("repro.schedule")
@@ -44,7 +44,9 @@ DEFAULT_TIME_LIMIT_S = 5.0  # returns in seconds; the best layout found by then 
 
 
 @dataclass
-class ScheduleConfig:
+class ScheduleConfig(SearchOptions):
+    """The arguments of this script (the search knobs come from :class:`SearchOptions`)."""
+
     case: str = "5"
     case_variant: str = "paper"
     scheduler: str = "genetic"
@@ -52,26 +54,23 @@ class ScheduleConfig:
     pp: int | None = None
     dp: int | None = None
     seed: int = 0
-    trials: int | None = None
-    population: int | None = None
-    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S
+    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S  # overrides SearchOptions' null
     greedy_seeds: bool = True
     out: str | None = None
     verbose: bool = False
 
     def __post_init__(self) -> None:
-        from repro.config import CASE_VARIANTS, _at_least, _choice, _cluster, _positive
+        super().__post_init__()
+        from repro.config import CASE_VARIANTS, _at_least, _choice, _cluster
         from system.scheduler import SCHEDULERS
         from system.workload import WORKLOADS
 
         _choice("scheduler", self.scheduler, tuple(SCHEDULERS))
         _choice("case_variant", self.case_variant, CASE_VARIANTS)
         _choice("workload", self.workload, tuple(WORKLOADS))
-        for k in ("pp", "dp", "trials"):
+        for k in ("pp", "dp"):
             _at_least(k, getattr(self, k), 1)
-        _at_least("population", self.population, 2)
         _at_least("seed", self.seed, 0, optional=False)
-        _positive("time_limit_s", self.time_limit_s)
         n = _cluster(self.case, self.case_variant).num_devices
         for k in ("pp", "dp"):
             v = getattr(self, k)
