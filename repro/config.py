@@ -1,19 +1,30 @@
 """The typed configuration of every entry point: one dataclass per mode, checked before any work.
 
-Hydra composes ``conf/config.yaml`` on top of :class:`RunConfig` (registered in Hydra's
-ConfigStore as ``config_schema``), so an unknown key or a value of the wrong type (``layers=24.9``,
+Hydra composes ``conf/config.yaml`` on top of :class:`RunConfig` and every mode's own keys
+(:func:`composed_schema`, registered in Hydra's ConfigStore as ``config_schema``), so an unknown key or a value of the wrong type (``layers=24.9``,
 ``scheduler=genetic`` instead of ``scheduler.name=genetic``) stops at composition with Hydra's
 message naming the key. :func:`validate` then builds the mode's own dataclass (``SimulateConfig``,
 ``TrainConfig``, ...; each ``__post_init__`` checks ranges, choices, the case and the limits of
 this machine) and raises one :class:`ConfigError` line naming the key and what is wrong.
 
-Adding a config key: one field (with its default and a comment) in the dataclass that uses it --
-a shared key in :class:`RunConfig`, a mode's own key in its dataclass, a group in its nested
-dataclass. Its range check goes in that class's ``__post_init__``.
+Adding a config key is one field (type, default, comment) in the one dataclass that owns it,
+and its check in that class's ``__post_init__``; nothing else lists keys (``conf/config.yaml``
+holds none, Hydra composes against :func:`composed_schema`):
 
-Adding a mode: a dataclass deriving from :class:`RunConfig`, decorated with
-``@register_mode("name", module="repro.modes.name")``, whose module has ``run(cfg) -> dict``.
-``repro/run.py``, the sweep pre-check and the default results folder follow from the registry.
+* a key of every mode: :class:`RunConfig` (e.g. ``seed``);
+* a key of one mode: that mode's class, e.g. ``baseline_placement: str = "launch"`` in
+  :class:`SimulateConfig` (``python repro/run.py baseline_placement=topology``; any other mode
+  refuses it unless left at its default);
+* a search key for both ``repro/run.py`` (``scheduler.objective=...``) and
+  ``repro/schedule.py`` (``objective=...``): :class:`SearchOptions`, e.g.
+  ``objective: str = "comm"``;
+* a group: a nested dataclass field (as :class:`LimitsConfig` under ``limits``).
+
+Adding a mode (``mode=predict``) is one class deriving from :class:`RunConfig` in this file,
+decorated with ``@register_mode("predict", module="repro.modes.predict")``, plus that module's
+``run(cfg) -> dict`` (rows through :func:`system.results.make_row` / ``write_rows``; a new
+results column is one line in ``system/results.py`` ``COLUMNS``). ``repro/run.py``, the sweep pre-check, ``system=`` choices (the class's
+``systems``) and the default results folder (``results/adhoc/predict``) follow from the registry.
 
 Scripts that are not Hydra apps (``repro/schedule.py``, ``repro/train.py``) parse their
 ``key=value`` arguments with :func:`parse_cli` into their own dataclass, with the same errors.
