@@ -1,9 +1,10 @@
 """The typed configuration of every entry point: one dataclass per mode, checked before any work.
 
 Hydra composes ``conf/config.yaml`` on top of :class:`RunConfig` and every mode's own keys
-(:func:`composed_schema`, registered in Hydra's ConfigStore as ``config_schema``), so an unknown key or a value of the wrong type (``layers=24.9``,
-``scheduler=genetic`` instead of ``scheduler.name=genetic``) stops at composition with Hydra's
-message naming the key. :func:`validate` then builds the mode's own dataclass (``SimulateConfig``,
+(:func:`composed_schema`, registered in Hydra's ConfigStore as ``config_schema``), so an unknown
+key or a value of the wrong type (``layers=24.9``, ``scheduler=genetic`` instead of
+``scheduler.name=genetic``) stops at composition with Hydra's message naming the key.
+:func:`validate` then builds the mode's own dataclass (``SimulateConfig``,
 ``TrainConfig``, ...; each ``__post_init__`` checks ranges, choices, the case and the limits of
 this machine) and raises one :class:`ConfigError` line naming the key and what is wrong.
 
@@ -23,8 +24,9 @@ holds none, Hydra composes against :func:`composed_schema`):
 Adding a mode (``mode=predict``) is one class deriving from :class:`RunConfig` in this file,
 decorated with ``@register_mode("predict", module="repro.modes.predict")``, plus that module's
 ``run(cfg) -> dict`` (rows through :func:`system.results.make_row` / ``write_rows``; a new
-results column is one line in ``system/results.py`` ``COLUMNS``). ``repro/run.py``, the sweep pre-check, ``system=`` choices (the class's
-``systems``) and the default results folder (``results/adhoc/predict``) follow from the registry.
+results column is one line in ``system/results.py`` ``COLUMNS``). ``repro/run.py``, the sweep
+pre-check, the ``system=`` choices (the class's ``systems``) and the default results folder
+(``results/adhoc/predict``) follow from the registry.
 
 Scripts that are not Hydra apps (``repro/schedule.py``, ``repro/train.py``) parse their
 ``key=value`` arguments with :func:`parse_cli` into their own dataclass, with the same errors.
