@@ -129,3 +129,11 @@ def test_summary_merges_jobs_of_one_setting(tmp_path):
     assert s.ours_iter_time_s.notna().all() and s.megatron_iter_time_s.notna().all()
     ratio = s.megatron_iter_time_s / s.ours_iter_time_s
     assert s.speedup_vs_megatron.to_numpy() == pytest.approx(ratio.to_numpy())
+
+
+def test_rows_use_declared_schema_columns_only(tmp_path):
+    from system.results import COLUMNS
+
+    simulate(_cfg(tmp_path))
+    columns = set(pd.read_parquet(tmp_path / "runs.parquet").columns)
+    assert columns <= set(COLUMNS), sorted(columns - set(COLUMNS))
