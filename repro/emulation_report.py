@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     d = Path(argv[0] if argv else "results/emulation")
     df = load(d)
     if df.empty:
-        print(f"error: no ok mode=emulate rows under {d}/rows", file=sys.stderr)
+        print(f"error: no ok mode=emulate rows in {d}/runs.parquet", file=sys.stderr)
         return 2
     s = summarize(df)
     cols = ["case", "devices", "pp", "dp", "global_batch_size", "hidden_size", "layout",
