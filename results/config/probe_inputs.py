@@ -86,6 +86,14 @@ PROBES = [
         "case=<topology with bandwidth_gbps: true>",
         [_r("case=R/bool.yaml", "model=debug", "results_dir=R/a")],
     ),
+    Probe(
+        "pair table CSV with an extra cell (system.cases.read_pair_table)",
+        [[PY, "-c", "from system.cases import read_pair_table as r; print(r('R/extra.csv'))"]],
+    ),
+    Probe(
+        "pair table with bandwidth_gbps: true (system.cases.read_pair_table)",
+        [[PY, "-c", "from system.cases import read_pair_table as r; print(r('R/pairs.yaml'))"]],
+    ),
     Probe("batch=1e9", [_r(*DBG, "batch=1e9", "results_dir=R/a")], timeout_s=20),
     Probe("batch=1000000000", [_r(*DBG, "batch=1000000000", "results_dir=R/a")], timeout_s=20),
     Probe(
@@ -190,6 +198,10 @@ def _setup(tree: Path, scratch: Path) -> None:
     (scratch / "adir").mkdir(exist_ok=True)
     (scratch / "extra.yaml").write_text(TOPOLOGY % ("1", ", note: x"))
     (scratch / "bool.yaml").write_text(TOPOLOGY % ("true", ""))
+    (scratch / "extra.csv").write_text("region_a,region_b,delay_ms,bandwidth_gbps\nA,B,10,1,9\n")
+    (scratch / "pairs.yaml").write_text(
+        "pairs:\n  - {region_a: A, region_b: B, delay_ms: 10, bandwidth_gbps: true}\n"
+    )
 
 
 def _edit_model(tree: Path) -> None:
