@@ -199,6 +199,8 @@ def record_failure(cfg: DictConfig, error: BaseException) -> None:
     except Exception:  # noqa: BLE001 - an unresolvable config still counts as a failure
         key = None
     SESSION.failed.append({"job_key": key, "error": f"{type(error).__name__}: {error}"[:2000]})
+    if key is None:
+        return
     try:
         _write_ledger(
             Path(str(cfg.results_dir)),
