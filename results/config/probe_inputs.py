@@ -45,6 +45,7 @@ class Probe:
     concurrent: bool = False  # run the steps at the same time
     edit: str = ""  # a model edit applied before the last step
     note: str = ""
+    inspect: str = ""  # a results folder to describe afterwards (rows stored, REPORT.md)
 
 
 def _r(*args: str) -> list[str]:
@@ -119,6 +120,7 @@ PROBES = [
             )
         ],
         timeout_s=300,
+        inspect="R/sw1",
     ),
     Probe(
         "sweep whose report fails (workflow.ablation_csv is a folder)",
@@ -132,6 +134,7 @@ PROBES = [
             )
         ],
         timeout_s=300,
+        inspect="R/sw2",
     ),
     Probe(
         "two sweeps into one folder at once",
@@ -321,12 +324,25 @@ def _run_side(rev: str, probes: list[Probe], before: bool) -> dict[str, Outcome]
                         outs.append((f"timeout {probe.timeout_s:.0f} s", o, e))
             res.rc = [rc for rc, _, _ in outs]
             res.message = f"{_summary(probe, outs)} ({time.monotonic() - t0:.0f} s)"
+            if probe.inspect:
+                res.message += "; " + _describe(Path(probe.inspect.replace("R/", f"{scratch}/")))
             out[probe.name] = res
             print(f"[{rev[:7]}] {probe.name}: {res.rc} {res.message}", flush=True)
             shutil.rmtree(tree, ignore_errors=True)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     return out
+
+
+def _describe(folder: Path) -> str:
+    """Rows a results folder holds (row files of the old store, else runs.parquet) + REPORT.md."""
+    rows = len(list((folder / "rows").glob("*.json"))) if (folder / "rows").is_dir() else 0
+    if not rows and (folder / "runs.parquet").exists():
+        import pandas as pd
+
+        rows = len(pd.read_parquet(folder / "runs.parquet"))
+    report = "yes" if (folder / "REPORT.md").exists() else "no"
+    return f"left {rows} rows, REPORT.md: {report}"
 
 
 def _cell(text: str) -> str:
