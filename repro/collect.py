@@ -56,6 +56,7 @@ __all__ = [
 
 # Keys that only change how a run is reported (or how long it may take), never its rows.
 NON_RESULT_KEYS = ("logger", "wandb", "workflow", "metrics_out", "limits")
+JOB_LOCK_TIMEOUT_S = 24 * 3600.0
 
 
 @dataclass(slots=True)
@@ -160,7 +161,8 @@ def run_job(
     key = job_key(cfg)
     wf = _workflow(cfg)
     multirun = is_multirun() if multirun is None else multirun
-    with study_lock(results_dir / "jobs", f"{key}.lock"):
+    # another sweep running this job: wait for it (at most a day, the longest job we run)
+    with study_lock(results_dir / "jobs", f"{key}.lock", timeout_s=JOB_LOCK_TIMEOUT_S):
         if multirun and wf.get("skip_finished", True):
             rec = finished_job(results_dir, key)
             if rec is not None:

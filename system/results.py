@@ -46,6 +46,7 @@ import math
 import os
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
@@ -463,14 +464,30 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
 
 
 @contextlib.contextmanager
-def study_lock(results_dir: str | Path, name: str = ".lock") -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``results_dir/name`` (blocks until free)."""
+def study_lock(
+    results_dir: str | Path, name: str = ".lock", timeout_s: float = 300.0
+) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``results_dir/name``; wait at most ``timeout_s`` for it.
+
+    The lock goes with the process: a killed holder releases it, so no stale lock remains.
+    Raises TimeoutError naming the lock file when another process holds it for longer.
+    """
     d = Path(results_dir)
     if d.exists() and not d.is_dir():
         raise NotADirectoryError(f"results folder {d} is a file")
     d.mkdir(parents=True, exist_ok=True)
     with open(d / name, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+        deadline = time.monotonic() + timeout_s
+        while True:  # bounded by the deadline
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"{d / name} is held by another process for over {timeout_s:.0f} s"
+                    ) from None
+                time.sleep(0.05)
         try:
             yield
         finally:

@@ -154,3 +154,11 @@ def test_a_fresh_clone_rebuilds_the_report_from_runs_parquet_alone(tmp_path):
     paths = build_report(tmp_path, ablation_path=None, study="smoke")
     text = paths.report.read_text()
     assert f"{len(pd.read_parquet(src))} rows" in text
+
+
+def test_a_held_lock_times_out_with_its_name(tmp_path):
+    from system.results import study_lock
+
+    with study_lock(tmp_path), pytest.raises(TimeoutError, match=r"\.lock is held"):
+        with study_lock(tmp_path, timeout_s=0.2):
+            pass
