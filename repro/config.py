@@ -514,6 +514,38 @@ class EmulateConfig(RunConfig):
             self.limits.check_ranks(min(self.emulate.max_devices, n_case), "emulate.max_devices")
 
 
+@register_mode("schedule", module="repro.modes.schedule")
+@dataclass
+class ScheduleModeConfig(RunConfig):
+    """Schedule one case and write the assignment JSON (``repro/schedule.py`` through run.py).
+
+    ``scheduler.*`` sets the search; ``scheduler.time_limit_s`` null means 5 s here
+    (``repro.schedule.DEFAULT_TIME_LIMIT_S``), so the command returns in seconds.
+    """
+
+    systems: ClassVar[tuple] = ("all", "ours")
+    workload: str = "dtfm_reference"  # system.workload.WORKLOADS key (tasklet sizes)
+    out: str | None = None  # assignment JSON (written atomically); null = results_dir/<case>.json
+    greedy_seeds: bool = True  # two greedy layouts in the GA's first population
+    verbose: bool = False  # log the search's progress once a second
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        from system.workload import WORKLOADS
+
+        _choice("workload", self.workload, tuple(WORKLOADS))
+        n = self.cluster().num_devices
+        for k in ("pp", "dp"):
+            v = getattr(self, k)
+            if v is not None and n % v:
+                raise ConfigError(f"{k}={v} does not divide case {self.case}'s {n} devices")
+        if self.pp and self.dp and self.pp * self.dp != n:
+            raise ConfigError(
+                f"pp={self.pp} x dp={self.dp} = {self.pp * self.dp}, but case {self.case} has "
+                f"{n} devices"
+            )
+
+
 # ---- entry points ------------------------------------------------------------------------------
 def _mode_keys() -> dict[str, tuple[str, Any, Any]]:
     """Keys a mode adds to :class:`RunConfig`: name -> (mode, type, dataclass field)."""

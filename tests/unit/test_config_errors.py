@@ -244,3 +244,15 @@ def test_pair_tables_refuse_extra_cells_and_non_numbers(tmp_path, text, message)
     with pytest.raises(ValueError) as err:
         read_pair_table(tmp_path / "pairs.csv")
     assert message in str(err.value)
+
+
+def test_scheduling_is_a_mode_of_run_py(tmp_path):
+    import json
+
+    from repro.run import run
+
+    out = run(_cfg("mode=schedule", "case=debug", "scheduler.trials=2", f"results_dir={tmp_path}"))
+    record = json.loads(Path(out["out"]).read_text())
+    assert record["num_devices"] == 8 and record["time_limit_s"] == 5.0
+    with pytest.raises(ValueError, match="workload='huge'"):
+        run(_cfg("mode=schedule", "case=debug", "workload=huge", f"results_dir={tmp_path}"))
