@@ -24,6 +24,9 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+if __package__ in (None, ""):  # run as a script: make the checkout importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import pandas as pd
 
 from repro.schedule import default_layout

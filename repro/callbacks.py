@@ -1,4 +1,4 @@
-"""Hydra callbacks for sweeps: a progress bar over jobs, then collect + report + summary line.
+"""Hydra callbacks for sweeps: check every job first, progress, then collect + report + summary.
 
 Registered by the sweep files (``conf/sweep/*.yaml``)::
 
@@ -7,9 +7,13 @@ Registered by the sweep files (``conf/sweep/*.yaml``)::
         workflow:
           _target_: repro.callbacks.WorkflowCallback
 
-At the end of a multirun, :func:`finish_study` rebuilds ``runs.csv`` / ``runs.parquet``, writes
-the variance and claims tables, the figures and ``REPORT.md`` (:mod:`repro.report`), mirrors them
-to wandb when ``logger=wandb``, and logs one line saying where everything is.
+Before the first job, :func:`check_jobs` composes and validates every job of the sweep
+(:func:`repro.config.validate`); one bad point stops the sweep with every bad point listed and
+nothing run (exit 2). A job that fails while running is recorded (:func:`repro.collect.
+record_failure`) and the sweep goes on. At the end, :func:`finish_study` rebuilds ``runs.csv``,
+writes the variance and claims tables, the figures and ``REPORT.md`` (:mod:`repro.report`, from
+``runs.parquet``), mirrors them to wandb when ``logger=wandb``, and logs one line saying where
+everything is. The command exits 1 when the report failed or a job failed (after reporting).
 """
 
 from __future__ import annotations
@@ -28,19 +32,26 @@ from repro.collect import SESSION, collect_study
 
 log = logging.getLogger(__name__)
 
-__all__ = ["WorkflowCallback", "count_jobs", "finish_study"]
+__all__ = ["WorkflowCallback", "count_jobs", "job_overrides", "check_jobs", "finish_study"]
+
+
+def _sweep_overrides(config: DictConfig) -> list:
+    """The basic sweeper's overrides: sweep-file params, then the command line (which wins)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = dict(config.hydra.sweeper.get("params") or {})
+    lines = [f"{k}={v}" for k, v in params.items()] + list(config.hydra.overrides.task)
+    by_key = {o.get_key_element(): o for o in OverridesParser.create().parse_overrides(lines)}
+    return list(by_key.values())
 
 
 def count_jobs(config: DictConfig) -> int | None:
     """How many jobs the basic sweeper will launch (sweep-file params + command-line overrides)."""
     try:
-        from hydra.core.override_parser.overrides_parser import OverridesParser
-
-        params = dict(config.hydra.sweeper.get("params") or {})
-        lines = [f"{k}={v}" for k, v in params.items()] + list(config.hydra.overrides.task)
-        by_key = {o.get_key_element(): o for o in OverridesParser.create().parse_overrides(lines)}
         sizes = [
-            len(list(o.sweep_string_iterator())) for o in by_key.values() if o.is_sweep_override()
+            len(list(o.sweep_string_iterator()))
+            for o in _sweep_overrides(config)
+            if o.is_sweep_override()
         ]
         return math.prod(sizes)
     except Exception as e:  # a custom sweeper: progress without a total
@@ -48,17 +59,49 @@ def count_jobs(config: DictConfig) -> int | None:
         return None
 
 
+def job_overrides(config: DictConfig) -> list[list[str]]:
+    """One override list per job, in the basic sweeper's order."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    batches = BasicSweeper.split_arguments(_sweep_overrides(config), None)
+    return [list(job) for batch in batches for job in batch]
+
+
+def check_jobs(config: DictConfig) -> list[str]:
+    """Compose and validate every job of the sweep; returns one line per bad job."""
+    from hydra import compose
+
+    from repro.config import validate
+
+    bad = []
+    for n, overrides in enumerate(job_overrides(config)):
+        try:
+            validate(compose(config_name=config.hydra.job.config_name, overrides=overrides))
+        except Exception as e:  # noqa: BLE001 - every kind of bad point is reported, none run
+            shown = " ".join(o for o in overrides if not o.startswith("hydra"))
+            bad.append(f"job {n} ({shown}): {str(e).strip().splitlines()[0]}")
+    return bad
+
+
 def finish_study(
     config: DictConfig, *, elapsed_s: float | None = None, sweep_dir: str | None = None
 ) -> dict:
     """Collect, report and (optionally) mirror to wandb; returns where the outputs are."""
-    from repro.report import build_report
+
+    from system.results import study_lock
 
     wf = config.get("workflow") or {}
     results_dir = Path(str(config.results_dir))
-    if not (results_dir / "rows").is_dir():
-        log.warning("no rows under %s: nothing to collect", results_dir)
+    if not (results_dir / "runs.parquet").exists():
+        log.warning("no runs.parquet under %s: nothing to report", results_dir)
         return {"results_dir": str(results_dir)}
+    with study_lock(results_dir, ".report.lock"):
+        return _finish(config, wf, results_dir, elapsed_s, sweep_dir)
+
+
+def _finish(config, wf, results_dir: Path, elapsed_s, sweep_dir) -> dict:
+    from repro.report import build_report
+
     runs_csv = collect_study(results_dir)
     out = {"results_dir": str(results_dir), "runs_csv": str(runs_csv)}
     if wf.get("report", True):
@@ -81,14 +124,17 @@ def finish_study(
                 pd.read_csv(paths.claims),
                 paths.figures,
             )
-    n_rows = sum(1 for _ in (results_dir / "rows").glob("*.json"))
+    from system.results import read_rows
+
+    n_rows = len(read_rows(results_dir))
     took = f" in {elapsed_s:.0f} s" if elapsed_s is not None else ""
     log.info(
-        "sweep %s: %d jobs ran, %d skipped (already finished)%s; %d rows -> %s; report %s; "
-        "job folders %s",
+        "sweep %s: %d jobs ran, %d skipped (already finished), %d failed%s; %d rows -> %s; "
+        "report %s; job folders %s",
         config.study,
         SESSION.ran,
         SESSION.skipped,
+        len(SESSION.failed),
         took,
         n_rows,
         runs_csv,
@@ -111,6 +157,16 @@ class WorkflowCallback(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         SESSION.reset()
+        bad = check_jobs(config)
+        if bad:
+            for line in bad:
+                log.error("%s", line)
+            print(
+                f"error: {len(bad)} of {count_jobs(config) or '?'} sweep jobs are invalid; "
+                f"nothing ran. First: {bad[0]}",
+                file=sys.stderr,
+            )
+            raise SystemExit(2)  # not an Exception: Hydra's callback wrapper lets it through
         self._t0, self._done = time.monotonic(), 0
         self._total = count_jobs(config)
         if self.progress and sys.stdout.isatty():
@@ -144,6 +200,20 @@ class WorkflowCallback(Callback):
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
-        finish_study(
-            config, elapsed_s=time.monotonic() - self._t0, sweep_dir=str(config.hydra.sweep.dir)
-        )
+        try:
+            finish_study(
+                config, elapsed_s=time.monotonic() - self._t0, sweep_dir=str(config.hydra.sweep.dir)
+            )
+        except Exception as e:  # noqa: BLE001 - any report failure fails the command
+            log.exception("the report of study %s failed", config.study)
+            print(f"error: report failed: {type(e).__name__}: {e}", file=sys.stderr)
+            raise SystemExit(1) from None
+        if SESSION.failed:
+            for f in SESSION.failed:
+                log.error("failed job %s: %s", f["job_key"], f["error"])
+            print(
+                f"error: {len(SESSION.failed)} sweep job(s) failed (recorded under "
+                f"{config.results_dir}/jobs/; the report covers the others)",
+                file=sys.stderr,
+            )
+            raise SystemExit(1)

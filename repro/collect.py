@@ -1,14 +1,19 @@
-"""Sweep bookkeeping: skip finished jobs, keyed by their resolved config; collect the study's rows.
+"""Sweep bookkeeping: skip finished jobs, record failed ones, keyed by their resolved config.
 
 A Hydra job is one resolved configuration. When its mode returns, :func:`run_job` writes a
 ledger entry ``<results_dir>/jobs/<job_key>.json`` (atomically, after the mode has written its
-rows) naming the rows it produced. A sweep killed half-way and started again skips every job with
-a ledger entry whose rows are all still there and reruns the others; rows are keyed by their own
-``run_id`` (:mod:`system.results`), so a rerun job replaces its rows instead of duplicating them.
+rows) naming the rows it produced; a job that raised gets an entry with ``status: error`` and the
+message (:func:`record_failure`), and is run again next time. A sweep killed half-way and started
+again skips every finished job whose rows are all in ``runs.parquet`` and reruns the others.
 
 ``job_key`` hashes the resolved config without the keys that do not change results
-(:data:`NON_RESULT_KEYS`: logging, wandb, the workflow switches). ``python -m repro.collect DIR``
-rebuilds ``runs.csv`` / ``runs.parquet`` from the rows.
+(:data:`NON_RESULT_KEYS`) together with the performance model's version
+(:func:`system.results.model_version`), so a sweep rerun after a model change recomputes.
+While a job runs it holds ``jobs/<job_key>.lock``: a second sweep into the same folder waits for
+it and then skips it instead of running it twice.
+
+``python -m repro.collect DIR`` rewrites ``runs.parquet`` (old schema and old ``rows/*.json``
+folded in) and ``runs.csv``.
 """
 
 from __future__ import annotations
@@ -18,12 +23,21 @@ import json
 import logging
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from system.results import atomic_write_text, collect, read_rows, run_id_for
+import repro.config  # noqa: F401  (registers the config schema that conf/config.yaml names)
+from system.results import (
+    atomic_write_text,
+    collect,
+    model_version,
+    read_rows,
+    run_id_for,
+    study_lock,
+)
+from system.results import run_ids as stored_run_ids
 
 log = logging.getLogger(__name__)
 
@@ -33,13 +47,16 @@ __all__ = [
     "job_key",
     "ledger_path",
     "finished_job",
+    "is_multirun",
     "run_job",
+    "record_failure",
     "collect_study",
     "main",
 ]
 
-# Keys that only change how a run is reported, never its rows.
-NON_RESULT_KEYS = ("logger", "wandb", "workflow", "metrics_out")
+# Keys that only change how a run is reported (or how long it may take), never its rows.
+NON_RESULT_KEYS = ("logger", "wandb", "workflow", "metrics_out", "limits")
+JOB_LOCK_TIMEOUT_S = 24 * 3600.0
 
 
 @dataclass(slots=True)
@@ -48,9 +65,11 @@ class _Session:
 
     ran: int = 0
     skipped: int = 0
+    failed: list = field(default_factory=list)
 
     def reset(self) -> None:
         self.ran = self.skipped = 0
+        self.failed = []
 
 
 SESSION = _Session()
@@ -63,10 +82,11 @@ def _resolved(cfg: DictConfig | Mapping) -> dict:
 
 
 def job_key(cfg: DictConfig | Mapping) -> str:
-    """Stable 16-hex key of a job's resolved config, without :data:`NON_RESULT_KEYS` and hydra."""
+    """Stable 16-hex key of a job: resolved config (less :data:`NON_RESULT_KEYS`, hydra) + model."""
     c = _resolved(cfg)
     for k in ("hydra", *NON_RESULT_KEYS):
         c.pop(k, None)
+    c["model_version"] = model_version()
     return run_id_for(c)
 
 
@@ -75,7 +95,7 @@ def ledger_path(results_dir: str | Path, key: str) -> Path:
 
 
 def finished_job(results_dir: str | Path, key: str) -> dict | None:
-    """The ledger entry of a finished job whose rows all still exist, else None."""
+    """The ledger entry of a finished job whose rows are all stored, else None."""
     p = ledger_path(results_dir, key)
     if not p.exists():
         return None
@@ -84,16 +104,13 @@ def finished_job(results_dir: str | Path, key: str) -> dict | None:
     except json.JSONDecodeError:
         log.warning("ledger entry %s is unreadable: running the job again", p)
         return None
-    rows = Path(results_dir) / "rows"
-    missing = [r for r in rec.get("run_ids", []) if not (rows / f"{r}.json").exists()]
+    if rec.get("status", "ok") != "ok":
+        return None
+    missing = set(rec.get("run_ids", [])) - stored_run_ids(results_dir)
     if missing:
         log.warning("job %s lost %d of its rows: running it again", key, len(missing))
         return None
     return rec
-
-
-def _row_files(results_dir: Path) -> dict[str, float]:
-    return {p.stem: p.stat().st_mtime for p in (results_dir / "rows").glob("*.json")}
 
 
 def _workflow(cfg) -> dict:
@@ -110,14 +127,25 @@ def _output_dir() -> str | None:
         return None
 
 
-def _is_multirun() -> bool:
+def is_multirun() -> bool:
     try:
         from hydra.core.hydra_config import HydraConfig
         from hydra.types import RunMode
 
-        return HydraConfig.get().mode == RunMode.MULTIRUN
+        return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
     except (ImportError, ValueError):
         return False
+
+
+def _write_ledger(results_dir: Path, key: str, **fields) -> None:
+    rec = {
+        "job_key": key,
+        "model_version": model_version(),
+        "finished_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "output_dir": _output_dir(),
+        **fields,
+    }
+    atomic_write_text(ledger_path(results_dir, key), json.dumps(rec, indent=1, default=str) + "\n")
 
 
 def run_job(
@@ -132,31 +160,31 @@ def run_job(
     results_dir = Path(str(cfg.results_dir))
     key = job_key(cfg)
     wf = _workflow(cfg)
-    multirun = _is_multirun() if multirun is None else multirun
-    if multirun and wf.get("skip_finished", True):
-        rec = finished_job(results_dir, key)
-        if rec is not None:
-            SESSION.skipped += 1
-            log.info(
-                "skip job %s: finished at %s (%d rows)",
-                key,
-                rec.get("finished_utc"),
-                len(rec.get("run_ids", [])),
-            )
-            return {**rec.get("summary", {}), "skipped": True, "job_key": key}
-    before = _row_files(results_dir)
-    summary = dict(task(cfg) or {})
-    after = _row_files(results_dir)
-    run_ids = summary.get("run_ids") or sorted(r for r, t in after.items() if before.get(r) != t)
-    rec = {
-        "job_key": key,
-        "finished_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "run_ids": list(run_ids),
-        "output_dir": _output_dir(),
-        "summary": json.loads(json.dumps(summary, default=str)),
-        "config": _strip(_resolved(cfg)),
-    }
-    atomic_write_text(ledger_path(results_dir, key), json.dumps(rec, indent=1) + "\n")
+    multirun = is_multirun() if multirun is None else multirun
+    # another sweep running this job: wait for it (at most a day, the longest job we run)
+    with study_lock(results_dir / "jobs", f"{key}.lock", timeout_s=JOB_LOCK_TIMEOUT_S):
+        if multirun and wf.get("skip_finished", True):
+            rec = finished_job(results_dir, key)
+            if rec is not None:
+                SESSION.skipped += 1
+                log.info(
+                    "skip job %s: finished at %s (%d rows)",
+                    key,
+                    rec.get("finished_utc"),
+                    len(rec.get("run_ids", [])),
+                )
+                return {**rec.get("summary", {}), "skipped": True, "job_key": key}
+        before = stored_run_ids(results_dir)
+        summary = dict(task(cfg) or {})
+        run_ids = summary.get("run_ids") or sorted(stored_run_ids(results_dir) - before)
+        _write_ledger(
+            results_dir,
+            key,
+            status="ok",
+            run_ids=list(run_ids),
+            summary=json.loads(json.dumps(summary, default=str)),
+            config=_strip(_resolved(cfg)),
+        )
     SESSION.ran += 1
     if str(cfg.get("logger", "none")) == "wandb" and run_ids:
         from repro.wandb_log import log_job
@@ -166,6 +194,28 @@ def run_job(
     return {**summary, "skipped": False, "job_key": key}
 
 
+def record_failure(cfg: DictConfig, error: BaseException) -> None:
+    """Count a failed sweep job and write its ledger entry (``status: error``) when possible."""
+    try:
+        key = job_key(cfg)
+    except Exception:  # noqa: BLE001 - an unresolvable config still counts as a failure
+        key = None
+    SESSION.failed.append({"job_key": key, "error": f"{type(error).__name__}: {error}"[:2000]})
+    if key is None:
+        return
+    try:
+        _write_ledger(
+            Path(str(cfg.results_dir)),
+            key,
+            status="error",
+            error=f"{type(error).__name__}: {error}"[:4000],
+            run_ids=[],
+            config=_strip(_resolved(cfg)),
+        )
+    except Exception as e:  # noqa: BLE001 - the folder itself may be what failed
+        log.warning("could not record the failed job in its ledger: %s", e)
+
+
 def _strip(c: dict) -> dict:
     c = dict(c)
     c.pop("hydra", None)
@@ -173,10 +223,10 @@ def _strip(c: dict) -> dict:
 
 
 def collect_study(results_dir: str | Path) -> Path:
-    """Rebuild runs.csv / runs.parquet of a study; returns runs.csv's path."""
+    """Rewrite a study's runs.parquet (upgraded) and runs.csv; returns runs.csv's path."""
     d = Path(results_dir)
-    if not (d / "rows").is_dir():
-        raise FileNotFoundError(f"{d} has no rows/ folder: nothing ran there yet")
+    if not (d / "runs.parquet").exists() and not (d / "rows").is_dir():
+        raise FileNotFoundError(f"{d} has no runs.parquet: nothing ran there yet")
     return collect(d)
 
 
@@ -185,7 +235,11 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m repro.collect RESULTS_DIR", file=sys.stderr)
         return 2
-    print(f"collected: {collect_study(args[0])}")
+    try:
+        print(f"collected: {collect_study(args[0])}")
+    except (FileNotFoundError, NotADirectoryError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -34,7 +34,7 @@ def load(results_dir: str | Path) -> pd.DataFrame:
     df = df[(df["mode"] == "emulate") & (df["status"] == "ok")].copy()
     for c in ("devices", "stages"):
         df[c] = df[c].map(lambda v: json.dumps(v) if isinstance(v, list) else str(v))
-    df["abs_pct_err"] = (df["sim_iter_time_s"] / df["iter_time_s"] - 1).abs() * 100
+    df["abs_pct_err"] = (df["predicted_iter_time_s"] / df["iter_time_s"] - 1).abs() * 100
     # sensitivity to the warm-up rule: the median of every iteration after the first instead
     its = [json.loads(t) if isinstance(t, str) else list(t) for t in df["iter_times_s"]]
     df["iter_time_after_first_s"] = [float(np.median(t[1:] if len(t) > 1 else t)) for t in its]
@@ -55,9 +55,9 @@ def pooled_kendall(df: pd.DataFrame, a: str, b: str) -> tuple[float, int]:
 
 
 def summarize(df: pd.DataFrame) -> dict:
-    tau, pairs = pooled_kendall(df, "iter_time_s", "sim_iter_time_s")
-    first = (df["sim_iter_time_s"] / df["iter_time_after_first_s"] - 1).abs() * 100
-    tau_first, _ = pooled_kendall(df, "iter_time_after_first_s", "sim_iter_time_s")
+    tau, pairs = pooled_kendall(df, "iter_time_s", "predicted_iter_time_s")
+    first = (df["predicted_iter_time_s"] / df["iter_time_after_first_s"] - 1).abs() * 100
+    tau_first, _ = pooled_kendall(df, "iter_time_after_first_s", "predicted_iter_time_s")
     speed = []
     for _, g in df.groupby("setting"):
         sch, rnd = g[g["layout"] == "scheduled"], g[g["layout"] == "random"]
@@ -69,8 +69,8 @@ def summarize(df: pd.DataFrame) -> dict:
                           "scheduled_s": float(sch["iter_time_s"].mean()),
                           "random_mean_s": float(rnd["iter_time_s"].mean()),
                           "measured_speedup": float(rnd["iter_time_s"].mean() / sch["iter_time_s"].mean()),
-                          "simulated_speedup": float(rnd["sim_iter_time_s"].mean()
-                                                     / sch["sim_iter_time_s"].mean())})
+                          "simulated_speedup": float(rnd["predicted_iter_time_s"].mean()
+                                                     / sch["predicted_iter_time_s"].mean())})
     return {"runs": len(df), "settings": int(df["setting"].nunique()),
             "mape_pct": float(df["abs_pct_err"].mean()), "max_abs_pct_err": float(df["abs_pct_err"].max()),
             "kendall_tau": tau, "kendall_pairs": pairs,
@@ -79,7 +79,7 @@ def summarize(df: pd.DataFrame) -> dict:
             "mape_pct_after_first": float(first.mean()), "kendall_tau_after_first": tau_first,
             "delayer_mean_late_ms_max": float(df["delayer_mean_late_ms"].max())
             if "delayer_mean_late_ms" in df else float("nan"),
-            "mean_signed_err_pct": float(((df["sim_iter_time_s"] / df["iter_time_s"] - 1) * 100).mean()),
+            "mean_signed_err_pct": float(((df["predicted_iter_time_s"] / df["iter_time_s"] - 1) * 100).mean()),
             "verify_all_ok": bool(df["verify_ok"].all()),
             "verify_max_rtt_err": float(df["verify_max_rtt_err"].max()),
             "verify_max_bw_err": float(df["verify_max_bw_err"].max()),
@@ -97,13 +97,13 @@ def figure(df: pd.DataFrame, path: Path, summary: dict | None = None) -> None:
     import matplotlib.ticker
 
     fig, ax = plt.subplots(figsize=(5.4, 4.8))
-    lo = 0.8 * float(min(df["iter_time_s"].min(), df["sim_iter_time_s"].min()))
-    hi = 1.25 * float(max(df["iter_time_s"].max(), df["sim_iter_time_s"].max()))
+    lo = 0.8 * float(min(df["iter_time_s"].min(), df["predicted_iter_time_s"].min()))
+    hi = 1.25 * float(max(df["iter_time_s"].max(), df["predicted_iter_time_s"].max()))
     xs = np.geomspace(lo, hi, 50)
     ax.fill_between(xs, 0.9 * xs, 1.1 * xs, color="0.88", label="±10%", zorder=0)
     ax.plot(xs, xs, "k-", lw=0.8, zorder=1)
     for (case, layout), g in df.groupby(["case", "layout"]):
-        ax.scatter(g["iter_time_s"], g["sim_iter_time_s"], label=f"case {case}, {layout}",
+        ax.scatter(g["iter_time_s"], g["predicted_iter_time_s"], label=f"case {case}, {layout}",
                    marker="o" if layout == "scheduled" else "x", s=30, zorder=3)
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -134,11 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     d = Path(argv[0] if argv else "results/emulation")
     df = load(d)
     if df.empty:
-        print(f"error: no ok mode=emulate rows under {d}/rows", file=sys.stderr)
+        print(f"error: no ok mode=emulate rows in {d}/runs.parquet", file=sys.stderr)
         return 2
     s = summarize(df)
     cols = ["case", "devices", "pp", "dp", "global_batch_size", "hidden_size", "layout",
-            "layout_seed", "stages", "iter_time_s", "sim_iter_time_s", "abs_pct_err",
+            "layout_seed", "stages", "iter_time_s", "predicted_iter_time_s", "abs_pct_err",
             "measured_dp_s", "sim_dp_span_s", "measured_wait_s", "sim_pipeline_s",
             "compute_share", "verify_max_rtt_err", "verify_max_bw_err", "verify_max_tcp_err",
             "delayer_mean_late_ms", "iter_times_s"]
@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     for _, r in table.iterrows():
         lines.append(f"| {r['case']} | {r['devices']} | {r['pp']}×{r['dp']} | {r['global_batch_size']} | "
                      f"{r['hidden_size']} | {r['layout']} | {r['iter_time_s']:.2f} | "
-                     f"{r['sim_iter_time_s']:.2f} | {r['abs_pct_err']:.1f} | "
+                     f"{r['predicted_iter_time_s']:.2f} | {r['abs_pct_err']:.1f} | "
                      f"{r['measured_dp_s']:.2f}/{r['sim_dp_span_s']:.2f} | "
                      f"{r['compute_share']:.2f} | {r.get('delayer_mean_late_ms', float('nan')):.2f} |")
     lines += ["", "Scheduled vs random layouts (measured on emulated links):", "",

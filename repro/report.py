@@ -2,9 +2,10 @@
 
     python -m repro.report results/paper [--ablation results/scheduler/ablation.csv]
 
-Reads only the tidy rows (``rows/*.json`` via :func:`system.results.read_rows`) and, for the
-scheduler claims, the ablation table. Writes next to them: ``best.csv`` (best configuration per
-setting, the Fig. 3 table), ``variance.csv`` (every configuration's repeats, CV, flag),
+Reads only the study's ``runs.parquet`` (:func:`system.results.read_rows`: the newest row of
+each setting) and, for the scheduler claims, the ablation table. Writes next to them:
+``best.csv`` (best configuration per setting, the Fig. 3 table), ``variance.csv`` (every
+configuration's repeats, CV, flag),
 ``claims.csv`` (paper vs ours, PASS / FAIL / INCONCLUSIVE), ``fig3.png``, ``fig4.png`` and
 ``REPORT.md`` linking them. Every file is written atomically.
 """
@@ -175,7 +176,7 @@ def _render(study, rows, best, variance, claims, figs, ablation_path, cv_limit) 
     lines = [
         f"# Study `{study}`",
         "",
-        f"{len(rows)} rows ({n_ok} ok) from `rows/*.json`; tables: `runs.csv`, `runs.parquet`, "
+        f"{len(rows)} rows ({n_ok} ok) from `runs.parquet`; tables: `runs.csv`, `runs.parquet`, "
         "`best.csv`, `variance.csv`, `claims.csv`.",
         "",
         "Verdicts: "

@@ -7,7 +7,12 @@ Plain ``key=value`` arguments (not Hydra; workers never see Hydra). Keys are the
 * ``assignment=FILE.json`` — the scheduler's output (``{"stages": [[...], ...]}``); pp and dp
   are taken from it when not given;
 * ``timeout_s=S`` — wall-clock limit of the whole run (default 600);
-* ``log_dir=DIR`` — keep the spec and per-rank logs.
+* ``log_dir=DIR`` — keep the spec and per-rank logs;
+* ``max_local_ranks=N`` — run more than 4 ranks per CPU core (the default limit, as
+  ``limits.max_local_ranks`` of ``repro/run.py``).
+
+Arguments are parsed and typed by :func:`repro.config.parse_cli` against a schema built from
+RunSpec's fields, so a bad key or value is the same one-line error as in ``repro/run.py``.
 
 Examples::
 
@@ -22,79 +27,75 @@ Writes the metrics JSON (``losses`` per iteration, ``iter_time_s`` per iteration
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 import typing
-from dataclasses import fields
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make the checkout importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from repro.config import ConfigError, LimitsConfig, parse_cli  # noqa: E402
 from system.runtime.spec import RunSpec  # noqa: E402
 
 log = logging.getLogger("repro.train")
 
-__all__ = ["spec_from_args", "main"]
+__all__ = ["TrainArgs", "spec_from_args", "main"]
 
 _ALIASES = {"batch": "global_batch_size", "trace": "trace_path"}
-_LAUNCH_KEYS = {"timeout_s": float, "log_dir": str}
 
 
-def _convert(name: str, text: str, typ) -> object:
-    """Parse ``text`` as the RunSpec field type ``typ`` (a type-hint string)."""
-    t = str(typ)
-    if text.lower() in ("null", "none") and "None" in t:
-        return None
-    try:
-        if t.startswith("bool"):
-            if text.lower() in ("1", "true", "yes", "on"):
-                return True
-            if text.lower() in ("0", "false", "no", "off"):
-                return False
-            raise ValueError
-        if t.startswith("int"):
-            return int(text)
-        if t.startswith("float"):
-            return float(text)
-    except ValueError:
-        raise ValueError(f"argument {name}={text!r}: expected {t}") from None
-    return text
+def _schema() -> type:
+    hints = typing.get_type_hints(RunSpec)
+    specs = []
+    for f in dataclasses.fields(RunSpec):
+        if f.name in ("stages", "extra"):
+            continue
+        specs.append((f.name, hints[f.name], dataclasses.field(default=f.default)))
+    specs += [
+        ("batch", int | None, dataclasses.field(default=None)),
+        ("trace", str | None, dataclasses.field(default=None)),
+        ("assignment", str | None, dataclasses.field(default=None)),
+        ("timeout_s", float, dataclasses.field(default=600.0)),
+        ("log_dir", str | None, dataclasses.field(default=None)),
+        ("max_local_ranks", int | None, dataclasses.field(default=None)),
+    ]
+    return dataclasses.make_dataclass("TrainArgs", specs)
+
+
+TrainArgs = _schema()
 
 
 def spec_from_args(args: list[str]) -> tuple[RunSpec, dict]:
-    """``key=value`` strings -> (RunSpec, launch options). Raises ValueError on a bad key/value."""
-    hints = typing.get_type_hints(RunSpec)
-    known = {f.name for f in fields(RunSpec)} - {"stages", "extra"}
-    values: dict = {"global_batch_size": 8}
-    launch_opts: dict = {}
-    assignment = None
-    for a in args:
-        if "=" not in a:
-            raise ValueError(f"argument {a!r} is not key=value")
-        key, text = a.split("=", 1)
-        key = _ALIASES.get(key, key)
-        if key == "assignment":
-            assignment = text
-        elif key in _LAUNCH_KEYS:
-            launch_opts[key] = _LAUNCH_KEYS[key](text)
-        elif key in known:
-            values[key] = _convert(
-                key, text, hints[key].__name__ if isinstance(hints[key], type) else hints[key]
-            )
-        else:
-            raise ValueError(
-                f"unknown argument {key!r}; known: "
-                f"{sorted(known | {'batch', 'assignment', 'timeout_s', 'log_dir'})}"
-            )
-    if assignment is not None:
+    """``key=value`` strings -> (RunSpec, launch options). Raises ConfigError on a bad key/value."""
+    parsed = parse_cli(TrainArgs, args)
+    given = {a.split("=", 1)[0] for a in args if "=" in a}
+    values = {
+        f.name: getattr(parsed, f.name) for f in dataclasses.fields(RunSpec) if f.name in given
+    }
+    for alias, name in _ALIASES.items():
+        if alias in given:
+            values[name] = getattr(parsed, alias)
+    launch_opts = {"timeout_s": parsed.timeout_s}
+    if parsed.log_dir is not None:
+        launch_opts["log_dir"] = parsed.log_dir
+    if parsed.assignment is not None:
         from system.assignment import Assignment
 
-        a = Assignment.load(assignment)
+        try:
+            a = Assignment.load(parsed.assignment)
+        except (ValueError, KeyError, OSError) as e:
+            raise ConfigError(f"assignment={parsed.assignment!r}: {e}") from None
         values["stages"] = a.stages.tolist()
         values.setdefault("pp", a.pp)
         values.setdefault("dp", a.dp)
-    return RunSpec(**values), launch_opts
+    spec = RunSpec(**values)
+    LimitsConfig(max_local_ranks=parsed.max_local_ranks).check_ranks(
+        spec.world_size, f"pp*dp = {spec.pp}*{spec.dp}", key="max_local_ranks"
+    )
+    LimitsConfig().check_micro_batches(spec.global_batch_size, spec.micro_batch_size)
+    return spec, launch_opts
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,6 +38,7 @@ __all__ = [
     "read_pair_table",
     "spot_cluster",
     "case_names",
+    "load_topology",
 ]
 
 VARIANTS = ("paper", "dtfm_code")
@@ -68,17 +69,34 @@ def read_pair_table(path: str | Path) -> PairTable:
     return _pairs_from_rows(rows, str(path))
 
 
+def _number(value, column: str, where: str, n: int) -> float:
+    """A finite number from a table cell; booleans and text that is not a number are errors."""
+    if isinstance(value, bool) or value is None:
+        raise ValueError(f"{where}: row {n}: {column}={value!r} is not a number")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: row {n}: {column}={value!r} is not a number") from None
+
+
 def _pairs_from_rows(rows: Sequence[dict], where: str) -> PairTable:
     table: PairTable = {}
     need = ("region_a", "region_b", "delay_ms", "bandwidth_gbps")
+    if not isinstance(rows, (list, tuple)):
+        raise ValueError(f"{where}: expected a list of pair rows, got {type(rows).__name__}")
     for n, row in enumerate(rows, start=1):
+        if not isinstance(row, dict):
+            raise ValueError(f"{where}: row {n} is not a mapping of {', '.join(need)}")
+        if None in row:  # csv.DictReader files cells beyond the header under None
+            raise ValueError(f"{where}: row {n} has more cells than the header ({row[None]})")
         missing = [k for k in need if k not in row]
         if missing:
             raise ValueError(f"{where}: row {n} lacks column(s) {missing}")
-        try:
-            delay, bw = float(row["delay_ms"]), float(row["bandwidth_gbps"])
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"{where}: row {n} has a non-numeric delay or bandwidth") from e
+        extra = sorted(set(row) - set(need))
+        if extra:
+            raise ValueError(f"{where}: row {n} has unknown column(s) {extra}; known: {list(need)}")
+        delay = _number(row["delay_ms"], "delay_ms", where, n)
+        bw = _number(row["bandwidth_gbps"], "bandwidth_gbps", where, n)
         if not (np.isfinite(delay) and delay >= 0 and np.isfinite(bw) and bw > 0):
             raise ValueError(f"{where}: row {n}: need delay_ms >= 0 and bandwidth_gbps > 0")
         key = frozenset((str(row["region_a"]), str(row["region_b"])))
@@ -361,8 +379,48 @@ def case_names() -> tuple[str, ...]:
     return tuple(CASES)
 
 
+TOPOLOGY_KEYS = ("name", "devices", "pairs", "intra_delay_ms", "intra_bandwidth_gbps")
+
+
+def load_topology(path: str | Path) -> Cluster:
+    """A user topology file (YAML or JSON), usable wherever a case name is::
+
+        name: three-sites                 # optional (default: the file name)
+        devices: [Oregon, Oregon, Tokyo]  # region of each device, in device order
+        pairs:                            # one row per region pair (and {r, r} inside r)
+          - {region_a: Oregon, region_b: Tokyo, delay_ms: 48.5, bandwidth_gbps: 0.6}
+        intra_delay_ms: 0.1               # optional: links inside a region without a row
+        intra_bandwidth_gbps: 10
+    """
+    import yaml  # PyYAML arrives with hydra-core/omegaconf
+
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"topology file {p} does not exist")
+    text = p.read_text()
+    data = json.loads(text) if p.suffix.lower() == ".json" else yaml.safe_load(text)
+    if not isinstance(data, dict):
+        raise ValueError(f"{p}: expected a mapping with keys {', '.join(TOPOLOGY_KEYS)}")
+    extra = sorted(set(data) - set(TOPOLOGY_KEYS))
+    if extra:
+        raise ValueError(f"{p}: unknown key(s) {extra}; known: {', '.join(TOPOLOGY_KEYS)}")
+    devices = data.get("devices")
+    if not isinstance(devices, list) or not devices or not all(isinstance(d, str) for d in devices):
+        raise ValueError(f"{p}: devices must be a non-empty list of region names")
+    intra = {}
+    for k in ("intra_delay_ms", "intra_bandwidth_gbps"):
+        if data.get(k) is not None:
+            intra[k] = _number(data[k], k, str(p), 0)
+    return cluster_from_regions(str(data.get("name") or p.stem), devices,
+                                _pairs_from_rows(data.get("pairs"), str(p)),
+                                meta={"source": str(p)}, **intra)
+
+
 def get_case(name: str | int, variant: str = "paper") -> Cluster:
-    """The cluster of a named case (``1``..``5``, ``debug`` or an alias like ``worldwide``)."""
+    """The cluster of a named case (``1``..``5``, ``debug``, an alias like ``worldwide``) or of
+    a topology file (``.yaml``/``.yml``/``.json``, :func:`load_topology`)."""
+    if str(name).lower().endswith((".yaml", ".yml", ".json")):
+        return load_topology(name)
     key = _ALIASES.get(str(name), str(name))
     if key not in CASES:
         raise ValueError(f"unknown case {name!r}; known: {', '.join(CASES)} (or {', '.join(_ALIASES)})")

@@ -1,156 +1,605 @@
-"""Tidy results: one row per run, written atomically, collected into runs.csv / runs.parquet.
+"""The results store: one typed row per run, appended to ``<study>/runs.parquet``.
 
-Each run writes ``<results_dir>/rows/<run_id>.json`` (write to a temporary file, then rename, so
-a crash never leaves half a row). :func:`collect` rebuilds ``runs.csv`` and ``runs.parquet`` from
-all row files, again atomically. ``run_id`` is a stable hash of what identifies the run (its
-resolved settings and repeat index), so a sweep started again can skip rows it already has.
+A study folder holds:
+
+* ``runs.parquet`` -- the source of truth, committed with the study. Append-only: a write adds
+  rows and never drops one; readers see the newest row of each setting (:func:`read_rows`), or
+  every row ever written with ``history=True``.
+* ``runs.csv`` -- the same view as text for people and diffs, rebuilt after every write.
+* ``.lock`` -- the folder lock (``fcntl.flock``) held while the table is read and rewritten, so
+  two processes writing into one study never lose each other's rows.
+
+**Schema.** :data:`COLUMNS` fixes one name and one type per concept (``final_loss``, not
+``loss_last``; ``predicted_iter_time_s``, not ``sim_iter_time_s``; ``recompute``, not
+``checkpointing``); :data:`RENAMED` maps the old spellings, so rows written by older code and
+the parquet files of schema version 1 read back under the new names. Adding a column is one line
+in :data:`COLUMNS`. A field not in the schema is still stored (as a float when every value is a
+number, else as JSON text) and logged once, so a new field never breaks a run; the tests check
+that the modes write declared fields only.
+
+**Identity.** ``setting_id`` hashes the settings that identify a run (``key`` of
+:func:`make_row`); ``run_id`` hashes them together with ``model_version``, a fingerprint of the
+performance model's source (:func:`model_version`). A rerun with unchanged code finds its
+``run_id`` and adds nothing; a rerun after a model change adds new rows that supersede the old
+ones in every report, while the old ones stay in the file.
+
+Why a source fingerprint and not a hand-bumped ``MODEL_VERSION`` constant: a constant is only as
+good as the memory of whoever edits the simulator (the stale-row bug this replaces was exactly a
+key that ignored the code), and a test fingerprinting the model to force the bump would need the
+same hash anyway. Hashing the parsed syntax tree with docstrings removed (:mod:`ast`) ignores
+comments, docstrings and formatting, so only code or data changes make a new version.
+
+The core imports no pandas at module level (pandas is loaded by the functions that build tables).
 """
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import datetime as _dt
+import fcntl
+import functools
 import hashlib
 import json
 import logging
+import math
 import os
 import subprocess
 import tempfile
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-
-import pandas as pd
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SCHEMA_VERSION", "CORE_COLUMNS", "run_id_for", "make_row", "write_rows", "collect",
-           "read_rows", "atomic_write_text", "has_row"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "COLUMNS",
+    "CORE_COLUMNS",
+    "RENAMED",
+    "MODEL_SOURCES",
+    "model_version",
+    "run_id_for",
+    "make_row",
+    "write_rows",
+    "read_rows",
+    "run_ids",
+    "has_row",
+    "collect",
+    "study_lock",
+    "atomic_write_text",
+    "atomic_write_bytes",
+]
 
-SCHEMA_VERSION = 1
-# Columns every row has (others may be added freely; never rename silently, bump the version).
+SCHEMA_VERSION = 2
+ROOT = Path(__file__).resolve().parents[1]
+
+# ---- schema ------------------------------------------------------------------------------------
+# kind: "str" | "int" | "float" | "bool" | "json" (a list or dict, stored as JSON text)
+_IDENTITY = {
+    "run_id": "str",
+    "setting_id": "str",
+    "model_version": "str",
+    "study": "str",
+    "timestamp_utc": "str",
+    "git_sha": "str",
+    "git_dirty": "bool",
+    "schema_version": "int",
+    "status": "str",
+    "error": "str",
+}
+_SETTING = {
+    "mode": "str",
+    "system": "str",
+    "case": "str",
+    "case_variant": "str",
+    "model": "str",
+    "num_devices": "int",
+    "devices": "json",
+    "num_layers": "int",
+    "hidden_size": "int",
+    "seq_length": "int",
+    "vocab_size": "int",
+    "global_batch_size": "int",
+    "micro_batch_size": "int",
+    "tp": "int",
+    "pp": "int",
+    "dp": "int",
+    "zero": "int",
+    "seed": "int",
+    "repeat": "int",
+    "iters": "int",
+    "warmup_iters": "int",
+    "device": "str",
+    "layout": "json",
+    "layout_seed": "json",
+    "stages": "json",
+    "dp_mode": "str",
+    "recompute": "bool",
+    "grid": "bool",
+    "start": "str",
+    "variant": "str",
+    "config": "str",
+    "is_best": "bool",
+    "scheduler": "str",
+    "scheduler_budget": "str",
+    "world_size": "int",
+}
+_MEASURED = {
+    "iter_time_s": "float",
+    "iter_times_s": "json",
+    "pflops": "float",
+    "tflops": "float",
+    "tflops_per_device": "float",
+    "tokens_per_s": "float",
+    "mfu": "float",
+    "memory_gib": "float",
+    "compute_time_s": "float",
+    "comm_time_s": "float",
+    "comm_wait_time_s": "float",
+    "dp_time_s": "float",
+    "micro_batches": "int",
+    "losses": "json",
+    "loss_first": "float",
+    "final_loss": "float",
+    "wall_s": "float",
+    "predicted_iter_time_s": "float",
+    "sim_error": "float",
+    "search_time_s": "float",
+    "best_cost_s": "float",
+    "search_trials": "int",
+}
+_SIMULATOR = {  # the simulator's breakdown (SimResult.breakdown, prefixed sim_)
+    "sim_pipeline_s": "float",
+    "sim_dp_sync_s": "float",
+    "sim_dp_span_max_s": "float",
+    "sim_optimizer_s": "float",
+    "sim_rounds": "int",
+    "sim_micro_batches": "int",
+    "sim_micro_steps": "int",
+    "sim_fwd_s": "float",
+    "sim_bwd_s": "float",
+    "sim_pp_link_max_s": "float",
+    "sim_fwd_slot_max_s": "float",
+    "sim_tp_allreduce_s": "float",
+    "sim_grad_norm_s": "float",
+    "sim_zero1_gather_s": "float",
+    "sim_zero3_comm_per_step_s": "float",
+    "sim_variant": "str",
+    "sim_dp_s": "float",
+    "sim_dp_span_s": "float",
+}
+_EMULATION = {
+    "emu_bandwidth_scale": "float",
+    "emu_delay_scale": "float",
+    "emu_max_rate_gbps": "float",
+    "emu_num_devices": "int",
+    "emu_frame_overhead": "float",
+    "emu_backend": "str",
+    "emu_tcp_congestion_control": "str",
+    "measured_dp_s": "float",
+    "measured_wait_s": "float",
+    "measured_compute_s": "float",
+    "compute_fwd_s": "json",
+    "compute_bwd_s": "json",
+    "compute_opt_s": "json",
+    "compute_share": "float",
+    "verify_ok": "bool",
+    "verify_max_rtt_err": "float",
+    "verify_max_bw_err": "float",
+    "verify_max_tcp_err": "float",
+    "verify_file": "str",
+    "verify_pairs": "json",
+    "delayer_stats": "json",
+    "delayer_mean_late_ms": "float",
+    "delayer_max_late_ms": "float",
+    "scaled_bandwidth_gbps": "json",
+    "scaled_delay_ms": "json",
+    "iter_time_after_first_s": "float",
+}
+COLUMNS: dict[str, str] = {**_IDENTITY, **_SETTING, **_MEASURED, **_SIMULATOR, **_EMULATION}
+# Columns every table has, in this order (others follow in first-seen order).
 CORE_COLUMNS = (
-    "run_id", "study", "timestamp_utc", "git_sha", "git_dirty", "schema_version", "status",
-    "mode", "system", "case", "num_devices", "num_layers", "global_batch_size",
-    "micro_batch_size", "tp", "pp", "dp", "iter_time_s", "pflops",
+    "run_id",
+    "setting_id",
+    "model_version",
+    "study",
+    "timestamp_utc",
+    "git_sha",
+    "git_dirty",
+    "schema_version",
+    "status",
+    "mode",
+    "system",
+    "case",
+    "num_devices",
+    "num_layers",
+    "global_batch_size",
+    "micro_batch_size",
+    "tp",
+    "pp",
+    "dp",
+    "iter_time_s",
+    "pflops",
+)
+# Old spelling -> the schema's (read and write both translate).
+RENAMED = {
+    "loss_last": "final_loss",
+    "sim_iter_time_s": "predicted_iter_time_s",
+    "checkpointing": "recompute",
+}
+STATUSES = ("ok", "error", "timeout", "oom", "invalid")
+
+# The performance model: whatever can change a simulated number (globs relative to the repo).
+MODEL_SOURCES = (
+    "system/cluster.py",
+    "system/cases.py",
+    "system/workload.py",
+    "system/data/*.csv",
+    "system/cost/*.py",
+    "system/scheduler/*.py",
+    "system/simulator/**/*.py",
+    "baselines/space.py",
+    "baselines/*/perf.py",
+    "baselines/*/schedule.py",
+    "baselines/megatron/common.py",
 )
 
 
+# ---- identity ----------------------------------------------------------------------------------
+def _source_digest(path: Path) -> bytes:
+    """A file's content as the model sees it: Python without comments/docstrings, else bytes."""
+    raw = path.read_bytes()
+    if path.suffix != ".py":
+        return raw
+    tree = ast.parse(raw)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (
+            isinstance(body, list)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree, annotate_fields=False).encode()
+
+
+@functools.cache
+def model_version(root: str | None = None) -> str:
+    """12-hex fingerprint of :data:`MODEL_SOURCES` under ``root`` (default: this checkout)."""
+    base = Path(root) if root else ROOT
+    files = sorted({p for pattern in MODEL_SOURCES for p in base.glob(pattern) if p.is_file()})
+    h = hashlib.sha256()
+    for p in files:
+        h.update(p.relative_to(base).as_posix().encode() + b"\0" + _source_digest(p) + b"\0")
+    return h.hexdigest()[:12]
+
+
+def run_id_for(key: Mapping) -> str:
+    """Stable 16-hex id of a mapping (order-insensitive; values as JSON)."""
+    blob = json.dumps(dict(key), sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
 def _git_state() -> tuple[str, bool]:
-    root = Path(__file__).resolve().parents[1]
     try:
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
-                             text=True, timeout=5).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                                    cwd=root, capture_output=True, text=True, timeout=5).stdout.strip())
+        run = functools.partial(subprocess.run, cwd=ROOT, capture_output=True, text=True, timeout=5)
+        sha = run(["git", "rev-parse", "--short", "HEAD"]).stdout.strip()
+        dirty = bool(run(["git", "status", "--porcelain", "--untracked-files=no"]).stdout.strip())
         return sha or "unknown", dirty
     except (OSError, subprocess.SubprocessError):
         return "unknown", False
 
 
-_GIT = None
+_GIT: tuple[str, bool] | None = None
 
 
-def run_id_for(key: Mapping) -> str:
-    """Stable 16-hex id of a run from the settings that identify it (order-insensitive)."""
-    blob = json.dumps(dict(key), sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+def _rename(fields: Mapping) -> dict:
+    out = {}
+    for k, v in fields.items():
+        new = RENAMED.get(k, k)
+        if new in out and k != new:  # both spellings given: the schema's wins
+            continue
+        out[new] = v
+    return out
 
 
 def make_row(key: Mapping, **values) -> dict:
-    """A row: identity columns + ``key`` (the identifying settings) + measured ``values``."""
+    """A row: identity columns + ``key`` (the settings that identify it) + measured ``values``.
+
+    ``case`` is always text (``"5"``, ``"debug"``, ``"local"``); old field names are renamed.
+    """
     global _GIT
     if _GIT is None:
         _GIT = _git_state()
+    key = _rename(key)
+    if "case" in key and key["case"] is not None:
+        key["case"] = str(key["case"])
     row = {c: None for c in CORE_COLUMNS}
-    row.update(dict(key))
-    row.update(values)
-    row["run_id"] = values.get("run_id") or run_id_for(key)
-    row["timestamp_utc"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    row.update(key)
+    row.update(_rename(values))
+    mv = model_version()
+    row["setting_id"] = run_id_for(key)
+    row["model_version"] = mv
+    row["run_id"] = values.get("run_id") or run_id_for({**key, "model_version": mv})
+    row["timestamp_utc"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
     row["git_sha"], row["git_dirty"] = _GIT
     row["schema_version"] = SCHEMA_VERSION
-    row.setdefault("status", "ok")
-    if row["status"] is None:
+    if row.get("status") is None:
         row["status"] = "ok"
     return row
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file in the same folder and a rename."""
+# ---- typing ------------------------------------------------------------------------------------
+def _scalar(v):
+    """numpy scalars/arrays to Python; NaN stays a float."""
+    if hasattr(v, "item") and getattr(v, "ndim", 1) == 0:
+        return v.item()
+    if hasattr(v, "tolist"):
+        return v.tolist()
+    return v
+
+
+def _is_missing(v) -> bool:
+    if v is None:
+        return True
+    try:
+        import pandas as pd
+
+        return v is pd.NA or v is pd.NaT
+    except ImportError:  # pragma: no cover
+        return False
+
+
+def _coerce(column: str, kind: str, v):
+    """``v`` as the column's kind, or ValueError naming the column and value."""
+    v = _scalar(v)
+    if _is_missing(v) or (kind != "float" and isinstance(v, float) and math.isnan(v)):
+        return None
+    bad = ValueError(
+        f"results column {column!r} holds {kind} values, got {v!r} ({type(v).__name__})"
+    )
+    if kind == "json":
+        if isinstance(v, str):
+            return v
+        return json.dumps(v, default=str)
+    if isinstance(v, (list, dict, tuple)):
+        raise bad
+    if kind == "str":
+        return str(v)
+    if kind == "bool":
+        if isinstance(v, bool):
+            return v
+        if isinstance(v, int) and v in (0, 1):
+            return bool(v)
+        raise bad
+    if kind == "int":
+        if isinstance(v, bool):
+            raise bad
+        if isinstance(v, int):
+            return v
+        if isinstance(v, float) and math.isfinite(v) and v.is_integer():
+            return int(v)
+        if isinstance(v, float) and math.isnan(v):
+            return None
+        raise bad
+    if kind == "float":
+        if isinstance(v, bool):
+            raise bad
+        if isinstance(v, (int, float)):
+            return float(v)
+        if isinstance(v, str):
+            try:
+                return float(v)
+            except ValueError:
+                raise bad from None
+        raise bad
+    raise AssertionError(kind)
+
+
+_DTYPES = {"str": "string", "int": "Int64", "float": "Float64", "bool": "boolean", "json": "string"}
+_WARNED: set[str] = set()
+
+
+def _kind_of_extra(values: list) -> str:
+    vals = [_scalar(v) for v in values if not _is_missing(v)]
+    if vals and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+        return "float"
+    if vals and all(isinstance(v, bool) for v in vals):
+        return "bool"
+    if all(isinstance(v, str) for v in vals):
+        return "str"
+    return "json"
+
+
+def _frame(records: list[dict]):
+    """A DataFrame with one dtype per column (the schema's, or inferred once for extras)."""
+    import pandas as pd
+
+    names: dict[str, None] = dict.fromkeys(CORE_COLUMNS)
+    for r in records:
+        names.update(dict.fromkeys(r))
+    data = {}
+    for c in names:
+        values = [r.get(c) for r in records]
+        kind = COLUMNS.get(c)
+        if kind is None:
+            kind = _kind_of_extra(values)
+            if c not in _WARNED:
+                _WARNED.add(c)
+                log.warning(
+                    "results column %r is not in the schema (system/results.py COLUMNS): "
+                    "stored as %s",
+                    c,
+                    kind,
+                )
+        data[c] = pd.array([_coerce(c, kind, v) for v in values], dtype=_DTYPES[kind])
+    return pd.DataFrame(data, index=pd.RangeIndex(len(records)))
+
+
+# ---- files -------------------------------------------------------------------------------------
+def _atomic_write(path: Path, write) -> None:
+    """``write(tmp_path)`` then rename over ``path``; the temporary name is unique."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _atomic_frame(df: pd.DataFrame, path: Path, kind: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
-        if kind == "csv":
-            df.to_csv(tmp, index=False)
-        else:
-            df.to_parquet(tmp, index=False)
+        write(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a uniquely named temporary file in its folder + rename."""
+    _atomic_write(Path(path), lambda tmp: Path(tmp).write_text(text))
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    _atomic_write(Path(path), lambda tmp: Path(tmp).write_bytes(data))
+
+
+@contextlib.contextmanager
+def study_lock(
+    results_dir: str | Path, name: str = ".lock", timeout_s: float = 300.0
+) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``results_dir/name``; wait at most ``timeout_s`` for it.
+
+    The lock goes with the process: a killed holder releases it, so no stale lock remains.
+    Raises TimeoutError naming the lock file when another process holds it for longer.
+    """
+    d = Path(results_dir)
+    if d.exists() and not d.is_dir():
+        raise NotADirectoryError(f"results folder {d} is a file")
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / name, "a") as f:
+        deadline = time.monotonic() + timeout_s
+        while True:  # bounded by the deadline
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"{d / name} is held by another process for over {timeout_s:.0f} s"
+                    ) from None
+                time.sleep(0.05)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _upgrade(df):
+    """Schema-1 tables (and rows/ JSON of the old store) under schema-2 names and types."""
+    df = df.rename(columns={k: v for k, v in RENAMED.items() if k in df and v not in df})
+    for old, new in RENAMED.items():  # both spellings present: fill the new one from the old
+        if old in df and new in df:
+            df[new] = df[new].where(df[new].notna(), df[old])
+            df = df.drop(columns=[old])
+    if "setting_id" not in df:
+        df["setting_id"] = df["run_id"]  # schema 1's run_id hashed the same key, without a version
+    if "model_version" not in df:
+        df["model_version"] = "unknown"
+    records = [
+        {k: v for k, v in r.items() if not _is_missing_val(v)} for r in df.to_dict("records")
+    ]
+    for r in records:
+        if r.get("case") is not None:
+            r["case"] = str(r["case"])
+    return records
+
+
+def _is_missing_val(v) -> bool:
+    if isinstance(v, float) and math.isnan(v):
+        return True
+    return _is_missing(v)
+
+
+def _load(d: Path) -> list[dict]:
+    """Every stored row of a study (parquet + rows/ JSON of the old store), oldest first."""
+    import pandas as pd
+
+    records: list[dict] = []
+    pq = d / "runs.parquet"
+    if pq.exists():
+        records += _upgrade(pd.read_parquet(pq))
+    legacy = sorted((d / "rows").glob("*.json")) if (d / "rows").is_dir() else []
+    if legacy:
+        known = {r["run_id"] for r in records}
+        old = [json.loads(f.read_text()) for f in legacy]
+        old = [r for r in old if r.get("run_id") not in known]
+        if old:
+            records += _upgrade(pd.DataFrame.from_records([_rename(r) for r in old]))
+    return records
+
+
+def _latest(records: list[dict]) -> list[dict]:
+    """The newest row of each setting (by timestamp, then position)."""
+    best: dict[str, tuple[str, int]] = {}
+    for i, r in enumerate(records):
+        k = r.get("setting_id") or r["run_id"]
+        t = str(r.get("timestamp_utc") or "")
+        if k not in best or (t, i) >= best[k]:
+            best[k] = (t, i)
+    keep = sorted(i for _, i in best.values())
+    return [records[i] for i in keep]
+
+
+def _view(records: list[dict]):
+    df = _frame(records)
+    extra = [c for c in df.columns if c not in CORE_COLUMNS]
+    return df[list(CORE_COLUMNS) + extra]
+
+
+def read_rows(results_dir: str | Path, *, history: bool = False):
+    """The study's rows as a typed DataFrame: the newest per setting, or all with ``history``."""
+    d = Path(results_dir)
+    records = _load(d)
+    df = _view(records if history else _latest(records))
+    return df.sort_values(["timestamp_utc", "run_id"], kind="stable").reset_index(drop=True)
+
+
+def run_ids(results_dir: str | Path) -> set[str]:
+    """Every ``run_id`` stored in the study (any model version)."""
+    return {r["run_id"] for r in _load(Path(results_dir))}
 
 
 def has_row(results_dir: str | Path, run_id: str) -> bool:
-    return (Path(results_dir) / "rows" / f"{run_id}.json").exists()
+    return run_id in run_ids(results_dir)
 
 
-def write_rows(results_dir: str | Path, rows: Iterable[Mapping], *, collect_after: bool = True) -> Path:
-    """Write each row to ``rows/<run_id>.json`` and rebuild the tables; returns runs.csv's path."""
+def _write_tables(d: Path, records: list[dict]) -> Path:
+    full = _view(records)
+    _atomic_write(d / "runs.parquet", lambda tmp: full.to_parquet(tmp, index=False))
+    latest = _view(_latest(records))
+    _atomic_write(d / "runs.csv", lambda tmp: latest.to_csv(tmp, index=False))
+    return d / "runs.csv"
+
+
+def write_rows(
+    results_dir: str | Path, rows: Iterable[Mapping], *, collect_after: bool = True
+) -> Path:
+    """Append ``rows`` to the study's ``runs.parquet`` (under the folder lock); returns runs.csv.
+
+    Rows are typed first, so a bad value raises before the file is touched. A row whose
+    ``run_id`` is already stored replaces nothing: it is appended and wins as the newest.
+    """
     d = Path(results_dir)
-    for row in rows:
-        atomic_write_text(d / "rows" / f"{row['run_id']}.json", json.dumps(row, default=_jsonable) + "\n")
-    return collect(d) if collect_after else d / "runs.csv"
-
-
-def _jsonable(x):
-    try:
-        import numpy as np
-
-        if isinstance(x, np.generic):
-            return x.item()
-        if isinstance(x, np.ndarray):
-            return x.tolist()
-    except ImportError:  # pragma: no cover
-        pass
-    return str(x)
-
-
-def read_rows(results_dir: str | Path) -> pd.DataFrame:
-    """All rows under ``results_dir/rows`` as a DataFrame (core columns first)."""
-    files = sorted((Path(results_dir) / "rows").glob("*.json"))
-    recs = [json.loads(f.read_text()) for f in files]
-    df = pd.DataFrame.from_records(recs)
-    if df.empty:
-        return pd.DataFrame(columns=list(CORE_COLUMNS))
-    extra = [c for c in df.columns if c not in CORE_COLUMNS]
-    for c in CORE_COLUMNS:
-        if c not in df.columns:
-            df[c] = None
-    return df[list(CORE_COLUMNS) + extra].sort_values(["timestamp_utc", "run_id"], kind="stable")
+    rows = [dict(r) for r in rows]
+    _frame(rows)  # type check before taking the lock
+    with study_lock(d):
+        records = _load(d) + rows
+        log.info("%s: +%d rows (%d stored)", d / "runs.parquet", len(rows), len(records))
+        return _write_tables(d, records)
 
 
 def collect(results_dir: str | Path) -> Path:
-    """Rebuild ``runs.csv`` and ``runs.parquet`` from the row files; returns runs.csv's path."""
+    """Rewrite ``runs.parquet`` (schema upgraded, old ``rows/*.json`` folded in) + ``runs.csv``."""
     d = Path(results_dir)
-    df = read_rows(d)
-    d.mkdir(parents=True, exist_ok=True)
-    _atomic_frame(df, d / "runs.csv", "csv")
-    # parquet needs one type per column: JSON-encode columns holding lists/dicts
-    pq = df.copy()
-    for c in pq.columns:
-        if pq[c].map(lambda v: isinstance(v, (list, dict))).any():
-            pq[c] = pq[c].map(lambda v: json.dumps(v) if isinstance(v, (list, dict)) else v)
-    _atomic_frame(pq.convert_dtypes(), d / "runs.parquet", "parquet")
-    log.info("collected %d rows into %s", len(df), d / "runs.csv")
-    return d / "runs.csv"
+    with study_lock(d):
+        return _write_tables(d, _load(d))

@@ -11,6 +11,11 @@ from hypothesis import settings
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
 
+try:  # conf/config.yaml composes on the typed schema that repro/config.py registers with Hydra
+    import repro.config  # noqa: F401
+except ImportError:  # pragma: no cover - a checkout without repro/config.py
+    pass
+
 settings.register_profile("default", max_examples=30, deadline=None)
 settings.register_profile("ci", max_examples=60, deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "default")

@@ -9,11 +9,17 @@ __all__ = ["save_figure"]
 
 def save_figure(fig, path: str | Path, dpi: int = 110) -> Path:
     """Save a matplotlib figure atomically (temporary file + rename) and close it."""
+    import os
+    import tempfile
+
     import matplotlib.pyplot as plt
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{path.suffix}")
+    # a unique temporary name: two processes drawing the same figure never share one
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=path.suffix)
+    os.close(fd)
+    tmp = Path(name)
     try:
         fig.savefig(tmp, dpi=dpi)
         tmp.replace(path)

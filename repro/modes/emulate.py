@@ -180,7 +180,7 @@ def run(cfg: DictConfig) -> dict:
             meas = float(m["iter_time_median_s"])
             busy = float(np.max(wl.micro_batches(dp) * (np.array(compute.fwd_s) + np.array(compute.bwd_s))))
             rows.append(make_row(
-                key, iter_time_s=meas, pflops=m["tflops"] / 1e3, sim_iter_time_s=sim.iter_time_s,
+                key, iter_time_s=meas, pflops=m["tflops"] / 1e3, predicted_iter_time_s=sim.iter_time_s,
                 sim_error=sim.iter_time_s / meas - 1.0, iter_times_s=m["iter_time_s"],
                 measured_dp_s=m["dp_s_median"], measured_wait_s=m["wait_s_median"],
                 measured_compute_s=m["compute_s_median"], sim_pipeline_s=sim.breakdown["pipeline_s"],

@@ -29,7 +29,7 @@ from baselines.megatron.perf import grid_search_megatron
 from system.assignment import random_assignment
 from system.cases import get_case
 from system.cluster import Cluster
-from system.results import atomic_write_text, has_row, make_row, read_rows, write_rows
+from system.results import atomic_write_text, make_row, read_rows, run_ids, write_rows
 from system.simulator import V100, SimResult, simulate_ours
 from system.simulator.summary import merge_summary, summary_frame, with_speedups
 from system.workload import Workload, get_model, tasklet_sizes
@@ -351,7 +351,7 @@ def run(cfg: DictConfig) -> dict:
     repeats = int(cfg.get("repeats", 1))
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
-    results_dir = Path(str(cfg.get("results_dir", "results/adhoc")))
+    results_dir = Path(str(cfg.results_dir))
     schedules = _Schedules(method, int(cfg.get("seed", 0)), _budget(cfg))
     rows, lines = [], []
     for case, layers, batch in _settings(cfg):
@@ -359,7 +359,8 @@ def run(cfg: DictConfig) -> dict:
         rows += r
         lines.append(ln)
     elapsed = time.perf_counter() - t0
-    new = [r for r in rows if not has_row(results_dir, r["run_id"])]
+    stored = run_ids(results_dir)  # same settings and model version: nothing new to write
+    new = [r for r in rows if r["run_id"] not in stored]
     log.info(
         "simulated %d settings in %.1f s: %d rows (%d new) -> %s",
         len(lines),
@@ -368,7 +369,8 @@ def run(cfg: DictConfig) -> dict:
         len(new),
         results_dir,
     )
-    write_rows(results_dir, new)
+    if new or not (results_dir / "runs.parquet").exists():
+        write_rows(results_dir, new)
     summary = with_speedups(summary_frame(lines), _paper_ratios())
     _write_reports(results_dir, summary, elapsed)
     _print_table(summary, elapsed)

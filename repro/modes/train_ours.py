@@ -80,11 +80,11 @@ def run(cfg: DictConfig) -> dict:
         "layout": "assignment" if spec.stages is not None else spec.layout,
         "stages": spec.assignment().stages.tolist(),
         "dp_mode": spec.dp_mode,
-        "checkpointing": spec.checkpointing,
+        "recompute": spec.checkpointing,
         "device": spec.device,
-        "case": cfg.get("case"),
+        "case": "local",  # this machine's processes, not one of the paper's cases
     }
-    results_dir = str(cfg.get("results_dir", "results/adhoc"))
+    results_dir = str(cfg.results_dir)
     try:
         m = launch(spec, timeout_s=float(rt.get("timeout_s", 600)))
     except RuntimeError as e:

@@ -94,3 +94,14 @@ def test_every_option_composes(override):
 
 def test_results_dir_follows_the_study():
     assert _compose(["study=xyz"]).results_dir == "results/xyz"
+
+
+def test_every_script_the_readme_lists_imports_its_own_checkout():
+    """``python repro/X.py`` must import this checkout, not an installed copy of the package."""
+    import re
+
+    root = CONF.parent
+    scripts = sorted(set(re.findall(r"python (repro/\w+\.py)", (root / "README.md").read_text())))
+    assert "repro/schedule.py" in scripts and "repro/run.py" in scripts
+    missing = [s for s in scripts if 'if __package__ in (None, ""):' not in (root / s).read_text()]
+    assert not missing, f"scripts without the checkout-path guard: {missing}"

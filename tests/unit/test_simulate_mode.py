@@ -55,6 +55,18 @@ def test_debug_end_to_end_and_rerun_skips_rows(tmp_path):
     assert again["new_rows"] == 0 and len(pd.read_csv(tmp_path / "runs.csv")) == len(rows)
 
 
+def test_a_model_change_recomputes_and_supersedes_the_old_rows(tmp_path, monkeypatch):
+    import system.results as results
+
+    first = simulate(_cfg(tmp_path, "system=ours"))
+    monkeypatch.setattr(results, "model_version", lambda: "another-model")
+    again = simulate(_cfg(tmp_path, "system=ours"))
+    assert again["new_rows"] == again["rows"] == first["rows"]
+    view = pd.read_csv(tmp_path / "runs.csv")
+    assert len(view) == first["rows"] and set(view.model_version) == {"another-model"}
+    assert len(pd.read_parquet(tmp_path / "runs.parquet")) == 2 * first["rows"]  # append-only
+
+
 def test_one_system_and_repeats(tmp_path):
     out = simulate(_cfg(tmp_path, "system=ours", "repeats=2"))
     rows = pd.read_csv(tmp_path / "runs.csv")
@@ -117,3 +129,11 @@ def test_summary_merges_jobs_of_one_setting(tmp_path):
     assert s.ours_iter_time_s.notna().all() and s.megatron_iter_time_s.notna().all()
     ratio = s.megatron_iter_time_s / s.ours_iter_time_s
     assert s.speedup_vs_megatron.to_numpy() == pytest.approx(ratio.to_numpy())
+
+
+def test_rows_use_declared_schema_columns_only(tmp_path):
+    from system.results import COLUMNS
+
+    simulate(_cfg(tmp_path))
+    columns = set(pd.read_parquet(tmp_path / "runs.parquet").columns)
+    assert columns <= set(COLUMNS), sorted(columns - set(COLUMNS))

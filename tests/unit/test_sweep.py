@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
 
-from repro.collect import SESSION, finished_job, job_key, run_job
+from repro.collect import SESSION, finished_job, job_key, ledger_path, record_failure, run_job
 from system.results import collect, make_row, read_rows, write_rows
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -130,10 +130,42 @@ def test_a_job_whose_rows_were_lost_runs_again(tmp_path):
     run_job(cfg, _fake_task(calls), multirun=True)
     rec = finished_job(tmp_path, job_key(cfg))
     assert rec is not None and len(rec["run_ids"]) == 3 and rec["config"]["case"] == cfg.case
-    (tmp_path / "rows" / f"{rec['run_ids'][0]}.json").unlink()
+    (tmp_path / "runs.parquet").unlink()  # the study's table lost (e.g. not committed)
     assert finished_job(tmp_path, job_key(cfg)) is None
     run_job(cfg, _fake_task(calls), multirun=True)
     assert len(calls) == 2 and len(read_rows(tmp_path)) == 3
+
+
+def test_a_model_change_reruns_the_job(tmp_path, monkeypatch):
+    cfg = _configs(tmp_path)[0]
+    calls: list[str] = []
+    run_job(cfg, _fake_task(calls), multirun=True)
+    run_job(cfg, _fake_task(calls), multirun=True)
+    assert len(calls) == 1
+    monkeypatch.setattr("repro.collect.model_version", lambda: "changed-model")
+    run_job(cfg, _fake_task(calls), multirun=True)
+    assert len(calls) == 2
+
+
+def test_a_failed_job_is_recorded_and_runs_again(tmp_path):
+    cfg = _configs(tmp_path)[0]
+    record_failure(cfg, RuntimeError("boom"))
+    rec = json.loads(ledger_path(tmp_path, job_key(cfg)).read_text())
+    assert rec["status"] == "error" and "boom" in rec["error"]
+    assert SESSION.failed and finished_job(tmp_path, job_key(cfg)) is None
+    calls: list[str] = []
+    run_job(cfg, _fake_task(calls), multirun=True)
+    assert len(calls) == 1 and finished_job(tmp_path, job_key(cfg)) is not None
+
+
+def test_every_sweep_point_is_checked_before_the_first_job():
+    from repro.callbacks import check_jobs
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=["sweep=smoke"], return_hydra_config=True)
+        cfg.hydra.overrides.task = ["sweep=smoke", "case=1,9,2"]
+        bad = check_jobs(cfg)
+    assert len(bad) == 2 and all("case=9" in b and "unknown case" in b for b in bad), bad
 
 
 def test_single_runs_are_never_skipped(tmp_path):
@@ -247,3 +279,98 @@ def test_finish_study_collects_and_reports(tmp_path):
     assert finish_study(
         OmegaConf.create({"results_dir": str(tmp_path / "empty"), "study": "e"})
     ) == {"results_dir": str(tmp_path / "empty")}
+
+
+def _run(*args, timeout=240):
+    return subprocess.run(
+        [sys.executable, "repro/run.py", *args],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.slow
+def test_one_bad_point_stops_the_sweep_before_any_job(tmp_path):
+    r = _run(
+        "-m",
+        "sweep=smoke",
+        "case=1,9,2",
+        f"results_dir={tmp_path}",
+        f"hydra.sweep.dir={tmp_path}/mr",
+    )
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "case=9" in r.stderr and "nothing ran" in r.stderr
+    assert not (tmp_path / "runs.parquet").exists()
+
+
+@pytest.mark.slow
+def test_a_failing_job_is_recorded_the_sweep_reports_and_fails(tmp_path):
+    # micro_batch_size=16 of a 24-layer GPT3-XL does not fit in memory: found only when run
+    r = _run(
+        "-m",
+        "sweep=smoke",
+        "case=debug",
+        "system=ours",
+        "repeats=1",
+        "layers=24",
+        "batch=64",
+        "micro_batch_size=1,16",
+        "workflow.ablation_csv=null",
+        f"results_dir={tmp_path}",
+        f"hydra.sweep.dir={tmp_path}/mr",
+    )
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "1 sweep job(s) failed" in r.stderr
+    assert (tmp_path / "REPORT.md").exists() and len(read_rows(tmp_path)) == 1
+    ledger = [json.loads(f.read_text()) for f in (tmp_path / "jobs").glob("*.json")]
+    assert sorted(rec["status"] for rec in ledger) == ["error", "ok"]
+
+
+@pytest.mark.slow
+def test_a_failed_report_fails_the_command(tmp_path):
+    (tmp_path / "adir").mkdir()  # an ablation "table" that is a folder: the report fails
+    r = _run(
+        "-m",
+        "sweep=smoke",
+        "case=debug",
+        "model=debug",
+        "batch=16",
+        "system=ours",
+        f"workflow.ablation_csv={tmp_path / 'adir'}",
+        f"results_dir={tmp_path / 's'}",
+        f"hydra.sweep.dir={tmp_path}/mr",
+    )
+    assert r.returncode == 1 and "report failed" in r.stderr, r.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_two_sweeps_into_one_folder_run_each_job_once(tmp_path):
+    args = [
+        "-m",
+        "sweep=smoke",
+        "case=debug",
+        "model=debug",
+        "batch=16,32",
+        "system=ours",
+        "workflow.ablation_csv=null",
+        f"results_dir={tmp_path}",
+    ]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "repro/run.py", *args, f"hydra.sweep.dir={tmp_path}/mr{i}"],
+            cwd=ROOT,
+            env=ENV,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    outs = [p.communicate(timeout=240)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    ran = sum(int(o.split(" jobs ran")[0].split()[-1]) for o in outs)
+    assert ran == 2, outs
+    assert len(read_rows(tmp_path, history=True)) == len(read_rows(tmp_path))
