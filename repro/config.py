@@ -565,9 +565,9 @@ def _mode_keys() -> dict[str, tuple[str, Any, Any]]:
 
 
 def _default(f):
-    if f.default_factory is not dataclasses.MISSING:
-        return f.default_factory()
-    return f.default
+    """A field's default as composed config holds it (a nested dataclass as a plain dict)."""
+    value = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
 
 
 def composed_schema() -> type:

@@ -201,24 +201,24 @@ def test_a_new_mode_and_its_key_are_one_class(tmp_path):
     @register_mode("probe", module="repro.modes.simulate")
     @dataclass
     class ProbeConfig(RunConfig):
-        objective: str = "comm"  # the new key
+        probe_objective: str = "comm"  # the new key
 
         def __post_init__(self) -> None:
             super().__post_init__()
-            if self.objective not in ("comm", "iteration_time"):
-                raise ConfigError(f"objective={self.objective!r}: expected comm or iteration_time")
+            if self.probe_objective not in ("comm", "iteration_time"):
+                raise ConfigError(f"probe_objective={self.probe_objective!r}: expected comm or iteration_time")
 
     try:
         store_schemas()
         out = f"results_dir={tmp_path}"
-        assert validate(_cfg("mode=probe", "objective=iteration_time", out)).objective == (
+        assert validate(_cfg("mode=probe", "probe_objective=iteration_time", out)).probe_objective == (
             "iteration_time"
         )
-        with pytest.raises(ConfigError, match="objective='x'"):
-            validate(_cfg("mode=probe", "objective=x", out))
+        with pytest.raises(ConfigError, match="probe_objective='x'"):
+            validate(_cfg("mode=probe", "probe_objective=x", out))
         with pytest.raises(ConfigError, match="a mode=probe key; mode=simulate does not take it"):
-            validate(_cfg("objective=iteration_time", out))
-        assert "objective" not in validate(_cfg("case=debug", "model=debug", out))
+            validate(_cfg("probe_objective=iteration_time", out))
+        assert "probe_objective" not in validate(_cfg("case=debug", "model=debug", out))
     finally:
         MODES.pop("probe")
         store_schemas()
@@ -254,6 +254,6 @@ def test_scheduling_is_a_mode_of_run_py(tmp_path):
 
     out = run(_cfg("mode=schedule", "case=debug", "scheduler.trials=2", f"results_dir={tmp_path}"))
     record = json.loads(Path(out["out"]).read_text())
-    assert record["num_devices"] == 8 and record["time_limit_s"] == 5.0
+    assert record["num_devices"] == 8 and record["time_limit_s"] is None
     with pytest.raises(ValueError, match="workload='huge'"):
         run(_cfg("mode=schedule", "case=debug", "workload=huge", f"results_dir={tmp_path}"))
