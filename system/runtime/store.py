@@ -1,0 +1,75 @@
+"""Rendezvous stores that listen only on the address they advertise (loopback for one host).
+
+``torch.distributed.TCPStore`` servers listen on every interface (``::``) whatever host name
+they are given: rank 0's store of an ``env://`` process group, torchrun's rendezvous store and
+the store its agent creates for the workers. A training run on one machine then accepts
+connections from the whole network. :func:`bind_to_advertised_address` replaces the class, in
+the modules that create servers, by a subclass that binds the listening socket itself, to the
+host name the server was asked to advertise (``127.0.0.1`` for local runs; a host's own address
+when a multi-host run names it, e.g. ``--rdzv-endpoint`` or ``--local-addr``), and hands it over
+(``master_listen_fd``). A name that is not an address of this machine raises ``RuntimeError``,
+which torchrun's c10d rendezvous takes as "not the host" and connects as a client instead.
+
+Every process that may start a store server calls it first: our torchrun entry
+(:mod:`system.runtime.torchrun`), the runtime's worker and the baselines' workers.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+
+import torch.distributed as dist
+
+log = logging.getLogger(__name__)
+
+__all__ = ["bind_to_advertised_address", "listen_socket"]
+
+_SOCKETS: list[socket.socket] = []  # listening sockets stay open while their servers run
+_ORIGINAL = dist.TCPStore
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket listening on ``host:port`` (IPv4 or IPv6 name); RuntimeError if impossible."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as e:
+        raise RuntimeError(f"store: cannot resolve {host!r}: {e}") from None
+    infos.sort(key=lambda i: i[0] != socket.AF_INET)  # IPv4 first
+    err: OSError | None = None
+    for family, kind, proto, _, addr in infos:
+        s = socket.socket(family, kind, proto)
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(addr)
+            s.listen(1024)
+            return s
+        except OSError as e:
+            s.close()
+            err = e
+    raise RuntimeError(f"store: cannot listen on {host}:{port}: {err}")
+
+
+class _AdvertisedAddressStore(_ORIGINAL):  # type: ignore[misc, valid-type]
+    """TCPStore whose server listens on its ``host_name`` only."""
+
+    def __init__(self, host_name: str, port: int, *args, **kwargs) -> None:
+        names = ("world_size", "is_master")
+        given = dict(zip(names, args, strict=False))
+        is_master = kwargs.get("is_master", given.get("is_master", False))
+        if is_master and kwargs.get("master_listen_fd") is None and len(args) < 6:
+            sock = listen_socket(host_name, port)
+            _SOCKETS.append(sock)
+            port = sock.getsockname()[1]
+            kwargs["master_listen_fd"] = sock.fileno()
+            log.debug("store server listens on %s:%d only", host_name, port)
+        super().__init__(host_name, port, *args, **kwargs)
+
+
+def bind_to_advertised_address() -> None:
+    """Make every TCPStore server created from now on in this process listen on its host name."""
+    import torch.distributed.rendezvous as rdzv
+    from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as c10d_backend
+
+    for module in (dist, rdzv, c10d_backend):
+        module.TCPStore = _AdvertisedAddressStore
