@@ -49,8 +49,15 @@ from system.runtime.spec import RunSpec
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RunSpec", "launch", "run_ranks", "free_port", "kill_all", "LaunchError",
-           "LaunchTimeout"]
+__all__ = [
+    "RunSpec",
+    "launch",
+    "run_ranks",
+    "free_port",
+    "kill_all",
+    "LaunchError",
+    "LaunchTimeout",
+]
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,8 +72,14 @@ def free_port(host: str = "127.0.0.1") -> int:
 class LaunchError(RuntimeError):
     """A rank failed: ``rank`` (None when unknown), ``returncode`` and ``log_tail``."""
 
-    def __init__(self, message: str, *, rank: int | None = None, returncode: int | None = None,
-                 log_tail: str = "") -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        rank: int | None = None,
+        returncode: int | None = None,
+        log_tail: str = "",
+    ) -> None:
         super().__init__(message)
         self.rank, self.returncode, self.log_tail = rank, returncode, log_tail
 
@@ -122,8 +135,14 @@ def _tail(path: Path, n: int = 3000) -> str:
 
 def _base_env(world_size: int, master_addr: str, port: int) -> dict[str, str]:
     env = dict(os.environ)
-    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1",
-               MASTER_ADDR=master_addr, MASTER_PORT=str(port), WORLD_SIZE=str(world_size))
+    env.update(
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        PYTHONUNBUFFERED="1",
+        MASTER_ADDR=master_addr,
+        MASTER_PORT=str(port),
+        WORLD_SIZE=str(world_size),
+    )
     env["PYTHONPATH"] = os.pathsep.join(
         [str(_REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     )
@@ -138,16 +157,23 @@ def _wait(procs, logs, deadline_s, t0, describe) -> None:
         if bad:
             r, c = describe(bad[0], codes[bad[0]])
             tail = _tail(logs[min(r, len(logs) - 1)]) if r is not None else _tail(logs[0])
-            raise LaunchError(f"rank {r} exited with code {c}; its log ends:\n{tail}",
-                              rank=r, returncode=c, log_tail=tail)
+            raise LaunchError(
+                f"rank {r} exited with code {c}; its log ends:\n{tail}",
+                rank=r,
+                returncode=c,
+                log_tail=tail,
+            )
         if all(c == 0 for c in codes):
             return
         if time.monotonic() - t0 > deadline_s:
             waiting = [r for r, c in enumerate(codes) if c is None]
             tail = _tail(logs[waiting[0]])
-            raise LaunchTimeout(f"run timed out after {deadline_s:.0f} s; ranks still running: "
-                                f"{waiting}; rank {waiting[0]} log ends:\n{tail}",
-                                rank=waiting[0], log_tail=tail)
+            raise LaunchTimeout(
+                f"run timed out after {deadline_s:.0f} s; ranks still running: "
+                f"{waiting}; rank {waiting[0]} log ends:\n{tail}",
+                rank=waiting[0],
+                log_tail=tail,
+            )
         time.sleep(0.05)
 
 
@@ -198,8 +224,14 @@ def run_ranks(
     try:
         if rank_prefix is None:
             procs.append(_start_torchrun(module, args, world_size, master_addr, port, env, run_dir))
-            log.info("torchrun: %d ranks of %s (rendezvous %s:%d), logs in %s", world_size,
-                     module, master_addr, port, run_dir)
+            log.info(
+                "torchrun: %d ranks of %s (rendezvous %s:%d), logs in %s",
+                world_size,
+                module,
+                master_addr,
+                port,
+                run_dir,
+            )
 
             def describe(_i, code):
                 m = _ROOT_CAUSE.search(_tail(run_dir / "torchrun.log", 20000))
@@ -212,16 +244,24 @@ def run_ranks(
                 _collect_torchrun_logs(run_dir, world_size)
             return
         for r in range(world_size):
-            renv = dict(env, RANK=str(r), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="1",
-                        GROUP_RANK=str(r))
+            renv = dict(
+                env, RANK=str(r), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="1", GROUP_RANK=str(r)
+            )
             if rank_env is not None:
                 renv.update({k: str(v) for k, v in rank_env[r].items()})
             cmd = [*rank_prefix[r], sys.executable, "-m", module, *args]
             with open(logs[r], "wb") as out:
-                procs.append(subprocess.Popen(cmd, env=renv, stdout=out, stderr=subprocess.STDOUT,
-                                              cwd=str(_REPO_ROOT), start_new_session=True))
-        log.info("launched %d ranks of %s (port %d), logs in %s", world_size, module, port,
-                 run_dir)
+                procs.append(
+                    subprocess.Popen(
+                        cmd,
+                        env=renv,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        cwd=str(_REPO_ROOT),
+                        start_new_session=True,
+                    )
+                )
+        log.info("launched %d ranks of %s (port %d), logs in %s", world_size, module, port, run_dir)
         _wait(procs, logs, timeout_s, t0, lambda r, c: (r, c))
     finally:  # error, timeout, Ctrl-C: no rank survives its launcher
         kill_all(procs)
@@ -231,15 +271,43 @@ def _start_torchrun(module, args, world_size, master_addr, port, env, run_dir) -
     env = dict(env)
     if master_addr in ("127.0.0.1", "localhost", "::1"):
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo's listeners on loopback too
-    cmd = [sys.executable, "-m", "system.runtime.torchrun", "--nnodes", "1",
-           "--nproc-per-node", str(world_size), "--rdzv-backend", "c10d",
-           "--rdzv-endpoint", f"{master_addr}:{port}", "--rdzv-id", f"dtfm-{os.getpid()}-{port}",
-           "--local-addr", master_addr, "--max-restarts", "0", "--monitor-interval", "0.1",
-           "--log-dir", str(run_dir / "torchrun"), "--redirects", "3",
-           "-m", module, *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "system.runtime.torchrun",
+        "--nnodes",
+        "1",
+        "--nproc-per-node",
+        str(world_size),
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"{master_addr}:{port}",
+        "--rdzv-id",
+        f"dtfm-{os.getpid()}-{port}",
+        "--local-addr",
+        master_addr,
+        "--max-restarts",
+        "0",
+        "--monitor-interval",
+        "0.1",
+        "--log-dir",
+        str(run_dir / "torchrun"),
+        "--redirects",
+        "3",
+        "-m",
+        module,
+        *args,
+    ]
     with open(run_dir / "torchrun.log", "wb") as out:
-        return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                cwd=str(_REPO_ROOT), start_new_session=True)
+        return subprocess.Popen(
+            cmd,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=str(_REPO_ROOT),
+            start_new_session=True,
+        )
 
 
 def _collect_torchrun_logs(run_dir: Path, world_size: int) -> None:
@@ -285,12 +353,24 @@ def launch(
         spec_path = run_dir / "spec.json"
         spec_path.write_text(wspec.to_json())
         t0 = time.monotonic()
-        run_ranks("system.runtime.worker", [str(spec_path.resolve())], world_size=world_size,
-                  rank_prefix=rank_prefix, rank_env=rank_env, master_addr=master_addr,
-                  master_port=master_port, timeout_s=timeout_s, log_dir=run_dir)
+        run_ranks(
+            "system.runtime.worker",
+            [str(spec_path.resolve())],
+            world_size=world_size,
+            rank_prefix=rank_prefix,
+            rank_env=rank_env,
+            master_addr=master_addr,
+            master_port=master_port,
+            timeout_s=timeout_s,
+            log_dir=run_dir,
+        )
         if not metrics_path.exists():
-            raise LaunchError("all ranks exited 0 but rank 0 wrote no metrics; log ends:\n"
-                              f"{_tail(run_dir / 'rank0.log')}", rank=0, returncode=0)
+            raise LaunchError(
+                "all ranks exited 0 but rank 0 wrote no metrics; log ends:\n"
+                f"{_tail(run_dir / 'rank0.log')}",
+                rank=0,
+                returncode=0,
+            )
         metrics = json.loads(metrics_path.read_text())
         metrics["launch_wall_s"] = time.monotonic() - t0
         return metrics
