@@ -113,7 +113,7 @@ class Emulation:
     """
 
     def __init__(self, plan: EmulationPlan, *, backend: str = "auto",
-                 delayer_workers: int | None = None) -> None:
+                 delayer_workers: int | None = None, shape_egress: bool = True) -> None:
         if backend not in ("auto", "netem", "nfqueue"):
             raise ValueError(f"emulation backend must be auto, netem or nfqueue, got {backend!r}")
         workers = min(2, os.cpu_count() or 1) if delayer_workers is None else delayer_workers
@@ -122,6 +122,9 @@ class Emulation:
         # backend nfqueue: delayer processes, flows hashed over as many queues (one per core
         # up to 2: each handles every packet of its flows in Python)
         self.delayer_workers = workers
+        # False: leave each device's egress (HTB, routes, TCP sysctls) to the caller, who applies
+        # the real-host script inside the namespace (tests/multihost); the bridge still delays
+        self.shape_egress = shape_egress
         self.plan = plan
         self.requested_backend = backend
         self.backend: str | None = None
@@ -252,6 +255,8 @@ class Emulation:
             run_batch("ip", ["link set lo up", f"link set {DEVICE_IFNAME} mtu {MTU}",
                              f"addr add {p.ip(i)}/{p.prefixlen} dev {DEVICE_IFNAME}",
                              f"link set {DEVICE_IFNAME} up"], ns=ns)
+            if not self.shape_egress:
+                continue
             run_batch("tc", device_tc_lines(p, i, netem=self.backend == "netem"), ns=ns)
             run_batch("ip", device_route_lines(p, i, congctl=congctl), ns=ns)
             for kv in _DEVICE_SYSCTLS:
