@@ -33,7 +33,8 @@ import numpy as np
 
 from system.cluster import Cluster
 from system.runtime.launch import LaunchError, LaunchTimeout, run_ranks  # torch-free
-from system.workload import GPTConfig, Workload, get_model
+from system.runtime.spec import SpecBase  # torch-free
+from system.workload import Workload
 
 log = logging.getLogger(__name__)
 
@@ -46,47 +47,27 @@ _ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True, kw_only=True)
-class BaselineSpec:
+class BaselineSpec(SpecBase):
     """One baseline configuration on ``tp·pp·dp`` ranks (a JSON file for the workers).
+
+    The model, layout, batch, seed, rate, device and start fields are :class:`SpecBase`'s,
+    shared with our runtime's RunSpec; these are the baselines' own.
 
     DeepSpeed variants: ``pp == 1`` trains the whole model under ZeRO stage ``zero`` (0..3);
     ``pp > 1`` is ``PipelineModule`` over our GPT's layers with ZeRO stage 0 or 1 (DeepSpeed's
     pipeline engine refuses stages 2/3). Megatron ignores ``zero`` (plain DDP all-reduce).
     """
 
-    system: str
-    model: str = "debug"
-    layers: int | None = None
-    hidden_size: int | None = None  # shape overrides (emulation's scaled model); None = model's
-    seq_length: int | None = None
-    vocab_size: int | None = None
+    system: str  # megatron | deepspeed
     tp: int = 1
-    pp: int = 1
-    dp: int = 1
     zero: int | None = None
-    global_batch_size: int = 8
-    micro_batch_size: int = 1
-    iters: int = 3
-    seed: int = 0
-    lr: float = 3e-3  # AdamW, betas (0.9, 0.999), no weight decay: as system/runtime
-    device: str = "cpu"  # cpu (gloo) | cuda (nccl)
     recompute: bool = False
     timeout_s: float = 120.0  # collective timeout inside the workers
-    # iteration start: "barrier" (own barrier exit) or "clock" (one wall-clock instant after it,
-    # ranks on one host, e.g. emulated; system/runtime/worker.py:start_together)
-    start: str = "barrier"
-    start_margin_s: float = 1.0
     result_path: str | None = None  # rank 0 writes its metrics here (set by run_point)
 
     @property
     def world_size(self) -> int:
         return self.tp * self.pp * self.dp
-
-    def gpt_config(self) -> GPTConfig:
-        over = {k: getattr(self, k) for k in ("hidden_size", "seq_length", "vocab_size")
-                if getattr(self, k) is not None}
-        m = get_model(self.model, self.layers)
-        return dataclasses.replace(m, **over) if over else m
 
     def workload(self) -> Workload:
         """The workload; the baselines train in fp32, so activations and gradients are 4 B."""
@@ -115,15 +96,9 @@ def check_spec(spec: BaselineSpec) -> None:
     """Raise one ValueError naming what makes ``spec`` impossible to run (before any process)."""
     if spec.system not in SYSTEMS:
         raise ValueError(f"baseline spec: system {spec.system!r} is not one of {SYSTEMS}")
-    for k in ("tp", "pp", "dp", "iters", "global_batch_size", "micro_batch_size"):
-        if getattr(spec, k) < 1:
-            raise ValueError(f"baseline spec: {k} must be >= 1, got {getattr(spec, k)}")
-    if spec.device not in ("cpu", "cuda"):
-        raise ValueError(f"baseline spec: device must be cpu or cuda, got {spec.device!r}")
-    if spec.start not in ("barrier", "clock"):
-        raise ValueError(f"baseline spec: start must be barrier or clock, got {spec.start!r}")
-    if not spec.start_margin_s > 0:
-        raise ValueError(f"baseline spec: start_margin_s must be > 0, got {spec.start_margin_s}")
+    if spec.tp < 1:
+        raise ValueError(f"baseline spec: tp must be >= 1, got {spec.tp}")
+    spec.check_shared("baseline spec")
     m = spec.gpt_config()
     spec.workload().check_layout(spec.pp, spec.dp)
     if m.num_attention_heads % spec.tp or m.hidden_size % spec.tp:

@@ -233,12 +233,31 @@ def run_ranks(
                 run_dir,
             )
 
-            def describe(_i, code):
-                m = _ROOT_CAUSE.search(_tail(run_dir / "torchrun.log", 20000))
+            def describe(_i, code):  # torchrun's summary names the first failing rank
+                text = _tail(run_dir / "torchrun.log", 20000)
+                m = _ROOT_CAUSE.search(text.split("Root Cause", 1)[-1])
                 return (int(m.group(1)), int(m.group(2))) if m else (None, code)
 
             try:
                 _wait(procs, [run_dir / "torchrun.log"], timeout_s, t0, describe)
+            except LaunchError as e:
+                kill_all(procs)
+                _collect_torchrun_logs(run_dir, world_size)
+                r = e.rank if e.rank is not None and not isinstance(e, LaunchTimeout) else 0
+                tail = _tail(logs[r]) or e.log_tail
+                if isinstance(e, LaunchTimeout):
+                    raise LaunchTimeout(
+                        f"run timed out after {timeout_s:.0f} s; ranks still running: "
+                        f"{list(range(world_size))}; rank 0 log ends:\n{tail}",
+                        rank=0,
+                        log_tail=tail,
+                    ) from None
+                raise LaunchError(
+                    f"rank {e.rank} exited with code {e.returncode}; its log ends:\n{tail}",
+                    rank=e.rank,
+                    returncode=e.returncode,
+                    log_tail=tail,
+                ) from None
             finally:
                 kill_all(procs)
                 _collect_torchrun_logs(run_dir, world_size)
