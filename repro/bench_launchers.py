@@ -33,10 +33,12 @@ def run_sweep(
     results_dir: Path,
     *,
     n_jobs: int | None = None,
+    overrides: list[str] | None = None,
     timeout_s: float = 900.0,
 ) -> tuple[float, set[str]]:
-    """Run one sweep; returns (wall seconds, run ids in its runs.csv)."""
-    extra = list(LAUNCHERS[launcher])
+    """Run one sweep; returns (wall seconds, run ids in its runs.csv). The command's output is
+    kept in ``results_dir/sweep.log``."""
+    extra = list(LAUNCHERS[launcher]) + list(overrides or [])
     if launcher == "joblib" and n_jobs is not None:
         extra.append(f"hydra.launcher.n_jobs={n_jobs}")
     cmd = [
@@ -57,6 +59,7 @@ def run_sweep(
     t0 = time.perf_counter()
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
     wall_s = time.perf_counter() - t0
+    (results_dir / "sweep.log").write_text(p.stdout + p.stderr)
     if p.returncode != 0:
         raise RuntimeError(f"{launcher} sweep failed ({p.returncode}):\n{p.stderr[-2000:]}")
     lines = (results_dir / "runs.csv").read_text().splitlines()

@@ -96,6 +96,9 @@ def test_smoke_sweep_runs_as_slurm_jobs(slurm, tmp_path):
     ids = {r for f in ledger for r in json.loads(f.read_text())["run_ids"]}
     assert ids == set(runs["run_id"]) and len(ids) == len(runs) > 0
     assert (results / "REPORT.md").stat().st_size > 0
+    # the report is built once, by the submitting process, after the last job
+    assert (p.stdout + p.stderr).count("REPORT.md:") == 1
+    assert not any("REPORT.md:" in f.read_text(errors="replace") for f in logs)
 
     # resubmitted: the ledger skips both settings inside their Slurm jobs; no rows are added
     report_mtime = (results / "REPORT.md").stat().st_mtime_ns
