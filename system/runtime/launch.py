@@ -19,15 +19,17 @@ If any rank fails, the time runs out, or the caller presses Ctrl-C, every rank i
 
 Several hosts: start one torchrun agent per host yourself, with the same worker and spec::
 
-    torchrun --nnodes 2 --nproc-per-node 4 --node-rank K --rdzv-backend c10d \\
-             --rdzv-endpoint HOST0:29500 --rdzv-id JOB -m system.runtime.worker spec.json
+    python -m system.runtime.torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d \\
+        --rdzv-endpoint HOST0:29500 --rdzv-id JOB --rdzv-conf is_host=1 \\
+        --local-addr THIS_HOST -m system.runtime.worker spec.json     # is_host=0 elsewhere
 
-(``python -m system.runtime.torchrun`` instead of ``torchrun`` keeps every store on the host's
-own address; set ``GLOO_SOCKET_IFNAME`` / ``NCCL_SOCKET_IFNAME`` to the interface that reaches
-the other hosts, and ``metrics_out`` in the spec: rank 0 writes it). Device ``i`` of the
-assignment is global rank ``i`` = group rank · nproc_per_node + local rank; c10d numbers the
-hosts in join order, so give ``--node-rank`` with ``--rdzv-backend static`` when the rank →
-host map matters (a scheduled assignment on hosts with different links).
+(``system.runtime.torchrun`` is torchrun with every store on the host's own address; plain
+``torchrun`` works too but listens on every interface. Set ``GLOO_SOCKET_IFNAME`` /
+``NCCL_SOCKET_IFNAME`` to the interface that reaches the other hosts, and ``metrics_out`` in the
+spec: rank 0 writes it.) Device ``i`` of the assignment is global rank ``i`` = group rank ·
+nproc_per_node + local rank; c10d numbers the hosts in join order, so use ``--rdzv-backend
+static --node-rank K --master-addr HOST0 --master-port 29500`` when the rank → host map
+matters (a scheduled assignment on hosts with different links).
 """
 
 from __future__ import annotations
