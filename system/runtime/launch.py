@@ -218,7 +218,10 @@ def run_ranks(
         raise ValueError(f"launch: world_size must be >= 1, got {world_size}")
     run_dir = Path(log_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    port = master_port or free_port(master_addr)
+    try:  # a port free on the rendezvous address (a namespace's address is not local here)
+        port = master_port or free_port(master_addr)
+    except OSError:
+        port = free_port()
     env = _base_env(world_size, master_addr, port)
     logs = [run_dir / f"rank{r}.log" for r in range(world_size)]
     procs: list[subprocess.Popen] = []

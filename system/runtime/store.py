@@ -16,6 +16,7 @@ Every process that may start a store server calls it first: our torchrun entry
 
 from __future__ import annotations
 
+import importlib
 import logging
 import socket
 
@@ -68,8 +69,10 @@ class _AdvertisedAddressStore(_ORIGINAL):  # type: ignore[misc, valid-type]
 
 def bind_to_advertised_address() -> None:
     """Make every TCPStore server created from now on in this process listen on its host name."""
-    import torch.distributed.rendezvous as rdzv
-    from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as c10d_backend
-
-    for module in (dist, rdzv, c10d_backend):
+    # the modules themselves: ``torch.distributed.rendezvous`` as an attribute is a function
+    names = (
+        "torch.distributed.rendezvous",
+        "torch.distributed.elastic.rendezvous.c10d_rendezvous_backend",
+    )
+    for module in (dist, *(importlib.import_module(n) for n in names)):
         module.TCPStore = _AdvertisedAddressStore

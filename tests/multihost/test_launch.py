@@ -124,3 +124,25 @@ def test_bad_arguments():
         run_ranks("m", [], world_size=1, rank_env=[{}], log_dir="unused")
     with pytest.raises(ValueError, match="timeout_s"):
         run_ranks("m", [], world_size=1, timeout_s=0, log_dir="unused")
+
+
+def test_per_rank_rendezvous_address_need_not_be_local(tmp_path, monkeypatch):
+    """The emulation's master address lives in a namespace, not on this host."""
+    _module(
+        tmp_path,
+        monkeypatch,
+        """
+        import os, pathlib, sys
+        (pathlib.Path(sys.argv[1]) / "addr").write_text(os.environ["MASTER_ADDR"])
+    """,
+    )
+    run_ranks(
+        "fake_rank",
+        [str(tmp_path)],
+        world_size=1,
+        rank_prefix=[[]],
+        master_addr="198.18.255.1",
+        timeout_s=60,
+        log_dir=tmp_path / "logs",
+    )
+    assert (tmp_path / "addr").read_text() == "198.18.255.1"

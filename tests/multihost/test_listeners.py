@@ -85,7 +85,8 @@ def _check(seen: set[tuple[int, str]], min_listeners: int) -> None:
     assert not wide, f"listeners not on loopback: {wide}"
 
 
-def test_runtime_run_listens_on_loopback_only(tmp_path):
+@pytest.mark.parametrize("way", ["torchrun", "per_rank"])
+def test_runtime_run_listens_on_loopback_only(way, tmp_path):
     sampler = _Sampler()
     sampler.start()
     try:
@@ -100,11 +101,14 @@ def test_runtime_run_listens_on_loopback_only(tmp_path):
             global_batch_size=2,
             iters=3,
         )
-        launch(spec, timeout_s=180, log_dir=tmp_path)
+        prefix = None if way == "torchrun" else [[], []]
+        env = None if way == "torchrun" else [{"GLOO_SOCKET_IFNAME": "lo"}] * 2
+        launch(spec, timeout_s=180, log_dir=tmp_path, rank_prefix=prefix, rank_env=env)
     finally:
         seen = sampler.stop()
-    # torchrun's rendezvous store + its workers' store + one gloo listener per rank
-    _check(seen, min_listeners=4)
+    # torchrun: its rendezvous store + the workers' store + one gloo listener per rank;
+    # one process per rank: rank 0's store + one gloo listener per rank
+    _check(seen, min_listeners=4 if way == "torchrun" else 3)
 
 
 @pytest.mark.baseline
