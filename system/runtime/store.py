@@ -55,16 +55,24 @@ class _AdvertisedAddressStore(_ORIGINAL):  # type: ignore[misc, valid-type]
     """TCPStore whose server listens on its ``host_name`` only."""
 
     def __init__(self, host_name: str, port: int, *args, **kwargs) -> None:
-        names = ("world_size", "is_master")
-        given = dict(zip(names, args, strict=False))
-        is_master = kwargs.get("is_master", given.get("is_master", False))
-        if is_master and kwargs.get("master_listen_fd") is None and len(args) < 6:
+        # TCPStore(host_name, port, world_size, is_master, timeout, wait_for_workers,
+        #          multi_tenant, master_listen_fd, use_libuv): args[5] is master_listen_fd
+        is_master = kwargs.get("is_master", args[1] if len(args) > 1 else False)
+        has_fd = kwargs.get("master_listen_fd") is not None or len(args) > 5
+        sock = None
+        if is_master and not has_fd:
             sock = listen_socket(host_name, port)
-            _SOCKETS.append(sock)
             port = sock.getsockname()[1]
             kwargs["master_listen_fd"] = sock.fileno()
+        try:
+            super().__init__(host_name, port, *args, **kwargs)
+        except BaseException:
+            if sock is not None:  # a client falling back must not find a dead listener here
+                sock.close()
+            raise
+        if sock is not None:
+            _SOCKETS.append(sock)
             log.debug("store server listens on %s:%d only", host_name, port)
-        super().__init__(host_name, port, *args, **kwargs)
 
 
 def bind_to_advertised_address() -> None:
