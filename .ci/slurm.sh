@@ -82,7 +82,7 @@ stop_pid() {  # stop_pid NAME PIDFILE: TERM, wait up to 10 s, then KILL
 start() {
   [ "$(id -u)" = 0 ] || cannot "needs root (munged and slurmd run as root)"
   for t in munged slurmctld slurmd sinfo sbatch; do
-    command -v "$t" >/dev/null || cannot "$t is not installed (apt-get install slurm-wlm munge)"
+    command -v "$t" >/dev/null || cannot "$t is not on PATH (apt-get install slurm-wlm munge; the daemons live in /usr/sbin)"
   done
   write_conf
   export SLURM_CONF="$DIR/slurm.conf"
