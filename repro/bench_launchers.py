@@ -14,6 +14,7 @@ speed-up is bounded by the free cores: the load average is printed with the tabl
 from __future__ import annotations
 
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -25,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 LAUNCHERS = {"serial": [], "joblib": ["hydra/launcher=joblib"]}
 
 __all__ = ["run_sweep", "main"]
+
+_JOBS_S = re.compile(r"sweep \S+: .* in (\d+) s;")
 
 
 def run_sweep(
@@ -84,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     walls: dict[str, list[float]] = {k: [] for k in LAUNCHERS}
     ids: dict[str, set[str]] = {}
     print(f"sweep={sweep}, {os.cpu_count()} cores, load average before: {os.getloadavg()[0]:.2f}")
-    print(f"{'round':>5} {'launcher':>8} {'wall_s':>8}")
+    # jobs_s: from the first job's start to the last job's end (the sweep's own summary line);
+    # the rest of wall_s is Python/Hydra start-up and the report, which no launcher parallelises
+    print(f"{'round':>5} {'launcher':>8} {'wall_s':>8} {'jobs_s':>7} {'load':>5}")
     with tempfile.TemporaryDirectory(prefix="dtfm-bench-launchers-") as tmp:
         for r in range(rounds):
             order = list(LAUNCHERS) if r % 2 == 0 else list(reversed(LAUNCHERS))
@@ -93,7 +98,9 @@ def main(argv: list[str] | None = None) -> int:
                 walls[name].append(wall_s)
                 if ids.setdefault(name, got) != got:
                     raise RuntimeError(f"{name}: round {r} wrote different run ids")
-                print(f"{r:>5} {name:>8} {wall_s:8.2f}")
+                m = _JOBS_S.search((Path(tmp) / f"{name}{r}" / "sweep.log").read_text())
+                jobs = f"{float(m.group(1)):7.0f}" if m else f"{'?':>7}"
+                print(f"{r:>5} {name:>8} {wall_s:8.2f} {jobs} {os.getloadavg()[0]:5.2f}")
     if ids["serial"] != ids["joblib"]:
         raise RuntimeError("serial and joblib sweeps wrote different rows")
     med = {k: statistics.median(v) for k, v in walls.items()}
