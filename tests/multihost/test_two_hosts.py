@@ -268,3 +268,38 @@ def test_pp_across_two_hosts_dp_inside_each(hosts, tmp_path):
     print(f"without the WAN the simulator predicts {no_wan_s:.3f} s")
     assert no_wan_s < meas / 1.15**2
     assert sorted(m["stage_of_rank"]) == [0, 0, 1, 1]
+
+
+def test_a_killed_run_is_cleaned_up_by_the_next(tmp_path):
+    """SIGKILL leaves the hosts behind; the next run of this test removes them (and only them)."""
+    tag = f"{TAG_PREFIX}k{os.getpid() % 0x10000:x}"
+    code = (
+        "import sys, time\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "from tests.multihost.test_two_hosts import _host_cluster\n"
+        "from system.emulation.netns import Emulation\n"
+        "from system.emulation.plan import make_plan\n"
+        f"emu = Emulation(make_plan(_host_cluster(), tag={tag!r}), shape_egress=False)\n"
+        "emu.setup(); print('ready', flush=True); time.sleep(120)\n"
+    )
+    p = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        ours = [ns for ns in netns_list() if ns.startswith(f"{PREFIX}{tag}-")]
+        assert len(ours) == 3  # two hosts and the bridge
+        p.kill()
+        p.wait(timeout=10)
+        assert [ns for ns in netns_list() if ns.startswith(f"{PREFIX}{tag}-")] == ours
+        _remove_stale_runs()
+        assert not [ns for ns in netns_list() if ns.startswith(f"{PREFIX}{tag}-")]
+        assert not (STATE_ROOT / f"{PREFIX}{tag}").exists()
+    finally:
+        p.kill()
+        p.wait(timeout=10)
+        _remove_stale_runs()
