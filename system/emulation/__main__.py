@@ -1,8 +1,9 @@
 """CLI: ``python -m system.emulation {cleanup,tc-script,check}``.
 
 - ``cleanup [--force] [--dry-run]``: remove leftovers of crashed runs (dtfm-* namespaces, state).
-- ``tc-script --case 5 --hosts hosts.txt --out DIR [--dev eth0] [--mtu 1500] [--bandwidth-scale S]``: per-host
-  tc scripts (HTB + netem per destination) for a real multi-host cluster.
+- ``tc-script --case 5 --hosts hosts.txt --out DIR [--dev eth0] [--mtu 1500]
+  [--bandwidth-scale S]``: per-host shaping scripts (HTB + netem per destination, window-clamped
+  CUBIC routes, TCP sysctls; :mod:`system.emulation.tcscript`) for a real multi-host cluster.
 - ``check --case debug [--devices 0,2,4,6] [--bandwidth-scale 0.1] [--pairs 6]``: build the
   emulated network, verify sampled links, print the table, tear it down.
 """
