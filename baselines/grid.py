@@ -6,12 +6,11 @@ real: :class:`BaselineSpec` names one configuration (system, TP/PP/DP, micro-bat
 returns rank 0's metrics, :func:`run_grid` runs every point of a grid and keeps infeasible ones as
 rows with ``status`` ``invalid`` / ``oom`` / ``failed`` / ``timeout`` instead of dropping them.
 
-Launching: ranks are local subprocesses with torchrun's environment (RANK, WORLD_SIZE,
-LOCAL_RANK, MASTER_ADDR, MASTER_PORT). ``rank_prefix[i]`` is prepended to rank i's command and
-``rank_env[i]`` added to its environment, so the same call runs ranks inside network namespaces
-(``["ip", "netns", "exec", "ns3"]`` and ``{"GLOO_SOCKET_IFNAME": "veth3"}``, with
-``master_addr`` a namespace address). On a multi-host GPU cluster start the same workers with
-torchrun instead, one spec file everywhere::
+Launching: :func:`system.runtime.launch.run_ranks`, the launcher our runtime uses too: torchrun
+on this machine; with ``rank_prefix[i]`` / ``rank_env[i]`` one process per rank, e.g. inside
+network namespaces (``["ip", "netns", "exec", "ns3"]`` and ``{"GLOO_SOCKET_IFNAME": "eth0"}``,
+with ``master_addr`` a namespace address). On a multi-host cluster start the same workers with
+torchrun yourself, one spec file everywhere::
 
     torchrun --nnodes N --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:29500 \\
         -m baselines.megatron.train spec.json        # or baselines.deepspeed.train
@@ -24,9 +23,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -36,12 +32,13 @@ from pathlib import Path
 import numpy as np
 
 from system.cluster import Cluster
-from system.runtime.launch import _kill_all, free_port  # the runtime's; torch-free
-from system.workload import GPTConfig, Workload, get_model
+from system.runtime.launch import LaunchError, LaunchTimeout, run_ranks  # torch-free
+from system.runtime.spec import SpecBase  # torch-free
+from system.workload import Workload
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SYSTEMS", "BaselineSpec", "check_spec", "metrics_from", "launch", "run_point",
+__all__ = ["SYSTEMS", "BaselineSpec", "check_spec", "metrics_from", "run_point",
            "local_cluster", "grid_points", "run_grid", "best_point", "emulation_kwargs",
            "predict_iter_time_s"]
 
@@ -50,47 +47,27 @@ _ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True, kw_only=True)
-class BaselineSpec:
+class BaselineSpec(SpecBase):
     """One baseline configuration on ``tp·pp·dp`` ranks (a JSON file for the workers).
+
+    The model, layout, batch, seed, rate, device and start fields are :class:`SpecBase`'s,
+    shared with our runtime's RunSpec; these are the baselines' own.
 
     DeepSpeed variants: ``pp == 1`` trains the whole model under ZeRO stage ``zero`` (0..3);
     ``pp > 1`` is ``PipelineModule`` over our GPT's layers with ZeRO stage 0 or 1 (DeepSpeed's
     pipeline engine refuses stages 2/3). Megatron ignores ``zero`` (plain DDP all-reduce).
     """
 
-    system: str
-    model: str = "debug"
-    layers: int | None = None
-    hidden_size: int | None = None  # shape overrides (emulation's scaled model); None = model's
-    seq_length: int | None = None
-    vocab_size: int | None = None
+    system: str  # megatron | deepspeed
     tp: int = 1
-    pp: int = 1
-    dp: int = 1
     zero: int | None = None
-    global_batch_size: int = 8
-    micro_batch_size: int = 1
-    iters: int = 3
-    seed: int = 0
-    lr: float = 3e-3  # AdamW, betas (0.9, 0.999), no weight decay: as system/runtime
-    device: str = "cpu"  # cpu (gloo) | cuda (nccl)
     recompute: bool = False
     timeout_s: float = 120.0  # collective timeout inside the workers
-    # iteration start: "barrier" (own barrier exit) or "clock" (one wall-clock instant after it,
-    # ranks on one host, e.g. emulated; system/runtime/worker.py:start_together)
-    start: str = "barrier"
-    start_margin_s: float = 1.0
     result_path: str | None = None  # rank 0 writes its metrics here (set by run_point)
 
     @property
     def world_size(self) -> int:
         return self.tp * self.pp * self.dp
-
-    def gpt_config(self) -> GPTConfig:
-        over = {k: getattr(self, k) for k in ("hidden_size", "seq_length", "vocab_size")
-                if getattr(self, k) is not None}
-        m = get_model(self.model, self.layers)
-        return dataclasses.replace(m, **over) if over else m
 
     def workload(self) -> Workload:
         """The workload; the baselines train in fp32, so activations and gradients are 4 B."""
@@ -119,15 +96,9 @@ def check_spec(spec: BaselineSpec) -> None:
     """Raise one ValueError naming what makes ``spec`` impossible to run (before any process)."""
     if spec.system not in SYSTEMS:
         raise ValueError(f"baseline spec: system {spec.system!r} is not one of {SYSTEMS}")
-    for k in ("tp", "pp", "dp", "iters", "global_batch_size", "micro_batch_size"):
-        if getattr(spec, k) < 1:
-            raise ValueError(f"baseline spec: {k} must be >= 1, got {getattr(spec, k)}")
-    if spec.device not in ("cpu", "cuda"):
-        raise ValueError(f"baseline spec: device must be cpu or cuda, got {spec.device!r}")
-    if spec.start not in ("barrier", "clock"):
-        raise ValueError(f"baseline spec: start must be barrier or clock, got {spec.start!r}")
-    if not spec.start_margin_s > 0:
-        raise ValueError(f"baseline spec: start_margin_s must be > 0, got {spec.start_margin_s}")
+    if spec.tp < 1:
+        raise ValueError(f"baseline spec: tp must be >= 1, got {spec.tp}")
+    spec.check_shared("baseline spec")
     m = spec.gpt_config()
     spec.workload().check_layout(spec.pp, spec.dp)
     if m.num_attention_heads % spec.tp or m.hidden_size % spec.tp:
@@ -164,62 +135,6 @@ def metrics_from(spec: BaselineSpec, losses: Sequence[float],
     }
 
 
-# ---------------------------------------------------------------- launcher
-
-
-def launch(module: str, spec_path: str | Path, *, world_size: int,
-           rank_prefix: Sequence[Sequence[str]] | None = None,
-           rank_env: Sequence[dict] | None = None, master_addr: str = "127.0.0.1",
-           master_port: int | None = None, timeout_s: float = 300.0,
-           log_dir: str | Path | None = None) -> list[int]:
-    """Run ``python -m module spec_path`` as ``world_size`` ranks; returns their exit codes.
-
-    All ranks are killed (process group SIGKILL) when one fails, on timeout or on Ctrl-C.
-    Raises ``TimeoutError`` past ``timeout_s``. Rank output goes to ``log_dir/rank<i>.log``.
-    """
-    if rank_prefix is not None and len(rank_prefix) != world_size:
-        raise ValueError(f"launch: rank_prefix has {len(rank_prefix)} entries, need {world_size}")
-    if rank_env is not None and len(rank_env) != world_size:
-        raise ValueError(f"launch: rank_env has {len(rank_env)} entries, need {world_size}")
-    port = master_port or free_port()
-    log_dir = Path(log_dir or tempfile.mkdtemp(prefix="baseline-logs-"))
-    log_dir.mkdir(parents=True, exist_ok=True)
-    procs: list[subprocess.Popen] = []
-    files = []
-    try:
-        for r in range(world_size):
-            env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world_size), LOCAL_RANK=str(r),
-                       LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR=master_addr,
-                       MASTER_PORT=str(port), OMP_NUM_THREADS="1",
-                       PYTHONPATH=os.pathsep.join(filter(None, [str(_ROOT),
-                                                                os.environ.get("PYTHONPATH")])))
-            env.update((rank_env[r] if rank_env else {}) or {})
-            cmd = [*(rank_prefix[r] if rank_prefix else []), sys.executable, "-m", module,
-                   str(spec_path)]
-            f = open(log_dir / f"rank{r}.log", "w")  # noqa: SIM115 - closed in finally
-            files.append(f)
-            procs.append(subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT,
-                                          cwd=_ROOT, start_new_session=True))
-        deadline = time.monotonic() + timeout_s
-        while True:
-            codes = [p.poll() for p in procs]
-            if any(c not in (None, 0) for c in codes) or all(c is not None for c in codes):
-                break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{module}: {world_size} ranks still running after "
-                                   f"{timeout_s:.0f} s (logs in {log_dir})")
-            time.sleep(0.1)
-        if any(c not in (None, 0) for c in codes):  # one failed: give the others a moment
-            end = time.monotonic() + 5
-            while time.monotonic() < end and any(p.poll() is None for p in procs):
-                time.sleep(0.1)
-        return [p.poll() if p.poll() is not None else -9 for p in procs]
-    finally:
-        _kill_all(procs)
-        for f in files:
-            f.close()
-
-
 def _tail(path: Path, n: int = 3000) -> str:
     return path.read_text(errors="replace")[-n:] if path.exists() else ""
 
@@ -252,19 +167,21 @@ def run_point(spec: BaselineSpec, *, rank_prefix=None, rank_env=None, master_add
     module = f"baselines.{spec.system}.train"
     t0 = time.monotonic()
     try:
-        codes = launch(module, spec_path, world_size=spec.world_size, rank_prefix=rank_prefix,
-                       rank_env=rank_env, master_addr=master_addr, timeout_s=timeout_s,
-                       log_dir=work)
-    except TimeoutError as e:
-        return {"status": "timeout", "error": str(e), "wall_s": time.monotonic() - t0}
+        run_ranks(module, [str(spec_path)], world_size=spec.world_size, rank_prefix=rank_prefix,
+                  rank_env=rank_env, master_addr=master_addr, timeout_s=timeout_s, log_dir=work)
+    except LaunchTimeout as e:
+        return {"status": "timeout", "error": str(e)[:500], "wall_s": time.monotonic() - t0}
+    except LaunchError as e:
+        text = e.log_tail or _tail(work / f"rank{e.rank or 0}.log")
+        log.warning("%s failed (rank %s, exit code %s); log tail:\n%s", spec.label(), e.rank,
+                    e.returncode, text[-1500:])
+        return {"status": _failure_status(text), "error": text[-500:], "failed_rank": e.rank,
+                "exit_code": e.returncode, "wall_s": time.monotonic() - t0}
     wall_s = time.monotonic() - t0
-    if any(codes) or not result_path.exists():
-        bad = next((r for r, c in enumerate(codes) if c), 0)
-        text = _tail(work / f"rank{bad}.log")
-        log.warning("%s failed (exit codes %s); rank %d log tail:\n%s", spec.label(), codes, bad,
-                    text[-1500:])
-        return {"status": _failure_status(text), "error": text[-500:], "exit_codes": codes,
-                "wall_s": wall_s}
+    if not result_path.exists():
+        text = _tail(work / "rank0.log")
+        return {"status": "failed", "error": "all ranks exited 0 but rank 0 wrote no result: "
+                + text[-400:], "wall_s": wall_s}
     out = json.loads(result_path.read_text())
     return {"status": "ok", **out, "wall_s": wall_s}
 

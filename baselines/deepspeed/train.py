@@ -11,7 +11,9 @@ variants the paper grid-searches (§4):
 
 The DeepSpeed config is built in code (:func:`ds_config`). The optimizer is plain
 ``torch.optim.AdamW`` (DeepSpeed's own Adam would JIT-compile an op). On CPU the backend is gloo
-and the inference-only shared-memory op is skipped before init (ENVIRONMENT.md); on CUDA it is NCCL.
+and the inference-only shared-memory op is skipped before init; on CUDA it is NCCL. The ranks
+read torchrun's environment (:func:`system.runtime.launch.run_ranks` starts them under torchrun,
+or one torchrun agent per host on several hosts).
 """
 
 from __future__ import annotations

@@ -52,6 +52,9 @@ def init_distributed(spec: BaselineSpec) -> torch.device:
     else:
         device, backend = torch.device("cpu"), "gloo"
     if not dist.is_initialized():
+        from system.runtime.store import bind_to_advertised_address
+
+        bind_to_advertised_address()  # rank 0's store: MASTER_ADDR only, never every interface
         dist.init_process_group(backend=backend,
                                 timeout=datetime.timedelta(seconds=spec.timeout_s))
     if dist.get_world_size() != spec.world_size:

@@ -11,7 +11,9 @@ tuned by grid search; :mod:`baselines.grid` runs the grid.
 
 On CPU (gloo) :mod:`baselines.megatron.cpu_shim` answers Megatron's CUDA calls; on CUDA (NCCL)
 nothing is patched. The environment is torchrun's (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
-LOCAL_RANK); rank 0 writes the metrics JSON named by the spec.
+LOCAL_RANK): :func:`system.runtime.launch.run_ranks` starts the ranks under torchrun (or sets the
+same variables per rank in network namespaces), and on several hosts one torchrun agent per host
+runs this module; rank 0 writes the metrics JSON named by the spec.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """CLI: ``python -m system.emulation {cleanup,tc-script,check}``.
 
 - ``cleanup [--force] [--dry-run]``: remove leftovers of crashed runs (dtfm-* namespaces, state).
-- ``tc-script --case 5 --hosts hosts.txt --out DIR [--dev eth0] [--bandwidth-scale S]``: per-host
-  tc scripts (HTB + netem per destination) for a real multi-host cluster.
+- ``tc-script --case 5 --hosts hosts.txt --out DIR [--dev eth0] [--mtu 1500]
+  [--bandwidth-scale S]``: per-host shaping scripts (HTB + netem per destination, window-clamped
+  CUBIC routes, TCP sysctls; :mod:`system.emulation.tcscript`) for a real multi-host cluster.
 - ``check --case debug [--devices 0,2,4,6] [--bandwidth-scale 0.1] [--pairs 6]``: build the
   emulated network, verify sampled links, print the table, tear it down.
 """
@@ -42,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--hosts", required=True, help="file: one IPv4 address per host")
             p.add_argument("--out", required=True)
             p.add_argument("--dev", default="eth0")
+            p.add_argument("--mtu", type=int, default=1500, help="MTU of the hosts' links")
         else:
             p.add_argument("--pairs", type=int, default=6)
             p.add_argument("--backend", default="auto")
@@ -55,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
             from system.emulation.tcscript import read_hosts, write_scripts
 
             paths = write_scripts(_cluster(args), read_hosts(args.hosts), args.out, dev=args.dev,
-                                  bandwidth_scale=args.bandwidth_scale, delay_scale=args.delay_scale)
+                                  bandwidth_scale=args.bandwidth_scale,
+                                  delay_scale=args.delay_scale, mtu=args.mtu)
             print("\n".join(str(p) for p in paths))
         else:
             from system.emulation.netns import Emulation

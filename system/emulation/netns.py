@@ -31,8 +31,7 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
-
+from system.emulation import tc
 from system.emulation.plan import DEVICE_IFNAME, FRAME_BYTES, MTU, PREFIX, EmulationPlan
 from system.emulation.shell import EmulationError, missing_tools, run_batch, run_cmd
 
@@ -41,23 +40,11 @@ log = logging.getLogger(__name__)
 __all__ = ["Emulation", "has_netem", "device_tc_lines", "device_route_lines", "htb_burst_bytes",
            "tcp_congestion_control", "BURST_S", "STATE_ROOT"]
 
+BURST_S = tc.BURST_S
+
 STATE_ROOT = Path(tempfile.gettempdir())  # run state lives in <tmp>/dtfm-<tag>/
-_DEFAULT_CLASS = 9999
-_LEAF_QUEUE_PACKETS = 50_000  # per-destination queue (450 MB of jumbo frames): no tail drops
-# HTB token bucket depth of every shaped class, in seconds at the class rate. tc's default
-# (about one timer tick of bytes) loses rate whenever the qdisc watchdog fires late, which an
-# idle VM core waking up does by several ms: measured 0.5-0.9x of the target on idle cores with
-# the default, 0.98-1.0x with 8 ms (the long-run rate is still the class rate).
-BURST_S = 0.008
-# Per-namespace TCP settings of every emulated device: windows big enough for the largest
-# bandwidth-delay product (1.3 Gbit/s x 0.5 s RTT = 81 MB at full scale), and no return to slow
-# start after an idle gap (the gradient exchange follows seconds of pipeline traffic on other
-# connections; long-lived WAN training connections keep their window in practice). The 8 MB
-# initial receive buffer lets the receive window open within one message at jumbo MSS (with the
-# 128 KB default a 420 KB message took 2-3 s, 7 RTTs, for its first few repeats).
-_DEVICE_SYSCTLS = ("net.ipv4.tcp_rmem=4096 8388608 134217728",
-                   "net.ipv4.tcp_wmem=4096 131072 134217728",
-                   "net.ipv4.tcp_slow_start_after_idle=0")
+# Per-namespace TCP settings of every emulated device (the real-host scripts set the same)
+_DEVICE_SYSCTLS = tc.TCP_SYSCTLS
 
 
 def has_netem() -> bool:
@@ -73,50 +60,25 @@ def has_netem() -> bool:
 
 
 def htb_burst_bytes(rate_bps: float) -> int:
-    """Token bucket depth of a class of ``rate_bps``: :data:`BURST_S` of rate, at least 2 frames."""
-    return max(int(rate_bps * BURST_S / 8), 2 * FRAME_BYTES)
+    """Token bucket depth of a class of ``rate_bps`` at the emulation's MTU (:mod:`.tc`)."""
+    return tc.htb_burst_bytes(rate_bps, FRAME_BYTES)
 
 
-def device_tc_lines(plan: EmulationPlan, i: int, *, netem: bool, dev: str = DEVICE_IFNAME) -> list[str]:
-    """``tc -batch`` lines shaping device i's egress: one HTB class per destination.
+def _peers(plan: EmulationPlan, i: int) -> list[tc.Peer]:
+    rate, delay, goodput = plan.rate_bps, plan.delay_s, plan.goodput_bps
+    return [tc.Peer(index=j, ip=plan.ip(j), rate_bps=float(rate[i, j]),
+                    delay_s=float(delay[i, j]), goodput_bps=float(goodput[i, j]))
+            for j in range(plan.num_devices) if j != i]
 
-    Each destination class (rate = ceil = the link's rate) has two leaves: pure TCP ACKs (IP
-    packets under 128 bytes, HTB priority 0) and everything else (priority 1). Without the ACK
-    leaf, a bulk transfer in one direction holds back the ACKs of the opposite transfer behind a
-    full queue and a bidirectional exchange (all-to-all) runs at about half the link rate. Each
-    leaf gets a netem delay (backend ``netem``) or a deep FIFO (backend ``nfqueue``; the bridge
-    adds the delay) so TCP fills the pipe without tail drops.
+
+def device_tc_lines(
+    plan: EmulationPlan, i: int, *, netem: bool, dev: str = DEVICE_IFNAME
+) -> list[str]:
+    """``tc -batch`` lines shaping device i's egress: one HTB class per destination, ACK and
+    data leaves, netem (backend ``netem``) or FIFO leaves (``nfqueue``: the bridge adds the
+    delay). The builder is shared with the real-host scripts (:func:`.tc.egress_lines`).
     """
-    rate, delay = plan.rate_bps, plan.delay_s
-    lines = [f"qdisc add dev {dev} root handle 1: htb default {_DEFAULT_CLASS}",
-             f"class add dev {dev} parent 1: classid 1:{_DEFAULT_CLASS} htb rate 10gbit quantum 65536"]
-    for j in range(plan.num_devices):
-        if j == i:
-            continue
-        cid, ack, data = f"{j + 1:x}", f"{0x1000 + j + 1:x}", f"{0x2000 + j + 1:x}"
-        r = int(round(rate[i, j]))
-        r_ack = max(8000, r // 20)
-        burst = f"burst {htb_burst_bytes(r)} cburst {htb_burst_bytes(r)}"
-        lines.append(f"class add dev {dev} parent 1: classid 1:{cid} htb rate {r}bit ceil {r}bit "
-                     f"{burst} quantum 65536")
-        lines.append(f"class add dev {dev} parent 1:{cid} classid 1:{ack} htb rate {r_ack}bit "
-                     f"ceil {r}bit prio 0 quantum {FRAME_BYTES}")
-        lines.append(f"class add dev {dev} parent 1:{cid} classid 1:{data} htb rate "
-                     f"{r}bit ceil {r}bit {burst} prio 1 quantum 65536")
-        for leaf in (ack, data):
-            handle = f"{int(leaf, 16) + 0x1000:x}"
-            if netem and delay[i, j] > 0:
-                lines.append(f"qdisc add dev {dev} parent 1:{leaf} handle {handle}: netem "
-                             f"delay {delay[i, j] * 1e3:.3f}ms limit 1000000")
-            else:
-                lines.append(f"qdisc add dev {dev} parent 1:{leaf} handle {handle}: pfifo "
-                             f"limit {_LEAF_QUEUE_PACKETS}")
-        dst = f"match ip dst {plan.ip(j)}/32"
-        # TCP (protocol 6), IP total length < 128: pure ACKs (with timestamps/SACK options)
-        lines.append(f"filter add dev {dev} parent 1: protocol ip prio 1 u32 {dst} "
-                     f"match ip protocol 6 0xff match u16 0x0000 0xff80 at 2 flowid 1:{ack}")
-        lines.append(f"filter add dev {dev} parent 1: protocol ip prio 2 u32 {dst} flowid 1:{data}")
-    return lines
+    return tc.egress_lines(dev, _peers(plan, i), netem=netem, mtu=MTU)
 
 
 def tcp_congestion_control() -> str | None:
@@ -130,31 +92,15 @@ def tcp_congestion_control() -> str | None:
 
 def device_route_lines(plan: EmulationPlan, i: int, *, dev: str = DEVICE_IFNAME,
                        congctl: str | None = "cubic") -> list[str]:
-    """Host routes from device i to every peer with a TCP window clamp of 1.25 x BDP + 64 KiB.
+    """Host routes from device i to every peer with a TCP window clamp of 1.25 x BDP + 64 KiB
+    and CUBIC (:func:`system.emulation.tc.route_lines`, which says why).
 
-    Without a clamp, loss-free CUBIC grows its window far past the bandwidth-delay product and
-    the excess sits in the sender's HTB queue; control messages that follow bulk data on the same
-    connection (gloo's rendezvous) then wait behind seconds of queue. The clamp keeps the pipe
-    full (window > BDP) with at most a quarter RTT of queue.
-
-    Each route also selects CUBIC (``congctl``), Linux's default. Not BBR: it paces a connection
-    at its delivery-rate estimate, which for the runtime's short bursts (a few activations, then
-    idle) stays far below the link (measured: 64 KiB messages 4x slower than α + X/β on a 210 ms
-    link), and its ProbeRTT stalls a transfer by an RTT every 10 s. A namespace may only pick
-    from the host's allowed list (here reno and bbr, with bbr the default), so the per-namespace
-    sysctl cannot do it; a route metric can. ``congctl=None`` leaves the default (a kernel
-    without CUBIC); the TCP check of :func:`system.emulation.verify.verify_links` then tells
-    whether the transport fills the links.
+    A namespace may only pick a congestion control from the host's allowed list (here reno and
+    bbr, with bbr the default), so the per-namespace sysctl cannot select CUBIC; a route metric
+    can. ``congctl=None`` leaves the default (a kernel without CUBIC); the TCP check of
+    :func:`system.emulation.verify.verify_links` then tells whether the transport fills the links.
     """
-    with np.errstate(invalid="ignore"):  # the diagonal is inf x 0
-        bdp = plan.goodput_bps * 2.0 * plan.delay_s / 8.0
-    lines = []
-    for j in range(plan.num_devices):
-        if j != i:
-            w = int(1.25 * bdp[i, j]) + 65536
-            cc = f" congctl {congctl}" if congctl else ""
-            lines.append(f"route add {plan.ip(j)}/32 dev {dev} window {w}{cc}")
-    return lines
+    return tc.route_lines(dev, _peers(plan, i), congctl=congctl)
 
 
 class Emulation:
@@ -167,7 +113,7 @@ class Emulation:
     """
 
     def __init__(self, plan: EmulationPlan, *, backend: str = "auto",
-                 delayer_workers: int | None = None) -> None:
+                 delayer_workers: int | None = None, shape_egress: bool = True) -> None:
         if backend not in ("auto", "netem", "nfqueue"):
             raise ValueError(f"emulation backend must be auto, netem or nfqueue, got {backend!r}")
         workers = min(2, os.cpu_count() or 1) if delayer_workers is None else delayer_workers
@@ -176,6 +122,9 @@ class Emulation:
         # backend nfqueue: delayer processes, flows hashed over as many queues (one per core
         # up to 2: each handles every packet of its flows in Python)
         self.delayer_workers = workers
+        # False: leave each device's egress (HTB, routes, TCP sysctls) to the caller, who applies
+        # the real-host script inside the namespace (tests/multihost); the bridge still delays
+        self.shape_egress = shape_egress
         self.plan = plan
         self.requested_backend = backend
         self.backend: str | None = None
@@ -306,6 +255,8 @@ class Emulation:
             run_batch("ip", ["link set lo up", f"link set {DEVICE_IFNAME} mtu {MTU}",
                              f"addr add {p.ip(i)}/{p.prefixlen} dev {DEVICE_IFNAME}",
                              f"link set {DEVICE_IFNAME} up"], ns=ns)
+            if not self.shape_egress:
+                continue
             run_batch("tc", device_tc_lines(p, i, netem=self.backend == "netem"), ns=ns)
             run_batch("ip", device_route_lines(p, i, congctl=congctl), ns=ns)
             for kv in _DEVICE_SYSCTLS:

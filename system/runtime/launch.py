@@ -1,38 +1,35 @@
-"""Start one worker process per rank for a :class:`RunSpec`, wait, return rank 0's metrics.
+"""The one launcher of every multi-rank run: our runtime's and both baselines' workers.
 
-Each rank runs ``python -m system.runtime.worker <spec.json>`` with the usual torch.distributed
-environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``) and
-``OMP_NUM_THREADS=1``. ``rank_prefix[i]`` is put in front of rank ``i``'s command and
-``rank_env[i]`` is merged into its environment, which is how the WAN emulation runs rank ``i``
-inside network namespace ``dtfm-i``::
+:func:`run_ranks` starts ``world_size`` ranks of ``python -m MODULE ARGS`` and waits for them:
 
-    launch(spec, world_size=4,
-           rank_prefix=[["ip", "netns", "exec", f"dtfm-{i}"] for i in range(4)],
-           rank_env=[{"GLOO_SOCKET_IFNAME": f"veth{i}"} for i in range(4)],
-           master_addr="198.18.0.1")   # rank 0's namespace address
+* **torchrun** (every run on this machine): one agent, ``python -m system.runtime.torchrun``
+  (torchrun with stores bound to the advertised address, :mod:`system.runtime.store`),
+  ``--nnodes 1 --nproc-per-node W``, c10d rendezvous on ``127.0.0.1:PORT``; gloo binds
+  loopback too (``GLOO_SOCKET_IFNAME=lo``). Each rank's output is kept as ``rank<i>.log``.
+* **one process per rank** (``rank_prefix``), where torchrun cannot do the job: it starts all
+  of a node's ranks in its own network namespace, while the WAN emulation runs every rank in its
+  own namespace (``["ip", "netns", "exec", "dtfm-T-d3"]``; one torchrun agent per rank would
+  double the processes on a small machine). The launcher then sets torchrun's environment
+  itself (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``,
+  ``MASTER_PORT``), so the workers cannot tell the difference.
 
-Rank ``i`` is device ``i`` of the assignment (``spec.stages[s][r] == i`` means rank ``i`` runs
-stage ``s`` of replica ``r``). If any rank fails, the time runs out, or the caller presses
-Ctrl-C, every rank's process group is killed and the error carries the failing rank's stderr.
+If any rank fails, the time runs out, or the caller presses Ctrl-C, every rank is killed and
+:class:`LaunchError` (or :class:`LaunchTimeout`) names the failing rank with its log tail.
+:func:`launch` runs a :class:`RunSpec` of our runtime and returns rank 0's metrics.
 
-The same worker runs under ``torchrun``, which sets the environment itself:
+Several hosts: start one torchrun agent per host yourself, with the same worker and spec::
 
-* one host, one process per device (GPU or CPU core)::
+    python -m system.runtime.torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d \\
+        --rdzv-endpoint HOST0:29500 --rdzv-id JOB --rdzv-conf is_host=1 \\
+        --local-addr THIS_HOST -m system.runtime.worker spec.json     # is_host=0 elsewhere
 
-    torchrun --standalone --nproc-per-node 4 -m system.runtime.worker spec.json
-
-* several hosts (static rendezvous: run on every host, ``--node-rank`` 0..N-1, the address and
-  port of host 0 reachable from all; device ``i`` of the assignment is global rank ``i`` =
-  node_rank·nproc_per_node + local_rank, so order hosts as the scheduler's device ids)::
-
-    torchrun --nnodes 2 --nproc-per-node 4 --node-rank 0 \\
-             --master-addr HOST0 --master-port 29500 -m system.runtime.worker spec.json
-
-  or elastic c10d rendezvous: ``--rdzv-backend c10d --rdzv-endpoint HOST0:29500 --rdzv-id JOB``
-  (ranks are then assigned in join order; pass ``--node-rank`` with the static form when the
-  rank → device map matters, as it does for a scheduled assignment). Set ``GLOO_SOCKET_IFNAME`` /
-  ``NCCL_SOCKET_IFNAME`` to the interface that reaches the other hosts.
-  With torchrun, set ``metrics_out`` in the spec: rank 0 writes it.
+(``system.runtime.torchrun`` is torchrun with every store on the host's own address; plain
+``torchrun`` works too but listens on every interface. Set ``GLOO_SOCKET_IFNAME`` /
+``NCCL_SOCKET_IFNAME`` to the interface that reaches the other hosts, and ``metrics_out`` in the
+spec: rank 0 writes it.) Device ``i`` of the assignment is global rank ``i`` = group rank ·
+nproc_per_node + local rank; c10d numbers the hosts in join order, so use ``--rdzv-backend
+static --node-rank K --master-addr HOST0 --master-port 29500`` when the rank → host map
+matters (a scheduled assignment on hosts with different links).
 """
 
 from __future__ import annotations
@@ -40,6 +37,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -53,7 +51,15 @@ from system.runtime.spec import RunSpec
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RunSpec", "launch", "free_port"]
+__all__ = [
+    "RunSpec",
+    "launch",
+    "run_ranks",
+    "free_port",
+    "kill_all",
+    "LaunchError",
+    "LaunchTimeout",
+]
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,9 +71,52 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def _kill_all(procs: list[subprocess.Popen]) -> None:
+class LaunchError(RuntimeError):
+    """A rank failed: ``rank`` (None when unknown), ``returncode`` and ``log_tail``."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        rank: int | None = None,
+        returncode: int | None = None,
+        log_tail: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.rank, self.returncode, self.log_tail = rank, returncode, log_tail
+
+
+class LaunchTimeout(LaunchError, TimeoutError):
+    """The ranks were still running when the launcher's time limit passed."""
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (from /proc; torchrun's workers leave its group)."""
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(d.name))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def kill_all(procs: list[subprocess.Popen]) -> None:
+    """SIGKILL every process of ``procs`` that still runs, its process group and descendants."""
     for p in procs:
         if p.poll() is None:
+            for pid in _descendants(p.pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
             try:
                 os.killpg(p.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
@@ -86,6 +135,213 @@ def _tail(path: Path, n: int = 3000) -> str:
         return ""
 
 
+def _base_env(world_size: int, master_addr: str, port: int) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        PYTHONUNBUFFERED="1",
+        MASTER_ADDR=master_addr,
+        MASTER_PORT=str(port),
+        WORLD_SIZE=str(world_size),
+    )
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(_REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    )
+    return env
+
+
+def _wait(procs, logs, deadline_s, t0, describe) -> None:
+    """Poll ``procs`` until all exit 0; raise LaunchError/LaunchTimeout otherwise."""
+    while True:
+        codes = [p.poll() for p in procs]
+        bad = [r for r, c in enumerate(codes) if c not in (None, 0)]
+        if bad:
+            r, c = describe(bad[0], codes[bad[0]])
+            tail = _tail(logs[min(r, len(logs) - 1)]) if r is not None else _tail(logs[0])
+            raise LaunchError(
+                f"rank {r} exited with code {c}; its log ends:\n{tail}",
+                rank=r,
+                returncode=c,
+                log_tail=tail,
+            )
+        if all(c == 0 for c in codes):
+            return
+        if time.monotonic() - t0 > deadline_s:
+            waiting = [r for r, c in enumerate(codes) if c is None]
+            tail = _tail(logs[waiting[0]])
+            raise LaunchTimeout(
+                f"run timed out after {deadline_s:.0f} s; ranks still running: "
+                f"{waiting}; rank {waiting[0]} log ends:\n{tail}",
+                rank=waiting[0],
+                log_tail=tail,
+            )
+        time.sleep(0.05)
+
+
+_ROOT_CAUSE = re.compile(r"rank\s*:\s*(\d+).*?\n\s*exitcode\s*:\s*(-?\d+)", re.S)
+
+
+def run_ranks(
+    module: str,
+    args: list[str],
+    *,
+    world_size: int,
+    rank_prefix: list[list[str]] | None = None,
+    rank_env: list[dict] | None = None,
+    master_addr: str = "127.0.0.1",
+    master_port: int | None = None,
+    timeout_s: float = 600.0,
+    log_dir: str | Path,
+) -> None:
+    """Run ``python -m module *args`` as ``world_size`` ranks (see the module doc); wait for all.
+
+    Args:
+        rank_prefix: per rank, a command prefix (one process per rank instead of torchrun).
+        rank_env: per rank, extra environment variables (with ``rank_prefix``).
+        master_addr, master_port: rendezvous address (port: a free local port by default).
+        timeout_s: wall-clock limit; every rank is killed when it passes.
+        log_dir: ``rank<i>.log`` per rank (and torchrun's agent log) go here.
+
+    Raises:
+        ValueError: per-rank lists of the wrong length, a bad timeout.
+        LaunchError: a rank failed; LaunchTimeout: the time ran out.
+    """
+    for name, lst in (("rank_prefix", rank_prefix), ("rank_env", rank_env)):
+        if lst is not None and len(lst) != world_size:
+            raise ValueError(f"launch: {name} has {len(lst)} entries, world_size is {world_size}")
+    if rank_env is not None and rank_prefix is None:
+        raise ValueError("launch: rank_env needs rank_prefix (torchrun gives all ranks one env)")
+    if not timeout_s > 0:
+        raise ValueError(f"launch: timeout_s must be > 0, got {timeout_s}")
+    if world_size < 1:
+        raise ValueError(f"launch: world_size must be >= 1, got {world_size}")
+    run_dir = Path(log_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    try:  # a port free on the rendezvous address (a namespace's address is not local here)
+        port = master_port or free_port(master_addr)
+    except OSError:
+        port = free_port()
+    env = _base_env(world_size, master_addr, port)
+    logs = [run_dir / f"rank{r}.log" for r in range(world_size)]
+    procs: list[subprocess.Popen] = []
+    t0 = time.monotonic()
+    try:
+        if rank_prefix is None:
+            procs.append(_start_torchrun(module, args, world_size, master_addr, port, env, run_dir))
+            log.info(
+                "torchrun: %d ranks of %s (rendezvous %s:%d), logs in %s",
+                world_size,
+                module,
+                master_addr,
+                port,
+                run_dir,
+            )
+
+            def describe(_i, code):  # torchrun's summary names the first failing rank
+                text = _tail(run_dir / "torchrun.log", 20000)
+                m = _ROOT_CAUSE.search(text.split("Root Cause", 1)[-1])
+                return (int(m.group(1)), int(m.group(2))) if m else (None, code)
+
+            try:
+                _wait(procs, [run_dir / "torchrun.log"], timeout_s, t0, describe)
+            except LaunchError as e:
+                kill_all(procs)
+                _collect_torchrun_logs(run_dir, world_size)
+                r = e.rank if e.rank is not None and not isinstance(e, LaunchTimeout) else 0
+                tail = _tail(logs[r]) or e.log_tail
+                if isinstance(e, LaunchTimeout):
+                    raise LaunchTimeout(
+                        f"run timed out after {timeout_s:.0f} s; ranks still running: "
+                        f"{list(range(world_size))}; rank 0 log ends:\n{tail}",
+                        rank=0,
+                        log_tail=tail,
+                    ) from None
+                raise LaunchError(
+                    f"rank {e.rank} exited with code {e.returncode}; its log ends:\n{tail}",
+                    rank=e.rank,
+                    returncode=e.returncode,
+                    log_tail=tail,
+                ) from None
+            finally:
+                kill_all(procs)
+                _collect_torchrun_logs(run_dir, world_size)
+            return
+        for r in range(world_size):
+            renv = dict(
+                env, RANK=str(r), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="1", GROUP_RANK=str(r)
+            )
+            if rank_env is not None:
+                renv.update({k: str(v) for k, v in rank_env[r].items()})
+            cmd = [*rank_prefix[r], sys.executable, "-m", module, *args]
+            with open(logs[r], "wb") as out:
+                procs.append(
+                    subprocess.Popen(
+                        cmd,
+                        env=renv,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        cwd=str(_REPO_ROOT),
+                        start_new_session=True,
+                    )
+                )
+        log.info("launched %d ranks of %s (port %d), logs in %s", world_size, module, port, run_dir)
+        _wait(procs, logs, timeout_s, t0, lambda r, c: (r, c))
+    finally:  # error, timeout, Ctrl-C: no rank survives its launcher
+        kill_all(procs)
+
+
+def _start_torchrun(module, args, world_size, master_addr, port, env, run_dir) -> subprocess.Popen:
+    env = dict(env)
+    if master_addr in ("127.0.0.1", "localhost", "::1"):
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo's listeners on loopback too
+    cmd = [
+        sys.executable,
+        "-m",
+        "system.runtime.torchrun",
+        "--nnodes",
+        "1",
+        "--nproc-per-node",
+        str(world_size),
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"{master_addr}:{port}",
+        "--rdzv-id",
+        f"dtfm-{os.getpid()}-{port}",
+        "--local-addr",
+        master_addr,
+        "--max-restarts",
+        "0",
+        "--monitor-interval",
+        "0.1",
+        "--log-dir",
+        str(run_dir / "torchrun"),
+        "--redirects",
+        "3",
+        "-m",
+        module,
+        *args,
+    ]
+    with open(run_dir / "torchrun.log", "wb") as out:
+        return subprocess.Popen(
+            cmd,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=str(_REPO_ROOT),
+            start_new_session=True,
+        )
+
+
+def _collect_torchrun_logs(run_dir: Path, world_size: int) -> None:
+    """torchrun's ``<log-dir>/<run>/attempt_0/<local rank>/std{out,err}.log`` -> rank<i>.log."""
+    for r in range(world_size):
+        parts = sorted((run_dir / "torchrun").glob(f"*/attempt_*/{r}/std*.log"))
+        text = "".join(_tail(p, 10**7) for p in parts)
+        (run_dir / f"rank{r}.log").write_text(text)
+
+
 def launch(
     spec: RunSpec,
     *,
@@ -97,100 +353,51 @@ def launch(
     timeout_s: float = 600.0,
     log_dir: str | Path | None = None,
 ) -> dict:
-    """Run ``spec`` with one local process per rank; return rank 0's metrics dict.
+    """Run ``spec`` (:func:`run_ranks` with our runtime's worker); return rank 0's metrics dict.
 
     Args:
         spec: the run; validated here, before any process starts.
         world_size: processes to start (default ``spec.pp * spec.dp``; must equal it).
-        rank_prefix: per rank, a command prefix (e.g. ``["ip", "netns", "exec", "dtfm-3"]``).
-        rank_env: per rank, extra environment variables (e.g. ``GLOO_SOCKET_IFNAME``).
-        master_addr, master_port: rendezvous of rank 0 (port: a free local port by default).
-        timeout_s: wall-clock limit for the whole run; all ranks are killed when it passes.
+        rank_prefix, rank_env, master_addr, master_port, timeout_s: as :func:`run_ranks`.
         log_dir: keep ``spec.json`` and per-rank ``rank<i>.log`` here (default: a temp folder).
 
     Raises:
         ValueError: bad spec or per-rank lists of the wrong length.
-        RuntimeError: a rank failed or the run timed out (message has the rank's stderr tail).
+        LaunchError (a RuntimeError): a rank failed or the run timed out (with its log tail).
     """
     world_size = spec.world_size if world_size is None else int(world_size)
     spec.validate(world_size)
-    for name, lst in (("rank_prefix", rank_prefix), ("rank_env", rank_env)):
-        if lst is not None and len(lst) != world_size:
-            raise ValueError(f"launch: {name} has {len(lst)} entries, world_size is {world_size}")
-    if timeout_s <= 0:
-        raise ValueError(f"launch: timeout_s must be > 0, got {timeout_s}")
-
     tmp = tempfile.TemporaryDirectory(prefix="dtfm-run-") if log_dir is None else None
     run_dir = Path(tmp.name if tmp else log_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    metrics_path = Path(spec.metrics_out) if spec.metrics_out else run_dir / "metrics.json"
-    metrics_path.unlink(missing_ok=True)
-    wspec = replace(spec.resolved(), metrics_out=str(metrics_path.resolve()))
-    spec_path = run_dir / "spec.json"
-    spec_path.write_text(wspec.to_json())
-    port = master_port or free_port()
-
-    base_env = dict(os.environ)
-    base_env.update(
-        OMP_NUM_THREADS="1",
-        MKL_NUM_THREADS="1",
-        WORLD_SIZE=str(world_size),
-        MASTER_ADDR=master_addr,
-        MASTER_PORT=str(port),
-        PYTHONUNBUFFERED="1",
-    )
-    base_env["PYTHONPATH"] = os.pathsep.join(
-        [str(_REPO_ROOT)] + [p for p in base_env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    )
-
-    procs: list[subprocess.Popen] = []
-    logs: list[Path] = []
-    t0 = time.monotonic()
     try:
-        for rank in range(world_size):
-            env = dict(base_env, RANK=str(rank), LOCAL_RANK=str(rank))
-            if rank_env is not None:
-                env.update({k: str(v) for k, v in rank_env[rank].items()})
-            cmd = list(rank_prefix[rank]) if rank_prefix is not None else []
-            cmd += [sys.executable, "-m", "system.runtime.worker", str(spec_path.resolve())]
-            logs.append(run_dir / f"rank{rank}.log")
-            with open(logs[-1], "wb") as out:
-                procs.append(
-                    subprocess.Popen(
-                        cmd,
-                        env=env,
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        cwd=str(_REPO_ROOT),
-                        start_new_session=True,
-                    )
-                )
-        log.info("launched %d ranks (port %d), logs in %s", world_size, port, run_dir)
-        while True:
-            codes = [p.poll() for p in procs]
-            bad = [r for r, c in enumerate(codes) if c not in (None, 0)]
-            if bad:
-                r = bad[0]
-                raise RuntimeError(
-                    f"rank {r} exited with code {codes[r]}; its log ends:\n{_tail(logs[r])}"
-                )
-            if all(c == 0 for c in codes):
-                break
-            if time.monotonic() - t0 > timeout_s:
-                waiting = [r for r, c in enumerate(codes) if c is None]
-                raise RuntimeError(
-                    f"run timed out after {timeout_s:.0f} s; ranks still running: "
-                    f"{waiting}; rank {waiting[0]} log ends:\n{_tail(logs[waiting[0]])}"
-                )
-            time.sleep(0.05)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        metrics_path = Path(spec.metrics_out) if spec.metrics_out else run_dir / "metrics.json"
+        metrics_path.unlink(missing_ok=True)
+        wspec = replace(spec.resolved(), metrics_out=str(metrics_path.resolve()))
+        spec_path = run_dir / "spec.json"
+        spec_path.write_text(wspec.to_json())
+        t0 = time.monotonic()
+        run_ranks(
+            "system.runtime.worker",
+            [str(spec_path.resolve())],
+            world_size=world_size,
+            rank_prefix=rank_prefix,
+            rank_env=rank_env,
+            master_addr=master_addr,
+            master_port=master_port,
+            timeout_s=timeout_s,
+            log_dir=run_dir,
+        )
         if not metrics_path.exists():
-            raise RuntimeError(
-                f"all ranks exited 0 but rank 0 wrote no metrics; log ends:\n{_tail(logs[0])}"
+            raise LaunchError(
+                "all ranks exited 0 but rank 0 wrote no metrics; log ends:\n"
+                f"{_tail(run_dir / 'rank0.log')}",
+                rank=0,
+                returncode=0,
             )
         metrics = json.loads(metrics_path.read_text())
         metrics["launch_wall_s"] = time.monotonic() - t0
         return metrics
-    finally:  # error, timeout, Ctrl-C: no rank survives its launcher
-        _kill_all(procs)
+    finally:
         if tmp is not None:
             tmp.cleanup()

@@ -18,7 +18,7 @@ from pathlib import Path
 from system.assignment import Assignment, identity_assignment, random_assignment
 from system.workload import GPTConfig, Workload, get_model
 
-__all__ = ["RunSpec", "DP_MODES", "LAYOUTS", "STARTS"]
+__all__ = ["SpecBase", "RunSpec", "DP_MODES", "LAYOUTS", "STARTS"]
 
 DP_MODES = ("sharded_ps", "allreduce")
 STARTS = ("barrier", "clock")
@@ -26,9 +26,12 @@ LAYOUTS = ("identity", "random")
 OPTIMIZERS = ("adamw", "sgd")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunSpec:
-    """One training run of our runtime (paper §3.5)."""
+@dataclass(frozen=True, kw_only=True)  # no slots: callers read defaults as BaselineSpec.lr
+class SpecBase:
+    """What every multi-rank training run names, ours (:class:`RunSpec`) and the baselines'
+    (``baselines.grid.BaselineSpec``): the model and its shape overrides, the parallel layout,
+    the batch, the optimizer's seed and rate, the device and how iterations start. The
+    workers of both read it from one JSON file under the same launcher."""
 
     model: str = "debug"  # key of system.workload.MODELS
     layers: int | None = None  # num_layers override
@@ -40,25 +43,9 @@ class RunSpec:
     global_batch_size: int = 8  # sequences per iteration
     micro_batch_size: int = 1  # sequences per micro-batch
     iters: int = 3
-    # iterations left out of the reported medians (connections, allocator and caches warm up;
-    # on emulated WAN links the second iteration is still up to 30% slow with 8 ranks)
-    warmup_iters: int = 1
     seed: int = 0
-    lr: float = 3e-3
-    optimizer: str = "adamw"  # adamw | sgd
-    stages: list[list[int]] | None = None  # assignment table; None = from layout
-    layout: str = "identity"  # identity | random (used when stages is None)
-    dp_mode: str = "sharded_ps"  # sharded_ps | allreduce
-    bucket_mb: float = 25.0  # gradient bucket size (MiB of fp32)
-    checkpointing: bool = False  # recompute block activations in backward
-    device: str = "cpu"  # cpu | cuda
-    amp: bool = False  # fp16 autocast (CUDA only)
-    loss_scale: float | None = None  # static/initial loss scale; None = 2**16 with amp, else 1
-    dynamic_loss_scale: bool = True  # halve on overflow, double after 1000 clean steps
-    # micro-batch receives posted ahead of compute; None = all of the pass at its start (GPipe
-    # keeps every micro-batch's boundary tensors anyway, and a receive posted late delays its
-    # sender by one notice crossing the link, α)
-    recv_ahead: int | None = None
+    lr: float = 3e-3  # AdamW, betas (0.9, 0.999), no weight decay
+    device: str = "cpu"  # cpu (gloo) | cuda (NCCL)
     # how every rank starts an iteration: "barrier" (leave a barrier; ranks leave it up to a
     # few link delays apart, and each times itself from its own exit) or "clock" (after the
     # barrier rank 0 names a wall-clock instant ``start_margin_s`` ahead and every rank starts
@@ -66,6 +53,65 @@ class RunSpec:
     # one machine, as in the WAN emulation, or NTP-synced hosts)
     start: str = "barrier"
     start_margin_s: float = 1.0
+
+    def gpt_config(self) -> GPTConfig:
+        cfg = get_model(self.model, self.layers)
+        over = {
+            k: getattr(self, k)
+            for k in ("hidden_size", "seq_length", "vocab_size")
+            if getattr(self, k) is not None
+        }
+        return replace(cfg, **over) if over else cfg
+
+    def check_shared(self, where: str) -> None:
+        """One ValueError, prefixed ``where``, for a bad shared field (each spec checks more)."""
+        if self.pp < 1 or self.dp < 1:
+            raise ValueError(f"{where}: pp={self.pp} and dp={self.dp} must both be >= 1")
+        for k in ("iters", "global_batch_size", "micro_batch_size"):
+            if getattr(self, k) < 1:
+                raise ValueError(f"{where}: {k} must be >= 1, got {getattr(self, k)}")
+        if self.device not in ("cpu", "cuda"):
+            raise ValueError(f"{where}: device {self.device!r} must be 'cpu' or 'cuda'")
+        if self.start not in STARTS:
+            raise ValueError(f"{where}: start {self.start!r} is not one of {STARTS}")
+        if not self.start_margin_s > 0:
+            raise ValueError(f"{where}: start_margin_s must be > 0, got {self.start_margin_s}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict):
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"{cls.__name__}: unknown field(s) {unknown}; known: {sorted(known)}")
+        return cls(**data)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunSpec(SpecBase):
+    """One training run of our runtime (paper §3.5)."""
+
+    # iterations left out of the reported medians (connections, allocator and caches warm up;
+    # on emulated WAN links the second iteration is still up to 30% slow with 8 ranks)
+    warmup_iters: int = 1
+    optimizer: str = "adamw"  # adamw | sgd
+    stages: list[list[int]] | None = None  # assignment table; None = from layout
+    layout: str = "identity"  # identity | random (used when stages is None)
+    dp_mode: str = "sharded_ps"  # sharded_ps | allreduce
+    bucket_mb: float = 25.0  # gradient bucket size (MiB of fp32)
+    checkpointing: bool = False  # recompute block activations in backward
+    amp: bool = False  # fp16 autocast (CUDA only)
+    loss_scale: float | None = None  # static/initial loss scale; None = 2**16 with amp, else 1
+    dynamic_loss_scale: bool = True  # halve on overflow, double after 1000 clean steps
+    # micro-batch receives posted ahead of compute; None = all of the pass at its start (GPipe
+    # keeps every micro-batch's boundary tensors anyway, and a receive posted late delays its
+    # sender by one notice crossing the link, α)
+    recv_ahead: int | None = None
     probe_links: bool = False  # time one activation transfer per pipeline link before training
     trace_path: str | None = None  # Chrome trace JSON (merged over ranks) if set
     metrics_out: str | None = None  # rank 0 writes its metrics JSON here
@@ -76,15 +122,6 @@ class RunSpec:
     @property
     def world_size(self) -> int:
         return self.pp * self.dp
-
-    def gpt_config(self) -> GPTConfig:
-        cfg = get_model(self.model, self.layers)
-        over = {
-            k: getattr(self, k)
-            for k in ("hidden_size", "seq_length", "vocab_size")
-            if getattr(self, k) is not None
-        }
-        return replace(cfg, **over) if over else cfg
 
     def workload(self) -> Workload:
         return Workload(
@@ -107,15 +144,12 @@ class RunSpec:
     # ---- checks --------------------------------------------------------------------------------
     def validate(self, world_size: int | None = None) -> None:
         """Raise one ValueError naming the bad input; ``world_size`` = processes to be started."""
-        if self.pp < 1 or self.dp < 1:
-            raise ValueError(f"RunSpec: pp={self.pp} and dp={self.dp} must both be >= 1")
+        self.check_shared("RunSpec")
         if world_size is not None and world_size != self.pp * self.dp:
             raise ValueError(
                 f"RunSpec: pp·dp = {self.pp}·{self.dp} = {self.pp * self.dp} "
                 f"does not equal world_size={world_size}"
             )
-        if self.iters < 1:
-            raise ValueError(f"RunSpec: iters must be >= 1, got {self.iters}")
         if self.warmup_iters < 0:
             raise ValueError(f"RunSpec: warmup_iters must be >= 0, got {self.warmup_iters}")
         if self.layout not in LAYOUTS:
@@ -124,18 +158,12 @@ class RunSpec:
             raise ValueError(f"RunSpec: dp_mode {self.dp_mode!r} is not one of {DP_MODES}")
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"RunSpec: optimizer {self.optimizer!r} is not one of {OPTIMIZERS}")
-        if self.device not in ("cpu", "cuda"):
-            raise ValueError(f"RunSpec: device {self.device!r} must be 'cpu' or 'cuda'")
         if self.amp and self.device != "cuda":
             raise ValueError(
                 "RunSpec: amp=True needs device='cuda' (fp16 autocast on CPU is not used)"
             )
         if self.recv_ahead is not None and self.recv_ahead < 1:
             raise ValueError(f"RunSpec: recv_ahead must be None or >= 1, got {self.recv_ahead}")
-        if self.start not in STARTS:
-            raise ValueError(f"RunSpec: start {self.start!r} is not one of {STARTS}")
-        if not self.start_margin_s > 0:
-            raise ValueError(f"RunSpec: start_margin_s must be > 0, got {self.start_margin_s}")
         if self.bucket_mb <= 0:
             raise ValueError(f"RunSpec: bucket_mb must be > 0, got {self.bucket_mb}")
         self.workload().check_layout(self.pp, self.dp)  # layers % pp, batch % (dp·micro)
@@ -150,21 +178,7 @@ class RunSpec:
                     f"run asks for pp={self.pp}, dp={self.dp}"
                 )
 
-    # ---- JSON ----------------------------------------------------------------------------------
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=1, sort_keys=True)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> RunSpec:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"RunSpec: unknown field(s) {unknown}; known: {sorted(known)}")
-        return cls(**data)
-
+    # ---- JSON (to_dict, to_json, from_dict: SpecBase) ---------------------------------------
     @classmethod
     def load(cls, path: str | Path) -> RunSpec:
         return cls.from_dict(json.loads(Path(path).read_text()))

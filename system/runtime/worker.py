@@ -1,7 +1,9 @@
 """One rank of a training run: ``python -m system.runtime.worker SPEC.json`` (paper §3.5).
 
 Reads ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT`` (and ``LOCAL_RANK`` for the GPU)
-from the environment, as :func:`system.runtime.launch.launch` and ``torchrun`` set them. Per
+from the environment torchrun sets (:mod:`system.runtime.launch` starts it under torchrun, or
+sets the same variables where each rank runs in its own network namespace); the scheduler's
+assignment maps global rank ``i`` to device ``i`` (``spec.stages``). Per
 iteration: zero the flat gradient buckets, post the DP exchange's first receives, start (a
 barrier, or one wall-clock instant with ``spec.start == "clock"``), GPipe forward/backward over
 the replica's micro-batches, per-stage data-parallel exchange, (loss-scale check), optimizer
@@ -29,6 +31,7 @@ from system.runtime.model import build_stage
 from system.runtime.p2p import P2P
 from system.runtime.pipeline import gpipe_iteration
 from system.runtime.spec import RunSpec
+from system.runtime.store import bind_to_advertised_address
 from system.runtime.timeline import Timeline, merge_traces
 
 log = logging.getLogger(__name__)
@@ -115,6 +118,7 @@ def run_worker(spec: RunSpec, rank: int, world_size: int) -> dict | None:
     else:
         device = torch.device("cpu")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    bind_to_advertised_address()  # rank 0's store: MASTER_ADDR only, never every interface
     dist.init_process_group(
         "nccl" if use_cuda else "gloo",
         rank=rank,

@@ -1,0 +1,117 @@
+"""Wall time of a sweep under Hydra's serial launcher vs the joblib launcher, side by side.
+
+    python repro/bench_launchers.py                       # sweep=smoke, 2 rounds
+    python repro/bench_launchers.py sweep=smoke rounds=3 n_jobs=2
+
+Each round runs ``python repro/run.py -m sweep=<sweep>`` once with the default (basic, serial)
+launcher and once with ``hydra/launcher=joblib``, alternating which goes first, each into a fresh
+results folder, so both see the same machine load. Prints per-run wall times (the whole command:
+Python start, every job, the report at the end), the medians and their ratio serial/joblib,
+and checks both launchers wrote the same rows (same run ids; the sweep is seeded). The joblib
+speed-up is bounded by the free cores: the load average is printed with the table.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LAUNCHERS = {"serial": [], "joblib": ["hydra/launcher=joblib"]}
+
+__all__ = ["run_sweep", "main"]
+
+_JOBS_S = re.compile(r"sweep \S+: .* in (\d+) s;")
+
+
+def run_sweep(
+    sweep: str,
+    launcher: str,
+    results_dir: Path,
+    *,
+    n_jobs: int | None = None,
+    overrides: list[str] | None = None,
+    timeout_s: float = 900.0,
+) -> tuple[float, set[str]]:
+    """Run one sweep; returns (wall seconds, run ids in its runs.csv). The command's output is
+    kept in ``results_dir/sweep.log``."""
+    extra = list(LAUNCHERS[launcher]) + list(overrides or [])
+    if launcher == "joblib" and n_jobs is not None:
+        extra.append(f"hydra.launcher.n_jobs={n_jobs}")
+    cmd = [
+        sys.executable,
+        "repro/run.py",
+        "-m",
+        f"sweep={sweep}",
+        f"results_dir={results_dir}",
+        f"hydra.sweep.dir={results_dir}/multirun",
+        *extra,
+    ]
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "WANDB_MODE": "disabled",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
+    wall_s = time.perf_counter() - t0
+    (results_dir / "sweep.log").write_text(p.stdout + p.stderr)
+    if p.returncode != 0:
+        raise RuntimeError(f"{launcher} sweep failed ({p.returncode}):\n{p.stderr[-2000:]}")
+    lines = (results_dir / "runs.csv").read_text().splitlines()
+    col = lines[0].split(",").index("run_id")
+    return wall_s, {ln.split(",")[col] for ln in lines[1:]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = dict(a.split("=", 1) for a in (sys.argv[1:] if argv is None else argv))
+    unknown = set(args) - {"sweep", "rounds", "n_jobs"}
+    if unknown:
+        print(
+            f"error: unknown argument(s) {sorted(unknown)}; known: sweep, rounds, n_jobs",
+            file=sys.stderr,
+        )
+        return 2
+    sweep, rounds = args.get("sweep", "smoke"), int(args.get("rounds", 2))
+    n_jobs = int(args["n_jobs"]) if "n_jobs" in args else None
+    if rounds < 1:
+        print(f"error: rounds must be >= 1, got {rounds}", file=sys.stderr)
+        return 2
+    walls: dict[str, list[float]] = {k: [] for k in LAUNCHERS}
+    ids: dict[str, set[str]] = {}
+    print(f"sweep={sweep}, {os.cpu_count()} cores, load average before: {os.getloadavg()[0]:.2f}")
+    # jobs_s: from the first job's start to the last job's end (the sweep's own summary line);
+    # the rest of wall_s is Python/Hydra start-up and the report, which no launcher parallelises
+    print(f"{'round':>5} {'launcher':>8} {'wall_s':>8} {'jobs_s':>7} {'load':>5}")
+    with tempfile.TemporaryDirectory(prefix="dtfm-bench-launchers-") as tmp:
+        for r in range(rounds):
+            order = list(LAUNCHERS) if r % 2 == 0 else list(reversed(LAUNCHERS))
+            for name in order:
+                wall_s, got = run_sweep(sweep, name, Path(tmp) / f"{name}{r}", n_jobs=n_jobs)
+                walls[name].append(wall_s)
+                if ids.setdefault(name, got) != got:
+                    raise RuntimeError(f"{name}: round {r} wrote different run ids")
+                m = _JOBS_S.search((Path(tmp) / f"{name}{r}" / "sweep.log").read_text())
+                jobs = f"{float(m.group(1)):7.0f}" if m else f"{'?':>7}"
+                print(f"{r:>5} {name:>8} {wall_s:8.2f} {jobs} {os.getloadavg()[0]:5.2f}")
+    if ids["serial"] != ids["joblib"]:
+        raise RuntimeError("serial and joblib sweeps wrote different rows")
+    med = {k: statistics.median(v) for k, v in walls.items()}
+    print(
+        f"median wall: serial {med['serial']:.2f} s, joblib {med['joblib']:.2f} s; "
+        f"serial/joblib = {med['serial'] / med['joblib']:.2f}x "
+        f"({len(ids['serial'])} rows each, identical run ids); "
+        f"load average after: {os.getloadavg()[0]:.2f}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

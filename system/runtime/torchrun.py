@@ -1,0 +1,27 @@
+"""``torchrun`` whose rendezvous stores listen only on the address they advertise.
+
+    python -m system.runtime.torchrun [torchrun options] -m system.runtime.worker SPEC.json
+
+Exactly ``torchrun`` (``torch.distributed.run``), after :func:`system.runtime.store.
+bind_to_advertised_address`: the agent's rendezvous store and the workers' store listen on the
+``--rdzv-endpoint`` / ``--master-addr`` host and the ``--local-addr`` address, not on every
+interface. One host: ``--rdzv-endpoint 127.0.0.1:PORT --local-addr 127.0.0.1`` (what
+:func:`system.runtime.launch.run_ranks` passes); several hosts: the host's own address.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from system.runtime.store import bind_to_advertised_address
+
+
+def main(argv: list[str] | None = None) -> None:
+    from torch.distributed import run
+
+    bind_to_advertised_address()
+    run.main(sys.argv[1:] if argv is None else argv)
+
+
+if __name__ == "__main__":
+    main()

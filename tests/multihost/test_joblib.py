@@ -1,0 +1,35 @@
+"""Hydra's joblib launcher runs a sweep's jobs in parallel processes: same rows as the serial
+launcher, one ledger entry per job, the report built once at the end (the wall-time comparison
+is a benchmark: ``python repro/bench_launchers.py``)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pandas as pd
+import pytest
+
+from repro.bench_launchers import run_sweep
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        importlib.util.find_spec("hydra_plugins.hydra_joblib_launcher") is None,
+        reason="pip install hydra-joblib-launcher",
+    ),
+]
+
+
+def test_joblib_sweep_writes_the_serial_sweeps_rows(tmp_path):
+    extra = ["case=4,5", "batch=1024", "repeats=1"]
+    _, serial = run_sweep("smoke", "serial", tmp_path / "serial", overrides=extra)
+    _, par = run_sweep("smoke", "joblib", tmp_path / "joblib", n_jobs=2, overrides=extra)
+    assert par == serial and len(par) > 0
+    assert len(list((tmp_path / "joblib" / "jobs").glob("*.json"))) == 2
+    a = pd.read_csv(tmp_path / "serial" / "runs.csv").sort_values("run_id")
+    b = pd.read_csv(tmp_path / "joblib" / "runs.csv").sort_values("run_id")
+    pd.testing.assert_series_equal(  # seeded: the same numbers (NaN: infeasible points)
+        a["iter_time_s"].reset_index(drop=True), b["iter_time_s"].reset_index(drop=True)
+    )
+    log = (tmp_path / "joblib" / "sweep.log").read_text()
+    assert log.count("REPORT.md:") == 1
