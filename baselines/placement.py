@@ -23,28 +23,43 @@ The topology search, per configuration (tp, pp, dp):
    inside a region when dp·tp fits one and the pipeline walks the region path) and
    ``replica-major`` (each pipeline replica contiguous, so a pipeline sits inside a region when
    pp·tp fits one and the DP rings walk the region path).
-3. Every distinct candidate (at most 8; launch order is one of them) is simulated and the fastest
-   kept, so ``topology`` is never slower than ``launch`` for a configuration.
+3. The distinct candidates (at most 8) are ranked by a communication cost in the style of the
+   scheduler's (:mod:`system.cost.model`): per micro-batch, activations forward and gradients
+   back over the slowest stage boundary, plus the fill/drain over all boundaries, plus the
+   slowest DP ring all-reduce of a stage's gradients
+   (:func:`system.simulator.comm.ring_collective_s`). Launch order and the ``SIMULATE_TOP`` best
+   ranked others are simulated in full and the fastest kept, so ``topology`` is never slower
+   than ``launch`` for a configuration.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from baselines.space import BaselineConfig
 from system.cluster import Cluster
 from system.cost.tsp import open_tsp_path
+from system.simulator.comm import ring_collective_s
 from system.simulator.result import SimResult
 from system.workload import Workload, stage_gradient_params
 
-__all__ = ["PLACEMENTS", "RankMap", "launch_map", "candidate_maps", "search_placement"]
+__all__ = [
+    "PLACEMENTS",
+    "RankMap",
+    "launch_map",
+    "candidate_maps",
+    "search_placement",
+    "place_and_simulate",
+    "proxy_cost_s",
+]
 
 PLACEMENTS = ("launch", "topology")
 MAX_RING_REGIONS = 9  # exhaustive bottleneck ring: (R − 1)! orders, 40,320 at 9
+SIMULATE_TOP = 2  # topology candidates simulated in full per configuration (besides launch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,16 +163,42 @@ def candidate_maps(cluster: Cluster, workload: Workload, config: BaselineConfig)
     return out
 
 
+def proxy_cost_s(
+    cluster: Cluster, workload: Workload, config: BaselineConfig, devices: tuple[int, ...]
+) -> float:
+    """The ranking cost of step 3 of the module docstring (seconds; not an iteration time)."""
+    tp, pp, dp = config.tp, config.pp, config.dp
+    grid = np.asarray(devices).reshape(pp, dp, tp)
+    model = workload.model
+    total = 0.0
+    if pp > 1:
+        act = config.micro_batch_size * model.seq_length * model.hidden_size
+        link = cluster.link_time_s(act * workload.activation_bytes / tp)
+        fwd = link[grid[:-1], grid[1:]].max(axis=(1, 2))  # slowest replica per boundary
+        bwd = link[grid[1:], grid[:-1]].max(axis=(1, 2))
+        m = workload.global_batch_size // (dp * config.micro_batch_size)
+        total += m * float((fwd + bwd).max()) + float((fwd + bwd).sum())
+    if dp > 1:
+        grads = np.asarray(stage_gradient_params(model, pp)) * workload.gradient_bytes / tp
+        rings = grid.transpose(0, 2, 1).reshape(-1, dp)
+        total += float(ring_collective_s(cluster, rings, np.repeat(grads, tp)).max())
+    return total
+
+
 def search_placement(
     cluster: Cluster,
     workload: Workload,
     config: BaselineConfig,
     simulate: Callable[[RankMap], SimResult],
+    top: int = SIMULATE_TOP,
 ) -> tuple[SimResult, RankMap]:
-    """The fastest of :func:`candidate_maps` under ``simulate`` (a configuration's simulator with
-    the rank map bound), with the map that gave it; ties keep the earlier candidate (launch)."""
+    """The fastest under ``simulate`` (a configuration's simulator with the rank map bound) of
+    launch order and the ``top`` candidates of :func:`candidate_maps` with the lowest
+    :func:`proxy_cost_s`, with the map that gave it; ties keep launch order."""
+    cands = candidate_maps(cluster, workload, config)
+    ranked = sorted(cands[1:], key=lambda c: proxy_cost_s(cluster, workload, config, c.devices))
     best: tuple[SimResult, RankMap] | None = None
-    for cand in candidate_maps(cluster, workload, config):
+    for cand in [cands[0], *ranked[:top]]:
         res = simulate(cand)
         if best is None or res.iter_time_s < best[0].iter_time_s - 1e-9:
             best = (res, cand)
@@ -174,24 +215,50 @@ def place_and_simulate(
     config: BaselineConfig,
     placement: str,
     simulate: Callable[[RankMap], SimResult],
-    fits: bool = True,
+    memory_bytes: float,
+    usable_bytes: float,
+    cache: dict | None = None,
 ) -> SimResult:
     """``simulate`` ``config`` under ``placement`` (``launch`` or ``topology``) and record it.
 
     The result's ``config`` gains ``placement``; its ``breakdown`` the ``rank_map`` (device of
-    each launch rank) and ``placement_how``. A configuration over memory (``fits`` False) is not
-    searched: it is simulated in launch order and marked so.
+    each launch rank) and ``placement_how``. A configuration over memory (``memory_bytes`` >
+    ``usable_bytes``) is not simulated: an ``oom`` result records it. ``cache`` (a dict shared
+    between calls) keeps each (configuration, rank map)'s simulation, so the launch-order map
+    is simulated once for both protocols.
     """
     if placement not in PLACEMENTS:
         raise ValueError(f"baseline_placement must be one of {PLACEMENTS}, got {placement!r}")
-    if placement == "launch" or not fits:
+    if memory_bytes > usable_bytes:
+        return SimResult(
+            system=config.system,
+            iter_time_s=float("nan"),
+            compute_time_s=float("nan"),
+            model_flops=workload.model_flops(recompute=True),
+            memory_bytes=memory_bytes,
+            config={**config.to_dict(), "placement": placement},
+            breakdown={
+                "rank_map": list(range(cluster.num_devices)),
+                "placement_how": "not simulated (over memory)",
+                "variant": config.variant,
+            },
+            status="oom",
+        )
+    memo = {} if cache is None else cache
+
+    def cached(rm: RankMap) -> SimResult:
+        key = (config, rm.devices)
+        if key not in memo:
+            memo[key] = simulate(rm)
+        r = memo[key]
+        return replace(r, config=dict(r.config), breakdown=dict(r.breakdown))
+
+    if placement == "launch":
         rm = launch_map(cluster)
-        res = simulate(rm)
-        how = rm.how if placement == "launch" else "not searched (over memory)"
+        res = cached(rm)
     else:
-        res, rm = search_placement(cluster, workload, config, simulate)
-        how = rm.how
+        res, rm = search_placement(cluster, workload, config, cached)
     res.config["placement"] = placement
     res.breakdown["rank_map"] = list(rm.devices)
-    res.breakdown["placement_how"] = how
+    res.breakdown["placement_how"] = rm.how
     return res

@@ -145,9 +145,11 @@ def grid_search_deepspeed(
     placement: str = "launch",
     recompute: tuple[str, ...] = RECOMPUTE_MODES,
     transport: Transport = NCCL,
+    cache: dict | None = None,
 ) -> GridResult:
     """Both variants over their grids under ``placement`` (:mod:`baselines.placement`); the best
-    is the fastest feasible of either."""
+    is the fastest feasible of either. ``cache``: as for
+    :func:`baselines.megatron.perf.grid_search_megatron`."""
     configs = deepspeed_space(cluster, workload, recompute)
     if not configs:
         raise ValueError(
@@ -161,9 +163,10 @@ def grid_search_deepspeed(
                 cluster, workload, c, hardware, transport, rank_map=rm.devices
             )
 
-        fits = config_memory_bytes(c, workload) <= hardware.usable_memory_bytes
-        return place_and_simulate(cluster, workload, c, placement, sim, fits)
+        mem = config_memory_bytes(c, workload)
+        usable = hardware.usable_memory_bytes
+        return place_and_simulate(cluster, workload, c, placement, sim, mem, usable, cache)
 
     results = [one(c) for c in configs]
-    assert all(np.isfinite(r.iter_time_s) for r in results)
+    assert all(np.isfinite(r.iter_time_s) for r in results if r.status == "ok")
     return pick_best(results, f"deepspeed on {cluster.name}")

@@ -83,9 +83,12 @@ def grid_search_megatron(
     placement: str = "launch",
     recompute: tuple[str, ...] = RECOMPUTE_MODES,
     transport: Transport = NCCL,
+    cache: dict | None = None,
 ) -> GridResult:
     """Simulate every valid configuration under ``placement`` (``launch`` or ``topology``,
-    :mod:`baselines.placement`); the best is the fastest one that fits in memory."""
+    :mod:`baselines.placement`); the best is the fastest one that fits in memory. ``cache``: a
+    dict shared by calls on the same cluster, workload, hardware and transport (both protocols)
+    so that launch-order simulations are reused."""
     configs = megatron_space(cluster, workload, recompute)
     if not configs:
         raise ValueError(
@@ -98,7 +101,8 @@ def grid_search_megatron(
         def sim(rm):
             return simulate_megatron(cluster, workload, c, hardware, transport, rank_map=rm.devices)
 
-        fits = config_memory_bytes(c, workload) <= hardware.usable_memory_bytes
-        return place_and_simulate(cluster, workload, c, placement, sim, fits)
+        mem = config_memory_bytes(c, workload)
+        usable = hardware.usable_memory_bytes
+        return place_and_simulate(cluster, workload, c, placement, sim, mem, usable, cache)
 
     return pick_best([one(c) for c in configs], f"megatron on {cluster.name}")

@@ -5,16 +5,21 @@
     python repro/run.py case=all results_dir=DIR         # the full grid: 5 cases x 3 x 3
 
 For every (case, layers, batch): schedule our layout (cached per case and tasklet sizes), simulate
-ours, ours with random layouts (max(3, repeats) seeded rank maps), Megatron's and DeepSpeed's
-whole configuration grids; print a table; write one row per (system, layout/config, batch,
-repeat) with :func:`system.results.make_row`, then ``fig3.png``, ``summary.csv`` and
-``claims.md`` into ``results_dir``. Everything is computed before anything is written, so bad
-input (unknown case, layers not divisible into stages, nothing fits in memory) raises one
-ValueError and leaves no half-written output. No torch import.
+ours, ours with random layouts (max(3, repeats) seeded rank maps), Megatron's and DeepSpeed's whole
+configuration grids under the paper's protocol (ranks in launch order) and, with
+``baseline_placement=topology`` (the default), also under the fair protocol (each configuration
+with its best topology-aware rank map, :mod:`baselines.placement`); every baseline row records its
+``placement`` and ``rank_map``; print a table with ours' speed-up under both protocols; write one
+row per (system, layout/config, batch, repeat) with :func:`system.results.make_row`, then
+``fig3.png``, ``summary.csv`` and ``claims.md`` into ``results_dir``. Everything is computed before
+anything is written, so bad input (unknown case, layers not divisible into stages, nothing fits in
+memory) raises one ValueError and leaves no half-written output.
+No torch import.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -26,6 +31,7 @@ from omegaconf import DictConfig, ListConfig
 
 from baselines.deepspeed.perf import grid_search_deepspeed
 from baselines.megatron.perf import grid_search_megatron
+from baselines.placement import PLACEMENTS
 from system.cases import get_case
 from system.cluster import Cluster
 from system.results import atomic_write_text, has_row, make_row, read_rows, write_rows
@@ -113,6 +119,10 @@ def _settings(cfg: DictConfig) -> list[tuple[str, int, int]]:
 def _row(key: dict, res: SimResult, cluster: Cluster, **extra) -> dict:
     c = res.config
     ok = res.status == "ok"
+    breakdown = {k: v for k, v in res.breakdown.items() if k not in ("rank_map", "placement_how")}
+    if "rank_map" in res.breakdown:  # baselines: where each launch rank ran
+        extra["rank_map"] = json.dumps(res.breakdown["rank_map"])
+        extra["placement_how"] = res.breakdown.get("placement_how")
     return make_row(
         key,
         status=res.status,
@@ -126,16 +136,20 @@ def _row(key: dict, res: SimResult, cluster: Cluster, **extra) -> dict:
         dp=c.get("dp"),
         micro_batch_size=c.get("micro_batch_size"),
         zero=c.get("zero", 0),
+        recompute=c.get("recompute", "full"),
         memory_gib=res.memory_bytes / 2**30,
         config=res.label(),
         mfu=res.pflops * 1e15 / (cluster.num_devices * V100.peak_flops) if ok else None,
-        **{f"sim_{k}": v for k, v in res.breakdown.items()},
+        **{f"sim_{k}": v for k, v in breakdown.items()},
         **extra,
     )
 
 
-def _simulate_setting(cfg, case, layers, batch, systems, schedules, repeats):
-    """All rows of one (case, layers, batch) and a summary line. Raises ValueError on bad input."""
+def _simulate_setting(cfg, case, layers, batch, systems, schedules, repeats, placement):
+    """All rows of one (case, layers, batch) and a summary line. Raises ValueError on bad input.
+
+    ``placement``: ``launch`` (baselines in launch order only) or ``topology`` (both protocols;
+    the summary's headline baseline is the topology-aware one, launch order goes beside it)."""
     variant = str(cfg.get("case_variant", "paper"))
     cluster = get_case(case, variant)
     model = get_model(str(cfg.get("model", "gpt3_xl")), layers)
@@ -185,7 +199,7 @@ def _simulate_setting(cfg, case, layers, batch, systems, schedules, repeats):
                 "dp": dp,
                 "repeat": r,
             }
-            rows.append(_row(key, ours, cluster, **info))
+            rows.append(_row(key, ours, cluster, placement="scheduled", **info))
     if "ours_random" in systems:  # the paper's random layouts: a new seeded rank map per run
         line["ours_random"] = []
         for k in range(max(MIN_RANDOM_LAYOUTS, repeats)):
@@ -204,25 +218,37 @@ def _simulate_setting(cfg, case, layers, batch, systems, schedules, repeats):
                 "repeat": k,
             }
             rows.append(
-                _row(key, res, cluster, scheduler="random_rank_map", layout=a.stages.tolist())
+                _row(
+                    key,
+                    res,
+                    cluster,
+                    scheduler="random_rank_map",
+                    placement="random",
+                    layout=a.stages.tolist(),
+                )
             )
+    protocols = ["launch"] if placement == "launch" else ["launch", "topology"]
+    cache: dict = {}  # (config, rank map) -> simulation, shared by the two protocols
     for name, search in (("megatron", grid_search_megatron), ("deepspeed", grid_search_deepspeed)):
         if name not in systems:
             continue
-        grid = search(cluster, workload)
-        line[name], line[f"{name}_why"] = grid.best, grid.why()
-        for res in grid.results:
-            for r in range(repeats):
-                key = {**base, "system": name, **res.config, "repeat": r}
-                rows.append(
-                    _row(
-                        key,
-                        res,
-                        cluster,
-                        is_best=res is grid.best,
-                        variant=res.breakdown.get("variant", name),
+        for protocol in protocols:
+            grid = search(cluster, workload, placement=protocol, cache=cache)
+            suffix = "" if protocol == placement else f"_{protocol}"
+            line[name + suffix], line[f"{name}{suffix}_why"] = grid.best, grid.why()
+            for res in grid.results:
+                for r in range(repeats):
+                    key = {**base, "system": name, **res.config, "repeat": r}
+                    rows.append(
+                        _row(
+                            key,
+                            res,
+                            cluster,
+                            is_best=res is grid.best,
+                            variant=res.breakdown.get("variant", name),
+                            placement=protocol,
+                        )
                     )
-                )
     return rows, line
 
 
@@ -238,56 +264,72 @@ def _paper_ratios() -> dict[str, str]:
 
 
 def _print_table(summary: pd.DataFrame, elapsed_s: float) -> None:
+    """One line per setting: ours, then each baseline under the paper's protocol (launch order)
+    and, when simulated, the fair one (topology-aware placement), ours' speed-up beside each."""
     from rich.console import Console
     from rich.table import Table
 
     t = Table(
-        title=f"simulated PFLOPS and iteration seconds (V100 model, "
-        f"{V100.achievable_fraction:.0%} of peak; x = ours' speed-up) - {elapsed_s:.1f} s"
+        title=f"simulated iteration seconds (V100 model, {V100.achievable_fraction:.0%} of "
+        f"peak; x = ours' speed-up; launch = the paper's protocol, topo = topology-aware "
+        f"baseline placement) - {elapsed_s:.1f} s"
     )
     cols = [
-        "case",
-        "L",
-        "batch",
-        "ours",
-        "ours s",
-        "random",
-        "Megatron (config)",
-        "Meg s",
-        "DeepSpeed (config)",
-        "DS s",
-        "x Meg",
-        "x DS",
-        "x rand",
-        "paper x Meg",
-        "paper x DS",
-        "paper x rand",
+        ("case", "right"),
+        ("L", "right"),
+        ("batch", "right"),
+        ("ours s", "right"),
+        ("random s", "right"),
+        ("Meg launch s", "right"),
+        ("Meg topo s (config)", "left"),
+        ("DS launch s", "right"),
+        ("DS topo s (config)", "left"),
+        ("x Meg launch", "right"),
+        ("x Meg topo", "right"),
+        ("x DS launch", "right"),
+        ("x DS topo", "right"),
+        ("x rand", "right"),
+        ("paper x Meg", "right"),
+        ("paper x DS", "right"),
     ]
-    for c in cols:
-        t.add_column(
-            c, justify="right" if c not in ("Megatron (config)", "DeepSpeed (config)") else "left"
-        )
-    f = lambda v, p=2: "—" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{v:.{p}g}"  # noqa: E731
-    for r in summary.itertuples(index=False):
+    for c, just in cols:
+        t.add_column(c, justify=just)
+    f = lambda v, p=3: "—" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{v:.{p}g}"  # noqa: E731
+    for r in summary.to_dict("records"):
+        topo = r.get("baseline_placement") == "topology"
+
+        def side(b: str, r=r, topo=topo) -> tuple[str, str, str, str]:
+            """(launch s, topo s + config, x launch, x topo) of baseline ``b``."""
+            head = f"{f(r.get(f'{b}_iter_time_s'))} ({r.get(f'{b}_config') or '—'})"
+            if topo:
+                return (
+                    f(r.get(f"{b}_launch_iter_time_s")),
+                    head,
+                    f(r.get(f"speedup_vs_{b}_launch"), 2),
+                    f(r.get(f"speedup_vs_{b}"), 2),
+                )
+            return head, "—", f(r.get(f"speedup_vs_{b}"), 2), "—"
+
+        meg, ds = side("megatron"), side("deepspeed")
         t.add_row(
-            r.case,
-            str(r.num_layers),
-            str(r.global_batch_size),
-            f(r.ours_pflops, 3),
-            f(r.ours_iter_time_s, 3),
-            f(r.ours_random_pflops, 3),
-            f"{f(r.megatron_pflops, 3)} ({r.megatron_config or '—'})",
-            f(r.megatron_iter_time_s, 3),
-            f"{f(r.deepspeed_pflops, 3)} ({r.deepspeed_config or '—'})",
-            f(r.deepspeed_iter_time_s, 3),
-            f(r.speedup_vs_megatron),
-            f(r.speedup_vs_deepspeed),
-            f(r.speedup_vs_random),
-            r.paper_vs_megatron,
-            r.paper_vs_deepspeed,
-            r.paper_vs_random,
+            str(r["case"]),
+            str(r["num_layers"]),
+            str(r["global_batch_size"]),
+            f(r.get("ours_iter_time_s")),
+            f(r.get("ours_random_iter_time_s")),
+            meg[0],
+            meg[1],
+            ds[0],
+            ds[1],
+            meg[2],
+            meg[3],
+            ds[2],
+            ds[3],
+            f(r.get("speedup_vs_random"), 2),
+            r.get("paper_vs_megatron", ""),
+            r.get("paper_vs_deepspeed", ""),
         )
-    Console(width=200, highlight=False).print(t)
+    Console(width=240, highlight=False).print(t)
 
 
 def _in_multirun() -> bool:
@@ -302,7 +344,7 @@ def _in_multirun() -> bool:
 
 def _write_reports(results_dir: Path, summary: pd.DataFrame, elapsed_s: float) -> None:
     """fig3.png, summary.csv and claims.md from everything under ``results_dir``."""
-    from repro.claims import evaluate_claims
+    from repro.claims import evaluate_claims_by_protocol
     from repro.figures.fig3 import plot_fig3
     from repro.variance import best_configs
 
@@ -313,24 +355,36 @@ def _write_reports(results_dir: Path, summary: pd.DataFrame, elapsed_s: float) -
         return
     rows = read_rows(results_dir)
     plot_fig3(best_configs(rows), results_dir / "fig3.png")
-    claims = evaluate_claims(rows)
+    claims = evaluate_claims_by_protocol(rows)
+    protocols = [p for p in ("launch", "topology") if f"verdict_{p}" in claims.columns]
+    title = {"launch": "paper's protocol (launch order)", "topology": "fair (topology-aware)"}
     lines = [
         "# Simulated results vs the paper's claims",
         "",
         f"Generated by `python repro/run.py` (mode=simulate) in {elapsed_s:.1f} s; "
-        f"{len(rows)} rows. Verdicts: `repro/claims.py` (tolerance 25%).",
+        f"{len(rows)} rows. Verdicts: `repro/claims.py` (tolerance 25%), once per protocol of "
+        "the baselines' rank placement: "
+        + "; ".join(f"{p} = {title[p]}" for p in protocols)
+        + ". `fig3.png` shows each baseline's best over all placements.",
         "",
-        "| claim | paper | ours | verdict | note |",
-        "|---|---|---|---|---|",
+        "| claim | paper | "
+        + " | ".join(f"{p}: ours | {p}: verdict" for p in protocols)
+        + " | note |",
+        "|---|---|" + "---|---|" * len(protocols) + "---|",
     ]
-    for c in claims.itertuples(index=False):
-        lines.append(f"| {c.claim_id} | {c.paper} | {c.ours} | {c.verdict} | {c.detail} |")
+    for c in claims.to_dict("records"):
+        cells = " | ".join(f"{c[f'ours_{p}']} | {c[f'verdict_{p}']}" for p in protocols)
+        lines.append(f"| {c['claim_id']} | {c['paper']} | {cells} | {c['note']} |")
     lines += ["", "## Baseline grid picks (why)", ""]
-    for r in summary.itertuples(index=False):
-        lines.append(
-            f"- case {r.case}, L{r.num_layers}, B{r.global_batch_size}: Megatron "
-            f"{r.megatron_why}; DeepSpeed {r.deepspeed_why}"
-        )
+    for r in summary.to_dict("records"):
+        head = r.get("baseline_placement", "launch")
+        for b, name in (("megatron", "Megatron"), ("deepspeed", "DeepSpeed")):
+            lines.append(
+                f"- case {r['case']}, L{r['num_layers']}, B{r['global_batch_size']}, {name} "
+                f"({head}): {r.get(f'{b}_why')}"
+            )
+            if r.get(f"{b}_launch_why"):
+                lines.append(f"  - {name} (launch): {r[f'{b}_launch_why']}")
     atomic_write_text(results_dir / "claims.md", "\n".join(lines) + "\n")
 
 
@@ -351,11 +405,17 @@ def run(cfg: DictConfig) -> dict:
     repeats = int(cfg.get("repeats", 1))
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
+    placement = str(cfg.get("baseline_placement", "topology"))
+    if placement not in PLACEMENTS:
+        raise ValueError(
+            f"baseline_placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}"
+        )
     results_dir = Path(str(cfg.get("results_dir", "results/adhoc")))
     schedules = _Schedules(method, int(cfg.get("seed", 0)), _budget(cfg))
     rows, lines = [], []
     for case, layers, batch in _settings(cfg):
-        r, ln = _simulate_setting(cfg, case, layers, batch, systems, schedules, repeats)
+        r, ln = _simulate_setting(cfg, case, layers, batch, systems, schedules, repeats, placement)
+        ln["baseline_placement"] = placement
         rows += r
         lines.append(ln)
     elapsed = time.perf_counter() - t0
@@ -384,5 +444,7 @@ def run(cfg: DictConfig) -> dict:
         "new_rows": len(new),
         "elapsed_s": elapsed,
         "results_dir": str(results_dir),
-        "summary": summary.drop(columns=["megatron_why", "deepspeed_why"]).to_dict("records"),
+        "summary": summary.drop(columns=[c for c in summary.columns if c.endswith("_why")]).to_dict(
+            "records"
+        ),
     }

@@ -49,6 +49,7 @@ from system.simulator.comm import (
     ring_allreduce_end_s,
     ring_allreduce_s,
     ring_collective_s,
+    sharded_ps_p2p_s,
 )
 from system.simulator.hardware import V100, Hardware, stage_compute
 from system.simulator.memory import training_memory
@@ -121,6 +122,7 @@ def simulate_1f1b_ring(
     rank_map=None,
     recompute: str = "full",
     tied_embedding: bool = False,
+    dp_protocol: str = "ring",
 ) -> SimResult:
     """One iteration of 1F1B pipelines + ring all-reduce DP in launch order (module docstring).
 
@@ -136,6 +138,10 @@ def simulate_1f1b_ring(
     ``rank_map``: device of each launch rank (default: rank r on device r). ``recompute``:
     ``full``, ``selective`` or ``none`` activation recomputation. ``tied_embedding``: the first
     and last stages all-reduce the shared word-embedding gradient after the DP all-reduce.
+    ``dp_protocol``: ``ring`` (the frameworks' all-reduce) or ``sharded_ps`` (the paper's
+    sharded parameter server, :func:`system.simulator.comm.sharded_ps_p2p_s`, each member
+    entering when its own pass ends; for the speed-up attribution). ``schedule`` may also be
+    ``gpipe`` (all forwards, then all backwards, with the same blocking p2p calls).
     Raises ValueError for layouts the cluster or workload cannot hold (sizes, TP across hosts).
     """
     model = workload.model
@@ -145,6 +151,8 @@ def simulate_1f1b_ring(
         )
     if zero not in (0, 1):
         raise ValueError(f"simulate_1f1b_ring: zero must be 0 or 1, got {zero}")
+    if dp_protocol not in ("ring", "sharded_ps"):
+        raise ValueError(f"dp_protocol must be ring or sharded_ps, got {dp_protocol!r}")
     if model.num_attention_heads % tp or model.hidden_size % tp:
         raise ValueError(f"tp={tp} does not divide the model's heads/hidden size")
     workload.check_layout(pp, dp)
@@ -208,12 +216,19 @@ def simulate_1f1b_ring(
     rings = grid.transpose(0, 2, 1).reshape(-1, dp)  # (pp·tp, dp): one DP ring per (s, t)
     dp_each = (
         ring_allreduce_s(cluster, rings, grad_bytes, transport).reshape(pp, tp).max(axis=1)
-        if dp > 1
+        if dp > 1 and dp_protocol == "ring"
         else np.zeros(pp)
     )
-    stage_done = ends.max(axis=1) + dp_each  # a ring starts when its last replica is done
+    if dp_protocol == "sharded_ps" and dp > 1:  # each member enters when its own pass ends
+        entry = np.repeat(ends, tp, axis=0)  # rows (s, t) like ``rings``
+        done = sharded_ps_p2p_s(cluster, rings, grad_bytes, entry)
+        step_at = done.reshape(pp, tp, dp).transpose(0, 2, 1).copy()  # (pp, dp, tp)
+        stage_done = step_at.max(axis=(1, 2))
+        dp_each = stage_done - ends.max(axis=1)
+    else:
+        stage_done = ends.max(axis=1) + dp_each  # a ring starts when its last replica is done
+        step_at = np.broadcast_to(stage_done[:, None, None], grid.shape).copy()  # (pp, dp, tp)
     dp_s = float(dp_each.max())
-    step_at = np.broadcast_to(stage_done[:, None, None], grid.shape).copy()  # (pp, dp, tp)
     tied_s = 0.0
     if tied_embedding and pp > 1:  # first and last stage of each (replica, tensor rank)
         pairs = np.stack([grid[0].ravel(), grid[-1].ravel()], axis=1)

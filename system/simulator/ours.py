@@ -24,9 +24,10 @@ Use it with the V100 model (default) or with measured compute times::
 The DP payload is each stage's gradients, :func:`system.workload.stage_gradient_params`: its
 layers, plus the token and position embeddings on the first stage and the (untied) output head
 on the last. The scheduler's cost model charges :func:`system.workload.tasklet_sizes`'s c_dp, the
-layers only (the paper's constant leaves the embeddings out). The cost model sums a device's transfers over its peers
-(the paper's serialised charge); the runtime sends them concurrently, so the simulated exchange
-is at most that charge for synchronised entry (tested), and much less for large groups.
+layers only (the paper's constant leaves the embeddings out). The cost model sums a device's
+transfers over its peers (the paper's serialised charge); the runtime sends them concurrently, so
+the simulated exchange is at most that charge for synchronised entry (tested), and much less for
+large groups.
 """
 
 from __future__ import annotations

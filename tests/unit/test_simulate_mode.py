@@ -47,7 +47,8 @@ def test_debug_end_to_end_and_rerun_skips_rows(tmp_path):
     assert (rows.system == "ours_random").sum() == 3  # three seeded random layouts
     ok = rows[rows.status == "ok"]
     assert (ok.iter_time_s > 0).all() and (ok.pflops > 0).all()
-    assert rows[rows.system == "megatron"].is_best.sum() == 1
+    meg = rows[rows.system == "megatron"]
+    assert meg.groupby("placement").is_best.sum().to_dict() == {"launch": 1, "topology": 1}
     for name in ("fig3.png", "summary.csv", "claims.md", "runs.parquet"):
         assert (tmp_path / name).exists(), name
     assert out["rows"] == len(rows) and out["new_rows"] == len(rows)
@@ -117,3 +118,29 @@ def test_summary_merges_jobs_of_one_setting(tmp_path):
     assert s.ours_iter_time_s.notna().all() and s.megatron_iter_time_s.notna().all()
     ratio = s.megatron_iter_time_s / s.ours_iter_time_s
     assert s.speedup_vs_megatron.to_numpy() == pytest.approx(ratio.to_numpy())
+
+
+def test_both_protocols_rows_and_summary(tmp_path):
+    out = simulate(_cfg(tmp_path, "baseline_placement=topology"))
+    rows = pd.read_csv(tmp_path / "runs.csv")
+    base = rows[rows.system.isin(["megatron", "deepspeed"])]
+    assert set(base.placement) == {"launch", "topology"}
+    assert base.rank_map.notna().all()
+    assert set(rows[rows.system == "ours"].placement) == {"scheduled"}
+    s = out["summary"][0]
+    assert s["baseline_placement"] == "topology"
+    assert s["megatron_iter_time_s"] <= s["megatron_launch_iter_time_s"] + 1e-9
+    assert s["speedup_vs_megatron_launch"] == pytest.approx(
+        s["megatron_launch_iter_time_s"] / s["ours_iter_time_s"]
+    )
+    text = (tmp_path / "claims.md").read_text()
+    assert "launch: verdict" in text and "topology: verdict" in text
+
+
+def test_launch_only_and_bad_placement(tmp_path):
+    simulate(_cfg(tmp_path / "a", "baseline_placement=launch", "system=megatron"))
+    rows = pd.read_csv(tmp_path / "a" / "runs.csv")
+    assert set(rows.placement) == {"launch"}
+    with pytest.raises(ValueError, match="baseline_placement"):
+        simulate(_cfg(tmp_path / "b", "baseline_placement=nope"))
+    assert not (tmp_path / "b").exists()

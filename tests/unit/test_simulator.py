@@ -209,7 +209,7 @@ def test_deepspeed_schedule_sends_an_activation_after_the_next_gradient():
     assert meg[0, 0] == pytest.approx(4 * L)
     assert ds[0, 0] == pytest.approx(6 * L)
     with pytest.raises(ValueError, match="schedule"):
-        one_f_one_b_events(zero, zero, z, z, d, d, micro_batches=3, schedule="gpipe")
+        one_f_one_b_events(zero, zero, z, z, d, d, micro_batches=3, schedule="pipedream")
 
 
 def test_one_f_one_b_two_stages_by_hand():
@@ -467,3 +467,25 @@ def test_gloo_one_float_allreduce_matches_a_traced_run():
     assert np.all(got <= left) and np.all(left - got < 0.05)
     # one data segment: far below the full-buffer estimate of 2·(n−1)·k = 12 notice round trips
     assert got.max() - entered.max() < 1.0
+
+
+def test_blocking_gpipe_schedule_and_sharded_ps_dp():
+    # free links, equal stages: blocking GPipe takes (m + p − 1)·(f + b) like 1F1B
+    p, m, f, b = 4, 6, 1.0, 2.0
+    z = np.zeros((p - 1, 1))
+    fwd, bwd = np.full((p, 1), f), np.full((p, 1), b)
+    end = one_f_one_b_events(fwd, bwd, z, z, z, z, micro_batches=m, schedule="gpipe")
+    assert end.max() == pytest.approx((m + p - 1) * (f + b))
+    # with a link delay d each micro-batch's hop is paid once per boundary in each phase
+    d = np.full((p - 1, 1), 0.5)
+    slow = one_f_one_b_events(fwd, bwd, z, z, d, d, micro_batches=m, schedule="gpipe")
+    assert slow.max() == pytest.approx((m + p - 1) * (f + b) + 2 * (p - 1) * 0.5)
+    # sharded PS in the 1F1B model: no worse than the ring on uniform links
+    c = uniform(8, delay_ms=10.0, bw_gbps=10.0)
+    w = Workload(model=MODELS["gpt3_xl"].with_layers(8), global_batch_size=64)
+    ring = simulate_1f1b_ring(c, w, tp=1, pp=2, dp=4)
+    ps = simulate_1f1b_ring(c, w, tp=1, pp=2, dp=4, dp_protocol="sharded_ps")
+    assert ps.breakdown["pipeline_s"] == ring.breakdown["pipeline_s"]
+    assert 0 < ps.breakdown["dp_sync_s"] <= ring.breakdown["dp_sync_s"] + 1e-9
+    with pytest.raises(ValueError, match="dp_protocol"):
+        simulate_1f1b_ring(c, w, tp=1, pp=2, dp=4, dp_protocol="tree")
