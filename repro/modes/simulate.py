@@ -23,6 +23,7 @@ import json
 import logging
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +38,7 @@ from system.cluster import Cluster
 from system.results import atomic_write_text, has_row, make_row, read_rows, write_rows
 from system.scheduler.assignment import random_assignment
 from system.simulator import V100, SimResult, simulate_ours
+from system.simulator.comm import LINK_SHARING, NCCL, NCCL_RENDEZVOUS, with_link_sharing
 from system.simulator.summary import merge_summary, summary_frame, with_speedups
 from system.workload import Workload, get_model, tasklet_sizes
 
@@ -116,6 +118,35 @@ def _settings(cfg: DictConfig) -> list[tuple[str, int, int]]:
     return [(str(c), int(l), int(b)) for c in cases for l in layers for b in batches]
 
 
+MODEL_DEFAULTS = {
+    "compute_efficiency": V100.achievable_fraction,
+    "link_sharing": "pair",
+    "baseline_transport": "nccl",
+}
+TRANSPORTS = {"nccl": NCCL, "nccl_rendezvous": NCCL_RENDEZVOUS}
+
+
+def _model_knobs(cfg: DictConfig) -> dict:
+    """The sensitivity knobs (``compute_efficiency``, ``link_sharing``, ``baseline_transport``),
+    checked; null means the model's default."""
+    out = {}
+    for k, dflt in MODEL_DEFAULTS.items():
+        v = cfg.get(k)
+        out[k] = dflt if v is None else (float(v) if k == "compute_efficiency" else str(v))
+    if not 0 < out["compute_efficiency"] <= 1:
+        raise ValueError(f"compute_efficiency must be in (0, 1], got {out['compute_efficiency']}")
+    if out["link_sharing"] not in LINK_SHARING:
+        raise ValueError(
+            f"link_sharing must be one of {', '.join(LINK_SHARING)}, got {out['link_sharing']!r}"
+        )
+    if out["baseline_transport"] not in TRANSPORTS:
+        raise ValueError(
+            f"baseline_transport must be one of {', '.join(TRANSPORTS)}, "
+            f"got {out['baseline_transport']!r}"
+        )
+    return out
+
+
 def _row(key: dict, res: SimResult, cluster: Cluster, **extra) -> dict:
     c = res.config
     ok = res.status == "ok"
@@ -151,7 +182,10 @@ def _simulate_setting(cfg, case, layers, batch, systems, schedules, repeats, pla
     ``placement``: ``launch`` (baselines in launch order only) or ``topology`` (both protocols;
     the summary's headline baseline is the topology-aware one, launch order goes beside it)."""
     variant = str(cfg.get("case_variant", "paper"))
-    cluster = get_case(case, variant)
+    plain = get_case(case, variant)  # what the scheduler sees (α, β only)
+    knobs = _model_knobs(cfg)
+    cluster = with_link_sharing(plain, knobs["link_sharing"])
+    hw = replace(V100, achievable_fraction=knobs["compute_efficiency"])
     model = get_model(str(cfg.get("model", "gpt3_xl")), layers)
     workload = Workload(
         model=model, global_batch_size=batch, micro_batch_size=int(cfg.get("micro_batch_size", 1))
@@ -169,6 +203,7 @@ def _simulate_setting(cfg, case, layers, batch, systems, schedules, repeats, pla
         "num_layers": layers,
         "global_batch_size": batch,
         "seed": seed,
+        **{k: v for k, v in knobs.items() if v != MODEL_DEFAULTS[k]},  # in run ids if changed
     }
     rows, line = [], {"case": case, "num_layers": layers, "global_batch_size": batch}
     oom = ValueError(
@@ -176,8 +211,8 @@ def _simulate_setting(cfg, case, layers, batch, systems, schedules, repeats, pla
         f"{workload.micro_batch_size} fits in {V100.name} memory with pp={pp}"
     )
     if "ours" in systems:
-        sched = schedules.get(case, cluster, workload, pp, dp)
-        ours = simulate_ours(cluster, sched.assignment, workload)
+        sched = schedules.get(case, plain, workload, pp, dp)
+        ours = simulate_ours(cluster, sched.assignment, workload, hardware=hw)
         if ours.status != "ok":
             raise oom
         line["ours"] = ours
@@ -204,7 +239,7 @@ def _simulate_setting(cfg, case, layers, batch, systems, schedules, repeats, pla
         line["ours_random"] = []
         for k in range(max(MIN_RANDOM_LAYOUTS, repeats)):
             a = random_assignment(pp, dp, np.random.default_rng([seed, k]))
-            res = simulate_ours(cluster, a, workload, system="ours_random")
+            res = simulate_ours(cluster, a, workload, system="ours_random", hardware=hw)
             if res.status != "ok":
                 raise oom
             line["ours_random"].append(res)
@@ -233,7 +268,14 @@ def _simulate_setting(cfg, case, layers, batch, systems, schedules, repeats, pla
         if name not in systems:
             continue
         for protocol in protocols:
-            grid = search(cluster, workload, placement=protocol, cache=cache)
+            grid = search(
+                cluster,
+                workload,
+                hw,
+                placement=protocol,
+                cache=cache,
+                transport=TRANSPORTS[knobs["baseline_transport"]],
+            )
             suffix = "" if protocol == placement else f"_{protocol}"
             line[name + suffix], line[f"{name}{suffix}_why"] = grid.best, grid.why()
             for res in grid.results:

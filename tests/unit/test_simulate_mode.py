@@ -144,3 +144,29 @@ def test_launch_only_and_bad_placement(tmp_path):
     with pytest.raises(ValueError, match="baseline_placement"):
         simulate(_cfg(tmp_path / "b", "baseline_placement=nope"))
     assert not (tmp_path / "b").exists()
+
+
+def test_sensitivity_knobs(tmp_path):
+    base = simulate(_cfg(tmp_path / "a", "system=megatron", "baseline_placement=launch"))
+    slow = simulate(
+        _cfg(
+            tmp_path / "b",
+            "system=megatron",
+            "baseline_placement=launch",
+            "compute_efficiency=0.2",
+            "link_sharing=region_pair",
+            "baseline_transport=nccl_rendezvous",
+        )
+    )
+    t0 = base["summary"][0]["megatron_iter_time_s"]
+    assert slow["summary"][0]["megatron_iter_time_s"] > t0
+    rows = pd.read_csv(tmp_path / "b" / "runs.csv")
+    assert set(rows.link_sharing) == {"region_pair"} and set(rows.compute_efficiency) == {0.2}
+    for bad, match in (
+        ("compute_efficiency=1.5", "compute_efficiency"),
+        ("link_sharing=x", "link_sharing"),
+        ("baseline_transport=x", "baseline_transport"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            simulate(_cfg(tmp_path / "c", bad))
+    assert not (tmp_path / "c").exists()
