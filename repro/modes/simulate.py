@@ -374,6 +374,51 @@ def _print_table(summary: pd.DataFrame, elapsed_s: float) -> None:
     Console(width=240, highlight=False).print(t)
 
 
+def _print_rows(lines: list[dict]) -> None:
+    """Per setting, one row per system and placement protocol: the picked configuration, where
+    its ranks went, its time and ours' speed-up over it."""
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="per system and placement (best configuration of each grid)")
+    for c in (
+        "case",
+        "L",
+        "batch",
+        "system",
+        "placement",
+        "config",
+        "rank map",
+        "iter s",
+        "ours x",
+    ):
+        t.add_column(c, justify="right" if c in ("L", "batch", "iter s", "ours x") else "left")
+    for ln in lines:
+        ours = ln.get("ours")
+        entries = [("ours", "scheduled", ours)] if ours else []
+        for b in ("megatron", "deepspeed"):
+            head = ln.get("baseline_placement", "launch")
+            if f"{b}_launch" in ln:
+                entries.append((b, "launch", ln[f"{b}_launch"]))
+            if b in ln:
+                entries.append((b, head, ln[b]))
+        for name, placement, res in entries:
+            how = res.breakdown.get("placement_how", "scheduler layout" if name == "ours" else "")
+            x = f"{res.iter_time_s / ours.iter_time_s:.2f}" if ours and name != "ours" else ""
+            t.add_row(
+                str(ln["case"]),
+                str(ln["num_layers"]),
+                str(ln["global_batch_size"]),
+                name,
+                placement,
+                res.label(),
+                how,
+                f"{res.iter_time_s:.1f}",
+                x,
+            )
+    Console(width=200, highlight=False).print(t)
+
+
 def _in_multirun() -> bool:
     try:
         from hydra.core.hydra_config import HydraConfig
@@ -473,6 +518,8 @@ def run(cfg: DictConfig) -> dict:
     write_rows(results_dir, new)
     summary = with_speedups(summary_frame(lines), _paper_ratios())
     _write_reports(results_dir, summary, elapsed)
+    if len(lines) <= 9:  # one case or fewer: the per-system rows too
+        _print_rows(lines)
     _print_table(summary, elapsed)
     log.info(
         "mode=simulate took %.1f s in all (simulation %.1f s, rows/tables/figure %.1f s)",
