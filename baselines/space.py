@@ -66,7 +66,9 @@ class BaselineConfig:
     def variant(self) -> str:
         if self.system == "megatron":
             return "megatron"
-        return "zero3" if self.zero == 3 else "pp+zero1"
+        if self.zero == 3:
+            return "zero3"
+        return "pp+zero1" if self.pp > 1 else "dp+zero1"
 
     def label(self) -> str:
         text = f"tp{self.tp}/pp{self.pp}/dp{self.dp} mbs{self.micro_batch_size}"
@@ -149,10 +151,15 @@ def megatron_space(
 
 
 def deepspeed_space(
-    cluster: Cluster, workload: Workload, recompute: tuple[str, ...] = ("full",)
+    cluster: Cluster,
+    workload: Workload,
+    recompute: tuple[str, ...] = ("full",),
+    *,
+    pure_dp_zero1: bool = False,
 ) -> list[BaselineConfig]:
     """DeepSpeed: ZeRO-3 over all devices, and pipeline (pp >= 2) + ZeRO-1, every micro-batch
-    and recomputation mode given."""
+    and recomputation mode given; with ``pure_dp_zero1`` also ZeRO-1 without a pipeline (pp = 1:
+    one gradient all-reduce per iteration, optimizer state sharded; the simulator's grid)."""
     d, model = cluster.num_devices, workload.model
     out = [
         BaselineConfig(
@@ -162,7 +169,7 @@ def deepspeed_space(
         for r in recompute
     ]
     for pp in _divisors(d):
-        if pp < 2 or model.num_layers % pp:
+        if (pp < 2 and not pure_dp_zero1) or model.num_layers % pp:
             continue
         out += [
             BaselineConfig(

@@ -6,6 +6,9 @@
   MODELING.md), each a ring collective over every device. Prefetching overlaps it with compute, so a
   micro-step costs max(compute, communication) — generous to ZeRO-3. Gradient accumulation repeats
   all of it per micro-step (parameters are re-gathered for every micro-batch).
+- **ZeRO-1 without a pipeline** (``dp+zero1``, the simulator's grid only): the same model with
+  pp = 1 — gradient accumulation over the micro-batches, one gradient all-reduce (reduce-scatter +
+  all-gather) per iteration, optimizer state sharded over all devices.
 - **Pipeline + ZeRO-1**: PipelineModule (rank = pipe·DP + data), 1F1B in ``TrainSchedule``'s
   order with separate blocking sends and receives, gradient
   reduce-scatter + parameter all-gather (= one all-reduce of volume) across replicas, optimizer
@@ -133,7 +136,7 @@ def simulate_deepspeed(
         rank_map=rank_map,
         recompute=config.recompute,
     )
-    res.breakdown["variant"] = "pp+zero1"
+    res.breakdown["variant"] = config.variant
     return res
 
 
@@ -147,10 +150,10 @@ def grid_search_deepspeed(
     transport: Transport = NCCL,
     cache: dict | None = None,
 ) -> GridResult:
-    """Both variants over their grids under ``placement`` (:mod:`baselines.placement`); the best
-    is the fastest feasible of either. ``cache``: as for
+    """Every variant over its grid under ``placement`` (:mod:`baselines.placement`); the best
+    is the fastest feasible of any. ``cache``: as for
     :func:`baselines.megatron.perf.grid_search_megatron`."""
-    configs = deepspeed_space(cluster, workload, recompute)
+    configs = deepspeed_space(cluster, workload, recompute, pure_dp_zero1=True)
     if not configs:
         raise ValueError(
             f"deepspeed: no valid layout for {workload.model.num_layers} layers, batch "

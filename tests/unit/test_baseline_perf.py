@@ -188,3 +188,15 @@ def test_recompute_modes_trade_memory_for_compute():
     assert mem["full"] < mem["selective"] < mem["none"]
     with pytest.raises(ValueError, match="recompute"):
         BaselineConfig(system="megatron", tp=1, pp=8, dp=8, micro_batch_size=1, recompute="x")
+
+
+def test_pure_data_parallel_zero1_only_in_the_simulator_grid():
+    c = get_case("1")
+    real = deepspeed_space(c, GPT)
+    sim = deepspeed_space(c, GPT, pure_dp_zero1=True)
+    assert not any(x.pp == 1 and x.zero == 1 for x in real)
+    dp1 = [x for x in sim if x.pp == 1 and x.zero == 1]
+    assert dp1 and all(x.dp == 64 and x.variant == "dp+zero1" for x in dp1)
+    res = simulate_deepspeed(c, GPT, dp1[0])
+    assert res.breakdown["variant"] == "dp+zero1" and res.breakdown["pipeline_s"] > 0
+    assert res.breakdown["dp_sync_s"] > 0
