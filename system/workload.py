@@ -58,7 +58,8 @@ class GPTConfig:
 
     @property
     def num_params(self) -> int:
-        return self.num_layers * self.params_per_layer + self.embedding_params + 2 * self.hidden_size
+        layers = self.num_layers * self.params_per_layer
+        return layers + self.embedding_params + 2 * self.hidden_size
 
     def with_layers(self, num_layers: int) -> GPTConfig:
         return replace(self, num_layers=num_layers)
@@ -132,7 +133,8 @@ class Workload:
         numbers compare like for like.
         """
         m = self.model
-        b, s, l, h, v = self.global_batch_size, m.seq_length, m.num_layers, m.hidden_size, m.vocab_size
+        b, s, l = self.global_batch_size, m.seq_length, m.num_layers
+        h, v = m.hidden_size, m.vocab_size
         if recompute:
             return 96.0 * b * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
         return 72.0 * b * s * l * h * h * (1 + s / (6 * h) + v / (12 * l * h))
