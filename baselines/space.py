@@ -4,7 +4,11 @@ The paper grid-searched Megatron and DeepSpeed per setting (§4.1, appendix 10.2
 is valid when its shape divides the cluster and workload and (Megatron) every tensor-parallel group
 sits inside one host in launch order (TP only over NVLink, as the paper and Megatron recommend);
 it is *feasible* when its per-device memory fits the accelerator (16 B/param mixed-precision Adam,
-sharded as ZeRO says, plus activations with full recomputation; :mod:`system.simulator.memory`).
+sharded as ZeRO says, plus activations under its recomputation mode;
+:mod:`system.simulator.memory`).
+The simulator's grid also varies activation recomputation (full / selective / none,
+``RECOMPUTE_MODES``); the real-launcher grid keeps full recomputation (its default argument).
+Where the ranks go (launch order or topology-aware) is :mod:`baselines.placement`.
 
 The real-launcher grid driver imports :func:`megatron_space` / :func:`deepspeed_space` and
 :func:`config_memory_bytes` from here, so the simulator and real runs search the same grid.
@@ -19,7 +23,7 @@ import numpy as np
 from system.cluster import Cluster
 from system.simulator.collective import pipeline_memory_bytes
 from system.simulator.hardware import V100, Hardware
-from system.simulator.memory import training_memory
+from system.simulator.memory import RECOMPUTE_MODES, training_memory
 from system.simulator.result import SimResult
 from system.workload import Workload
 
@@ -27,6 +31,7 @@ __all__ = [
     "BaselineConfig",
     "GridResult",
     "MICRO_BATCH_SIZES",
+    "RECOMPUTE_MODES",
     "megatron_space",
     "deepspeed_space",
     "config_memory_bytes",
@@ -48,16 +53,27 @@ class BaselineConfig:
     dp: int
     micro_batch_size: int
     zero: int = 0  # 0 Megatron; DeepSpeed 1 (with a pipeline) or 3 (pure data parallel)
+    recompute: str = "full"  # activation recomputation: full | selective | none
+
+    def __post_init__(self) -> None:
+        if self.recompute not in RECOMPUTE_MODES:
+            raise ValueError(
+                f"BaselineConfig: recompute must be one of {RECOMPUTE_MODES}, "
+                f"got {self.recompute!r}"
+            )
 
     @property
     def variant(self) -> str:
         if self.system == "megatron":
             return "megatron"
-        return "zero3" if self.zero == 3 else "pp+zero1"
+        if self.zero == 3:
+            return "zero3"
+        return "pp+zero1" if self.pp > 1 else "dp+zero1"
 
     def label(self) -> str:
         text = f"tp{self.tp}/pp{self.pp}/dp{self.dp} mbs{self.micro_batch_size}"
-        return text + (f" zero{self.zero}" if self.zero else "")
+        text += f" zero{self.zero}" if self.zero else ""
+        return text + (f" rc-{self.recompute}" if self.recompute != "full" else "")
 
     def to_dict(self) -> dict:
         return {
@@ -66,6 +82,7 @@ class BaselineConfig:
             "dp": self.dp,
             "micro_batch_size": self.micro_batch_size,
             "zero": self.zero,
+            "recompute": self.recompute,
         }
 
 
@@ -110,8 +127,10 @@ def _micro_batches(workload: Workload, dp: int) -> list[int]:
     return [b for b in MICRO_BATCH_SIZES if per_replica and per_replica % b == 0]
 
 
-def megatron_space(cluster: Cluster, workload: Workload) -> list[BaselineConfig]:
-    """All valid Megatron (tp, pp, dp, micro-batch) configurations on ``cluster``."""
+def megatron_space(
+    cluster: Cluster, workload: Workload, recompute: tuple[str, ...] = ("full",)
+) -> list[BaselineConfig]:
+    """All valid Megatron (tp, pp, dp, micro-batch, recompute) configurations on ``cluster``."""
     d, model = cluster.num_devices, workload.model
     out = []
     for tp in _divisors(d):
@@ -122,25 +141,48 @@ def megatron_space(cluster: Cluster, workload: Workload) -> list[BaselineConfig]
                 continue
             dp = d // (tp * pp)
             out += [
-                BaselineConfig(system="megatron", tp=tp, pp=pp, dp=dp, micro_batch_size=b)
+                BaselineConfig(
+                    system="megatron", tp=tp, pp=pp, dp=dp, micro_batch_size=b, recompute=r
+                )
                 for b in _micro_batches(workload, dp)
+                for r in recompute
             ]
     return out
 
 
-def deepspeed_space(cluster: Cluster, workload: Workload) -> list[BaselineConfig]:
-    """DeepSpeed: ZeRO-3 over all devices, and pipeline (pp >= 2) + ZeRO-1, every micro-batch."""
+def deepspeed_space(
+    cluster: Cluster,
+    workload: Workload,
+    recompute: tuple[str, ...] = ("full",),
+    *,
+    pure_dp_zero1: bool = False,
+) -> list[BaselineConfig]:
+    """DeepSpeed: ZeRO-3 over all devices, and pipeline (pp >= 2) + ZeRO-1, every micro-batch
+    and recomputation mode given; with ``pure_dp_zero1`` also ZeRO-1 without a pipeline (pp = 1:
+    one gradient all-reduce per iteration, optimizer state sharded; the simulator's grid)."""
     d, model = cluster.num_devices, workload.model
     out = [
-        BaselineConfig(system="deepspeed", tp=1, pp=1, dp=d, micro_batch_size=b, zero=3)
+        BaselineConfig(
+            system="deepspeed", tp=1, pp=1, dp=d, micro_batch_size=b, zero=3, recompute=r
+        )
         for b in _micro_batches(workload, d)
+        for r in recompute
     ]
     for pp in _divisors(d):
-        if pp < 2 or model.num_layers % pp:
+        if (pp < 2 and not pure_dp_zero1) or model.num_layers % pp:
             continue
         out += [
-            BaselineConfig(system="deepspeed", tp=1, pp=pp, dp=d // pp, micro_batch_size=b, zero=1)
+            BaselineConfig(
+                system="deepspeed",
+                tp=1,
+                pp=pp,
+                dp=d // pp,
+                micro_batch_size=b,
+                zero=1,
+                recompute=r,
+            )
             for b in _micro_batches(workload, d // pp)
+            for r in recompute
         ]
     return out
 
@@ -165,9 +207,12 @@ def config_memory_bytes(config: BaselineConfig, workload: Workload) -> float:
             grad_shards=d,
             optimizer_shards=d,
             gathered_layers=2,
+            recompute=config.recompute,
         ).total_bytes
     shards = config.dp if config.zero == 1 else 1
-    return pipeline_memory_bytes(w, config.tp, config.pp, config.dp, optimizer_shards=shards)
+    return pipeline_memory_bytes(
+        w, config.tp, config.pp, config.dp, optimizer_shards=shards, recompute=config.recompute
+    )
 
 
 def config_fits(config: BaselineConfig, workload: Workload, hardware: Hardware = V100) -> bool:

@@ -12,6 +12,11 @@ Every claim gets the paper's number, ours, the tolerance and a verdict:
 Throughput ratios are ratios of iteration times in the same setting (same model and batch, so the
 same FLOPs: time ratio = PFLOPS ratio). Baselines are taken at their best configuration per
 setting (:func:`repro.variance.best_configs`), as the paper's grid search did.
+
+Two protocols (:func:`evaluate_claims_by_protocol`): ``launch``, the paper's (baseline ranks in
+the order the devices were listed), and ``topology``, the fair one (each baseline configuration
+with its best topology-aware rank map, :mod:`baselines.placement`). Rows say which in their
+``placement`` column; baseline rows without one are launch order.
 """
 
 from __future__ import annotations
@@ -28,10 +33,19 @@ from repro.variance import CV_LIMIT, best_configs, ok_rows, variance_table
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ClaimResult", "load_paper_claims", "evaluate_claims", "VERDICTS"]
+__all__ = [
+    "ClaimResult",
+    "load_paper_claims",
+    "evaluate_claims",
+    "evaluate_claims_by_protocol",
+    "protocol_rows",
+    "PROTOCOLS",
+    "VERDICTS",
+]
 
 VERDICTS = ("PASS", "FAIL", "INCONCLUSIVE")
 BASELINES = ("megatron", "deepspeed")
+PROTOCOLS = ("launch", "topology")
 KEYS = ["case", "num_layers", "global_batch_size"]
 
 
@@ -350,3 +364,41 @@ def _paper_text(low, high) -> str:
     if lo:
         return f"≥ {lo}"
     return "qualitative" if not hi else f"≤ {hi}"
+
+
+def protocol_rows(rows: pd.DataFrame, protocol: str) -> pd.DataFrame:
+    """``rows`` with the baselines' rows of one placement protocol only (``launch`` or
+    ``topology``); other systems' rows unchanged. Baseline rows without a ``placement`` are
+    launch order."""
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
+    if rows.empty or "system" not in rows.columns:
+        return rows
+    placement = (
+        rows["placement"].fillna("launch").astype(str)
+        if "placement" in rows.columns
+        else pd.Series("launch", index=rows.index)
+    )
+    baseline = rows["system"].isin(BASELINES)
+    return rows[~baseline | (placement == protocol)].reset_index(drop=True)
+
+
+def evaluate_claims_by_protocol(
+    rows: pd.DataFrame, ablation: pd.DataFrame | None = None, *, tolerance: float = 0.25
+) -> pd.DataFrame:
+    """One line per claim with ours and the verdict under each protocol present in ``rows``:
+    columns ``claim_id, statement, paper, tolerance, ours_<protocol>, verdict_<protocol>,
+    note`` (a protocol without baseline rows is left out)."""
+    have = set(PROTOCOLS[:1])
+    if "placement" in rows.columns:
+        have |= set(rows["placement"].dropna().astype(str)) & set(PROTOCOLS)
+    out = None
+    for protocol in (p for p in PROTOCOLS if p in have):
+        c = evaluate_claims(protocol_rows(rows, protocol), ablation, tolerance=tolerance)
+        part = c.rename(columns={"ours": f"ours_{protocol}", "verdict": f"verdict_{protocol}"})
+        if out is None:
+            out = part.rename(columns={"detail": "note"})
+        else:
+            out[f"ours_{protocol}"] = part[f"ours_{protocol}"].to_numpy()
+            out[f"verdict_{protocol}"] = part[f"verdict_{protocol}"].to_numpy()
+    return out

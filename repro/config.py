@@ -399,6 +399,16 @@ def register_mode(name: str, *, module: str):
 class SimulateConfig(RunConfig):
     """The paper's Fig. 3 experiment in the simulator: cases x layers x batches, all systems."""
 
+    # launch: baselines' ranks in device order (the paper's protocol); topology: also each
+    # config's best topology-aware rank map (baselines/placement.py), both protocols reported
+    baseline_placement: str = "topology"
+    # sensitivity of the performance model (repro/sensitivity.py varies them one at a time):
+    compute_efficiency: float | None = None  # fraction of V100 peak; null = 0.30 (hardware.py)
+    # pair: every device pair its full bandwidth | device_nic: a device's flows share one NIC |
+    # region_pair: flows between two regions share that pair's bandwidth
+    link_sharing: str = "pair"
+    baseline_transport: str = "nccl"  # nccl (eager sends) | nccl_rendezvous (send waits for recv)
+
     def _normalise_case(self, case):
         cases = list(case) if isinstance(case, (list, tuple)) else [case]
         if any(c is None or isinstance(c, (bool, float, dict, list)) for c in cases) or not cases:
@@ -409,6 +419,13 @@ class SimulateConfig(RunConfig):
         super().__post_init__()
         from system.workload import Workload, get_model
 
+        _choice("baseline_placement", self.baseline_placement, ("launch", "topology"))
+        _choice("link_sharing", self.link_sharing, ("pair", "device_nic", "region_pair"))
+        _choice("baseline_transport", self.baseline_transport, ("nccl", "nccl_rendezvous"))
+        if self.compute_efficiency is not None and not 0 < self.compute_efficiency <= 1:
+            raise ConfigError(
+                f"compute_efficiency={self.compute_efficiency}: expected a fraction in (0, 1]"
+            )
         cases = self.case if isinstance(self.case, list) else [self.case]
         if [c.lower() for c in cases] == ["all"]:
             cases = ["1", "2", "3", "4", "5"]

@@ -35,7 +35,8 @@ __all__ = [
 ]
 
 SETTING_COLUMNS = ("case", "system", "num_layers", "global_batch_size")
-CONFIG_COLUMNS = ("tp", "pp", "dp", "micro_batch_size", "zero")  # a baseline's grid-search knobs
+# a baseline's grid-search knobs, including where its ranks were placed (launch / topology)
+CONFIG_COLUMNS = ("tp", "pp", "dp", "micro_batch_size", "zero", "recompute", "placement")
 CV_LIMIT = 0.05  # appendix 10.1: "variance within 5%"
 
 

@@ -115,7 +115,7 @@ _SETTING = {
     "layout_seed": "json",
     "stages": "json",
     "dp_mode": "str",
-    "recompute": "bool",
+    "recompute": "recompute",  # activation recomputation: full | selective | none
     "grid": "bool",
     "start": "str",
     "variant": "str",
@@ -124,6 +124,14 @@ _SETTING = {
     "scheduler": "str",
     "scheduler_budget": "str",
     "world_size": "int",
+    # baselines' rank map (baselines/placement.py): launch | topology (ours: scheduled | random)
+    "placement": "str",
+    "rank_map": "json",
+    "placement_how": "str",
+    # sensitivity knobs of the performance model, in a row only when changed from the default
+    "compute_efficiency": "float",
+    "link_sharing": "str",
+    "baseline_transport": "str",
 }
 _MEASURED = {
     "iter_time_s": "float",
@@ -168,6 +176,8 @@ _SIMULATOR = {  # the simulator's breakdown (SimResult.breakdown, prefixed sim_)
     "sim_variant": "str",
     "sim_dp_s": "float",
     "sim_dp_span_s": "float",
+    "sim_grad_norm_algo": "str",
+    "sim_tied_embedding_s": "float",
 }
 _EMULATION = {
     "emu_bandwidth_scale": "float",
@@ -353,11 +363,20 @@ def _is_missing(v) -> bool:
         return False
 
 
+RECOMPUTE = ("full", "selective", "none")
+
+
 def _coerce(column: str, kind: str, v):
     """``v`` as the column's kind, or ValueError naming the column and value."""
     v = _scalar(v)
     if _is_missing(v) or (kind != "float" and isinstance(v, float) and math.isnan(v)):
         return None
+    if kind == "recompute":  # a train run's on/off flag (and schema-1 booleans) is full or none
+        if isinstance(v, bool) or (isinstance(v, int) and v in (0, 1)):
+            return "full" if v else "none"
+        if v in RECOMPUTE:
+            return v
+        raise ValueError(f"results column {column!r} holds one of {RECOMPUTE}, got {v!r}")
     bad = ValueError(
         f"results column {column!r} holds {kind} values, got {v!r} ({type(v).__name__})"
     )
@@ -399,7 +418,7 @@ def _coerce(column: str, kind: str, v):
     raise AssertionError(kind)
 
 
-_DTYPES = {"str": "string", "int": "Int64", "float": "Float64", "bool": "boolean", "json": "string"}
+_DTYPES = {"recompute": "string", "str": "string", "int": "Int64", "float": "Float64", "bool": "boolean", "json": "string"}
 _WARNED: set[str] = set()
 
 

@@ -16,6 +16,7 @@ __all__ = [
     "MODELS",
     "get_model",
     "tasklet_sizes",
+    "stage_gradient_params",
     "DTFM_REFERENCE",
     "WORKLOADS",
     "get_workload",
@@ -57,7 +58,8 @@ class GPTConfig:
 
     @property
     def num_params(self) -> int:
-        return self.num_layers * self.params_per_layer + self.embedding_params + 2 * self.hidden_size
+        layers = self.num_layers * self.params_per_layer
+        return layers + self.embedding_params + 2 * self.hidden_size
 
     def with_layers(self, num_layers: int) -> GPTConfig:
         return replace(self, num_layers=num_layers)
@@ -131,7 +133,8 @@ class Workload:
         numbers compare like for like.
         """
         m = self.model
-        b, s, l, h, v = self.global_batch_size, m.seq_length, m.num_layers, m.hidden_size, m.vocab_size
+        b, s, l = self.global_batch_size, m.seq_length, m.num_layers
+        h, v = m.hidden_size, m.vocab_size
         if recompute:
             return 96.0 * b * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
         return 72.0 * b * s * l * h * h * (1 + s / (6 * h) + v / (12 * l * h))
@@ -161,6 +164,25 @@ def tasklet_sizes(workload: Workload, pp: int, dp: int) -> TaskletSizes:
         c_dp_bytes=float(params_per_stage * workload.gradient_bytes),
         c_pp_bytes=float(seqs_per_macro * m.seq_length * m.hidden_size * workload.activation_bytes),
     )
+
+
+def stage_gradient_params(model: GPTConfig, pp: int, *, tied: bool = False) -> list[float]:
+    """Parameters whose gradients each of ``pp`` equal stages synchronises over data parallel.
+
+    Every stage holds ``num_layers / pp`` layers; the first also the token and position
+    embeddings, (V + s)·h; the last also the output head, V·h, and the final LayerNorm, 2h. With
+    ``tied`` output weights (Megatron-LM's default) the last stage's head is a copy of the word
+    embedding (one matrix when pp = 1); untied (our runtime, :mod:`system.runtime.model`) it is a
+    matrix of its own. :func:`tasklet_sizes` leaves these out (the paper's c_dp constant does);
+    the simulators charge them.
+    """
+    if pp < 1 or model.num_layers % pp:
+        raise ValueError(f"num_layers={model.num_layers} is not divisible into pp={pp} stages")
+    h, v = model.hidden_size, model.vocab_size
+    out = [float(model.num_layers // pp * model.params_per_layer)] * pp
+    out[0] += model.embedding_params
+    out[-1] += 2.0 * h + (0.0 if tied and pp == 1 else float(v * h))
+    return out
 
 
 # The authors' hard-coded constants (DT-FM scheduler), taken numerically as their code does:

@@ -6,6 +6,9 @@
   MODELING.md), each a ring collective over every device. Prefetching overlaps it with compute, so a
   micro-step costs max(compute, communication) — generous to ZeRO-3. Gradient accumulation repeats
   all of it per micro-step (parameters are re-gathered for every micro-batch).
+- **ZeRO-1 without a pipeline** (``dp+zero1``, the simulator's grid only): the same model with
+  pp = 1 — gradient accumulation over the micro-batches, one gradient all-reduce (reduce-scatter +
+  all-gather) per iteration, optimizer state sharded over all devices.
 - **Pipeline + ZeRO-1**: PipelineModule (rank = pipe·DP + data), 1F1B in ``TrainSchedule``'s
   order with separate blocking sends and receives, gradient
   reduce-scatter + parameter all-gather (= one all-reduce of volume) across replicas, optimizer
@@ -19,7 +22,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from baselines.placement import place_and_simulate
 from baselines.space import (
+    RECOMPUTE_MODES,
     BaselineConfig,
     GridResult,
     config_memory_bytes,
@@ -38,9 +43,15 @@ __all__ = ["simulate_zero3", "simulate_deepspeed", "grid_search_deepspeed"]
 
 
 def simulate_zero3(
-    cluster: Cluster, workload: Workload, config: BaselineConfig, hardware: Hardware = V100
+    cluster: Cluster,
+    workload: Workload,
+    config: BaselineConfig,
+    hardware: Hardware = V100,
+    *,
+    rank_map=None,
 ) -> SimResult:
-    """One ZeRO-3 iteration (see the module docstring)."""
+    """One ZeRO-3 iteration (see the module docstring); the ring follows ``rank_map`` (device of
+    each rank, default launch order)."""
     if config.zero != 3 or config.pp != 1 or config.tp != 1 or config.dp != cluster.num_devices:
         raise ValueError(
             f"simulate_zero3: needs tp=1, pp=1, dp={cluster.num_devices}, zero=3; got {config}"
@@ -50,10 +61,15 @@ def simulate_zero3(
     steps = w.micro_batches(d)
     params = model.num_layers * model.params_per_layer
     comp = stage_compute(
-        model, 1, w.micro_batch_size, hardware=hardware, params_per_device=[params / d]
+        model,
+        1,
+        w.micro_batch_size,
+        hardware=hardware,
+        params_per_device=[params / d],
+        recompute=config.recompute,
     )
     f, b, opt = (float(x[0]) for x in comp.per_stage(1))
-    ring = [list(range(d))]
+    ring = [list(range(d)) if rank_map is None else [int(x) for x in rank_map]]
     layer_bytes = 2.0 * model.params_per_layer  # fp16 parameters / gradients of one layer
     t_gather = float(ring_collective_s(cluster, ring, layer_bytes, kind="allgather")[0])
     t_scatter = float(ring_collective_s(cluster, ring, layer_bytes, kind="reducescatter")[0])
@@ -86,16 +102,21 @@ def simulate_deepspeed(
     config: BaselineConfig,
     hardware: Hardware = V100,
     transport: Transport = NCCL,
+    *,
+    rank_map=None,
 ) -> SimResult:
     """One DeepSpeed iteration in ``config`` (ZeRO-3, or pipeline + ZeRO-1).
 
     ``transport`` (NCCL or GLOO) applies to the pipeline + ZeRO-1 variant; ZeRO-3's collectives
-    are the textbook rings either way (see the module docstring).
+    are the textbook rings either way (see the module docstring). ``rank_map``: device of each
+    rank (default launch order). The output head is untied (a ``PipelineModule`` of
+    ``[Embedding, Block…, Head]``, as the project's DeepSpeed runs build it), so no tied-weight
+    all-reduce; its gradients join the last stage's DP all-reduce.
     """
     if config.system != "deepspeed":
         raise ValueError(f"simulate_deepspeed: not a DeepSpeed configuration: {config}")
     if config.zero == 3:
-        return simulate_zero3(cluster, workload, config, hardware)
+        return simulate_zero3(cluster, workload, config, hardware, rank_map=rank_map)
     if config.zero != 1 or config.tp != 1:
         raise ValueError(
             f"simulate_deepspeed: pipeline configurations need tp=1, zero=1; got {config}"
@@ -112,21 +133,43 @@ def simulate_deepspeed(
         transport=transport,
         schedule="deepspeed",  # TrainSchedule: separate blocking sends and receives
         loss_broadcast=True,  # _aggregate_total_loss at the end of train_batch
+        rank_map=rank_map,
+        recompute=config.recompute,
     )
-    res.breakdown["variant"] = "pp+zero1"
+    res.breakdown["variant"] = config.variant
     return res
 
 
 def grid_search_deepspeed(
-    cluster: Cluster, workload: Workload, hardware: Hardware = V100
+    cluster: Cluster,
+    workload: Workload,
+    hardware: Hardware = V100,
+    *,
+    placement: str = "launch",
+    recompute: tuple[str, ...] = RECOMPUTE_MODES,
+    transport: Transport = NCCL,
+    cache: dict | None = None,
 ) -> GridResult:
-    """Both variants over their grids; the best is the fastest feasible of either."""
-    configs = deepspeed_space(cluster, workload)
+    """Every variant over its grid under ``placement`` (:mod:`baselines.placement`); the best
+    is the fastest feasible of any. ``cache``: as for
+    :func:`baselines.megatron.perf.grid_search_megatron`."""
+    configs = deepspeed_space(cluster, workload, recompute, pure_dp_zero1=True)
     if not configs:
         raise ValueError(
             f"deepspeed: no valid layout for {workload.model.num_layers} layers, batch "
             f"{workload.global_batch_size} on {cluster.num_devices} devices"
         )
-    results = [simulate_deepspeed(cluster, workload, c, hardware) for c in configs]
-    assert all(np.isfinite(r.iter_time_s) for r in results)
+
+    def one(c: BaselineConfig) -> SimResult:
+        def sim(rm):
+            return simulate_deepspeed(
+                cluster, workload, c, hardware, transport, rank_map=rm.devices
+            )
+
+        mem = config_memory_bytes(c, workload)
+        usable = hardware.usable_memory_bytes
+        return place_and_simulate(cluster, workload, c, placement, sim, mem, usable, cache)
+
+    results = [one(c) for c in configs]
+    assert all(np.isfinite(r.iter_time_s) for r in results if r.status == "ok")
     return pick_best(results, f"deepspeed on {cluster.name}")

@@ -1,16 +1,21 @@
 """Megatron-LM's iteration time in the simulator, and its grid search (paper §4.1, app. 10.2).
 
 Megatron = 1F1B pipelines with blocking p2p, tensor-parallel all-reduces per layer, ring
-all-reduce data parallelism after the flush, ranks in launch order
-(``rank = tp + TP·(dp + DP·pp)``); the shared model is
+all-reduce data parallelism after the flush, the tied word embedding's gradient all-reduced
+between the first and last stage, the gradient-norm all-reduce; ranks
+``rank = tp + TP·(dp + DP·pp)`` placed on devices in launch order or by a topology-aware rank
+map (:mod:`baselines.placement`); the shared model is
 :func:`system.simulator.collective.simulate_1f1b_ring`. The grid (``baselines.space``) varies
-TP (inside a host), PP, DP and the micro-batch size; the fastest configuration that fits in
-16 GB is Megatron's number for a setting, as the paper's grid search did.
+TP (inside a host), PP, DP, the micro-batch size and activation recomputation; the fastest
+configuration that fits in 16 GB is Megatron's number for a setting, as the paper's grid search
+did.
 """
 
 from __future__ import annotations
 
+from baselines.placement import place_and_simulate
 from baselines.space import (
+    RECOMPUTE_MODES,
     BaselineConfig,
     GridResult,
     config_memory_bytes,
@@ -34,11 +39,20 @@ def simulate_megatron(
     config: BaselineConfig,
     hardware: Hardware = V100,
     transport: Transport = NCCL,
+    *,
+    rank_map=None,
+    tied_embedding: bool | None = None,
 ) -> SimResult:
     """One Megatron iteration in ``config`` (its micro-batch size replaces the workload's).
 
     ``transport``: NCCL (GPUs, the paper) or GLOO (the CPU runs on emulated links).
+    ``rank_map``: device of each launch rank (default launch order). ``tied_embedding``: default
+    True with NCCL (Megatron-LM's GPT ties its input and output embeddings unless
+    ``--untie-embeddings-and-output-weights``) and False otherwise (the project's emulated runs
+    build megatron-core's GPTModel untied, ``baselines/megatron/train.py``).
     """
+    if tied_embedding is None:
+        tied_embedding = transport.name.startswith("nccl")
     if config.system != "megatron" or config.zero:
         raise ValueError(f"simulate_megatron: not a Megatron configuration: {config}")
     w = with_micro_batch(workload, config)
@@ -53,23 +67,42 @@ def simulate_megatron(
         hardware=hardware,
         transport=transport,
         grad_norm=True,  # megatron-core's optimizer step all-reduces the gradient norm
+        rank_map=rank_map,
+        recompute=config.recompute,
+        tied_embedding=tied_embedding,
     )
     assert abs(res.memory_bytes - config_memory_bytes(config, workload)) < 1.0
     return res
 
 
 def grid_search_megatron(
-    cluster: Cluster, workload: Workload, hardware: Hardware = V100
+    cluster: Cluster,
+    workload: Workload,
+    hardware: Hardware = V100,
+    *,
+    placement: str = "launch",
+    recompute: tuple[str, ...] = RECOMPUTE_MODES,
+    transport: Transport = NCCL,
+    cache: dict | None = None,
 ) -> GridResult:
-    """Simulate every valid configuration; the best is the fastest one that fits in memory."""
-    configs = megatron_space(cluster, workload)
+    """Simulate every valid configuration under ``placement`` (``launch`` or ``topology``,
+    :mod:`baselines.placement`); the best is the fastest one that fits in memory. ``cache``: a
+    dict shared by calls on the same cluster, workload, hardware and transport (both protocols)
+    so that launch-order simulations are reused."""
+    configs = megatron_space(cluster, workload, recompute)
     if not configs:
         raise ValueError(
             f"megatron: no valid (tp, pp, dp, micro-batch) layout for "
             f"{workload.model.num_layers} layers, batch {workload.global_batch_size} on "
             f"{cluster.num_devices} devices"
         )
-    return pick_best(
-        [simulate_megatron(cluster, workload, c, hardware) for c in configs],
-        f"megatron on {cluster.name}",
-    )
+
+    def one(c: BaselineConfig) -> SimResult:
+        def sim(rm):
+            return simulate_megatron(cluster, workload, c, hardware, transport, rank_map=rm.devices)
+
+        mem = config_memory_bytes(c, workload)
+        usable = hardware.usable_memory_bytes
+        return place_and_simulate(cluster, workload, c, placement, sim, mem, usable, cache)
+
+    return pick_best([one(c) for c in configs], f"megatron on {cluster.name}")

@@ -5,19 +5,25 @@
     python repro/run.py case=all results_dir=DIR         # the full grid: 5 cases x 3 x 3
 
 For every (case, layers, batch): schedule our layout (cached per case and tasklet sizes), simulate
-ours, ours with random layouts (max(3, repeats) seeded rank maps), Megatron's and DeepSpeed's
-whole configuration grids; print a table; write one row per (system, layout/config, batch,
-repeat) with :func:`system.results.make_row`, then ``fig3.png``, ``summary.csv`` and
-``claims.md`` into ``results_dir``. Everything is computed before anything is written, so bad
-input (unknown case, layers not divisible into stages, nothing fits in memory) raises one
-ValueError and leaves no half-written output. No torch import.
+ours, ours with random layouts (max(3, repeats) seeded rank maps), Megatron's and DeepSpeed's whole
+configuration grids under the paper's protocol (ranks in launch order) and, with
+``baseline_placement=topology`` (the default), also under the fair protocol (each configuration
+with its best topology-aware rank map, :mod:`baselines.placement`); every baseline row records its
+``placement`` and ``rank_map``; print a table with ours' speed-up under both protocols; write one
+row per (system, layout/config, batch, repeat) with :func:`system.results.make_row`, then
+``fig3.png``, ``summary.csv`` and ``claims.md`` into ``results_dir``. Everything is computed before
+anything is written, so bad input (unknown case, layers not divisible into stages, nothing fits in
+memory) raises one ValueError and leaves no half-written output.
+No torch import.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -26,11 +32,13 @@ from omegaconf import DictConfig, ListConfig
 
 from baselines.deepspeed.perf import grid_search_deepspeed
 from baselines.megatron.perf import grid_search_megatron
+from baselines.placement import PLACEMENTS
 from system.assignment import random_assignment
 from system.cases import get_case
 from system.cluster import Cluster
 from system.results import atomic_write_text, make_row, read_rows, run_ids, write_rows
 from system.simulator import V100, SimResult, simulate_ours
+from system.simulator.comm import LINK_SHARING, NCCL, NCCL_RENDEZVOUS, with_link_sharing
 from system.simulator.summary import merge_summary, summary_frame, with_speedups
 from system.workload import Workload, get_model, tasklet_sizes
 
@@ -110,9 +118,42 @@ def _settings(cfg: DictConfig) -> list[tuple[str, int, int]]:
     return [(str(c), int(l), int(b)) for c in cases for l in layers for b in batches]
 
 
+MODEL_DEFAULTS = {
+    "compute_efficiency": V100.achievable_fraction,
+    "link_sharing": "pair",
+    "baseline_transport": "nccl",
+}
+TRANSPORTS = {"nccl": NCCL, "nccl_rendezvous": NCCL_RENDEZVOUS}
+
+
+def _model_knobs(cfg: DictConfig) -> dict:
+    """The sensitivity knobs (``compute_efficiency``, ``link_sharing``, ``baseline_transport``),
+    checked; null means the model's default."""
+    out = {}
+    for k, dflt in MODEL_DEFAULTS.items():
+        v = cfg.get(k)
+        out[k] = dflt if v is None else (float(v) if k == "compute_efficiency" else str(v))
+    if not 0 < out["compute_efficiency"] <= 1:
+        raise ValueError(f"compute_efficiency must be in (0, 1], got {out['compute_efficiency']}")
+    if out["link_sharing"] not in LINK_SHARING:
+        raise ValueError(
+            f"link_sharing must be one of {', '.join(LINK_SHARING)}, got {out['link_sharing']!r}"
+        )
+    if out["baseline_transport"] not in TRANSPORTS:
+        raise ValueError(
+            f"baseline_transport must be one of {', '.join(TRANSPORTS)}, "
+            f"got {out['baseline_transport']!r}"
+        )
+    return out
+
+
 def _row(key: dict, res: SimResult, cluster: Cluster, **extra) -> dict:
     c = res.config
     ok = res.status == "ok"
+    breakdown = {k: v for k, v in res.breakdown.items() if k not in ("rank_map", "placement_how")}
+    if "rank_map" in res.breakdown:  # baselines: where each launch rank ran
+        extra["rank_map"] = json.dumps(res.breakdown["rank_map"])
+        extra["placement_how"] = res.breakdown.get("placement_how")
     return make_row(
         key,
         status=res.status,
@@ -126,18 +167,25 @@ def _row(key: dict, res: SimResult, cluster: Cluster, **extra) -> dict:
         dp=c.get("dp"),
         micro_batch_size=c.get("micro_batch_size"),
         zero=c.get("zero", 0),
+        recompute=c.get("recompute", "full"),
         memory_gib=res.memory_bytes / 2**30,
         config=res.label(),
         mfu=res.pflops * 1e15 / (cluster.num_devices * V100.peak_flops) if ok else None,
-        **{f"sim_{k}": v for k, v in res.breakdown.items()},
+        **{f"sim_{k}": v for k, v in breakdown.items()},
         **extra,
     )
 
 
-def _simulate_setting(cfg, case, layers, batch, systems, schedules, repeats):
-    """All rows of one (case, layers, batch) and a summary line. Raises ValueError on bad input."""
+def _simulate_setting(cfg, case, layers, batch, systems, schedules, repeats, placement):
+    """All rows of one (case, layers, batch) and a summary line. Raises ValueError on bad input.
+
+    ``placement``: ``launch`` (baselines in launch order only) or ``topology`` (both protocols;
+    the summary's headline baseline is the topology-aware one, launch order goes beside it)."""
     variant = str(cfg.get("case_variant", "paper"))
-    cluster = get_case(case, variant)
+    plain = get_case(case, variant)  # what the scheduler sees (α, β only)
+    knobs = _model_knobs(cfg)
+    cluster = with_link_sharing(plain, knobs["link_sharing"])
+    hw = replace(V100, achievable_fraction=knobs["compute_efficiency"])
     model = get_model(str(cfg.get("model", "gpt3_xl")), layers)
     workload = Workload(
         model=model, global_batch_size=batch, micro_batch_size=int(cfg.get("micro_batch_size", 1))
@@ -155,6 +203,7 @@ def _simulate_setting(cfg, case, layers, batch, systems, schedules, repeats):
         "num_layers": layers,
         "global_batch_size": batch,
         "seed": seed,
+        **{k: v for k, v in knobs.items() if v != MODEL_DEFAULTS[k]},  # in run ids if changed
     }
     rows, line = [], {"case": case, "num_layers": layers, "global_batch_size": batch}
     oom = ValueError(
@@ -162,8 +211,8 @@ def _simulate_setting(cfg, case, layers, batch, systems, schedules, repeats):
         f"{workload.micro_batch_size} fits in {V100.name} memory with pp={pp}"
     )
     if "ours" in systems:
-        sched = schedules.get(case, cluster, workload, pp, dp)
-        ours = simulate_ours(cluster, sched.assignment, workload)
+        sched = schedules.get(case, plain, workload, pp, dp)
+        ours = simulate_ours(cluster, sched.assignment, workload, hardware=hw)
         if ours.status != "ok":
             raise oom
         line["ours"] = ours
@@ -185,12 +234,12 @@ def _simulate_setting(cfg, case, layers, batch, systems, schedules, repeats):
                 "dp": dp,
                 "repeat": r,
             }
-            rows.append(_row(key, ours, cluster, **info))
+            rows.append(_row(key, ours, cluster, placement="scheduled", **info))
     if "ours_random" in systems:  # the paper's random layouts: a new seeded rank map per run
         line["ours_random"] = []
         for k in range(max(MIN_RANDOM_LAYOUTS, repeats)):
             a = random_assignment(pp, dp, np.random.default_rng([seed, k]))
-            res = simulate_ours(cluster, a, workload, system="ours_random")
+            res = simulate_ours(cluster, a, workload, system="ours_random", hardware=hw)
             if res.status != "ok":
                 raise oom
             line["ours_random"].append(res)
@@ -204,25 +253,44 @@ def _simulate_setting(cfg, case, layers, batch, systems, schedules, repeats):
                 "repeat": k,
             }
             rows.append(
-                _row(key, res, cluster, scheduler="random_rank_map", layout=a.stages.tolist())
+                _row(
+                    key,
+                    res,
+                    cluster,
+                    scheduler="random_rank_map",
+                    placement="random",
+                    layout=a.stages.tolist(),
+                )
             )
+    protocols = ["launch"] if placement == "launch" else ["launch", "topology"]
+    cache: dict = {}  # (config, rank map) -> simulation, shared by the two protocols
     for name, search in (("megatron", grid_search_megatron), ("deepspeed", grid_search_deepspeed)):
         if name not in systems:
             continue
-        grid = search(cluster, workload)
-        line[name], line[f"{name}_why"] = grid.best, grid.why()
-        for res in grid.results:
-            for r in range(repeats):
-                key = {**base, "system": name, **res.config, "repeat": r}
-                rows.append(
-                    _row(
-                        key,
-                        res,
-                        cluster,
-                        is_best=res is grid.best,
-                        variant=res.breakdown.get("variant", name),
+        for protocol in protocols:
+            grid = search(
+                cluster,
+                workload,
+                hw,
+                placement=protocol,
+                cache=cache,
+                transport=TRANSPORTS[knobs["baseline_transport"]],
+            )
+            suffix = "" if protocol == placement else f"_{protocol}"
+            line[name + suffix], line[f"{name}{suffix}_why"] = grid.best, grid.why()
+            for res in grid.results:
+                for r in range(repeats):
+                    key = {**base, "system": name, **res.config, "repeat": r}
+                    rows.append(
+                        _row(
+                            key,
+                            res,
+                            cluster,
+                            is_best=res is grid.best,
+                            variant=res.breakdown.get("variant", name),
+                            placement=protocol,
+                        )
                     )
-                )
     return rows, line
 
 
@@ -238,55 +306,116 @@ def _paper_ratios() -> dict[str, str]:
 
 
 def _print_table(summary: pd.DataFrame, elapsed_s: float) -> None:
+    """One line per setting: ours, then each baseline under the paper's protocol (launch order)
+    and, when simulated, the fair one (topology-aware placement), ours' speed-up beside each."""
     from rich.console import Console
     from rich.table import Table
 
     t = Table(
-        title=f"simulated PFLOPS and iteration seconds (V100 model, "
-        f"{V100.achievable_fraction:.0%} of peak; x = ours' speed-up) - {elapsed_s:.1f} s"
+        title=f"simulated iteration seconds (V100 model, {V100.achievable_fraction:.0%} of "
+        f"peak; x = ours' speed-up; launch = the paper's protocol, topo = topology-aware "
+        f"baseline placement) - {elapsed_s:.1f} s"
     )
     cols = [
+        ("case", "right"),
+        ("L", "right"),
+        ("batch", "right"),
+        ("ours s", "right"),
+        ("random s", "right"),
+        ("Meg launch s", "right"),
+        ("Meg topo s (config)", "left"),
+        ("DS launch s", "right"),
+        ("DS topo s (config)", "left"),
+        ("x Meg launch", "right"),
+        ("x Meg topo", "right"),
+        ("x DS launch", "right"),
+        ("x DS topo", "right"),
+        ("x rand", "right"),
+        ("paper x Meg", "right"),
+        ("paper x DS", "right"),
+    ]
+    for c, just in cols:
+        t.add_column(c, justify=just)
+    f = lambda v, p=3: "—" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{v:.{p}g}"  # noqa: E731
+    for r in summary.to_dict("records"):
+        topo = r.get("baseline_placement") == "topology"
+
+        def side(b: str, r=r, topo=topo) -> tuple[str, str, str, str]:
+            """(launch s, topo s + config, x launch, x topo) of baseline ``b``."""
+            head = f"{f(r.get(f'{b}_iter_time_s'))} ({r.get(f'{b}_config') or '—'})"
+            if topo:
+                return (
+                    f(r.get(f"{b}_launch_iter_time_s")),
+                    head,
+                    f(r.get(f"speedup_vs_{b}_launch"), 2),
+                    f(r.get(f"speedup_vs_{b}"), 2),
+                )
+            return head, "—", f(r.get(f"speedup_vs_{b}"), 2), "—"
+
+        meg, ds = side("megatron"), side("deepspeed")
+        t.add_row(
+            str(r["case"]),
+            str(r["num_layers"]),
+            str(r["global_batch_size"]),
+            f(r.get("ours_iter_time_s")),
+            f(r.get("ours_random_iter_time_s")),
+            meg[0],
+            meg[1],
+            ds[0],
+            ds[1],
+            meg[2],
+            meg[3],
+            ds[2],
+            ds[3],
+            f(r.get("speedup_vs_random"), 2),
+            r.get("paper_vs_megatron", ""),
+            r.get("paper_vs_deepspeed", ""),
+        )
+    Console(width=240, highlight=False).print(t)
+
+
+def _print_rows(lines: list[dict]) -> None:
+    """Per setting, one row per system and placement protocol: the picked configuration, where
+    its ranks went, its time and ours' speed-up over it."""
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="per system and placement (best configuration of each grid)")
+    for c in (
         "case",
         "L",
         "batch",
-        "ours",
-        "ours s",
-        "random",
-        "Megatron (config)",
-        "Meg s",
-        "DeepSpeed (config)",
-        "DS s",
-        "x Meg",
-        "x DS",
-        "x rand",
-        "paper x Meg",
-        "paper x DS",
-        "paper x rand",
-    ]
-    for c in cols:
-        t.add_column(
-            c, justify="right" if c not in ("Megatron (config)", "DeepSpeed (config)") else "left"
-        )
-    f = lambda v, p=2: "—" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{v:.{p}g}"  # noqa: E731
-    for r in summary.itertuples(index=False):
-        t.add_row(
-            r.case,
-            str(r.num_layers),
-            str(r.global_batch_size),
-            f(r.ours_pflops, 3),
-            f(r.ours_iter_time_s, 3),
-            f(r.ours_random_pflops, 3),
-            f"{f(r.megatron_pflops, 3)} ({r.megatron_config or '—'})",
-            f(r.megatron_iter_time_s, 3),
-            f"{f(r.deepspeed_pflops, 3)} ({r.deepspeed_config or '—'})",
-            f(r.deepspeed_iter_time_s, 3),
-            f(r.speedup_vs_megatron),
-            f(r.speedup_vs_deepspeed),
-            f(r.speedup_vs_random),
-            r.paper_vs_megatron,
-            r.paper_vs_deepspeed,
-            r.paper_vs_random,
-        )
+        "system",
+        "placement",
+        "config",
+        "rank map",
+        "iter s",
+        "ours x",
+    ):
+        t.add_column(c, justify="right" if c in ("L", "batch", "iter s", "ours x") else "left")
+    for ln in lines:
+        ours = ln.get("ours")
+        entries = [("ours", "scheduled", ours)] if ours else []
+        for b in ("megatron", "deepspeed"):
+            head = ln.get("baseline_placement", "launch")
+            if f"{b}_launch" in ln:
+                entries.append((b, "launch", ln[f"{b}_launch"]))
+            if b in ln:
+                entries.append((b, head, ln[b]))
+        for name, placement, res in entries:
+            how = res.breakdown.get("placement_how", "scheduler layout" if name == "ours" else "")
+            x = f"{res.iter_time_s / ours.iter_time_s:.2f}" if ours and name != "ours" else ""
+            t.add_row(
+                str(ln["case"]),
+                str(ln["num_layers"]),
+                str(ln["global_batch_size"]),
+                name,
+                placement,
+                res.label(),
+                how,
+                f"{res.iter_time_s:.1f}",
+                x,
+            )
     Console(width=200, highlight=False).print(t)
 
 
@@ -302,7 +431,7 @@ def _in_multirun() -> bool:
 
 def _write_reports(results_dir: Path, summary: pd.DataFrame, elapsed_s: float) -> None:
     """fig3.png, summary.csv and claims.md from everything under ``results_dir``."""
-    from repro.claims import evaluate_claims
+    from repro.claims import evaluate_claims_by_protocol
     from repro.figures.fig3 import plot_fig3
     from repro.variance import best_configs
 
@@ -313,24 +442,36 @@ def _write_reports(results_dir: Path, summary: pd.DataFrame, elapsed_s: float) -
         return
     rows = read_rows(results_dir)
     plot_fig3(best_configs(rows), results_dir / "fig3.png")
-    claims = evaluate_claims(rows)
+    claims = evaluate_claims_by_protocol(rows)
+    protocols = [p for p in ("launch", "topology") if f"verdict_{p}" in claims.columns]
+    title = {"launch": "paper's protocol (launch order)", "topology": "fair (topology-aware)"}
     lines = [
         "# Simulated results vs the paper's claims",
         "",
         f"Generated by `python repro/run.py` (mode=simulate) in {elapsed_s:.1f} s; "
-        f"{len(rows)} rows. Verdicts: `repro/claims.py` (tolerance 25%).",
+        f"{len(rows)} rows. Verdicts: `repro/claims.py` (tolerance 25%), once per protocol of "
+        "the baselines' rank placement: "
+        + "; ".join(f"{p} = {title[p]}" for p in protocols)
+        + ". `fig3.png` shows each baseline's best over all placements.",
         "",
-        "| claim | paper | ours | verdict | note |",
-        "|---|---|---|---|---|",
+        "| claim | paper | "
+        + " | ".join(f"{p}: ours | {p}: verdict" for p in protocols)
+        + " | note |",
+        "|---|---|" + "---|---|" * len(protocols) + "---|",
     ]
-    for c in claims.itertuples(index=False):
-        lines.append(f"| {c.claim_id} | {c.paper} | {c.ours} | {c.verdict} | {c.detail} |")
+    for c in claims.to_dict("records"):
+        cells = " | ".join(f"{c[f'ours_{p}']} | {c[f'verdict_{p}']}" for p in protocols)
+        lines.append(f"| {c['claim_id']} | {c['paper']} | {cells} | {c['note']} |")
     lines += ["", "## Baseline grid picks (why)", ""]
-    for r in summary.itertuples(index=False):
-        lines.append(
-            f"- case {r.case}, L{r.num_layers}, B{r.global_batch_size}: Megatron "
-            f"{r.megatron_why}; DeepSpeed {r.deepspeed_why}"
-        )
+    for r in summary.to_dict("records"):
+        head = r.get("baseline_placement", "launch")
+        for b, name in (("megatron", "Megatron"), ("deepspeed", "DeepSpeed")):
+            lines.append(
+                f"- case {r['case']}, L{r['num_layers']}, B{r['global_batch_size']}, {name} "
+                f"({head}): {r.get(f'{b}_why')}"
+            )
+            if r.get(f"{b}_launch_why"):
+                lines.append(f"  - {name} (launch): {r[f'{b}_launch_why']}")
     atomic_write_text(results_dir / "claims.md", "\n".join(lines) + "\n")
 
 
@@ -351,11 +492,17 @@ def run(cfg: DictConfig) -> dict:
     repeats = int(cfg.get("repeats", 1))
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
+    placement = str(cfg.baseline_placement)
+    if placement not in PLACEMENTS:
+        raise ValueError(
+            f"baseline_placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}"
+        )
     results_dir = Path(str(cfg.results_dir))
     schedules = _Schedules(method, int(cfg.get("seed", 0)), _budget(cfg))
     rows, lines = [], []
     for case, layers, batch in _settings(cfg):
-        r, ln = _simulate_setting(cfg, case, layers, batch, systems, schedules, repeats)
+        r, ln = _simulate_setting(cfg, case, layers, batch, systems, schedules, repeats, placement)
+        ln["baseline_placement"] = placement
         rows += r
         lines.append(ln)
     elapsed = time.perf_counter() - t0
@@ -373,6 +520,8 @@ def run(cfg: DictConfig) -> dict:
         write_rows(results_dir, new)
     summary = with_speedups(summary_frame(lines), _paper_ratios())
     _write_reports(results_dir, summary, elapsed)
+    if len(lines) <= 9:  # one case or fewer: the per-system rows too
+        _print_rows(lines)
     _print_table(summary, elapsed)
     log.info(
         "mode=simulate took %.1f s in all (simulation %.1f s, rows/tables/figure %.1f s)",
@@ -386,5 +535,7 @@ def run(cfg: DictConfig) -> dict:
         "new_rows": len(new),
         "elapsed_s": elapsed,
         "results_dir": str(results_dir),
-        "summary": summary.drop(columns=["megatron_why", "deepspeed_why"]).to_dict("records"),
+        "summary": summary.drop(columns=[c for c in summary.columns if c.endswith("_why")]).to_dict(
+            "records"
+        ),
     }

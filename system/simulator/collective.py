@@ -4,7 +4,9 @@ The shared model of the baselines that run a 1F1B pipeline with blocking p2p and
 parallel replicas with a ring all-reduce after the pipeline flush (MODELING.md):
 
 - ranks in launch order, ``rank = t + TP·(d + DP·s)`` (Megatron: tensor innermost, then data,
-  then pipeline; DeepSpeed's PipeDataParallelTopology is the TP = 1 case), rank r on device r.
+  then pipeline; DeepSpeed's PipeDataParallelTopology is the TP = 1 case), rank r on device
+  ``rank_map[r]`` (default r: the order the launcher lists the devices; ``baselines.placement``
+  searches topology-aware maps).
   Worked example, TP=2, PP=2, DP=2 on 8 devices: stage 0 holds devices 0–3 (replica 0: 0, 1;
   replica 1: 2, 3), stage 1 devices 4–7; the DP ring of (t=0, s=0) is devices [0, 2];
 - tensor parallel: per layer and micro-batch 2 all-reduces of the activations (b·s·h fp16) in the
@@ -18,13 +20,20 @@ parallel replicas with a ring all-reduce after the pipeline flush (MODELING.md):
   The ``transport`` decides whether a send waits for the receiver's posted receive (gloo) or
   goes eagerly (NCCL, the paper's runs) — on WAN latencies that is up to 2× on a
   communication-bound pipeline (``results/baselines/COMPARISON.md``);
-- data parallel: ring all-reduce of the stage's layer gradients (``workload.gradient_bytes`` per
-  parameter, 1/TP per rank) over the DP ranks in rank order, all rings at once, each starting
-  when its stage's last replica leaves the pipeline (:func:`system.simulator.comm.ring_allreduce_s`:
-  NCCL's streamed ring or gloo's segmented one); ZeRO-1 replaces it by reduce-scatter +
-  all-gather of the same volume and shards the optimizer state and step;
+- data parallel: ring all-reduce of the stage's gradients (``workload.gradient_bytes`` per
+  parameter, 1/TP per rank: its layers, plus the embeddings on the first stage and the output
+  head on the last, :func:`system.workload.stage_gradient_params`) over the DP ranks in rank
+  order, all rings at once, each starting when its stage's last replica leaves the pipeline
+  (:func:`system.simulator.comm.ring_allreduce_s`: NCCL's streamed ring or gloo's segmented
+  one); ZeRO-1 replaces it by reduce-scatter + all-gather of the same volume and shards the
+  optimizer state and step;
+- tied embeddings (Megatron-LM's default): after the DP all-reduce the first and the last stage
+  of each replica all-reduce the word-embedding gradient, V·h/TP values (megatron-core's
+  ``finalize_model_grads``, ``_allreduce_embedding_grads``);
 - Megatron then all-reduces the gradient norm (one fp32) over each replica's model-parallel
-  group before its optimizer step — latency-bound across regions (2·(n−1) ring hops).
+  group before its optimizer step: NCCL's ring or binary tree, whichever ends first
+  (:func:`system.simulator.comm.nccl_allreduce_end_s`; latency-bound across regions), gloo's
+  segmented ring on the CPU runs.
 """
 
 from __future__ import annotations
@@ -36,17 +45,19 @@ from system.simulator.comm import (
     NCCL,
     Transport,
     flow_bandwidth_bps,
+    nccl_allreduce_end_s,
     ring_allreduce_end_s,
     ring_allreduce_s,
     ring_collective_s,
+    sharded_ps_p2p_s,
 )
 from system.simulator.hardware import V100, Hardware, stage_compute
 from system.simulator.memory import training_memory
 from system.simulator.result import SimResult
 from system.simulator.timeline import one_f_one_b_end_s
-from system.workload import Workload
+from system.workload import Workload, stage_gradient_params
 
-__all__ = ["rank_grid", "simulate_1f1b_ring", "pipeline_memory_bytes"]
+__all__ = ["rank_grid", "device_grid", "simulate_1f1b_ring", "pipeline_memory_bytes"]
 
 
 def rank_grid(tp: int, pp: int, dp: int) -> np.ndarray:
@@ -58,8 +69,26 @@ def rank_grid(tp: int, pp: int, dp: int) -> np.ndarray:
     return np.arange(tp * pp * dp).reshape(pp, dp, tp)
 
 
+def device_grid(tp: int, pp: int, dp: int, rank_map=None) -> np.ndarray:
+    """Device of (stage, replica, tensor rank), shape (pp, dp, tp): launch rank r runs on device
+    ``rank_map[r]`` (default r). ValueError unless ``rank_map`` is a permutation of the devices."""
+    grid = rank_grid(tp, pp, dp)
+    if rank_map is None:
+        return grid
+    perm = np.asarray(rank_map, dtype=int)
+    if perm.shape != (grid.size,) or not np.array_equal(np.sort(perm), np.arange(grid.size)):
+        raise ValueError(f"rank_map must be a permutation of 0..{grid.size - 1}, got {rank_map}")
+    return perm[grid]
+
+
 def pipeline_memory_bytes(
-    workload: Workload, tp: int, pp: int, dp: int, *, optimizer_shards: int = 1
+    workload: Workload,
+    tp: int,
+    pp: int,
+    dp: int,
+    *,
+    optimizer_shards: int = 1,
+    recompute: str = "full",
 ) -> float:
     """Peak device memory of a 1F1B stage: stage 0 holds up to ``pp`` micro-batches in flight."""
     model = workload.model
@@ -68,6 +97,7 @@ def pipeline_memory_bytes(
         micro_batch_size=workload.micro_batch_size,
         tp=tp,
         optimizer_shards=optimizer_shards,
+        recompute=recompute,
     )
     first = training_memory(model, in_flight=pp, embedding=True, logits=pp == 1, **kw)
     last = training_memory(model, in_flight=1, embedding=True, logits=True, **kw)
@@ -89,6 +119,10 @@ def simulate_1f1b_ring(
     grad_norm: bool = False,
     schedule: str = "megatron",
     loss_broadcast: bool = False,
+    rank_map=None,
+    recompute: str = "full",
+    tied_embedding: bool = False,
+    dp_protocol: str = "ring",
 ) -> SimResult:
     """One iteration of 1F1B pipelines + ring all-reduce DP in launch order (module docstring).
 
@@ -101,6 +135,13 @@ def simulate_1f1b_ring(
     ``loss_broadcast``: after the step the last stages all-reduce the loss over DP and broadcast
     it to their pipeline (DeepSpeed's ``_aggregate_total_loss``). With a rendezvous transport
     ZeRO-1 pays an all-reduce and then the all-gather of the updated shards (DeepSpeed on gloo).
+    ``rank_map``: device of each launch rank (default: rank r on device r). ``recompute``:
+    ``full``, ``selective`` or ``none`` activation recomputation. ``tied_embedding``: the first
+    and last stages all-reduce the shared word-embedding gradient after the DP all-reduce.
+    ``dp_protocol``: ``ring`` (the frameworks' all-reduce) or ``sharded_ps`` (the paper's
+    sharded parameter server, :func:`system.simulator.comm.sharded_ps_p2p_s`, each member
+    entering when its own pass ends; for the speed-up attribution). ``schedule`` may also be
+    ``gpipe`` (all forwards, then all backwards, with the same blocking p2p calls).
     Raises ValueError for layouts the cluster or workload cannot hold (sizes, TP across hosts).
     """
     model = workload.model
@@ -110,10 +151,12 @@ def simulate_1f1b_ring(
         )
     if zero not in (0, 1):
         raise ValueError(f"simulate_1f1b_ring: zero must be 0 or 1, got {zero}")
+    if dp_protocol not in ("ring", "sharded_ps"):
+        raise ValueError(f"dp_protocol must be ring or sharded_ps, got {dp_protocol!r}")
     if model.num_attention_heads % tp or model.hidden_size % tp:
         raise ValueError(f"tp={tp} does not divide the model's heads/hidden size")
     workload.check_layout(pp, dp)
-    grid = rank_grid(tp, pp, dp)
+    grid = device_grid(tp, pp, dp, rank_map)
     host = np.asarray(cluster.host_of)
     if np.any(host[grid] != host[grid[..., :1]]):
         raise ValueError(f"tp={tp}: a tensor-parallel group would span hosts of {cluster.name!r}")
@@ -121,9 +164,15 @@ def simulate_1f1b_ring(
     m = workload.micro_batches(dp)
     layers = model.num_layers // pp
     shards = dp if zero == 1 else 1
-    params = layers * model.params_per_layer / tp
+    stage_params = np.asarray(stage_gradient_params(model, pp, tied=tied_embedding)) / tp
     compute = stage_compute(
-        model, pp, mbs, tp=tp, hardware=hardware, params_per_device=[params / shards] * pp
+        model,
+        pp,
+        mbs,
+        tp=tp,
+        hardware=hardware,
+        params_per_device=list(stage_params / shards),
+        recompute=recompute,
     )
     f, b, opt = compute.per_stage(pp)
     busy = float((m * (f + b) + opt).max())  # pure compute of the busiest device
@@ -163,22 +212,45 @@ def simulate_1f1b_ring(
         buffer_bwd_s=buffer_s[1],
     )  # (pp, dp): when each stage of each replica leaves the pipeline
     pipeline_s = float(ends.max())
-    grad_bytes = workload.gradient_bytes * params
+    grad_bytes = np.repeat(workload.gradient_bytes * stage_params, tp)  # one per ring (s, t)
     rings = grid.transpose(0, 2, 1).reshape(-1, dp)  # (pp·tp, dp): one DP ring per (s, t)
     dp_each = (
         ring_allreduce_s(cluster, rings, grad_bytes, transport).reshape(pp, tp).max(axis=1)
-        if dp > 1
+        if dp > 1 and dp_protocol == "ring"
         else np.zeros(pp)
     )
-    stage_done = ends.max(axis=1) + dp_each  # a ring starts when its last replica is done
+    if dp_protocol == "sharded_ps" and dp > 1:  # each member enters when its own pass ends
+        entry = np.repeat(ends, tp, axis=0)  # rows (s, t) like ``rings``
+        done = sharded_ps_p2p_s(cluster, rings, grad_bytes, entry)
+        step_at = done.reshape(pp, tp, dp).transpose(0, 2, 1).copy()  # (pp, dp, tp)
+        stage_done = step_at.max(axis=(1, 2))
+        dp_each = stage_done - ends.max(axis=1)
+    else:
+        stage_done = ends.max(axis=1) + dp_each  # a ring starts when its last replica is done
+        step_at = np.broadcast_to(stage_done[:, None, None], grid.shape).copy()  # (pp, dp, tp)
     dp_s = float(dp_each.max())
-    step_at = np.broadcast_to(stage_done[:, None, None], grid.shape)  # (pp, dp, tp)
+    tied_s = 0.0
+    if tied_embedding and pp > 1:  # first and last stage of each (replica, tensor rank)
+        pairs = np.stack([grid[0].ravel(), grid[-1].ravel()], axis=1)
+        entry = np.stack([step_at[0].ravel(), step_at[-1].ravel()], axis=1)
+        emb = workload.gradient_bytes * model.vocab_size * model.hidden_size / tp
+        end = ring_allreduce_end_s(cluster, pairs, emb, entry, transport)
+        tied_s = float(end.max() - stage_done[[0, -1]].max())
+        step_at[0] = end[:, 0].reshape(dp, tp)
+        step_at[-1] = end[:, 1].reshape(dp, tp)
+    before_norm = float(step_at.max())
+    norm_algo = "none"
     if grad_norm and pp * tp > 1:  # one fp32 all-reduce per replica's model-parallel group
         groups = grid.transpose(1, 0, 2).reshape(dp, pp * tp)  # rank order: stage, then tensor
         entry = step_at.transpose(1, 0, 2).reshape(dp, pp * tp)
-        norm_end = ring_allreduce_end_s(cluster, groups, 4.0, entry, transport)
+        if transport.ring_segment_bytes is None and not transport.rendezvous:
+            norm_end, algos = nccl_allreduce_end_s(cluster, groups, 4.0, entry)
+            norm_algo = "tree" if "tree" in algos else "ring"
+        else:
+            norm_end = ring_allreduce_end_s(cluster, groups, 4.0, entry, transport)
+            norm_algo = "ring"
         step_at = norm_end.reshape(dp, pp, tp).transpose(1, 0, 2)
-    norm_s = float(step_at.max() - stage_done.max())
+    norm_s = float(step_at.max() - before_norm)
     step_at = step_at + opt[:, None, None]
     gather = np.zeros(pp)
     if zero == 1 and dp > 1 and transport.rendezvous:
@@ -212,14 +284,23 @@ def simulate_1f1b_ring(
                 step_at[s_, d, :] = np.maximum(step_at[s_, d, :], lands)
             step_at[-1, d, :] = agg[d]
     iter_s = float(step_at.max())
-    memory = pipeline_memory_bytes(workload, tp, pp, dp, optimizer_shards=shards)
+    memory = pipeline_memory_bytes(
+        workload, tp, pp, dp, optimizer_shards=shards, recompute=recompute
+    )
     return SimResult(
         system=system,
         iter_time_s=iter_s,
         compute_time_s=busy,
         model_flops=workload.model_flops(recompute=True),
         memory_bytes=memory,
-        config={"tp": tp, "pp": pp, "dp": dp, "micro_batch_size": mbs, "zero": zero},
+        config={
+            "tp": tp,
+            "pp": pp,
+            "dp": dp,
+            "micro_batch_size": mbs,
+            "zero": zero,
+            "recompute": recompute,
+        },
         breakdown={
             "pipeline_s": pipeline_s,
             "dp_sync_s": dp_s,
@@ -227,6 +308,8 @@ def simulate_1f1b_ring(
             "tp_allreduce_s": float(t_ar),
             "dp_span_s": float(stage_done.max() - pipeline_s),
             "grad_norm_s": norm_s,
+            "grad_norm_algo": norm_algo,
+            "tied_embedding_s": tied_s,
             "zero1_gather_s": float(gather.max()),
             "micro_batches": int(m),
         },

@@ -6,10 +6,20 @@ Every transfer of X bytes over link (a, b) takes ``α_ab + 8·X / β_eff`` secon
 - flows on the same ordered device pair split that link's bandwidth;
 - flows that leave (or enter) a host through its NIC (``Cluster.host_nic_gbps``, cases 1–2) split
   the NIC: each gets at most NIC / (number of concurrent cross-host flows out of / into the host).
-  NICs are full duplex, so outgoing and incoming flows are counted separately.
+  NICs are full duplex, so outgoing and incoming flows are counted separately;
+- optionally (``cluster.meta["link_sharing"] == "region_pair"``, a sensitivity setting, see
+  :func:`with_link_sharing`) flows between two different regions split that region pair's
+  bandwidth, as if the measured value were the pair's aggregate pipe rather than each device
+  pair's own. A per-device NIC is the ``host_nic_gbps`` rule with one device per host.
 
 Collectives:
 
+- NCCL all-reduce: NCCL's tuner predicts each algorithm's time from the message size and picks
+  the fastest (NCCL ``src/graph/tuning.cc``; the double binary tree of NCCL 2.4 gives small
+  messages a latency logarithmic in the group size, NVIDIA's "Massively Scale Your Deep Learning
+  Training with NCCL 2.4", 2019). :func:`nccl_allreduce_end_s` does the same with this module's
+  link model: the ring below and a binary tree over the ranks (NCCL's ``ncclGetBtree``), reduce
+  up then broadcast down, each hop α + 8·S/β; per group the one that ends first;
 - ring all-reduce over n devices in the given order: 2·(n−1) synchronous steps, each moving S/n
   bytes on every ring edge at once, a step lasting as long as the slowest edge — on uniform links
   this is the textbook ``2·(n−1)/n · S/β + 2·(n−1)·α``; reduce-scatter and all-gather take n−1
@@ -25,7 +35,7 @@ Collectives:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -35,8 +45,12 @@ __all__ = [
     "GLOO",
     "NCCL",
     "Transport",
+    "NCCL_RENDEZVOUS",
     "flow_bandwidth_bps",
     "flow_time_s",
+    "nccl_allreduce_end_s",
+    "with_link_sharing",
+    "LINK_SHARING",
     "ring_allreduce_end_s",
     "ring_allreduce_s",
     "ring_collective_s",
@@ -67,6 +81,8 @@ class Transport:
 
 
 NCCL = Transport("nccl", rendezvous=False, send_buffer_bytes=4 * 2**20)
+# Sensitivity variant: NCCL with a send that waits for the receiver's posted receive (as gloo does)
+NCCL_RENDEZVOUS = Transport("nccl_rendezvous", rendezvous=True, send_buffer_bytes=4 * 2**20)
 GLOO = Transport("gloo", rendezvous=True, send_buffer_bytes=4 * 2**20, ring_segment_bytes=2**20)
 
 
@@ -92,6 +108,13 @@ def flow_bandwidth_bps(
     pair = src * d + dst
     same_pair = np.bincount(pair, minlength=d * d)[pair]
     bw = bw / same_pair
+    if cluster.meta.get("link_sharing") == "region_pair":
+        region = np.unique(np.asarray(cluster.region_of), return_inverse=True)[1].ravel()
+        ra, rb = region[src], region[dst]
+        across = ra != rb
+        k = int(region.max()) + 1
+        flows = np.bincount(ra * k + rb, minlength=k * k)[ra * k + rb]
+        bw = np.where(across, cluster.bandwidth_bps[src, dst] / flows, bw)
     if cluster.host_nic_gbps is None:
         return bw
     host = np.asarray(cluster.host_of)
@@ -105,20 +128,51 @@ def flow_bandwidth_bps(
     return np.where(cross, np.minimum(bw, share), bw)
 
 
+LINK_SHARING = ("pair", "device_nic", "region_pair")
+
+
+def with_link_sharing(cluster: Cluster, sharing: str) -> Cluster:
+    """``cluster`` under one of :data:`LINK_SHARING` (a sensitivity setting):
+
+    - ``pair``: the cluster as given (each device pair gets its full measured bandwidth; host
+      NICs where the case has them);
+    - ``device_nic``: every device has its own NIC as fast as its fastest link, shared by all its
+      concurrent flows (in and out counted separately); cases with hosts keep their host NICs;
+    - ``region_pair``: concurrent flows between two regions share that pair's bandwidth.
+    """
+    if sharing not in LINK_SHARING:
+        raise ValueError(f"link sharing must be one of {LINK_SHARING}, got {sharing!r}")
+    if sharing == "pair":
+        return cluster
+    if sharing == "region_pair":
+        return replace(cluster, meta={**cluster.meta, "link_sharing": "region_pair"})
+    if cluster.host_nic_gbps is not None:
+        return cluster
+    bw = np.where(np.isfinite(cluster.bandwidth_gbps), cluster.bandwidth_gbps, 0.0)
+    return replace(
+        cluster,
+        host_of=tuple(range(cluster.num_devices)),
+        host_nic_gbps=tuple(float(x) for x in bw.max(axis=1)),
+        meta={**cluster.meta, "link_sharing": "device_nic"},
+    )
+
+
 def flow_time_s(
-    cluster: Cluster, src: Sequence[int], dst: Sequence[int], nbytes: float, **sharing
+    cluster: Cluster, src: Sequence[int], dst: Sequence[int], nbytes, **sharing
 ) -> np.ndarray:
-    """Seconds for each concurrent flow to move ``nbytes``; zero for a device to itself."""
+    """Seconds for each concurrent flow to move ``nbytes`` (a float, or one per flow); zero for
+    a device to itself."""
     src, dst = np.asarray(src, dtype=int), np.asarray(dst, dtype=int)
     bw = flow_bandwidth_bps(cluster, src, dst, **sharing)
-    t = cluster.delay_s[src, dst] + 8.0 * float(nbytes) / bw
+    t = cluster.delay_s[src, dst] + 8.0 * np.asarray(nbytes, dtype=float) / bw
     return np.where(src == dst, 0.0, t)
 
 
 def ring_collective_s(
-    cluster: Cluster, rings: Sequence[Sequence[int]], nbytes: float, *, kind: str = "allreduce"
+    cluster: Cluster, rings: Sequence[Sequence[int]], nbytes, *, kind: str = "allreduce"
 ) -> np.ndarray:
-    """Seconds for each of several concurrent ring collectives over ``nbytes`` per device.
+    """Seconds for each of several concurrent ring collectives over ``nbytes`` per device (a
+    float, or one value per ring).
 
     ``rings`` lists the devices of each ring in ring (rank) order; all rings run at the same time
     and share links/NICs. ``kind`` is ``allreduce`` (2·(n−1) steps) or ``reducescatter`` /
@@ -136,7 +190,9 @@ def ring_collective_s(
         return np.zeros(len(rings))
     src = np.array([r[i] for r in rings for i in range(n)])
     dst = np.array([r[(i + 1) % n] for r in rings for i in range(n)])
-    step = flow_time_s(cluster, src, dst, nbytes / n).reshape(len(rings), n).max(axis=1)
+    per_ring = np.broadcast_to(np.asarray(nbytes, dtype=float), (len(rings),))
+    step = flow_time_s(cluster, src, dst, np.repeat(per_ring / n, n))
+    step = step.reshape(len(rings), n).max(axis=1)
     return steps_per_n[kind] * (n - 1) * step
 
 
@@ -161,8 +217,9 @@ def sharded_ps_p2p_s(
 
     ``groups[g]`` lists a stage's devices (one per replica), ``entry_s[g][k]`` when device
     ``groups[g][k]`` finishes its backward and enters the exchange, ``nbytes`` its gradient
-    bytes; shard X = nbytes / n. Events, as the runtime and gloo/NCCL run them — a message
-    leaves only once its receiver's receive is posted and that notice has crossed the link:
+    bytes (a float, or one per group); shard X = nbytes / n. Events, as the runtime and
+    gloo/NCCL run them — a message leaves only once its receiver's receive is posted and that
+    notice has crossed the link:
 
     - i's copy of shard j leaves i at ``s1[i,j] = max(e_i, p_j + α_ji)``, where ``p_j`` is when
       j posted its first-half receives (``posted_s``: a scalar, the runtime's iteration start,
@@ -187,7 +244,8 @@ def sharded_ps_p2p_s(
     dst = np.tile(g, (1, n)).reshape(-1, n, n)  # [g, i, j] = device j
     off = ~np.eye(n, dtype=bool)[None].repeat(g.shape[0], axis=0)
     x_s = np.zeros(src.shape)
-    x_s[off] = 8.0 * (nbytes / n) / flow_bandwidth_bps(cluster, src[off], dst[off])
+    shard = np.broadcast_to(np.asarray(nbytes, dtype=float).reshape(-1, 1, 1), src.shape) / n
+    x_s[off] = 8.0 * shard[off] / flow_bandwidth_bps(cluster, src[off], dst[off])
     a = np.where(off, cluster.delay_s[src, dst], 0.0)  # [g, i, j] = α_ij
     posted = np.broadcast_to(np.asarray(posted_s, dtype=float), e.shape)
     s1 = np.maximum(e[:, :, None], posted[:, None, :] + a.transpose(0, 2, 1))
@@ -199,15 +257,21 @@ def sharded_ps_p2p_s(
 
 
 def ring_allreduce_s(
-    cluster: Cluster, rings: Sequence[Sequence[int]], nbytes: float, transport: Transport = NCCL
+    cluster: Cluster, rings: Sequence[Sequence[int]], nbytes, transport: Transport = NCCL
 ) -> np.ndarray:
-    """Seconds for each of several concurrent ring all-reduces of ``nbytes`` per device, all
+    """Seconds for each of several concurrent ring all-reduces of ``nbytes`` per device (a float
+    or one per ring; gloo rings of different sizes are timed apart), all
     members entering at 0: NCCL's streamed ring (:func:`ring_collective_s`) or gloo's segmented
     one (:func:`ring_allreduce_end_s`)."""
     if transport.ring_segment_bytes is None:
         return ring_collective_s(cluster, rings, nbytes)
     g = np.asarray([list(r) for r in rings], dtype=int)
-    return ring_allreduce_end_s(cluster, g, nbytes, np.zeros(g.shape), transport).max(axis=1)
+    per_ring = np.broadcast_to(np.asarray(nbytes, dtype=float), (g.shape[0],))
+    out = np.empty(g.shape[0])
+    for nb in np.unique(per_ring):  # gloo's segmentation depends on the size: one size at a time
+        k = per_ring == nb
+        out[k] = ring_allreduce_end_s(cluster, g[k], nb, np.zeros(g[k].shape), transport).max(1)
+    return out
 
 
 def ring_allreduce_end_s(
@@ -271,3 +335,64 @@ def ring_allreduce_end_s(
                 arrive = np.where(on, start + busy + alpha, -np.inf)
                 landed.append(np.roll(arrive, -1, axis=1))  # q's send lands at q-1
     return t
+
+
+def _btree_parent(rank: int, n: int) -> int:
+    """Parent of ``rank`` in NCCL's binary tree over ranks 0..n−1 (``ncclGetBtree``): clear the
+    lowest set bit b and set 2b (or only clear b when that leaves the range); rank 0 is the root.
+
+    >>> [_btree_parent(r, 8) for r in range(8)]
+    [-1, 2, 4, 2, 0, 6, 4, 6]
+    """
+    if rank == 0:
+        return -1
+    bit = 1
+    while not bit & rank:
+        bit <<= 1
+    up = (rank ^ bit) | (bit << 1)
+    return up if up < n else rank ^ bit
+
+
+def _tree_allreduce_end_s(cluster: Cluster, group: np.ndarray, nbytes: float, entry: np.ndarray):
+    """One binary-tree all-reduce (reduce to rank 0, broadcast back), hop = α + 8·S/β."""
+    n = group.size
+    parent = [_btree_parent(r, n) for r in range(n)]
+    depth = [0] * n
+    for r in range(1, n):
+        q, d = r, 0
+        while q:
+            q, d = parent[q], d + 1
+        depth[r] = d
+    hop = flow_time_s(cluster, group[1:], group[[parent[r] for r in range(1, n)]], nbytes)
+    down = flow_time_s(cluster, group[[parent[r] for r in range(1, n)]], group[1:], nbytes)
+    reduced = entry.astype(float).copy()
+    for r in sorted(range(1, n), key=lambda r: -depth[r]):  # leaves first
+        reduced[parent[r]] = max(reduced[parent[r]], reduced[r] + hop[r - 1])
+    done = np.empty(n)
+    done[0] = reduced[0]
+    for r in sorted(range(1, n), key=lambda r: depth[r]):  # root first
+        done[r] = done[parent[r]] + down[r - 1]
+    return done
+
+
+def nccl_allreduce_end_s(
+    cluster: Cluster, groups: Sequence[Sequence[int]], nbytes: float, entry_s: np.ndarray
+) -> tuple[np.ndarray, list[str]]:
+    """When each member of several concurrent NCCL all-reduces is done, and which algorithm
+    (``ring`` / ``tree``) each group used: the one whose last member finishes first, as NCCL's
+    tuner picks the algorithm predicted fastest for the size (module docstring). Ranks in the
+    order given; ``entry_s`` (G, n) when each member enters.
+    """
+    g, e = _groups_and_entries(groups, entry_s, "nccl all-reduce")
+    ring = ring_allreduce_end_s(cluster, g, nbytes, e, NCCL)
+    if g.shape[1] < 3:  # a tree of two ranks is the ring
+        return ring, ["ring"] * g.shape[0]
+    out, algo = ring.copy(), []
+    for k in range(g.shape[0]):
+        tree = _tree_allreduce_end_s(cluster, g[k], nbytes, e[k])
+        if tree.max() < ring[k].max():
+            out[k] = tree
+            algo.append("tree")
+        else:
+            algo.append("ring")
+    return out, algo

@@ -2,7 +2,9 @@
 
 FLOP counts (MODELING.md, Narayanan et al. SC'21): one transformer layer's forward pass costs
 ``24·s·h² + 4·s²·h`` FLOPs per sequence, its backward 2× that, and full activation recomputation
-replays the forward once more, so one layer costs 4× its forward per micro-batch sequence. The
+replays the forward once more, so one layer costs 4× its forward per micro-batch sequence;
+selective recomputation (Korthikanti et al., 2022) replays only the attention score and value
+products, ``4·s²·h``; none replays nothing. The
 output layer costs ``2·s·h·V`` forward and 2× that backward (not recomputed). Summed over all
 stages and micro-batches this is exactly :meth:`system.workload.Workload.model_flops` with
 ``recompute=True`` — the FLOP count every system's PFLOPS uses.
@@ -119,20 +121,31 @@ def stage_compute(
     tp: int = 1,
     hardware: Hardware = V100,
     params_per_device: Sequence[float] | None = None,
+    recompute: str = "full",
 ) -> StageCompute:
     """V100-model compute times for ``pp`` equal stages (layers split evenly, logits on the last).
 
     Tensor parallelism divides each stage's FLOPs by ``tp`` (perfect split; its all-reduces are
     charged by the caller). ``params_per_device`` (one per stage) sets the optimizer step time;
-    default: the stage's layer parameters / tp.
+    default: the stage's layer parameters / tp. ``recompute``: ``full`` (default), ``selective``
+    or ``none`` (module docstring).
     """
+    replay = {"full": 1.0, "selective": None, "none": 0.0}
+    if recompute not in replay:
+        raise ValueError(
+            f"stage_compute: recompute must be one of {tuple(replay)}, got {recompute!r}"
+        )
     if model.num_layers % pp:
         raise ValueError(f"num_layers={model.num_layers} is not divisible into pp={pp} stages")
     layers = model.num_layers // pp
     f_layer = layer_forward_flops(model, micro_batch_size)
     f_logit = logits_forward_flops(model, micro_batch_size)
     fwd = np.full(pp, layers * f_layer)
-    bwd = np.full(pp, layers * 3.0 * f_layer)  # backward 2× + recomputation 1×
+    if recompute == "selective":  # the attention products 4·s²·h per sequence, again
+        again = 4.0 * model.seq_length**2 * model.hidden_size * micro_batch_size
+    else:
+        again = replay[recompute] * f_layer
+    bwd = np.full(pp, layers * (2.0 * f_layer + again))  # backward 2× + recomputation
     fwd[-1] += f_logit
     bwd[-1] += 2.0 * f_logit
     if params_per_device is None:

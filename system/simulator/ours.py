@@ -21,10 +21,13 @@ Use it with the V100 model (default) or with measured compute times::
     simulate_ours(cluster, assignment, workload,
                   compute=StageCompute(fwd_s=0.012, bwd_s=0.030, opt_s=0.002))
 
-The DP payload is :func:`system.workload.tasklet_sizes`'s c_dp (the stage's layer gradients),
-what the scheduler's cost model charges. The cost model sums a device's transfers over its peers
-(the paper's serialised charge); the runtime sends them concurrently, so the simulated exchange
-is at most that charge for synchronised entry (tested), and much less for large groups.
+The DP payload is each stage's gradients, :func:`system.workload.stage_gradient_params`: its
+layers, plus the token and position embeddings on the first stage and the (untied) output head
+on the last. The scheduler's cost model charges :func:`system.workload.tasklet_sizes`'s c_dp, the
+layers only (the paper's constant leaves the embeddings out). The cost model sums a device's
+transfers over its peers (the paper's serialised charge); the runtime sends them concurrently, so
+the simulated exchange is at most that charge for synchronised entry (tested), and much less for
+large groups.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from system.simulator.hardware import V100, Hardware, StageCompute, stage_comput
 from system.simulator.memory import training_memory
 from system.simulator.result import SimResult
 from system.simulator.timeline import gpipe_timeline
-from system.workload import Workload, tasklet_sizes
+from system.workload import Workload, stage_gradient_params
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +165,7 @@ def simulate_ours(
         free = times.bwd_end_s  # (pp, dp): each device's last backward
     pipeline_s = free.max(axis=1)  # (pp,) when every replica of the stage is done
 
-    c_dp = tasklet_sizes(workload, pp, dp).c_dp_bytes
+    c_dp = workload.gradient_bytes * np.asarray(stage_gradient_params(model, pp))  # per stage
     done = sharded_ps_p2p_s(cluster, assignment.stages, c_dp, free)  # (pp, dp)
     end = done + opt[:, None]
     iter_s = float(end.max())

@@ -47,4 +47,6 @@ class SimResult:
         text += f" mbs{c.get('micro_batch_size', 1)}"
         if c.get("zero"):
             text += f" zero{c['zero']}"
+        if c.get("recompute", "full") != "full":
+            text += f" rc-{c['recompute']}"
         return text

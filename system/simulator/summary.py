@@ -1,7 +1,10 @@
 """Per-setting summary of a simulated grid: each system's PFLOPS/seconds, picks and speed-ups.
 
 One line per (case, num_layers, global_batch_size). Speed-ups are iteration-time ratios in the same
-setting (same FLOPs), ``baseline / ours``; the paper's claimed ratio is put beside them.
+setting (same FLOPs), ``baseline / ours``; the paper's claimed ratio is put beside them. The
+baselines' headline columns are under the run's ``baseline_placement``; with ``topology`` the
+paper's launch-order protocol goes beside them as ``<baseline>_launch_*`` and
+``speedup_vs_<baseline>_launch``.
 """
 
 from __future__ import annotations
@@ -23,7 +26,10 @@ def summary_frame(lines: list[dict]) -> pd.DataFrame:
     out = []
     for ln in lines:
         row = {k: ln[k] for k in KEYS}
-        for name in ("ours", "megatron", "deepspeed"):
+        row["baseline_placement"] = ln.get("baseline_placement", "launch")
+        names = ["ours", "megatron", "deepspeed"]
+        names += [f"{b}_launch" for b in ("megatron", "deepspeed") if f"{b}_launch" in ln]
+        for name in names:
             res = ln.get(name)
             row[f"{name}_pflops"] = res.pflops if res else None
             row[f"{name}_iter_time_s"] = res.iter_time_s if res else None
@@ -47,6 +53,10 @@ def with_speedups(df: pd.DataFrame, paper: dict[str, str]) -> pd.DataFrame:
     df["speedup_vs_deepspeed"] = t["deepspeed"] / t["ours"]
     df["speedup_vs_best_baseline"] = np.fmin(t["megatron"], t["deepspeed"]) / t["ours"]
     df["speedup_vs_random"] = t["ours_random"] / t["ours"]
+    for b in ("megatron", "deepspeed"):
+        if f"{b}_launch_iter_time_s" in df.columns:
+            launch = pd.to_numeric(df[f"{b}_launch_iter_time_s"], errors="coerce")
+            df[f"speedup_vs_{b}_launch"] = launch / t["ours"]
     five = df["case"].astype(str) == "5"
     rest = paper.get("c1to4_vs_baselines", "")
     df["paper_vs_megatron"] = np.where(

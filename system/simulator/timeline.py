@@ -218,7 +218,33 @@ def _deepspeed_1f1b_program(stage: int, p: int, m: int) -> list[tuple]:
     return ops
 
 
-SCHEDULES = {"megatron": _megatron_1f1b_program, "deepspeed": _deepspeed_1f1b_program}
+def _gpipe_blocking_program(stage: int, p: int, m: int) -> list[tuple]:
+    """GPipe with blocking p2p (same items as :func:`_megatron_1f1b_program`): every forward as
+    receive, compute, send, then every backward the same way; no overlap of transfers and
+    compute (the speed-up attribution's 1F1B -> GPipe step; ours overlaps, see
+    :func:`gpipe_timeline`)."""
+    s = stage
+    ops: list[tuple] = []
+    for i in range(m):
+        if s > 0:
+            ops.append(("C", [("recv", ("f", i, s - 1))]))
+        ops.append(("F", i))
+        if s < p - 1:
+            ops.append(("C", [("send", ("f", i, s))]))
+    for i in range(m):
+        if s < p - 1:
+            ops.append(("C", [("recv", ("b", i, s))]))
+        ops.append(("B", i))
+        if s > 0:
+            ops.append(("C", [("send", ("b", i, s - 1))]))
+    return ops
+
+
+SCHEDULES = {
+    "megatron": _megatron_1f1b_program,
+    "deepspeed": _deepspeed_1f1b_program,
+    "gpipe": _gpipe_blocking_program,
+}
 
 
 def one_f_one_b_events(
@@ -359,6 +385,8 @@ def one_f_one_b_end_s(
     rendezvous within 1% (p ≥ 16; within 0.05% for p ≤ 8).
     """
     p = np.atleast_2d(np.asarray(args[0])).shape[0]
+    if kw.get("schedule") == "gpipe":  # two phases, not one periodic steady state: run it all
+        return one_f_one_b_events(*args, micro_batches=micro_batches, **kw)
     if exact_up_to is None:
         cap = 8 * p + 32 if kw.get("rendezvous") else 3 * p + 24
     else:

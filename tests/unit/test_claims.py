@@ -95,3 +95,24 @@ def test_no_rows_is_inconclusive_everywhere():
 def test_bad_tolerance_is_rejected(rows):
     with pytest.raises(ValueError, match="tolerance"):
         evaluate_claims(rows, tolerance=2)
+
+
+def test_claims_by_protocol_split_the_baselines_by_placement():
+    from repro.claims import evaluate_claims_by_protocol, protocol_rows
+
+    launch = pd.DataFrame(synthetic_rows(cases=("5",), speedup=4.0)).assign(placement="launch")
+    topo = pd.DataFrame(synthetic_rows(cases=("5",), speedup=1.6)).assign(placement="topology")
+    ours = topo.system.isin(["ours", "ours_random"])
+    topo = topo[~ours]
+    launch.loc[launch.system.isin(["ours", "ours_random"]), "placement"] = "scheduled"
+    rows = pd.concat([launch, topo], ignore_index=True)
+    assert set(protocol_rows(rows, "topology").placement) == {"scheduled", "topology"}
+    # baseline rows without a placement count as launch order
+    assert len(protocol_rows(rows.drop(columns="placement"), "launch")) == len(rows)
+    table = evaluate_claims_by_protocol(rows)
+    line = table[table.claim_id == "c5_vs_megatron"].iloc[0]
+    assert line.verdict_launch == "PASS" and line.verdict_topology == "FAIL"
+    med = {p: float(line[f"ours_{p}"].split()[1]) for p in ("launch", "topology")}
+    assert med["launch"] > 3.0 and med["topology"] < 2.0
+    with pytest.raises(ValueError, match="protocol"):
+        protocol_rows(rows, "best")

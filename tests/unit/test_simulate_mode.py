@@ -47,7 +47,8 @@ def test_debug_end_to_end_and_rerun_skips_rows(tmp_path):
     assert (rows.system == "ours_random").sum() == 3  # three seeded random layouts
     ok = rows[rows.status == "ok"]
     assert (ok.iter_time_s > 0).all() and (ok.pflops > 0).all()
-    assert rows[rows.system == "megatron"].is_best.sum() == 1
+    meg = rows[rows.system == "megatron"]
+    assert meg.groupby("placement").is_best.sum().to_dict() == {"launch": 1, "topology": 1}
     for name in ("fig3.png", "summary.csv", "claims.md", "runs.parquet"):
         assert (tmp_path / name).exists(), name
     assert out["rows"] == len(rows) and out["new_rows"] == len(rows)
@@ -137,3 +138,55 @@ def test_rows_use_declared_schema_columns_only(tmp_path):
     simulate(_cfg(tmp_path))
     columns = set(pd.read_parquet(tmp_path / "runs.parquet").columns)
     assert columns <= set(COLUMNS), sorted(columns - set(COLUMNS))
+
+
+def test_both_protocols_rows_and_summary(tmp_path):
+    out = simulate(_cfg(tmp_path, "baseline_placement=topology"))
+    rows = pd.read_csv(tmp_path / "runs.csv")
+    base = rows[rows.system.isin(["megatron", "deepspeed"])]
+    assert set(base.placement) == {"launch", "topology"}
+    assert base.rank_map.notna().all()
+    assert set(rows[rows.system == "ours"].placement) == {"scheduled"}
+    s = out["summary"][0]
+    assert s["baseline_placement"] == "topology"
+    assert s["megatron_iter_time_s"] <= s["megatron_launch_iter_time_s"] + 1e-9
+    assert s["speedup_vs_megatron_launch"] == pytest.approx(
+        s["megatron_launch_iter_time_s"] / s["ours_iter_time_s"]
+    )
+    text = (tmp_path / "claims.md").read_text()
+    assert "launch: verdict" in text and "topology: verdict" in text
+
+
+def test_launch_only_and_bad_placement(tmp_path):
+    simulate(_cfg(tmp_path / "a", "baseline_placement=launch", "system=megatron"))
+    rows = pd.read_csv(tmp_path / "a" / "runs.csv")
+    assert set(rows.placement) == {"launch"}
+    with pytest.raises(ValueError, match="baseline_placement"):
+        simulate(_cfg(tmp_path / "b", "baseline_placement=nope"))
+    assert not (tmp_path / "b").exists()
+
+
+def test_sensitivity_knobs(tmp_path):
+    base = simulate(_cfg(tmp_path / "a", "system=megatron", "baseline_placement=launch"))
+    slow = simulate(
+        _cfg(
+            tmp_path / "b",
+            "system=megatron",
+            "baseline_placement=launch",
+            "compute_efficiency=0.2",
+            "link_sharing=region_pair",
+            "baseline_transport=nccl_rendezvous",
+        )
+    )
+    t0 = base["summary"][0]["megatron_iter_time_s"]
+    assert slow["summary"][0]["megatron_iter_time_s"] > t0
+    rows = pd.read_csv(tmp_path / "b" / "runs.csv")
+    assert set(rows.link_sharing) == {"region_pair"} and set(rows.compute_efficiency) == {0.2}
+    for bad, match in (
+        ("compute_efficiency=1.5", "compute_efficiency"),
+        ("link_sharing=x", "link_sharing"),
+        ("baseline_transport=x", "baseline_transport"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            simulate(_cfg(tmp_path / "c", bad))
+    assert not (tmp_path / "c").exists()

@@ -210,7 +210,7 @@ def test_deepspeed_schedule_sends_an_activation_after_the_next_gradient():
     assert meg[0, 0] == pytest.approx(4 * L)
     assert ds[0, 0] == pytest.approx(6 * L)
     with pytest.raises(ValueError, match="schedule"):
-        one_f_one_b_events(zero, zero, z, z, d, d, micro_batches=3, schedule="gpipe")
+        one_f_one_b_events(zero, zero, z, z, d, d, micro_batches=3, schedule="pipedream")
 
 
 def test_one_f_one_b_two_stages_by_hand():
@@ -369,15 +369,91 @@ def test_iteration_is_bounded_below_by_compute_and_the_dp_exchange(case):
 
 
 def test_megatron_grad_norm_allreduce():
-    # NCCL, uniform links: the norm's 1-float ring over pp = 4 stages costs 2·3 hops after the
-    # last stage is done
+    # NCCL, uniform links: the norm's 1-float all-reduce over pp = 4 stages takes NCCL's binary
+    # tree (root rank 0 = stage 0, depth 2). Stage 0 leaves the 1F1B pipeline last, so the
+    # others' partial sums wait at the root and only the 2-hop broadcast remains; the ring would
+    # charge 2·3 hops after the last entry.
     alpha = 0.05
+    hop = alpha + 8 * 4.0 / 10e9
     c = uniform(8, delay_ms=1e3 * alpha, bw_gbps=10.0)
     w = Workload(model=MODELS["gpt3_xl"].with_layers(8), global_batch_size=64)
     res = simulate_1f1b_ring(c, w, tp=1, pp=4, dp=2, grad_norm=True)
-    assert res.breakdown["grad_norm_s"] == pytest.approx(6 * (alpha + 8 * 1.0 / 10e9), rel=1e-6)
+    assert res.breakdown["grad_norm_algo"] == "tree"
+    assert res.breakdown["grad_norm_s"] == pytest.approx(2 * hop, rel=1e-6)
     off = simulate_1f1b_ring(c, w, tp=1, pp=4, dp=2)
     assert off.breakdown["grad_norm_s"] == 0.0 and off.iter_time_s < res.iter_time_s
+
+
+def test_nccl_allreduce_picks_tree_for_small_and_ring_for_large():
+    from system.simulator.comm import nccl_allreduce_end_s
+
+    alpha, bw = 0.05, 10e9
+    c = uniform(8, delay_ms=1e3 * alpha, bw_gbps=bw / 1e9)
+    group, entry = [list(range(8))], np.zeros((1, 8))
+    small, algo = nccl_allreduce_end_s(c, group, 4.0, entry)
+    # tree over 8 ranks has depth 3: 3 hops up, 3 down; the ring 2·7 hops
+    assert algo == ["tree"] and small.max() == pytest.approx(6 * (alpha + 32 / bw))
+    big, algo = nccl_allreduce_end_s(c, group, 8e9, entry)
+    ring = 14 * (alpha + 8 * 8e9 / 8 / bw)
+    assert algo == ["ring"] and big.max() == pytest.approx(ring)
+    # late entry at the root: the leaves' partial sums wait for it
+    late = entry.copy()
+    late[0, 0] = 1.0
+    end, _ = nccl_allreduce_end_s(c, group, 4.0, late)
+    assert end.max() == pytest.approx(1.0 + 3 * (alpha + 32 / bw))
+
+
+def test_dp_payload_includes_embedding_and_head():
+    # One stage, two replicas, no pipeline: the DP ring carries layers + embeddings + head
+    from system.workload import stage_gradient_params
+
+    bw = 1e9
+    c = uniform(2, bw_gbps=bw / 1e9)
+    m = MODELS["gpt3_xl"].with_layers(4)
+    w = Workload(model=m, global_batch_size=8)
+    untied = simulate_1f1b_ring(c, w, tp=1, pp=1, dp=2)
+    params = 4 * m.params_per_layer + m.embedding_params + m.vocab_size * m.hidden_size + 2 * 2048
+    assert stage_gradient_params(m, 1) == [params]
+    assert untied.breakdown["dp_sync_s"] == pytest.approx(2 * 8 * params * 2 / 2 / bw)
+    tied = simulate_1f1b_ring(c, w, tp=1, pp=1, dp=2, tied_embedding=True)  # one matrix
+    assert tied.breakdown["dp_sync_s"] == pytest.approx(
+        2 * 8 * (params - m.vocab_size * m.hidden_size) * 2 / 2 / bw
+    )
+    # pipeline: first stage embeddings (V + s)·h, last the head V·h + 2h
+    per = stage_gradient_params(m, 2)
+    assert per[0] - per[1] == pytest.approx(m.seq_length * m.hidden_size - 2 * m.hidden_size)
+
+
+def test_ours_dp_payload_includes_embedding_and_head():
+    from system.workload import stage_gradient_params
+
+    bw = 1e9
+    c = uniform(4, bw_gbps=bw / 1e9)
+    m = MODELS["gpt3_xl"].with_layers(4)
+    w = Workload(model=m, global_batch_size=8)
+    a = identity_assignment(2, 2)
+    res = simulate_ours(c, a, w)
+    per = stage_gradient_params(m, 2)
+    # two members: each sends half its stage's gradient and gets the reduced half back
+    first = 2 * 8 * (per[0] * 2 / 2) / bw
+    assert res.breakdown["dp_span_max_s"] == pytest.approx(first, rel=1e-9)
+    assert per[0] > tasklet_sizes(w, 2, 2).c_dp_bytes / 2
+
+
+def test_tied_embedding_allreduce_between_first_and_last_stage():
+    alpha, bw = 0.01, 1e9
+    c = uniform(4, delay_ms=1e3 * alpha, bw_gbps=bw / 1e9)
+    m = MODELS["gpt3_xl"].with_layers(4)
+    w = Workload(model=m, global_batch_size=8)
+    base = simulate_1f1b_ring(c, w, tp=1, pp=4, dp=1)
+    tied = simulate_1f1b_ring(c, w, tp=1, pp=4, dp=1, tied_embedding=True)
+    emb = 2.0 * m.vocab_size * m.hidden_size  # fp16 gradient of the word embedding
+    # two-rank all-reduce: reduce-scatter + all-gather of S/2 each, the later member's entry
+    assert base.breakdown["tied_embedding_s"] == 0.0
+    assert tied.breakdown["tied_embedding_s"] == pytest.approx(
+        2 * (alpha + 8 * emb / 2 / bw), rel=1e-6
+    )
+    assert tied.iter_time_s > base.iter_time_s
 
 
 def test_gloo_one_float_allreduce_matches_a_traced_run():
@@ -392,3 +468,42 @@ def test_gloo_one_float_allreduce_matches_a_traced_run():
     assert np.all(got <= left) and np.all(left - got < 0.05)
     # one data segment: far below the full-buffer estimate of 2·(n−1)·k = 12 notice round trips
     assert got.max() - entered.max() < 1.0
+
+
+def test_blocking_gpipe_schedule_and_sharded_ps_dp():
+    # free links, equal stages: blocking GPipe takes (m + p − 1)·(f + b) like 1F1B
+    p, m, f, b = 4, 6, 1.0, 2.0
+    z = np.zeros((p - 1, 1))
+    fwd, bwd = np.full((p, 1), f), np.full((p, 1), b)
+    end = one_f_one_b_events(fwd, bwd, z, z, z, z, micro_batches=m, schedule="gpipe")
+    assert end.max() == pytest.approx((m + p - 1) * (f + b))
+    # with a link delay d each micro-batch's hop is paid once per boundary in each phase
+    d = np.full((p - 1, 1), 0.5)
+    slow = one_f_one_b_events(fwd, bwd, z, z, d, d, micro_batches=m, schedule="gpipe")
+    assert slow.max() == pytest.approx((m + p - 1) * (f + b) + 2 * (p - 1) * 0.5)
+    # sharded PS in the 1F1B model: no worse than the ring on uniform links
+    c = uniform(8, delay_ms=10.0, bw_gbps=10.0)
+    w = Workload(model=MODELS["gpt3_xl"].with_layers(8), global_batch_size=64)
+    ring = simulate_1f1b_ring(c, w, tp=1, pp=2, dp=4)
+    ps = simulate_1f1b_ring(c, w, tp=1, pp=2, dp=4, dp_protocol="sharded_ps")
+    assert ps.breakdown["pipeline_s"] == ring.breakdown["pipeline_s"]
+    assert 0 < ps.breakdown["dp_sync_s"] <= ring.breakdown["dp_sync_s"] + 1e-9
+    with pytest.raises(ValueError, match="dp_protocol"):
+        simulate_1f1b_ring(c, w, tp=1, pp=2, dp=4, dp_protocol="tree")
+
+
+def test_link_sharing_variants():
+    from system.simulator.comm import flow_bandwidth_bps, with_link_sharing
+
+    c = get_case("debug")  # 4 regions x 2 devices
+    src, dst = np.array([0, 1]), np.array([2, 3])  # two flows between the same two regions
+    per_pair = flow_bandwidth_bps(c, src, dst)
+    region = flow_bandwidth_bps(with_link_sharing(c, "region_pair"), src, dst)
+    assert region == pytest.approx(per_pair / 2)
+    # two flows out of one device share its NIC (its fastest link)
+    nic = with_link_sharing(c, "device_nic")
+    out = flow_bandwidth_bps(nic, np.array([0, 0]), np.array([2, 4]))
+    assert out.max() <= max(c.bandwidth_gbps[0, 1:]) * 1e9 / 2 + 1e-6
+    assert with_link_sharing(c, "pair") is c
+    with pytest.raises(ValueError, match="link sharing"):
+        with_link_sharing(c, "bogus")

@@ -1,0 +1,264 @@
+"""Where a baseline's ranks run: launch order (the paper's protocol) or a topology-aware rank map.
+
+Megatron and DeepSpeed number their ranks ``rank = t + TP·(d + DP·s)`` (tensor innermost, then
+data, then pipeline) and a launcher puts rank r on the r-th device it was given. The paper's
+baselines used the devices in the order they were listed (``launch``: rank r on device r). A
+careful user would list them in a better order (``topology``): keep tensor- and pipeline-parallel
+groups inside a host or region where they fit and visit the regions in a good order. That is a
+*rank map*, launch rank -> device, which :func:`system.simulator.collective.simulate_1f1b_ring`
+takes as ``rank_map``.
+
+The topology search, per configuration (tp, pp, dp):
+
+1. Regions are ordered up to four ways: as listed; by the cheapest open path over the region
+   graph (the scheduler's exact Held–Karp, :func:`system.cost.tsp.open_tsp_path`) weighted with
+   the pipeline's message time (α + 8·activation/β between two regions) and with the
+   data-parallel ring's (α + 8·(stage gradient / DP)/β); and, for at most
+   :data:`MAX_RING_REGIONS` regions, the closed ring whose slowest edge is fastest (ties: the
+   smallest sum), because a ring all-reduce step lasts as long as its slowest edge
+   (:func:`system.simulator.comm.ring_collective_s`). Inside a region devices keep their host
+   order, so a TP group that fits a host stays on it.
+2. The devices, region by region in that order, fill the (pp, dp, tp) rank grid two ways:
+   ``stage-major`` (the launch order's shape: each stage's DP group is contiguous, so a stage sits
+   inside a region when dp·tp fits one and the pipeline walks the region path) and
+   ``replica-major`` (each pipeline replica contiguous, so a pipeline sits inside a region when
+   pp·tp fits one and the DP rings walk the region path).
+3. The distinct candidates (at most 8) are ranked by a communication cost in the style of the
+   scheduler's (:mod:`system.cost.model`): per micro-batch, activations forward and gradients
+   back over the slowest stage boundary, plus the fill/drain over all boundaries, plus the
+   slowest DP ring all-reduce of a stage's gradients
+   (:func:`system.simulator.comm.ring_collective_s`). Launch order and the ``SIMULATE_TOP`` best
+   ranked others are simulated in full and the fastest kept, so ``topology`` is never slower
+   than ``launch`` for a configuration.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from baselines.space import BaselineConfig
+from system.cluster import Cluster
+from system.cost.tsp import open_tsp_path
+from system.simulator.comm import ring_collective_s
+from system.simulator.result import SimResult
+from system.workload import Workload, stage_gradient_params
+
+__all__ = [
+    "PLACEMENTS",
+    "RankMap",
+    "launch_map",
+    "candidate_maps",
+    "search_placement",
+    "place_and_simulate",
+    "proxy_cost_s",
+]
+
+PLACEMENTS = ("launch", "topology")
+MAX_RING_REGIONS = 9  # exhaustive bottleneck ring: (R − 1)! orders, 40,320 at 9
+SIMULATE_TOP = 2  # topology candidates simulated in full per configuration (besides launch)
+
+
+@dataclass(frozen=True, slots=True)
+class RankMap:
+    """Device of each launch rank, and how the map was built."""
+
+    placement: str  # launch | topology
+    devices: tuple[int, ...]  # devices[r] = device of launch rank r
+    how: str  # "launch order" or "<layout>: region > region > ..."
+
+
+def launch_map(cluster: Cluster) -> RankMap:
+    """Rank r on device r: the order the devices were listed in (the paper's protocol)."""
+    return RankMap("launch", tuple(range(cluster.num_devices)), "launch order")
+
+
+def _region_blocks(cluster: Cluster) -> tuple[list[str], list[np.ndarray]]:
+    """Regions in first-listed order and their devices, sorted by (host, device)."""
+    names = list(dict.fromkeys(cluster.region_of))
+    host = np.asarray(cluster.host_of)
+    region = np.asarray(cluster.region_of)
+    blocks = []
+    for r in names:
+        dev = np.flatnonzero(region == r)
+        blocks.append(dev[np.lexsort((dev, host[dev]))])
+    return names, blocks
+
+
+def _region_weights(cluster: Cluster, blocks: list[np.ndarray], nbytes: float) -> np.ndarray:
+    """(R, R) mean link time α + 8·nbytes/β between the devices of two regions."""
+    t = cluster.link_time_s(nbytes)
+    k = len(blocks)
+    w = np.zeros((k, k))
+    for a in range(k):
+        for b in range(k):
+            if a != b:
+                w[a, b] = float(t[np.ix_(blocks[a], blocks[b])].mean())
+    return w
+
+
+def _region_orders(
+    cluster: Cluster, workload: Workload, config: BaselineConfig, blocks: list[np.ndarray]
+) -> list[list[int]]:
+    k = len(blocks)
+    orders = [list(range(k))]
+    if k < 3:
+        return orders
+    model = workload.model
+    act = config.micro_batch_size * model.seq_length * model.hidden_size
+    act *= workload.activation_bytes / config.tp
+    grad = max(stage_gradient_params(model, config.pp)) * workload.gradient_bytes / config.tp
+    w_ring = _region_weights(cluster, blocks, grad / config.dp)
+    found = [open_tsp_path(_region_weights(cluster, blocks, act))[1], open_tsp_path(w_ring)[1]]
+    if k <= MAX_RING_REGIONS:
+        found.append(_bottleneck_ring(w_ring))
+    for order in found:
+        if list(order) not in orders:
+            orders.append(list(order))
+    return orders
+
+
+def _bottleneck_ring(w: np.ndarray) -> list[int]:
+    """The closed tour over all nodes whose largest edge weight is smallest (then the smallest
+    sum), by enumerating the (R − 1)! tours that start at node 0."""
+    k = w.shape[0]
+    perms = np.array(list(itertools.permutations(range(1, k))), dtype=int)
+    tours = np.concatenate([np.zeros((len(perms), 1), dtype=int), perms], axis=1)
+    edges = w[tours, np.roll(tours, -1, axis=1)]
+    worst, total = edges.max(axis=1), edges.sum(axis=1)
+    best = np.lexsort((total, np.round(worst, 12)))[0]
+    return [int(x) for x in tours[best]]
+
+
+def _tp_inside_hosts(cluster: Cluster, grid: np.ndarray) -> bool:
+    host = np.asarray(cluster.host_of)[grid]
+    return bool(np.all(host == host[..., :1]))
+
+
+def candidate_maps(cluster: Cluster, workload: Workload, config: BaselineConfig) -> list[RankMap]:
+    """Launch order first, then the distinct topology-aware maps (module docstring), each a
+    valid layout (TP groups inside a host)."""
+    tp, pp, dp = config.tp, config.pp, config.dp
+    if tp * pp * dp != cluster.num_devices:
+        raise ValueError(f"placement: tp={tp} x pp={pp} x dp={dp} != {cluster.num_devices} devices")
+    names, blocks = _region_blocks(cluster)
+    out = [launch_map(cluster)]
+    seen = {out[0].devices}
+    for order in _region_orders(cluster, workload, config, blocks):
+        seq = np.concatenate([blocks[i] for i in order])
+        path = " > ".join(names[i] for i in order)
+        layouts = {
+            "stage-major": seq.reshape(pp, dp, tp),
+            "replica-major": seq.reshape(dp, pp, tp).transpose(1, 0, 2),
+        }
+        for layout, grid in layouts.items():
+            devices = tuple(int(x) for x in grid.ravel())  # launch rank order is grid's C order
+            if devices in seen or not _tp_inside_hosts(cluster, grid):
+                continue
+            seen.add(devices)
+            out.append(RankMap("topology", devices, f"{layout}: {path}"))
+    return out
+
+
+def proxy_cost_s(
+    cluster: Cluster, workload: Workload, config: BaselineConfig, devices: tuple[int, ...]
+) -> float:
+    """The ranking cost of step 3 of the module docstring (seconds; not an iteration time)."""
+    tp, pp, dp = config.tp, config.pp, config.dp
+    grid = np.asarray(devices).reshape(pp, dp, tp)
+    model = workload.model
+    total = 0.0
+    if pp > 1:
+        act = config.micro_batch_size * model.seq_length * model.hidden_size
+        link = cluster.link_time_s(act * workload.activation_bytes / tp)
+        fwd = link[grid[:-1], grid[1:]].max(axis=(1, 2))  # slowest replica per boundary
+        bwd = link[grid[1:], grid[:-1]].max(axis=(1, 2))
+        m = workload.global_batch_size // (dp * config.micro_batch_size)
+        total += m * float((fwd + bwd).max()) + float((fwd + bwd).sum())
+    if dp > 1:
+        grads = np.asarray(stage_gradient_params(model, pp)) * workload.gradient_bytes / tp
+        rings = grid.transpose(0, 2, 1).reshape(-1, dp)
+        total += float(ring_collective_s(cluster, rings, np.repeat(grads, tp)).max())
+    return total
+
+
+def search_placement(
+    cluster: Cluster,
+    workload: Workload,
+    config: BaselineConfig,
+    simulate: Callable[[RankMap], SimResult],
+    top: int = SIMULATE_TOP,
+) -> tuple[SimResult, RankMap]:
+    """The fastest under ``simulate`` (a configuration's simulator with the rank map bound) of
+    launch order and the ``top`` candidates of :func:`candidate_maps` with the lowest
+    :func:`proxy_cost_s`, with the map that gave it; ties keep launch order."""
+    cands = candidate_maps(cluster, workload, config)
+    ranked = sorted(cands[1:], key=lambda c: proxy_cost_s(cluster, workload, config, c.devices))
+    best: tuple[SimResult, RankMap] | None = None
+    for cand in [cands[0], *ranked[:top]]:
+        res = simulate(cand)
+        if best is None or res.iter_time_s < best[0].iter_time_s - 1e-9:
+            best = (res, cand)
+    assert best is not None
+    res, cand = best
+    if cand.placement == "launch":  # the search kept launch order: record it as the search's pick
+        cand = RankMap("topology", cand.devices, "launch order (best of the search)")
+    return res, cand
+
+
+def place_and_simulate(
+    cluster: Cluster,
+    workload: Workload,
+    config: BaselineConfig,
+    placement: str,
+    simulate: Callable[[RankMap], SimResult],
+    memory_bytes: float,
+    usable_bytes: float,
+    cache: dict | None = None,
+) -> SimResult:
+    """``simulate`` ``config`` under ``placement`` (``launch`` or ``topology``) and record it.
+
+    The result's ``config`` gains ``placement``; its ``breakdown`` the ``rank_map`` (device of
+    each launch rank) and ``placement_how``. A configuration over memory (``memory_bytes`` >
+    ``usable_bytes``) is not simulated: an ``oom`` result records it. ``cache`` (a dict shared
+    between calls) keeps each (configuration, rank map)'s simulation, so the launch-order map
+    is simulated once for both protocols.
+    """
+    if placement not in PLACEMENTS:
+        raise ValueError(f"baseline_placement must be one of {PLACEMENTS}, got {placement!r}")
+    if memory_bytes > usable_bytes:
+        return SimResult(
+            system=config.system,
+            iter_time_s=float("nan"),
+            compute_time_s=float("nan"),
+            model_flops=workload.model_flops(recompute=True),
+            memory_bytes=memory_bytes,
+            config={**config.to_dict(), "placement": placement},
+            breakdown={
+                "rank_map": list(range(cluster.num_devices)),
+                "placement_how": "not simulated (over memory)",
+                "variant": config.variant,
+            },
+            status="oom",
+        )
+    memo = {} if cache is None else cache
+
+    def cached(rm: RankMap) -> SimResult:
+        key = (config, rm.devices)
+        if key not in memo:
+            memo[key] = simulate(rm)
+        r = memo[key]
+        return replace(r, config=dict(r.config), breakdown=dict(r.breakdown))
+
+    if placement == "launch":
+        rm = launch_map(cluster)
+        res = cached(rm)
+    else:
+        res, rm = search_placement(cluster, workload, config, cached)
+    res.config["placement"] = placement
+    res.breakdown["rank_map"] = list(rm.devices)
+    res.breakdown["placement_how"] = rm.how
+    return res

@@ -1,0 +1,164 @@
+"""How the case-5 claims move with the simulator's untested assumptions (one at a time).
+
+    python -m repro.sensitivity --out results/paper_grid     # sensitivity.csv + sensitivity.md
+
+Around the default model (30% of V100 peak, every device pair at its full measured bandwidth,
+NCCL's eager sends), one knob at a time:
+
+- compute efficiency 0.2, 0.3, 0.4, 0.5 of peak (``Hardware.achievable_fraction``, every system);
+- link sharing (:func:`system.simulator.comm.with_link_sharing`): ``pair`` (default),
+  ``device_nic`` (a device's concurrent flows share one NIC as fast as its fastest link) and
+  ``region_pair`` (concurrent flows between two regions share the pair's bandwidth);
+- the baselines' transport: NCCL eager (default) or NCCL with a rendezvous (a send waits for
+  the receiver's posted receive, as gloo's does; :data:`system.simulator.comm.NCCL_RENDEZVOUS`).
+  Ours' timeline always waits for the receiver's notice, as its runtime does.
+
+For every variant and each of the 9 case-5 settings it simulates ours (the scheduled layout, the
+same for every variant: the scheduler sees only α and β), 3 random layouts, and Megatron's and
+DeepSpeed's grids under both placement protocols; each claim is the median over the settings as
+in ``repro/claims.py``. The report gives each claim's value per variant and its range.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+if __package__ in (None, ""):  # run as a script: make the checkout importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from baselines.deepspeed.perf import grid_search_deepspeed  # noqa: E402
+from baselines.megatron.perf import grid_search_megatron  # noqa: E402
+from system.cases import get_case  # noqa: E402
+from system.scheduler.assignment import random_assignment  # noqa: E402
+from system.simulator import V100, simulate_ours  # noqa: E402
+from system.simulator.comm import NCCL, NCCL_RENDEZVOUS, with_link_sharing  # noqa: E402
+from system.workload import Workload, get_model, tasklet_sizes  # noqa: E402
+
+__all__ = ["VARIANTS", "sensitivity_table", "claim_ranges", "main"]
+
+# (name, compute efficiency, link sharing, baselines' transport); the first is the default model
+VARIANTS = (
+    ("default", 0.30, "pair", NCCL),
+    ("efficiency 0.2", 0.20, "pair", NCCL),
+    ("efficiency 0.4", 0.40, "pair", NCCL),
+    ("efficiency 0.5", 0.50, "pair", NCCL),
+    ("sharing device_nic", 0.30, "device_nic", NCCL),
+    ("sharing region_pair", 0.30, "region_pair", NCCL),
+    ("nccl rendezvous", 0.30, "pair", NCCL_RENDEZVOUS),
+)
+LAYERS, BATCHES = (24, 32, 40), (1024, 2048, 4096)
+CLAIMS = {  # claim id -> (numerator column, denominator column): ratio = den time / num time
+    "c5_vs_megatron (launch)": "megatron_launch",
+    "c5_vs_megatron (topology)": "megatron_topology",
+    "c5_vs_deepspeed (launch)": "deepspeed_launch",
+    "c5_vs_deepspeed (topology)": "deepspeed_topology",
+    "scheduler_vs_random": "ours_random",
+    "deepspeed / megatron time (launch)": None,
+    "deepspeed / megatron time (topology)": None,
+}
+
+
+def sensitivity_table(seed: int = 0, layers=LAYERS, batches=BATCHES) -> pd.DataFrame:
+    """One row per (variant, layers, batch): every system's iteration time (s)."""
+    from repro.modes.simulate import MIN_RANDOM_LAYOUTS, SIM_BUDGET
+    from system.scheduler import schedule
+
+    base = get_case("5")
+    rows, schedules = [], {}
+    for name, eff, sharing, transport in VARIANTS:
+        cluster = with_link_sharing(base, sharing)
+        hw = replace(V100, achievable_fraction=eff)
+        for layers_ in layers:
+            for batch in batches:
+                w = Workload(model=get_model("gpt3_xl", layers_), global_batch_size=batch)
+                key = (layers_, batch)
+                if key not in schedules:  # the scheduler sees α and β only: one per setting
+                    schedules[key] = schedule(
+                        base,
+                        tasklet_sizes(w, 8, 8),
+                        pp=8,
+                        dp=8,
+                        method="genetic",
+                        seed=seed,
+                        greedy_seeds=True,
+                        **SIM_BUDGET,
+                    ).assignment
+                row = {"variant": name, "num_layers": layers_, "global_batch_size": batch}
+                row["ours"] = simulate_ours(cluster, schedules[key], w, hardware=hw).iter_time_s
+                rnd = [
+                    simulate_ours(
+                        cluster,
+                        random_assignment(8, 8, np.random.default_rng([seed, k])),
+                        w,
+                        hardware=hw,
+                    ).iter_time_s
+                    for k in range(MIN_RANDOM_LAYOUTS)
+                ]
+                row["ours_random"] = float(np.mean(rnd))
+                cache_m: dict = {}
+                cache_d: dict = {}
+                for placement in ("launch", "topology"):
+                    kw = dict(hardware=hw, placement=placement, transport=transport)
+                    m = grid_search_megatron(cluster, w, cache=cache_m, **kw).best
+                    d = grid_search_deepspeed(cluster, w, cache=cache_d, **kw).best
+                    row[f"megatron_{placement}"] = m.iter_time_s
+                    row[f"deepspeed_{placement}"] = d.iter_time_s
+                rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def claim_ranges(table: pd.DataFrame) -> pd.DataFrame:
+    """Per claim and variant, the median over settings; plus min/max over variants."""
+    out = []
+    for claim, den in CLAIMS.items():
+        per = {}
+        for variant, g in table.groupby("variant", sort=False):
+            if den is None:
+                p = claim.split("(")[1].rstrip(")")
+                ratio = g[f"deepspeed_{p}"] / g[f"megatron_{p}"]
+            else:
+                ratio = g[den] / g["ours"]
+            per[variant] = float(np.median(ratio))
+        vals = np.array(list(per.values()))
+        out.append({"claim": claim, **per, "min": vals.min(), "max": vals.max()})
+    return pd.DataFrame(out)
+
+
+def _markdown(ranges: pd.DataFrame) -> str:
+    variants = [v for v, *_ in VARIANTS]
+    lines = [
+        "| claim (median over the 9 case-5 settings) | " + " | ".join(variants) + " | range |",
+        "|---|" + "---|" * (len(variants) + 1),
+    ]
+    for r in ranges.to_dict("records"):
+        cells = " | ".join(f"{r[v]:.2f}" for v in variants)
+        lines.append(f"| {r['claim']} | {cells} | {r['min']:.2f}–{r['max']:.2f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from system.results import atomic_write_text
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="results/paper_grid")
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    table = sensitivity_table(a.seed)
+    ranges = claim_ranges(table)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "sensitivity.csv", table.to_csv(index=False))
+    text = _markdown(ranges)
+    atomic_write_text(out / "sensitivity.md", text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
