@@ -35,6 +35,7 @@ Scripts that are not Hydra apps (``repro/schedule.py``, ``repro/train.py``) pars
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import typing
 from collections.abc import Callable, Sequence
@@ -379,6 +380,12 @@ class ModeSpec:
 MODES: dict[str, ModeSpec] = {}
 
 
+def default_pp(num_devices: int) -> int:
+    """Stages for ours: the divisor of the device count closest to its square root (64 -> 8)."""
+    divs = [k for k in range(1, num_devices + 1) if num_devices % k == 0]
+    return min(divs, key=lambda k: (abs(k - math.sqrt(num_devices)), k))
+
+
 def default_results_dir(study: str, mode: str) -> str:
     """``results/<study>``; ad-hoc runs go to ``results/adhoc/<mode>`` so modes never mix."""
     return f"results/adhoc/{mode}" if str(study) == "adhoc" else f"results/{study}"
@@ -444,8 +451,6 @@ class SimulateConfig(RunConfig):
             if pp is not None and dp is not None and pp * dp != n:
                 raise ConfigError(f"pp={pp} x dp={dp} = {pp * dp}, but case {case} has {n} devices")
             if pp is None or dp is None:
-                from repro.modes.simulate import default_pp
-
                 pp = pp or (n // dp if dp else default_pp(n))
                 dp = dp or n // pp
             for layer in layers:

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from baselines.grid import BaselineSpec, metrics_from
+from baselines.spec import BaselineSpec, metrics_from
 from system.runtime.data import SyntheticData, micro_batches
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -33,13 +32,14 @@ from omegaconf import DictConfig, ListConfig
 from baselines.deepspeed.perf import grid_search_deepspeed
 from baselines.megatron.perf import grid_search_megatron
 from baselines.placement import PLACEMENTS
+from repro.config import default_pp
+from repro.summary import merge_summary, summary_frame, with_speedups
 from system.assignment import random_assignment
 from system.cases import get_case
 from system.cluster import Cluster
 from system.results import atomic_write_text, make_row, read_rows, run_ids, write_rows
 from system.simulator import V100, SimResult, simulate_ours
 from system.simulator.comm import LINK_SHARING, NCCL, NCCL_RENDEZVOUS, with_link_sharing
-from system.simulator.summary import merge_summary, summary_frame, with_speedups
 from system.workload import Workload, get_model, tasklet_sizes
 
 log = logging.getLogger(__name__)
@@ -64,12 +64,6 @@ def _as_list(value, default) -> list:
     if isinstance(value, str) and value.lower() == "all":
         return list(default)
     return [value]
-
-
-def default_pp(num_devices: int) -> int:
-    """Stages for ours: the divisor of the device count closest to its square root (64 -> 8)."""
-    divs = [k for k in range(1, num_devices + 1) if num_devices % k == 0]
-    return min(divs, key=lambda k: (abs(k - math.sqrt(num_devices)), k))
 
 
 class _Schedules:

@@ -1,7 +1,7 @@
 """Speed-up attribution: a ladder of simulations from Megatron as launched to ours.
 
-    python -m repro.figures.attribution --out results/attribution        # cases 4, 5; L40
-    python -m repro.figures.attribution --cases 5 --layers 24 --batches 1024 --out DIR
+    python -m repro.attribution --out results/attribution        # cases 4, 5; L40
+    python -m repro.attribution --cases 5 --layers 24 --batches 1024 --out DIR
 
 Each rung changes one design choice and is simulated in full (no rung is derived from another);
 the speed-up of a rung is the previous rung's iteration time over its own, so the rungs multiply
@@ -41,13 +41,13 @@ import numpy as np
 import pandas as pd
 
 if __package__ in (None, ""):  # run as a script: make the checkout importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from baselines.megatron.perf import grid_search_megatron  # noqa: E402
 from baselines.placement import candidate_maps  # noqa: E402
 from baselines.space import BaselineConfig  # noqa: E402
+from system.assignment import Assignment  # noqa: E402
 from system.cases import get_case  # noqa: E402
-from system.scheduler.assignment import Assignment  # noqa: E402
 from system.simulator import simulate_1f1b_ring, simulate_ours, stage_compute  # noqa: E402
 from system.simulator.collective import device_grid  # noqa: E402
 from system.workload import Workload, get_model, tasklet_sizes  # noqa: E402

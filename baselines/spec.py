@@ -1,0 +1,109 @@
+"""One real Megatron / DeepSpeed configuration, as the workers read it (a JSON spec file).
+
+:class:`BaselineSpec` is shared by the launcher and grid (:mod:`baselines.grid`) and by
+the workers (``baselines/<system>/train.py``), which import this module and not the grid.
+Importing it does not import torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from system.runtime.spec import SpecBase  # torch-free
+from system.workload import Workload
+
+__all__ = ["SYSTEMS", "BaselineSpec", "check_spec", "metrics_from"]
+
+SYSTEMS = ("megatron", "deepspeed")
+
+
+@dataclass(frozen=True, kw_only=True)
+class BaselineSpec(SpecBase):
+    """One baseline configuration on ``tp·pp·dp`` ranks (a JSON file for the workers).
+
+    The model, layout, batch, seed, rate, device and start fields are :class:`SpecBase`'s,
+    shared with our runtime's RunSpec; these are the baselines' own.
+
+    DeepSpeed variants: ``pp == 1`` trains the whole model under ZeRO stage ``zero`` (0..3);
+    ``pp > 1`` is ``PipelineModule`` over our GPT's layers with ZeRO stage 0 or 1 (DeepSpeed's
+    pipeline engine refuses stages 2/3). Megatron ignores ``zero`` (plain DDP all-reduce).
+    """
+
+    system: str  # megatron | deepspeed
+    tp: int = 1
+    zero: int | None = None
+    recompute: bool = False
+    timeout_s: float = 120.0  # collective timeout inside the workers
+    result_path: str | None = None  # rank 0 writes its metrics here (set by run_point)
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    def workload(self) -> Workload:
+        """The workload; the baselines train in fp32, so activations and gradients are 4 B."""
+        return Workload(model=self.gpt_config(), global_batch_size=self.global_batch_size,
+                        micro_batch_size=self.micro_batch_size, activation_bytes=4,
+                        gradient_bytes=4)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> BaselineSpec:
+        data = json.loads(text)
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"baseline spec: unknown keys {sorted(unknown)}")
+        return cls(**data)
+
+    def label(self) -> str:
+        z = f" zero{self.zero}" if self.system == "deepspeed" else ""
+        return f"{self.system} tp{self.tp} pp{self.pp} dp{self.dp} mb{self.micro_batch_size}{z}"
+
+
+def check_spec(spec: BaselineSpec) -> None:
+    """Raise one ValueError naming what makes ``spec`` impossible to run (before any process)."""
+    if spec.system not in SYSTEMS:
+        raise ValueError(f"baseline spec: system {spec.system!r} is not one of {SYSTEMS}")
+    if spec.tp < 1:
+        raise ValueError(f"baseline spec: tp must be >= 1, got {spec.tp}")
+    spec.check_shared("baseline spec")
+    m = spec.gpt_config()
+    spec.workload().check_layout(spec.pp, spec.dp)
+    if m.num_attention_heads % spec.tp or m.hidden_size % spec.tp:
+        raise ValueError(f"baseline spec: tp={spec.tp} does not divide num_attention_heads="
+                         f"{m.num_attention_heads} and hidden_size={m.hidden_size}")
+    if spec.system == "deepspeed":
+        if spec.tp != 1:
+            raise ValueError("baseline spec: deepspeed runs with tp=1 (no tensor parallelism)")
+        if spec.zero is None or spec.zero not in (0, 1, 2, 3):
+            raise ValueError(f"baseline spec: deepspeed needs zero in 0..3, got {spec.zero!r}")
+        if spec.pp > 1 and spec.zero > 1:
+            raise ValueError(f"baseline spec: deepspeed pipeline (pp={spec.pp}) supports ZeRO "
+                             f"stage 0 or 1 only, got zero={spec.zero}")
+
+
+def metrics_from(spec: BaselineSpec, losses: Sequence[float],
+                 iter_times_s: Sequence[float]) -> dict:
+    """Per-run metrics the same way as our runtime: median iteration time after the first."""
+    import statistics
+
+    times = list(iter_times_s)
+    steady = times[1:] if len(times) > 1 else times  # the first iteration warms up
+    iter_time_s = statistics.median(steady)
+    w = spec.workload()
+    return {
+        "losses": [float(x) for x in losses],
+        "iter_times_s": times,
+        "iter_time_s": iter_time_s,
+        "tokens_per_s": w.tokens_per_iteration / iter_time_s,
+        "tflops": w.model_flops(recompute=True) / iter_time_s / 1e12,
+        "pflops": w.model_flops(recompute=True) / iter_time_s / 1e15,
+        "loss_first": float(losses[0]),
+        "loss_last": float(losses[-1]),
+    }
