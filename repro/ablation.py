@@ -16,12 +16,14 @@ Writes ``ablation.csv`` (long: case, method, seed, trial, best_total_cost_s),
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
 import os
 import sys
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make the checkout importable
@@ -29,6 +31,7 @@ if __package__ in (None, ""):  # run as a script: make the checkout importable
 
 import pandas as pd
 
+from repro.config import ConfigError, int_list, script_args
 from repro.schedule import default_layout
 from system.cases import get_case
 from system.results import atomic_write_text
@@ -37,8 +40,27 @@ from system.workload import DTFM_REFERENCE
 
 log = logging.getLogger(__name__)
 
-DEFAULTS = {"cases": "1,2,3,4,5", "seeds": "0,1,2", "trials": "10", "population": "16",
-            "random_layouts": "5000", "out_dir": "results/scheduler"}
+
+
+@dataclass
+class Args:
+    """``key=value`` arguments (``python repro/ablation.py trials=20``)."""
+
+    cases: str = "1,2,3,4,5"  # comma-separated paper cases
+    seeds: str = "0,1,2"  # comma-separated seeds
+    trials: int = 10  # GA trials per run
+    population: int = 16  # GA population
+    random_layouts: int = 5000  # random layouts per seed for the random baseline
+    out_dir: str = "results/scheduler"
+
+    def __post_init__(self) -> None:
+        int_list("seeds", self.seeds)
+        for k, low in (("trials", 1), ("population", 2), ("random_layouts", 1)):
+            if getattr(self, k) < low:
+                raise ConfigError(f"{k}={getattr(self, k)}: must be >= {low}")
+
+
+DEFAULTS = dataclasses.asdict(Args())
 METHODS = {"tailored": "genetic", "kl": "genetic_kl", "random": "random"}
 
 
@@ -125,13 +147,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from repro.console import console, setup_logging
 
     setup_logging()
-    cfg = dict(DEFAULTS)
-    for arg in sys.argv[1:] if argv is None else argv:
-        key, _, value = arg.partition("=")
-        if key not in DEFAULTS or not value:
-            log.error("argument %r: expected key=value with key in %s", arg, ", ".join(DEFAULTS))
-            return 2
-        cfg[key] = value
+    try:
+        cfg = script_args(Args, argv)
+    except ConfigError as e:
+        log.error("%s", e)
+        return 2
     _, summary = run(cfg)
     console().print(summary.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     return 0

@@ -16,13 +16,20 @@ with per-stage compute times from the slowest GPU of each stage and the plan's l
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the checkout importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
 import pandas as pd
 
+from repro.config import ConfigError, int_list, script_args
 from system.assignment import Assignment
 from system.cases import get_case
 from system.cluster import Cluster
@@ -40,12 +47,22 @@ from system.workload import Workload, get_workload, tasklet_sizes
 
 log = logging.getLogger(__name__)
 
-DEFAULTS = {
-    "case": "mixed",
-    "workload": "gpt3_xl_b1024",
-    "seeds": "0,1",
-    "out_dir": "results/scheduler",
-}
+
+
+@dataclass
+class Args:
+    """``key=value`` arguments (``python repro/bench_hetero.py seeds=0``)."""
+
+    case: str = "mixed"
+    workload: str = "gpt3_xl_b1024"
+    seeds: str = "0,1"  # comma-separated
+    out_dir: str = "results/scheduler"
+
+    def __post_init__(self) -> None:
+        int_list("seeds", self.seeds)
+
+
+DEFAULTS = dataclasses.asdict(Args())
 
 
 def stage_compute_for(
@@ -169,13 +186,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from repro.console import console, setup_logging
 
     setup_logging()
-    cfg = dict(DEFAULTS)
-    for arg in sys.argv[1:] if argv is None else argv:
-        key, _, value = arg.partition("=")
-        if key not in DEFAULTS or not value:
-            log.error("argument %r: expected key=value with key in %s", arg, ", ".join(DEFAULTS))
-            return 2
-        cfg[key] = value
+    try:
+        cfg = script_args(Args, argv)
+    except ConfigError as e:
+        log.error("%s", e)
+        return 2
     df = run(cfg)
     table = Table(title="mixed fleet: simulated iteration time per plan")
     for c in (

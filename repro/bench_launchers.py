@@ -20,7 +20,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the checkout importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHERS = {"serial": [], "joblib": ["hydra/launcher=joblib"]}
@@ -70,20 +74,32 @@ def run_sweep(
     return wall_s, {ln.split(",")[col] for ln in lines[1:]}
 
 
+@dataclass
+class Args:
+    """``key=value`` arguments (``python repro/bench_launchers.py rounds=3``)."""
+
+    sweep: str = "smoke"  # conf/sweep/<name>.yaml
+    rounds: int = 2  # rounds; launchers alternate their order between rounds
+    n_jobs: int | None = None  # joblib workers (null = the launcher config's)
+
+    def __post_init__(self) -> None:
+        from repro.config import ConfigError
+
+        if self.rounds < 1:
+            raise ConfigError(f"rounds={self.rounds}: must be >= 1")
+        if self.n_jobs is not None and self.n_jobs < 1:
+            raise ConfigError(f"n_jobs={self.n_jobs}: must be >= 1")
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = dict(a.split("=", 1) for a in (sys.argv[1:] if argv is None else argv))
-    unknown = set(args) - {"sweep", "rounds", "n_jobs"}
-    if unknown:
-        print(
-            f"error: unknown argument(s) {sorted(unknown)}; known: sweep, rounds, n_jobs",
-            file=sys.stderr,
-        )
+    from repro.config import ConfigError, script_args
+
+    try:
+        args = script_args(Args, argv)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
-    sweep, rounds = args.get("sweep", "smoke"), int(args.get("rounds", 2))
-    n_jobs = int(args["n_jobs"]) if "n_jobs" in args else None
-    if rounds < 1:
-        print(f"error: rounds must be >= 1, got {rounds}", file=sys.stderr)
-        return 2
+    sweep, rounds, n_jobs = args["sweep"], args["rounds"], args["n_jobs"]
     walls: dict[str, list[float]] = {k: [] for k in LAUNCHERS}
     ids: dict[str, set[str]] = {}
     print(f"sweep={sweep}, {os.cpu_count()} cores, load average before: {os.getloadavg()[0]:.2f}")

@@ -156,27 +156,37 @@ def _emulated(link_mbps: float, delay_ms: float, n: int):
     return Emulation(make_plan(cluster))
 
 
+def _args_schema() -> type:
+    """The script's keys: ``micro``, ``out``, ``link_mbps``, ``delay_ms`` and RunSpec's scalar
+    fields (null = the benchmark's default), typed as RunSpec types them."""
+    import dataclasses
+    import typing
+
+    from system.runtime.spec import RunSpec
+
+    hints = typing.get_type_hints(RunSpec)
+    specs = [
+        ("micro", str, dataclasses.field(default="4,8,16")),
+        ("out", str, dataclasses.field(default="results/runtime/bench.csv")),
+        ("link_mbps", float | None, dataclasses.field(default=None)),
+        ("delay_ms", float, dataclasses.field(default=0.0)),
+    ]
+    for f in dataclasses.fields(RunSpec):
+        if hints[f.name] in (int, float, str, bool):
+            specs.append((f.name, hints[f.name] | None, dataclasses.field(default=None)))
+    return dataclasses.make_dataclass("BenchRuntimeArgs", specs)
+
+
 def _parse(args: list[str]) -> tuple[list[int], Path, dict]:
-    micro, out, kw = [4, 8, 16], Path("results/runtime/bench.csv"), {}
-    for a in args:
-        if "=" not in a:
-            raise ValueError(f"argument {a!r} is not key=value")
-        k, v = a.split("=", 1)
-        if k in ("link_mbps", "delay_ms"):
-            kw[k] = float(v)
-        elif k == "micro":
-            micro = [int(x) for x in v.split(",")]
-        elif k == "out":
-            out = Path(v)
-        elif k in ("model", "dp_mode", "layout", "device"):
-            kw[k] = v
-        elif k in ("lr",):
-            kw[k] = float(v)
-        elif k in ("checkpointing",):
-            kw[k] = v.lower() in ("1", "true", "yes")
-        else:
-            kw[k] = int(v)
-    return micro, out, kw
+    """``key=value`` arguments -> (micro-batch counts, output file, keyword arguments)."""
+    from repro.config import int_list, script_args
+
+    given = {k: v for k, v in script_args(_args_schema(), args).items() if v is not None}
+    micro = int_list("micro", given.pop("micro"), low=1)
+    out = Path(given.pop("out"))
+    if given.get("delay_ms") == 0.0 and given.get("link_mbps") is None:
+        given.pop("delay_ms")
+    return micro, out, given
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -207,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
                     )
                     for m in micro
                 ]
-    except (ValueError, RuntimeError, OSError) as e:
+    except (ValueError, RuntimeError, OSError) as e:  # ConfigError is a ValueError
         sys.stderr.write(f"error: {e}\n")
         return 2
     c = print  # a plain table: wide rows must not wrap

@@ -22,9 +22,11 @@ Wall times depend on machine load; CPU seconds are reported beside them.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make the checkout importable
@@ -33,6 +35,7 @@ if __package__ in (None, ""):  # run as a script: make the checkout importable
 import numpy as np
 import pandas as pd
 
+from repro.config import ConfigError, int_list, script_args
 from system.cases import get_case, spot_cluster
 from system.cluster import Cluster
 from system.results import atomic_write_text
@@ -42,10 +45,29 @@ from system.workload import DTFM_REFERENCE
 log = logging.getLogger(__name__)
 
 AUTHORS_BEST_S = {"4": 34.80, "5": 49.22}  # PAPER.md §3 / issue 2
-DEFAULTS = {"sections": "plateau,gaps,quality,scaling", "seeds": "0,1,2",
-            "big_time_limit_s": "30", "per_regions": "32,128", "random_layouts": "5000",
-            "big_random_layouts": "200",
-            "seed": "0", "out_dir": "results/scheduler"}
+
+
+@dataclass
+class Args:
+    """``key=value`` arguments (``python repro/bench_scheduler.py sections=gaps``)."""
+
+    sections: str = "plateau,gaps,quality,scaling"  # comma-separated
+    seeds: str = "0,1,2"  # comma-separated seeds of the plateau section
+    big_time_limit_s: float = 30.0  # search time limit at scale
+    per_regions: str = "32,128"  # devices per region at scale (x 8 regions)
+    random_layouts: int = 5000
+    big_random_layouts: int = 200
+    seed: int = 0
+    out_dir: str = "results/scheduler"
+
+    def __post_init__(self) -> None:
+        int_list("seeds", self.seeds)
+        int_list("per_regions", self.per_regions, low=1)
+        if self.big_time_limit_s <= 0:
+            raise ConfigError(f"big_time_limit_s={self.big_time_limit_s}: must be > 0")
+
+
+DEFAULTS = dataclasses.asdict(Args())
 
 # Spot variants of case 2 (dtfm_code units: 1.25 Gbit/s between hosts, 100 inside): host sizes
 # and link speeds change, 64 devices each, pp = dp = 8.
@@ -208,13 +230,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from repro.console import console, setup_logging
 
     setup_logging()
-    cfg = dict(DEFAULTS)
-    for arg in sys.argv[1:] if argv is None else argv:
-        key, _, value = arg.partition("=")
-        if key not in DEFAULTS or not value:
-            log.error("argument %r: expected key=value with key in %s", arg, ", ".join(DEFAULTS))
-            return 2
-        cfg[key] = value
+    try:
+        cfg = script_args(Args, argv)
+    except ConfigError as e:
+        log.error("%s", e)
+        return 2
     df = run(cfg)
     table = Table(title="scheduler benchmark (TOTAL = DP + 2 PP, seconds per iteration)")
     for c in ("section", "case", "seed", "devices", "pp x dp", "row", "TOTAL s", "bound s",

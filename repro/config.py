@@ -59,6 +59,8 @@ __all__ = [
     "LimitsConfig",
     "validate",
     "parse_cli",
+    "script_args",
+    "int_list",
     "store_schemas",
     "composed_schema",
     "cpu_cores",
@@ -730,6 +732,25 @@ def parse_cli(schema: type, argv: Sequence[str]):
         if isinstance(cause, ConfigError):
             raise cause from None
         raise ConfigError(_one_line(e)) from None
+
+
+def int_list(key: str, text: str, *, low: int = 0) -> list[int]:
+    """``"0,1,2"`` -> ``[0, 1, 2]``; a ConfigError names ``key`` when an item is not an int >= low."""
+    try:
+        values = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"{key}={text!r}: expected comma-separated integers") from None
+    if not values or min(values) < low:
+        raise ConfigError(f"{key}={text!r}: expected comma-separated integers >= {low}")
+    return values
+
+
+def script_args(schema: type, argv: Sequence[str] | None) -> dict:
+    """A benchmark script's ``key=value`` arguments over its dataclass ``schema``, as a dict:
+    the same typed parsing and one-line errors as :func:`parse_cli`."""
+    import sys
+
+    return dataclasses.asdict(parse_cli(schema, sys.argv[1:] if argv is None else argv))
 
 
 def _nested(pairs: dict) -> dict:

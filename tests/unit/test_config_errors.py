@@ -257,3 +257,30 @@ def test_scheduling_is_a_mode_of_run_py(tmp_path):
     assert record["num_devices"] == 8 and record["time_limit_s"] is None
     with pytest.raises(ValueError, match="workload='huge'"):
         run(_cfg("mode=schedule", "case=debug", "workload=huge", f"results_dir={tmp_path}"))
+
+
+@pytest.mark.parametrize(
+    "script, arg, message",
+    [
+        ("ablation", "seeds=a,b", "seeds='a,b': expected comma-separated integers"),
+        ("ablation", "trials=0", "trials=0: must be >= 1"),
+        ("bench_scheduler", "per_regions=0", "per_regions='0'"),
+        ("bench_scheduler", "bogus=1", "unknown key 'bogus'"),
+        ("bench_hetero", "seeds=x", "seeds='x'"),
+        ("bench_runtime", "micro=a", "micro='a'"),
+        ("bench_runtime", "pp=x", "pp: Value 'x'"),
+        ("bench_launchers", "rounds=0", "rounds=0: must be >= 1"),
+    ],
+)
+def test_benchmark_scripts_share_the_typed_parser(script, arg, message):
+    """Every benchmark the README lists: a bad argument is one error line and exit 2, before
+    any work (no hand-written key=value parser of its own)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    p = subprocess.run([sys.executable, str(root / "repro" / f"{script}.py"), arg],
+                       capture_output=True, text=True, timeout=120, cwd=root)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert message in " ".join((p.stdout + p.stderr).split()), p.stdout + p.stderr
