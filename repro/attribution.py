@@ -157,7 +157,7 @@ def plot_attribution(table: pd.DataFrame, path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from repro.figures import save_figure
+    from repro.report.figures import save_figure
 
     keys = ["case", "num_layers", "global_batch_size"]
     groups = list(table.groupby(keys, sort=True))

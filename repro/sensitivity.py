@@ -16,7 +16,7 @@ NCCL's eager sends), one knob at a time:
 For every variant and each of the 9 case-5 settings it simulates ours (the scheduled layout, the
 same for every variant: the scheduler sees only α and β), 3 random layouts, and Megatron's and
 DeepSpeed's grids under both placement protocols; each claim is the median over the settings as
-in ``repro/claims.py``. The report gives each claim's value per variant and its range.
+in ``repro/report/claims.py``. The report gives each claim's value per variant and its range.
 """
 
 from __future__ import annotations

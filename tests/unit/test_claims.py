@@ -1,11 +1,11 @@
-"""Claims table: paper vs ours with PASS / FAIL / INCONCLUSIVE (repro/claims.py)."""
+"""Claims table: paper vs ours with PASS / FAIL / INCONCLUSIVE (repro/report/claims.py)."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from repro.claims import evaluate_claims, load_paper_claims
+from repro.report.claims import evaluate_claims, load_paper_claims
 from system.results import read_rows, write_rows
 from tests.unit._workflow_rows import synthetic_rows
 
@@ -98,7 +98,7 @@ def test_bad_tolerance_is_rejected(rows):
 
 
 def test_claims_by_protocol_split_the_baselines_by_placement():
-    from repro.claims import evaluate_claims_by_protocol, protocol_rows
+    from repro.report.claims import evaluate_claims_by_protocol, protocol_rows
 
     launch = pd.DataFrame(synthetic_rows(cases=("5",), speedup=4.0)).assign(placement="launch")
     topo = pd.DataFrame(synthetic_rows(cases=("5",), speedup=1.6)).assign(placement="topology")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from repro.claims import _claim_deepspeed, _claim_variance
+from repro.report.claims import _claim_deepspeed, _claim_variance
 
 
 def _row(case, system, it, **kw):

@@ -1,6 +1,6 @@
 """Simulator vs emulated runs: table + figure from ``mode=emulate`` rows (issue 5 validation).
 
-    python repro/emulation_report.py results/emulation
+    python -m repro.report.emulation results/emulation
 
 Reads the rows under ``<dir>/rows``, and writes ``<dir>/validation.csv`` (one line per run),
 ``<dir>/validation.md`` (MAPE, Kendall τ of the layout ranking, scheduled vs random, link
@@ -16,9 +16,6 @@ import itertools
 import json
 import sys
 from pathlib import Path
-
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
 import pandas as pd

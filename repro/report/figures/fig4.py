@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from repro.figures import save_figure
+from repro.report.figures import save_figure
 
 log = logging.getLogger(__name__)
 

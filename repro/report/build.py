@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from repro.claims import evaluate_claims
-from repro.figures.fig3 import plot_fig3
-from repro.figures.fig4 import plot_fig4
-from repro.variance import CV_LIMIT, best_configs, variance_table
+from repro.report.claims import evaluate_claims
+from repro.report.figures.fig3 import plot_fig3
+from repro.report.figures.fig4 import plot_fig4
+from repro.report.variance import CV_LIMIT, best_configs, variance_table
 from system.results import atomic_write_text, read_rows
 
 log = logging.getLogger(__name__)
@@ -250,7 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     from repro.console import setup_logging
 
     setup_logging()
-    p = argparse.ArgumentParser(description="Build REPORT.md for a results folder")
+    p = argparse.ArgumentParser(
+        prog="python -m repro.report", description="Build REPORT.md for a results folder"
+    )
     p.add_argument("results_dir")
     p.add_argument("--ablation", default="results/scheduler/ablation.csv")
     p.add_argument("--tolerance", type=float, default=0.25)
