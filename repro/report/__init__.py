@@ -15,7 +15,6 @@ scheduler claims, the ablation table; it never runs a model.
 
 from __future__ import annotations
 
-from repro.report.build import ReportPaths, build_report, main
-from repro.report.build import markdown_table
+from repro.report.build import ReportPaths, build_report, main, markdown_table
 
 __all__ = ["ReportPaths", "build_report", "main", "markdown_table"]

@@ -1,4 +1,4 @@
-"""Repeats of a setting: CV, flags, and the best configuration per setting (repro/report/variance.py)."""
+"""Repeats of a setting: CV, flags, the best configuration per setting (repro.report.variance)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 
 The paper's Fig. 3 shows, for each network case, bars of PFLOPS for Megatron, DeepSpeed, ours with
 the scheduler and ours with random layouts, over layers {24, 32, 40} × batch {1024, 2048, 4096}.
-Baselines are drawn at their best configuration per setting (:func:`repro.report.variance.best_configs`);
+Baselines are drawn at their best configuration per setting
+(:func:`repro.report.variance.best_configs`);
 error bars are the standard deviation over repeats when there are several.
 """
 
