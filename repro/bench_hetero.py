@@ -23,6 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from repro.report.tables import markdown_table
 from system.assignment import Assignment
 from system.cases import get_case
 from system.cluster import Cluster
@@ -145,22 +146,8 @@ def _markdown(df: pd.DataFrame) -> str:
         "layers_per_stage",
         "stage_gpus",
     ]
-    lines = [
-        "# Mixed fleet: iteration_time vs comm objective (`python repro/bench_hetero.py`)",
-        "",
-        "| " + " | ".join(cols) + " |",
-        "|" + "---|" * len(cols),
-    ]
-    for _, r in df.iterrows():
-        vals = []
-        for c in cols:
-            v = r.get(c)
-            if v is None or (isinstance(v, float) and np.isnan(v)):
-                vals.append("")
-            else:
-                vals.append(f"{v:.3f}" if isinstance(v, float) else str(v))
-        lines.append("| " + " | ".join(vals) + " |")
-    return "\n".join(lines) + "\n"
+    title = "# Mixed fleet: iteration_time vs comm objective (`python repro/bench_hetero.py`)"
+    return f"{title}\n\n{markdown_table(df.reindex(columns=cols), floatfmt='.3f')}\n"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

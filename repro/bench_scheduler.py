@@ -33,6 +33,7 @@ if __package__ in (None, ""):  # run as a script: make the checkout importable
 import numpy as np
 import pandas as pd
 
+from repro.report.tables import markdown_table
 from system.cases import get_case, spot_cluster
 from system.cluster import Cluster
 from system.results import atomic_write_text
@@ -190,15 +191,7 @@ def _markdown(df: pd.DataFrame, cfg: dict) -> str:
     lines = ["# Scheduler benchmark (`python repro/bench_scheduler.py`)", "",
              f"Settings: {cfg}. Sizes: DTFM_REFERENCE (c_dp = 0.65e9 B, c_pp = 0.4712492e9 B).",
              "Wall times depend on machine load (shared 2-core machine); CPU seconds beside them.",
-             "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for _, r in df.iterrows():
-        vals = []
-        for c in cols:
-            v = r.get(c)
-            v = None if v is None or (isinstance(v, float) and np.isnan(v)) else v
-            vals.append("" if v is None or (isinstance(v, float) and np.isnan(v)) else
-                        f"{v:.3f}" if isinstance(v, float) else str(v))
-        lines.append("| " + " | ".join(vals) + " |")
+             "", markdown_table(df.reindex(columns=cols), floatfmt=".3f")]
     return "\n".join(lines) + "\n"
 
 

@@ -67,6 +67,7 @@ __all__ = [
     "has_row",
     "collect",
     "study_lock",
+    "atomic_write",
     "atomic_write_text",
     "atomic_write_bytes",
 ]
@@ -462,7 +463,7 @@ def _frame(records: list[dict]):
 
 
 # ---- files -------------------------------------------------------------------------------------
-def _atomic_write(path: Path, write) -> None:
+def atomic_write(path: str | Path, write) -> None:
     """``write(tmp_path)`` then rename over ``path``; the temporary name is unique."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -478,11 +479,11 @@ def _atomic_write(path: Path, write) -> None:
 
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` via a uniquely named temporary file in its folder + rename."""
-    _atomic_write(Path(path), lambda tmp: Path(tmp).write_text(text))
+    atomic_write(Path(path), lambda tmp: Path(tmp).write_text(text))
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    _atomic_write(Path(path), lambda tmp: Path(tmp).write_bytes(data))
+    atomic_write(Path(path), lambda tmp: Path(tmp).write_bytes(data))
 
 
 @contextlib.contextmanager
@@ -597,9 +598,9 @@ def has_row(results_dir: str | Path, run_id: str) -> bool:
 
 def _write_tables(d: Path, records: list[dict]) -> Path:
     full = _view(records)
-    _atomic_write(d / "runs.parquet", lambda tmp: full.to_parquet(tmp, index=False))
+    atomic_write(d / "runs.parquet", lambda tmp: full.to_parquet(tmp, index=False))
     latest = _view(_latest(records))
-    _atomic_write(d / "runs.csv", lambda tmp: latest.to_csv(tmp, index=False))
+    atomic_write(d / "runs.csv", lambda tmp: latest.to_csv(tmp, index=False))
     return d / "runs.csv"
 
 

@@ -34,6 +34,7 @@ from baselines.megatron.perf import grid_search_megatron
 from baselines.placement import PLACEMENTS
 from repro.config import default_pp
 from repro.report.summary import merge_summary, summary_frame, with_speedups
+from repro.report.tables import markdown_table
 from system.assignment import random_assignment
 from system.cases import get_case
 from system.cluster import Cluster
@@ -448,14 +449,13 @@ def _write_reports(results_dir: Path, summary: pd.DataFrame, elapsed_s: float) -
         + "; ".join(f"{p} = {title[p]}" for p in protocols)
         + ". `fig3.png` shows each baseline's best over all placements.",
         "",
-        "| claim | paper | "
-        + " | ".join(f"{p}: ours | {p}: verdict" for p in protocols)
-        + " | note |",
-        "|---|---|" + "---|---|" * len(protocols) + "---|",
     ]
-    for c in claims.to_dict("records"):
-        cells = " | ".join(f"{c[f'ours_{p}']} | {c[f'verdict_{p}']}" for p in protocols)
-        lines.append(f"| {c['claim_id']} | {c['paper']} | {cells} | {c['note']} |")
+    table = claims[["claim_id", "paper"]].rename(columns={"claim_id": "claim"})
+    for p in protocols:
+        table[f"{p}: ours"] = claims[f"ours_{p}"]
+        table[f"{p}: verdict"] = claims[f"verdict_{p}"]
+    table["note"] = claims["note"]
+    lines += [markdown_table(table)]
     lines += ["", "## Baseline grid picks (why)", ""]
     for r in summary.to_dict("records"):
         head = r.get("baseline_placement", "launch")

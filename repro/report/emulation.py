@@ -7,12 +7,11 @@ Reads the rows under ``<dir>/rows``, and writes ``<dir>/validation.csv`` (one li
 verification) and ``<dir>/validation.png`` (simulated vs measured, ±10% band).
 
 Kendall τ is computed within each setting (same case, devices, model, batch, pp, dp: only the
-layout differs) and pooled over settings: τ = (concordant − discordant) / pairs.
+layout differs) with :func:`scipy.stats.kendalltau` and pooled over settings, weighted by pairs.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import sys
 from pathlib import Path
@@ -20,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from repro.report.figures import save_figure
+from repro.report.tables import markdown_table
 from system.results import atomic_write_text, read_rows
 
 SETTING = ["case", "devices", "num_devices", "pp", "dp", "global_batch_size", "num_layers",
@@ -40,15 +41,30 @@ def load(results_dir: str | Path) -> pd.DataFrame:
 
 
 def pooled_kendall(df: pd.DataFrame, a: str, b: str) -> tuple[float, int]:
-    """Pooled Kendall τ of columns a vs b over layout pairs inside each setting."""
-    conc = disc = pairs = 0
+    """Kendall τ of columns a vs b within each setting, pooled over settings: the mean of the
+    settings' τ (SciPy's τ-b) weighted by their number of layout pairs; returns (τ, pairs).
+
+    Without ties τ-b is (concordant − discordant) / pairs, so the pooled value is that ratio over
+    all pairs of all settings.
+
+    >>> df = pd.DataFrame({"setting": ["s"] * 3 + ["t"] * 2, "a": [1, 2, 3, 1, 2],
+    ...                    "b": [1, 3, 2, 2, 1]})
+    >>> pooled_kendall(df, "a", "b")
+    (0.0, 4)
+    """
+    from scipy.stats import kendalltau
+
+    weighted = pairs = 0.0
     for _, g in df.groupby("setting"):
-        for (_, x), (_, y) in itertools.combinations(g.iterrows(), 2):
-            s = np.sign(x[a] - y[a]) * np.sign(x[b] - y[b])
-            pairs += 1
-            conc += s > 0
-            disc += s < 0
-    return ((conc - disc) / pairs if pairs else float("nan")), pairs
+        n = len(g) * (len(g) - 1) // 2
+        if n == 0:
+            continue
+        tau = kendalltau(g[a], g[b]).statistic
+        if np.isnan(tau):  # a constant column: no ordering to agree with
+            tau = 0.0
+        weighted += float(tau) * n
+        pairs += n
+    return (weighted / pairs if pairs else float("nan")), int(pairs)
 
 
 def summarize(df: pd.DataFrame) -> dict:
@@ -120,10 +136,7 @@ def figure(df: pd.DataFrame, path: Path, summary: dict | None = None) -> None:
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=130)
-    tmp.replace(path)
-    plt.close(fig)
+    save_figure(fig, path, dpi=130)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -157,25 +170,27 @@ def main(argv: list[str] | None = None) -> int:
              f"Links verified before every run: all within tolerance = {s['verify_all_ok']}, "
              f"max |RTT err| {100 * s['verify_max_rtt_err']:.1f}%, max |capacity err| "
              f"{100 * s['verify_max_bw_err']:.1f}%, max |TCP message err| "
-             f"{100 * s['verify_max_tcp_err']:.1f}%.", "",
-             "| case | devices | pp×dp | batch | hidden | layout | measured s | simulated s | err % | "
-             "DP span meas/sim s | compute share | delayer late ms |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for _, r in table.iterrows():
-        lines.append(f"| {r['case']} | {r['devices']} | {r['pp']}×{r['dp']} | {r['global_batch_size']} | "
-                     f"{r['hidden_size']} | {r['layout']} | {r['iter_time_s']:.2f} | "
-                     f"{r['predicted_iter_time_s']:.2f} | {r['abs_pct_err']:.1f} | "
-                     f"{r['measured_dp_s']:.2f}/{r['sim_dp_span_s']:.2f} | "
-                     f"{r['compute_share']:.2f} | {r.get('delayer_mean_late_ms', float('nan')):.2f} |")
-    lines += ["", "Scheduled vs random layouts (measured on emulated links):", "",
-              "| case | devices | pp×dp | batch | hidden | scheduled s | random mean s | measured × | "
-              "simulated × |",
-              "|---|---|---|---|---|---|---|---|---|"]
-    for x in s["scheduled_vs_random"]:
-        lines.append(f"| {x['case']} | {x['devices']} | {x['pp']}×{x['dp']} | {x['batch']} | "
-                     f"{x['hidden']} | "
-                     f"{x['scheduled_s']:.2f} | {x['random_mean_s']:.2f} | {x['measured_speedup']:.2f} | "
-                     f"{x['simulated_speedup']:.2f} |")
+             f"{100 * s['verify_max_tcp_err']:.1f}%.", ""]
+    runs = pd.DataFrame({
+        "case": table["case"], "devices": table["devices"],
+        "pp×dp": [f"{p}×{q}" for p, q in zip(table["pp"], table["dp"], strict=True)],
+        "batch": table["global_batch_size"], "hidden": table["hidden_size"],
+        "layout": table["layout"], "measured s": table["iter_time_s"],
+        "simulated s": table["predicted_iter_time_s"], "err %": table["abs_pct_err"],
+        "DP span meas/sim s": [f"{m:.2f}/{p:.2f}" for m, p in
+                               zip(table["measured_dp_s"], table["sim_dp_span_s"], strict=True)],
+        "compute share": table["compute_share"],
+        "delayer late ms": table.get("delayer_mean_late_ms", float("nan")),
+    })
+    lines += [markdown_table(runs, floatfmt=".2f", formats={"err %": ".1f"}), "",
+              "Scheduled vs random layouts (measured on emulated links):", ""]
+    pairs = pd.DataFrame(s["scheduled_vs_random"]).reindex(columns=[
+        "case", "devices", "pp", "dp", "batch", "hidden", "scheduled_s", "random_mean_s",
+        "measured_speedup", "simulated_speedup"])
+    pairs.insert(2, "pp×dp", [f"{p}×{q}" for p, q in zip(pairs["pp"], pairs["dp"], strict=True)])
+    headers = {"scheduled_s": "scheduled s", "random_mean_s": "random mean s",
+               "measured_speedup": "measured ×", "simulated_speedup": "simulated ×"}
+    lines.append(markdown_table(pairs.drop(columns=["pp", "dp"]), floatfmt=".2f", headers=headers))
     atomic_write_text(d / "validation.md", "\n".join(lines) + "\n")
     figure(df, d / "validation.png", s)
     print("\n".join(lines))

@@ -69,9 +69,9 @@ def _die_with_parent() -> None:
 def _write_json(path: str | None, data: dict) -> None:
     if not path:
         return
-    tmp = f"{path}.tmp"
-    Path(tmp).write_text(json.dumps(data))
-    os.replace(tmp, path)
+    from system.results import atomic_write_text  # standard library only: cheap to import
+
+    atomic_write_text(path, json.dumps(data))
 
 
 class _Bounded:

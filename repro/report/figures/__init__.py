@@ -8,22 +8,14 @@ __all__ = ["save_figure"]
 
 
 def save_figure(fig, path: str | Path, dpi: int = 110) -> Path:
-    """Save a matplotlib figure atomically (temporary file + rename) and close it."""
-    import os
-    import tempfile
-
+    """Save a matplotlib figure atomically (unique temporary file + rename) and close it."""
     import matplotlib.pyplot as plt
 
+    from system.results import atomic_write
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # a unique temporary name: two processes drawing the same figure never share one
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=path.suffix)
-    os.close(fd)
-    tmp = Path(name)
-    try:
-        fig.savefig(tmp, dpi=dpi)
-        tmp.replace(path)
+    try:  # the temporary name ends in .tmp: the format comes from the target's suffix
+        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=dpi, format=path.suffix.lstrip(".")))
     finally:
         plt.close(fig)
-        tmp.unlink(missing_ok=True)
     return path
