@@ -46,6 +46,8 @@ from typing import Any, ClassVar
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from system.results import SIMULATED_SYSTEMS, TRAINED_SYSTEMS
+
 __all__ = [
     "ConfigError",
     "ModeSpec",
@@ -65,7 +67,7 @@ __all__ = [
 ]
 
 # Choices, spelled once (the mode-specific system sets live on the mode classes).
-SYSTEMS = ("all", "ours", "ours_random", "megatron", "deepspeed")
+SYSTEMS = ("all", *SIMULATED_SYSTEMS)  # all = every system the mode runs
 SCHEDULER_NAMES = ("genetic", "genetic_kl", "kl", "random")
 CASE_VARIANTS = ("paper", "dtfm_code")
 LOGGERS = ("none", "wandb")
@@ -480,7 +482,7 @@ def _check_local_run(cfg: RunConfig) -> None:
 class TrainConfig(RunConfig):
     """Real training on this machine: our runtime or the Megatron/DeepSpeed baselines."""
 
-    systems: ClassVar[tuple] = ("all", "ours", "megatron", "deepspeed")  # all = ours
+    systems: ClassVar[tuple] = ("all", *TRAINED_SYSTEMS)  # all = ours
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -515,7 +517,7 @@ class TrainConfig(RunConfig):
 class EmulateConfig(RunConfig):
     """Our runtime (or a baseline) on emulated WAN links of a case, beside the prediction."""
 
-    systems: ClassVar[tuple] = ("all", "ours", "ours_random", "megatron", "deepspeed")
+    systems: ClassVar[tuple] = ("all", *SIMULATED_SYSTEMS)
 
     def __post_init__(self) -> None:
         super().__post_init__()

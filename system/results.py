@@ -67,6 +67,9 @@ __all__ = [
     "has_row",
     "collect",
     "study_lock",
+    "BASELINE_SYSTEMS",
+    "SIMULATED_SYSTEMS",
+    "TRAINED_SYSTEMS",
     "atomic_write",
     "atomic_write_text",
     "atomic_write_bytes",
@@ -240,6 +243,11 @@ RENAMED = {
     "checkpointing": "recompute",
 }
 STATUSES = ("ok", "error", "timeout", "oom", "invalid")
+# Values of the ``system`` column, spelled once: the two baselines (launched by baselines/), our
+# system, and ours with uniformly random layouts (the paper's "random" bars; simulated only).
+BASELINE_SYSTEMS = ("megatron", "deepspeed")
+TRAINED_SYSTEMS = ("ours", *BASELINE_SYSTEMS)
+SIMULATED_SYSTEMS = ("ours", "ours_random", *BASELINE_SYSTEMS)
 
 # The performance model: whatever can change a simulated number (globs relative to the repo).
 MODEL_SOURCES = (

@@ -38,14 +38,21 @@ from repro.report.tables import markdown_table
 from system.assignment import random_assignment
 from system.cases import get_case
 from system.cluster import Cluster
-from system.results import atomic_write_text, make_row, read_rows, run_ids, write_rows
+from system.results import (
+    SIMULATED_SYSTEMS,
+    atomic_write_text,
+    make_row,
+    read_rows,
+    run_ids,
+    write_rows,
+)
 from system.simulator import V100, SimResult, simulate_ours
 from system.simulator.comm import LINK_SHARING, NCCL, NCCL_RENDEZVOUS, with_link_sharing
 from system.workload import Workload, get_model, tasklet_sizes
 
 log = logging.getLogger(__name__)
 
-SYSTEMS = ("ours", "ours_random", "megatron", "deepspeed")
+SYSTEMS = SIMULATED_SYSTEMS
 PAPER_LAYERS, PAPER_BATCHES = (24, 32, 40), (1024, 2048, 4096)
 SCHEDULER_METHODS = {
     "genetic": "genetic",

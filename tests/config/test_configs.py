@@ -9,13 +9,14 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
+from repro.config import SYSTEMS as CONFIG_SYSTEMS
 from repro.run import MODES
 from system.cases import CASES
 from system.workload import MODELS
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 SWEEPS = sorted(p.stem for p in (CONF / "sweep").glob("*.yaml"))
-SYSTEMS = {"all", "ours", "ours_random", "megatron", "deepspeed"}
+SYSTEMS = set(CONFIG_SYSTEMS)
 
 
 def _compose(overrides):
