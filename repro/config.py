@@ -50,6 +50,7 @@ from system.results import SIMULATED_SYSTEMS, TRAINED_SYSTEMS
 
 __all__ = [
     "ConfigError",
+    "check_layout",
     "ModeSpec",
     "MODES",
     "register_mode",
@@ -127,6 +128,17 @@ def _results_dir(key: str, value: str) -> None:
         raise ConfigError(f"{key}={value!r}: {q} is a file, not a folder")
     if not os.access(q, os.W_OK):
         raise ConfigError(f"{key}={value!r}: {q} is not writable")
+
+
+def check_layout(case: str, num_devices: int, pp: int | None, dp: int | None) -> None:
+    """``pp`` and ``dp`` (None = the scheduler picks) must fit the case's device count."""
+    for key, v in (("pp", pp), ("dp", dp)):
+        if v is not None and num_devices % v:
+            raise ConfigError(f"{key}={v} does not divide case {case}'s {num_devices} devices")
+    if pp and dp and pp * dp != num_devices:
+        raise ConfigError(
+            f"pp={pp} x dp={dp} = {pp * dp}, but case {case} has {num_devices} devices"
+        )
 
 
 def _cluster(case: str, variant: str):
@@ -564,15 +576,7 @@ class ScheduleModeConfig(RunConfig):
         _at_least("patience_trials", self.patience_trials, 1)
         _choice("objective", self.objective, ("comm", "iteration_time"))
         n = self.cluster().num_devices
-        for k in ("pp", "dp"):
-            v = getattr(self, k)
-            if v is not None and n % v:
-                raise ConfigError(f"{k}={v} does not divide case {self.case}'s {n} devices")
-        if self.pp and self.dp and self.pp * self.dp != n:
-            raise ConfigError(
-                f"pp={self.pp} x dp={self.dp} = {self.pp * self.dp}, but case {self.case} has "
-                f"{n} devices"
-            )
+        check_layout(self.case, n, self.pp, self.dp)
 
 
 # ---- entry points ------------------------------------------------------------------------------
@@ -655,17 +659,7 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
                 f"{key}={raw[key]!r}: a mode={owner} key; mode={mode} does not take it"
             )
         del raw[key]
-    try:
-        typed = OmegaConf.merge(OmegaConf.structured(schema), raw)
-        obj = OmegaConf.to_object(typed)
-    except ConfigError:
-        raise
-    except OmegaConfBaseException as e:
-        cause = e.__cause__ or e.__context__
-        if isinstance(cause, ConfigError):
-            raise cause from None
-        raise ConfigError(_one_line(e)) from None
-    return OmegaConf.structured(obj)
+    return OmegaConf.structured(_typed(schema, raw))
 
 
 @dataclass
@@ -683,8 +677,7 @@ class ReplanOptions:  # repro/modes/replan.py: a spot pre-emption trace, warm vs
             _positive(f"replan.{k}", getattr(self, k), optional=False)
         if self.step_devices % self.dp:
             raise ConfigError(
-                f"replan.step_devices={self.step_devices} must be a multiple of "
-                f"replan.dp={self.dp}"
+                f"replan.step_devices={self.step_devices} must be a multiple of replan.dp={self.dp}"
             )
 
 
@@ -721,10 +714,14 @@ def parse_cli(schema: type, argv: Sequence[str]):
         if key.split(".")[0] not in names:
             raise ConfigError(f"argument {arg!r}: unknown key {key!r} (keys: {', '.join(names)})")
         pairs[key] = value
+    return _typed(schema, _nested(pairs))
+
+
+def _typed(schema: type, raw) -> Any:
+    """``raw`` merged onto the dataclass ``schema`` and built (its ``__post_init__`` checks run);
+    OmegaConf's errors become one :class:`ConfigError` line, a check's own error passes as is."""
     try:
-        base = OmegaConf.structured(schema)
-        typed = OmegaConf.merge(base, _nested(pairs))
-        return OmegaConf.to_object(typed)
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), raw))
     except ConfigError:
         raise
     except OmegaConfBaseException as e:
