@@ -84,12 +84,16 @@ def run(cfg: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from repro.console import console, parse_key_values, setup_logging
+    from repro.console import console, setup_logging
 
     setup_logging()
-    cfg = parse_key_values(sys.argv[1:] if argv is None else argv, DEFAULTS)
-    if cfg is None:
-        return 2
+    cfg = dict(DEFAULTS)
+    for arg in sys.argv[1:] if argv is None else argv:
+        key, _, value = arg.partition("=")
+        if key not in DEFAULTS or not value:
+            log.error("argument %r: expected key=value with key in %s", arg, ", ".join(DEFAULTS))
+            return 2
+        cfg[key] = value
     _, summary = run(cfg)
     console().print(summary.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     return 0

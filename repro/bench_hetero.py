@@ -153,12 +153,16 @@ def _markdown(df: pd.DataFrame) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     from rich.table import Table
 
-    from repro.console import console, parse_key_values, setup_logging
+    from repro.console import console, setup_logging
 
     setup_logging()
-    cfg = parse_key_values(sys.argv[1:] if argv is None else argv, DEFAULTS)
-    if cfg is None:
-        return 2
+    cfg = dict(DEFAULTS)
+    for arg in sys.argv[1:] if argv is None else argv:
+        key, _, value = arg.partition("=")
+        if key not in DEFAULTS or not value:
+            log.error("argument %r: expected key=value with key in %s", arg, ", ".join(DEFAULTS))
+            return 2
+        cfg[key] = value
     df = run(cfg)
     table = Table(title="mixed fleet: simulated iteration time per plan")
     for c in (

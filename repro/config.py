@@ -659,7 +659,17 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
                 f"{key}={raw[key]!r}: a mode={owner} key; mode={mode} does not take it"
             )
         del raw[key]
-    return OmegaConf.structured(_typed(schema, raw))
+    try:
+        typed = OmegaConf.merge(OmegaConf.structured(schema), raw)
+        obj = OmegaConf.to_object(typed)
+    except ConfigError:
+        raise
+    except OmegaConfBaseException as e:
+        cause = e.__cause__ or e.__context__
+        if isinstance(cause, ConfigError):
+            raise cause from None
+        raise ConfigError(_one_line(e)) from None
+    return OmegaConf.structured(obj)
 
 
 @dataclass
@@ -677,7 +687,8 @@ class ReplanOptions:  # repro/modes/replan.py: a spot pre-emption trace, warm vs
             _positive(f"replan.{k}", getattr(self, k), optional=False)
         if self.step_devices % self.dp:
             raise ConfigError(
-                f"replan.step_devices={self.step_devices} must be a multiple of replan.dp={self.dp}"
+                f"replan.step_devices={self.step_devices} must be a multiple of "
+                f"replan.dp={self.dp}"
             )
 
 
@@ -714,14 +725,10 @@ def parse_cli(schema: type, argv: Sequence[str]):
         if key.split(".")[0] not in names:
             raise ConfigError(f"argument {arg!r}: unknown key {key!r} (keys: {', '.join(names)})")
         pairs[key] = value
-    return _typed(schema, _nested(pairs))
-
-
-def _typed(schema: type, raw) -> Any:
-    """``raw`` merged onto the dataclass ``schema`` and built (its ``__post_init__`` checks run);
-    OmegaConf's errors become one :class:`ConfigError` line, a check's own error passes as is."""
     try:
-        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), raw))
+        base = OmegaConf.structured(schema)
+        typed = OmegaConf.merge(base, _nested(pairs))
+        return OmegaConf.to_object(typed)
     except ConfigError:
         raise
     except OmegaConfBaseException as e:

@@ -1,13 +1,11 @@
-"""Console setup for entry points: one rich logging handler, installed once, and the
-``key=value`` arguments of the benchmark scripts."""
+"""Console setup for entry points: one rich logging handler, installed once."""
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
 
-__all__ = ["setup_logging", "console", "parse_key_values"]
+__all__ = ["setup_logging", "console"]
 
 _DONE = False
 
@@ -31,23 +29,3 @@ def setup_logging(level: str | None = None) -> None:
     root.addHandler(RichHandler(show_path=False, rich_tracebacks=False, markup=False))
     root.setLevel(lvl)
     _DONE = True
-
-
-def parse_key_values(argv: Sequence[str], defaults: Mapping[str, str]) -> dict[str, str] | None:
-    """``defaults`` updated by ``key=value`` arguments; None (after logging why) on a bad one.
-
-    >>> parse_key_values(["seeds=0,1"], {"seeds": "0", "cases": "5"})
-    {'seeds': '0,1', 'cases': '5'}
-    >>> parse_key_values(["seed=1"], {"seeds": "0"}) is None
-    True
-    """
-    cfg = dict(defaults)
-    for arg in argv:
-        key, _, value = arg.partition("=")
-        if key not in defaults or not value:
-            logging.getLogger(__name__).error(
-                "argument %r: expected key=value with key in %s", arg, ", ".join(defaults)
-            )
-            return None
-        cfg[key] = value
-    return cfg
