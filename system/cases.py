@@ -49,7 +49,7 @@ CASE4_REGIONS = ("Virginia", "Oregon", "California", "Ohio")
 CASE5_REGIONS = ("Oregon", "Virginia", "Ohio", "Tokyo", "Seoul", "London", "Frankfurt", "Ireland")
 DEBUG_REGIONS = ("Oregon", "Virginia", "Tokyo", "Frankfurt")
 
-NVLINK_GBPS = 1200.0  # V100 NVLink, 300 GB/s aggregate = 150 GB/s per direction (MODELING.md)
+NVLINK_GBPS = 1200.0  # V100 NVLink, 300 GB/s aggregate = 150 GB/s per direction (NVIDIA V100 datasheet)
 DTFM_INTRA_HOST = 100.0  # the authors' matrices: 100 (read as Gbit/s) inside a host, cases 1-2
 
 

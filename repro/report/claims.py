@@ -1,4 +1,4 @@
-"""The paper's claims (PAPER.md §6, ``repro/report/data/paper_claims.csv``) against our rows.
+"""The paper's claims (paper §4 and appendix, ``repro/report/data/paper_claims.csv``) vs our rows.
 
 Every claim gets the paper's number, ours, the tolerance and a verdict:
 

@@ -1,4 +1,4 @@
-"""Simulator vs emulated runs: table + figure from ``mode=emulate`` rows (issue 5 validation).
+"""Simulator vs emulated runs: table + figure from ``mode=emulate`` rows (validation of the simulator).
 
     python -m repro.report.emulation results/emulation
 
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
              f"{s['runs']} runs in {s['settings']} settings: MAPE {s['mape_pct']:.1f}% "
              f"(max {s['max_abs_pct_err']:.1f}%, mean signed {s['mean_signed_err_pct']:+.1f}%), "
              f"pooled Kendall τ of the layout ranking {s['kendall_tau']:.2f} over "
-             f"{s['kendall_pairs']} layout pairs. Target (issue 5): MAPE ≤ 10% and τ ≥ 0.9 over "
+             f"{s['kendall_pairs']} layout pairs. Target: MAPE ≤ 10% and τ ≥ 0.9 over "
              f"≥ 12 runs: {'MET' if ok else 'MISSED'}.",
              f"Measured = median iteration after {s['warmup_iters']} warm-up iteration(s); with "
              f"only the first left out: MAPE {s['mape_pct_after_first']:.1f}%, τ "

@@ -1,4 +1,4 @@
-"""Userspace per-pair delay for kernels without ``sch_netem`` (ENVIRONMENT.md), paper §4.1 links.
+"""Userspace per-pair delay for kernels without ``sch_netem``, paper §4.1 links.
 
 Runs inside the bridge namespace: an iptables rule sends every bridged IPv4 packet to NFQUEUE
 queue ``--queue``; this process reads the packet's source and destination addresses (only the

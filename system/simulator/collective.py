@@ -1,7 +1,7 @@
 """Collective-communication training (Megatron-style 3D parallel, DeepSpeed pipe + ZeRO-1).
 
 The shared model of the baselines that run a 1F1B pipeline with blocking p2p and synchronise data
-parallel replicas with a ring all-reduce after the pipeline flush (MODELING.md):
+parallel replicas with a ring all-reduce after the pipeline flush (Narayanan et al., SC'21):
 
 - ranks in launch order, ``rank = t + TP·(d + DP·s)`` (Megatron: tensor innermost, then data,
   then pipeline; DeepSpeed's PipeDataParallelTopology is the TP = 1 case), rank r on device

@@ -1,4 +1,5 @@
-"""Transfer and collective times on a case's links, with link and NIC sharing (MODELING.md).
+"""Transfer and collective times on a case's links, with link and NIC sharing (α-β model;
+ring all-reduce 2·(n−1)/n · S/β + 2·(n−1)·α, Thakur et al., IJHPCA 2005).
 
 Every transfer of X bytes over link (a, b) takes ``α_ab + 8·X / β_eff`` seconds (paper §2), where
 ``β_eff`` is the link bandwidth shared fairly among the flows that run at the same time:
