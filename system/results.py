@@ -30,6 +30,9 @@ same hash anyway. Hashing the parsed syntax tree with docstrings removed (:mod:`
 comments, docstrings and formatting, so only code or data changes make a new version.
 
 The core imports no pandas at module level (pandas is loaded by the functions that build tables).
+
+One module (~640 lines): the schema, the model fingerprint and the store's reads and writes
+are the one contract every row obeys; its readers and writers must agree on all three.
 """
 
 from __future__ import annotations

@@ -15,6 +15,9 @@ row per (system, layout/config, batch, repeat) with :func:`system.results.make_r
 anything is written, so bad input (unknown case, layers not divisible into stages, nothing fits in
 memory) raises one ValueError and leaves no half-written output.
 No torch import.
+
+One module (~540 lines): the mode's settings, the per-setting simulation of every system and
+its report are one pipeline whose order (compute everything, then write) the module enforces.
 """
 
 from __future__ import annotations

@@ -17,6 +17,9 @@ Two protocols (:func:`evaluate_claims_by_protocol`): ``launch``, the paper's (ba
 the order the devices were listed), and ``topology``, the fair one (each baseline configuration
 with its best topology-aware rank map, :mod:`baselines.placement`). Rows say which in their
 ``placement`` column; baseline rows without one are launch order.
+
+One module (~400 lines): each claim is a short function over the same best-configuration
+tables, and the list of claims is the paper's, checked in one place.
 """
 
 from __future__ import annotations

@@ -23,6 +23,9 @@ sends have left, and with a rendezvous transport (gloo) a message leaves only af
 receiver's posted-receive notice crossed back. On free links and equal stages it gives
 (m + p − 1)·(t_f + t_b) (tested). Long passes are extrapolated from their periodic steady state
 (:func:`one_f_one_b_end_s`).
+
+One module (~410 lines): the GPipe timeline and the frameworks' 1F1B op-order programs feed one
+event replay, and the steady-state extrapolation is only valid for those programs.
 """
 
 from __future__ import annotations
