@@ -26,7 +26,6 @@ if __package__ in (None, ""):  # run as a script: make the checkout importable
 
 import pandas as pd
 
-from repro.report.figures.fig4 import plot_fig4
 from repro.schedule import default_layout
 from system.cases import get_case
 from system.results import atomic_write_text
@@ -79,6 +78,8 @@ def run(cfg: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
     if out:
         atomic_write_text(f"{out}/ablation.csv", long.to_csv(index=False))
         atomic_write_text(f"{out}/ablation_summary.csv", summary.to_csv(index=False))
+        from repro.report.figures.fig4 import plot_fig4
+
         plot_fig4(long, f"{out}/fig4_ablation.png")
     return long, summary
 

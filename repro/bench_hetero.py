@@ -23,7 +23,6 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from repro.report.tables import markdown_table
 from system.assignment import Assignment
 from system.cases import get_case
 from system.cluster import Cluster
@@ -136,6 +135,8 @@ def _layers_in_order(ev: IterationTimeEvaluator, part, a: Assignment) -> list[in
 
 
 def _markdown(df: pd.DataFrame) -> str:
+    from repro.report.tables import markdown_table
+
     cols = [
         "seed",
         "plan",

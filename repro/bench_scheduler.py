@@ -33,7 +33,6 @@ if __package__ in (None, ""):  # run as a script: make the checkout importable
 import numpy as np
 import pandas as pd
 
-from repro.report.tables import markdown_table
 from system.cases import get_case, spot_cluster
 from system.cluster import Cluster
 from system.results import atomic_write_text
@@ -187,6 +186,8 @@ def run(cfg: dict) -> pd.DataFrame:
 
 
 def _markdown(df: pd.DataFrame, cfg: dict) -> str:
+    from repro.report.tables import markdown_table
+
     cols = ["section", "case", "seed", "num_devices", "pp", "dp", "row", "total_cost_s",
             "bound_total_s", "gap_pct", "initial_best_s", "search_time_s", "time_to_best_s",
             "search_cpu_s", "trials", "stopped_by", "best_from"]
