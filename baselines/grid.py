@@ -128,7 +128,7 @@ def grid_points(system: str, cluster: Cluster, workload: Workload, *, base: Base
     on ``cluster.num_devices`` devices is kept with status ``invalid`` and the reason, and with
     ``memory_limit_bytes`` a point whose estimated per-device memory exceeds it gets ``oom``.
     """
-    from baselines import space  # B's grid; shared with the simulator
+    from baselines import space  # the grid the simulator searches too
 
     if system not in SYSTEMS:
         raise ValueError(f"grid: system {system!r} is not one of {SYSTEMS}")

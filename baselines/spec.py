@@ -12,12 +12,13 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from system.results import BASELINE_SYSTEMS
 from system.runtime.spec import SpecBase  # torch-free
 from system.workload import Workload
 
 __all__ = ["SYSTEMS", "BaselineSpec", "check_spec", "metrics_from"]
 
-SYSTEMS = ("megatron", "deepspeed")
+SYSTEMS = BASELINE_SYSTEMS  # the systems this package launches
 
 
 @dataclass(frozen=True, kw_only=True)

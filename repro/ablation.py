@@ -17,11 +17,8 @@ Writes ``ablation.csv`` (long: case, method, seed, trial, best_total_cost_s),
 from __future__ import annotations
 
 import dataclasses
-import io
 import logging
-import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,44 +100,10 @@ def run(cfg: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
     if out:
         atomic_write_text(f"{out}/ablation.csv", long.to_csv(index=False))
         atomic_write_text(f"{out}/ablation_summary.csv", summary.to_csv(index=False))
-        _figure(long, f"{out}/fig4_ablation.png")
+        from repro.report.figures.fig4 import plot_fig4
+
+        plot_fig4(long, f"{out}/fig4_ablation.png")
     return long, summary
-
-
-def _figure(long: pd.DataFrame, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    cases = list(dict.fromkeys(long.case))
-    fig, axes = plt.subplots(1, len(cases), figsize=(3.2 * len(cases), 3.0), squeeze=False)
-    colors = {"tailored": "tab:blue", "kl": "tab:orange", "random": "tab:gray"}
-    for ax, case in zip(axes[0], cases):
-        for method, color in colors.items():
-            d = long[(long.case == case) & (long.method == method)]
-            if d.empty:
-                continue
-            curve = d.pivot_table(index="trial", columns="seed", values="best_total_cost_s")
-            curve = curve.ffill()
-            x = curve.index.values + 1
-            ax.plot(x, curve.mean(axis=1), color=color, label=method)
-            ax.fill_between(x, curve.min(axis=1), curve.max(axis=1), color=color, alpha=0.2)
-        ax.set_xscale("log")
-        ax.set_title(f"case {case}")
-        ax.set_xlabel("trial + 1 (random: layouts)")
-    axes[0][0].set_ylabel("best TOTAL (s / iteration)")
-    axes[0][-1].legend(fontsize=7)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120)
-    plt.close(fig)
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".png.tmp")
-    with os.fdopen(fd, "wb") as f:
-        f.write(buf.getvalue())
-    os.replace(tmp, target)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

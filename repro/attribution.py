@@ -157,7 +157,7 @@ def plot_attribution(table: pd.DataFrame, path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from repro.figures import save_figure
+    from repro.report.figures import save_figure
 
     keys = ["case", "num_layers", "global_batch_size"]
     groups = list(table.groupby(keys, sort=True))
@@ -181,24 +181,20 @@ def plot_attribution(table: pd.DataFrame, path: str | Path) -> Path:
 
 
 def _markdown(table: pd.DataFrame) -> str:
+    """One line per setting: each rung's time and its step speed-up, then the total speed-up."""
+    from repro.report.tables import markdown_table
+
     keys = ["case", "num_layers", "global_batch_size"]
-    lines = [
-        "| case | L | batch | " + " | ".join(label for _, label in STEPS) + " | total |",
-        "|---|---|---|" + "---|" * (len(STEPS) + 1),
-    ]
+    lines = []
     for (case, layers, batch), g in table.groupby(keys, sort=True):
         g = g.sort_values("rung")
-        cells = [f"{g.iter_time_s.iloc[0]:.1f} s"]
-        cells += [
-            f"{t:.1f} s ({f:.2f}x)"
-            for t, f in zip(g.iter_time_s[1:], g.speedup_step[1:], strict=True)
-        ]
-        lines.append(
-            f"| {case} | {layers} | {batch} | "
-            + " | ".join(cells)
-            + f" | {g.speedup_cumulative.iloc[-1]:.2f}x |"
-        )
-    return "\n".join(lines)
+        line = {"case": case, "L": layers, "batch": batch}
+        line[STEPS[0][1]] = f"{g.iter_time_s.iloc[0]:.1f} s"
+        for (_, label), t, f in zip(STEPS[1:], g.iter_time_s[1:], g.speedup_step[1:], strict=True):
+            line[label] = f"{t:.1f} s ({f:.2f}x)"
+        line["total"] = f"{g.speedup_cumulative.iloc[-1]:.2f}x"
+        lines.append(line)
+    return markdown_table(pd.DataFrame(lines))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -152,6 +152,8 @@ def _layers_in_order(ev: IterationTimeEvaluator, part, a: Assignment) -> list[in
 
 
 def _markdown(df: pd.DataFrame) -> str:
+    from repro.report.tables import markdown_table
+
     cols = [
         "seed",
         "plan",
@@ -162,22 +164,8 @@ def _markdown(df: pd.DataFrame) -> str:
         "layers_per_stage",
         "stage_gpus",
     ]
-    lines = [
-        "# Mixed fleet: iteration_time vs comm objective (`python repro/bench_hetero.py`)",
-        "",
-        "| " + " | ".join(cols) + " |",
-        "|" + "---|" * len(cols),
-    ]
-    for _, r in df.iterrows():
-        vals = []
-        for c in cols:
-            v = r.get(c)
-            if v is None or (isinstance(v, float) and np.isnan(v)):
-                vals.append("")
-            else:
-                vals.append(f"{v:.3f}" if isinstance(v, float) else str(v))
-        lines.append("| " + " | ".join(vals) + " |")
-    return "\n".join(lines) + "\n"
+    title = "# Mixed fleet: iteration_time vs comm objective (`python repro/bench_hetero.py`)"
+    return f"{title}\n\n{markdown_table(df.reindex(columns=cols), floatfmt='.3f')}\n"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

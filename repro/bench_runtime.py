@@ -220,21 +220,20 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, RuntimeError, OSError) as e:  # ConfigError is a ValueError
         sys.stderr.write(f"error: {e}\n")
         return 2
+    from repro.report.tables import markdown_table
+
     c = print  # a plain table: wide rows must not wrap
-    c(
-        "| pp | dp | M | fwd/mb ms (per stage) | bwd/mb ms | link ms | tail ms | measured s "
-        "| ideal s "
-        "| no-overlap s | measured/ideal (median of per-iteration ratios) |"
-    )
-    c("|---|---|---|---|---|---|---|---|---|---|---|")
     ms = lambda xs: ",".join(f"{1e3 * x:.1f}" for x in xs)  # noqa: E731
-    for r in rows:
-        c(
-            f"| {r['pp']} | {r['dp']} | {r['micro_batches']} | {ms(r['fwd_mb_s'])} | "
-            f"{ms(r['bwd_mb_s'])} | {ms(r['link_s'])} | {ms(r['tail_s'])} | "
-            f"{r['measured_s']:.4f} | {r['ideal_s']:.4f} | {r['no_overlap_s']:.4f} | "
-            f"{r['ratio']:.3f} |"
-        )
+    table = pd.DataFrame(rows)[
+        ["pp", "dp", "micro_batches", "fwd_mb_s", "bwd_mb_s", "link_s", "tail_s"]
+        + ["measured_s", "ideal_s", "no_overlap_s", "ratio"]
+    ]
+    headers = {"micro_batches": "M", "fwd_mb_s": "fwd/mb ms (per stage)", "bwd_mb_s": "bwd/mb ms"}
+    headers |= {"link_s": "link ms", "tail_s": "tail ms", "measured_s": "measured s"}
+    headers |= {"ideal_s": "ideal s", "no_overlap_s": "no-overlap s"}
+    headers["ratio"] = "measured/ideal (median of per-iteration ratios)"
+    formats = {k: ms for k in ("fwd_mb_s", "bwd_mb_s", "link_s", "tail_s")} | {"ratio": ".3f"}
+    c(markdown_table(table, floatfmt=".4f", formats=formats, headers=headers))
     worst = max(r["ratio"] for r in rows)
     target = 1.10 if link_mbps is not None else 1.15  # slow links within 10%, loopback within 15%
     c(

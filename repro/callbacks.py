@@ -115,7 +115,7 @@ def _finish(config, wf, results_dir: Path, elapsed_s, sweep_dir) -> dict:
         if str(config.get("logger", "none")) == "wandb":
             import pandas as pd
 
-            from repro.wandb_log import log_comparison
+            from repro.report.wandb_log import log_comparison
 
             log_comparison(
                 config,

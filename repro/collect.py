@@ -187,7 +187,7 @@ def run_job(
         )
     SESSION.ran += 1
     if str(cfg.get("logger", "none")) == "wandb" and run_ids:
-        from repro.wandb_log import log_job
+        from repro.report.wandb_log import log_job
 
         rows = read_rows(results_dir)
         log_job(cfg, rows[rows.run_id.isin(run_ids)])

@@ -66,7 +66,7 @@ class ScheduleConfig(SearchOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        from repro.config import CASE_VARIANTS, _at_least, _choice, _cluster
+        from repro.config import CASE_VARIANTS, _at_least, _choice, _cluster, check_layout
         from system.scheduler import SCHEDULERS
         from system.workload import WORKLOADS
 
@@ -79,15 +79,7 @@ class ScheduleConfig(SearchOptions):
         _at_least("patience_trials", self.patience_trials, 1)
         _choice("objective", self.objective, ("comm", "iteration_time"))
         n = _cluster(self.case, self.case_variant).num_devices
-        for k in ("pp", "dp"):
-            v = getattr(self, k)
-            if v is not None and n % v:
-                raise ConfigError(f"{k}={v} does not divide case {self.case}'s {n} devices")
-        if self.pp and self.dp and self.pp * self.dp != n:
-            raise ConfigError(
-                f"pp={self.pp} x dp={self.dp} = {self.pp * self.dp}, but case "
-                f"{self.case} has {n} devices"
-            )
+        check_layout(self.case, n, self.pp, self.dp)
         if self.out is not None:
             p = Path(self.out)
             if not self.out.strip() or p.is_dir() or (p.parent.exists() and not p.parent.is_dir()):

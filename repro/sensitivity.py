@@ -16,7 +16,7 @@ NCCL's eager sends), one knob at a time:
 For every variant and each of the 9 case-5 settings it simulates ours (the scheduled layout, the
 same for every variant: the scheduler sees only α and β), 3 random layouts, and Megatron's and
 DeepSpeed's grids under both placement protocols; each claim is the median over the settings as
-in ``repro/claims.py``. The report gives each claim's value per variant and its range.
+in ``repro/report/claims.py``. The report gives each claim's value per variant and its range.
 """
 
 from __future__ import annotations
@@ -131,15 +131,15 @@ def claim_ranges(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def _markdown(ranges: pd.DataFrame) -> str:
+    from repro.report.tables import markdown_table
+
     variants = [v for v, *_ in VARIANTS]
-    lines = [
-        "| claim (median over the 9 case-5 settings) | " + " | ".join(variants) + " | range |",
-        "|---|" + "---|" * (len(variants) + 1),
-    ]
-    for r in ranges.to_dict("records"):
-        cells = " | ".join(f"{r[v]:.2f}" for v in variants)
-        lines.append(f"| {r['claim']} | {cells} | {r['min']:.2f}–{r['max']:.2f} |")
-    return "\n".join(lines)
+    table = ranges[["claim", *variants]].assign(
+        range=[f"{lo:.2f}–{hi:.2f}" for lo, hi in zip(ranges["min"], ranges["max"], strict=True)]
+    )
+    return markdown_table(
+        table, floatfmt=".2f", headers={"claim": "claim (median over the 9 case-5 settings)"}
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,6 +15,10 @@ Two variants:
 User topologies: :func:`cluster_from_files` reads a pair table (CSV or YAML: region_a, region_b,
 delay_ms, bandwidth_gbps, plus optional ``intra`` rows with region_a == region_b) and a
 device-to-region list.
+
+One module (~430 lines): each paper case is a short function with its docstring, and the
+topology readers build the same Cluster the cases do; the registry :data:`CASES` sits beside
+them.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ CASE4_REGIONS = ("Virginia", "Oregon", "California", "Ohio")
 CASE5_REGIONS = ("Oregon", "Virginia", "Ohio", "Tokyo", "Seoul", "London", "Frankfurt", "Ireland")
 DEBUG_REGIONS = ("Oregon", "Virginia", "Tokyo", "Frankfurt")
 
-NVLINK_GBPS = 1200.0  # V100 NVLink, 300 GB/s aggregate = 150 GB/s per direction (MODELING.md)
+NVLINK_GBPS = 1200.0  # V100 NVLink, 300 GB/s aggregate = 150 GB/s per direction (NVIDIA V100 datasheet)
 DTFM_INTRA_HOST = 100.0  # the authors' matrices: 100 (read as Gbit/s) inside a host, cases 1-2
 
 

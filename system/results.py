@@ -30,6 +30,9 @@ same hash anyway. Hashing the parsed syntax tree with docstrings removed (:mod:`
 comments, docstrings and formatting, so only code or data changes make a new version.
 
 The core imports no pandas at module level (pandas is loaded by the functions that build tables).
+
+One module (~640 lines): the schema, the model fingerprint and the store's reads and writes
+are the one contract every row obeys; its readers and writers must agree on all three.
 """
 
 from __future__ import annotations
@@ -67,6 +70,10 @@ __all__ = [
     "has_row",
     "collect",
     "study_lock",
+    "BASELINE_SYSTEMS",
+    "SIMULATED_SYSTEMS",
+    "TRAINED_SYSTEMS",
+    "atomic_write",
     "atomic_write_text",
     "atomic_write_bytes",
 ]
@@ -239,6 +246,11 @@ RENAMED = {
     "checkpointing": "recompute",
 }
 STATUSES = ("ok", "error", "timeout", "oom", "invalid")
+# Values of the ``system`` column, spelled once: the two baselines (launched by baselines/), our
+# system, and ours with uniformly random layouts (the paper's "random" bars; simulated only).
+BASELINE_SYSTEMS = ("megatron", "deepspeed")
+TRAINED_SYSTEMS = ("ours", *BASELINE_SYSTEMS)
+SIMULATED_SYSTEMS = ("ours", "ours_random", *BASELINE_SYSTEMS)
 
 # The performance model: whatever can change a simulated number (globs relative to the repo).
 MODEL_SOURCES = (
@@ -462,7 +474,7 @@ def _frame(records: list[dict]):
 
 
 # ---- files -------------------------------------------------------------------------------------
-def _atomic_write(path: Path, write) -> None:
+def atomic_write(path: str | Path, write) -> None:
     """``write(tmp_path)`` then rename over ``path``; the temporary name is unique."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -478,11 +490,11 @@ def _atomic_write(path: Path, write) -> None:
 
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` via a uniquely named temporary file in its folder + rename."""
-    _atomic_write(Path(path), lambda tmp: Path(tmp).write_text(text))
+    atomic_write(Path(path), lambda tmp: Path(tmp).write_text(text))
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    _atomic_write(Path(path), lambda tmp: Path(tmp).write_bytes(data))
+    atomic_write(Path(path), lambda tmp: Path(tmp).write_bytes(data))
 
 
 @contextlib.contextmanager
@@ -597,9 +609,9 @@ def has_row(results_dir: str | Path, run_id: str) -> bool:
 
 def _write_tables(d: Path, records: list[dict]) -> Path:
     full = _view(records)
-    _atomic_write(d / "runs.parquet", lambda tmp: full.to_parquet(tmp, index=False))
+    atomic_write(d / "runs.parquet", lambda tmp: full.to_parquet(tmp, index=False))
     latest = _view(_latest(records))
-    _atomic_write(d / "runs.csv", lambda tmp: latest.to_csv(tmp, index=False))
+    atomic_write(d / "runs.csv", lambda tmp: latest.to_csv(tmp, index=False))
     return d / "runs.csv"
 
 

@@ -2,7 +2,7 @@
 
 Field names follow Megatron (``num_layers``, ``hidden_size``, ...) so baseline launchers map 1:1.
 Sources: parameter count 12·h² + 13·h per layer (GPT-2/3 layer: QKV + proj + 2 MLP matrices,
-biases, 2 LayerNorms); FLOPs from Narayanan et al. SC'21 (MODELING.md).
+biases, 2 LayerNorms); FLOPs from Narayanan et al., SC'21 (appendix).
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ MODELS: dict[str, GPTConfig] = {
     # GPT3-1.3B (GPT3 "XL"): the paper's model; layers vary over {24, 32, 40}.
     "gpt3_xl": GPTConfig(name="gpt3_xl", num_layers=24, hidden_size=2048, num_attention_heads=16,
                          seq_length=2048, vocab_size=GPT2_VOCAB),
-    # Tiny model for tests and CPU runs (ENVIRONMENT.md: keep the vocabulary small on CPU).
+    # Tiny model for tests and CPU runs (a 50k vocabulary makes a CPU step ~7x slower).
     "debug": GPTConfig(name="debug", num_layers=4, hidden_size=64, num_attention_heads=4,
                        seq_length=32, vocab_size=512),
 }

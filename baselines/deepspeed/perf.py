@@ -3,7 +3,7 @@
 - **ZeRO-3** (Rajbhandari et al., SC'20): pure data parallelism over all devices, ranks in launch
   order on one ring. Per micro-step, layer by layer: parameter all-gather in the forward pass,
   again in the backward pass, gradient reduce-scatter (≈ 1.5× the bytes of a DP all-reduce,
-  MODELING.md), each a ring collective over every device. Prefetching overlaps it with compute, so a
+  Rajbhandari et al. §7), each a ring collective over every device. Prefetching overlaps it with compute, so a
   micro-step costs max(compute, communication) — generous to ZeRO-3. Gradient accumulation repeats
   all of it per micro-step (parameters are re-gathered for every micro-batch).
 - **ZeRO-1 without a pipeline** (``dp+zero1``, the simulator's grid only): the same model with

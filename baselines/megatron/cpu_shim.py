@@ -1,7 +1,7 @@
 """Run megatron-core on CPU with gloo: a small, explicit CUDA -> CPU shim.
 
 megatron-core 0.16 assumes a GPU in a few places that matter for training a GPT with pipeline and
-data parallelism (found by reading the code and running it; ENVIRONMENT.md lists them):
+data parallelism (found by reading the code and running it):
 
 1. ``torch.cuda.current_device()`` names the device for p2p shape tensors, gradient buffers and
    loss counters; ``torch.cuda.synchronize()`` follows each batched p2p exchange.

@@ -200,6 +200,8 @@ def _figure(df: pd.DataFrame, path: Path, interval_s: float) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from repro.report.figures import save_figure
+
     fig, ax = plt.subplots(figsize=(7, 3.2))
     for plan, style in (("warm", "-"), ("scratch", "--")):
         d = df[df.plan == plan].sort_values("event")
@@ -215,11 +217,7 @@ def _figure(df: pd.DataFrame, path: Path, interval_s: float) -> None:
     ax.set_ylabel("throughput (k tokens/s)")
     ax.legend()
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    tmp.replace(path)
+    save_figure(fig, path, dpi=120)
 
 
 def run(cfg=None) -> dict:

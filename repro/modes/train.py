@@ -10,11 +10,15 @@ import importlib
 
 from omegaconf import DictConfig
 
-SYSTEMS = {"ours": "train_ours", "megatron": "train_baseline", "deepspeed": "train_baseline"}
+from system.results import TRAINED_SYSTEMS
+
+# the module that trains each system: our runtime, or a real baseline launch
+RUNNERS = {s: "train_ours" if s == "ours" else "train_baseline" for s in TRAINED_SYSTEMS}
 
 
 def run(cfg: DictConfig) -> dict:
     system = "ours" if str(cfg.system) == "all" else str(cfg.system)
-    if system not in SYSTEMS:
-        raise ValueError(f"mode=train: unknown system {system!r}; known: {', '.join(SYSTEMS)}")
-    return importlib.import_module(f"repro.modes.{SYSTEMS[system]}").run(cfg)
+    if system not in RUNNERS:
+        known = ", ".join(RUNNERS)
+        raise ValueError(f"mode=train: unknown system {system!r}; known: {known}")
+    return importlib.import_module(f"repro.modes.{RUNNERS[system]}").run(cfg)

@@ -12,7 +12,7 @@ pipeline and 1 with one); ``grid=true`` runs the baseline's grid search over ``g
 local ranks (the same space the simulator searches, :mod:`baselines.space`), writing a row for
 every point, infeasible ones included (status ``invalid``/``oom``), and logs the best point.
 ``mode=emulate`` (dispatched here by repro/modes/emulate.py for these systems, or called
-directly) does the same inside engineer D's emulated network of ``case`` and adds the
+directly) does the same inside an emulated network of ``case`` (:mod:`system.emulation`) and adds the
 simulator's prediction (``predicted_iter_time_s``) to each measured row.
 """
 
@@ -113,7 +113,7 @@ def _execute(cfg: DictConfig, base: BaselineSpec, cluster, run_kw: dict, extra_k
 
 
 def _run_emulated(cfg: DictConfig, base: BaselineSpec) -> dict:
-    """``mode=emulate``: the run (or grid) inside an emulated network of ``case`` (engineer D's).
+    """``mode=emulate``: the run (or grid) inside an emulated network of ``case``.
 
     Uses repro/modes/emulate.py's ``emulate.*`` keys and defaults (devices, bandwidth/delay scale,
     backend, the scaled model's hidden_size/seq_length/vocab_size, batch 4·dp), so rows sit beside

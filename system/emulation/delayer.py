@@ -1,4 +1,4 @@
-"""Userspace per-pair delay for kernels without ``sch_netem`` (ENVIRONMENT.md), paper §4.1 links.
+"""Userspace per-pair delay for kernels without ``sch_netem``, paper §4.1 links.
 
 Runs inside the bridge namespace: an iptables rule sends every bridged IPv4 packet to NFQUEUE
 queue ``--queue``; this process reads the packet's source and destination addresses (only the
@@ -69,9 +69,9 @@ def _die_with_parent() -> None:
 def _write_json(path: str | None, data: dict) -> None:
     if not path:
         return
-    tmp = f"{path}.tmp"
-    Path(tmp).write_text(json.dumps(data))
-    os.replace(tmp, path)
+    from system.results import atomic_write_text  # standard library only: cheap to import
+
+    atomic_write_text(path, json.dumps(data))
 
 
 class _Bounded:

@@ -35,13 +35,13 @@ PREFIX = "dtfm-"  # every namespace, file and process title we create starts wit
 SUBNET = ipaddress.ip_network("198.18.0.0/16")  # inside 198.18.0.0/15 (RFC 2544 benchmarking)
 # Jumbo frames inside the emulation: every packet crosses the userspace delayer, whose cost is
 # per packet, so 9000-byte frames carry six times the data of 1500-byte ones for the same CPU
-# (ENVIRONMENT.md: 1.1 Gbit/s at MTU 1500, 2.1 at 9000 on an idle core). Only the transport's
+# (measured: 1.1 Gbit/s at MTU 1500, 2.1 at 9000 on an idle core). Only the transport's
 # segment size changes; links keep their delay and goodput.
 MTU = 9000
 TCP_PAYLOAD_BYTES = MTU - 52  # MSS with TCP timestamps: IP 20 + TCP 20 + options 12
 FRAME_BYTES = MTU + 14  # Ethernet header + IP packet as HTB counts it on a veth
 FRAME_OVERHEAD = FRAME_BYTES / TCP_PAYLOAD_BYTES
-# Measured capacity of the userspace NFQUEUE delayer at MTU 9000 (ENVIRONMENT.md).
+# Measured capacity of the userspace NFQUEUE delayer at MTU 9000, on an idle core.
 DELAYER_CAPACITY_GBPS = 2.1
 DEVICE_IFNAME = "eth0"  # the veth end inside each device namespace
 

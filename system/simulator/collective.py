@@ -1,7 +1,7 @@
 """Collective-communication training (Megatron-style 3D parallel, DeepSpeed pipe + ZeRO-1).
 
 The shared model of the baselines that run a 1F1B pipeline with blocking p2p and synchronise data
-parallel replicas with a ring all-reduce after the pipeline flush (MODELING.md):
+parallel replicas with a ring all-reduce after the pipeline flush (Narayanan et al., SC'21):
 
 - ranks in launch order, ``rank = t + TP·(d + DP·s)`` (Megatron: tensor innermost, then data,
   then pipeline; DeepSpeed's PipeDataParallelTopology is the TP = 1 case), rank r on device
@@ -34,6 +34,9 @@ parallel replicas with a ring all-reduce after the pipeline flush (MODELING.md):
   group before its optimizer step: NCCL's ring or binary tree, whichever ends first
   (:func:`system.simulator.comm.nccl_allreduce_end_s`; latency-bound across regions), gloo's
   segmented ring on the CPU runs.
+
+One module (~320 lines) because the rank grid, the memory check and the 1F1B-plus-ring replay
+are one model of the baselines' iteration: each part is read against the others.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Transfer and collective times on a case's links, with link and NIC sharing (MODELING.md).
+"""Transfer and collective times on a case's links, with link and NIC sharing (α-β model;
+ring all-reduce 2·(n−1)/n · S/β + 2·(n−1)·α, Thakur et al., IJHPCA 2005).
 
 Every transfer of X bytes over link (a, b) takes ``α_ab + 8·X / β_eff`` seconds (paper §2), where
 ``β_eff`` is the link bandwidth shared fairly among the flows that run at the same time:
@@ -30,6 +31,9 @@ Collectives:
   Each member enters when its own last backward ends; see :func:`sharded_ps_p2p_s` for the
   events. The scheduler's cost model (:mod:`system.cost.model`) keeps the paper's serialised
   charge ``Σ_{d'} 2·(α + 8·S/(n·β))`` — an upper bound of this exchange for synchronised entry.
+
+One module (~400 lines): every transfer and collective time comes from the same link and NIC
+sharing rules, so the point-to-point, ring, tree and sharded-PS formulas sit side by side.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Device compute model: V100 16 GB, FLOPs per stage and micro-batch, optimizer step (paper §4.1).
 
-FLOP counts (MODELING.md, Narayanan et al. SC'21): one transformer layer's forward pass costs
+FLOP counts (Narayanan et al., SC'21, appendix): one transformer layer's forward pass costs
 ``24·s·h² + 4·s²·h`` FLOPs per sequence, its backward 2× that, and full activation recomputation
 replays the forward once more, so one layer costs 4× its forward per micro-batch sequence;
 selective recomputation (Korthikanti et al., 2022) replays only the attention score and value
@@ -89,7 +89,7 @@ class StageCompute:
     """Per-stage compute seconds per micro-batch (forward; backward incl. recomputation) + step.
 
     Each field is a float (every stage alike) or one value per stage. This is what the emulation
-    engineer passes to :func:`system.simulator.simulate_ours` with *measured* times instead of the
+    passes to :func:`system.simulator.simulate_ours` with *measured* times instead of the
     V100 model.
     """
 

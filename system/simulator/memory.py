@@ -1,4 +1,5 @@
-"""Per-device training memory: weights, gradients, optimizer state, activations (MODELING.md).
+"""Per-device training memory: weights, gradients, optimizer state, activations (Rajbhandari et al.,
+SC'20: 16 B per parameter with mixed-precision Adam; Korthikanti et al., 2022: activations).
 
 - Mixed-precision Adam: 16 bytes per parameter = fp16 weights 2 + fp16 grads 2 + fp32 master
   weights, momentum and variance 12 (Rajbhandari et al., ZeRO, SC'20). ZeRO-1 shards the 12,

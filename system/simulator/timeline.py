@@ -16,13 +16,16 @@ is solved in closed form with a running maximum, ``X[i] = (i+1)·c + max(X[-1], 
 j·c))``, vectorised over micro-batches and replicas. With free links and equal stages it gives
 GPipe's (m + p − 1)·(t_f + t_b) exactly (tested).
 
-1F1B (Megatron, DeepSpeed) with blocking point-to-point transfers (MODELING.md: Megatron waits on
-its p2p inside the schedule), simulated event by event in Megatron's or DeepSpeed's op order
+1F1B (Megatron, DeepSpeed) with blocking point-to-point transfers (Megatron-LM's
+``schedules.py`` waits on its p2p inside the schedule), simulated event by event in Megatron's or DeepSpeed's op order
 (:func:`one_f_one_b_events`): each blocking call returns when its receives have landed and its
 sends have left, and with a rendezvous transport (gloo) a message leaves only after the
 receiver's posted-receive notice crossed back. On free links and equal stages it gives
 (m + p − 1)·(t_f + t_b) (tested). Long passes are extrapolated from their periodic steady state
 (:func:`one_f_one_b_end_s`).
+
+One module (~410 lines): the GPipe timeline and the frameworks' 1F1B op-order programs feed one
+event replay, and the steady-state extrapolation is only valid for those programs.
 """
 
 from __future__ import annotations

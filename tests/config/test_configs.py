@@ -9,18 +9,20 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
+from repro.config import SYSTEMS as CONFIG_SYSTEMS
+from repro.config import validate
 from repro.run import MODES
 from system.cases import CASES
 from system.workload import MODELS
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 SWEEPS = sorted(p.stem for p in (CONF / "sweep").glob("*.yaml"))
-SYSTEMS = {"all", "ours", "ours_random", "megatron", "deepspeed"}
+SYSTEMS = set(CONFIG_SYSTEMS)
 
 
-def _compose(overrides):
+def _compose(overrides, hydra: bool = True):
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("config", overrides=list(overrides), return_hydra_config=True)
+        return compose("config", overrides=list(overrides), return_hydra_config=hydra)
 
 
 def _jobs(cfg):
@@ -30,10 +32,6 @@ def _jobs(cfg):
     )
     axes = [[f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()] for o in parsed]
     return [list(c) for c in itertools.product(*axes)]
-
-
-def test_the_three_sweeps_exist():
-    assert {"paper", "ablation", "smoke"} <= set(SWEEPS)
 
 
 @pytest.mark.parametrize("name", SWEEPS)
@@ -64,6 +62,11 @@ def test_paper_sweep_is_the_fig3_grid():
     assert {j[0] for j in jobs} == {f"case={c}" for c in range(1, 6)}
 
 
+# option -> the other overrides it needs to make a valid run (the debug model has 4 layers, so it
+# takes the debug case's pipeline depth)
+NEEDS = {"model=debug": ["case=debug"]}
+
+
 @pytest.mark.parametrize(
     "override",
     [
@@ -83,8 +86,10 @@ def test_paper_sweep_is_the_fig3_grid():
         "batch=4096",
     ],
 )
-def test_every_option_composes(override):
-    cfg = _compose([override])
+def test_every_option_passes_its_mode_checks(override):
+    """Each documented value composes and passes the typed checks of the mode it runs under
+    (:func:`repro.config.validate`), which hold it under its own key."""
+    cfg = validate(_compose([override, *NEEDS.get(override, [])], hydra=False))
     key, value = override.split("=")
     node = cfg
     for part in key.split("."):

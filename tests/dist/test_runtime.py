@@ -22,7 +22,7 @@ BASE = dict(model="debug", global_batch_size=8, micro_batch_size=1, iters=3, see
 # One launch each (torch start-up dominates on 2 busy cores, so options ride along):
 LAYOUTS = {
     "pp1_dp1": dict(pp=1, dp=1),
-    "pp2_dp2": dict(pp=2, dp=2),  # run through repro/train.py (the command), sharded PS
+    "pp2_dp2": dict(pp=2, dp=2),  # run through repro/train.py (the CLI users run), sharded PS
     "pp4_dp1": dict(pp=4, dp=1, probe_links=True, loss_scale=1024.0, recv_ahead=1),
     "pp1_dp4": dict(pp=1, dp=4, dp_mode="allreduce"),
     # point-to-point sharded PS over 4 replicas in a permuted order

@@ -1,4 +1,4 @@
-"""Assignment checks and the cost of a concrete assignment (PAPER.md §2)."""
+"""Assignment checks and the cost of a concrete assignment (paper §3)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def test_round_trip_and_relabel(tmp_path):
 
 
 def test_one_pipeline_per_region_costs_the_authors_value():
-    # PAPER.md §3: case 5 with the authors' constants, one pipeline per region -> 49.22 s
+    # case 5 with the authors' constants, one pipeline per region -> 49.22 s
     c = get_case("5")
     a = Assignment(np.arange(64).reshape(8, 8).T)
     cost = assignment_cost(c, a, DTFM_REFERENCE)

@@ -14,6 +14,7 @@ from system.scheduler.genetic import random_partition
 from system.scheduler.local_search import _mirror, _rebuild
 from system.scheduler.seeds import aligned_partition, structured_seeds
 from system.workload import DTFM_REFERENCE
+from tests.strategies import seeds
 
 SIZES = DTFM_REFERENCE
 PLATEAU_S = 49.50  # every layout the single-device search visits on case 2 (dtfm_code)
@@ -27,7 +28,7 @@ def _host_profile(group, host_of) -> dict:
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.integers(0, 10_000), st.integers(2, 4))
+@given(seeds, st.integers(2, 4))
 def test_rebuild_keeps_a_balanced_partition_and_aligns_its_groups(seed, k):
     c = get_case("2", "dtfm_code")
     rng = np.random.default_rng(seed)
@@ -45,7 +46,7 @@ def test_rebuild_keeps_a_balanced_partition_and_aligns_its_groups(seed, k):
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.integers(0, 10_000))
+@given(seeds)
 def test_mirror_moves_the_host_profile_towards_its_model(seed):
     c = spot_cluster("s", host_sizes=(4,) * 8, across_gbps=1.0, inside_gbps=100.0)
     rng = np.random.default_rng(seed)

@@ -1,4 +1,4 @@
-"""Cluster validation, derived clusters, and the five paper cases' numbers (PAPER.md §4)."""
+"""Cluster validation, derived clusters, and the five paper cases' numbers (paper §4.1)."""
 
 from __future__ import annotations
 

@@ -13,12 +13,13 @@ from system.cost.partition import PartitionEvaluator
 from system.scheduler import schedule
 from system.scheduler.replan import moved_tasklets, replan, warm_partition
 from system.workload import DTFM_REFERENCE
+from tests.strategies import seeds
 
 SIZES = DTFM_REFERENCE
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.integers(0, 10_000), st.integers(0, 4))
+@given(seeds, st.integers(0, 4))
 def test_warm_partition_is_balanced_and_keeps_whole_stages(seed, joined):
     c = get_case("4").subset(list(range(0, 64, 2)))  # 32 devices
     rng = np.random.default_rng(seed)

@@ -9,14 +9,14 @@ import pytest
 from omegaconf import OmegaConf
 
 import repro.report
-import repro.variance
+import repro.report.variance
 from repro.report import build_report
 from system.results import read_rows, write_rows
 from tests.unit._workflow_rows import synthetic_rows
 
 
 def test_doctests_of_the_workflow_modules():
-    for mod in (repro.report, repro.variance):
+    for mod in (repro.report, repro.report.variance):
         assert doctest.testmod(mod).failed == 0
 
 
@@ -64,7 +64,7 @@ def test_missing_results_dir_is_an_error(tmp_path):
 @pytest.mark.slow
 def test_wandb_offline_one_run_per_configuration(tmp_path, monkeypatch):
     pytest.importorskip("wandb")
-    from repro.wandb_log import log_comparison, log_job
+    from repro.report.wandb_log import log_comparison, log_job
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -96,7 +96,7 @@ def test_wandb_offline_one_run_per_configuration(tmp_path, monkeypatch):
 
 
 def test_wandb_disabled_logs_nothing(tmp_path, monkeypatch):
-    from repro.wandb_log import log_job, wandb_mode
+    from repro.report.wandb_log import log_job, wandb_mode
 
     monkeypatch.setenv("WANDB_MODE", "disabled")
     cfg = OmegaConf.create({"results_dir": str(tmp_path), "wandb": {"mode": "offline"}})

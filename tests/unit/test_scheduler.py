@@ -16,17 +16,11 @@ from system.cost.partition import PartitionEvaluator
 from system.scheduler import SCHEDULERS, ScheduleResult, schedule
 from system.scheduler.genetic import crossover, random_partition
 from system.workload import DTFM_REFERENCE
+from tests.strategies import random_cluster
 
 SIZES = DTFM_REFERENCE
 
 
-def random_cluster(n: int, seed: int) -> Cluster:
-    rng = np.random.default_rng(seed)
-    bw = rng.uniform(0.2, 2.0, (n, n))
-    delay = rng.uniform(1.0, 150.0, (n, n))
-    return Cluster(name=f"rand{n}-{seed}", region_of=tuple(f"r{i}" for i in range(n)),
-                   host_of=tuple(range(n)), delay_ms=(delay + delay.T) / 2,
-                   bandwidth_gbps=(bw + bw.T) / 2)
 
 
 def balanced_partitions(n: int, pp: int):

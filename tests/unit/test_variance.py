@@ -1,4 +1,4 @@
-"""Repeats of a setting: CV, flags, and the best configuration per setting (repro/variance.py)."""
+"""Repeats of a setting: CV, flags, the best configuration per setting (repro.report.variance)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from repro.variance import best_configs, variance_table
+from repro.report.variance import best_configs, variance_table
 
 
 def _rows(times, system="ours", **extra):

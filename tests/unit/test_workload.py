@@ -1,4 +1,4 @@
-"""Tasklet sizes and FLOPs from the model and batch (PAPER.md §2, MODELING.md)."""
+"""Tasklet sizes and FLOPs from the model and batch (paper §3; Narayanan et al., SC'21)."""
 
 from __future__ import annotations
 

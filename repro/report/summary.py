@@ -14,10 +14,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from system.results import SIMULATED_SYSTEMS
+
 __all__ = ["KEYS", "summary_frame", "with_speedups", "merge_summary"]
 
 KEYS = ["case", "num_layers", "global_batch_size"]
-SYSTEMS = ("ours", "ours_random", "megatron", "deepspeed")
+SYSTEMS = SIMULATED_SYSTEMS  # one column group each
 
 
 def summary_frame(lines: list[dict]) -> pd.DataFrame:

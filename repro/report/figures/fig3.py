@@ -2,7 +2,8 @@
 
 The paper's Fig. 3 shows, for each network case, bars of PFLOPS for Megatron, DeepSpeed, ours with
 the scheduler and ours with random layouts, over layers {24, 32, 40} × batch {1024, 2048, 4096}.
-Baselines are drawn at their best configuration per setting (:func:`repro.variance.best_configs`);
+Baselines are drawn at their best configuration per setting
+(:func:`repro.report.variance.best_configs`);
 error bars are the standard deviation over repeats when there are several.
 """
 
@@ -14,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from repro.figures import save_figure
+from repro.report.figures import save_figure
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from repro.variance import SETTING_COLUMNS, best_configs, config_columns, variance_table
+from repro.report.variance import SETTING_COLUMNS, best_configs, config_columns, variance_table
 
 log = logging.getLogger(__name__)
 

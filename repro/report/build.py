@@ -19,10 +19,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from repro.claims import evaluate_claims
-from repro.figures.fig3 import plot_fig3
-from repro.figures.fig4 import plot_fig4
-from repro.variance import CV_LIMIT, best_configs, variance_table
+from repro.report.claims import evaluate_claims
+from repro.report.figures.fig3 import plot_fig3
+from repro.report.figures.fig4 import plot_fig4
+from repro.report.tables import markdown_table
+from repro.report.variance import CV_LIMIT, best_configs, variance_table
 from system.results import atomic_write_text, read_rows
 
 log = logging.getLogger(__name__)
@@ -30,7 +31,6 @@ log = logging.getLogger(__name__)
 __all__ = [
     "ReportPaths",
     "build_report",
-    "markdown_table",
     "read_ablation",
     "ablation_from_rows",
     "main",
@@ -44,26 +44,6 @@ class ReportPaths:
     claims: Path
     best: Path
     figures: tuple[Path, ...]
-
-
-def markdown_table(df: pd.DataFrame, floatfmt: str = ".4g") -> str:
-    """A GitHub-flavoured Markdown table (no tabulate dependency).
-
-    >>> print(markdown_table(pd.DataFrame({"a": [1.23456], "b": ["x|y"]})))
-    | a | b |
-    |---|---|
-    | 1.235 | x\\|y |
-    """
-
-    def cell(v) -> str:
-        if isinstance(v, float):
-            return "" if pd.isna(v) else format(v, floatfmt)
-        return str(v).replace("|", "\\|").replace("\n", " ")
-
-    head = "| " + " | ".join(map(str, df.columns)) + " |"
-    sep = "|" + "|".join("---" for _ in df.columns) + "|"
-    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join([head, sep, *body])
 
 
 def read_ablation(path: str | Path | None) -> pd.DataFrame | None:
@@ -114,10 +94,6 @@ def ablation_from_rows(rows: pd.DataFrame) -> pd.DataFrame | None:
     return pd.DataFrame(out) if out else None
 
 
-def _atomic_csv(df: pd.DataFrame, path: Path) -> None:
-    atomic_write_text(path, df.to_csv(index=False))
-
-
 def build_report(
     results_dir: str | Path,
     *,
@@ -154,9 +130,8 @@ def build_report(
         best=d / "best.csv",
         figures=(),
     )
-    _atomic_csv(variance, paths.variance)
-    _atomic_csv(claims, paths.claims)
-    _atomic_csv(best, paths.best)
+    for table, path in ((variance, paths.variance), (claims, paths.claims), (best, paths.best)):
+        atomic_write_text(path, table.to_csv(index=False))
     figs = tuple(
         p for p in (plot_fig3(best, d / "fig3.png"), plot_fig4(ablation, d / "fig4.png")) if p
     )
@@ -250,7 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     from repro.console import setup_logging
 
     setup_logging()
-    p = argparse.ArgumentParser(description="Build REPORT.md for a results folder")
+    p = argparse.ArgumentParser(
+        prog="python -m repro.report", description="Build REPORT.md for a results folder"
+    )
     p.add_argument("results_dir")
     p.add_argument("--ablation", default="results/scheduler/ablation.csv")
     p.add_argument("--tolerance", type=float, default=0.25)

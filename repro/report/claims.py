@@ -1,4 +1,4 @@
-"""The paper's claims (PAPER.md §6, ``repro/data/paper_claims.csv``) checked against our rows.
+"""The paper's claims (paper §4 and appendix, ``repro/report/data/paper_claims.csv``) vs our rows.
 
 Every claim gets the paper's number, ours, the tolerance and a verdict:
 
@@ -11,12 +11,15 @@ Every claim gets the paper's number, ours, the tolerance and a verdict:
 
 Throughput ratios are ratios of iteration times in the same setting (same model and batch, so the
 same FLOPs: time ratio = PFLOPS ratio). Baselines are taken at their best configuration per
-setting (:func:`repro.variance.best_configs`), as the paper's grid search did.
+setting (:func:`repro.report.variance.best_configs`), as the paper's grid search did.
 
 Two protocols (:func:`evaluate_claims_by_protocol`): ``launch``, the paper's (baseline ranks in
 the order the devices were listed), and ``topology``, the fair one (each baseline configuration
 with its best topology-aware rank map, :mod:`baselines.placement`). Rows say which in their
 ``placement`` column; baseline rows without one are launch order.
+
+One module (~400 lines): each claim is a short function over the same best-configuration
+tables, and the list of claims is the paper's, checked in one place.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from repro.variance import CV_LIMIT, best_configs, ok_rows, variance_table
+from repro.report.variance import CV_LIMIT, best_configs, ok_rows, variance_table
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +64,9 @@ class ClaimResult:
 
 
 def load_paper_claims(path: str | Path | None = None) -> pd.DataFrame:
-    """The claims table shipped in ``repro/data/paper_claims.csv`` (or ``path``)."""
+    """The claims table shipped in ``repro/report/data/paper_claims.csv`` (or ``path``)."""
     if path is None:
-        with resources.files("repro.data").joinpath("paper_claims.csv").open() as f:
+        with resources.files("repro.report.data").joinpath("paper_claims.csv").open() as f:
             return pd.read_csv(f, dtype={"paper_low": str, "paper_high": str})
     path = Path(path)
     if not path.exists():
