@@ -40,7 +40,7 @@ from system.simulator.comm import (
     ring_allreduce_s,
     ring_collective_s,
 )
-from system.simulator.hardware import V100, Hardware, stage_compute
+from system.simulator.hardware import V100, Hardware, StageCompute, stage_compute
 from system.simulator.memory import training_memory
 from system.simulator.result import SimResult
 from system.simulator.timeline import one_f_one_b_end_s
@@ -89,6 +89,7 @@ def simulate_1f1b_ring(
     grad_norm: bool = False,
     schedule: str = "megatron",
     loss_broadcast: bool = False,
+    compute: StageCompute | None = None,
 ) -> SimResult:
     """One iteration of 1F1B pipelines + ring all-reduce DP in launch order (module docstring).
 
@@ -101,6 +102,8 @@ def simulate_1f1b_ring(
     ``loss_broadcast``: after the step the last stages all-reduce the loss over DP and broadcast
     it to their pipeline (DeepSpeed's ``_aggregate_total_loss``). With a rendezvous transport
     ZeRO-1 pays an all-reduce and then the all-gather of the updated shards (DeepSpeed on gloo).
+    ``compute``: per-stage compute seconds (e.g. profiled on the machine that runs the
+    baseline) used instead of ``hardware``'s FLOP model; ``hardware`` still sets the memory check.
     Raises ValueError for layouts the cluster or workload cannot hold (sizes, TP across hosts).
     """
     model = workload.model
@@ -122,9 +125,10 @@ def simulate_1f1b_ring(
     layers = model.num_layers // pp
     shards = dp if zero == 1 else 1
     params = layers * model.params_per_layer / tp
-    compute = stage_compute(
-        model, pp, mbs, tp=tp, hardware=hardware, params_per_device=[params / shards] * pp
-    )
+    if compute is None:
+        compute = stage_compute(
+            model, pp, mbs, tp=tp, hardware=hardware, params_per_device=[params / shards] * pp
+        )
     f, b, opt = compute.per_stage(pp)
     busy = float((m * (f + b) + opt).max())  # pure compute of the busiest device
 
