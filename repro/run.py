@@ -17,7 +17,7 @@ if __package__ in (None, ""):  # run as a script: make the checkout importable
 import hydra
 from omegaconf import DictConfig
 
-MODES = ("simulate", "emulate", "train")
+MODES = ("simulate", "emulate", "train", "predict")
 log = logging.getLogger("repro.run")
 
 
