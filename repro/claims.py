@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from repro.variance import CV_LIMIT, best_configs, ok_rows, variance_table
+from repro.variance import CV_LIMIT, best_configs, measured_rows, ok_rows, variance_table
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +158,13 @@ def _claim_gap(best, along: str):
 
 
 def _claim_variance(rows):
-    v = variance_table(rows)
+    timed = measured_rows(rows)  # simulated repeats are seeds/layouts, not run-to-run noise
+    if timed.empty:
+        return None, (
+            "no measured runs: simulated rows are deterministic (their repeats are scheduler "
+            "seeds and random layouts); see results/validation for measured repeats"
+        )
+    v = variance_table(timed)
     v3 = v[v.n_repeats >= 3]
     if "system" in v3.columns:
         # ours_random repeats are three different layouts (as in the paper), not re-runs of
