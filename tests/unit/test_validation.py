@@ -292,6 +292,7 @@ def test_score_registered_in_order(repo):
     assert all(t == pytest.approx(1.0) for t in summ["kendall_tau_per_setting"].values())
     assert all(abs(r["error"]) < 1e-9 for r in summ["ratio_errors"])
     assert res["table"]["cv"].between(0.005, 0.02).all() and not res["table"]["cv_flagged"].any()
+    assert summ["variance_verdict"] == "PASS" and summ["variance_configurations"] == 4
 
 
 def test_score_refuses_predictions_committed_with_or_after_the_measurement(repo):
@@ -361,3 +362,4 @@ def test_score_flags_a_large_spread_and_names_its_cause(repo):
     t = res["table"].set_index("system")
     assert t.loc["ours", "cv_flagged"] and "load" in t.loc["ours", "spread_causes"]
     assert not t.loc["megatron", "cv_flagged"]
+    assert res["summary"]["variance_verdict"] == "FAIL"
