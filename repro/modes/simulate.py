@@ -37,6 +37,10 @@ from system.workload import Workload, get_model, tasklet_sizes
 log = logging.getLogger(__name__)
 
 SYSTEMS = ("ours", "ours_random", "megatron", "deepspeed")
+# What a simulated "repeat" is (column ``repeat_kind``): the simulator is deterministic, so a
+# repeat of a fixed layout or configuration is an identical copy (run-to-run noise is measured
+# only in mode=emulate/train); ours_random's repeats are different random layouts.
+REPEAT_COPY = "deterministic copy"
 PAPER_LAYERS, PAPER_BATCHES = (24, 32, 40), (1024, 2048, 4096)
 SCHEDULER_METHODS = {
     "genetic": "genetic",
@@ -185,7 +189,7 @@ def _simulate_setting(cfg, case, layers, batch, systems, schedules, repeats):
                 "dp": dp,
                 "repeat": r,
             }
-            rows.append(_row(key, ours, cluster, **info))
+            rows.append(_row(key, ours, cluster, repeat_kind=REPEAT_COPY, **info))
     if "ours_random" in systems:  # the paper's random layouts: a new seeded rank map per run
         line["ours_random"] = []
         for k in range(max(MIN_RANDOM_LAYOUTS, repeats)):
@@ -204,7 +208,14 @@ def _simulate_setting(cfg, case, layers, batch, systems, schedules, repeats):
                 "repeat": k,
             }
             rows.append(
-                _row(key, res, cluster, scheduler="random_rank_map", layout=a.stages.tolist())
+                _row(
+                    key,
+                    res,
+                    cluster,
+                    scheduler="random_rank_map",
+                    layout=a.stages.tolist(),
+                    repeat_kind="random layout",
+                )
             )
     for name, search in (("megatron", grid_search_megatron), ("deepspeed", grid_search_deepspeed)):
         if name not in systems:
@@ -220,6 +231,7 @@ def _simulate_setting(cfg, case, layers, batch, systems, schedules, repeats):
                         res,
                         cluster,
                         is_best=res is grid.best,
+                        repeat_kind=REPEAT_COPY,
                         variant=res.breakdown.get("variant", name),
                     )
                 )

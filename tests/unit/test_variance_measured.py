@@ -52,3 +52,14 @@ def test_mixed_rows_use_only_the_measured_ones():
     assert set(measured_rows(rows)["mode"]) == {"emulate"}
     (_, _, verdict), _ = _claim_variance(rows)
     assert verdict == "PASS"
+
+
+def test_simulated_repeats_are_named_for_what_they_are(tmp_path):
+    from repro.modes.simulate import run as simulate
+    from tests.unit.test_simulate_mode import _cfg
+
+    simulate(_cfg(tmp_path, "system=all", "repeats=2"))
+    rows = pd.read_csv(tmp_path / "runs.csv")
+    kinds = rows.groupby("system")["repeat_kind"].unique().map(set).to_dict()
+    assert kinds["ours_random"] == {"random layout"}
+    assert kinds["ours"] == kinds["megatron"] == kinds["deepspeed"] == {"deterministic copy"}
