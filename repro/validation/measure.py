@@ -126,8 +126,14 @@ def _run_ours(s: Setting, pred: dict, emu, margin_s: float, timeout_s: float) ->
         master_addr=emu.master_addr,
         timeout_s=timeout_s,
     )
+    from repro.modes.emulate import _measured_compute
+
+    comp = _measured_compute(m, s.pp, s.warmup_iters)  # per-stage medians in this run
     return {
         "iter_times_s": [float(x) for x in m["iter_time_s"]],
+        "run_fwd_s": [float(x) for x in comp.fwd_s],
+        "run_bwd_s": [float(x) for x in comp.bwd_s],
+        "run_opt_s": [float(x) for x in comp.opt_s],
         "final_loss": float(m["losses"][-1]),
         "start_late_max_s": float(m.get("start_late_max_s", float("nan"))),
     }
@@ -224,6 +230,14 @@ def measure(
         from system.cases import get_case
 
         for r in range(1, repeats + 1):
+            systems = list(s.systems)
+            k = (r - 1) % len(systems)
+            order = systems[k:] + systems[:k]  # rotated: no system always first
+            if not have.empty:  # resume: a repeat runs only its missing systems
+                present = set(have.loc[have["repeat"] == r, "system"])
+                order = [x for x in order if x not in present]
+            if not order:
+                continue
             plan = make_plan(
                 get_case(s.case, "paper").subset(list(s.devices)),
                 bandwidth_scale=s.bandwidth_scale,
@@ -236,9 +250,7 @@ def measure(
                 report = verify_links(
                     plan, pairs=verify_pairs, tolerance=0.10, on_fail="warn", seed=s.seed + r
                 )
-                systems = list(s.systems)
-                k = (r - 1) % len(systems)
-                for system in systems[k:] + systems[:k]:  # rotated: no system always first
+                for system in order:
                     pred = by_key[(s.name, system)]
                     load0 = os.getloadavg()[0]
                     lag0, rt0 = emu.delayer_stats(), emu.tcp_retransmits()
@@ -282,6 +294,11 @@ def measure(
                             status="ok",
                             iter_time_s=_median_after(run["iter_times_s"], s.warmup_iters),
                             iter_times_s=run["iter_times_s"],
+                            **{
+                                k: run[k]
+                                for k in ("run_fwd_s", "run_bwd_s", "run_opt_s")
+                                if k in run
+                            },
                             final_loss=run["final_loss"],
                             delayer_mean_late_ms=1e3 * late / n_pk if n_pk else float("nan"),
                             delayer_packets=n_pk,
