@@ -363,3 +363,90 @@ def test_score_flags_a_large_spread_and_names_its_cause(repo):
     assert t.loc["ours", "cv_flagged"] and "load" in t.loc["ours", "spread_causes"]
     assert not t.loc["megatron", "cv_flagged"]
     assert res["summary"]["variance_verdict"] == "FAIL"
+
+
+# ---------------------------------------------------------------- measurement driver (no root)
+
+
+class _FakeEmulation:
+    made: list[str] = []
+
+    def __init__(self, plan, backend="auto"):
+        self.plan, self.backend = plan, "fake"
+        _FakeEmulation.made.append(plan.tag)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+    def delayer_stats(self):
+        return {}
+
+    def tcp_retransmits(self):
+        return [0] * self.plan.num_devices
+
+
+def _fake_driver(monkeypatch, calls):
+    import repro.validation.measure as meas
+    import system.emulation.netns as netns
+    import system.emulation.verify as verify
+
+    _FakeEmulation.made = []
+    monkeypatch.setattr(netns, "Emulation", _FakeEmulation)
+    monkeypatch.setattr(
+        verify,
+        "verify_links",
+        lambda plan, **kw: {
+            "ok": True,
+            "max_abs_rtt_err": 0.0,
+            "max_abs_bw_err": 0.0,
+            "max_abs_tcp_err": 0.0,
+        },
+    )
+    monkeypatch.setattr(meas, "cleanup_own", lambda prefix=meas.TAG_PREFIX: [])
+
+    def fake_run(s, pred, emu, margin_s, timeout_s):
+        calls.append((emu.plan.tag, pred["system"]))
+        return {"iter_times_s": [9.0, 9.0, 1.0, 2.0, 3.0], "final_loss": 1.0}
+
+    monkeypatch.setattr(meas, "_run_ours", fake_run)
+    monkeypatch.setattr(meas, "_run_baseline", fake_run)
+    return meas
+
+
+def test_driver_fresh_network_per_repeat_rotation_and_resume(tmp_path, monkeypatch):
+    calls: list = []
+    meas = _fake_driver(monkeypatch, calls)
+    s = _setting(iters=5, warmup_iters=2)
+    pf = tmp_path / "p.json"
+    pf.write_text(json.dumps(_predictions(s)))
+    out = tmp_path / "m.csv"
+    res = meas.measure(pf, out, repeats=3)
+    assert res["done"] == ["s1"] and not res["not_run"]
+    assert _FakeEmulation.made == [meas.tag_for(0, r) for r in (1, 2, 3)]  # one per repeat
+    firsts = [calls[4 * k][1] for k in range(3)]
+    assert firsts == ["ours", "ours_random", "megatron"]  # rotated order
+    rows = pd.read_csv(out)
+    assert len(rows) == 12 and (rows["iter_time_s"] == 2.0).all()  # median after 2 warm-ups
+    # resume: drop two rows of repeat 2; only those two run again, in a fresh network
+    rows[~((rows["repeat"] == 2) & rows["system"].isin(["ours", "deepspeed"]))].to_csv(
+        out, index=False
+    )
+    calls.clear()
+    _FakeEmulation.made = []
+    meas.measure(pf, out, repeats=3)
+    assert sorted(c[1] for c in calls) == ["deepspeed", "ours"]
+    assert _FakeEmulation.made == [meas.tag_for(0, 2)]
+    assert len(pd.read_csv(out)) == 12
+
+
+def test_driver_deadline_skips_whole_settings(tmp_path, monkeypatch):
+    calls: list = []
+    meas = _fake_driver(monkeypatch, calls)
+    s = _setting()
+    pf = tmp_path / "p.json"
+    pf.write_text(json.dumps(_predictions(s)))
+    res = meas.measure(pf, tmp_path / "m.csv", repeats=3, deadline_utc="00:00")
+    assert res["not_run"] == ["s1"] and not calls
