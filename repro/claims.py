@@ -161,8 +161,8 @@ def _claim_variance(rows):
     timed = measured_rows(rows)  # simulated repeats are seeds/layouts, not run-to-run noise
     if timed.empty:
         return None, (
-            "no measured runs: simulated rows are deterministic (their repeats are scheduler "
-            "seeds and random layouts); see results/validation for measured repeats"
+            "no measured runs: simulated rows are deterministic (a repeat is an identical copy, "
+            "or another random layout); measured repeats: results/validation"
         )
     v = variance_table(timed)
     v3 = v[v.n_repeats >= 3]
