@@ -291,6 +291,10 @@ def score(
                 "cv_flagged": bool(cv > CV_LIMIT),
                 "load_avg_max": float(g["load_avg_1m_after"].max()),
                 "delayer_late_max_ms": float(g["delayer_mean_late_ms"].max()),
+                "run_vs_profile_compute": float(g["run_vs_profile_compute"].mean()),
+                "error_with_run_compute": float(
+                    g["sim_with_run_compute_s"].mean() / np.mean(t) - 1.0
+                ),
                 "spread_causes": _spread_causes(g) if cv > CV_LIMIT else "",
             }
         )

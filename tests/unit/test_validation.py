@@ -293,6 +293,10 @@ def test_score_registered_in_order(repo):
     assert all(abs(r["error"]) < 1e-9 for r in summ["ratio_errors"])
     assert res["table"]["cv"].between(0.005, 0.02).all() and not res["table"]["cv_flagged"].any()
     assert summ["variance_verdict"] == "PASS" and summ["variance_configurations"] == 4
+    from repro.validation.score import _markdown
+
+    md = _markdown(res)
+    assert reg[:10] in md and "PASS" in md and md.count("| s1 |") == 4 + 2  # 4 systems, 2 ratios
 
 
 def test_score_refuses_predictions_committed_with_or_after_the_measurement(repo):
