@@ -36,11 +36,13 @@ PROFILE_VERSION = 1
 _ROOT = Path(__file__).resolve().parents[2]
 
 
-def shape_key(s: Setting) -> str:
-    """The profile key of a setting: model shape, stages, micro-batch, processes at once."""
+def shape_key(s: Setting, max_procs: int | None = None) -> str:
+    """The profile key of a setting: model shape, stages, micro-batch, processes at once
+    (``-c<k>``: at most ``k`` of the ``n`` processes ran at a time)."""
+    cap = f"-c{max_procs}" if max_procs and max_procs < s.num_devices else ""
     return (
         f"L{s.num_layers}-h{s.hidden_size}-s{s.seq_length}-v{s.vocab_size}-pp{s.pp}"
-        f"-mb{s.micro_batch_size}-n{s.num_devices}"
+        f"-mb{s.micro_batch_size}-n{s.num_devices}{cap}"
     )
 
 
@@ -96,8 +98,31 @@ def _worker(job: dict) -> dict:
     return {"fwd_s": fwd, "bwd_s": bwd, "opt_s": step, "params": params}
 
 
-def profile_setting(s: Setting, *, repeats: int = 6, warmup: int = 2, max_s: float = 30.0) -> dict:
-    """Profile every stage of ``s`` with one process per device, all at once (module doc)."""
+def profile_setting(
+    s: Setting,
+    *,
+    repeats: int = 6,
+    warmup: int = 2,
+    max_s: float = 30.0,
+    max_procs: int | None = None,
+) -> dict:
+    """Profile every stage of ``s`` with one process per device, all at once (module doc), or
+    in batches of at most ``max_procs`` processes at once."""
+    cap = s.num_devices if not max_procs else min(max_procs, s.num_devices)
+    load_before, t0 = os.getloadavg()[0], time.monotonic()
+    results = []
+    for b in range(0, s.num_devices, cap):
+        results += _profile_batch(s, range(b, min(b + cap, s.num_devices)), repeats, warmup, max_s)
+    out = _summarise(s, results, repeats, warmup, max_procs)
+    out.update(
+        wall_s=time.monotonic() - t0,
+        load_avg_1m_before=load_before,
+        load_avg_1m_after=os.getloadavg()[0],
+    )
+    return out
+
+
+def _jobs(s: Setting, devices, repeats: int, warmup: int, max_s: float) -> list[dict]:
     jobs = [
         {
             "num_layers": s.num_layers,
@@ -112,15 +137,19 @@ def profile_setting(s: Setting, *, repeats: int = 6, warmup: int = 2, max_s: flo
             "warmup": warmup,
             "max_s": max_s,
         }
-        for k in range(s.num_devices)
+        for k in devices
     ]
+    return jobs
+
+
+def _profile_batch(s: Setting, devices, repeats: int, warmup: int, max_s: float) -> list:
+    """Start one worker per device of ``devices`` at once; their (job, result) pairs."""
+    jobs = _jobs(s, devices, repeats, warmup, max_s)
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
         "PYTHONPATH": os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")])),
     }
-    load_before = os.getloadavg()[0]
-    t0 = time.monotonic()
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "repro.validation.profile", "--worker", json.dumps(j)],
@@ -154,20 +183,22 @@ def profile_setting(s: Setting, *, repeats: int = 6, warmup: int = 2, max_s: flo
             if p.poll() is None:
                 p.kill()
                 p.wait()
+    return list(zip(jobs, results, strict=True))
+
+
+def _summarise(s: Setting, results: list, repeats: int, warmup: int, max_procs) -> dict:
     per_stage = {"fwd_s": [], "bwd_s": [], "opt_s": [], "params": []}
     for stage in range(s.pp):
-        mine = [r for j, r in zip(jobs, results, strict=True) if j["stage"] == stage]
+        mine = [r for j, r in results if j["stage"] == stage]
         for k in ("fwd_s", "bwd_s", "opt_s"):
             per_stage[k].append(statistics.median(x for r in mine for x in r[k]))
         per_stage["params"].append(mine[0]["params"])
     return {
-        "key": shape_key(s),
+        "key": shape_key(s, max_procs),
         "processes": s.num_devices,
+        "max_procs": max_procs,
         "repeats": repeats,
         "warmup": warmup,
-        "wall_s": time.monotonic() - t0,
-        "load_avg_1m_before": load_before,
-        "load_avg_1m_after": os.getloadavg()[0],
         **per_stage,
     }
 
@@ -179,7 +210,7 @@ def profile_settings(settings: list[Setting], **kw) -> dict:
     sha, dirty = _git_state()
     entries: dict[str, dict] = {}
     for s in settings:
-        k = shape_key(s)
+        k = shape_key(s, kw.get("max_procs"))
         if k not in entries:
             entries[k] = profile_setting(s, **kw)
             print(
@@ -213,7 +244,7 @@ def load_profile(path: str | Path) -> dict:
 
 def stage_times(profile: dict, s: Setting) -> dict:
     """The profile entry of ``s``'s shape; one clear error if the profile lacks it."""
-    k = shape_key(s)
+    k = shape_key(s, profile.get("max_procs"))
     entry = profile["entries"].get(k)
     if entry is None:
         raise ValueError(
@@ -254,8 +285,9 @@ def main(argv: list[str] | None = None) -> int:
         settings = [s for s in settings if s.name in set(a.only)]
     old = load_profile(a.out) if a.merge and Path(a.out).exists() else None
     if old is not None:
-        settings = [s for s in settings if shape_key(s) not in old["entries"]]
-    prof = profile_settings(settings, repeats=a.repeats)
+        settings = [s for s in settings if shape_key(s, a.max_procs) not in old["entries"]]
+    prof = profile_settings(settings, repeats=a.repeats, max_procs=a.max_procs)
+    prof["max_procs"] = a.max_procs
     for e in prof["entries"].values():
         e["nice"], e["created_utc"] = os.nice(0), prof["created_utc"]
     if old is not None:

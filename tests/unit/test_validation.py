@@ -454,3 +454,14 @@ def test_driver_deadline_skips_whole_settings(tmp_path, monkeypatch):
     pf.write_text(json.dumps(_predictions(s)))
     res = meas.measure(pf, tmp_path / "m.csv", repeats=3, deadline_utc="00:00")
     assert res["not_run"] == ["s1"] and not calls
+
+
+def test_profile_runs_every_stage_shape_with_a_process_cap():
+    from repro.validation.profile import profile_setting
+
+    s = _setting(hidden_size=32, seq_length=16, vocab_size=64)
+    e = profile_setting(s, repeats=2, warmup=1, max_s=20.0, max_procs=1)
+    assert e["key"].endswith("-n4-c1") and e["max_procs"] == 1
+    for k in ("fwd_s", "bwd_s", "opt_s"):
+        assert len(e[k]) == s.pp and all(x > 0 for x in e[k])
+    assert e["params"][0] != e["params"][1]  # embedding on stage 0, head on stage 1
