@@ -262,6 +262,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=6)
     ap.add_argument("--only", nargs="*", help="profile only these setting names")
     ap.add_argument(
+        "--max-procs",
+        type=int,
+        default=None,
+        help="run at most this many profile processes at once (default: all)",
+    )
+    ap.add_argument(
         "--merge", action="store_true", help="keep OUT's entries and profile only shapes it lacks"
     )
     ap.add_argument(
