@@ -90,7 +90,7 @@ def test_settings_file_errors(tmp_path):
         load_settings(tmp_path / "x.json")
 
 
-def test_committed_settings_are_valid_and_span_the_issue():
+def test_committed_settings_are_valid_and_span_the_required_range():
     settings = load_settings(
         Path(__file__).resolve().parents[2] / "results/validation/settings.json"
     )
