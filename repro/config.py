@@ -707,6 +707,28 @@ class ReplanModeConfig(RunConfig):
     replan: ReplanOptions = field(default_factory=ReplanOptions)
 
 
+@dataclass
+class PredictOptions:  # repro/modes/predict.py, repro/validation/: registered predictions
+    settings: str = "results/validation/settings.json"  # the settings to predict
+    profile: str = "results/validation/compute_profile.json"  # calibrated compute per stage shape
+    out: str | None = None  # null = results_dir/predictions.json
+    only: list[str] | None = None  # setting names; null = all
+    schedule_trials: int = 300  # GA trials for the scheduled layout
+
+    def __post_init__(self) -> None:
+        _at_least("predict.schedule_trials", self.schedule_trials, 1, optional=False)
+
+
+@register_mode("predict", module="repro.modes.predict")
+@dataclass
+class PredictModeConfig(RunConfig):
+    """Write the simulator's registered predictions for a list of emulated settings, from a
+    compute profile measured in a separate run (``repro/validation/``); commit the file before
+    the runs that score it."""
+
+    predict: PredictOptions = field(default_factory=PredictOptions)
+
+
 def parse_cli(schema: type, argv: Sequence[str]):
     """``key=value`` arguments (dotted keys for groups) -> an instance of ``schema``, checked.
 

@@ -133,6 +133,8 @@ _SETTING = {
     "world_size": "int",
     # baselines' rank map (baselines/placement.py): launch | topology (ours: scheduled | random)
     "placement": "str",
+    # what a simulated repeat is: "deterministic copy" or "random layout" (ours_random)
+    "repeat_kind": "str",
     "rank_map": "json",
     "placement_how": "str",
     # sensitivity knobs of the performance model, in a row only when changed from the default

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from repro.runtime_metrics import measured_compute
 from system.assignment import Assignment, random_assignment
 from system.cases import get_case
 from system.emulation import netns
@@ -75,21 +76,6 @@ def _layouts(o: dict, cluster, sizes, pp: int, dp: int, seed: int) -> list[tuple
         else:
             raise ValueError(f"mode=emulate: unknown layout {name!r} (scheduled, random, identity)")
     return out
-
-
-def _measured_compute(metrics: dict, pp: int, warmup: int):
-    """Per-stage medians (over ranks of the stage and iterations after the ``warmup`` ones) of the
-    runtime's forward/backward micro-batch spans and optimizer step."""
-    from system.simulator import StageCompute
-
-    stage_of = np.asarray(metrics["stage_of_rank"])
-    pr = metrics["per_rank"]
-    out = {}
-    for key, field in (("fwd_s", "fwd_mb_s"), ("bwd_s", "bwd_mb_s"), ("opt_s", "optim_s")):
-        arr = np.asarray(pr[field])  # [rank][iteration]
-        arr = arr[:, warmup:] if arr.shape[1] > warmup else arr[:, -1:]
-        out[key] = [float(np.median(arr[stage_of == s])) for s in range(pp)]
-    return StageCompute(**out)
 
 
 def _delayer_lag(before: dict, after: dict) -> dict:
@@ -175,7 +161,7 @@ def run(cfg: DictConfig) -> dict:
                 rows.append(make_row(key, status="error", error=str(e)[:2000]))
                 continue
             lag = _delayer_lag(before, emu.delayer_stats())
-            compute = _measured_compute(m, pp, warmup)
+            compute = measured_compute(m, pp, warmup)
             sim = simulate_ours(scaled, assign, wl, compute=compute)
             meas = float(m["iter_time_median_s"])
             busy = float(np.max(wl.micro_batches(dp) * (np.array(compute.fwd_s) + np.array(compute.bwd_s))))

@@ -56,6 +56,10 @@ from system.workload import Workload, get_model, tasklet_sizes
 log = logging.getLogger(__name__)
 
 SYSTEMS = SIMULATED_SYSTEMS
+# What a simulated "repeat" is (column ``repeat_kind``): the simulator is deterministic, so a
+# repeat of a fixed layout or configuration is an identical copy (run-to-run noise is measured
+# only in mode=emulate/train); ours_random's repeats are different random layouts.
+REPEAT_COPY = "deterministic copy"
 PAPER_LAYERS, PAPER_BATCHES = (24, 32, 40), (1024, 2048, 4096)
 SCHEDULER_METHODS = {
     "genetic": "genetic",
@@ -239,7 +243,7 @@ def _simulate_setting(cfg, case, layers, batch, systems, schedules, repeats, pla
                 "dp": dp,
                 "repeat": r,
             }
-            rows.append(_row(key, ours, cluster, placement="scheduled", **info))
+            rows.append(_row(key, ours, cluster, placement="scheduled", repeat_kind=REPEAT_COPY, **info))
     if "ours_random" in systems:  # the paper's random layouts: a new seeded rank map per run
         line["ours_random"] = []
         for k in range(max(MIN_RANDOM_LAYOUTS, repeats)):
@@ -265,6 +269,7 @@ def _simulate_setting(cfg, case, layers, batch, systems, schedules, repeats, pla
                     scheduler="random_rank_map",
                     placement="random",
                     layout=a.stages.tolist(),
+                    repeat_kind="random layout",
                 )
             )
     protocols = ["launch"] if placement == "launch" else ["launch", "topology"]
@@ -292,6 +297,7 @@ def _simulate_setting(cfg, case, layers, batch, systems, schedules, repeats, pla
                             res,
                             cluster,
                             is_best=res is grid.best,
+                            repeat_kind=REPEAT_COPY,
                             variant=res.breakdown.get("variant", name),
                             placement=protocol,
                         )

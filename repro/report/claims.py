@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from repro.report.variance import CV_LIMIT, best_configs, ok_rows, variance_table
+from repro.report.variance import CV_LIMIT, best_configs, measured_rows, ok_rows, variance_table
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +175,13 @@ def _claim_gap(best, along: str):
 
 
 def _claim_variance(rows):
-    v = variance_table(rows)
+    timed = measured_rows(rows)  # simulated repeats are seeds/layouts, not run-to-run noise
+    if timed.empty:
+        return None, (
+            "no measured runs: simulated rows are deterministic (a repeat is an identical copy, "
+            "or another random layout); measured repeats: results/validation"
+        )
+    v = variance_table(timed)
     v3 = v[v.n_repeats >= 3]
     if "system" in v3.columns:
         # ours_random repeats are three different layouts (as in the paper), not re-runs of

@@ -28,7 +28,9 @@ __all__ = [
     "SETTING_COLUMNS",
     "CONFIG_COLUMNS",
     "CV_LIMIT",
+    "MEASURED_MODES",
     "ok_rows",
+    "measured_rows",
     "config_columns",
     "variance_table",
     "best_configs",
@@ -38,6 +40,10 @@ SETTING_COLUMNS = ("case", "system", "num_layers", "global_batch_size")
 # a baseline's grid-search knobs, including where its ranks were placed (launch / topology)
 CONFIG_COLUMNS = ("tp", "pp", "dp", "micro_batch_size", "zero", "recompute", "placement")
 CV_LIMIT = 0.05  # appendix 10.1: "variance within 5%"
+# Modes whose rows are timed runs. ``simulate`` rows are deterministic: their "repeats" are
+# scheduler seeds (ours) and random layouts (ours_random) or identical copies (baselines), so
+# they say nothing about run-to-run noise.
+MEASURED_MODES = ("emulate", "train")
 
 
 def ok_rows(rows: pd.DataFrame) -> pd.DataFrame:
@@ -54,6 +60,14 @@ def ok_rows(rows: pd.DataFrame) -> pd.DataFrame:
     if "pflops" in df.columns:
         df["pflops"] = pd.to_numeric(df["pflops"], errors="coerce")
     return df.reset_index(drop=True)
+
+
+def measured_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """Rows of timed runs (``mode`` in :data:`MEASURED_MODES`); rows without a ``mode`` column
+    are taken as given (their writer did not say)."""
+    if "mode" not in rows.columns:
+        return rows
+    return rows[rows["mode"].astype(str).isin(MEASURED_MODES)]
 
 
 def _case_text(v) -> str:

@@ -54,7 +54,7 @@ from system.simulator.comm import (
     ring_collective_s,
     sharded_ps_p2p_s,
 )
-from system.simulator.hardware import V100, Hardware, stage_compute
+from system.simulator.hardware import V100, Hardware, StageCompute, stage_compute
 from system.simulator.memory import training_memory
 from system.simulator.result import SimResult
 from system.simulator.timeline import one_f_one_b_end_s
@@ -126,6 +126,7 @@ def simulate_1f1b_ring(
     recompute: str = "full",
     tied_embedding: bool = False,
     dp_protocol: str = "ring",
+    compute: StageCompute | None = None,
 ) -> SimResult:
     """One iteration of 1F1B pipelines + ring all-reduce DP in launch order (module docstring).
 
@@ -145,6 +146,8 @@ def simulate_1f1b_ring(
     sharded parameter server, :func:`system.simulator.comm.sharded_ps_p2p_s`, each member
     entering when its own pass ends; for the speed-up attribution). ``schedule`` may also be
     ``gpipe`` (all forwards, then all backwards, with the same blocking p2p calls).
+    ``compute``: per-stage compute seconds (e.g. profiled on the machine that runs the
+    baseline) used instead of ``hardware``'s FLOP model; ``hardware`` still sets the memory check.
     Raises ValueError for layouts the cluster or workload cannot hold (sizes, TP across hosts).
     """
     model = workload.model
@@ -168,15 +171,16 @@ def simulate_1f1b_ring(
     layers = model.num_layers // pp
     shards = dp if zero == 1 else 1
     stage_params = np.asarray(stage_gradient_params(model, pp, tied=tied_embedding)) / tp
-    compute = stage_compute(
-        model,
-        pp,
-        mbs,
-        tp=tp,
-        hardware=hardware,
-        params_per_device=list(stage_params / shards),
-        recompute=recompute,
-    )
+    if compute is None:
+        compute = stage_compute(
+            model,
+            pp,
+            mbs,
+            tp=tp,
+            hardware=hardware,
+            params_per_device=list(stage_params / shards),
+            recompute=recompute,
+        )
     f, b, opt = compute.per_stage(pp)
     busy = float((m * (f + b) + opt).max())  # pure compute of the busiest device
 

@@ -32,6 +32,7 @@ __all__ = [
     "logits_forward_flops",
     "stage_compute",
     "ADAM_BYTES_PER_PARAM",
+    "hardware_from_profile",
 ]
 
 # Bytes an Adam step moves per parameter in mixed precision: read fp16 grad (2), read+write fp32
@@ -153,3 +154,24 @@ def stage_compute(
     opt = np.array([hardware.optimizer_step_s(p) for p in params_per_device])
     scale = 1.0 / (tp * hardware.flops)
     return StageCompute(fwd_s=tuple(fwd * scale), bwd_s=tuple(bwd * scale), opt_s=tuple(opt))
+
+
+def hardware_from_profile(profile: dict, base: Hardware = V100) -> Hardware:
+    """``base`` with the compute fraction (and optimizer bandwidth, if given) of a measured
+    hardware profile: the ``v100_equivalent`` block that ``repro/gpu_check.py`` writes to
+    ``results/gpu/hardware_profile.json`` (GPU measurements carried to the V100 by datasheet
+    peak ratios). Optional: the default V100 model needs no profile."""
+    try:
+        eq = profile["v100_equivalent"]
+        fraction = float(eq["achievable_fraction"])
+    except (KeyError, TypeError, ValueError):
+        raise ValueError("hardware profile: needs v100_equivalent.achievable_fraction") from None
+    bw = eq.get("hbm_bandwidth_bps")
+    return Hardware(
+        name=f"{base.name} (profile: {profile.get('device', '?')})",
+        peak_flops=base.peak_flops,
+        achievable_fraction=fraction,
+        memory_bytes=base.memory_bytes,
+        reserved_bytes=base.reserved_bytes,
+        hbm_bandwidth_bps=float(bw) if bw else base.hbm_bandwidth_bps,
+    )

@@ -214,7 +214,7 @@ def _torchrun_on_hosts(emu, spec_path: Path, log_dir: Path) -> None:
 
 
 def test_pp_across_two_hosts_dp_inside_each(hosts, tmp_path):
-    from repro.modes.emulate import _measured_compute
+    from repro.runtime_metrics import measured_compute
     from system.simulator import simulate_ours
     from system.workload import Workload
 
@@ -246,7 +246,7 @@ def test_pp_across_two_hosts_dp_inside_each(hosts, tmp_path):
         activation_bytes=4,
         gradient_bytes=4,
     )
-    compute = _measured_compute(m, spec.pp, spec.warmup_iters)
+    compute = measured_compute(m, spec.pp, spec.warmup_iters)
     sim = simulate_ours(_device_cluster(), assign, wl, compute=compute)
     meas = float(m["iter_time_median_s"])
     print(

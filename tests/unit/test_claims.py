@@ -26,7 +26,9 @@ def test_every_shipped_claim_gets_a_verdict(rows):
     assert list(table.claim_id) == list(load_paper_claims().claim_id)
     assert set(v.values()) <= {"PASS", "FAIL", "INCONCLUSIVE"}
     assert v["c5_vs_megatron"] == "PASS" and v["megatron_best_case1"] == "PASS"
-    assert v["gap_narrows_batch"] == "PASS" and v["variance_3runs"] == "PASS"
+    assert v["gap_narrows_batch"] == "PASS"
+    # simulated rows: repeats are seeds/layouts, so the variance claim needs measured runs
+    assert v["variance_3runs"] == "INCONCLUSIVE"
     # synthetic megatron in case 1 is slower than ours in case 5: the claim must fail
     assert v["decentral_vs_datacenter"] == "FAIL"
     assert v["local_search_vs_kl"] == "INCONCLUSIVE" and v["fluidstack_mfu"] == "INCONCLUSIVE"
@@ -57,7 +59,8 @@ def test_deterministic_repeats_and_no_grid_are_inconclusive(tmp_path):
 
 def test_noisy_repeats_fail_the_variance_claim(tmp_path):
     write_rows(tmp_path, synthetic_rows(cases=("5",), noise=0.2))
-    assert _verdicts(read_rows(tmp_path))[0]["variance_3runs"] == "FAIL"
+    rows = read_rows(tmp_path).assign(mode="emulate")  # timed runs
+    assert _verdicts(rows)[0]["variance_3runs"] == "FAIL"
 
 
 def test_kl_claim_from_the_ablation_table(rows):

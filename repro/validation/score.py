@@ -1,0 +1,483 @@
+"""Score registered predictions against the emulated measurements.
+
+    PYTHONPATH=. python -m repro.validation.score results/validation/predictions.json \\
+        results/validation/measured.csv --out results/validation
+
+Refuses to score (one ValueError naming the reason) unless the predictions were registered
+first: the commit that added the predictions file must be a strict ancestor of the commit that
+added the measured rows file, the predictions file must be unchanged since its registration
+commit, and every measured row must be later than that commit, carry the hash of this
+predictions file and have been measured with code that contains the registration commit. A model
+change after seeing the scores therefore needs a new predictions file (a new round).
+
+Writes ``scored_rows.csv`` (per run: predicted, measured, error), ``scored.csv`` (per setting
+and system: mean of the repeats, CV, flags, what the rows show about a large spread),
+``summary.json`` (MAPE per system, overall and with compute share >= 0.5; Kendall τ per
+setting; ratio errors), ``scored.md`` and ``validation.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+from datetime import UTC, datetime
+from itertools import combinations
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from repro.validation.predict import load_predictions, sha256_file
+
+__all__ = ["CV_LIMIT", "HIGH_SHARE", "kendall_tau_b", "registration", "score", "check_registered"]
+
+CV_LIMIT = 0.05  # the paper's appendix 10.1: repeats varied within 5%
+HIGH_SHARE = 0.5  # compute share from which a setting counts as compute-bound
+
+
+def kendall_tau_b(x, y) -> float:
+    """Kendall's τ-b of two equal-length sequences (NaN with fewer than 2 items or no pairs).
+
+    >>> kendall_tau_b([1, 2, 3], [1, 3, 2])
+    0.3333333333333333
+    """
+    x, y = list(x), list(y)
+    if len(x) != len(y):
+        raise ValueError("kendall_tau_b: sequences differ in length")
+    conc = disc = tx = ty = 0
+    for i, j in combinations(range(len(x)), 2):
+        dx, dy = np.sign(x[i] - x[j]), np.sign(y[i] - y[j])
+        if dx == 0 and dy == 0:
+            continue
+        if dx == 0:
+            tx += 1
+        elif dy == 0:
+            ty += 1
+        elif dx == dy:
+            conc += 1
+        else:
+            disc += 1
+    denom = math.sqrt((conc + disc + tx) * (conc + disc + ty))
+    return (conc - disc) / denom if denom else float("nan")
+
+
+def _git(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["git", *args], cwd=root, capture_output=True, text=True, timeout=30, check=check
+    )
+
+
+def _repo_root(path: Path) -> Path:
+    p = _git(path.resolve().parent, "rev-parse", "--show-toplevel", check=False)
+    if p.returncode:
+        raise ValueError(
+            f"{path} is not inside a git repository: predictions cannot be registered without one"
+        )
+    return Path(p.stdout.strip())
+
+
+def _first_commit(root: Path, path: Path) -> str | None:
+    rel = str(path.resolve().relative_to(root))
+    p = _git(root, "log", "--diff-filter=A", "--format=%H", "--", rel, check=False)
+    lines = p.stdout.split()
+    return lines[-1] if lines else None
+
+
+def _commit_time(root: Path, sha: str) -> datetime:
+    ts = int(_git(root, "show", "-s", "--format=%ct", sha).stdout.strip())
+    return datetime.fromtimestamp(ts, tz=UTC)
+
+
+def _is_ancestor(root: Path, a: str, b: str) -> bool:
+    return _git(root, "merge-base", "--is-ancestor", a, b, check=False).returncode == 0
+
+
+def registration(predictions_path: str | Path) -> dict:
+    """The predictions file's registration commit and time; raises if it is not registered."""
+    path = Path(predictions_path)
+    root = _repo_root(path)
+    rel = str(path.resolve().relative_to(root))
+    reg = _first_commit(root, path)
+    if reg is None:
+        raise ValueError(
+            f"refusing to score: {rel} was never committed (register predictions "
+            "by committing them before measuring)"
+        )
+    later = _git(root, "log", "--format=%H", f"{reg}..HEAD", "--", rel).stdout.split()
+    changed = _git(root, "diff", "--quiet", reg, "--", rel, check=False).returncode != 0
+    if later or changed:
+        raise ValueError(
+            f"refusing to score: {rel} changed after its registration commit "
+            f"{reg[:10]}; a changed prediction needs a new registered file"
+        )
+    return {"root": root, "commit": reg, "time": _commit_time(root, reg), "rel": rel}
+
+
+def check_registered(
+    predictions_path: str | Path, measured_path: str | Path, rows: pd.DataFrame
+) -> dict:
+    """Raise ValueError unless the predictions were registered before every measured row."""
+    reg = registration(predictions_path)
+    root, sha = reg["root"], reg["commit"]
+    mpath = Path(measured_path)
+    meas_commit = _first_commit(root, mpath)
+    if meas_commit is None:
+        raise ValueError(
+            f"refusing to score: {mpath} is not committed (commit measured rows as they come)"
+        )
+    if meas_commit == sha or not _is_ancestor(root, sha, meas_commit):
+        raise ValueError(
+            f"refusing to score: the predictions' registration commit {sha[:10]} is "
+            f"not a strict ancestor of the measured rows' commit {meas_commit[:10]}"
+        )
+    file_sha = sha256_file(predictions_path)
+    bad = []
+    for i, r in rows.iterrows():
+        when = datetime.strptime(str(r["timestamp_utc"]), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        if when <= reg["time"]:
+            bad.append(
+                f"row {i} ({r['setting']} {r['system']}): measured {r['timestamp_utc']}, "
+                f"not after the registration {reg['time']:%Y-%m-%dT%H:%M:%SZ}"
+            )
+        elif str(r["predictions_sha256"]) != file_sha:
+            bad.append(f"row {i}: measured against another predictions file")
+        elif not _is_ancestor(root, sha, str(r["git_revision"])):
+            bad.append(
+                f"row {i}: measured with code {str(r['git_revision'])[:10]} that does not "
+                f"contain the registration commit {sha[:10]}"
+            )
+    if bad:
+        raise ValueError(
+            "refusing to score: "
+            + "; ".join(bad[:5])
+            + (f" (+{len(bad) - 5} more)" if len(bad) > 5 else "")
+        )
+    return {
+        "registration_commit": sha,
+        "registration_time_utc": f"{reg['time']:%Y-%m-%dT%H:%M:%SZ}",
+        "measured_first_commit": meas_commit,
+    }
+
+
+def _spread_causes(g: pd.DataFrame) -> str:
+    """What the rows of one (setting, system) show next to a large spread."""
+    out = []
+    if (g["load_avg_1m_after"].max() - g["load_avg_1m_after"].min()) > 2.0:
+        out.append(f"load {g['load_avg_1m_after'].min():.1f}-{g['load_avg_1m_after'].max():.1f}")
+    if g["delayer_mean_late_ms"].max() > 2.0:
+        out.append(f"delayer late up to {g['delayer_mean_late_ms'].max():.1f} ms")
+    if g["tcp_retransmits"].max() > 0:
+        out.append(f"TCP retransmits up to {int(g['tcp_retransmits'].max())}")
+    if not g["verify_ok"].astype(bool).all():
+        out.append("a link missed verification")
+    return "; ".join(out)
+
+
+def _run_vs_profile(rows: pd.DataFrame, doc: dict) -> pd.Series:
+    """Our runtime's per-micro-batch compute in the run (forward + backward, slowest stage)
+    over the profile's; NaN for rows without it (baselines). Above 1: the run's CPU was slower
+    than the profile's (more contention), a cause of under-prediction."""
+    try:
+        from repro.validation.profile import load_profile, stage_times
+
+        profile = load_profile(doc["profile_file"])
+    except (KeyError, OSError, ValueError):
+        return pd.Series(np.nan, index=rows.index)
+    from repro.validation.settings import Setting
+
+    settings = {d["name"]: Setting.from_dict(d) for d in doc["settings"]}
+    out = []
+    for _, r in rows.iterrows():
+        if "run_fwd_s" not in rows.columns or not isinstance(r["run_fwd_s"], str):
+            out.append(np.nan)
+            continue
+        e = stage_times(profile, settings[r["setting"]])
+        run = np.add(json.loads(r["run_fwd_s"]), json.loads(r["run_bwd_s"]))
+        prof = np.add(e["fwd_s"], e["bwd_s"])
+        out.append(float(run.max() / prof.max()))
+    return pd.Series(out, index=rows.index)
+
+
+def _with_run_compute(rows: pd.DataFrame, doc: dict) -> pd.Series:
+    """Diagnostic only, not a prediction: the simulator on the same layout fed with the run's
+    own per-stage compute (our rows; NaN for others). Its error isolates the communication and
+    pipeline model from the compute calibration."""
+    from repro.validation.predict import scaled_cluster
+    from repro.validation.settings import Setting
+    from system.scheduler.assignment import Assignment
+    from system.simulator import StageCompute, simulate_ours
+
+    settings = {d["name"]: Setting.from_dict(d) for d in doc["settings"]}
+    out = []
+    for _, r in rows.iterrows():
+        if "run_fwd_s" not in rows.columns or not isinstance(r["run_fwd_s"], str):
+            out.append(np.nan)
+            continue
+        s = settings[r["setting"]]
+        comp = StageCompute(
+            *(tuple(json.loads(r[k])) for k in ("run_fwd_s", "run_bwd_s", "run_opt_s"))
+        )
+        stages = np.asarray(
+            json.loads(r["stages"]) if isinstance(r["stages"], str) else r["stages"]
+        )
+        res = simulate_ours(scaled_cluster(s), Assignment(stages), s.workload, compute=comp)
+        out.append(float(res.iter_time_s))
+    return pd.Series(out, index=rows.index)
+
+
+def score(
+    predictions_path: str | Path, measured_path: str | Path, *, check_registration: bool = True
+) -> dict:
+    """Score (module docstring); returns the tables and the summary, writes nothing."""
+    doc = load_predictions(predictions_path)
+    rows = pd.read_csv(measured_path)
+    need = {
+        "setting",
+        "system",
+        "repeat",
+        "status",
+        "iter_time_s",
+        "timestamp_utc",
+        "predictions_sha256",
+        "git_revision",
+    }
+    missing = sorted(need - set(rows.columns))
+    if missing:
+        raise ValueError(f"measured rows {measured_path}: missing columns {missing}")
+    reg = check_registered(predictions_path, measured_path, rows) if check_registration else {}
+    pred = pd.DataFrame(doc["predictions"])[
+        [
+            "setting",
+            "system",
+            "predicted_iter_time_s",
+            "predicted_compute_s",
+            "predicted_compute_share",
+        ]
+    ]
+    ok = rows[rows["status"] == "ok"].merge(pred, on=["setting", "system"], how="left")
+    if ok["predicted_iter_time_s"].isna().any():
+        raise ValueError("measured rows name settings/systems the predictions file lacks")
+    ok["error"] = ok["predicted_iter_time_s"] / ok["iter_time_s"] - 1.0
+    # the compute-bound selection uses the registered share (profiled compute / predicted
+    # iteration), fixed before any measurement; profiled compute / measured is shown beside it
+    ok["compute_share"] = ok["predicted_compute_share"]
+    ok["profiled_compute_over_measured"] = ok["predicted_compute_s"] / ok["iter_time_s"]
+    ok["run_vs_profile_compute"] = _run_vs_profile(ok, doc)
+    ok["sim_with_run_compute_s"] = _with_run_compute(ok, doc)
+    ok["error_with_run_compute"] = ok["sim_with_run_compute_s"] / ok["iter_time_s"] - 1.0
+    for c in ("load_avg_1m_after", "delayer_mean_late_ms", "tcp_retransmits"):
+        ok[c] = pd.to_numeric(ok.get(c, np.nan), errors="coerce")
+    per = []
+    for (setting, system), g in ok.groupby(["setting", "system"], sort=False):
+        t = g["iter_time_s"].to_numpy(float)
+        cv = float(np.std(t, ddof=1) / np.mean(t)) if len(t) > 1 else float("nan")
+        p = float(g["predicted_iter_time_s"].iloc[0])
+        per.append(
+            {
+                "setting": setting,
+                "system": system,
+                "repeats": len(t),
+                "measured_mean_s": float(np.mean(t)),
+                "predicted_s": p,
+                "error": p / float(np.mean(t)) - 1.0,
+                "compute_share": float(g["predicted_compute_share"].iloc[0]),
+                "profiled_compute_over_measured": float(
+                    g["predicted_compute_s"].iloc[0] / np.mean(t)
+                ),
+                "cv": cv,
+                "cv_flagged": bool(cv > CV_LIMIT),
+                "load_avg_max": float(g["load_avg_1m_after"].max()),
+                "delayer_late_max_ms": float(g["delayer_mean_late_ms"].max()),
+                "run_vs_profile_compute": float(g["run_vs_profile_compute"].mean()),
+                "error_with_run_compute": float(
+                    g["sim_with_run_compute_s"].mean() / np.mean(t) - 1.0
+                ),
+                "spread_causes": _spread_causes(g) if cv > CV_LIMIT else "",
+            }
+        )
+    table = pd.DataFrame(per)
+    summary: dict = {
+        "registration": reg,
+        "rows": int(len(ok)),
+        "failed_rows": int((rows["status"] != "ok").sum()),
+        "settings": sorted(table["setting"].unique().tolist()) if len(table) else [],
+    }
+    mape, mape_hi = {}, {}
+    for system, g in ok.groupby("system"):
+        mape[system] = float(g["error"].abs().mean())
+        hi = g[g["compute_share"] >= HIGH_SHARE]
+        mape_hi[system] = {
+            "mape": float(hi["error"].abs().mean()) if len(hi) else float("nan"),
+            "rows": int(len(hi)),
+            "settings": int(hi["setting"].nunique()),
+        }
+    summary["mape_per_system"] = mape
+    summary["mape_compute_share_ge_0.5"] = mape_hi
+    taus, ratios = {}, []
+    for setting, g in table.groupby("setting", sort=False):
+        taus[setting] = (
+            kendall_tau_b(g["predicted_s"], g["measured_mean_s"]) if len(g) > 1 else float("nan")
+        )
+        by = g.set_index("system")
+        for base in ("megatron", "deepspeed"):
+            if "ours" in by.index and base in by.index:
+                pr = by.loc[base, "predicted_s"] / by.loc["ours", "predicted_s"]
+                mr = by.loc[base, "measured_mean_s"] / by.loc["ours", "measured_mean_s"]
+                ratios.append(
+                    {
+                        "setting": setting,
+                        "ratio": f"{base}/ours",
+                        "predicted": pr,
+                        "measured": mr,
+                        "error": pr / mr - 1.0,
+                    }
+                )
+    summary["kendall_tau_per_setting"] = taus
+    finite = [v for v in taus.values() if np.isfinite(v)]
+    summary["kendall_tau_mean"] = float(np.mean(finite)) if finite else float("nan")
+    summary["ratio_errors"] = ratios
+    summary["ratio_abs_error_max"] = max((abs(r["error"]) for r in ratios), default=float("nan"))
+    summary["cv_flagged"] = (
+        table.loc[table["cv_flagged"], ["setting", "system"]].values.tolist() if len(table) else []
+    )
+    summary["cv_max"] = float(table["cv"].max()) if len(table) else float("nan")
+    # the paper's "three runs within 5%" (appendix 10.1), from these measured repeats only
+    three = table[table["repeats"] >= 3] if len(table) else table
+    summary["variance_verdict"] = (
+        "INCONCLUSIVE" if three.empty else ("FAIL" if three["cv_flagged"].any() else "PASS")
+    )
+    summary["variance_configurations"] = int(len(three))
+    not_run = [s["name"] for s in doc["settings"] if s["name"] not in set(table.get("setting", []))]
+    summary["settings_not_measured"] = not_run
+    return {"rows": ok, "table": table, "summary": summary}
+
+
+def _markdown(res: dict) -> str:
+    s, t = res["summary"], res["table"]
+    lines = ["# Registered predictions vs emulated runs", ""]
+    if s["registration"]:
+        lines.append(
+            f"Predictions registered in commit `{s['registration']['registration_commit'][:10]}` "
+            f"({s['registration']['registration_time_utc']}); measured rows first "
+            f"committed in `{s['registration']['measured_first_commit'][:10]}`."
+        )
+    lines += [
+        "",
+        f"{s['rows']} measured runs ({s['failed_rows']} failed) in {len(s['settings'])} "
+        f"settings; not measured: {', '.join(s['settings_not_measured']) or 'none'}.",
+        "",
+        "| system | MAPE (all rows) | MAPE, registered compute share >= 0.5 | rows / settings |",
+        "|---|---|---|---|",
+    ]
+    for system, m in s["mape_per_system"].items():
+        hi = s["mape_compute_share_ge_0.5"][system]
+        hi_text = f"{100 * hi['mape']:.1f}%" if hi["rows"] else "-"
+        lines.append(f"| {system} | {100 * m:.1f}% | {hi_text} | {hi['rows']} / {hi['settings']} |")
+    lines += [
+        "",
+        "| setting | system | predicted s | measured s (mean of repeats) | error | "
+        "registered compute share | run / profile compute | error with the run's compute "
+        "(diagnostic) | CV | flag | spread shows |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def pct(x: float) -> str:
+        return "-" if not np.isfinite(x) else f"{100 * x:+.1f}%"
+
+    for _, r in t.iterrows():
+        ratio = r["run_vs_profile_compute"]
+        lines.append(
+            f"| {r['setting']} | {r['system']} | {r['predicted_s']:.3f} | "
+            f"{r['measured_mean_s']:.3f} (n={r['repeats']}) | {100 * r['error']:+.1f}% | "
+            f"{r['compute_share']:.2f} | {'-' if not np.isfinite(ratio) else f'{ratio:.2f}'} | "
+            f"{pct(r['error_with_run_compute'])} | {100 * r['cv']:.1f}% | "
+            f"{'> 5%' if r['cv_flagged'] else ''} | {r['spread_causes']} |"
+        )
+    lines += [
+        "",
+        f"Measured variance (three repeats, fresh namespaces each): max CV "
+        f"{100 * s['cv_max']:.1f}%, {len(s['cv_flagged'])} of {s['variance_configurations']} "
+        f"configurations over 5%: **{s['variance_verdict']}** against the paper's 5%.",
+    ]
+    lines += [
+        "",
+        "Kendall τ-b of the systems/layouts per setting (predicted vs measured order): "
+        + ", ".join(f"{k} {v:.2f}" for k, v in s["kendall_tau_per_setting"].items())
+        + f"; mean {s['kendall_tau_mean']:.2f}.",
+        "",
+        "| setting | ratio | predicted | measured | error |",
+        "|---|---|---|---|---|",
+    ]
+    for r in s["ratio_errors"]:
+        lines.append(
+            f"| {r['setting']} | {r['ratio']} | {r['predicted']:.2f} | "
+            f"{r['measured']:.2f} | {100 * r['error']:+.1f}% |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _figure(res: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = res["rows"]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.5))
+    for system, g in rows.groupby("system"):
+        a.scatter(g["iter_time_s"], g["predicted_iter_time_s"], label=system, s=18)
+        b.scatter(g["compute_share"], 100 * g["error"], label=system, s=18)
+    lo = min(rows["iter_time_s"].min(), rows["predicted_iter_time_s"].min()) * 0.8
+    hi = max(rows["iter_time_s"].max(), rows["predicted_iter_time_s"].max()) * 1.25
+    a.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+    a.set(
+        xscale="log",
+        yscale="log",
+        xlabel="measured iteration (s)",
+        ylabel="registered prediction (s)",
+        title="each emulated run",
+    )
+    b.axhline(0, color="k", lw=0.8)
+    for y in (-10, 10):
+        b.axhline(y, color="grey", lw=0.6, ls=":")
+    b.set(
+        xlabel="registered compute share (profiled compute / predicted iteration)",
+        ylabel="prediction error (%)",
+        title="error vs compute share",
+    )
+    a.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("predictions")
+    ap.add_argument("measured")
+    ap.add_argument("--out", default="results/validation")
+    a = ap.parse_args(argv)
+    from system.results import atomic_write_text
+
+    try:
+        res = score(a.predictions, a.measured)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out = Path(a.out)
+    atomic_write_text(out / "scored_rows.csv", res["rows"].to_csv(index=False))
+    atomic_write_text(out / "scored.csv", res["table"].to_csv(index=False))
+    atomic_write_text(
+        out / "summary.json", json.dumps(res["summary"], indent=1, default=str) + "\n"
+    )
+    atomic_write_text(out / "scored.md", _markdown(res))
+    _figure(res, out / "validation.png")
+    print(_markdown(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
