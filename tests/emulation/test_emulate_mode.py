@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 
 from tests.emulation._skip import _why_skip
 
@@ -18,15 +17,19 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_emulate_mode_writes_measured_and_simulated_rows(tmp_path):
     pytest.importorskip("torch")
+    from hydra import compose, initialize_config_dir
+
+    from repro.config import validate
     from repro.modes.emulate import run
     from system.results import read_rows
 
-    cfg = OmegaConf.load(ROOT / "conf" / "config.yaml")
-    cfg = OmegaConf.merge(cfg, {
-        "mode": "emulate", "case": 5, "model": "debug", "study": "t", "results_dir": str(tmp_path),
-        "pp": 2, "dp": 1, "batch": 2, "iters": 2,
-        "emulate": {"devices": [0, 24], "layouts": ["identity", "random"], "random_layouts": 1,
-                    "verify_pairs": 2, "bandwidth_scale": 0.1, "timeout_s": 240}})
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[
+            "mode=emulate", "case=5", "model=debug", "study=t", f"results_dir={tmp_path}",
+            "pp=2", "dp=1", "batch=2", "iters=2", "emulate.devices=[0,24]",
+            "emulate.layouts=[identity,random]", "emulate.random_layouts=1",
+            "emulate.verify_pairs=2", "emulate.bandwidth_scale=0.1", "emulate.timeout_s=240"])
+    cfg = validate(cfg)
     out = run(cfg)
     assert out["rows"] == 2 and out["verify"]["ok"]
     df = read_rows(tmp_path)
