@@ -56,6 +56,7 @@ def test_bounds_never_exceed_the_enumerated_optimum(seed, shape, scale):
     assert b.total_bound_s - 1e-9 <= mb.total_bound_s <= best + 1e-9
 
 
+@pytest.mark.slow
 def test_exact_optimum_on_16_devices_is_at_most_the_scheduler_result():
     c = random_cluster(16, 0)
     r = schedule(c, SIZES, pp=4, dp=4, seed=0)

@@ -259,6 +259,7 @@ def test_scheduling_is_a_mode_of_run_py(tmp_path):
         run(_cfg("mode=schedule", "case=debug", "workload=huge", f"results_dir={tmp_path}"))
 
 
+@pytest.mark.slow  # a fresh interpreter per script
 @pytest.mark.parametrize(
     "script, arg, message",
     [

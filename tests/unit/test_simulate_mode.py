@@ -95,6 +95,7 @@ def test_default_stages():
     assert default_pp(64) == 8 and default_pp(8) == 2 and default_pp(1) == 1
 
 
+@pytest.mark.slow
 def test_cli_needs_no_torch(tmp_path):
     code = (
         "import sys, runpy; sys.argv = ['run.py', 'case=debug', 'model=debug', "

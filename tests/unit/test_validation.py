@@ -456,6 +456,7 @@ def test_driver_deadline_skips_whole_settings(tmp_path, monkeypatch):
     assert res["not_run"] == ["s1"] and not calls
 
 
+@pytest.mark.dist
 def test_profile_runs_every_stage_shape_with_a_process_cap():
     from repro.validation.profile import profile_setting
 
