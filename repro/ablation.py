@@ -10,17 +10,16 @@ in a few minutes (each of our trials runs a full local search costed with the tr
 Random = best of ``random_layouts`` uniformly random rank maps (no matching, no TSP).
 
 Writes ``ablation.csv`` (long: case, method, seed, trial, best_total_cost_s),
-``ablation_summary.csv`` (per case: final TOTAL per method, ratios random/scheduled) and
-``fig4_ablation.png`` into ``out_dir`` (default results/scheduler).
+``ablation_summary.csv`` (per case: final TOTAL per method, ratios random/scheduled) into
+``out_dir`` (default results/scheduler). The figure is drawn once, by the ablation study's report
+(``python repro/run.py -m sweep=ablation`` reads ``ablation.csv`` through ``workflow.ablation_csv``
+and writes ``results/ablation/fig4.png`` with :func:`repro.figures.fig4.plot_fig4`).
 """
 
 from __future__ import annotations
 
-import io
 import logging
-import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -37,8 +36,14 @@ from system.workload import DTFM_REFERENCE
 
 log = logging.getLogger(__name__)
 
-DEFAULTS = {"cases": "1,2,3,4,5", "seeds": "0,1,2", "trials": "10", "population": "16",
-            "random_layouts": "5000", "out_dir": "results/scheduler"}
+DEFAULTS = {
+    "cases": "1,2,3,4,5",
+    "seeds": "0,1,2",
+    "trials": "10",
+    "population": "16",
+    "random_layouts": "5000",
+    "out_dir": "results/scheduler",
+}
 METHODS = {"tailored": "genetic", "kl": "genetic_kl", "random": "random"}
 
 
@@ -52,24 +57,52 @@ def run(cfg: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
         for seed in seeds:
             for label, method in METHODS.items():
                 trials = int(cfg["random_layouts"] if method == "random" else cfg["trials"])
-                r = schedule(cluster, DTFM_REFERENCE, pp=pp, dp=dp, method=method, seed=seed,
-                             trials=trials, population=int(cfg["population"]),
-                             greedy_seeds=False)
-                log.info("case %s %s seed %d: TOTAL %.3f s (%d evaluations, %.1f s)", case,
-                         label, seed, r.cost.total_cost_s, r.evaluations, r.search_time_s)
+                r = schedule(
+                    cluster,
+                    DTFM_REFERENCE,
+                    pp=pp,
+                    dp=dp,
+                    method=method,
+                    seed=seed,
+                    trials=trials,
+                    population=int(cfg["population"]),
+                    greedy_seeds=False,
+                )
+                log.info(
+                    "case %s %s seed %d: TOTAL %.3f s (%d evaluations, %.1f s)",
+                    case,
+                    label,
+                    seed,
+                    r.cost.total_cost_s,
+                    r.evaluations,
+                    r.search_time_s,
+                )
                 for trial, best in r.history:
-                    rows.append({"case": case, "method": label, "seed": seed, "trial": trial,
-                                 "best_total_cost_s": best})
+                    rows.append(
+                        {
+                            "case": case,
+                            "method": label,
+                            "seed": seed,
+                            "trial": trial,
+                            "best_total_cost_s": best,
+                        }
+                    )
     long = pd.DataFrame(rows)
-    final = (long.sort_values("trial").groupby(["case", "method", "seed"]).last()
-             .reset_index().pivot_table(index="case", columns="method",
-                                        values="best_total_cost_s", aggfunc="mean"))
-    summary = pd.DataFrame({
-        "case": final.index,
-        "tailored_total_s": final["tailored"].values,
-        "kl_total_s": final["kl"].values,
-        "random_total_s": final["random"].values,
-    })
+    final = (
+        long.sort_values("trial")
+        .groupby(["case", "method", "seed"])
+        .last()
+        .reset_index()
+        .pivot_table(index="case", columns="method", values="best_total_cost_s", aggfunc="mean")
+    )
+    summary = pd.DataFrame(
+        {
+            "case": final.index,
+            "tailored_total_s": final["tailored"].values,
+            "kl_total_s": final["kl"].values,
+            "random_total_s": final["random"].values,
+        }
+    )
     summary["ratio_random_over_tailored"] = summary.random_total_s / summary.tailored_total_s
     summary["ratio_random_over_kl"] = summary.random_total_s / summary.kl_total_s
     summary["ratio_kl_over_tailored"] = summary.kl_total_s / summary.tailored_total_s
@@ -81,44 +114,7 @@ def run(cfg: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
     if out:
         atomic_write_text(f"{out}/ablation.csv", long.to_csv(index=False))
         atomic_write_text(f"{out}/ablation_summary.csv", summary.to_csv(index=False))
-        _figure(long, f"{out}/fig4_ablation.png")
     return long, summary
-
-
-def _figure(long: pd.DataFrame, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    cases = list(dict.fromkeys(long.case))
-    fig, axes = plt.subplots(1, len(cases), figsize=(3.2 * len(cases), 3.0), squeeze=False)
-    colors = {"tailored": "tab:blue", "kl": "tab:orange", "random": "tab:gray"}
-    for ax, case in zip(axes[0], cases):
-        for method, color in colors.items():
-            d = long[(long.case == case) & (long.method == method)]
-            if d.empty:
-                continue
-            curve = d.pivot_table(index="trial", columns="seed", values="best_total_cost_s")
-            curve = curve.ffill()
-            x = curve.index.values + 1
-            ax.plot(x, curve.mean(axis=1), color=color, label=method)
-            ax.fill_between(x, curve.min(axis=1), curve.max(axis=1), color=color, alpha=0.2)
-        ax.set_xscale("log")
-        ax.set_title(f"case {case}")
-        ax.set_xlabel("trial + 1 (random: layouts)")
-    axes[0][0].set_ylabel("best TOTAL (s / iteration)")
-    axes[0][-1].legend(fontsize=7)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120)
-    plt.close(fig)
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".png.tmp")
-    with os.fdopen(fd, "wb") as f:
-        f.write(buf.getvalue())
-    os.replace(tmp, target)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

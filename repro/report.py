@@ -165,6 +165,10 @@ def build_report(
         paths.report,
         _render(study or d.name, rows, best, variance, claims, figs, ablation_path, cv_limit),
     )
+    if "placement" in rows.columns and rows["placement"].notna().any():
+        from repro.modes.simulate import write_protocol_claims  # claims.md, both protocols
+
+        write_protocol_claims(d, rows)
     counts = claims.verdict.value_counts().to_dict()
     log.info("report %s: %d rows, claims %s", paths.report, len(rows), counts)
     return paths
