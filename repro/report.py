@@ -165,7 +165,8 @@ def build_report(
         paths.report,
         _render(study or d.name, rows, best, variance, claims, figs, ablation_path, cv_limit),
     )
-    if "placement" in rows.columns and rows["placement"].notna().any():
+    baselines = rows["system"].isin(["megatron", "deepspeed"]) if "system" in rows else []
+    if "placement" in rows.columns and rows.loc[baselines, "placement"].notna().any():
         from repro.modes.simulate import write_protocol_claims  # claims.md, both protocols
 
         write_protocol_claims(d, rows)
