@@ -208,7 +208,7 @@ def _claim_megatron_best(rows, cases, expected: str):
     picks = [
         f"{int(t)}/{int(p)}/{int(d)}" for t, p, d in zip(best.tp, best.pp, best.dp, strict=True)
     ]
-    top = max(set(picks), key=picks.count)
+    top = max(dict.fromkeys(picks), key=picks.count)  # ties: the first setting's pick
     share = picks.count(expected) / len(picks)
     ours = f"most often {top}; {expected} best in {picks.count(expected)}/{len(picks)} settings"
     return (ours, "best in a majority", "PASS" if share > 0.5 else "FAIL"), ""
