@@ -2,7 +2,7 @@
 
     python repro/run.py case=5 layers=40                 # 3 batch sizes, all systems
     python repro/run.py case=5 layers=40 batch=2048      # one setting
-    python repro/run.py -m sweep=paper                   # the full grid: a study, one job per setting
+    python repro/run.py -m sweep=paper                   # the full grid, one job per setting
 
 For every (case, layers, batch): schedule our layout (cached per case and tasklet sizes), simulate
 ours, ours with random layouts (max(3, repeats) seeded rank maps), Megatron's and DeepSpeed's whole
