@@ -7,7 +7,8 @@ each setting) and, for the scheduler claims, the ablation table. Writes next to 
 ``best.csv`` (best configuration per setting, the Fig. 3 table), ``variance.csv`` (every
 configuration's repeats, CV, flag), ``claims.csv`` (paper vs ours, PASS / FAIL / INCONCLUSIVE),
 ``fig3.png``, ``fig4.png`` (only in a study that compares schedulers), ``claims.md`` (when there
-are baseline rows: every claim under each placement protocol) and ``REPORT.md`` linking them. Every file is written atomically.
+are baseline rows: every claim under each placement protocol) and ``REPORT.md`` linking them.
+Every file is written atomically.
 """
 
 from __future__ import annotations
