@@ -10,8 +10,10 @@ in a few minutes (each of our trials runs a full local search costed with the tr
 Random = best of ``random_layouts`` uniformly random rank maps (no matching, no TSP).
 
 Writes ``ablation.csv`` (long: case, method, seed, trial, best_total_cost_s),
-``ablation_summary.csv`` (per case: final TOTAL per method, ratios random/scheduled) and
-``fig4_ablation.png`` into ``out_dir`` (default results/scheduler).
+``ablation_summary.csv`` (per case: final TOTAL per method, ratios random/scheduled) into
+``out_dir`` (default results/scheduler). The figure is drawn once, by the ablation study's report
+(``python repro/run.py -m sweep=ablation`` reads ``ablation.csv`` through ``workflow.ablation_csv``
+and writes ``results/ablation/fig4.png`` with :func:`repro.report.figures.fig4.plot_fig4`).
 """
 
 from __future__ import annotations
@@ -71,24 +73,52 @@ def run(cfg: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
         for seed in seeds:
             for label, method in METHODS.items():
                 trials = int(cfg["random_layouts"] if method == "random" else cfg["trials"])
-                r = schedule(cluster, DTFM_REFERENCE, pp=pp, dp=dp, method=method, seed=seed,
-                             trials=trials, population=int(cfg["population"]),
-                             greedy_seeds=False)
-                log.info("case %s %s seed %d: TOTAL %.3f s (%d evaluations, %.1f s)", case,
-                         label, seed, r.cost.total_cost_s, r.evaluations, r.search_time_s)
+                r = schedule(
+                    cluster,
+                    DTFM_REFERENCE,
+                    pp=pp,
+                    dp=dp,
+                    method=method,
+                    seed=seed,
+                    trials=trials,
+                    population=int(cfg["population"]),
+                    greedy_seeds=False,
+                )
+                log.info(
+                    "case %s %s seed %d: TOTAL %.3f s (%d evaluations, %.1f s)",
+                    case,
+                    label,
+                    seed,
+                    r.cost.total_cost_s,
+                    r.evaluations,
+                    r.search_time_s,
+                )
                 for trial, best in r.history:
-                    rows.append({"case": case, "method": label, "seed": seed, "trial": trial,
-                                 "best_total_cost_s": best})
+                    rows.append(
+                        {
+                            "case": case,
+                            "method": label,
+                            "seed": seed,
+                            "trial": trial,
+                            "best_total_cost_s": best,
+                        }
+                    )
     long = pd.DataFrame(rows)
-    final = (long.sort_values("trial").groupby(["case", "method", "seed"]).last()
-             .reset_index().pivot_table(index="case", columns="method",
-                                        values="best_total_cost_s", aggfunc="mean"))
-    summary = pd.DataFrame({
-        "case": final.index,
-        "tailored_total_s": final["tailored"].values,
-        "kl_total_s": final["kl"].values,
-        "random_total_s": final["random"].values,
-    })
+    final = (
+        long.sort_values("trial")
+        .groupby(["case", "method", "seed"])
+        .last()
+        .reset_index()
+        .pivot_table(index="case", columns="method", values="best_total_cost_s", aggfunc="mean")
+    )
+    summary = pd.DataFrame(
+        {
+            "case": final.index,
+            "tailored_total_s": final["tailored"].values,
+            "kl_total_s": final["kl"].values,
+            "random_total_s": final["random"].values,
+        }
+    )
     summary["ratio_random_over_tailored"] = summary.random_total_s / summary.tailored_total_s
     summary["ratio_random_over_kl"] = summary.random_total_s / summary.kl_total_s
     summary["ratio_kl_over_tailored"] = summary.kl_total_s / summary.tailored_total_s
@@ -100,9 +130,6 @@ def run(cfg: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
     if out:
         atomic_write_text(f"{out}/ablation.csv", long.to_csv(index=False))
         atomic_write_text(f"{out}/ablation_summary.csv", summary.to_csv(index=False))
-        from repro.report.figures.fig4 import plot_fig4
-
-        plot_fig4(long, f"{out}/fig4_ablation.png")
     return long, summary
 
 

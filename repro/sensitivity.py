@@ -1,6 +1,6 @@
 """How the case-5 claims move with the simulator's untested assumptions (one at a time).
 
-    python -m repro.sensitivity --out results/paper_grid     # sensitivity.csv + sensitivity.md
+    python -m repro.sensitivity --out results/paper     # sensitivity.csv + sensitivity.md
 
 Around the default model (30% of V100 peak, every device pair at its full measured bandwidth,
 NCCL's eager sends), one knob at a time:
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     from system.results import atomic_write_text
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="results/paper_grid")
+    ap.add_argument("--out", default="results/paper")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
     table = sensitivity_table(a.seed)

@@ -5,9 +5,10 @@
 Reads only the study's ``runs.parquet`` (:func:`system.results.read_rows`: the newest row of
 each setting) and, for the scheduler claims, the ablation table. Writes next to them:
 ``best.csv`` (best configuration per setting, the Fig. 3 table), ``variance.csv`` (every
-configuration's repeats, CV, flag),
-``claims.csv`` (paper vs ours, PASS / FAIL / INCONCLUSIVE), ``fig3.png``, ``fig4.png`` and
-``REPORT.md`` linking them. Every file is written atomically.
+configuration's repeats, CV, flag), ``claims.csv`` (paper vs ours, PASS / FAIL / INCONCLUSIVE),
+``fig3.png``, ``fig4.png`` (only in a study that compares schedulers), ``claims.md`` (when there
+are baseline rows: every claim under each placement protocol) and ``REPORT.md`` linking them.
+Every file is written atomically.
 """
 
 from __future__ import annotations
@@ -132,20 +133,43 @@ def build_report(
     )
     for table, path in ((variance, paths.variance), (claims, paths.claims), (best, paths.best)):
         atomic_write_text(path, table.to_csv(index=False))
-    figs = tuple(
-        p for p in (plot_fig3(best, d / "fig3.png"), plot_fig4(ablation, d / "fig4.png")) if p
+    # Fig. 4 belongs to the study that compares schedulers (sweep=ablation); the other studies
+    # use the ablation table for the scheduler claims only, so the figure exists once.
+    own = ablation_from_rows(rows)
+    fig4 = (
+        plot_fig4(ablation, d / "fig4.png")
+        if own is not None and own.method.nunique() > 1
+        else None
     )
+    figs = tuple(p for p in (plot_fig3(best, d / "fig3.png"), fig4) if p)
     paths = ReportPaths(paths.report, paths.variance, paths.claims, paths.best, figs)
     atomic_write_text(
         paths.report,
-        _render(study or d.name, rows, best, variance, claims, figs, ablation_path, cv_limit),
+        _render(
+            study or d.name,
+            rows,
+            best,
+            variance,
+            claims,
+            figs,
+            ablation_path,
+            cv_limit,
+            has_ablation=ablation is not None and not ablation.empty,
+        ),
     )
+    baselines = rows["system"].isin(["megatron", "deepspeed"]) if "system" in rows else []
+    if "placement" in rows.columns and rows.loc[baselines, "placement"].notna().any():
+        from repro.report.claims import write_protocol_claims  # claims.md, both protocols
+
+        write_protocol_claims(d, rows)
     counts = claims.verdict.value_counts().to_dict()
     log.info("report %s: %d rows, claims %s", paths.report, len(rows), counts)
     return paths
 
 
-def _render(study, rows, best, variance, claims, figs, ablation_path, cv_limit) -> str:
+def _render(
+    study, rows, best, variance, claims, figs, ablation_path, cv_limit, has_ablation=False
+) -> str:
     n_ok = int((rows["status"].fillna("ok") == "ok").sum()) if not rows.empty else 0
     counts = claims.verdict.value_counts()
     lines = [
@@ -201,6 +225,13 @@ def _render(study, rows, best, variance, claims, figs, ablation_path, cv_limit) 
     lines += ["## Scheduler ablation (Fig. 4 analogue)", ""]
     if any(p.name == "fig4.png" for p in figs):
         lines += [f"From `{ablation_path}`.", "", "![Fig. 4 analogue](fig4.png)", ""]
+    elif has_ablation:
+        lines += [
+            f"The scheduler claims use `{ablation_path}`; its figure is drawn once, by the study "
+            "that compares schedulers (`python repro/run.py -m sweep=ablation`, "
+            "`results/ablation/fig4.png`).",
+            "",
+        ]
     else:
         lines += [f"No ablation table (looked for `{ablation_path}`); run `sweep=ablation`.", ""]
     lines += [f"## Repeats and variance (CV > {cv_limit:.0%} flagged)", ""]

@@ -36,18 +36,30 @@ def test_report_has_claims_variance_and_figures(tmp_path):
         "## Claims of the paper",
         "c5_vs_megatron",
         "fig3.png",
-        "fig4.png",
+        "results/ablation/fig4.png",  # Fig. 4 is the ablation study's, pointed to from here
         "## Repeats and variance",
         "INCONCLUSIVE",
     ):
         assert must in text
-    assert {p.name for p in paths.figures} == {"fig3.png", "fig4.png"}
+    assert {p.name for p in paths.figures} == {"fig3.png"}
+    assert not (tmp_path / "fig4.png").exists()
     assert all(p.stat().st_size > 1000 for p in paths.figures)
     claims = pd.read_csv(paths.claims)
     assert set(claims.verdict) <= {"PASS", "FAIL", "INCONCLUSIVE"} and len(claims) == 13
     var = pd.read_csv(paths.variance)
     assert (var.n_repeats == 3).all() and var.flagged.any()  # 5% noise: some configs over 5%
     assert "Flagged configurations" in text
+
+
+def test_fig4_is_drawn_by_the_study_that_compares_schedulers(tmp_path):
+    rows = synthetic_rows(cases=("5",), noise=0.0, seed=1)
+    ours = [r for r in rows if r["system"] == "ours"][:3]
+    for r, method in zip(ours, ("genetic", "genetic_kl", "random"), strict=True):
+        r.update(scheduler=method, best_cost_s=50.0, seed=0)
+    write_rows(tmp_path, ours)
+    paths = build_report(tmp_path)
+    assert {p.name for p in paths.figures} >= {"fig4.png"}
+    assert (tmp_path / "fig4.png").stat().st_size > 1000
 
 
 def test_report_of_an_empty_study(tmp_path):

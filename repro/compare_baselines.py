@@ -1,0 +1,289 @@
+"""Side-by-side table: our runtime vs the best Megatron / DeepSpeed grid points (paper §4.2).
+
+    python -m repro.compare_baselines [BASELINES_DIR] [OURS_DIR]
+    # defaults: results/baselines (studies sweep=baselines_emulated / baselines_loopback4)
+    #           results/emulation (study sweep=emulation)
+
+The report of the real-baseline studies. Reads the baseline rows (``mode=emulate
+system=megatron|deepspeed grid=true``, ``BASELINES_DIR/emulated/``) and our runtime's rows on
+the same emulated settings (``OURS_DIR``), matches them on case, devices, batch, model shape and
+scale factors, and writes ``BASELINES_DIR/COMPARISON.md``: per setting the measured iteration
+time of ours (scheduled layout, and random layouts), of each baseline's best grid point, each
+beside the simulator's prediction for the same setting. The loopback grids
+(``BASELINES_DIR/loopback4/``) get a table of their own.
+
+Two predictions per baseline point: the one stored in the row when it ran ("sim at run"), and
+the current simulator's ("sim now": :func:`baselines.grid.predict_iter_time_s` with the gloo
+transport on the same scaled cluster and a CPU-calibrated hardware model timed here), so a model
+change is judged on the same measurements without rerunning the emulation.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the checkout importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import pandas as pd  # noqa: E402
+
+from system.results import atomic_write_text  # noqa: E402
+
+MATCH = [
+    "case",
+    "devices",
+    "global_batch_size",
+    "hidden_size",
+    "seq_length",
+    "vocab_size",
+    "emu_bandwidth_scale",
+    "emu_delay_scale",
+]
+
+
+def _rows(d: Path) -> pd.DataFrame:
+    """``d/runs.csv`` (system/results.collect), lists as their JSON text; empty if absent."""
+    if not (d / "runs.csv").exists():
+        return pd.DataFrame()
+    df = pd.read_csv(d / "runs.csv")
+    for k in ("case", "devices"):
+        if k in df:
+            df[k] = df[k].map(
+                lambda v: (
+                    json.dumps(json.loads(v))
+                    if isinstance(v, str) and v.startswith("[")
+                    else str(v)
+                )
+            )
+    return df
+
+
+def _spec(r):
+    from baselines.grid import BaselineSpec
+
+    return BaselineSpec(
+        system=r.system,
+        model=r.model,
+        layers=int(r.num_layers),
+        hidden_size=int(r.hidden_size),
+        seq_length=int(r.seq_length),
+        vocab_size=int(r.vocab_size),
+        tp=int(r.tp),
+        pp=int(r.pp),
+        dp=int(r.dp),
+        zero=None if pd.isna(r.zero) else int(r.zero),
+        global_batch_size=int(r.global_batch_size),
+        micro_batch_size=int(r.micro_batch_size),
+    )
+
+
+def predict_now(base: pd.DataFrame) -> pd.Series:
+    """The current simulator's prediction (gloo, CPU-calibrated) for every ok emulated row."""
+    from baselines.grid import predict_iter_time_s
+    from baselines.megatron.common import calibrated_cpu_hardware
+    from system.cases import get_case
+    from system.emulation.plan import make_plan
+    from system.simulator.comm import GLOO
+
+    hardware, out = {}, pd.Series(float("nan"), index=base.index)
+    for i, r in base[base.status == "ok"].iterrows():
+        spec = _spec(r)
+        shape = (
+            spec.hidden_size,
+            spec.seq_length,
+            spec.vocab_size,
+            spec.layers,
+            spec.micro_batch_size,
+        )
+        if shape not in hardware:
+            hardware[shape] = calibrated_cpu_hardware(spec)
+        full = get_case(str(r.case), "paper")
+        cluster = make_plan(
+            full.subset(json.loads(r.devices)),
+            bandwidth_scale=float(r.emu_bandwidth_scale),
+            delay_scale=float(r.emu_delay_scale),
+        ).scaled_cluster()
+        pred = predict_iter_time_s(spec, cluster, hardware[shape], GLOO)
+        out[i] = float("nan") if pred is None else pred
+    return out
+
+
+def accuracy_table(base: pd.DataFrame) -> str:
+    """Per system and variant: sim/meas over the ok grid points, at run and now."""
+    ok = base[(base.status == "ok") & base.sim_now_s.notna()].copy()
+    ok["variant"] = [
+        (
+            "zero3"
+            if r.system == "deepspeed" and int(r.pp) == 1
+            else "dp only"
+            if int(r.pp) == 1
+            else "pipeline"
+        )
+        for r in ok.itertuples()
+    ]
+    lines = [
+        "| system | variant | points | sim/meas at run (median, range) | sim/meas now "
+        "(median, range) | MAPE now |",
+        "|---" * 6 + "|",
+    ]
+    for (system, variant), g in ok.groupby(["system", "variant"]):
+        old = g.predicted_iter_time_s / g.iter_time_s
+        new = g.sim_now_s / g.iter_time_s
+        lines.append(
+            f"| {system} | {variant} | {len(g)} | {old.median():.2f} ({old.min():.2f}–"
+            f"{old.max():.2f}) | {new.median():.2f} ({new.min():.2f}–{new.max():.2f}) | "
+            f"{100 * (new - 1).abs().mean():.0f}% |"
+        )
+    from scipy.stats import kendalltau
+
+    lines += [
+        "",
+        "Ranking of the grid points (Kendall τ of simulated vs measured, per case and system):",
+        "",
+        "| case | system | points | τ at run | τ now | fastest measured | fastest now |",
+        "|---" * 7 + "|",
+    ]
+    for (case, system), g in ok.groupby(["case", "system"]):
+        t_old = kendalltau(g.predicted_iter_time_s, g.iter_time_s).statistic
+        t_new = kendalltau(g.sim_now_s, g.iter_time_s).statistic
+        lines.append(
+            f"| {case} | {system} | {len(g)} | {t_old:.2f} | {t_new:.2f} | "
+            f"{_config(g.loc[g.iter_time_s.idxmin()])} | "
+            f"{_config(g.loc[g.sim_now_s.idxmin()])} |"
+        )
+    return "\n".join(lines)
+
+
+def _config(r) -> str:
+    z = f" zero{int(r.zero)}" if r.system == "deepspeed" else ""
+    return f"tp{int(r.tp)} pp{int(r.pp)} dp{int(r.dp)} mb{int(r.micro_batch_size)}{z}"
+
+
+def emulated_table(base: pd.DataFrame, ours: pd.DataFrame) -> str:
+    lines = [
+        "| case | devices | batch | system | config | measured s/iter | sim at run s/iter |"
+        " sim now s/iter | sim now/meas | grid points (ok/invalid/failed) |",
+        "|---" * 10 + "|",
+    ]
+    for key, grp in base.groupby(MATCH, dropna=False):
+        sel = ours
+        for k, v in zip(MATCH, key, strict=True):
+            sel = sel[sel[k] == v] if k in sel else sel.iloc[0:0]
+        case, devices, batch = key[0], key[1], int(key[2])
+        for name, o in (
+            ("ours (scheduled)", sel[sel.system == "ours"]),
+            ("ours (random, mean)", sel[sel.system == "ours_random"]),
+        ):
+            o = o[o.status == "ok"]
+            if len(o):
+                meas, sim = o.iter_time_s.mean(), o.sim_iter_time_s.mean()
+                cfg = f"pp{int(o.pp.iloc[0])} dp{int(o.dp.iloc[0])}, {len(o)} run(s)"
+                lines.append(
+                    f"| {case} | {devices} | {batch} | {name} | {cfg} | {meas:.2f} | "
+                    f"{sim:.2f} | {sim:.2f} | {sim / meas:.2f} | |"
+                )
+        for system in ("megatron", "deepspeed"):
+            g = grp[grp.system == system]
+            if g.empty:
+                continue
+            ok = g[g.status == "ok"]
+            counts = (
+                f"{len(ok)}/{(g.status == 'invalid').sum()}/"
+                f"{len(g) - len(ok) - (g.status == 'invalid').sum()}"
+            )
+            if ok.empty:
+                lines.append(
+                    f"| {case} | {devices} | {batch} | {system} | none ran | | | | | {counts} |"
+                )
+                continue
+            b = ok.loc[ok.iter_time_s.idxmin()]
+            pred, now = b.get("predicted_iter_time_s"), b.get("sim_now_s")
+            ps = f"{pred:.2f}" if pd.notna(pred) else "n/a"
+            ns = f"{now:.2f}" if pd.notna(now) else "n/a"
+            ratio = f"{now / b.iter_time_s:.2f}" if pd.notna(now) else ""
+            lines.append(
+                f"| {case} | {devices} | {batch} | {system} (best) | {_config(b)} | "
+                f"{b.iter_time_s:.2f} | {ps} | {ns} | {ratio} | {counts} |"
+            )
+    return "\n".join(lines)
+
+
+def grid_table(base: pd.DataFrame) -> str:
+    lines = [
+        "| case | system | config | status | measured s/iter | sim at run s/iter | sim now "
+        "s/iter | loss first → last |",
+        "|---" * 8 + "|",
+    ]
+    order = ["case", "system", "tp", "pp", "dp", "micro_batch_size"]
+    for _, r in base.sort_values(order).iterrows():
+        meas = f"{r.iter_time_s:.3f}" if pd.notna(r.iter_time_s) else ""
+        pred = r.get("predicted_iter_time_s")
+        ps = f"{pred:.3f}" if pd.notna(pred) else ""
+        now = r.get("sim_now_s")
+        ns = f"{now:.3f}" if now is not None and pd.notna(now) else ""
+        loss = (
+            f"{r.loss_first:.3f} → {r.loss_last:.3f}"
+            if r.status == "ok"
+            else str(r.get("error", ""))[:60].replace("|", "/")
+        )
+        lines.append(
+            f"| {r.case} | {r.system} | {_config(r)} | {r.status} | {meas} | {ps} | {ns} | {loss} |"
+        )
+    return "\n".join(lines)
+
+
+ACCURACY_NOTE = """\
+"At run": the model of the commit in each row's `git_sha` (this grid: the gloo model below
+without DeepSpeed's own schedule, ZeRO-1 all-gather and loss broadcast). The model before
+(1F1B as Σ slot + (m − 1)·max slot, one-way link times, fp16 gradient bytes, textbook ring)
+predicted 0.41–0.54× of the measured Megatron points and 0.25–0.51× of DeepSpeed's pipeline
+points. "Now": 1F1B replayed event by event in each framework's op order (Megatron's batched
+send+receive calls; DeepSpeed's TrainSchedule with separate blocking sends and receives), gloo's
+rendezvous (a message leaves only after the receiver's posted-receive notice crossed back),
+gloo's segmented ring all-reduce (1 MiB segments, 2 in flight, empty segments skipped), fp32
+gradients, Megatron's gradient-norm all-reduce over the model-parallel group, DeepSpeed's
+ZeRO-1 all-gather after the step and its loss all-reduce + broadcast (each found by tracing one
+emulated run per framework). Left: DeepSpeed's pipeline points are still 10–20% slower than
+modelled, ZeRO-3 uses textbook rings (its bucketed all-gathers on gloo are not modelled)."""
+
+
+def main(argv: list[str]) -> int:
+    here = Path(argv[0]) if argv else Path("results/baselines")
+    ours_dir = Path(argv[1]) if len(argv) > 1 else Path("results/emulation")
+    for d in (here, ours_dir):
+        if not d.is_dir():
+            print(f"error: {d} is not a results folder", file=sys.stderr)
+            return 2
+    base, ours = _rows(here / "emulated"), _rows(ours_dir)
+    parts = ["# Real baselines vs our runtime (generated by python -m repro.compare_baselines)", ""]
+    if not base.empty:
+        base["sim_now_s"] = predict_now(base)
+        parts += [
+            "## Emulated WAN (namespaces), best grid point per baseline",
+            "",
+            emulated_table(base, ours),
+            "",
+            "### Simulator accuracy on the baselines",
+            "",
+            accuracy_table(base),
+            "",
+            ACCURACY_NOTE,
+            "",
+            "### Every emulated grid point",
+            "",
+            grid_table(base),
+            "",
+        ]
+    loop = _rows(here / "loopback4")
+    if not loop.empty:
+        parts += ["## Loopback, 4 CPU ranks (no WAN): every grid point", "", grid_table(loop), ""]
+    out = here / "COMPARISON.md"
+    atomic_write_text(out, "\n".join(parts))
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
