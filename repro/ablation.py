@@ -137,11 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from repro.console import console, setup_logging
 
     setup_logging()
-    try:
-        cfg = script_args(Args, argv)
-    except ConfigError as e:
-        log.error("%s", e)
-        return 2
+    cfg = script_args(Args, argv)  # exits 2 with one line on a bad argument
     _, summary = run(cfg)
     console().print(summary.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     return 0

@@ -29,7 +29,7 @@ if __package__ in (None, ""):  # run as a script: make the checkout importable
 import numpy as np
 import pandas as pd
 
-from repro.config import ConfigError, int_list, script_args
+from repro.config import int_list, script_args
 from system.assignment import Assignment
 from system.cases import get_case
 from system.cluster import Cluster
@@ -174,11 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from repro.console import console, setup_logging
 
     setup_logging()
-    try:
-        cfg = script_args(Args, argv)
-    except ConfigError as e:
-        log.error("%s", e)
-        return 2
+    cfg = script_args(Args, argv)  # exits 2 with one line on a bad argument
     df = run(cfg)
     table = Table(title="mixed fleet: simulated iteration time per plan")
     for c in (

@@ -92,13 +92,9 @@ class Args:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from repro.config import ConfigError, script_args
+    from repro.config import script_args
 
-    try:
-        args = script_args(Args, argv)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    args = script_args(Args, argv)  # exits 2 with one line on a bad argument
     sweep, rounds, n_jobs = args["sweep"], args["rounds"], args["n_jobs"]
     walls: dict[str, list[float]] = {k: [] for k in LAUNCHERS}
     ids: dict[str, set[str]] = {}

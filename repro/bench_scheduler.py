@@ -226,11 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from repro.console import console, setup_logging
 
     setup_logging()
-    try:
-        cfg = script_args(Args, argv)
-    except ConfigError as e:
-        log.error("%s", e)
-        return 2
+    cfg = script_args(Args, argv)  # exits 2 with one line on a bad argument
     df = run(cfg)
     table = Table(title="scheduler benchmark (TOTAL = DP + 2 PP, seconds per iteration)")
     for c in ("section", "case", "seed", "devices", "pp x dp", "row", "TOTAL s", "bound s",

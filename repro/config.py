@@ -778,10 +778,16 @@ def int_list(key: str, text: str, *, low: int = 0) -> list[int]:
 
 def script_args(schema: type, argv: Sequence[str] | None) -> dict:
     """A benchmark script's ``key=value`` arguments over its dataclass ``schema``, as a dict:
-    the same typed parsing and one-line errors as :func:`parse_cli`."""
+    the same typed parsing as :func:`parse_cli`; a bad argument prints one ``error:`` line and
+    exits with status 2 before any work."""
     import sys
 
-    return dataclasses.asdict(parse_cli(schema, sys.argv[1:] if argv is None else argv))
+    try:
+        parsed = parse_cli(schema, sys.argv[1:] if argv is None else argv)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    return dataclasses.asdict(parsed)
 
 
 def _nested(pairs: dict) -> dict:
