@@ -60,6 +60,10 @@ def cleanup(*, force: bool = False, dry_run: bool = False) -> dict:
     live = set() if force else _live_namespaces()
     dirs = []
     for d in STATE_ROOT.glob(f"{PREFIX}*"):
+        # Only an emulation's own state folder (it holds state.json): other tools keep folders
+        # under the same prefix (the runtime's run logs, the single-node Slurm's state).
+        if not (d / "state.json").is_file():
+            continue
         try:
             st = json.loads((d / "state.json").read_text())
             owned = set(st.get("namespaces", []))
