@@ -48,12 +48,18 @@ pytestmark = [
 ROOT = Path(__file__).resolve().parents[2]
 TAG_PREFIX = "mh"  # this test's namespaces only: dtfm-mh<pid hex>-*
 WAN_DELAY_MS = 20.0  # one-way (RTT 40 ms)
-WAN_GBPS = 0.05  # 50 Mbit/s goodput between the hosts
+# Sizes: the simulator over-predicts this run by a roughly fixed ~40 ms per iteration, so the
+# messages are made large enough for that to stay small. With 64 KiB messages at 50 Mbit/s it was
+# +12..+18% on 2 cores; part of it is HTB's token bucket (8 ms of rate, refilled while a direction
+# idles between the forward and the backward pass; the alpha-beta model has no burst): a 1 ms
+# bucket gave +10%. The rest is not yet attributed. Here each message (1 x 64 x 512 fp32 =
+# 128 KiB) is about 6x the bucket (20 KB at 20 Mbit/s) and the run measured +4%.
+WAN_GBPS = 0.02  # 20 Mbit/s goodput between the hosts
 LOCAL_GBPS, LOCAL_DELAY_MS = 5.0, 0.05  # ranks of one host talk over loopback
 RUN_TIMEOUT_S = 300
 SPEC = dict(
     model="debug",
-    hidden_size=256,
+    hidden_size=512,
     seq_length=64,
     vocab_size=128,
     global_batch_size=8,
