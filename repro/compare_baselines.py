@@ -305,7 +305,7 @@ def grid_table(base: pd.DataFrame) -> str:
         now = r.get("sim_now_s")
         ns = f"{now:.3f}" if now is not None and pd.notna(now) else ""
         loss = (
-            f"{r.loss_first:.3f} → {r.loss_last:.3f}"
+            f"{r.loss_first:.3f} → {r.get('final_loss', r.get('loss_last')):.3f}"
             if r.status == "ok"
             else str(r.get("error", ""))[:60].replace("|", "/")
         )
@@ -317,8 +317,10 @@ def grid_table(base: pd.DataFrame) -> str:
 
 
 ACCURACY_NOTE = """\
-"At run": the model of the commit in each row's `git_sha` (this grid: the gloo model below
-without DeepSpeed's own schedule, ZeRO-1 all-gather and loss broadcast). The model before
+"At run": the model of the commit in each row's `git_sha` (the launch-order grid: the gloo model
+below without DeepSpeed's own schedule, ZeRO-1 all-gather and loss broadcast; the topology grid:
+the model "now"). "Now" re-times the CPU-calibrated hardware model on each build, so it moves a
+few percent with this machine's load. The model before
 (1F1B as Σ slot + (m − 1)·max slot, one-way link times, fp16 gradient bytes, textbook ring)
 predicted 0.41–0.54× of the measured Megatron points and 0.25–0.51× of DeepSpeed's pipeline
 points. "Now": 1F1B replayed event by event in each framework's op order (Megatron's batched
@@ -353,7 +355,9 @@ def main(argv: list[str]) -> int:
             "`rank map`: device of global rank 0, 1, ...). The topology grids ran micro-batch 2 "
             "only (it beat micro-batch 1 at every shape in the launch-order grids). "
             "`baseline/ours measured`: the baseline's best measured iteration time over ours "
-            "(scheduled layout) on the same setting.",
+            "(scheduled layout) on the same setting. `load avg 1m`: this machine's 1-minute load "
+            "average before → after the run (2 cores shared with other work; rows from before it "
+            "was recorded leave it empty).",
             "",
             "### Topology placement vs launch order, per grid point",
             "",
