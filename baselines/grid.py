@@ -7,10 +7,13 @@ returns rank 0's metrics, :func:`run_grid` runs every point of a grid and keeps 
 rows with ``status`` ``invalid`` / ``oom`` / ``failed`` / ``timeout`` instead of dropping them.
 
 Launching: :func:`system.runtime.launch.run_ranks`, the launcher our runtime uses too: torchrun
-on this machine; with ``rank_prefix[i]`` / ``rank_env[i]`` one process per rank, e.g. inside
-network namespaces (``["ip", "netns", "exec", "ns3"]`` and ``{"GLOO_SOCKET_IFNAME": "eth0"}``,
-with ``master_addr`` a namespace address). On a multi-host cluster start the same workers with
-torchrun yourself, one spec file everywhere::
+on this machine; with ``rank_prefix[i]`` / ``rank_env[i]`` (per device) one process per rank,
+e.g. inside network namespaces (``["ip", "netns", "exec", "ns3"]`` and
+``{"GLOO_SOCKET_IFNAME": "eth0"}``, with ``master_addr`` a namespace address). A rank map
+(:mod:`baselines.placement`: launch order, or the topology-aware map :func:`place_spec` finds
+with the same simulator that predicts the run) puts global rank r on device ``rank_map[r]``;
+:func:`run_grid` takes one map per point and records it in the point's result. On a multi-host
+cluster start the same workers with torchrun yourself, one spec file everywhere::
 
     torchrun --nnodes N --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:29500 \\
         -m baselines.megatron.train spec.json        # or baselines.deepspeed.train
@@ -23,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import tempfile
 import time
 from collections.abc import Sequence
@@ -30,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from baselines.placement import PLACEMENTS, RankMap, launch_map, search_placement
 from baselines.spec import SYSTEMS, BaselineSpec, check_spec, metrics_from
 from system.cluster import Cluster
 from system.runtime.launch import LaunchError, LaunchTimeout, run_ranks  # torch-free
@@ -37,9 +42,20 @@ from system.workload import Workload
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SYSTEMS", "BaselineSpec", "check_spec", "metrics_from", "run_point",
-           "local_cluster", "grid_points", "run_grid", "best_point", "emulation_kwargs",
-           "predict_iter_time_s"]
+__all__ = [
+    "SYSTEMS",
+    "BaselineSpec",
+    "check_spec",
+    "metrics_from",
+    "run_point",
+    "local_cluster",
+    "grid_points",
+    "run_grid",
+    "best_point",
+    "emulation_kwargs",
+    "predict_iter_time_s",
+    "place_spec",
+]
 
 _ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,12 +71,24 @@ def _failure_status(text: str) -> str:
     return "failed"
 
 
-def run_point(spec: BaselineSpec, *, rank_prefix=None, rank_env=None, master_addr="127.0.0.1",
-              timeout_s: float = 300.0, work_dir: str | Path | None = None) -> dict:
+def run_point(
+    spec: BaselineSpec,
+    *,
+    rank_prefix=None,
+    rank_env=None,
+    master_addr="127.0.0.1",
+    timeout_s: float = 300.0,
+    work_dir: str | Path | None = None,
+    rank_map=None,
+    device_addrs=None,
+) -> dict:
     """Run one configuration; returns ``{"status": ..., **metrics}`` (never raises on failure).
 
     ``status`` is ``ok``, ``invalid`` (rejected by :func:`check_spec`, with ``error``), ``oom``,
-    ``failed`` or ``timeout``.
+    ``failed`` or ``timeout``. ``rank_prefix``/``rank_env``/``device_addrs`` are per device and
+    ``rank_map[r]`` the device of global rank r (:func:`system.runtime.launch.run_ranks`). The
+    result has the 1-minute load average of this machine before and after the run
+    (``load_avg_1m_start``/``_end``: other processes on a shared machine slow the ranks).
     """
     try:
         check_spec(spec)
@@ -74,25 +102,50 @@ def run_point(spec: BaselineSpec, *, rank_prefix=None, rank_env=None, master_add
     spec_path = work / "spec.json"
     spec_path.write_text(spec.to_json())
     module = f"baselines.{spec.system}.train"
+    load = {"load_avg_1m_start": os.getloadavg()[0]}
     t0 = time.monotonic()
     try:
-        run_ranks(module, [str(spec_path)], world_size=spec.world_size, rank_prefix=rank_prefix,
-                  rank_env=rank_env, master_addr=master_addr, timeout_s=timeout_s, log_dir=work)
+        run_ranks(
+            module,
+            [str(spec_path)],
+            world_size=spec.world_size,
+            rank_prefix=rank_prefix,
+            rank_env=rank_env,
+            master_addr=master_addr,
+            timeout_s=timeout_s,
+            log_dir=work,
+            rank_map=rank_map,
+            device_addrs=device_addrs,
+        )
     except LaunchTimeout as e:
         return {"status": "timeout", "error": str(e)[:500], "wall_s": time.monotonic() - t0}
     except LaunchError as e:
         text = e.log_tail or _tail(work / f"rank{e.rank or 0}.log")
-        log.warning("%s failed (rank %s, exit code %s); log tail:\n%s", spec.label(), e.rank,
-                    e.returncode, text[-1500:])
-        return {"status": _failure_status(text), "error": text[-500:], "failed_rank": e.rank,
-                "exit_code": e.returncode, "wall_s": time.monotonic() - t0}
+        log.warning(
+            "%s failed (rank %s, exit code %s); log tail:\n%s",
+            spec.label(),
+            e.rank,
+            e.returncode,
+            text[-1500:],
+        )
+        return {
+            "status": _failure_status(text),
+            "error": text[-500:],
+            "failed_rank": e.rank,
+            "exit_code": e.returncode,
+            "wall_s": time.monotonic() - t0,
+        }
     wall_s = time.monotonic() - t0
     if not result_path.exists():
         text = _tail(work / "rank0.log")
-        return {"status": "failed", "error": "all ranks exited 0 but rank 0 wrote no result: "
-                + text[-400:], "wall_s": wall_s}
+        return {
+            "status": "failed",
+            "error": "all ranks exited 0 but rank 0 wrote no result: " + text[-400:],
+            "wall_s": wall_s,
+        }
     out = json.loads(result_path.read_text())
-    return {"status": "ok", **out, "wall_s": wall_s}
+    load["load_avg_1m_end"] = os.getloadavg()[0]
+    return {"status": "ok", **out, "wall_s": wall_s, **load}
 
 
 # ---------------------------------------------------------------- grid search
@@ -103,9 +156,14 @@ def local_cluster(num_devices: int) -> Cluster:
     if num_devices < 1:
         raise ValueError(f"local_cluster: num_devices must be >= 1, got {num_devices}")
     off = 1.0 - np.eye(num_devices)
-    return Cluster(name=f"local{num_devices}", region_of=("local",) * num_devices,
-                   host_of=(0,) * num_devices, delay_ms=off * 0.05, bandwidth_gbps=off * 10.0,
-                   description="ranks on this machine (loopback)")
+    return Cluster(
+        name=f"local{num_devices}",
+        region_of=("local",) * num_devices,
+        host_of=(0,) * num_devices,
+        delay_ms=off * 0.05,
+        bandwidth_gbps=off * 10.0,
+        description="ranks on this machine (loopback)",
+    )
 
 
 def _raw_points(system: str, n: int, micro_batch_sizes: Sequence[int]) -> list[tuple]:
@@ -119,9 +177,15 @@ def _raw_points(system: str, n: int, micro_batch_sizes: Sequence[int]) -> list[t
     return [(tp, pp, dp, mb, z) for tp, pp, dp, z in shapes for mb in micro_batch_sizes]
 
 
-def grid_points(system: str, cluster: Cluster, workload: Workload, *, base: BaselineSpec,
-                micro_batch_sizes: Sequence[int] | None = None,
-                memory_limit_bytes: float | None = None) -> list[tuple[BaselineSpec, str | None]]:
+def grid_points(
+    system: str,
+    cluster: Cluster,
+    workload: Workload,
+    *,
+    base: BaselineSpec,
+    micro_batch_sizes: Sequence[int] | None = None,
+    memory_limit_bytes: float | None = None,
+) -> list[tuple[BaselineSpec, str | None]]:
     """The grid for ``system``: ``(spec, reason)`` pairs, ``reason`` None when runnable.
 
     Runnable points are exactly the simulator's space (:mod:`baselines.space`); every other shape
@@ -133,13 +197,16 @@ def grid_points(system: str, cluster: Cluster, workload: Workload, *, base: Base
     if system not in SYSTEMS:
         raise ValueError(f"grid: system {system!r} is not one of {SYSTEMS}")
     enum = space.megatron_space if system == "megatron" else space.deepspeed_space
-    configs = {(c.tp, c.pp, c.dp, c.micro_batch_size, c.zero if system == "deepspeed" else None): c
-               for c in enum(cluster, workload)}
+    configs = {
+        (c.tp, c.pp, c.dp, c.micro_batch_size, c.zero if system == "deepspeed" else None): c
+        for c in enum(cluster, workload)
+    }
     mbs = tuple(micro_batch_sizes or space.MICRO_BATCH_SIZES)
     out = []
     for tp, pp, dp, mb, zero in _raw_points(system, cluster.num_devices, mbs):
-        spec = dataclasses.replace(base, system=system, tp=tp, pp=pp, dp=dp, micro_batch_size=mb,
-                                   zero=zero)
+        spec = dataclasses.replace(
+            base, system=system, tp=tp, pp=pp, dp=dp, micro_batch_size=mb, zero=zero
+        )
         cfg = configs.get((tp, pp, dp, mb, zero))
         reason = None
         if cfg is None:
@@ -156,24 +223,51 @@ def grid_points(system: str, cluster: Cluster, workload: Workload, *, base: Base
     return out
 
 
-def run_grid(points: Sequence[tuple[BaselineSpec, str | None]], *, run=run_point,
-             **run_kwargs) -> list[tuple[BaselineSpec, dict]]:
+def run_grid(
+    points: Sequence[tuple[BaselineSpec, str | None]],
+    *,
+    run=run_point,
+    rank_maps: Sequence[RankMap | None] | None = None,
+    **run_kwargs,
+) -> list[tuple[BaselineSpec, dict]]:
     """Run every runnable point (``run(spec, **run_kwargs)``); others get their status unrun.
 
     Returns ``(spec, result)`` for every point, in order; ``result["status"]`` is ``ok`` for
-    measured points. ``run`` is :func:`run_point` by default (emulation passes namespaces
-    through ``run_kwargs``; tests pass a stand-in).
+    measured points. A reason starting ``oom`` records ``oom``, one starting ``skipped``
+    records ``skipped`` (not run on purpose), any other ``invalid``. ``run`` is
+    :func:`run_point` by default (emulation passes namespaces through ``run_kwargs``; tests
+    pass a stand-in). ``rank_maps`` (one per point, aligned with ``points``): a point with a
+    map runs with ``rank_map=list(map.devices)`` and its result records ``placement``,
+    ``rank_map`` and ``placement_how``.
     """
+    if rank_maps is not None and len(rank_maps) != len(points):
+        raise ValueError(f"run_grid: {len(rank_maps)} rank maps for {len(points)} points")
     results = []
-    for spec, reason in points:
+    for i, (spec, reason) in enumerate(points):
+        rm = rank_maps[i] if rank_maps is not None else None
+        placed = (
+            {}
+            if rm is None
+            else {
+                "placement": rm.placement,
+                "rank_map": list(rm.devices),
+                "placement_how": rm.how,
+            }
+        )
         if reason is not None:
-            status = "oom" if reason.startswith("oom") else "invalid"
-            results.append((spec, {"status": status, "error": reason}))
+            status = next((s for s in ("oom", "skipped") if reason.startswith(s)), "invalid")
+            results.append((spec, {"status": status, "error": reason, **placed}))
             continue
-        res = run(spec, **run_kwargs)
+        kw = run_kwargs if rm is None else {**run_kwargs, "rank_map": list(rm.devices)}
+        res = {**run(spec, **kw), **placed}
         ok = res["status"] == "ok"
-        log.info("grid %s: %s %s", spec.label(), res["status"],
-                 f"{res['iter_time_s']:.3f} s/iter" if ok else res.get("error", "")[:200])
+        log.info(
+            "grid %s%s: %s %s",
+            spec.label(),
+            "" if rm is None else f" ranks on devices {list(rm.devices)}",
+            res["status"],
+            f"{res['iter_time_s']:.3f} s/iter" if ok else res.get("error", "")[:200],
+        )
         results.append((spec, res))
     return results
 
@@ -185,42 +279,89 @@ def best_point(results: Sequence[tuple[BaselineSpec, dict]]) -> tuple[BaselineSp
 
 
 def emulation_kwargs(emu) -> dict:
-    """``run_point``/``run_grid`` keyword arguments that run rank i inside device i's namespace.
+    """``run_point``/``run_grid`` keyword arguments that run ranks inside the devices' namespaces.
 
     ``emu`` is a :class:`system.emulation.netns.Emulation` (anything with ``plan.num_devices``,
-    ``exec_prefix(i)``, ``rank_env(i)`` and ``master_addr``).
+    ``plan.ip(i)``, ``exec_prefix(i)``, ``rank_env(i)`` and ``master_addr``). The lists are per
+    device: with a rank map, global rank r runs in device ``rank_map[r]``'s namespace and the
+    rendezvous is at the address of rank 0's device.
     """
     n = emu.plan.num_devices
-    return {"rank_prefix": [emu.exec_prefix(i) for i in range(n)],
-            "rank_env": [emu.rank_env(i) for i in range(n)], "master_addr": emu.master_addr}
+    return {
+        "rank_prefix": [emu.exec_prefix(i) for i in range(n)],
+        "rank_env": [emu.rank_env(i) for i in range(n)],
+        "master_addr": emu.master_addr,
+        "device_addrs": [emu.plan.ip(i) for i in range(n)],
+    }
 
 
-def predict_iter_time_s(spec: BaselineSpec, cluster: Cluster, hardware=None,
-                        transport=None) -> float | None:
-    """The simulator's iteration time for ``spec`` on ``cluster`` (baselines/*/perf.py).
-
-    ``hardware`` is a :class:`system.simulator.hardware.Hardware` (default V100), ``transport``
-    a :class:`system.simulator.comm.Transport` (default NCCL; the CPU runs use GLOO). None when
-    the simulator has no model for the point (it raises ValueError, e.g. ZeRO-0/2 or TP across
-    hosts).
-    """
+def _baseline_config(spec: BaselineSpec):
     from baselines.space import BaselineConfig
 
-    cfg = BaselineConfig(system=spec.system, tp=spec.tp, pp=spec.pp, dp=spec.dp,
-                         micro_batch_size=spec.micro_batch_size, zero=spec.zero or 0)
+    return BaselineConfig(
+        system=spec.system,
+        tp=spec.tp,
+        pp=spec.pp,
+        dp=spec.dp,
+        micro_batch_size=spec.micro_batch_size,
+        zero=spec.zero or 0,
+    )
+
+
+def _simulate(spec: BaselineSpec, cluster: Cluster, hardware, transport, rank_map):
+    """baselines/*/perf.py's SimResult for ``spec`` with ``rank_map`` (ValueError: no model)."""
     kw = {} if hardware is None else {"hardware": hardware}
     if transport is not None:
         kw["transport"] = transport
+    cfg = _baseline_config(spec)
+    rm = None if rank_map is None else [int(d) for d in rank_map]
+    if spec.system == "megatron":
+        from baselines.megatron.perf import simulate_megatron
+
+        return simulate_megatron(cluster, spec.workload(), cfg, rank_map=rm, **kw)
+    from baselines.deepspeed.perf import simulate_deepspeed
+
+    return simulate_deepspeed(cluster, spec.workload(), cfg, rank_map=rm, **kw)
+
+
+def predict_iter_time_s(
+    spec: BaselineSpec, cluster: Cluster, hardware=None, transport=None, rank_map=None
+) -> float | None:
+    """The simulator's iteration time for ``spec`` on ``cluster`` (baselines/*/perf.py).
+
+    ``hardware`` is a :class:`system.simulator.hardware.Hardware` (default V100), ``transport``
+    a :class:`system.simulator.comm.Transport` (default NCCL; the CPU runs use GLOO),
+    ``rank_map`` the device of each global rank (default launch order). None when the simulator
+    has no model for the point (it raises ValueError, e.g. ZeRO-0/2 or TP across hosts).
+    """
     try:
-        if spec.system == "megatron":
-            from baselines.megatron.perf import simulate_megatron
-
-            res = simulate_megatron(cluster, spec.workload(), cfg, **kw)
-        else:
-            from baselines.deepspeed.perf import simulate_deepspeed
-
-            res = simulate_deepspeed(cluster, spec.workload(), cfg, **kw)
+        res = _simulate(spec, cluster, hardware, transport, rank_map)
     except ValueError as e:
         log.info("no simulator prediction for %s: %s", spec.label(), e)
         return None
     return float(res.iter_time_s)
+
+
+def place_spec(
+    spec: BaselineSpec, cluster: Cluster, placement: str, hardware=None, transport=None
+) -> RankMap:
+    """The rank map ``spec`` runs under on ``cluster``: ``launch`` (rank r on device r, the
+    paper's protocol) or ``topology`` (:func:`baselines.placement.search_placement`, ranked by
+    the same simulator, hardware and transport as :func:`predict_iter_time_s`, so a row's
+    prediction and its measured run use one map). A point the simulator has no model for keeps
+    launch order under ``topology`` too (``how`` says so)."""
+    if placement not in PLACEMENTS:
+        raise ValueError(f"baseline placement must be one of {PLACEMENTS}, got {placement!r}")
+    if placement == "launch":
+        return launch_map(cluster)
+    try:
+        _, rm = search_placement(
+            cluster,
+            spec.workload(),
+            _baseline_config(spec),
+            lambda cand: _simulate(spec, cluster, hardware, transport, cand.devices),
+        )
+    except ValueError as e:
+        devices = launch_map(cluster).devices
+        return RankMap("topology", devices, f"launch order (no simulator model: {e})")
+    return rm

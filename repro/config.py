@@ -222,6 +222,9 @@ class EmulateOptions:  # repro/modes/emulate.py, system/emulation (needs root)
     timeout_s: float = 600.0  # per emulated run
     schedule_trials: int = 300  # GA trials for the scheduled layout
     warmup_iters: int = 2  # iterations left out of the medians
+    # system=megatron|deepspeed: where global rank r runs (baselines/placement.py): launch =
+    # device r (the paper's protocol); topology = each point's topology-aware rank map
+    baseline_placement: str = "launch"
 
     def __post_init__(self) -> None:
         for k in ("max_devices", "hidden_size", "seq_length", "vocab_size", "schedule_trials"):
@@ -234,6 +237,7 @@ class EmulateOptions:  # repro/modes/emulate.py, system/emulation (needs root)
             _choice("emulate.layouts[]", name, EMULATE_LAYOUTS)
         _choice("emulate.on_verify_fail", self.on_verify_fail, VERIFY_ACTIONS)
         _choice("emulate.backend", self.backend, EMULATION_BACKENDS)
+        _choice("emulate.baseline_placement", self.baseline_placement, ("launch", "topology"))
 
 
 @dataclass

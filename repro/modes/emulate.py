@@ -35,11 +35,25 @@ from system.results import atomic_write_text, make_row, write_rows
 
 log = logging.getLogger(__name__)
 
-DEFAULTS = {"devices": None, "max_devices": 8, "bandwidth_scale": 0.1, "delay_scale": 1.0,
-            "layouts": ["scheduled", "random"], "random_layouts": 2, "verify_pairs": 6,
-            "verify_tolerance": 0.10, "on_verify_fail": "raise", "backend": "auto",
-            "hidden_size": 256, "seq_length": 64, "vocab_size": 128, "timeout_s": 600,
-            "schedule_trials": 300, "warmup_iters": 2}
+DEFAULTS = {
+    "devices": None,
+    "max_devices": 8,
+    "bandwidth_scale": 0.1,
+    "delay_scale": 1.0,
+    "layouts": ["scheduled", "random"],
+    "random_layouts": 2,
+    "verify_pairs": 6,
+    "verify_tolerance": 0.10,
+    "on_verify_fail": "raise",
+    "backend": "auto",
+    "hidden_size": 256,
+    "seq_length": 64,
+    "vocab_size": 128,
+    "timeout_s": 600,
+    "schedule_trials": 300,
+    "warmup_iters": 2,
+    "baseline_placement": "launch",
+}
 
 
 def _opts(cfg: DictConfig) -> dict:
@@ -47,7 +61,9 @@ def _opts(cfg: DictConfig) -> dict:
     user = OmegaConf.to_container(user, resolve=True) if user is not None else {}
     unknown = sorted(set(user) - set(DEFAULTS))
     if unknown:
-        raise ValueError(f"mode=emulate: unknown emulate.* key(s) {unknown}; known: {sorted(DEFAULTS)}")
+        raise ValueError(
+            f"mode=emulate: unknown emulate.* key(s) {unknown}; known: {sorted(DEFAULTS)}"
+        )
     return {**DEFAULTS, **{k: v for k, v in user.items() if v is not None or k == "devices"}}
 
 
@@ -59,18 +75,30 @@ def pick_devices(cluster, max_devices: int) -> list[int]:
     return list(first.values())[:max_devices]
 
 
-def _layouts(o: dict, cluster, sizes, pp: int, dp: int, seed: int) -> list[tuple[str, int, Assignment]]:
+def _layouts(
+    o: dict, cluster, sizes, pp: int, dp: int, seed: int
+) -> list[tuple[str, int, Assignment]]:
     out = []
     for name in o["layouts"]:
         if name == "scheduled":
             from system.scheduler import schedule
 
-            res = schedule(cluster, sizes, pp=pp, dp=dp, method="genetic", seed=seed,
-                           trials=int(o["schedule_trials"]), time_limit_s=60)
+            res = schedule(
+                cluster,
+                sizes,
+                pp=pp,
+                dp=dp,
+                method="genetic",
+                seed=seed,
+                trials=int(o["schedule_trials"]),
+                time_limit_s=60,
+            )
             out.append(("scheduled", seed, res.assignment))
         elif name == "random":
-            out += [("random", seed + k, random_assignment(pp, dp, seed + 1000 + k))
-                    for k in range(int(o["random_layouts"]))]
+            out += [
+                ("random", seed + k, random_assignment(pp, dp, seed + 1000 + k))
+                for k in range(int(o["random_layouts"]))
+            ]
         elif name == "identity":
             out.append(("identity", 0, Assignment(np.arange(pp * dp).reshape(pp, dp))))
         else:
@@ -83,8 +111,10 @@ def _delayer_lag(before: dict, after: dict) -> dict:
     difference of its cumulative counters, and the emulation's maximum so far."""
     n = after.get("delayed", 0) - before.get("delayed", 0)
     late = after.get("sum_late_s", 0.0) - before.get("sum_late_s", 0.0)
-    return {"delayer_mean_late_ms": 1e3 * late / n if n > 0 else float("nan"),
-            "delayer_max_late_ms": 1e3 * after.get("max_late_s", float("nan"))}
+    return {
+        "delayer_mean_late_ms": 1e3 * late / n if n > 0 else float("nan"),
+        "delayer_max_late_ms": 1e3 * after.get("max_late_s", float("nan")),
+    }
 
 
 def run(cfg: DictConfig) -> dict:
@@ -99,7 +129,9 @@ def run(cfg: DictConfig) -> dict:
 
         return run_baseline(cfg)
     if system not in ("all", "ours", "ours_random"):
-        raise ValueError(f"mode=emulate: system must be ours, megatron or deepspeed, got {system!r}")
+        raise ValueError(
+            f"mode=emulate: system must be ours, megatron or deepspeed, got {system!r}"
+        )
     o = _opts(cfg)
     full = get_case(str(cfg.case), str(cfg.get("case_variant", "paper")))
     devices = list(o["devices"]) if o["devices"] else pick_devices(full, int(o["max_devices"]))
@@ -108,54 +140,104 @@ def run(cfg: DictConfig) -> dict:
     dp = int(cfg.dp) if cfg.get("dp") is not None else 2
     pp = int(cfg.pp) if cfg.get("pp") is not None else n // dp
     if pp * dp != n:
-        raise ValueError(f"mode=emulate: pp={pp} x dp={dp} must equal the {n} emulated devices {devices}")
+        raise ValueError(
+            f"mode=emulate: pp={pp} x dp={dp} must equal the {n} emulated devices {devices}"
+        )
     batch = int(cfg.batch) if cfg.get("batch") is not None else 4 * dp
     warmup = int(o["warmup_iters"])
     if warmup < 0:
         raise ValueError(f"mode=emulate: emulate.warmup_iters must be >= 0, got {warmup}")
     seed, iters = int(cfg.seed), max(warmup + 1, int(cfg.iters))
-    base = RunSpec(model=str(cfg.model), layers=None if cfg.get("layers") is None else int(cfg.layers),
-                   hidden_size=int(o["hidden_size"]), seq_length=int(o["seq_length"]),
-                   vocab_size=int(o["vocab_size"]), pp=pp, dp=dp, global_batch_size=batch,
-                   micro_batch_size=int(cfg.micro_batch_size), iters=iters, seed=seed,
-                   warmup_iters=warmup)
+    base = RunSpec(
+        model=str(cfg.model),
+        layers=None if cfg.get("layers") is None else int(cfg.layers),
+        hidden_size=int(o["hidden_size"]),
+        seq_length=int(o["seq_length"]),
+        vocab_size=int(o["vocab_size"]),
+        pp=pp,
+        dp=dp,
+        global_batch_size=batch,
+        micro_batch_size=int(cfg.micro_batch_size),
+        iters=iters,
+        seed=seed,
+        warmup_iters=warmup,
+    )
     model = base.gpt_config()
     # the CPU runtime sends fp32 activations and fp32 gradients
-    wl = Workload(model=model, global_batch_size=batch, micro_batch_size=base.micro_batch_size,
-                  activation_bytes=4, gradient_bytes=4)
+    wl = Workload(
+        model=model,
+        global_batch_size=batch,
+        micro_batch_size=base.micro_batch_size,
+        activation_bytes=4,
+        gradient_bytes=4,
+    )
     wl.check_layout(pp, dp)
-    plan = make_plan(cluster, bandwidth_scale=float(o["bandwidth_scale"]),
-                     delay_scale=float(o["delay_scale"]))
+    plan = make_plan(
+        cluster, bandwidth_scale=float(o["bandwidth_scale"]), delay_scale=float(o["delay_scale"])
+    )
     scaled = plan.scaled_cluster()
     sizes = tasklet_sizes(wl, pp, dp)
     layouts = _layouts(o, scaled, sizes, pp, dp, seed)
     out_dir = Path(str(cfg.results_dir))
     rows, summary = [], []
     with netns.Emulation(plan, backend=str(o["backend"])) as emu:
-        report = verify_links(plan, pairs=int(o["verify_pairs"]), tolerance=float(o["verify_tolerance"]),
-                              on_fail=str(o["on_verify_fail"]), seed=seed)
+        report = verify_links(
+            plan,
+            pairs=int(o["verify_pairs"]),
+            tolerance=float(o["verify_tolerance"]),
+            on_fail=str(o["on_verify_fail"]),
+            seed=seed,
+        )
         report["backend"] = emu.backend
-        vpath = out_dir / "verify" / f"case{cfg.case}-{n}dev-bw{plan.bandwidth_scale:g}-b{batch}.json"
+        vpath = (
+            out_dir / "verify" / f"case{cfg.case}-{n}dev-bw{plan.bandwidth_scale:g}-b{batch}.json"
+        )
         atomic_write_text(vpath, json.dumps(report, indent=1))
-        for repeat, (layout, lseed, assign) in enumerate(layouts):
+        for _repeat, (layout, lseed, assign) in enumerate(layouts):
             # every rank times the iteration from one instant (one machine, one clock), what the
             # simulator predicts; the instant is far enough ahead for rank 0's notice to arrive
             margin = max(0.5, 4.0 * float(scaled.delay_s.max()))
-            spec = RunSpec(**{**base.to_dict(), "stages": assign.stages.tolist(), "start": "clock",
-                              "start_margin_s": margin})
-            key = {"study": str(cfg.study), "mode": "emulate", "case": str(cfg.case),
-                   "system": "ours" if layout == "scheduled" else f"ours_{layout}",
-                   "layout": layout, "layout_seed": lseed, "devices": devices, "num_devices": n,
-                   "num_layers": model.num_layers, "hidden_size": model.hidden_size,
-                   "seq_length": model.seq_length, "vocab_size": model.vocab_size,
-                   "global_batch_size": batch, "micro_batch_size": base.micro_batch_size,
-                   "tp": 1, "pp": pp, "dp": dp, "iters": iters, "warmup_iters": warmup, "seed": seed,
-                   "stages": assign.stages.tolist(), **plan.scale_record()}
+            spec = RunSpec(
+                **{
+                    **base.to_dict(),
+                    "stages": assign.stages.tolist(),
+                    "start": "clock",
+                    "start_margin_s": margin,
+                }
+            )
+            key = {
+                "study": str(cfg.study),
+                "mode": "emulate",
+                "case": str(cfg.case),
+                "system": "ours" if layout == "scheduled" else f"ours_{layout}",
+                "layout": layout,
+                "layout_seed": lseed,
+                "devices": devices,
+                "num_devices": n,
+                "num_layers": model.num_layers,
+                "hidden_size": model.hidden_size,
+                "seq_length": model.seq_length,
+                "vocab_size": model.vocab_size,
+                "global_batch_size": batch,
+                "micro_batch_size": base.micro_batch_size,
+                "tp": 1,
+                "pp": pp,
+                "dp": dp,
+                "iters": iters,
+                "warmup_iters": warmup,
+                "seed": seed,
+                "stages": assign.stages.tolist(),
+                **plan.scale_record(),
+            }
             before = emu.delayer_stats()
             try:
-                m = launch(spec, rank_prefix=[emu.exec_prefix(i) for i in range(n)],
-                           rank_env=[emu.rank_env(i) for i in range(n)],
-                           master_addr=emu.master_addr, timeout_s=float(o["timeout_s"]))
+                m = launch(
+                    spec,
+                    rank_prefix=[emu.exec_prefix(i) for i in range(n)],
+                    rank_env=[emu.rank_env(i) for i in range(n)],
+                    master_addr=emu.master_addr,
+                    timeout_s=float(o["timeout_s"]),
+                )
             except RuntimeError as e:
                 log.error("emulated run %s failed: %s", layout, e)
                 rows.append(make_row(key, status="error", error=str(e)[:2000]))
@@ -164,27 +246,52 @@ def run(cfg: DictConfig) -> dict:
             compute = measured_compute(m, pp, warmup)
             sim = simulate_ours(scaled, assign, wl, compute=compute)
             meas = float(m["iter_time_median_s"])
-            busy = float(np.max(wl.micro_batches(dp) * (np.array(compute.fwd_s) + np.array(compute.bwd_s))))
-            rows.append(make_row(
-                key, iter_time_s=meas, pflops=m["tflops"] / 1e3, predicted_iter_time_s=sim.iter_time_s,
-                sim_error=sim.iter_time_s / meas - 1.0, iter_times_s=m["iter_time_s"],
-                measured_dp_s=m["dp_s_median"], measured_wait_s=m["wait_s_median"],
-                measured_compute_s=m["compute_s_median"], sim_pipeline_s=sim.breakdown["pipeline_s"],
-                sim_dp_s=sim.breakdown["dp_sync_s"], sim_dp_span_s=sim.breakdown["dp_span_max_s"],
-                compute_fwd_s=compute.fwd_s,
-                compute_bwd_s=compute.bwd_s, compute_opt_s=compute.opt_s,
-                compute_share=busy / meas, final_loss=m["losses"][-1],
-                verify_ok=report["ok"], verify_max_rtt_err=report["max_abs_rtt_err"],
-                verify_max_bw_err=report["max_abs_bw_err"],
-                verify_max_tcp_err=report["max_abs_tcp_err"], verify_file=str(vpath),
-                verify_pairs=report["pairs"], emu_backend=emu.backend,
-                delayer_stats=emu.delayer_stats(), **lag,
-                emu_tcp_congestion_control=emu.tcp_congestion_control,
-                scaled_bandwidth_gbps=scaled.bandwidth_gbps.tolist(),
-                scaled_delay_ms=scaled.delay_ms.tolist()))
+            busy = float(
+                np.max(wl.micro_batches(dp) * (np.array(compute.fwd_s) + np.array(compute.bwd_s)))
+            )
+            rows.append(
+                make_row(
+                    key,
+                    iter_time_s=meas,
+                    pflops=m["tflops"] / 1e3,
+                    predicted_iter_time_s=sim.iter_time_s,
+                    sim_error=sim.iter_time_s / meas - 1.0,
+                    iter_times_s=m["iter_time_s"],
+                    measured_dp_s=m["dp_s_median"],
+                    measured_wait_s=m["wait_s_median"],
+                    measured_compute_s=m["compute_s_median"],
+                    sim_pipeline_s=sim.breakdown["pipeline_s"],
+                    sim_dp_s=sim.breakdown["dp_sync_s"],
+                    sim_dp_span_s=sim.breakdown["dp_span_max_s"],
+                    compute_fwd_s=compute.fwd_s,
+                    compute_bwd_s=compute.bwd_s,
+                    compute_opt_s=compute.opt_s,
+                    compute_share=busy / meas,
+                    final_loss=m["losses"][-1],
+                    verify_ok=report["ok"],
+                    verify_max_rtt_err=report["max_abs_rtt_err"],
+                    verify_max_bw_err=report["max_abs_bw_err"],
+                    verify_max_tcp_err=report["max_abs_tcp_err"],
+                    verify_file=str(vpath),
+                    verify_pairs=report["pairs"],
+                    emu_backend=emu.backend,
+                    delayer_stats=emu.delayer_stats(),
+                    **lag,
+                    emu_tcp_congestion_control=emu.tcp_congestion_control,
+                    scaled_bandwidth_gbps=scaled.bandwidth_gbps.tolist(),
+                    scaled_delay_ms=scaled.delay_ms.tolist(),
+                )
+            )
             summary.append((layout, lseed, meas, sim.iter_time_s))
-            log.info("emulate case %s %s(%d): measured %.3f s, simulated %.3f s (%+.1f%%)", cfg.case,
-                     layout, lseed, meas, sim.iter_time_s, 100 * (sim.iter_time_s / meas - 1))
+            log.info(
+                "emulate case %s %s(%d): measured %.3f s, simulated %.3f s (%+.1f%%)",
+                cfg.case,
+                layout,
+                lseed,
+                meas,
+                sim.iter_time_s,
+                100 * (sim.iter_time_s / meas - 1),
+            )
     path = write_rows(out_dir, rows)
     ok = [s for s in summary]
     mape = statistics.mean(abs(s[3] / s[2] - 1) for s in ok) if ok else float("nan")

@@ -11,7 +11,9 @@
   own namespace (``["ip", "netns", "exec", "dtfm-T-d3"]``; one torchrun agent per rank would
   double the processes on a small machine). The launcher then sets torchrun's environment
   itself (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``,
-  ``MASTER_PORT``), so the workers cannot tell the difference.
+  ``MASTER_PORT``), so the workers cannot tell the difference. The per-device lists are
+  indexed by device and ``rank_map[r]`` names the device global rank r runs on (default r), so
+  a baseline's rank-ordered groups land on the devices a placement chose.
 
 If any rank fails, the time runs out, or the caller presses Ctrl-C, every rank is killed and
 :class:`LaunchError` (or :class:`LaunchTimeout`) names the failing rank with its log tail.
@@ -60,6 +62,7 @@ __all__ = [
     "run_ranks",
     "free_port",
     "kill_all",
+    "check_rank_map",
     "LaunchError",
     "LaunchTimeout",
 ]
@@ -182,6 +185,22 @@ def _wait(procs, logs, deadline_s, t0, describe) -> None:
         time.sleep(0.05)
 
 
+def check_rank_map(rank_map, world_size: int) -> list[int]:
+    """``rank_map`` as a list (identity when None); ValueError unless it permutes the ranks."""
+    if rank_map is None:
+        return list(range(world_size))
+    try:
+        devices = [int(d) for d in rank_map]
+    except (TypeError, ValueError):
+        msg = f"launch: rank_map must be a list of device ids, got {rank_map!r}"
+        raise ValueError(msg) from None
+    if sorted(devices) != list(range(world_size)):
+        raise ValueError(
+            f"launch: rank_map {devices} is not a permutation of devices 0..{world_size - 1}"
+        )
+    return devices
+
+
 _ROOT_CAUSE = re.compile(r"rank\s*:\s*(\d+).*?\n\s*exitcode\s*:\s*(-?\d+)", re.S)
 
 
@@ -196,25 +215,49 @@ def run_ranks(
     master_port: int | None = None,
     timeout_s: float = 600.0,
     log_dir: str | Path,
+    rank_map: list[int] | None = None,
+    device_addrs: list[str] | None = None,
 ) -> None:
     """Run ``python -m module *args`` as ``world_size`` ranks (see the module doc); wait for all.
 
     Args:
-        rank_prefix: per rank, a command prefix (one process per rank instead of torchrun).
-        rank_env: per rank, extra environment variables (with ``rank_prefix``).
+        rank_prefix: per device, a command prefix (one process per rank instead of torchrun).
+        rank_env: per device, extra environment variables (with ``rank_prefix``).
         master_addr, master_port: rendezvous address (port: a free local port by default).
         timeout_s: wall-clock limit; every rank is killed when it passes.
-        log_dir: ``rank<i>.log`` per rank (and torchrun's agent log) go here.
+        log_dir: ``rank<i>.log`` per global rank (and torchrun's agent log) go here.
+        rank_map: ``rank_map[r]`` is the device global rank ``r`` runs on: it starts with
+            ``rank_prefix[rank_map[r]]`` and ``rank_env[rank_map[r]]`` (default: rank r on
+            device r). Megatron and DeepSpeed build their groups from global rank order, so
+            this decides which devices share a tensor-, pipeline- or data-parallel group
+            (baselines/placement.py). A permutation of ``0..world_size-1``; a non-identity map
+            needs ``rank_prefix`` (torchrun puts local rank r in slot r).
+        device_addrs: per device, the address a rank listening there is reached at; rank 0
+            hosts the rendezvous, so ``MASTER_ADDR`` becomes ``device_addrs[rank_map[0]]``
+            (overriding ``master_addr``).
 
     Raises:
-        ValueError: per-rank lists of the wrong length, a bad timeout.
+        ValueError: per-device lists of the wrong length, a rank map that is not a
+            permutation, a bad timeout.
         LaunchError: a rank failed; LaunchTimeout: the time ran out.
     """
-    for name, lst in (("rank_prefix", rank_prefix), ("rank_env", rank_env)):
+    for name, lst in (
+        ("rank_prefix", rank_prefix),
+        ("rank_env", rank_env),
+        ("device_addrs", device_addrs),
+    ):
         if lst is not None and len(lst) != world_size:
             raise ValueError(f"launch: {name} has {len(lst)} entries, world_size is {world_size}")
     if rank_env is not None and rank_prefix is None:
         raise ValueError("launch: rank_env needs rank_prefix (torchrun gives all ranks one env)")
+    devices = check_rank_map(rank_map, world_size)
+    if devices != list(range(world_size)) and rank_prefix is None:
+        raise ValueError(
+            "launch: a rank_map other than launch order needs rank_prefix (one process per "
+            "rank); torchrun starts local rank r in its slot r"
+        )
+    if device_addrs is not None:
+        master_addr = str(device_addrs[devices[0]])
     if not timeout_s > 0:
         raise ValueError(f"launch: timeout_s must be > 0, got {timeout_s}")
     if world_size < 1:
@@ -271,12 +314,13 @@ def run_ranks(
                 _collect_torchrun_logs(run_dir, world_size)
             return
         for r in range(world_size):
+            dev = devices[r]  # global rank r runs where device rank_map[r] is
             renv = dict(
                 env, RANK=str(r), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="1", GROUP_RANK=str(r)
             )
             if rank_env is not None:
-                renv.update({k: str(v) for k, v in rank_env[r].items()})
-            cmd = [*rank_prefix[r], sys.executable, "-m", module, *args]
+                renv.update({k: str(v) for k, v in rank_env[dev].items()})
+            cmd = [*rank_prefix[dev], sys.executable, "-m", module, *args]
             with open(logs[r], "wb") as out:
                 procs.append(
                     subprocess.Popen(
@@ -288,7 +332,14 @@ def run_ranks(
                         start_new_session=True,
                     )
                 )
-        log.info("launched %d ranks of %s (port %d), logs in %s", world_size, module, port, run_dir)
+        log.info(
+            "launched %d ranks of %s (port %d, rank -> device %s), logs in %s",
+            world_size,
+            module,
+            port,
+            devices,
+            run_dir,
+        )
         _wait(procs, logs, timeout_s, t0, lambda r, c: (r, c))
     finally:  # error, timeout, Ctrl-C: no rank survives its launcher
         kill_all(procs)

@@ -106,6 +106,10 @@ def test_emulation_kwargs_per_rank():
         class plan:  # noqa: N801 - mimics Emulation.plan
             num_devices = 2
 
+            @staticmethod
+            def ip(i):
+                return f"198.18.0.{i + 1}"
+
         master_addr = "198.18.0.1"
 
         def exec_prefix(self, i):
@@ -118,6 +122,7 @@ def test_emulation_kwargs_per_rank():
     assert kw["rank_prefix"][1] == ["ip", "netns", "exec", "dtfm-x-d1"]
     assert kw["rank_env"] == [{"GLOO_SOCKET_IFNAME": "eth0"}] * 2
     assert kw["master_addr"] == "198.18.0.1"
+    assert kw["device_addrs"] == ["198.18.0.1", "198.18.0.2"]
 
 
 def test_prediction_grows_with_link_delay():
@@ -137,3 +142,102 @@ def test_prediction_grows_with_link_delay():
         fast, slow = (predict_iter_time_s(spec, cluster(d)) for d in (1.0, 100.0))
         assert fast is not None and slow > fast > 0, spec.label()
     assert predict_iter_time_s(BaselineSpec(system="megatron", tp=2, pp=2), cluster(1.0)) is None
+
+
+# ---------------------------------------------------------------- rank maps
+
+
+def _mapped_run(tmp_path, rank_map, *, prefix=True):
+    """run_ranks with a shell prefix per device that records (rank, device, env, master)."""
+    from system.runtime.launch import run_ranks
+
+    n = 4
+    out = tmp_path / "seen"
+    out.mkdir(exist_ok=True)
+    script = f'echo "$RANK {{d}} $DEV_ENV $MASTER_ADDR" > {out}/rank$RANK'
+    rank_prefix = [["sh", "-c", script.format(d=d), "sh"] for d in range(n)] if prefix else None
+    run_ranks("json.tool", [], world_size=n, rank_prefix=rank_prefix,
+              rank_env=[{"DEV_ENV": f"env{d}"} for d in range(n)] if prefix else None,
+              device_addrs=[f"198.18.0.{d + 1}" for d in range(n)] if prefix else None,
+              timeout_s=30, log_dir=tmp_path / "logs", rank_map=rank_map)
+    return [(out / f"rank{r}").read_text().split() for r in range(n)]
+
+
+def test_launcher_puts_rank_r_on_device_rank_map_r(tmp_path):
+    """Global rank r starts with device rank_map[r]'s prefix and env; rank 0's device hosts
+    the rendezvous (MASTER_ADDR)."""
+    rank_map = [2, 0, 3, 1]
+    seen = _mapped_run(tmp_path, rank_map)
+    for r, (rank, dev, env, master) in enumerate(seen):
+        assert (int(rank), int(dev), env) == (r, rank_map[r], f"env{rank_map[r]}")
+        assert master == "198.18.0.3"  # device 2's address
+    identity = _mapped_run(tmp_path, None)
+    assert [int(x[1]) for x in identity] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("rank_map, match", [([0, 1, 1, 3], "not a permutation"),
+                                             ([0, 1, 2], "not a permutation"),
+                                             (["a", 1, 2, 3], "list of device ids")])
+def test_launcher_rejects_a_bad_rank_map(tmp_path, rank_map, match):
+    with pytest.raises(ValueError, match=match):
+        _mapped_run(tmp_path, rank_map)
+
+
+def test_launcher_refuses_a_moved_map_under_torchrun(tmp_path):
+    with pytest.raises(ValueError, match="needs rank_prefix"):
+        _mapped_run(tmp_path, [1, 0, 2, 3], prefix=False)
+
+
+def test_run_grid_runs_each_point_under_its_map():
+    from baselines.grid import grid_points, local_cluster, run_grid
+    from baselines.placement import RankMap
+
+    base = BaselineSpec(system="megatron", model="debug")
+    points = [p for p in grid_points("megatron", local_cluster(2), base.workload(), base=base,
+                                     micro_batch_sizes=(1,))]
+    points += [(points[0][0], "skipped: same map")]
+    maps = [RankMap("topology", (1, 0), "test")] * len(points)
+    seen = []
+
+    def run(spec, **kw):
+        seen.append(kw["rank_map"])
+        return {"status": "ok", "iter_time_s": 1.0}
+
+    results = run_grid(points, run=run, rank_maps=maps)
+    ran = [r for _, r in results if r["status"] == "ok"]
+    assert ran and seen == [[1, 0]] * len(ran)
+    assert all(r["rank_map"] == [1, 0] and r["placement"] == "topology" for r in ran)
+    assert results[-1][1]["status"] == "skipped"
+    with pytest.raises(ValueError, match="rank maps"):
+        run_grid(points, run=run, rank_maps=maps[:1])
+
+
+def _two_region_cluster():
+    """Devices 0, 2 in region a and 1, 3 in region b, 100 ms apart: in launch order a pp=4
+    pipeline crosses the slow link at every boundary, region by region only once."""
+    import numpy as np
+
+    from system.cluster import Cluster
+
+    region = np.array([0, 1, 0, 1])
+    same = region[:, None] == region[None, :]
+    off = 1.0 - np.eye(4)
+    return Cluster(name="t", region_of=tuple("ab"[r] for r in region), host_of=(0, 1, 2, 3),
+                   delay_ms=off * np.where(same, 1.0, 100.0),
+                   bandwidth_gbps=off * np.where(same, 1.0, 0.05))
+
+
+def test_place_spec_launch_and_topology():
+    from baselines.grid import place_spec, predict_iter_time_s
+
+    cluster = _two_region_cluster()
+    for spec in (BaselineSpec(system="megatron", pp=4),
+                 BaselineSpec(system="deepspeed", zero=1, pp=4)):
+        assert place_spec(spec, cluster, "launch").devices == (0, 1, 2, 3)
+        rm = place_spec(spec, cluster, "topology")
+        assert rm.placement == "topology" and sorted(rm.devices) == [0, 1, 2, 3]
+        launch = predict_iter_time_s(spec, cluster)
+        topo = predict_iter_time_s(spec, cluster, rank_map=rm.devices)
+        assert rm.devices != (0, 1, 2, 3) and topo < launch, (spec.label(), rm, topo, launch)
+    with pytest.raises(ValueError, match="placement must be one of"):
+        place_spec(spec, cluster, "random")

@@ -38,26 +38,27 @@ def test_bad_layout_is_one_value_error(tmp_path):
     assert not (tmp_path / "runs.csv").exists()
 
 
+class FakeEmulation:
+    def __init__(self, plan, backend="auto"):
+        self.plan, self.backend, self.master_addr = plan, "fake", "198.18.0.1"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+    def exec_prefix(self, i):
+        return ["ns", str(i)]
+
+    def rank_env(self, i):
+        return {}
+
+
 def test_emulate_path_rows_carry_scales_and_prediction(tmp_path, monkeypatch):
     import system.emulation.netns as netns
     from baselines.megatron import common
     from repro.modes import train_baseline
-
-    class FakeEmulation:
-        def __init__(self, plan, backend="auto"):
-            self.plan, self.backend, self.master_addr = plan, "fake", "198.18.0.1"
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            pass
-
-        def exec_prefix(self, i):
-            return ["ns", str(i)]
-
-        def rank_env(self, i):
-            return {}
 
     monkeypatch.setattr(netns, "Emulation", FakeEmulation)
     monkeypatch.setattr(common, "calibrated_cpu_hardware", lambda spec: None)  # V100 model
@@ -83,3 +84,55 @@ def test_emulate_mode_dispatches_the_baselines(monkeypatch):
     assert seen == ["megatron", "deepspeed"]
     with pytest.raises(ValueError, match="system must be ours, megatron or deepspeed"):
         emulate.run(_cfg("mode=emulate", "system=gpipe", "model=debug", "case=5"))
+
+
+@pytest.mark.parametrize("system", ["megatron", "deepspeed"])
+def test_emulated_topology_grid_runs_and_predicts_under_one_map(tmp_path, monkeypatch, system):
+    """emulate.baseline_placement=topology: each grid point runs under place_spec's map (the
+    launcher gets it), the row records it, and the row's prediction is the simulator's with that
+    same map; points whose map is launch order are recorded as skipped, not run."""
+    import json
+
+    import system.emulation.netns as netns
+    from baselines.grid import BaselineSpec, place_spec, predict_iter_time_s
+    from baselines.megatron import common
+    from repro.modes import train_baseline
+    from system.cases import get_case
+    from system.emulation.plan import make_plan
+    from system.simulator.comm import GLOO
+
+    monkeypatch.setattr(netns, "Emulation", FakeEmulation)
+    monkeypatch.setattr(common, "calibrated_cpu_hardware", lambda spec: None)  # V100 model
+    seen = []
+
+    def fake(spec, **kw):
+        seen.append((spec.label(), kw["rank_map"], kw["device_addrs"]))
+        return _fake_result(spec, **kw)
+
+    monkeypatch.setattr(train_baseline, "run_point", fake)
+    train_baseline.run(_cfg("mode=emulate", f"system={system}", "model=debug", "case=5",
+                            "emulate.devices=[0,8,24,40]", "grid=true", "batch=8",
+                            "grid_micro_batch_sizes=[2]", "emulate.baseline_placement=topology",
+                            f"results_dir={tmp_path}"))
+    rows = pd.read_csv(tmp_path / "runs.csv")
+    assert set(rows.placement) == {"topology"}
+    ran = rows[rows.status == "ok"]
+    assert len(ran) == len(seen) > 0
+    scaled = make_plan(get_case("5").subset([0, 8, 24, 40]), bandwidth_scale=0.1,
+                       delay_scale=1.0).scaled_cluster()
+    for r in ran.itertuples():
+        spec = BaselineSpec(system=system, model="debug", hidden_size=256, seq_length=64,
+                            vocab_size=128, tp=int(r.tp), pp=int(r.pp), dp=int(r.dp),
+                            zero=None if pd.isna(r.zero) else int(r.zero),
+                            global_batch_size=8, micro_batch_size=2)
+        rm = place_spec(spec, scaled, "topology", None, GLOO)
+        assert json.loads(r.rank_map) == list(rm.devices) != [0, 1, 2, 3]
+        assert (spec.label(), list(rm.devices)) in [(s[0], s[1]) for s in seen]
+        assert r.predicted_iter_time_s == pytest.approx(
+            predict_iter_time_s(spec, scaled, None, GLOO, rank_map=rm.devices))
+    skipped = rows[rows.status == "skipped"]
+    assert all(json.loads(m) == [0, 1, 2, 3] for m in skipped.rank_map)
+    from repro.config import ConfigError, validate
+
+    with pytest.raises(ConfigError, match="emulate.baseline_placement"):
+        validate(_cfg("mode=emulate", "system=megatron", "emulate.baseline_placement=random"))

@@ -64,6 +64,26 @@ def test_deepspeed_matches_reference(tmp_path, pp, dp, zero):
     assert res["iter_time_s"] > 0 and res["tokens_per_s"] > 0 and res["world_size"] == 4
 
 
+def test_deepspeed_under_a_moved_rank_map_matches_reference(tmp_path):
+    """One process per rank with global rank r on "device" rank_map[r] (a per-device env marks
+    where it ran): the rank map moves processes, not the maths, so the losses are launch
+    order's (the reference)."""
+    pytest.importorskip("deepspeed", reason="deepspeed is not installed")
+    from baselines.grid import BaselineSpec, run_point
+
+    rank_map = [2, 0, 3, 1]
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    prefix = [["sh", "-c", f'echo {d} > {marks}/rank$RANK; exec "$@"', "sh"] for d in range(4)]
+    env = [{"GLOO_SOCKET_IFNAME": "lo"}] * 4
+    spec = BaselineSpec(system="deepspeed", pp=2, dp=2, zero=1, iters=ITERS)
+    res = run_point(spec, timeout_s=240, work_dir=tmp_path / "run", rank_prefix=prefix,
+                    rank_env=env, rank_map=rank_map)
+    assert res["status"] == "ok", res.get("error")
+    assert [int((marks / f"rank{r}").read_text()) for r in range(4)] == rank_map
+    assert res["losses"] == pytest.approx(_reference_losses(ITERS), rel=1e-4)
+
+
 def test_megatron_pp2_dp2_through_main_entry(tmp_path):
     pytest.importorskip("megatron.core", reason="megatron-core is not installed")
     from hydra import compose, initialize_config_dir
