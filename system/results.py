@@ -215,6 +215,8 @@ _EMULATION = {
     "scaled_bandwidth_gbps": "json",
     "scaled_delay_ms": "json",
     "iter_time_after_first_s": "float",
+    "load_avg_1m_start": "float",  # the machine's 1-minute load average when the run started
+    "load_avg_1m_end": "float",  # ... and when it ended (2 shared cores: the cause of spreads)
 }
 COLUMNS: dict[str, str] = {**_IDENTITY, **_SETTING, **_MEASURED, **_SIMULATOR, **_EMULATION}
 # Columns every table has, in this order (others follow in first-seen order).
@@ -247,7 +249,8 @@ RENAMED = {
     "sim_iter_time_s": "predicted_iter_time_s",
     "checkpointing": "recompute",
 }
-STATUSES = ("ok", "error", "timeout", "oom", "invalid")
+# skipped: a topology-placement point whose rank map is launch order (the launch row stands)
+STATUSES = ("ok", "error", "timeout", "oom", "invalid", "skipped")
 # Values of the ``system`` column, spelled once: the two baselines (launched by baselines/), our
 # system, and ours with uniformly random layouts (the paper's "random" bars; simulated only).
 BASELINE_SYSTEMS = ("megatron", "deepspeed")
