@@ -121,7 +121,7 @@ def _run_emulated(cfg: DictConfig, base: BaselineSpec) -> dict:
     simulator's prediction on the emulated (scaled) cluster with a CPU-calibrated hardware model.
     """
     from baselines.grid import emulation_kwargs, predict_iter_time_s
-    from baselines.megatron.common import calibrated_cpu_hardware
+    from baselines.worker import calibrated_cpu_hardware
     from repro.modes.emulate import DEFAULTS, pick_devices
     from system.cases import get_case
     from system.emulation.netns import Emulation

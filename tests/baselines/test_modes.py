@@ -40,7 +40,7 @@ def test_bad_layout_is_one_value_error(tmp_path):
 
 def test_emulate_path_rows_carry_scales_and_prediction(tmp_path, monkeypatch):
     import system.emulation.netns as netns
-    from baselines.megatron import common
+    from baselines import worker
     from repro.modes import train_baseline
 
     class FakeEmulation:
@@ -60,7 +60,7 @@ def test_emulate_path_rows_carry_scales_and_prediction(tmp_path, monkeypatch):
             return {}
 
     monkeypatch.setattr(netns, "Emulation", FakeEmulation)
-    monkeypatch.setattr(common, "calibrated_cpu_hardware", lambda spec: None)  # V100 model
+    monkeypatch.setattr(worker, "calibrated_cpu_hardware", lambda spec: None)  # V100 model
     monkeypatch.setattr(train_baseline, "run_point", _fake_result)
     out = train_baseline.run(_cfg("mode=emulate", "system=megatron", "model=debug", "case=5",
                                   "emulate.devices=[0,8,24,40]", "pp=2", "dp=2",
