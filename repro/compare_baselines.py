@@ -90,7 +90,7 @@ def _spec(r):
 def predict_now(base: pd.DataFrame) -> pd.Series:
     """The current simulator's prediction (gloo, CPU-calibrated) for every ok emulated row."""
     from baselines.grid import predict_iter_time_s
-    from baselines.megatron.common import calibrated_cpu_hardware
+    from baselines.worker import calibrated_cpu_hardware
     from system.cases import get_case
     from system.emulation.plan import make_plan
     from system.simulator.comm import GLOO

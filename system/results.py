@@ -272,7 +272,7 @@ MODEL_SOURCES = (
     "baselines/placement.py",
     "baselines/*/perf.py",
     "baselines/*/schedule.py",
-    "baselines/megatron/common.py",
+    "baselines/worker.py",
 )
 
 

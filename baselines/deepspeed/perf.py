@@ -3,14 +3,16 @@
 - **ZeRO-3** (Rajbhandari et al., SC'20): pure data parallelism over all devices, ranks in launch
   order on one ring. Per micro-step, layer by layer: parameter all-gather in the forward pass,
   again in the backward pass, gradient reduce-scatter (≈ 1.5× the bytes of a DP all-reduce,
-  Rajbhandari et al. §7), each a ring collective over every device. Prefetching overlaps it with compute, so a
-  micro-step costs max(compute, communication) — generous to ZeRO-3. Gradient accumulation repeats
-  all of it per micro-step (parameters are re-gathered for every micro-batch).
+  Rajbhandari et al. §7), each a ring collective over every device. Prefetching overlaps it with
+  compute, so a micro-step costs max(compute, communication) — generous to ZeRO-3. Gradient
+  accumulation repeats all of it per micro-step (parameters are re-gathered for every
+  micro-batch).
 - **ZeRO-1 without a pipeline** (``dp+zero1``, the simulator's grid only): the same model with
   pp = 1 — gradient accumulation over the micro-batches, one gradient all-reduce (reduce-scatter +
   all-gather) per iteration, optimizer state sharded over all devices.
 - **Pipeline + ZeRO-1**: PipelineModule (rank = pipe·DP + data), 1F1B in ``TrainSchedule``'s
-  order with separate blocking sends and receives, gradient
+  order with separate blocking sends and receives
+  (:func:`baselines.deepspeed.schedule.deepspeed_train_program`), gradient
   reduce-scatter + parameter all-gather (= one all-reduce of volume) across replicas, optimizer
   state sharded over DP (:func:`system.simulator.collective.simulate_1f1b_ring` with ``zero=1``).
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from baselines.deepspeed.schedule import deepspeed_train_program
 from baselines.placement import place_and_simulate
 from baselines.space import (
     RECOMPUTE_MODES,
@@ -131,7 +134,7 @@ def simulate_deepspeed(
         system="deepspeed",
         hardware=hardware,
         transport=transport,
-        schedule="deepspeed",  # TrainSchedule: separate blocking sends and receives
+        schedule=deepspeed_train_program,  # TrainSchedule: separate blocking sends and receives
         loss_broadcast=True,  # _aggregate_total_loss at the end of train_batch
         rank_map=rank_map,
         recompute=config.recompute,

@@ -27,7 +27,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-from baselines.megatron import common as wc  # noqa: E402
+from baselines import worker as wc  # noqa: E402
 from baselines.spec import BaselineSpec  # noqa: E402
 from system.runtime.model import build_model, layer_list, lm_loss  # noqa: E402
 

@@ -8,11 +8,12 @@ map (:mod:`baselines.placement`); the shared model is
 :func:`system.simulator.collective.simulate_1f1b_ring`. The grid (``baselines.space``) varies
 TP (inside a host), PP, DP, the micro-batch size and activation recomputation; the fastest
 configuration that fits in 16 GB is Megatron's number for a setting, as the paper's grid search
-did.
+did. The pipeline's op order is :func:`baselines.megatron.schedule.megatron_1f1b_program`.
 """
 
 from __future__ import annotations
 
+from baselines.megatron.schedule import megatron_1f1b_program
 from baselines.placement import place_and_simulate
 from baselines.space import (
     RECOMPUTE_MODES,
@@ -67,6 +68,7 @@ def simulate_megatron(
         hardware=hardware,
         transport=transport,
         grad_norm=True,  # megatron-core's optimizer step all-reduces the gradient norm
+        schedule=megatron_1f1b_program,  # batched blocking send + receive calls
         rank_map=rank_map,
         recompute=config.recompute,
         tied_embedding=tied_embedding,

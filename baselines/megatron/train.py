@@ -26,7 +26,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch  # noqa: E402
 
-from baselines.megatron import common as wc  # noqa: E402
+from baselines import worker as wc  # noqa: E402
 from baselines.spec import BaselineSpec  # noqa: E402
 
 log = logging.getLogger(__name__)

@@ -202,7 +202,7 @@ def _run_emulated(cfg: DictConfig, base: BaselineSpec) -> dict:
     ``placement_how``, and its prediction uses that map.
     """
     from baselines.grid import emulation_kwargs, place_spec, predict_iter_time_s
-    from baselines.megatron.common import calibrated_cpu_hardware
+    from baselines.worker import calibrated_cpu_hardware
     from repro.modes.emulate import DEFAULTS, pick_devices
     from system.cases import get_case
     from system.emulation.netns import Emulation

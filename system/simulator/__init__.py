@@ -5,12 +5,24 @@ Pure Python + NumPy (no torch). Entry points:
 - :func:`simulate_ours` — our runtime on any (cluster, assignment, workload), with the V100
   compute model or measured :class:`StageCompute` times;
 - :func:`simulate_1f1b_ring` — 1F1B pipelines + ring all-reduce (Megatron, DeepSpeed pipe+ZeRO-1);
-  the baselines' grid search lives in ``baselines/``.
+  the baselines' grid search lives in ``baselines/``;
+- :func:`replay` / :func:`replay_end_s` — the event replay of a pipeline from an op-order
+  program (:mod:`system.simulator.replay`); the frameworks' programs live in ``baselines/``.
 """
 
 from system.simulator.collective import rank_grid, simulate_1f1b_ring
 from system.simulator.hardware import V100, Hardware, StageCompute, stage_compute
 from system.simulator.ours import simulate_ours
+from system.simulator.replay import (
+    Key,
+    Msg,
+    Op,
+    ProgramFn,
+    gpipe_blocking_program,
+    register_program,
+    replay,
+    replay_end_s,
+)
 from system.simulator.result import SimResult
 
 __all__ = [
@@ -22,4 +34,12 @@ __all__ = [
     "simulate_ours",
     "simulate_1f1b_ring",
     "rank_grid",
+    "Key",
+    "Msg",
+    "Op",
+    "ProgramFn",
+    "gpipe_blocking_program",
+    "register_program",
+    "replay",
+    "replay_end_s",
 ]

@@ -12,9 +12,10 @@ parallel replicas with a ring all-reduce after the pipeline flush (Narayanan et 
 - tensor parallel: per layer and micro-batch 2 all-reduces of the activations (b·s·h fp16) in the
   forward pass, 2 more in the recomputed forward and 2 in the backward (Shoeybi et al. 2019);
   only inside a host;
-- pipeline: 1F1B event by event in the framework's op order (``schedule``: Megatron's batched
-  send/receive calls or DeepSpeed's TrainSchedule with separate blocking calls,
-  :func:`system.simulator.timeline.one_f_one_b_events`); each micro-batch exchanges one
+- pipeline: replayed event by event from the framework's op-order program (``schedule``, a
+  :data:`~system.simulator.replay.ProgramFn` or a registered name; the frameworks' programs live
+  in ``baselines/<framework>/schedule.py``, :func:`system.simulator.replay.replay_end_s`); each
+  micro-batch exchanges one
   activation (forward) and one gradient (backward) with each neighbour; Megatron's
   scatter/gather optimisation sends 1/TP of it per tensor rank.
   The ``transport`` decides whether a send waits for the receiver's posted receive (gloo) or
@@ -56,8 +57,8 @@ from system.simulator.comm import (
 )
 from system.simulator.hardware import V100, Hardware, StageCompute, stage_compute
 from system.simulator.memory import training_memory
+from system.simulator.replay import ProgramFn, replay_end_s
 from system.simulator.result import SimResult
-from system.simulator.timeline import one_f_one_b_end_s
 from system.workload import Workload, stage_gradient_params
 
 __all__ = ["rank_grid", "device_grid", "simulate_1f1b_ring", "pipeline_memory_bytes"]
@@ -120,7 +121,7 @@ def simulate_1f1b_ring(
     p2p_scatter: bool = True,
     transport: Transport = NCCL,
     grad_norm: bool = False,
-    schedule: str = "megatron",
+    schedule: str | ProgramFn = "megatron",
     loss_broadcast: bool = False,
     rank_map=None,
     recompute: str = "full",
@@ -135,7 +136,9 @@ def simulate_1f1b_ring(
     (Megatron, replicated optimizer) or 1 (DeepSpeed ZeRO-1: optimizer sharded). ``grad_norm``:
     before the optimizer step every replica's model-parallel group (its tp·pp ranks) all-reduces
     the squared gradient norm, one fp32 (Megatron-core's optimizer always does). ``schedule``:
-    the 1F1B op order, "megatron" or "deepspeed" (:mod:`system.simulator.timeline`).
+    the pipeline's op-order program, a function or a name registered with
+    :func:`system.simulator.replay.register_program` (importing ``baselines`` registers
+    "megatron", the default, and "deepspeed").
     ``loss_broadcast``: after the step the last stages all-reduce the loss over DP and broadcast
     it to their pipeline (DeepSpeed's ``_aggregate_total_loss``). With a rendezvous transport
     ZeRO-1 pays an all-reduce and then the all-gather of the updated shards (DeepSpeed on gloo).
@@ -205,7 +208,7 @@ def simulate_1f1b_ring(
         occupy = (8.0 * send / bw).max(axis=3)  # the slowest tensor rank's copy
         delay = lat.max(axis=3)
         buffer_s = (8.0 * transport.send_buffer_bytes / bw).min(axis=3)
-    ends = one_f_one_b_end_s(
+    ends = replay_end_s(
         fwd,
         bwd,
         occupy[0],

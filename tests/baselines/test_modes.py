@@ -57,11 +57,11 @@ class FakeEmulation:
 
 def test_emulate_path_rows_carry_scales_and_prediction(tmp_path, monkeypatch):
     import system.emulation.netns as netns
-    from baselines.megatron import common
+    from baselines import worker
     from repro.modes import train_baseline
 
     monkeypatch.setattr(netns, "Emulation", FakeEmulation)
-    monkeypatch.setattr(common, "calibrated_cpu_hardware", lambda spec: None)  # V100 model
+    monkeypatch.setattr(worker, "calibrated_cpu_hardware", lambda spec: None)  # V100 model
     monkeypatch.setattr(train_baseline, "run_point", _fake_result)
     out = train_baseline.run(_cfg("mode=emulate", "system=megatron", "model=debug", "case=5",
                                   "emulate.devices=[0,8,24,40]", "pp=2", "dp=2",
@@ -95,7 +95,7 @@ def test_emulated_topology_grid_runs_and_predicts_under_one_map(tmp_path, monkey
 
     import system.emulation.netns as netns
     from baselines.grid import BaselineSpec, place_spec, predict_iter_time_s
-    from baselines.megatron import common
+    from baselines import worker as common
     from repro.modes import train_baseline
     from system.cases import get_case
     from system.emulation.plan import make_plan

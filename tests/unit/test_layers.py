@@ -3,6 +3,8 @@
 * The core (devices and links, workload, cost model, scheduler, simulator) imports no torch, Hydra
   or pandas, so a user can schedule and simulate with NumPy and SciPy alone.
 * Only ``system/runtime`` and ``baselines/`` talk to ``torch.distributed``.
+* The core imports nothing from ``baselines/``: the frameworks call the simulator (their perf
+  models hand it their op-order programs), never the other way round.
 * No import cycle between packages (``system.cost`` → ``system.scheduler`` → ``system.cost``).
 
 Imports are read from the syntax tree, including those inside functions: a lazy import is still a
@@ -86,6 +88,22 @@ def test_only_runtime_and_baselines_use_torch_distributed():
     assert not bad, "torch.distributed outside system/runtime and baselines/:\n" + "\n".join(bad)
 
 
+def _core_importing_baselines(imports: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{m} imports {i}" for m, names in imports.items() if _in(m, CORE)
+                  for i in names if _in(i, ("baselines",)))
+
+
+def test_core_imports_no_baseline():
+    bad = _core_importing_baselines(IMPORTS)
+    assert not bad, "core modules importing baselines/:\n" + "\n".join(bad)
+
+
+def test_a_core_import_of_a_baseline_would_be_found(monkeypatch):
+    monkeypatch.setitem(IMPORTS, "system.simulator.fake", {"baselines.megatron.schedule"})
+    assert _core_importing_baselines(IMPORTS) == [
+        "system.simulator.fake imports baselines.megatron.schedule"]
+
+
 def _package(module: str) -> str:
     """The package a module belongs to, two levels deep (``system.cost.tsp`` → ``system.cost``)."""
     return ".".join(module.split(".")[:2])
@@ -127,11 +145,12 @@ def test_a_cycle_would_be_found(monkeypatch):
 
 
 @pytest.mark.slow
-def test_importing_the_core_loads_no_heavy_module():
+def test_importing_the_core_loads_no_heavy_module_and_no_baseline():
     modules = [m for m in SOURCES if _in(m, CORE)]
+    banned = HEAVY + ("baselines",)
     code = ("import importlib, sys\n"
             f"for m in {modules!r}: importlib.import_module(m)\n"
-            f"print(sorted({{k.split('.')[0] for k in sys.modules}} & set({HEAVY!r})))")
+            f"print(sorted({{k.split('.')[0] for k in sys.modules}} & set({banned!r})))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          timeout=120, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -8,6 +8,9 @@ import dataclasses
 import numpy as np
 import pytest
 
+# the frameworks' op orders (importing the baselines also registers their names)
+from baselines.deepspeed.schedule import deepspeed_train_program
+from baselines.megatron.schedule import megatron_1f1b_program
 from system.assignment import Assignment, identity_assignment, random_assignment
 from system.cases import get_case
 from system.cluster import Cluster
@@ -25,8 +28,20 @@ from system.simulator.comm import (
 )
 from system.simulator.hardware import V100, stage_compute
 from system.simulator.memory import training_memory
-from system.simulator.timeline import gpipe_timeline, one_f_one_b_end_s, one_f_one_b_events
+from system.simulator.replay import replay, replay_end_s
+from system.simulator.timeline import gpipe_timeline
 from system.workload import MODELS, Workload, tasklet_sizes
+
+_PROGRAMS = {"megatron": megatron_1f1b_program, "deepspeed": deepspeed_train_program}
+
+
+def one_f_one_b_events(*args, schedule="megatron", **kw):
+    """The event replay of a framework's 1F1B program (Megatron's unless named)."""
+    return replay(*args, schedule=_PROGRAMS.get(schedule, schedule), **kw)
+
+
+def one_f_one_b_end_s(*args, schedule="megatron", **kw):
+    return replay_end_s(*args, schedule=_PROGRAMS.get(schedule, schedule), **kw)
 
 
 def uniform(n: int, delay_ms: float = 0.0, bw_gbps: float = 1e9, hosts=None, nic=None) -> Cluster:

@@ -1,4 +1,4 @@
-"""Rank-side helpers shared by both baseline workers (Megatron here, DeepSpeed imports them too).
+"""Rank-side helpers shared by both baseline workers (``baselines/{megatron,deepspeed}/train.py``).
 
 Every baseline rank does the same bookkeeping as our runtime so rows compare directly: the same
 seeded batches (:mod:`system.runtime.data`), replica ``r`` of ``dp`` takes its slice of each global
@@ -25,7 +25,8 @@ from system.runtime.data import SyntheticData, micro_batches
 log = logging.getLogger(__name__)
 
 __all__ = ["load_spec", "init_distributed", "replica_micro_batches", "IterationTimer",
-           "global_mean_loss", "max_over_ranks", "write_result", "shutdown", "metrics"]
+           "global_mean_loss", "max_over_ranks", "write_result", "shutdown", "metrics",
+           "calibrated_cpu_hardware"]
 
 
 def load_spec(argv: list[str], *, expect_system: str) -> BaselineSpec:
