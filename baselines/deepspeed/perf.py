@@ -42,7 +42,16 @@ from system.simulator.hardware import V100, Hardware, stage_compute
 from system.simulator.result import SimResult
 from system.workload import Workload
 
-__all__ = ["simulate_zero3", "simulate_deepspeed", "grid_search_deepspeed"]
+__all__ = ["RING_KWARGS", "simulate_zero3", "simulate_deepspeed", "grid_search_deepspeed"]
+
+# What makes simulate_1f1b_ring DeepSpeed's pipeline engine with ZeRO-1; every DeepSpeed pipeline
+# prediction passes these, the grid's and the registered validation predictions alike.
+RING_KWARGS = {
+    "zero": 1,
+    "system": "deepspeed",
+    "schedule": deepspeed_train_program,  # TrainSchedule: separate blocking sends and receives
+    "loss_broadcast": True,  # _aggregate_total_loss at the end of train_batch
+}
 
 
 def simulate_zero3(
@@ -130,13 +139,10 @@ def simulate_deepspeed(
         tp=1,
         pp=config.pp,
         dp=config.dp,
-        zero=1,
-        system="deepspeed",
         hardware=hardware,
         transport=transport,
-        schedule=deepspeed_train_program,  # TrainSchedule: separate blocking sends and receives
-        loss_broadcast=True,  # _aggregate_total_loss at the end of train_batch
         rank_map=rank_map,
+        **RING_KWARGS,
         recompute=config.recompute,
     )
     res.breakdown["variant"] = config.variant

@@ -31,7 +31,16 @@ from system.simulator.hardware import V100, Hardware
 from system.simulator.result import SimResult
 from system.workload import Workload
 
-__all__ = ["simulate_megatron", "grid_search_megatron"]
+__all__ = ["RING_KWARGS", "simulate_megatron", "grid_search_megatron"]
+
+# What makes simulate_1f1b_ring Megatron (replicated optimizer); every Megatron prediction passes
+# these, the grid's and the registered validation predictions alike.
+RING_KWARGS = {
+    "zero": 0,
+    "system": "megatron",
+    "grad_norm": True,  # megatron-core's optimizer step all-reduces the gradient norm
+    "schedule": megatron_1f1b_program,  # batched blocking send + receive calls
+}
 
 
 def simulate_megatron(
@@ -63,13 +72,10 @@ def simulate_megatron(
         tp=config.tp,
         pp=config.pp,
         dp=config.dp,
-        zero=0,
-        system="megatron",
         hardware=hardware,
         transport=transport,
-        grad_norm=True,  # megatron-core's optimizer step all-reduces the gradient norm
-        schedule=megatron_1f1b_program,  # batched blocking send + receive calls
         rank_map=rank_map,
+        **RING_KWARGS,
         recompute=config.recompute,
         tied_embedding=tied_embedding,
     )

@@ -45,26 +45,16 @@ __all__ = [
 PREDICTION_VERSION = 1
 _ROOT = Path(__file__).resolve().parents[2]
 
-# simulate_1f1b_ring's arguments that make it the Megatron / DeepSpeed (pipeline + ZeRO-1) model:
-# the same ones baselines/megatron/perf.py and baselines/deepspeed/perf.py pass (a unit test
-# checks both give the same time without a profile).
-BASELINE_KWARGS = {
-    "megatron": {"zero": 0, "system": "megatron", "grad_norm": True},
-    "deepspeed": {
-        "zero": 1,
-        "system": "deepspeed",
-        "schedule": "deepspeed",
-        "loss_broadcast": True,
-    },
-}
-
 
 def baseline_kwargs(system: str) -> dict:
-    if system not in BASELINE_KWARGS:
-        raise ValueError(
-            f"no baseline model for system {system!r}; known: {sorted(BASELINE_KWARGS)}"
-        )
-    return dict(BASELINE_KWARGS[system])
+    """simulate_1f1b_ring's arguments that make it ``system``'s model (the baselines' own)."""
+    from baselines.deepspeed.perf import RING_KWARGS as DEEPSPEED
+    from baselines.megatron.perf import RING_KWARGS as MEGATRON
+
+    known = {"megatron": MEGATRON, "deepspeed": DEEPSPEED}
+    if system not in known:
+        raise ValueError(f"no baseline model for system {system!r}; known: {sorted(known)}")
+    return dict(known[system])
 
 
 def git_revision(root: Path = _ROOT) -> tuple[str, bool]:
