@@ -166,11 +166,14 @@ def finish_study(
     elapsed_s: float | None = None,
     sweep_dir: str | None = None,
     outcome: Outcome | None = None,
+    check_s: float | None = None,
 ) -> dict:
     """Collect, report and (optionally) mirror to wandb; returns where the outputs are.
 
     ``outcome`` (:func:`count_outcomes`) is what the summary line counts; without it the line
-    says the counts are unknown.
+    says the counts are unknown. The line also gives the seconds spent checking the jobs
+    (``check_s``) and building the report: with the jobs' own time (``elapsed_s``), where a
+    sweep's wall time goes (``repro/bench_launchers.py`` prints them per launcher).
     """
 
     from system.results import study_lock
@@ -181,7 +184,7 @@ def finish_study(
         log.warning("no runs.parquet under %s: nothing to report", results_dir)
         return {"results_dir": str(results_dir)}
     with study_lock(results_dir, ".report.lock"):
-        return _finish(config, wf, results_dir, elapsed_s, sweep_dir, outcome)
+        return _finish(config, wf, results_dir, elapsed_s, sweep_dir, outcome, check_s)
 
 
 def _tables_current(results_dir: Path, outcome: Outcome | None) -> bool:
@@ -198,8 +201,10 @@ def _tables_current(results_dir: Path, outcome: Outcome | None) -> bool:
     )
 
 
-def _finish(config, wf, results_dir: Path, elapsed_s, sweep_dir, outcome) -> dict:
+def _finish(config, wf, results_dir: Path, elapsed_s, sweep_dir, outcome, check_s) -> dict:
     import pandas as pd
+
+    t0 = time.monotonic()
 
     from repro.collect import collect_study
 
@@ -229,7 +234,9 @@ def _finish(config, wf, results_dir: Path, elapsed_s, sweep_dir, outcome) -> dic
                 paths.figures,
             )
     n_rows = len(pd.read_csv(runs_csv, usecols=["run_id"]))  # runs.csv: newest row per setting
-    took = f" in {elapsed_s:.0f} s" if elapsed_s is not None else ""
+    took = f" in {elapsed_s:.1f} s" if elapsed_s is not None else ""
+    check = f"check {check_s:.1f} s, " if check_s is not None else ""
+    took += f" ({check}report {time.monotonic() - t0:.1f} s)"
     if outcome is None:
         counts = "jobs ran/skipped/failed not counted"
     else:
@@ -261,9 +268,12 @@ class WorkflowCallback(Callback):
         self._done = 0
         self._total: int | None = None
         self._before: dict = {}
+        self._check_s: float | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        t0 = time.monotonic()
         bad, keys = _check(config)
+        self._check_s = time.monotonic() - t0
         if bad:
             for line in bad:
                 log.error("%s", line)
@@ -315,6 +325,7 @@ class WorkflowCallback(Callback):
                 elapsed_s=time.monotonic() - self._t0,
                 sweep_dir=sweep_dir,
                 outcome=outcome,
+                check_s=self._check_s,
             )
         except Exception as e:  # noqa: BLE001 - any report failure fails the command
             log.exception("the report of study %s failed", config.study)
