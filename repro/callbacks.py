@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -269,6 +270,7 @@ class WorkflowCallback(Callback):
         self._total: int | None = None
         self._before: dict = {}
         self._check_s: float | None = None
+        self._pid = os.getpid()  # the submitting process
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         t0 = time.monotonic()
@@ -283,6 +285,7 @@ class WorkflowCallback(Callback):
                 file=sys.stderr,
             )
             raise SystemExit(2)  # not an Exception: Hydra's callback wrapper lets it through
+        self._pid = os.getpid()
         self._before = ledger_stamps(str(config.results_dir), keys)
         self._t0, self._done = time.monotonic(), 0
         self._total = len(keys)
@@ -300,6 +303,10 @@ class WorkflowCallback(Callback):
             self._task = self._bar.add_task(f"sweep {config.study}", total=self._total)
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
+        if os.getpid() != self._pid:  # a launcher's worker (joblib, Slurm): no shared count here
+            status = getattr(getattr(job_return, "status", None), "name", "?")
+            log.info("job %s in worker process %d", status, os.getpid())
+            return
         self._done += 1
         if self._bar is not None:
             self._bar.advance(self._task)
