@@ -9,6 +9,13 @@ results folder, so both see the same machine load. Prints per-run wall times (th
 Python start, every job, the report at the end), the medians and their ratio serial/joblib,
 and checks both launchers wrote the same rows (same run ids; the sweep is seeded). The joblib
 speed-up is bounded by the free cores: the load average is printed with the table.
+
+Each run's wall time is split with the sweep's own summary line: ``check_s`` (composing and
+validating every job before the first), ``jobs_s`` (first job's start to last job's end) and
+``report_s`` (collect + REPORT.md); ``other_s`` is the rest (Python and Hydra start-up, Hydra's
+own pass over the sweep). Only ``jobs_s`` can run in parallel, so the last line gives Amdahl's
+bound on the ratio: the serial launcher's wall time over its non-job seconds plus its job
+seconds spread perfectly over ``n_jobs`` workers (or the cores).
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ LAUNCHERS = {"serial": [], "joblib": ["hydra/launcher=joblib"]}
 
 __all__ = ["run_sweep", "main"]
 
-_JOBS_S = re.compile(r"sweep \S+: .* in (\d+) s;")
+_SPLIT = re.compile(r"sweep \S+: .* in ([\d.]+) s \(check ([\d.]+) s, report ([\d.]+) s\);")
 
 
 def run_sweep(
@@ -97,11 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     args = script_args(Args, argv)  # exits 2 with one line on a bad argument
     sweep, rounds, n_jobs = args["sweep"], args["rounds"], args["n_jobs"]
     walls: dict[str, list[float]] = {k: [] for k in LAUNCHERS}
+    jobs_s: dict[str, list[float]] = {k: [] for k in LAUNCHERS}
     ids: dict[str, set[str]] = {}
     print(f"sweep={sweep}, {os.cpu_count()} cores, load average before: {os.getloadavg()[0]:.2f}")
-    # jobs_s: from the first job's start to the last job's end (the sweep's own summary line);
-    # the rest of wall_s is Python/Hydra start-up and the report, which no launcher parallelises
-    print(f"{'round':>5} {'launcher':>8} {'wall_s':>8} {'jobs_s':>7} {'load':>5}")
+    head = ("round", "launcher", "wall_s", "check_s", "jobs_s", "report_s", "other_s", "load")
+    print("{:>5} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>5}".format(*head))
     with tempfile.TemporaryDirectory(prefix="dtfm-bench-launchers-") as tmp:
         for r in range(rounds):
             order = list(LAUNCHERS) if r % 2 == 0 else list(reversed(LAUNCHERS))
@@ -110,9 +117,16 @@ def main(argv: list[str] | None = None) -> int:
                 walls[name].append(wall_s)
                 if ids.setdefault(name, got) != got:
                     raise RuntimeError(f"{name}: round {r} wrote different run ids")
-                m = _JOBS_S.search((Path(tmp) / f"{name}{r}" / "sweep.log").read_text())
-                jobs = f"{float(m.group(1)):7.0f}" if m else f"{'?':>7}"
-                print(f"{r:>5} {name:>8} {wall_s:8.2f} {jobs} {os.getloadavg()[0]:5.2f}")
+                m = _SPLIT.search((Path(tmp) / f"{name}{r}" / "sweep.log").read_text())
+                if m is None:
+                    raise RuntimeError(f"{name}: no summary line in {tmp}/{name}{r}/sweep.log")
+                jobs, check, report = (float(g) for g in m.groups())
+                jobs_s[name].append(jobs)
+                other = wall_s - jobs - check - report
+                print(
+                    f"{r:>5} {name:>8} {wall_s:8.2f} {check:8.1f} {jobs:8.1f} {report:8.1f} "
+                    f"{other:8.1f} {os.getloadavg()[0]:5.2f}"
+                )
     if ids["serial"] != ids["joblib"]:
         raise RuntimeError("serial and joblib sweeps wrote different rows")
     med = {k: statistics.median(v) for k, v in walls.items()}
@@ -121,6 +135,17 @@ def main(argv: list[str] | None = None) -> int:
         f"serial/joblib = {med['serial'] / med['joblib']:.2f}x "
         f"({len(ids['serial'])} rows each, identical run ids); "
         f"load average after: {os.getloadavg()[0]:.2f}"
+    )
+    workers = n_jobs or os.cpu_count() or 1
+    jobs_med = {k: statistics.median(v) for k, v in jobs_s.items()}
+    serial_part = med["serial"] - jobs_med["serial"]
+    bound = med["serial"] / (serial_part + jobs_med["serial"] / workers)
+    jobs_ratio = jobs_med["serial"] / jobs_med["joblib"]
+    print(
+        f"Amdahl: serial launcher {serial_part:.2f} s outside its jobs + "
+        f"{jobs_med['serial']:.2f} s of jobs; at a perfect {workers}x on the jobs the ratio "
+        f"could reach at most {bound:.2f}x; the jobs phase itself ran {jobs_ratio:.2f}x "
+        "faster under joblib"
     )
     return 0
 

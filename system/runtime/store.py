@@ -26,7 +26,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["bind_to_advertised_address", "listen_socket"]
 
-_SOCKETS: list[socket.socket] = []  # listening sockets stay open while their servers run
 _ORIGINAL = dist.TCPStore
 
 
@@ -52,7 +51,14 @@ def listen_socket(host: str, port: int) -> socket.socket:
 
 
 class _AdvertisedAddressStore(_ORIGINAL):  # type: ignore[misc, valid-type]
-    """TCPStore whose server listens on its ``host_name`` only."""
+    """TCPStore whose server listens on its ``host_name`` only.
+
+    The store takes ownership of ``master_listen_fd``: it closes that descriptor when it is
+    destroyed, and also when its constructor fails (checked for both the libuv and the classic
+    backend). So the Python socket gives up the descriptor (``detach``) instead of closing it
+    again later: a second ``close`` of the same number could close whatever socket the process
+    had opened under that number in the meantime, such as a gloo connection, which then aborts.
+    """
 
     def __init__(self, host_name: str, port: int, *args, **kwargs) -> None:
         # TCPStore(host_name, port, world_size, is_master, timeout, wait_for_workers,
@@ -66,12 +72,18 @@ class _AdvertisedAddressStore(_ORIGINAL):  # type: ignore[misc, valid-type]
             kwargs["master_listen_fd"] = sock.fileno()
         try:
             super().__init__(host_name, port, *args, **kwargs)
-        except BaseException:
-            if sock is not None:  # a client falling back must not find a dead listener here
+        except TypeError:  # arguments refused by the binding: no store ever held the socket
+            if sock is not None:
                 sock.close()
             raise
+        except BaseException:
+            # the store closed the descriptor, so no dead listener is left for a client that
+            # falls back to connecting; only forget it here
+            if sock is not None:
+                sock.detach()
+            raise
         if sock is not None:
-            _SOCKETS.append(sock)
+            sock.detach()  # the store's now
             log.debug("store server listens on %s:%d only", host_name, port)
 
 

@@ -99,6 +99,8 @@ def test_smoke_sweep_runs_as_slurm_jobs(slurm, tmp_path):
     # the report is built once, by the submitting process, after the last job
     assert (p.stdout + p.stderr).count("REPORT.md:") == 1
     assert not any("REPORT.md:" in f.read_text(errors="replace") for f in logs)
+    # the summary counts the jobs that ran in Slurm, from the ledger, not in this process
+    assert "2 jobs ran, 0 skipped (already finished), 0 failed" in p.stdout + p.stderr
 
     # resubmitted: the ledger skips both settings inside their Slurm jobs; no rows are added
     report_mtime = (results / "REPORT.md").stat().st_mtime_ns
@@ -108,4 +110,5 @@ def test_smoke_sweep_runs_as_slurm_jobs(slurm, tmp_path):
     logs2 = sorted((results / "multirun" / ".submitit").glob("*/*_log.*"))
     skipped = sum("skip job" in f.read_text(errors="replace") for f in logs2)
     assert skipped == 2, [f.name for f in logs2]
+    assert "0 jobs ran, 2 skipped (already finished), 0 failed" in p.stdout + p.stderr
     assert (results / "REPORT.md").stat().st_mtime_ns >= report_mtime
