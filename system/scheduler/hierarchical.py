@@ -1,0 +1,350 @@
+"""Search at scale: a region-level pipeline order, then local moves costed incrementally.
+
+TOTAL = max_g DP(g) + 2·Σ bottleneck(g_k, g_k+1) along the pipeline order of the pp groups
+(paper §3.2–3.3). At 1,024 devices and more, one full re-costing of a partition (pp·(pp−1)/2
+coarse edges and a heuristic open TSP) costs seconds, so the GA of §3.4 barely finishes a trial.
+This module keeps one partition *and* its pipeline order and changes them by local moves whose
+cost change touches only what the move changes:
+
+- ``swap``: exchange one device between groups a and b. New DP cost of a and b only
+  (:meth:`PartitionEvaluator.group_dp_cost`), new bottleneck matchings only for the (at most four)
+  path edges at a and b (:meth:`PartitionEvaluator.edges`); max DP over a kept array.
+- ``reverse``: 2-opt on the open path, reversing positions i..j: two edges change.
+
+Coarse level (regions, then hosts, then devices as ``Cluster.region_of`` / ``host_of`` give):
+groups are labelled by the region holding most of their devices; the regions are ordered by an
+exact open TSP (Held–Karp, :func:`open_tsp_path`) over the cheapest coarse edge between their
+groups, and groups are chained region by region, each region's groups ordered by nearest
+neighbour from the group nearest the previous region. That order is kept only if it is cheaper
+than the start's. Device swaps then refine inside and across blocks; a swap prefers devices of
+the same host or region block as the partner group (the block structure of the cluster), so the
+cheap moves are tried first.
+
+Cost functions are those of :mod:`system.cost.partition` (one cost model); the state's TOTAL
+equals :func:`~system.cost.tsp.path_cost` over :meth:`PartitionEvaluator.coarse_weights` in the
+state's order plus the max group DP cost, which the tests check after random moves.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from system.cost.partition import PartitionEvaluator
+from system.cost.tsp import open_tsp_path
+
+__all__ = ["PathState", "HierarchicalStats", "hierarchical_search", "region_order"]
+
+Group = tuple[int, ...]
+
+
+class PathState:
+    """A partition with its pipeline order and cached pieces of TOTAL.
+
+    ``groups[k]``: sorted device tuple of group k; ``order``: group indices along the pipeline;
+    ``dp[k]``: DP cost of group k; ``edge[i]``: bottleneck of (order[i], order[i+1]).
+    """
+
+    def __init__(self, ev: PartitionEvaluator, groups, order) -> None:
+        self.ev = ev
+        self.groups: list[Group] = [tuple(sorted(int(x) for x in g)) for g in groups]
+        self.order = np.asarray(order, dtype=np.int64).copy()
+        if sorted(self.order.tolist()) != list(range(len(self.groups))):
+            raise ValueError(f"PathState: order {self.order.tolist()} is not a permutation of "
+                             f"the {len(self.groups)} groups")
+        self.pos = np.empty(len(self.groups), dtype=np.int64)
+        self.pos[self.order] = np.arange(len(self.order))
+        self.dp = np.array([ev.group_dp_cost(g) for g in self.groups])
+        self.edge = self._path_edges(self.order)
+
+    def _path_edges(self, order: np.ndarray) -> np.ndarray:
+        pairs = [(self.groups[a], self.groups[b]) for a, b in zip(order[:-1], order[1:])]
+        return self.ev.edges(pairs) if pairs else np.zeros(0)
+
+    @property
+    def total(self) -> float:
+        return float(self.dp.max() + 2.0 * self.edge.sum())
+
+    def full_total(self) -> float:
+        """TOTAL recomputed from scratch (no cached piece of this state)."""
+        ev = self.ev
+        dp = max(float(ev.dp_pair_s[np.ix_(g, g)].sum(axis=1).max()) if len(g) > 1 else 0.0
+                 for g in map(np.asarray, self.groups))
+        w = ev.coarse_weights(self.groups)
+        return dp + 2.0 * float(sum(w[a, b] for a, b in zip(self.order[:-1], self.order[1:])))
+
+    # ---- swap ----------------------------------------------------------------------------------
+    def _edges_at(self, ks: tuple[int, ...]) -> list[int]:
+        """Path-edge indices touching any group in ``ks``."""
+        out: set[int] = set()
+        for k in ks:
+            p = int(self.pos[k])
+            if p > 0:
+                out.add(p - 1)
+            if p < len(self.order) - 1:
+                out.add(p)
+        return sorted(out)
+
+    def swap_delta(self, a: int, da: int, b: int, db: int):
+        """TOTAL after exchanging device ``da`` of group a with ``db`` of group b (not applied).
+
+        Returns ``(new_total, pending)``; ``pending`` is passed to :meth:`apply_swap`.
+        """
+        ga = tuple(sorted([x for x in self.groups[a] if x != da] + [db]))
+        gb = tuple(sorted([x for x in self.groups[b] if x != db] + [da]))
+        new_a, new_b = self.ev.group_dp_cost(ga), self.ev.group_dp_cost(gb)
+        old_a, old_b = self.dp[a], self.dp[b]
+        self.dp[a], self.dp[b] = new_a, new_b
+        dp_max = float(self.dp.max())
+        self.dp[a], self.dp[b] = old_a, old_b
+        idx = self._edges_at((a, b))
+        sub = {a: ga, b: gb}
+        pairs = []
+        for i in idx:
+            u, v = int(self.order[i]), int(self.order[i + 1])
+            pairs.append((sub.get(u, self.groups[u]), sub.get(v, self.groups[v])))
+        new_edges = self.ev.edges(pairs)
+        edge_sum = float(self.edge.sum() - self.edge[idx].sum() + new_edges.sum())
+        return dp_max + 2.0 * edge_sum, (a, b, ga, gb, new_a, new_b, idx, new_edges)
+
+    def apply_swap(self, pending) -> None:
+        a, b, ga, gb, new_a, new_b, idx, new_edges = pending
+        self.groups[a], self.groups[b] = ga, gb
+        self.dp[a], self.dp[b] = new_a, new_b
+        self.edge[idx] = new_edges
+
+    # ---- 2-opt ---------------------------------------------------------------------------------
+    def reverse_delta(self, i: int, j: int):
+        """TOTAL after reversing path positions i..j (i < j); ``(new_total, pending)``."""
+        o, m = self.order, len(self.order)
+        pairs, idx = [], []
+        if i > 0:
+            pairs.append((self.groups[o[i - 1]], self.groups[o[j]]))
+            idx.append(i - 1)
+        if j < m - 1:
+            pairs.append((self.groups[o[i]], self.groups[o[j + 1]]))
+            idx.append(j)
+        new_edges = self.ev.edges(pairs) if pairs else np.zeros(0)
+        edge_sum = float(self.edge.sum() - self.edge[idx].sum() + new_edges.sum())
+        return float(self.dp.max()) + 2.0 * edge_sum, (i, j, idx, new_edges)
+
+    def apply_reverse(self, pending) -> None:
+        i, j, idx, new_edges = pending
+        self.order[i:j + 1] = self.order[i:j + 1][::-1].copy()
+        self.edge[i:j] = self.edge[i:j][::-1].copy()  # inner edges keep their weights
+        self.edge[idx] = new_edges
+        self.pos[self.order] = np.arange(len(self.order))
+
+
+def region_order(ev: PartitionEvaluator, groups) -> np.ndarray:
+    """Coarse pipeline order: regions by exact open TSP, groups chained region by region."""
+    groups = [tuple(sorted(int(x) for x in g)) for g in groups]
+    names, lab_dev = np.unique(np.asarray(ev.cluster.region_of, dtype=str), return_inverse=True)
+    lab = np.array([np.bincount(lab_dev[list(g)], minlength=len(names)).argmax() for g in groups])
+    regs = np.unique(lab)
+    members = {int(r): np.flatnonzero(lab == r).tolist() for r in regs}
+    link = ev.pp_link_s
+    # region-level weight: cheapest device link between the regions' devices (a lower bound on
+    # any coarse edge between their groups, cheap to compute at any size)
+    dev = {int(r): np.array([d for k in members[int(r)] for d in groups[k]]) for r in regs}
+    w = np.zeros((len(regs), len(regs)))
+    for x, rx in enumerate(regs):
+        for y, ry in enumerate(regs):
+            if x != y:
+                w[x, y] = link[np.ix_(dev[int(rx)], dev[int(ry)])].min()
+    _, rorder = open_tsp_path(w) if len(regs) > 1 else (0.0, [0])
+    order: list[int] = []
+    for r in (int(regs[k]) for k in rorder):
+        todo = list(members[r])
+        while todo:
+            if order:
+                prev = groups[order[-1]]
+                cand = ev.edges([(prev, groups[k]) for k in todo])
+                k = todo[int(np.argmin(cand))]
+            else:
+                k = todo[0]
+            order.append(k)
+            todo.remove(k)
+    return np.array(order, dtype=np.int64)
+
+
+def _region_devices(ev: PartitionEvaluator) -> list[list[int]]:
+    """Devices of each region (sorted region names), hosts kept together (host, then index)."""
+    c = ev.cluster
+    names = sorted(set(c.region_of))
+    return [sorted((d for d in range(c.num_devices) if c.region_of[d] == r),
+                   key=lambda d: (str(c.host_of[d]), d)) for r in names]
+
+
+def _pairings(items: list[int], s: int):
+    """Every split of ``items`` into unordered clusters of ``s`` (first item anchors a cluster)."""
+    if not items:
+        yield []
+        return
+    head, rest = items[0], items[1:]
+    for mates in itertools.combinations(rest, s - 1):
+        left = [x for x in rest if x not in mates]
+        for tail in _pairings(left, s):
+            yield [(head, *mates)] + tail
+
+
+def _cluster_layout(regs: list[list[int]], clusters, dp: int) -> list[Group]:
+    """Groups in pipeline order: each cluster of s regions holds n·s/dp consecutive stages, each
+    stage dp/s devices of every region in the cluster (each replica stays inside one region
+    while the pipeline is in that cluster, so only cluster boundaries cross regions)."""
+    out: list[Group] = []
+    for cl in clusters:
+        per = dp // len(cl)
+        n = len(regs[cl[0]])
+        for t in range(n // per):
+            out.append(tuple(sorted(d for r in cl for d in regs[r][t * per:(t + 1) * per])))
+    return out
+
+
+def coarse_layouts(ev: PartitionEvaluator, keep: int = 3, max_splits: int = 2000,
+                   ) -> list[list[Group]]:
+    """Region-level search: the ``keep`` best region-cluster layouts (groups in path order).
+
+    The coarse problem is the scheduling problem one level up: regions are split into clusters
+    of s regions (s dividing dp; s = 1: each stage inside one region, s = dp: each stage spans
+    dp regions), clusters are chained in a pipeline order. Its cost is estimated from one
+    representative stage per cluster (DP cost, edge to the next stage) plus the exact boundary
+    edges, all with the evaluator's cost functions; cluster orders are enumerated up to 4
+    clusters, beyond that ordered by an exact open TSP over boundary edges. Only clusters of
+    regions with equal device counts that split into whole stages are formed; none if the
+    regions do not allow it. At most ``max_splits`` region splits per cluster size (in the
+    deterministic order of :func:`_pairings`; 8 regions have 105 pair splits).
+    """
+    dp = ev.dp
+    regs = _region_devices(ev)
+    n = len(regs[0])
+    if any(len(r) != n for r in regs):
+        return []
+    scored: list[tuple[float, list[Group]]] = []
+    for s in range(1, min(dp, len(regs)) + 1):
+        if dp % s or len(regs) % s or n % (dp // s):
+            continue
+        for split in itertools.islice(_pairings(list(range(len(regs))), s), max_splits):
+            blocks = [_cluster_layout(regs, [cl], dp) for cl in split]
+            dp_max = max(ev.group_dp_cost(b[0]) for b in blocks)
+            inner = sum((len(b) - 1) * float(ev.edges([(b[0], b[1])])[0]) if len(b) > 1 else 0.0
+                        for b in blocks)
+            q = len(blocks)
+            w = np.zeros((q, q))
+            for x in range(q):
+                for y in range(q):
+                    if x != y:
+                        w[x, y] = float(ev.edges([(blocks[x][-1], blocks[y][0])])[0])
+            if q <= 4:
+                orders = [list(p) for p in itertools.permutations(range(q))]
+                path = min(orders, key=lambda o: sum(w[a, b] for a, b in zip(o[:-1], o[1:])))
+            else:
+                path = open_tsp_path(w)[1]  # w is asymmetric only through first/last stages
+            cross = sum(w[a, b] for a, b in zip(path[:-1], path[1:]))
+            groups = [g for k in path for g in blocks[k]]
+            scored.append((dp_max + 2.0 * (inner + cross), groups))
+    scored.sort(key=lambda x: x[0])
+    return [g for _, g in scored[:keep]]
+
+
+@dataclass
+class HierarchicalStats:
+    start_total_s: float
+    best_total_s: float = 0.0
+    moves_tried: int = 0
+    moves_applied: int = 0
+    time_to_best_s: float = 0.0
+    stopped_by: str = "max_moves"
+    curve: list[tuple[float, float]] = field(default_factory=list)  # (seconds, best TOTAL)
+
+
+def _same_block(ev: PartitionEvaluator, g: Group, d: int) -> bool:
+    c = ev.cluster
+    return any(c.region_of[x] == c.region_of[d] for x in g)
+
+
+def hierarchical_search(ev: PartitionEvaluator, groups, order, rng: np.random.Generator, *,
+                        time_limit_s: float | None = 60.0, max_moves: int = 200_000,
+                        patience_moves: int | None = None,
+                        ) -> tuple[PathState, HierarchicalStats]:
+    """Improve ``groups`` in pipeline ``order``; never returns a TOTAL above the start's.
+
+    Coarse step: :func:`region_order`, kept if cheaper. Fine step: random swap and 2-opt moves,
+    each accepted when it lowers TOTAL, or keeps it and lowers the sum of group DP costs plus
+    twice the path's edge sum (a smooth companion that lets the search walk plateaus of the max).
+    Stops after ``max_moves`` tried moves, ``patience_moves`` without a lower TOTAL, or
+    ``time_limit_s`` (the move count makes a run deterministic for a seed when it binds first).
+    """
+    t0 = time.perf_counter()
+    state = PathState(ev, groups, order)
+    stats = HierarchicalStats(start_total_s=state.total)
+    stats.curve.append((0.0, state.total))
+    cands = [PathState(ev, state.groups, region_order(ev, state.groups))]
+    cands += [PathState(ev, g, np.arange(len(g))) for g in coarse_layouts(ev)]
+    for coarse in cands:
+        if coarse.total < state.total - 1e-12:
+            state = coarse
+            stats.curve.append((time.perf_counter() - t0, state.total))
+    best = state.total
+    smooth = float(state.dp.sum() + 2.0 * state.edge.sum())
+    m, dpn = len(state.groups), len(state.groups[0])
+    since = 0
+    for move in range(max_moves):
+        if time_limit_s is not None and move % 64 == 0 and time.perf_counter() - t0 > time_limit_s:
+            stats.stopped_by = "time_limit"
+            break
+        if patience_moves is not None and since >= patience_moves:
+            stats.stopped_by = "patience"
+            break
+        stats.moves_tried += 1
+        since += 1
+        r = rng.random()
+        if r < 0.25 and m > 2:
+            i, j = sorted(rng.choice(m, size=2, replace=False).tolist())
+            new, pend = state.reverse_delta(i, j)
+            kind = "reverse"
+        elif m > 1:
+            if r < 0.5:
+                a = int(np.argmax(state.dp))  # the group that sets DATAP
+            else:
+                a = int(state.order[rng.integers(m)])
+            if r < 0.75:  # a path neighbour of a: the edge between them may get cheaper
+                p = int(state.pos[a])
+                nb = [q for q in (p - 1, p + 1) if 0 <= q < m]
+                b = int(state.order[nb[rng.integers(len(nb))]])
+            else:
+                b = int(rng.integers(m - 1))
+                b += b >= a
+            da = state.groups[a][rng.integers(dpn)]
+            # prefer a partner device from the block (region) group a mostly lives in
+            cand = [d for d in state.groups[b] if _same_block(ev, state.groups[a], d)]
+            pool = cand if cand and rng.random() < 0.8 else list(state.groups[b])
+            db = pool[rng.integers(len(pool))]
+            new, pend = state.swap_delta(a, da, b, db)
+            kind = "swap"
+        else:
+            break
+        if new > best + 1e-12:
+            continue
+        if kind == "swap":
+            a, b, _, _, na, nbv, idx, ne = pend
+            new_smooth = (smooth - state.dp[a] - state.dp[b] + na + nbv
+                          + 2.0 * (ne.sum() - state.edge[idx].sum()))
+        else:
+            _, _, idx, ne = pend
+            new_smooth = smooth + 2.0 * (ne.sum() - state.edge[idx].sum())
+        if new < best - 1e-12 or new_smooth < smooth - 1e-12:
+            (state.apply_swap if kind == "swap" else state.apply_reverse)(pend)
+            smooth = float(new_smooth)
+            stats.moves_applied += 1
+            if new < best - 1e-12:
+                best = new
+                since = 0
+                stats.time_to_best_s = time.perf_counter() - t0
+                stats.curve.append((stats.time_to_best_s, best))
+    stats.best_total_s = state.total
+    stats.curve.append((time.perf_counter() - t0, state.total))
+    return state, stats
