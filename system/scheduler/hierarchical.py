@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from system.cost.partition import PartitionEvaluator
-from system.cost.tsp import open_tsp_path
+from system.cost.tsp import open_tsp_path, path_cost
 
 __all__ = ["PathState", "HierarchicalStats", "hierarchical_search", "region_order"]
 
@@ -53,15 +53,17 @@ class PathState:
         self.groups: list[Group] = [tuple(sorted(int(x) for x in g)) for g in groups]
         self.order = np.asarray(order, dtype=np.int64).copy()
         if sorted(self.order.tolist()) != list(range(len(self.groups))):
-            raise ValueError(f"PathState: order {self.order.tolist()} is not a permutation of "
-                             f"the {len(self.groups)} groups")
+            raise ValueError(
+                f"PathState: order {self.order.tolist()} is not a permutation of "
+                f"the {len(self.groups)} groups"
+            )
         self.pos = np.empty(len(self.groups), dtype=np.int64)
         self.pos[self.order] = np.arange(len(self.order))
         self.dp = np.array([ev.group_dp_cost(g) for g in self.groups])
         self.edge = self._path_edges(self.order)
 
     def _path_edges(self, order: np.ndarray) -> np.ndarray:
-        pairs = [(self.groups[a], self.groups[b]) for a, b in zip(order[:-1], order[1:])]
+        pairs = [(self.groups[a], self.groups[b]) for a, b in itertools.pairwise(order)]
         return self.ev.edges(pairs) if pairs else np.zeros(0)
 
     @property
@@ -71,10 +73,12 @@ class PathState:
     def full_total(self) -> float:
         """TOTAL recomputed from scratch (no cached piece of this state)."""
         ev = self.ev
-        dp = max(float(ev.dp_pair_s[np.ix_(g, g)].sum(axis=1).max()) if len(g) > 1 else 0.0
-                 for g in map(np.asarray, self.groups))
+        dp = max(
+            float(ev.dp_pair_s[np.ix_(g, g)].sum(axis=1).max()) if len(g) > 1 else 0.0
+            for g in map(np.asarray, self.groups)
+        )
         w = ev.coarse_weights(self.groups)
-        return dp + 2.0 * float(sum(w[a, b] for a, b in zip(self.order[:-1], self.order[1:])))
+        return dp + 2.0 * path_cost(w, self.order.tolist())
 
     # ---- swap ----------------------------------------------------------------------------------
     def _edges_at(self, ks: tuple[int, ...]) -> list[int]:
@@ -133,7 +137,7 @@ class PathState:
 
     def apply_reverse(self, pending) -> None:
         i, j, idx, new_edges = pending
-        self.order[i:j + 1] = self.order[i:j + 1][::-1].copy()
+        self.order[i : j + 1] = self.order[i : j + 1][::-1].copy()
         self.edge[i:j] = self.edge[i:j][::-1].copy()  # inner edges keep their weights
         self.edge[idx] = new_edges
         self.pos[self.order] = np.arange(len(self.order))
@@ -175,8 +179,13 @@ def _region_devices(ev: PartitionEvaluator) -> list[list[int]]:
     """Devices of each region (sorted region names), hosts kept together (host, then index)."""
     c = ev.cluster
     names = sorted(set(c.region_of))
-    return [sorted((d for d in range(c.num_devices) if c.region_of[d] == r),
-                   key=lambda d: (str(c.host_of[d]), d)) for r in names]
+    return [
+        sorted(
+            (d for d in range(c.num_devices) if c.region_of[d] == r),
+            key=lambda d: (str(c.host_of[d]), d),
+        )
+        for r in names
+    ]
 
 
 def _pairings(items: list[int], s: int):
@@ -200,12 +209,15 @@ def _cluster_layout(regs: list[list[int]], clusters, dp: int) -> list[Group]:
         per = dp // len(cl)
         n = len(regs[cl[0]])
         for t in range(n // per):
-            out.append(tuple(sorted(d for r in cl for d in regs[r][t * per:(t + 1) * per])))
+            out.append(tuple(sorted(d for r in cl for d in regs[r][t * per : (t + 1) * per])))
     return out
 
 
-def coarse_layouts(ev: PartitionEvaluator, keep: int = 3, max_splits: int = 2000,
-                   ) -> list[list[Group]]:
+def coarse_layouts(
+    ev: PartitionEvaluator,
+    keep: int = 3,
+    max_splits: int = 2000,
+) -> list[list[Group]]:
     """Region-level search: the ``keep`` best region-cluster layouts (groups in path order).
 
     The coarse problem is the scheduling problem one level up: regions are split into clusters
@@ -230,8 +242,10 @@ def coarse_layouts(ev: PartitionEvaluator, keep: int = 3, max_splits: int = 2000
         for split in itertools.islice(_pairings(list(range(len(regs))), s), max_splits):
             blocks = [_cluster_layout(regs, [cl], dp) for cl in split]
             dp_max = max(ev.group_dp_cost(b[0]) for b in blocks)
-            inner = sum((len(b) - 1) * float(ev.edges([(b[0], b[1])])[0]) if len(b) > 1 else 0.0
-                        for b in blocks)
+            inner = sum(
+                (len(b) - 1) * float(ev.edges([(b[0], b[1])])[0]) if len(b) > 1 else 0.0
+                for b in blocks
+            )
             q = len(blocks)
             w = np.zeros((q, q))
             for x in range(q):
@@ -240,10 +254,12 @@ def coarse_layouts(ev: PartitionEvaluator, keep: int = 3, max_splits: int = 2000
                         w[x, y] = float(ev.edges([(blocks[x][-1], blocks[y][0])])[0])
             if q <= 4:
                 orders = [list(p) for p in itertools.permutations(range(q))]
-                path = min(orders, key=lambda o: sum(w[a, b] for a, b in zip(o[:-1], o[1:])))
+                path = min(orders, key=lambda o: path_cost(w, o))
             else:
-                path = open_tsp_path(w)[1]  # w is asymmetric only through first/last stages
-            cross = sum(w[a, b] for a, b in zip(path[:-1], path[1:]))
+                # w is asymmetric (last stage of x, first of y); the symmetric TSP over
+                # min(w, w.T) only picks the order, the layout is then costed exactly
+                path = open_tsp_path(np.minimum(w, w.T))[1]
+            cross = path_cost(w, path)
             groups = [g for k in path for g in blocks[k]]
             scored.append((dp_max + 2.0 * (inner + cross), groups))
     scored.sort(key=lambda x: x[0])
@@ -266,10 +282,16 @@ def _same_block(ev: PartitionEvaluator, g: Group, d: int) -> bool:
     return any(c.region_of[x] == c.region_of[d] for x in g)
 
 
-def hierarchical_search(ev: PartitionEvaluator, groups, order, rng: np.random.Generator, *,
-                        time_limit_s: float | None = 60.0, max_moves: int = 200_000,
-                        patience_moves: int | None = None,
-                        ) -> tuple[PathState, HierarchicalStats]:
+def hierarchical_search(
+    ev: PartitionEvaluator,
+    groups,
+    order,
+    rng: np.random.Generator,
+    *,
+    time_limit_s: float | None = 60.0,
+    max_moves: int = 200_000,
+    patience_moves: int | None = None,
+) -> tuple[PathState, HierarchicalStats]:
     """Improve ``groups`` in pipeline ``order``; never returns a TOTAL above the start's.
 
     Coarse step: :func:`region_order`, kept if cheaper. Fine step: random swap and 2-opt moves,
@@ -331,8 +353,14 @@ def hierarchical_search(ev: PartitionEvaluator, groups, order, rng: np.random.Ge
             continue
         if kind == "swap":
             a, b, _, _, na, nbv, idx, ne = pend
-            new_smooth = (smooth - state.dp[a] - state.dp[b] + na + nbv
-                          + 2.0 * (ne.sum() - state.edge[idx].sum()))
+            new_smooth = (
+                smooth
+                - state.dp[a]
+                - state.dp[b]
+                + na
+                + nbv
+                + 2.0 * (ne.sum() - state.edge[idx].sum())
+            )
         else:
             _, _, idx, ne = pend
             new_smooth = smooth + 2.0 * (ne.sum() - state.edge[idx].sum())

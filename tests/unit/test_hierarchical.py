@@ -44,8 +44,9 @@ def test_search_never_returns_worse_than_its_start(seed):
     pp, dp = 4, 2
     ev = PartitionEvaluator(random_cluster(pp * dp, seed), DTFM_REFERENCE, pp=pp, dp=dp)
     start = PathState(ev, random_partition(pp * dp, pp, rng), np.arange(pp))
-    state, stats = hierarchical_search(ev, start.groups, start.order, rng, time_limit_s=None,
-                                       max_moves=300)
+    state, stats = hierarchical_search(
+        ev, start.groups, start.order, rng, time_limit_s=None, max_moves=300
+    )
     assert stats.start_total_s == pytest.approx(start.total)
     assert state.total <= start.total + 1e-12
     assert stats.best_total_s == pytest.approx(state.full_total(), rel=1e-12)
@@ -60,16 +61,19 @@ def test_small_instance_reaches_the_enumerated_optimum(seed):
     opt, _ = exact_optimum(c, DTFM_REFERENCE, pp=pp, dp=dp)
     rng = np.random.default_rng(seed)
     start = greedy_seeds(ev)["greedy_pipeline"]
-    state, _ = hierarchical_search(ev, start, np.arange(pp), rng, time_limit_s=None,
-                                   max_moves=3000)
+    state, _ = hierarchical_search(ev, start, np.arange(pp), rng, time_limit_s=None, max_moves=3000)
     assert state.total == pytest.approx(opt, rel=1e-9)
 
 
 def test_coarse_layouts_keep_regions_together_and_use_every_device_once():
     base = random_cluster(16, 3)
-    c = Cluster(name="four-regions", region_of=tuple(f"r{d // 4}" for d in range(16)),
-                host_of=tuple(range(16)), delay_ms=base.delay_ms,
-                bandwidth_gbps=base.bandwidth_gbps)
+    c = Cluster(
+        name="four-regions",
+        region_of=tuple(f"r{d // 4}" for d in range(16)),
+        host_of=tuple(range(16)),
+        delay_ms=base.delay_ms,
+        bandwidth_gbps=base.bandwidth_gbps,
+    )
     ev = PartitionEvaluator(c, DTFM_REFERENCE, pp=4, dp=4)
     layouts = coarse_layouts(ev, keep=50)
     assert layouts
