@@ -188,16 +188,20 @@ def _region_devices(ev: PartitionEvaluator) -> list[list[int]]:
     ]
 
 
-def _pairings(items: list[int], s: int):
-    """Every split of ``items`` into unordered clusters of ``s`` (first item anchors a cluster)."""
+def _splits(items: list[int], sizes: tuple[int, ...]):
+    """Every split of ``items`` into unordered clusters with sizes in ``sizes`` (the first item
+    anchors a cluster, so each split appears once)."""
     if not items:
         yield []
         return
     head, rest = items[0], items[1:]
-    for mates in itertools.combinations(rest, s - 1):
-        left = [x for x in rest if x not in mates]
-        for tail in _pairings(left, s):
-            yield [(head, *mates)] + tail
+    for s in sizes:
+        if s - 1 > len(rest):
+            continue
+        for mates in itertools.combinations(rest, s - 1):
+            left = [x for x in rest if x not in mates]
+            for tail in _splits(left, sizes):
+                yield [(head, *mates), *tail]
 
 
 def _cluster_layout(regs: list[list[int]], clusters, dp: int) -> list[Group]:
@@ -221,14 +225,15 @@ def coarse_layouts(
     """Region-level search: the ``keep`` best region-cluster layouts (groups in path order).
 
     The coarse problem is the scheduling problem one level up: regions are split into clusters
-    of s regions (s dividing dp; s = 1: each stage inside one region, s = dp: each stage spans
-    dp regions), clusters are chained in a pipeline order. Its cost is estimated from one
+    of s regions each (s dividing dp, sizes may differ between clusters; s = 1: each stage inside
+    one region, s = dp: each stage spans dp regions), clusters are chained in a pipeline order.
+    Its cost is estimated from one
     representative stage per cluster (DP cost, edge to the next stage) plus the exact boundary
-    edges, all with the evaluator's cost functions; cluster orders are enumerated up to 4
-    clusters, beyond that ordered by an exact open TSP over boundary edges. Only clusters of
+    edges, all with the evaluator's cost functions; cluster orders are enumerated up to 6
+    clusters, beyond that ordered by an exact open TSP over the boundary edges. Only clusters of
     regions with equal device counts that split into whole stages are formed; none if the
-    regions do not allow it. At most ``max_splits`` region splits per cluster size (in the
-    deterministic order of :func:`_pairings`; 8 regions have 105 pair splits).
+    regions do not allow it. At most ``max_splits`` region splits (in the
+    deterministic order of :func:`_splits`).
     """
     dp = ev.dp
     regs = _region_devices(ev)
@@ -236,32 +241,33 @@ def coarse_layouts(
     if any(len(r) != n for r in regs):
         return []
     scored: list[tuple[float, list[Group]]] = []
-    for s in range(1, min(dp, len(regs)) + 1):
-        if dp % s or len(regs) % s or n % (dp // s):
-            continue
-        for split in itertools.islice(_pairings(list(range(len(regs))), s), max_splits):
-            blocks = [_cluster_layout(regs, [cl], dp) for cl in split]
-            dp_max = max(ev.group_dp_cost(b[0]) for b in blocks)
-            inner = sum(
-                (len(b) - 1) * float(ev.edges([(b[0], b[1])])[0]) if len(b) > 1 else 0.0
-                for b in blocks
+    # a cluster of s regions needs dp/s devices of each region per stage
+    sizes = tuple(s for s in range(1, min(dp, len(regs)) + 1) if dp % s == 0 and n % (dp // s) == 0)
+    blocks: dict[tuple[int, ...], list[Group]] = {}
+    for split in itertools.islice(_splits(list(range(len(regs))), sizes), max_splits):
+        for cl in split:
+            if cl not in blocks:
+                blocks[cl] = _cluster_layout(regs, [cl], dp)
+        bl = [blocks[cl] for cl in split]
+        dp_max = max(ev.group_dp_cost(b[0]) for b in bl)
+        inner = sum((len(b) - 1) * float(ev.edges([(b[0], b[1])])[0]) for b in bl if len(b) > 1)
+        q = len(bl)
+        w = np.zeros((q, q))
+        for x in range(q):
+            for y in range(q):
+                if x != y:
+                    w[x, y] = float(ev.edges([(bl[x][-1], bl[y][0])])[0])
+        if q <= 6:
+            path = min(
+                (list(p) for p in itertools.permutations(range(q))),
+                key=lambda o, w=w: path_cost(w, o),
             )
-            q = len(blocks)
-            w = np.zeros((q, q))
-            for x in range(q):
-                for y in range(q):
-                    if x != y:
-                        w[x, y] = float(ev.edges([(blocks[x][-1], blocks[y][0])])[0])
-            if q <= 4:
-                orders = [list(p) for p in itertools.permutations(range(q))]
-                path = min(orders, key=lambda o: path_cost(w, o))
-            else:
-                # w is asymmetric (last stage of x, first of y); the symmetric TSP over
-                # min(w, w.T) only picks the order, the layout is then costed exactly
-                path = open_tsp_path(np.minimum(w, w.T))[1]
-            cross = path_cost(w, path)
-            groups = [g for k in path for g in blocks[k]]
-            scored.append((dp_max + 2.0 * (inner + cross), groups))
+        else:
+            # w is asymmetric (last stage of x, first of y); the symmetric TSP over
+            # min(w, w.T) only picks the order, the layout is then costed exactly
+            path = open_tsp_path(np.minimum(w, w.T))[1]
+        groups = [g for k in path for g in bl[k]]
+        scored.append((dp_max + 2.0 * (inner + path_cost(w, path)), groups))
     scored.sort(key=lambda x: x[0])
     return [g for _, g in scored[:keep]]
 
