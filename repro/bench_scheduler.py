@@ -208,8 +208,16 @@ def _scale(cfg: dict) -> list[dict]:
 
     rows, curves = [], []
     seed, limit = int(cfg["seed"]), float(cfg["scale_time_limit_s"])
+    instances = []
     for per_region in [int(x) for x in cfg["scale_per_regions"].split(",")]:
-        c = replicated_case5(per_region)
+        instances.append((f"5x{per_region}", replicated_case5(per_region)))
+    for per_region in [int(x) for x in cfg["scale_per_regions"].split(",")]:
+        # case 2's shape scaled up: half the devices in 4-GPU hosts, half single GPUs, one region
+        n = 8 * per_region
+        spot = spot_cluster(f"spot{n}", host_sizes=(4,) * (n // 8) + (1,) * (n // 2),
+                            across_gbps=1.25, inside_gbps=100.0)
+        instances.append((f"spot{n}", spot))
+    for name, c in instances:
         pp, dp = c.num_devices // 8, 8
         load_1min = os.getloadavg()[0]
         t0, cpu0 = time.perf_counter(), time.process_time()
@@ -222,7 +230,7 @@ def _scale(cfg: dict) -> list[dict]:
         bound = lower_bound(c, DTFM_REFERENCE, pp=pp, dp=dp).total_bound_s
         improved = st.best_total_s < st.start_total_s - 1e-9
         rows.append({
-            "section": "scale", "case": f"5x{per_region}", "cluster": c.name,
+            "section": "scale", "case": name, "cluster": c.name,
             "num_devices": c.num_devices, "pp": pp, "dp": dp, "row": "hierarchical",
             "method": "hierarchical", "initial_best_s": st.start_total_s,
             "total_cost_s": st.best_total_s, "bound_total_s": bound,
@@ -235,8 +243,8 @@ def _scale(cfg: dict) -> list[dict]:
             "stopped_by": st.stopped_by, "best_from": "hierarchical" if improved else "greedy",
             "time_limit_s": limit, "load_avg_1min": load_1min,
         })
-        curves += [{"num_devices": c.num_devices, "time_s": greedy_s + t, "best_total_s": v,
-                    "bound_total_s": bound} for t, v in st.curve]
+        curves += [{"case": name, "num_devices": c.num_devices, "time_s": greedy_s + t,
+                    "best_total_s": v, "bound_total_s": bound} for t, v in st.curve]
         log.info("scale %d devices: greedy %.3f -> %.3f s (bound %.3f) in %.1f s",
                  c.num_devices, st.start_total_s, st.best_total_s, bound, wall_s)
     out = cfg["out_dir"]
@@ -255,12 +263,15 @@ def _plot_curves(df: pd.DataFrame, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, df["num_devices"].nunique(), figsize=(10, 3.6), squeeze=False)
-    for ax, (n, d) in zip(axes[0], df.groupby("num_devices"), strict=True):
+    keys = list(dict.fromkeys(df["case"]))
+    fig, axes = plt.subplots(1, len(keys), figsize=(4.5 * len(keys), 3.6), squeeze=False)
+    for ax, key in zip(axes[0], keys, strict=True):
+        d = df[df["case"] == key]
+        n = d["num_devices"].iloc[0]
         ax.step(d["time_s"], d["best_total_s"], where="post", label="best TOTAL")
         ax.axhline(d["best_total_s"].iloc[0], ls=":", c="grey", label="greedy start")
         ax.axhline(d["bound_total_s"].iloc[0], ls="--", c="k", label="lower bound")
-        ax.set(title=f"{n} devices", xlabel="wall time s (incl. greedy start)",
+        ax.set(title=f"{key}: {n} devices", xlabel="wall time s (incl. greedy start)",
                ylabel="TOTAL s per iteration")
         ax.legend(fontsize=7)
     fig.tight_layout()
@@ -331,11 +342,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     scale = df[df["section"] == "scale"] if "section" in df else df.iloc[:0]
     if len(scale):
         t2 = Table(title="section scale: hierarchical search vs its greedy start (TOTAL s)")
-        for c in ("devices", "greedy start", "final", "bound", "gap % start", "gap % final",
+        for c in ("case", "devices", "greedy start", "final", "bound", "gap % start", "gap % final",
                   "improved %", "time to best s", "wall s", "cpu s", "moves", "load 1 min"):
             t2.add_column(c)
         for _, r in scale.iterrows():
-            t2.add_row(str(r["num_devices"]), fmt(r["initial_best_s"]), fmt(r["total_cost_s"]),
+            t2.add_row(str(r["case"]), str(r["num_devices"]), fmt(r["initial_best_s"]),
+                       fmt(r["total_cost_s"]),
                        fmt(r["bound_total_s"]), fmt(r["start_gap_pct"], "{:.2f}"),
                        fmt(r["gap_pct"], "{:.2f}"), fmt(r["improvement_pct"], "{:.3f}"),
                        fmt(r["time_to_best_s"], "{:.2f}"), fmt(r["search_time_s"], "{:.1f}"),

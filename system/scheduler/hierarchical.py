@@ -16,7 +16,10 @@ groups are labelled by the region holding most of their devices; the regions are
 exact open TSP (Held–Karp, :func:`open_tsp_path`) over the cheapest coarse edge between their
 groups, and groups are chained region by region, each region's groups ordered by nearest
 neighbour from the group nearest the previous region. That order is kept only if it is cheaper
-than the start's. Device swaps then refine inside and across blocks; a swap prefers devices of
+than the start's. Host level: the host- and region-aligned stackings of
+:func:`~system.scheduler.seeds.aligned_partition` (each replica takes whole hosts in consecutive
+stages), in stage order. The cheapest of these starts is kept if it beats the given one. Device
+swaps then refine inside and across blocks; a swap prefers devices of
 the same host or region block as the partner group (the block structure of the cluster), so the
 cheap moves are tried first.
 
@@ -35,8 +38,16 @@ import numpy as np
 
 from system.cost.partition import PartitionEvaluator
 from system.cost.tsp import open_tsp_path, path_cost
+from system.scheduler.seeds import aligned_partition
 
-__all__ = ["PathState", "HierarchicalStats", "hierarchical_search", "region_order"]
+__all__ = [
+    "PathState",
+    "HierarchicalStats",
+    "aligned_layouts",
+    "coarse_layouts",
+    "hierarchical_search",
+    "region_order",
+]
 
 Group = tuple[int, ...]
 
@@ -272,6 +283,25 @@ def coarse_layouts(
     return [g for _, g in scored[:keep]]
 
 
+def aligned_layouts(ev: PartitionEvaluator) -> list[list[Group]]:
+    """Host- and region-aligned layouts (:func:`aligned_partition`) in stage order, chunk lengths
+    1..8 and the block sizes up to pp; only labels with a block of two or more devices."""
+    c, out = ev.cluster, []
+    for labels in (c.host_of, c.region_of):
+        blocks: dict = {}
+        for d, lab in enumerate(labels):
+            blocks.setdefault(lab, []).append(d)
+        bl = list(blocks.values())
+        if max(len(b) for b in bl) < 2:
+            continue
+        sizes = {len(b) for b in bl if len(b) <= ev.pp}
+        for chunk in sorted(set(range(1, min(ev.pp, 8) + 1)) | sizes):
+            part = aligned_partition(bl, ev.pp, ev.dp, chunk)
+            if part not in out:
+                out.append(part)
+    return out
+
+
 @dataclass
 class HierarchicalStats:
     start_total_s: float
@@ -312,10 +342,14 @@ def hierarchical_search(
     stats.curve.append((0.0, state.total))
     cands = [PathState(ev, state.groups, region_order(ev, state.groups))]
     cands += [PathState(ev, g, np.arange(len(g))) for g in coarse_layouts(ev)]
+    # host level: the hosts (and regions) stacked into aligned stage columns, stage order
+    for g in aligned_layouts(ev):
+        cands += [PathState(ev, g, np.arange(len(g))), PathState(ev, g, region_order(ev, g))]
     for coarse in cands:
         if coarse.total < state.total - 1e-12:
             state = coarse
-            stats.curve.append((time.perf_counter() - t0, state.total))
+            stats.time_to_best_s = time.perf_counter() - t0
+            stats.curve.append((stats.time_to_best_s, state.total))
     best = state.total
     smooth = float(state.dp.sum() + 2.0 * state.edge.sum())
     m, dpn = len(state.groups), len(state.groups[0])
