@@ -1,4 +1,4 @@
-"""Search at scale: a region-level pipeline order, then local moves costed incrementally.
+"""Search at scale: region and host levels first, then device moves costed incrementally.
 
 TOTAL = max_g DP(g) + 2·Σ bottleneck(g_k, g_k+1) along the pipeline order of the pp groups
 (paper §3.2–3.3). At 1,024 devices and more, one full re-costing of a partition (pp·(pp−1)/2
@@ -11,17 +11,18 @@ cost change touches only what the move changes:
   path edges at a and b (:meth:`PartitionEvaluator.edges`); max DP over a kept array.
 - ``reverse``: 2-opt on the open path, reversing positions i..j: two edges change.
 
-Coarse level (regions, then hosts, then devices as ``Cluster.region_of`` / ``host_of`` give):
-groups are labelled by the region holding most of their devices; the regions are ordered by an
-exact open TSP (Held–Karp, :func:`open_tsp_path`) over the cheapest coarse edge between their
+Coarse levels (regions, then hosts, then devices as ``Cluster.region_of`` / ``host_of`` give).
+Region level: :func:`coarse_layouts` splits the regions into clusters whose stages take devices
+of every region in the cluster, chained in the cheapest cluster order; and for the given groups,
+:func:`region_order` labels each group by the region holding most of its devices; the regions
+are ordered by an exact open TSP (Held–Karp, :func:`open_tsp_path`) over the cheapest coarse edge between their
 groups, and groups are chained region by region, each region's groups ordered by nearest
 neighbour from the group nearest the previous region. That order is kept only if it is cheaper
 than the start's. Host level: the host- and region-aligned stackings of
 :func:`~system.scheduler.seeds.aligned_partition` (each replica takes whole hosts in consecutive
 stages), in stage order. The cheapest of these starts is kept if it beats the given one. Device
-swaps then refine inside and across blocks; a swap prefers devices of
-the same host or region block as the partner group (the block structure of the cluster), so the
-cheap moves are tried first.
+swaps and 2-opt reversals then refine; a swap prefers (4 in 5) a partner device from a region
+that group a already holds, so cheap moves are tried first.
 
 Cost functions are those of :mod:`system.cost.partition` (one cost model); the state's TOTAL
 equals :func:`~system.cost.tsp.path_cost` over :meth:`PartitionEvaluator.coarse_weights` in the
