@@ -15,10 +15,10 @@ Coarse levels (regions, then hosts, then devices as ``Cluster.region_of`` / ``ho
 Region level: :func:`coarse_layouts` splits the regions into clusters whose stages take devices
 of every region in the cluster, chained in the cheapest cluster order; and for the given groups,
 :func:`region_order` labels each group by the region holding most of its devices; the regions
-are ordered by an exact open TSP (Held–Karp, :func:`open_tsp_path`) over the cheapest coarse edge between their
-groups, and groups are chained region by region, each region's groups ordered by nearest
-neighbour from the group nearest the previous region. That order is kept only if it is cheaper
-than the start's. Host level: the host- and region-aligned stackings of
+are ordered by an exact open TSP (Held–Karp, :func:`open_tsp_path`) over the cheapest coarse
+edge between their groups, and groups are chained region by region, each region's groups ordered
+by nearest neighbour from the group nearest the previous region. That order is kept only if it
+is cheaper than the start's. Host level: the host- and region-aligned stackings of
 :func:`~system.scheduler.seeds.aligned_partition` (each replica takes whole hosts in consecutive
 stages), in stage order. The cheapest of these starts is kept if it beats the given one. Device
 swaps and 2-opt reversals then refine; a swap prefers (4 in 5) a partner device from a region
