@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,12 +60,17 @@ class Args:
     per_regions: str = "32,128"  # devices per region at scale (x 8 regions)
     random_layouts: int = 5000
     big_random_layouts: int = 200
+    scale_per_regions: str = "128,512"  # section scale: devices per region (x 8 regions)
+    scale_time_limit_s: float = 60.0  # section scale: hierarchical search time limit
     seed: int = 0
     out_dir: str = "results/scheduler"
 
     def __post_init__(self) -> None:
         int_list("seeds", self.seeds)
         int_list("per_regions", self.per_regions, low=1)
+        int_list("scale_per_regions", self.scale_per_regions, low=1)
+        if self.scale_time_limit_s <= 0:
+            raise ConfigError(f"scale_time_limit_s={self.scale_time_limit_s}: must be > 0")
         if self.big_time_limit_s <= 0:
             raise ConfigError(f"big_time_limit_s={self.big_time_limit_s}: must be > 0")
 
@@ -190,7 +196,96 @@ def _scaling(cfg: dict) -> list[dict]:
     return rows
 
 
-SECTIONS = {"plateau": _plateau, "gaps": _gaps, "quality": _quality, "scaling": _scaling}
+def _scale(cfg: dict) -> list[dict]:
+    """Hierarchical search (region clusters, then incremental swap / 2-opt moves) from the greedy
+    start at scale; cost-vs-time curves go to ``scale_curves.{csv,png}`` in ``out_dir``."""
+    import os
+
+    from system.cost.partition import PartitionEvaluator
+    from system.scheduler.bounds import gap_pct, lower_bound
+    from system.scheduler.genetic import greedy_seeds
+    from system.scheduler.hierarchical import hierarchical_search
+
+    rows, curves = [], []
+    seed, limit = int(cfg["seed"]), float(cfg["scale_time_limit_s"])
+    instances = []
+    for per_region in [int(x) for x in cfg["scale_per_regions"].split(",")]:
+        instances.append((f"5x{per_region}", replicated_case5(per_region)))
+    for per_region in [int(x) for x in cfg["scale_per_regions"].split(",")]:
+        # case 2's shape scaled up: half the devices in 4-GPU hosts, half single GPUs, one region
+        n = 8 * per_region
+        spot = spot_cluster(f"spot{n}", host_sizes=(4,) * (n // 8) + (1,) * (n // 2),
+                            across_gbps=1.25, inside_gbps=100.0)
+        instances.append((f"spot{n}", spot))
+    for name, c in instances:
+        pp, dp = c.num_devices // 8, 8
+        load_1min = os.getloadavg()[0]
+        t0, cpu0 = time.perf_counter(), time.process_time()
+        ev = PartitionEvaluator(c, DTFM_REFERENCE, pp=pp, dp=dp)
+        start = greedy_seeds(ev)["greedy_pipeline"]  # groups in chain (stage) order
+        greedy_s = time.perf_counter() - t0
+        state, st = hierarchical_search(ev, start, np.arange(pp), np.random.default_rng(seed),
+                                        time_limit_s=limit, max_moves=10**9)
+        wall_s, cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
+        bound = lower_bound(c, DTFM_REFERENCE, pp=pp, dp=dp).total_bound_s
+        improved = st.best_total_s < st.start_total_s - 1e-9
+        rows.append({
+            "section": "scale", "case": name, "cluster": c.name,
+            "num_devices": c.num_devices, "pp": pp, "dp": dp, "row": "hierarchical",
+            "method": "hierarchical", "initial_best_s": st.start_total_s,
+            "total_cost_s": st.best_total_s, "bound_total_s": bound,
+            "gap_pct": gap_pct(st.best_total_s, bound),
+            "start_gap_pct": gap_pct(st.start_total_s, bound),
+            "improvement_pct": 100.0 * (st.start_total_s - st.best_total_s) / st.start_total_s,
+            "time_to_best_s": greedy_s + st.time_to_best_s if improved else greedy_s,
+            "greedy_time_s": greedy_s, "search_time_s": wall_s, "search_cpu_s": cpu_s,
+            "trials": st.moves_tried, "moves_applied": st.moves_applied,
+            "stopped_by": st.stopped_by, "best_from": "hierarchical" if improved else "greedy",
+            "time_limit_s": limit, "load_avg_1min": load_1min,
+        })
+        curves += [{"case": name, "num_devices": c.num_devices, "time_s": greedy_s + t,
+                    "best_total_s": v, "bound_total_s": bound} for t, v in st.curve]
+        log.info("scale %d devices: greedy %.3f -> %.3f s (bound %.3f) in %.1f s",
+                 c.num_devices, st.start_total_s, st.best_total_s, bound, wall_s)
+    out = cfg["out_dir"]
+    if out and curves:
+        df = pd.DataFrame(curves)
+        atomic_write_text(f"{out}/scale_curves.csv", df.to_csv(index=False))
+        _plot_curves(df, f"{out}/scale_curves.png")
+    return rows
+
+
+def _plot_curves(df: pd.DataFrame, path: str) -> None:
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = list(dict.fromkeys(df["case"]))
+    fig, axes = plt.subplots(1, len(keys), figsize=(4.5 * len(keys), 3.6), squeeze=False)
+    for ax, key in zip(axes[0], keys, strict=True):
+        d = df[df["case"] == key]
+        n = d["num_devices"].iloc[0]
+        ax.step(d["time_s"], d["best_total_s"], where="post", label="best TOTAL")
+        ax.axhline(d["best_total_s"].iloc[0], ls=":", c="grey", label="greedy start")
+        ax.axhline(d["bound_total_s"].iloc[0], ls="--", c="k", label="lower bound")
+        ax.set(title=f"{key}: {n} devices", xlabel="wall time s (incl. greedy start)",
+               ylabel="TOTAL s per iteration")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120)
+    plt.close(fig)
+    tmp = Path(path).with_suffix(".png.tmp")
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    tmp.write_bytes(buf.getvalue())
+    tmp.replace(path)
+
+
+SECTIONS = {"plateau": _plateau, "gaps": _gaps, "quality": _quality, "scaling": _scaling,
+            "scale": _scale}
 
 
 def run(cfg: dict) -> pd.DataFrame:
@@ -212,7 +307,7 @@ def _markdown(df: pd.DataFrame, cfg: dict) -> str:
 
     cols = ["section", "case", "seed", "num_devices", "pp", "dp", "row", "total_cost_s",
             "bound_total_s", "gap_pct", "initial_best_s", "search_time_s", "time_to_best_s",
-            "search_cpu_s", "trials", "stopped_by", "best_from"]
+            "search_cpu_s", "trials", "stopped_by", "best_from", "load_avg_1min"]
     lines = ["# Scheduler benchmark (`python repro/bench_scheduler.py`)", "",
              f"Settings: {cfg}. Sizes: DTFM_REFERENCE (c_dp = 0.65e9 B, c_pp = 0.4712492e9 B).",
              "Wall times depend on machine load (shared 2-core machine); CPU seconds beside them.",
@@ -244,6 +339,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                       fmt(r.get("search_cpu_s"), "{:.2f}"), fmt(r.get("trials"), "{:.0f}"),
                       str(r.get("stopped_by") or ""))
     console().print(table)
+    scale = df[df["section"] == "scale"] if "section" in df else df.iloc[:0]
+    if len(scale):
+        t2 = Table(title="section scale: hierarchical search vs its greedy start (TOTAL s)")
+        for c in ("case", "devices", "greedy start", "final", "bound", "gap % start", "gap % final",
+                  "improved %", "time to best s", "wall s", "cpu s", "moves", "load 1 min"):
+            t2.add_column(c)
+        for _, r in scale.iterrows():
+            t2.add_row(str(r["case"]), str(r["num_devices"]), fmt(r["initial_best_s"]),
+                       fmt(r["total_cost_s"]),
+                       fmt(r["bound_total_s"]), fmt(r["start_gap_pct"], "{:.2f}"),
+                       fmt(r["gap_pct"], "{:.2f}"), fmt(r["improvement_pct"], "{:.3f}"),
+                       fmt(r["time_to_best_s"], "{:.2f}"), fmt(r["search_time_s"], "{:.1f}"),
+                       fmt(r["search_cpu_s"], "{:.1f}"), fmt(r["trials"], "{:.0f}"),
+                       fmt(r["load_avg_1min"], "{:.2f}"))
+        console().print(t2)
     return 0
 
 
