@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from repro.gpu_check import datasheet, hardware_profile, main, sensitivity
+from repro.gpu_calibration import datasheet, hardware_profile, sensitivity
+from repro.gpu_check import main
 from system.simulator import V100
 from system.simulator.hardware import hardware_from_profile
 
