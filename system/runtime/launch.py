@@ -154,6 +154,20 @@ def _base_env(world_size: int, master_addr: str, port: int) -> dict[str, str]:
     return env
 
 
+def _start_logged(cmd: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen:
+    """Start ``cmd`` from the repository root in its own session, stdout+stderr to ``log_path``
+    (the child keeps its copy of the file descriptor; ours closes here)."""
+    with open(log_path, "wb") as out:
+        return subprocess.Popen(
+            cmd,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=str(_REPO_ROOT),
+            start_new_session=True,
+        )
+
+
 def _wait(procs, logs, deadline_s, t0, describe) -> None:
     """Poll ``procs`` until all exit 0; raise LaunchError/LaunchTimeout otherwise."""
     while True:
@@ -277,17 +291,7 @@ def run_ranks(
             if rank_env is not None:
                 renv.update({k: str(v) for k, v in rank_env[r].items()})
             cmd = [*rank_prefix[r], sys.executable, "-m", module, *args]
-            with open(logs[r], "wb") as out:
-                procs.append(
-                    subprocess.Popen(
-                        cmd,
-                        env=renv,
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        cwd=str(_REPO_ROOT),
-                        start_new_session=True,
-                    )
-                )
+            procs.append(_start_logged(cmd, renv, logs[r]))
         log.info("launched %d ranks of %s (port %d), logs in %s", world_size, module, port, run_dir)
         _wait(procs, logs, timeout_s, t0, lambda r, c: (r, c))
     finally:  # error, timeout, Ctrl-C: no rank survives its launcher
@@ -326,15 +330,7 @@ def _start_torchrun(module, args, world_size, master_addr, port, env, run_dir) -
         module,
         *args,
     ]
-    with open(run_dir / "torchrun.log", "wb") as out:
-        return subprocess.Popen(
-            cmd,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=str(_REPO_ROOT),
-            start_new_session=True,
-        )
+    return _start_logged(cmd, env, run_dir / "torchrun.log")
 
 
 def _collect_torchrun_logs(run_dir: Path, world_size: int) -> None:
