@@ -326,8 +326,8 @@ def _in_multirun() -> bool:
 
 def _write_reports(results_dir: Path, summary: pd.DataFrame, elapsed_s: float) -> None:
     """fig3.png, summary.csv and claims.md from everything under ``results_dir``."""
-    from repro.report.claims import write_protocol_claims
     from repro.report.figures.fig3 import plot_fig3
+    from repro.report.protocols import write_protocol_claims
     from repro.report.variance import best_configs
 
     path = results_dir / "summary.csv"  # keeps the settings other sweep jobs wrote
