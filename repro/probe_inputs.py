@@ -9,6 +9,10 @@ results folders and committed studies are those of a clone; every command runs t
 the exit code (``timeout`` when killed) and the last line the command printed on stderr (or
 stdout). Inputs that would start hundreds of processes on the old code are not run there; the
 table says so.
+
+One module (~380 lines): most of it is the list of probes itself (:data:`PROBES`, one entry per
+input with the commands that exercise it), which reads best in one place beside the small runner
+that executes it on both commits.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 
+# A four-device topology file with two slots: the cross-region bandwidth and an extra field on
+# one pair (the unit tests of the config errors write the same bad files).
 TOPOLOGY = """name: t
 devices: [A, A, B, B]
 pairs:
@@ -255,6 +261,30 @@ def _summary(probe: Probe, outs: list[tuple[str, str, str]]) -> str:
     return errs[-1] if errs else _last_line(outs[-1][2] or outs[-1][1])
 
 
+def _start(cmd: list[str], tree: Path, env: dict[str, str]) -> subprocess.Popen:
+    """Start one probe command in the copy ``tree``, in its own process group."""
+    return subprocess.Popen(
+        cmd,
+        cwd=tree,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def _finish(proc: subprocess.Popen, timeout_s: float) -> tuple[str, str, str]:
+    """(exit code or ``timeout N s``, stdout, stderr); the whole group is killed on timeout."""
+    try:
+        o, e = proc.communicate(timeout=timeout_s)
+        return str(proc.returncode), o, e
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        o, e = proc.communicate()
+        return f"timeout {timeout_s:.0f} s", o, e
+
+
 def _run_side(rev: str, probes: list[Probe], before: bool) -> dict[str, Outcome]:
     out: dict[str, Outcome] = {}
     base = Path(tempfile.mkdtemp(prefix="probe-"))
@@ -282,46 +312,13 @@ def _run_side(rev: str, probes: list[Probe], before: bool) -> dict[str, Outcome]
             outs = []
             t0 = time.monotonic()
             if probe.concurrent:
-                procs = [
-                    subprocess.Popen(
-                        c,
-                        cwd=tree,
-                        env=env,
-                        stdout=subprocess.PIPE,
-                        stderr=subprocess.PIPE,
-                        text=True,
-                        start_new_session=True,
-                    )
-                    for c in cmds
-                ]
-                for p in procs:
-                    try:
-                        o, e = p.communicate(timeout=probe.timeout_s)
-                        outs.append((str(p.returncode), o, e))
-                    except subprocess.TimeoutExpired:
-                        os.killpg(p.pid, 9)
-                        o, e = p.communicate()
-                        outs.append((f"timeout {probe.timeout_s:.0f} s", o, e))
+                procs = [_start(c, tree, env) for c in cmds]
+                outs = [_finish(proc, probe.timeout_s) for proc in procs]
             else:
                 for i, c in enumerate(cmds):
                     if probe.edit and i == len(cmds) - 1:
                         _edit_model(tree)
-                    p = subprocess.Popen(
-                        c,
-                        cwd=tree,
-                        env=env,
-                        stdout=subprocess.PIPE,
-                        stderr=subprocess.PIPE,
-                        text=True,
-                        start_new_session=True,
-                    )
-                    try:
-                        o, e = p.communicate(timeout=probe.timeout_s)
-                        outs.append((str(p.returncode), o, e))
-                    except subprocess.TimeoutExpired:
-                        os.killpg(p.pid, 9)
-                        o, e = p.communicate()
-                        outs.append((f"timeout {probe.timeout_s:.0f} s", o, e))
+                    outs.append(_finish(_start(c, tree, env), probe.timeout_s))
             res.rc = [rc for rc, _, _ in outs]
             res.message = f"{_summary(probe, outs)} ({time.monotonic() - t0:.0f} s)"
             if probe.inspect:

@@ -16,8 +16,9 @@ anything is written, so bad input (unknown case, layers not divisible into stage
 memory) raises one ValueError and leaves no half-written output.
 No torch import.
 
-One module (~540 lines): the mode's settings, the per-setting simulation of every system and
-its report are one pipeline whose order (compute everything, then write) the module enforces.
+One module (~400 lines): the mode's settings and the per-setting simulation of every system are
+one pipeline whose order (compute everything, then write) the module enforces; the console
+tables live in :mod:`repro.report.summary`.
 """
 
 from __future__ import annotations
@@ -36,7 +37,14 @@ from baselines.deepspeed.perf import grid_search_deepspeed
 from baselines.megatron.perf import grid_search_megatron
 from baselines.placement import PLACEMENTS
 from repro.config import default_pp
-from repro.report.summary import merge_summary, summary_frame, with_speedups
+from repro.report.summary import (
+    merge_summary,
+    paper_ratios,
+    print_setting_rows,
+    print_summary_table,
+    summary_frame,
+    with_speedups,
+)
 from system.assignment import random_assignment
 from system.cases import get_case
 from system.cluster import Cluster
@@ -306,131 +314,6 @@ def _simulate_setting(cfg, case, layers, batch, systems, schedules, repeats, pla
     return rows, line
 
 
-def _paper_ratios() -> dict[str, str]:
-    """The paper's claimed ratios as text, from ``repro/report/data/paper_claims.csv``."""
-    from repro.report.claims import load_paper_claims
-
-    out = {}
-    for c in load_paper_claims().itertuples(index=False):
-        lo, hi = (None if pd.isna(v) else str(v) for v in (c.paper_low, c.paper_high))
-        out[c.claim_id] = (lo if lo == hi or not hi else f"{lo}–{hi}") + "×" if lo else ""
-    return out
-
-
-def _print_table(summary: pd.DataFrame, elapsed_s: float) -> None:
-    """One line per setting: ours, then each baseline under the paper's protocol (launch order)
-    and, when simulated, the fair one (topology-aware placement), ours' speed-up beside each."""
-    from rich.console import Console
-    from rich.table import Table
-
-    t = Table(
-        title=f"simulated iteration seconds (V100 model, {V100.achievable_fraction:.0%} of "
-        f"peak; x = ours' speed-up; launch = the paper's protocol, topo = topology-aware "
-        f"baseline placement) - {elapsed_s:.1f} s"
-    )
-    cols = [
-        ("case", "right"),
-        ("L", "right"),
-        ("batch", "right"),
-        ("ours s", "right"),
-        ("random s", "right"),
-        ("Meg launch s", "right"),
-        ("Meg topo s (config)", "left"),
-        ("DS launch s", "right"),
-        ("DS topo s (config)", "left"),
-        ("x Meg launch", "right"),
-        ("x Meg topo", "right"),
-        ("x DS launch", "right"),
-        ("x DS topo", "right"),
-        ("x rand", "right"),
-        ("paper x Meg", "right"),
-        ("paper x DS", "right"),
-    ]
-    for c, just in cols:
-        t.add_column(c, justify=just)
-    f = lambda v, p=3: "—" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{v:.{p}g}"  # noqa: E731
-    for r in summary.to_dict("records"):
-        topo = r.get("baseline_placement") == "topology"
-
-        def side(b: str, r=r, topo=topo) -> tuple[str, str, str, str]:
-            """(launch s, topo s + config, x launch, x topo) of baseline ``b``."""
-            head = f"{f(r.get(f'{b}_iter_time_s'))} ({r.get(f'{b}_config') or '—'})"
-            if topo:
-                return (
-                    f(r.get(f"{b}_launch_iter_time_s")),
-                    head,
-                    f(r.get(f"speedup_vs_{b}_launch"), 2),
-                    f(r.get(f"speedup_vs_{b}"), 2),
-                )
-            return head, "—", f(r.get(f"speedup_vs_{b}"), 2), "—"
-
-        meg, ds = side("megatron"), side("deepspeed")
-        t.add_row(
-            str(r["case"]),
-            str(r["num_layers"]),
-            str(r["global_batch_size"]),
-            f(r.get("ours_iter_time_s")),
-            f(r.get("ours_random_iter_time_s")),
-            meg[0],
-            meg[1],
-            ds[0],
-            ds[1],
-            meg[2],
-            meg[3],
-            ds[2],
-            ds[3],
-            f(r.get("speedup_vs_random"), 2),
-            r.get("paper_vs_megatron", ""),
-            r.get("paper_vs_deepspeed", ""),
-        )
-    Console(width=240, highlight=False).print(t)
-
-
-def _print_rows(lines: list[dict]) -> None:
-    """Per setting, one row per system and placement protocol: the picked configuration, where
-    its ranks went, its time and ours' speed-up over it."""
-    from rich.console import Console
-    from rich.table import Table
-
-    t = Table(title="per system and placement (best configuration of each grid)")
-    for c in (
-        "case",
-        "L",
-        "batch",
-        "system",
-        "placement",
-        "config",
-        "rank map",
-        "iter s",
-        "ours x",
-    ):
-        t.add_column(c, justify="right" if c in ("L", "batch", "iter s", "ours x") else "left")
-    for ln in lines:
-        ours = ln.get("ours")
-        entries = [("ours", "scheduled", ours)] if ours else []
-        for b in ("megatron", "deepspeed"):
-            head = ln.get("baseline_placement", "launch")
-            if f"{b}_launch" in ln:
-                entries.append((b, "launch", ln[f"{b}_launch"]))
-            if b in ln:
-                entries.append((b, head, ln[b]))
-        for name, placement, res in entries:
-            how = res.breakdown.get("placement_how", "scheduler layout" if name == "ours" else "")
-            x = f"{res.iter_time_s / ours.iter_time_s:.2f}" if ours and name != "ours" else ""
-            t.add_row(
-                str(ln["case"]),
-                str(ln["num_layers"]),
-                str(ln["global_batch_size"]),
-                name,
-                placement,
-                res.label(),
-                how,
-                f"{res.iter_time_s:.1f}",
-                x,
-            )
-    Console(width=200, highlight=False).print(t)
-
-
 def _in_multirun() -> bool:
     try:
         from hydra.core.hydra_config import HydraConfig
@@ -443,12 +326,12 @@ def _in_multirun() -> bool:
 
 def _write_reports(results_dir: Path, summary: pd.DataFrame, elapsed_s: float) -> None:
     """fig3.png, summary.csv and claims.md from everything under ``results_dir``."""
-    from repro.report.claims import write_protocol_claims
     from repro.report.figures.fig3 import plot_fig3
+    from repro.report.protocols import write_protocol_claims
     from repro.report.variance import best_configs
 
     path = results_dir / "summary.csv"  # keeps the settings other sweep jobs wrote
-    merged = with_speedups(merge_summary(path, summary), _paper_ratios())
+    merged = with_speedups(merge_summary(path, summary), paper_ratios())
     atomic_write_text(path, merged.to_csv(index=False))
     if _in_multirun():  # the sweep's end-of-run report (repro/report.py) draws these once
         return
@@ -500,11 +383,11 @@ def run(cfg: DictConfig) -> dict:
     )
     if new or not (results_dir / "runs.parquet").exists():
         write_rows(results_dir, new)
-    summary = with_speedups(summary_frame(lines), _paper_ratios())
+    summary = with_speedups(summary_frame(lines), paper_ratios())
     _write_reports(results_dir, summary, elapsed)
     if len(lines) <= 9:  # one case or fewer: the per-system rows too
-        _print_rows(lines)
-    _print_table(summary, elapsed)
+        print_setting_rows(lines)
+    print_summary_table(summary, elapsed)
     log.info(
         "mode=simulate took %.1f s in all (simulation %.1f s, rows/tables/figure %.1f s)",
         time.perf_counter() - t0,

@@ -159,7 +159,7 @@ def build_report(
     )
     baselines = rows["system"].isin(["megatron", "deepspeed"]) if "system" in rows else []
     if "placement" in rows.columns and rows.loc[baselines, "placement"].notna().any():
-        from repro.report.claims import write_protocol_claims  # claims.md, both protocols
+        from repro.report.protocols import write_protocol_claims  # claims.md, both protocols
 
         write_protocol_claims(d, rows)
     counts = claims.verdict.value_counts().to_dict()

@@ -157,6 +157,20 @@ def _base_env(world_size: int, master_addr: str, port: int) -> dict[str, str]:
     return env
 
 
+def _start_logged(cmd: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen:
+    """Start ``cmd`` from the repository root in its own session, stdout+stderr to ``log_path``
+    (the child keeps its copy of the file descriptor; ours closes here)."""
+    with open(log_path, "wb") as out:
+        return subprocess.Popen(
+            cmd,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=str(_REPO_ROOT),
+            start_new_session=True,
+        )
+
+
 def _wait(procs, logs, deadline_s, t0, describe) -> None:
     """Poll ``procs`` until all exit 0; raise LaunchError/LaunchTimeout otherwise."""
     while True:
@@ -321,17 +335,7 @@ def run_ranks(
             if rank_env is not None:
                 renv.update({k: str(v) for k, v in rank_env[dev].items()})
             cmd = [*rank_prefix[dev], sys.executable, "-m", module, *args]
-            with open(logs[r], "wb") as out:
-                procs.append(
-                    subprocess.Popen(
-                        cmd,
-                        env=renv,
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        cwd=str(_REPO_ROOT),
-                        start_new_session=True,
-                    )
-                )
+            procs.append(_start_logged(cmd, renv, logs[r]))
         log.info(
             "launched %d ranks of %s (port %d, rank -> device %s), logs in %s",
             world_size,
@@ -377,15 +381,7 @@ def _start_torchrun(module, args, world_size, master_addr, port, env, run_dir) -
         module,
         *args,
     ]
-    with open(run_dir / "torchrun.log", "wb") as out:
-        return subprocess.Popen(
-            cmd,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=str(_REPO_ROOT),
-            start_new_session=True,
-        )
+    return _start_logged(cmd, env, run_dir / "torchrun.log")
 
 
 def _collect_torchrun_logs(run_dir: Path, world_size: int) -> None:

@@ -21,6 +21,17 @@ from system.runtime.spec import RunSpec
 
 pytestmark = [pytest.mark.dist, pytest.mark.slow]
 
+# the smallest two-stage run of the debug GPT, for our runtime and the baselines alike
+TINY_RUN = dict(
+    model="debug",
+    layers=2,
+    hidden_size=64,
+    seq_length=16,
+    vocab_size=64,
+    pp=2,
+    dp=1,
+    global_batch_size=2,
+)
 _LOOPBACK = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1, ::1 as /proc shows them
 
 
@@ -90,17 +101,7 @@ def test_runtime_run_listens_on_loopback_only(way, tmp_path):
     sampler = _Sampler()
     sampler.start()
     try:
-        spec = RunSpec(
-            model="debug",
-            layers=2,
-            hidden_size=64,
-            seq_length=16,
-            vocab_size=64,
-            pp=2,
-            dp=1,
-            global_batch_size=2,
-            iters=3,
-        )
+        spec = RunSpec(**TINY_RUN, iters=3)
         prefix = None if way == "torchrun" else [[], []]
         env = None if way == "torchrun" else [{"GLOO_SOCKET_IFNAME": "lo"}] * 2
         launch(spec, timeout_s=180, log_dir=tmp_path, rank_prefix=prefix, rank_env=env)
@@ -119,18 +120,7 @@ def test_baseline_run_listens_on_loopback_only(tmp_path):
     sampler = _Sampler()
     sampler.start()
     try:
-        spec = BaselineSpec(
-            system="megatron",
-            model="debug",
-            layers=2,
-            hidden_size=64,
-            seq_length=16,
-            vocab_size=64,
-            pp=2,
-            dp=1,
-            global_batch_size=2,
-            iters=2,
-        )
+        spec = BaselineSpec(system="megatron", **TINY_RUN, iters=2)
         res = run_point(spec, timeout_s=240, work_dir=tmp_path)
     finally:
         seen = sampler.stop()

@@ -101,7 +101,7 @@ def test_bad_tolerance_is_rejected(rows):
 
 
 def test_claims_by_protocol_split_the_baselines_by_placement():
-    from repro.report.claims import evaluate_claims_by_protocol, protocol_rows
+    from repro.report.protocols import evaluate_claims_by_protocol, protocol_rows
 
     launch = pd.DataFrame(synthetic_rows(cases=("5",), speedup=4.0)).assign(placement="launch")
     topo = pd.DataFrame(synthetic_rows(cases=("5",), speedup=1.6)).assign(placement="topology")

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
+from repro.probe_inputs import TOPOLOGY
+
 try:  # the schema conf/config.yaml names (absent before the typed config: tests then fail)
     import repro.config  # noqa: F401
 except ImportError:
@@ -30,14 +32,6 @@ def _run(tmp_path, *overrides):
 
     return run(_cfg(*overrides))
 
-
-TOPOLOGY = """name: t
-devices: [A, A, B, B]
-pairs:
-  - {region_a: A, region_b: B, delay_ms: 10, bandwidth_gbps: %s}
-  - {region_a: A, region_b: A, delay_ms: 0.1, bandwidth_gbps: 10%s}
-  - {region_a: B, region_b: B, delay_ms: 0.1, bandwidth_gbps: 10}
-"""
 
 # (overrides, what the single error line must say); {tmp} is a fresh folder, {file} a file
 RUN_CASES = [
@@ -206,14 +200,16 @@ def test_a_new_mode_and_its_key_are_one_class(tmp_path):
         def __post_init__(self) -> None:
             super().__post_init__()
             if self.probe_objective not in ("comm", "iteration_time"):
-                raise ConfigError(f"probe_objective={self.probe_objective!r}: expected comm or iteration_time")
+                raise ConfigError(
+                    f"probe_objective={self.probe_objective!r}: expected comm or iteration_time"
+                )
 
     try:
         store_schemas()
         out = f"results_dir={tmp_path}"
-        assert validate(_cfg("mode=probe", "probe_objective=iteration_time", out)).probe_objective == (
-            "iteration_time"
-        )
+        assert validate(
+            _cfg("mode=probe", "probe_objective=iteration_time", out)
+        ).probe_objective == ("iteration_time")
         with pytest.raises(ConfigError, match="probe_objective='x'"):
             validate(_cfg("mode=probe", "probe_objective=x", out))
         with pytest.raises(ConfigError, match="a mode=probe key; mode=simulate does not take it"):
@@ -281,7 +277,12 @@ def test_benchmark_scripts_share_the_typed_parser(script, arg, message):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    p = subprocess.run([sys.executable, str(root / "repro" / f"{script}.py"), arg],
-                       capture_output=True, text=True, timeout=120, cwd=root)
+    p = subprocess.run(
+        [sys.executable, str(root / "repro" / f"{script}.py"), arg],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=root,
+    )
     assert p.returncode == 2, p.stdout + p.stderr
     assert message in " ".join((p.stdout + p.stderr).split()), p.stdout + p.stderr

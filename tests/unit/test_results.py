@@ -102,7 +102,17 @@ def test_schema_1_tables_read_back_under_the_new_names(tmp_path):
     assert len(read_rows(tmp_path)) == 3
 
 
-@pytest.mark.parametrize("study", ["paper", "smoke", "emulation", "baselines/emulated"])
+# The paper study holds ~42k rows (about 5 s to type and deduplicate on one core): slow tier; the
+# smaller studies check the same reader on the same schema in the fast tier.
+@pytest.mark.parametrize(
+    "study",
+    [
+        pytest.param("paper", marks=pytest.mark.slow),
+        "smoke",
+        "emulation",
+        "baselines/emulated",
+    ],
+)
 def test_committed_studies_read_back(study):
     path = ROOT / "results" / study
     if not (path / "runs.parquet").exists():
