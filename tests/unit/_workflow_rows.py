@@ -67,3 +67,15 @@ def synthetic_rows(
                                 )
                             )
     return rows
+
+
+# A two-job smoke multirun on the debug case (ours only, no ablation), for the sweep tests:
+# `python repro/run.py -m *TWO_DEBUG_JOBS results_dir=...`.
+TWO_DEBUG_JOBS = (
+    "sweep=smoke",
+    "case=debug",
+    "model=debug",
+    "batch=16,32",
+    "system=ours",
+    "workflow.ablation_csv=null",
+)

@@ -25,6 +25,7 @@ from hydra import compose, initialize_config_dir
 
 from repro.collect import SESSION, finished_job, job_key, ledger_path, record_failure, run_job
 from system.results import collect, make_row, read_rows, write_rows
+from tests.unit._workflow_rows import TWO_DEBUG_JOBS
 
 ROOT = Path(__file__).resolve().parents[2]
 HAS_SIMULATE = importlib.util.find_spec("repro.modes.simulate") is not None
@@ -356,12 +357,7 @@ def test_a_failed_report_fails_the_command(tmp_path):
 def test_two_sweeps_into_one_folder_run_each_job_once(tmp_path):
     args = [
         "-m",
-        "sweep=smoke",
-        "case=debug",
-        "model=debug",
-        "batch=16,32",
-        "system=ours",
-        "workflow.ablation_csv=null",
+        *TWO_DEBUG_JOBS,
         f"results_dir={tmp_path}",
     ]
     procs = [

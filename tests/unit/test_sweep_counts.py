@@ -14,6 +14,7 @@ import pytest
 
 from repro.callbacks import count_outcomes, ledger_stamps
 from repro.collect import ledger_path
+from tests.unit._workflow_rows import TWO_DEBUG_JOBS
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {
@@ -58,12 +59,7 @@ def _sweep(results_dir: Path, sweep_dir: Path, launcher: str) -> str:
         sys.executable,
         "repro/run.py",
         "-m",
-        "sweep=smoke",
-        "case=debug",
-        "model=debug",
-        "batch=16,32",
-        "system=ours",
-        "workflow.ablation_csv=null",
+        *TWO_DEBUG_JOBS,
         f"results_dir={results_dir}",
         f"hydra.sweep.dir={sweep_dir}",
         *extra,
