@@ -97,39 +97,25 @@ def _wait(pred, timeout_s: float) -> bool:
     return False
 
 
-@pytest.fixture
-def clean():
+def _cleanup_own() -> None:
+    """The driver's own cleanup of this test's tag prefix (what a user runs after a SIGKILL)."""
+    cmd = [sys.executable, "-m", "repro.validation.measure", "--cleanup-only"]
     subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "repro.validation.measure",
-            "--cleanup-only",
-            "--tag-prefix",
-            PREFIX,
-        ],
+        [*cmd, "--tag-prefix", PREFIX],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,
         timeout=60,
     )
+
+
+@pytest.fixture
+def clean():
+    _cleanup_own()
     assert not _mine()
     rules = _host_rules()
     yield
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "repro.validation.measure",
-            "--cleanup-only",
-            "--tag-prefix",
-            PREFIX,
-        ],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        timeout=60,
-    )
+    _cleanup_own()
     assert _host_rules() == rules, "the host's iptables rules changed"
 
 

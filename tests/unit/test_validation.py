@@ -271,14 +271,19 @@ def _now(offset_s: float = 0.0) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + offset_s))
 
 
-def test_score_registered_in_order(repo):
-    s = _setting()
-    doc = _predictions(s)
+def _registered(repo: Path) -> tuple[dict, Path, Path, str]:
+    """Predictions for one setting written and committed in ``repo``: (document, predictions
+    file, measured-rows path, registration commit)."""
+    doc = _predictions(_setting())
     pf, mf = repo / "predictions.json", repo / "measured.csv"
     pf.write_text(json.dumps(doc))
     _git(repo, "add", "predictions.json")
     _git(repo, "commit", "-q", "-m", "register")
-    reg = _head(repo)
+    return doc, pf, mf, _head(repo)
+
+
+def test_score_registered_in_order(repo):
+    doc, pf, mf, reg = _registered(repo)
     time.sleep(1.1)  # measured strictly after the registration commit (1 s resolution)
     _rows(doc, pf, reg, _now()).to_csv(mf, index=False)
     _git(repo, "add", "measured.csv")
@@ -316,13 +321,7 @@ def test_score_refuses_predictions_committed_with_or_after_the_measurement(repo)
 
 
 def test_score_refuses_rows_measured_before_registration_or_edited_predictions(repo):
-    s = _setting()
-    doc = _predictions(s)
-    pf, mf = repo / "predictions.json", repo / "measured.csv"
-    pf.write_text(json.dumps(doc))
-    _git(repo, "add", "predictions.json")
-    _git(repo, "commit", "-q", "-m", "register")
-    reg = _head(repo)
+    doc, pf, mf, reg = _registered(repo)
     _rows(doc, pf, reg, _now(-3600)).to_csv(mf, index=False)  # an hour before registering
     _git(repo, "add", "measured.csv")
     _git(repo, "commit", "-q", "-m", "measured")
@@ -335,13 +334,7 @@ def test_score_refuses_rows_measured_before_registration_or_edited_predictions(r
 
 
 def test_score_refuses_rows_of_another_predictions_file(repo):
-    s = _setting()
-    doc = _predictions(s)
-    pf, mf = repo / "predictions.json", repo / "measured.csv"
-    pf.write_text(json.dumps(doc))
-    _git(repo, "add", "predictions.json")
-    _git(repo, "commit", "-q", "-m", "register")
-    reg = _head(repo)
+    doc, pf, mf, reg = _registered(repo)
     time.sleep(1.1)
     rows = _rows(doc, pf, reg, _now())
     rows["predictions_sha256"] = "f" * 64
