@@ -23,7 +23,6 @@ import json
 import logging
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -43,7 +42,6 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "NON_RESULT_KEYS",
-    "SESSION",
     "job_key",
     "ledger_path",
     "finished_job",
@@ -57,22 +55,6 @@ __all__ = [
 # Keys that only change how a run is reported (or how long it may take), never its rows.
 NON_RESULT_KEYS = ("logger", "wandb", "workflow", "metrics_out", "limits")
 JOB_LOCK_TIMEOUT_S = 24 * 3600.0
-
-
-@dataclass(slots=True)
-class _Session:
-    """Counts of this process's jobs (Hydra's basic launcher runs them all in one process)."""
-
-    ran: int = 0
-    skipped: int = 0
-    failed: list = field(default_factory=list)
-
-    def reset(self) -> None:
-        self.ran = self.skipped = 0
-        self.failed = []
-
-
-SESSION = _Session()
 
 
 def _resolved(cfg: DictConfig | Mapping) -> dict:
@@ -166,7 +148,6 @@ def run_job(
         if multirun and wf.get("skip_finished", True):
             rec = finished_job(results_dir, key)
             if rec is not None:
-                SESSION.skipped += 1
                 log.info(
                     "skip job %s: finished at %s (%d rows)",
                     key,
@@ -185,7 +166,6 @@ def run_job(
             summary=json.loads(json.dumps(summary, default=str)),
             config=_strip(_resolved(cfg)),
         )
-    SESSION.ran += 1
     if str(cfg.get("logger", "none")) == "wandb" and run_ids:
         from repro.report.wandb_log import log_job
 
@@ -195,12 +175,12 @@ def run_job(
 
 
 def record_failure(cfg: DictConfig, error: BaseException) -> None:
-    """Count a failed sweep job and write its ledger entry (``status: error``) when possible."""
+    """Write a failed sweep job's ledger entry (``status: error``, what the sweep's summary
+    counts) when its config resolves."""
     try:
         key = job_key(cfg)
     except Exception:  # noqa: BLE001 - an unresolvable config still counts as a failure
         key = None
-    SESSION.failed.append({"job_key": key, "error": f"{type(error).__name__}: {error}"[:2000]})
     if key is None:
         return
     try:

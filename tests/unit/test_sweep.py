@@ -23,7 +23,7 @@ import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
 
-from repro.collect import SESSION, finished_job, job_key, ledger_path, record_failure, run_job
+from repro.collect import finished_job, job_key, ledger_path, record_failure, run_job
 from system.results import collect, make_row, read_rows, write_rows
 from tests.unit._workflow_rows import TWO_DEBUG_JOBS
 
@@ -97,7 +97,7 @@ def test_interrupted_sweep_restarts_without_loss_or_duplicates(tmp_path):
     jobs = _configs(tmp_path)
     calls: list[str] = []
     task = _fake_task(calls)
-    SESSION.reset()
+    done: list[dict] = []  # run_job's summaries: "skipped" says whether the job ran
     half = len(jobs) // 2
 
     def dies_half_way(cfg):
@@ -112,23 +112,22 @@ def test_interrupted_sweep_restarts_without_loss_or_duplicates(tmp_path):
 
     with pytest.raises(KeyboardInterrupt):
         for cfg in jobs:
-            run_job(cfg, dies_half_way, multirun=True)
-    assert SESSION.ran == half
+            done.append(run_job(cfg, dies_half_way, multirun=True))
+    assert sum(not d["skipped"] for d in done) == half
     calls.clear()
-    SESSION.reset()
+    done.clear()
     for cfg in jobs:
-        run_job(cfg, task, multirun=True)
-    assert SESSION.skipped == half and SESSION.ran == len(jobs) - half
+        done.append(run_job(cfg, task, multirun=True))
+    skipped = sum(d["skipped"] for d in done)
+    assert skipped == half and len(done) - skipped == len(jobs) - half
     assert len(calls) == len(jobs) - half
     collect(tmp_path)
     df = pd.read_csv(tmp_path / "runs.csv")
     full = df[df.get("partial").isna()] if "partial" in df else df
     assert len(full) == len(jobs) * 3 and not full.run_id.duplicated().any()
     # a third pass runs nothing and changes nothing
-    SESSION.reset()
-    for cfg in jobs:
-        run_job(cfg, task, multirun=True)
-    assert SESSION.ran == 0 and len(read_rows(tmp_path)) == len(df)
+    third = [run_job(cfg, task, multirun=True) for cfg in jobs]
+    assert all(d["skipped"] for d in third) and len(read_rows(tmp_path)) == len(df)
 
 
 def test_a_job_whose_rows_were_lost_runs_again(tmp_path):
@@ -159,7 +158,10 @@ def test_a_failed_job_is_recorded_and_runs_again(tmp_path):
     record_failure(cfg, RuntimeError("boom"))
     rec = json.loads(ledger_path(tmp_path, job_key(cfg)).read_text())
     assert rec["status"] == "error" and "boom" in rec["error"]
-    assert SESSION.failed and finished_job(tmp_path, job_key(cfg)) is None
+    from repro.callbacks import count_outcomes  # what a sweep's summary counts
+
+    assert count_outcomes(tmp_path, {job_key(cfg): None}, None).failed
+    assert finished_job(tmp_path, job_key(cfg)) is None
     calls: list[str] = []
     run_job(cfg, _fake_task(calls), multirun=True)
     assert len(calls) == 1 and finished_job(tmp_path, job_key(cfg)) is not None
