@@ -10,5 +10,6 @@ Four steps, each a separate command (results/validation/FINDINGS.md lists them):
 3. :mod:`repro.validation.measure` — each setting emulated three times, fresh namespaces and
    re-verified links per repeat, the registered layouts only;
 4. :mod:`repro.validation.score` — per-row error, MAPE, Kendall τ, ratio errors, variance; it
-   refuses predictions whose registration commit is not an older ancestor of the measurement's.
+   refuses predictions whose registration commit is not an older ancestor of the measurement's
+   (the git checks are :mod:`repro.validation.registration`).
 """
