@@ -43,6 +43,7 @@ __all__ = [
 ]
 
 PREDICTION_VERSION = 1
+RANDOM_LAYOUT_SEED_OFFSET = 1000  # the scored random layout's seed: the setting's seed + this
 _ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -137,7 +138,7 @@ def predict_setting(s: Setting, profile: dict, *, schedule_trials: int = 300) ->
                 )
                 assign, layout_seed = res.assignment, s.seed
             else:
-                layout_seed = s.seed + 1000
+                layout_seed = s.seed + RANDOM_LAYOUT_SEED_OFFSET
                 assign = random_assignment(s.pp, s.dp, layout_seed)
             compute = _compute(entry, s.pp)
             sim = simulate_ours(cluster, assign, wl, compute=compute, system=system)

@@ -1,0 +1,179 @@
+"""In-situ compute calibration: one short run of our runtime per setting, on the emulated links.
+
+    PYTHONPATH=. OMP_NUM_THREADS=1 python -m repro.validation.calibrate \\
+        results/validation/round4/settings.json results/validation/round4/compute_profile.json \\
+        --nice -10
+
+:mod:`repro.validation.profile` times each stage shape in processes of their own. On 2 cores that
+misses what a validation run shares the cores with: the emulation's packet delayer and the other
+ranks, which compute or wait depending on the schedule. An oversubscribed profile made the
+predictions of round 1 high, an idle one those of round 3 low (``results/validation/FINDINGS.md``).
+
+This calibration instead starts the setting's own emulated network (fresh namespaces, tag
+``<prefix><setting>r0``), runs our runtime once on a *calibration layout* (a random rank map, seed
+``seed + 2000`` or the next seed whose table differs from the scored random layout's, which uses
+``seed + 1000``; the scheduled layout is made later, from this profile, and is recorded in the
+predictions beside it), and keeps per stage the median forward and backward
+seconds per micro-batch and the optimizer step after the warm-up iterations. The file has the
+format of :mod:`repro.validation.profile` (same keys, ``max_procs`` null), so the predictions
+read it unchanged; it is still a separate run made before the predictions are registered, never
+a scored run. What it cannot carry: how much the CPU sharing differs between the calibration
+layout and a scored system's schedule (a more communication-heavy schedule leaves the cores
+freer), and the Megatron and DeepSpeed GPT's own compute, calibrated here with our stage shape.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+from repro.validation.profile import PROFILE_VERSION, load_profile, shape_key
+from repro.validation.settings import Setting, load_settings
+
+log = logging.getLogger("repro.validation.calibrate")
+
+__all__ = ["CALIBRATION_SEED_OFFSET", "calibration_stages", "calibrate_setting", "calibrate"]
+
+CALIBRATION_SEED_OFFSET = 2000  # first seed tried, beside the scored random layout's
+TAG_PREFIX = "v4c"
+
+
+def calibration_stages(s: Setting) -> tuple[list[list[int]], int]:
+    """The calibration layout's stage table (stage x replica -> device index of ``s``) and its
+    seed: the first from ``seed + 2000`` whose table is not the scored random layout's."""
+    from repro.validation.predict import RANDOM_LAYOUT_SEED_OFFSET
+    from system.assignment import random_assignment
+
+    scored = random_assignment(s.pp, s.dp, s.seed + RANDOM_LAYOUT_SEED_OFFSET).stages.tolist()
+    for k in range(1000):
+        seed = s.seed + CALIBRATION_SEED_OFFSET + k
+        stages = random_assignment(s.pp, s.dp, seed).stages.tolist()
+        if stages != scored or s.num_devices == 1:
+            return stages, seed
+    raise ValueError(f"setting {s.name!r}: no calibration layout differs from the scored one")
+
+
+def calibrate_setting(
+    s: Setting, index: int, *, tag_prefix: str = TAG_PREFIX, timeout_s: float = 300.0
+) -> dict:
+    """One in-situ run of ``s`` on its calibration layout; the profile entry of its shape."""
+    from repro.validation.measure import _run_ours, tag_for
+    from repro.validation.predict import scaled_cluster
+    from system.cases import get_case
+    from system.emulation import netns
+    from system.emulation.plan import make_plan
+
+    stages, layout_seed = calibration_stages(s)
+    margin = max(0.5, 4.0 * float(scaled_cluster(s).delay_s.max()))
+    plan = make_plan(
+        get_case(s.case, "paper").subset(list(s.devices)),
+        bandwidth_scale=s.bandwidth_scale,
+        delay_scale=s.delay_scale,
+        tag=tag_for(index, 0, tag_prefix),
+    )
+    plan.check_capacity()
+    load0, t0 = os.getloadavg()[0], time.monotonic()
+    with netns.Emulation(plan) as emu:
+        run = _run_ours(s, {"stages": stages}, emu, margin, timeout_s)
+    return {
+        "key": shape_key(s),
+        "method": "in_situ",
+        "setting": s.name,
+        "layout_stages": stages,
+        "layout_seed": layout_seed,
+        "processes": s.num_devices,
+        "warmup": s.warmup_iters,
+        "repeats": s.iters - s.warmup_iters,
+        "fwd_s": run["run_fwd_s"],
+        "bwd_s": run["run_bwd_s"],
+        "opt_s": run["run_opt_s"],
+        "iter_times_s": run["iter_times_s"],
+        "wall_s": time.monotonic() - t0,
+        "load_avg_1m_before": load0,
+        "load_avg_1m_after": os.getloadavg()[0],
+        "nice": os.nice(0),
+        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def calibrate(
+    settings: list[Setting],
+    *,
+    tag_prefix: str = TAG_PREFIX,
+    old: dict | None = None,
+    timeout_s: float = 300.0,
+) -> dict:
+    """A profile document with one in-situ entry per shape key of ``settings`` (entries of
+    ``old`` are kept and their shapes not run again)."""
+    from repro.validation.measure import cleanup_own
+    from system.results import _git_state
+
+    cleanup_own(tag_prefix)
+    sha, dirty = _git_state()
+    entries = dict(old["entries"]) if old else {}
+    for i, s in enumerate(settings):
+        k = shape_key(s)
+        if k in entries:
+            continue
+        entries[k] = calibrate_setting(s, i, tag_prefix=tag_prefix, timeout_s=timeout_s)
+        e = entries[k]
+        log.info(
+            "calibrated %s (%s): fwd %s bwd %s opt %s, load %.1f",
+            s.name,
+            k,
+            e["fwd_s"],
+            e["bwd_s"],
+            e["opt_s"],
+            e["load_avg_1m_after"],
+        )
+    return {
+        "profile_version": PROFILE_VERSION,
+        "method": "in_situ",
+        "git_sha": sha,
+        "git_dirty": dirty,
+        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "cpu_count": os.cpu_count(),
+        "torch_threads_per_process": 1,
+        "max_procs": None,
+        "entries": entries,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("settings")
+    ap.add_argument("out")
+    ap.add_argument("--only", nargs="*", help="calibrate only these setting names")
+    ap.add_argument("--merge", action="store_true", help="keep OUT's entries, run only new shapes")
+    ap.add_argument("--nice", type=int, default=0, help="niceness increment (as the measurement's)")
+    ap.add_argument("--tag-prefix", default=TAG_PREFIX, help="namespace tag prefix of this driver")
+    ap.add_argument("--timeout-s", type=float, default=300.0)
+    a = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if os.geteuid() != 0:
+        print("error: the in-situ calibration emulates the links and needs root", file=sys.stderr)
+        return 2
+    from system.results import atomic_write_text
+
+    if a.nice:
+        os.nice(a.nice)
+    settings = load_settings(a.settings)
+    if a.only:
+        unknown = sorted(set(a.only) - {s.name for s in settings})
+        if unknown:
+            ap.error(f"--only: unknown setting name(s) {unknown}")
+        settings = [s for s in settings if s.name in set(a.only)]
+    old = load_profile(a.out) if a.merge and Path(a.out).exists() else None
+    prof = calibrate(settings, tag_prefix=a.tag_prefix, old=old, timeout_s=a.timeout_s)
+    atomic_write_text(a.out, json.dumps(prof, indent=1) + "\n")
+    print(f"wrote {a.out}: {len(prof['entries'])} shapes", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
