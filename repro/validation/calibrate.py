@@ -10,16 +10,18 @@ ranks, which compute or wait depending on the schedule. An oversubscribed profil
 predictions of round 1 high, an idle one those of round 3 low (``results/validation/FINDINGS.md``).
 
 This calibration instead starts the setting's own emulated network (fresh namespaces, tag
-``<prefix><setting>r0``), runs our runtime once on a *calibration layout* (a random rank map, seed
-``seed + 2000`` or the next seed whose table differs from the scored random layout's, which uses
-``seed + 1000``; the scheduled layout is made later, from this profile, and is recorded in the
-predictions beside it), and keeps per stage the median forward and backward
-seconds per micro-batch and the optimizer step after the warm-up iterations. The file has the
-format of :mod:`repro.validation.profile` (same keys, ``max_procs`` null), so the predictions
-read it unchanged; it is still a separate run made before the predictions are registered, never
-a scored run. What it cannot carry: how much the CPU sharing differs between the calibration
-layout and a scored system's schedule (a more communication-heavy schedule leaves the cores
-freer), and the Megatron and DeepSpeed GPT's own compute, calibrated here with our stage shape.
+``<prefix><setting>r0``), runs our runtime once on a *calibration layout* (a random rank map,
+seed ``seed + 2000`` or the next seed whose table differs from the scored random layout's, which
+uses ``seed + 1000``; the scheduled layout is made later, from this profile, and is recorded in
+the predictions beside it), and keeps per stage the median forward and backward seconds per
+micro-batch and the optimizer step after the warm-up iterations. The file has the format of
+:mod:`repro.validation.profile` (``max_procs`` null), with one entry per setting, keyed
+``<shape>@<setting>`` because the CPU sharing depends on the setting's links, not only on its
+shape; :func:`repro.validation.profile.stage_times` prefers such an entry. It is still a
+separate run made before the predictions are registered, never a scored run. What it cannot
+carry: how much the CPU sharing differs between the calibration layout and a scored system's
+schedule (a more communication-heavy schedule leaves the cores freer), and the Megatron and
+DeepSpeed GPT's own compute, calibrated here with our stage shape.
 """
 
 from __future__ import annotations
@@ -41,6 +43,11 @@ __all__ = ["CALIBRATION_SEED_OFFSET", "calibration_stages", "calibrate_setting",
 
 CALIBRATION_SEED_OFFSET = 2000  # first seed tried, beside the scored random layout's
 TAG_PREFIX = "v4c"
+
+
+def entry_key(s: Setting) -> str:
+    """The profile key of ``s``'s in-situ entry: its shape and its name."""
+    return f"{shape_key(s)}@{s.name}"
 
 
 def calibration_stages(s: Setting) -> tuple[list[list[int]], int]:
@@ -81,7 +88,7 @@ def calibrate_setting(
     with netns.Emulation(plan) as emu:
         run = _run_ours(s, {"stages": stages}, emu, margin, timeout_s)
     return {
-        "key": shape_key(s),
+        "key": entry_key(s),
         "method": "in_situ",
         "setting": s.name,
         "layout_stages": stages,
@@ -108,8 +115,8 @@ def calibrate(
     old: dict | None = None,
     timeout_s: float = 300.0,
 ) -> dict:
-    """A profile document with one in-situ entry per shape key of ``settings`` (entries of
-    ``old`` are kept and their shapes not run again)."""
+    """A profile document with one in-situ entry per setting of ``settings`` (entries of
+    ``old`` are kept and their settings not run again)."""
     from repro.validation.measure import cleanup_own
     from system.results import _git_state
 
@@ -117,7 +124,7 @@ def calibrate(
     sha, dirty = _git_state()
     entries = dict(old["entries"]) if old else {}
     for i, s in enumerate(settings):
-        k = shape_key(s)
+        k = entry_key(s)
         if k in entries:
             continue
         entries[k] = calibrate_setting(s, i, tag_prefix=tag_prefix, timeout_s=timeout_s)
@@ -149,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("settings")
     ap.add_argument("out")
     ap.add_argument("--only", nargs="*", help="calibrate only these setting names")
-    ap.add_argument("--merge", action="store_true", help="keep OUT's entries, run only new shapes")
+    ap.add_argument("--merge", action="store_true", help="keep OUT's entries, run only new ones")
     ap.add_argument("--nice", type=int, default=0, help="niceness increment (as the measurement's)")
     ap.add_argument("--tag-prefix", default=TAG_PREFIX, help="namespace tag prefix of this driver")
     ap.add_argument("--timeout-s", type=float, default=300.0)

@@ -243,9 +243,10 @@ def load_profile(path: str | Path) -> dict:
 
 
 def stage_times(profile: dict, s: Setting) -> dict:
-    """The profile entry of ``s``'s shape; one clear error if the profile lacks it."""
+    """The profile entry of ``s``: its own (``<shape>@<setting>``, what the in-situ calibration
+    of :mod:`repro.validation.calibrate` writes) or else its shape's; one clear error if neither."""
     k = shape_key(s, profile.get("max_procs"))
-    entry = profile["entries"].get(k)
+    entry = profile["entries"].get(f"{k}@{s.name}", profile["entries"].get(k))
     if entry is None:
         raise ValueError(
             f"compute profile has no entry {k!r} for setting {s.name!r}; profile "

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from repro.validation.calibrate import entry_key
 from repro.validation.predict import predict_setting
-from repro.validation.profile import load_profile, shape_key
+from repro.validation.profile import load_profile
 from repro.validation.settings import Setting
 from system.emulation.shell import netns_list
 from tests.emulation._skip import _why_skip
@@ -56,7 +57,7 @@ def test_in_situ_calibration_runs_cleans_up_and_feeds_the_predictions(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     assert not [ns for ns in netns_list() if ns.startswith(f"dtfm-{PREFIX}")]
     prof = load_profile(out)
-    entry = prof["entries"][shape_key(s)]
+    entry = prof["entries"][entry_key(s)]
     assert entry["method"] == "in_situ" and len(entry["iter_times_s"]) == s.iters
     for k in ("fwd_s", "bwd_s", "opt_s"):
         assert len(entry[k]) == s.pp and all(0 < x < 5 for x in entry[k])

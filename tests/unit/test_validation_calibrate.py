@@ -88,15 +88,16 @@ def test_calibration_layout_is_not_the_scored_random_layout():
 def test_one_network_per_shape_and_a_profile_the_predictions_read(tmp_path, fake_runs):
     a, b, a_again = _setting("a"), _setting("b", hidden_size=256), _setting("a2")
     doc = cal.calibrate([a, b, a_again], tag_prefix="v4u")
-    assert [r[0] for r in fake_runs] == ["a", "b"]  # a2 has a's shape: not run again
-    assert _Network.tags == ["v4u00r0", "v4u01r0"]
+    assert [r[0] for r in fake_runs] == ["a", "b", "a2"]  # one run per setting, same shape too
+    assert _Network.tags == ["v4u00r0", "v4u01r0", "v4u02r0"]
     assert doc["method"] == "in_situ" and doc["max_procs"] is None
     path = tmp_path / "prof.json"
     path.write_text(json.dumps(doc))
     prof = load_profile(path)
     slow = {p["system"]: p for p in predict_setting(b, prof, schedule_trials=3)}
     fast = {p["system"]: p for p in predict_setting(a, prof, schedule_trials=3)}
-    assert prof["entries"][shape_key(b)]["fwd_s"] == [0.02, 0.02]
+    assert prof["entries"][cal.entry_key(b)]["fwd_s"] == [0.02, 0.02]
+    assert shape_key(a) == shape_key(a_again) and cal.entry_key(a) != cal.entry_key(a_again)
     assert slow["ours"]["predicted_compute_s"] > fast["ours"]["predicted_compute_s"]
 
 
@@ -106,7 +107,7 @@ def test_merge_keeps_old_entries_and_runs_only_new_shapes(fake_runs):
     fake_runs.clear()
     merged = cal.calibrate([a, b], tag_prefix="v4u", old=first)
     assert [r[0] for r in fake_runs] == ["b"]
-    assert merged["entries"][shape_key(a)] == first["entries"][shape_key(a)]
+    assert merged["entries"][cal.entry_key(a)] == first["entries"][cal.entry_key(a)]
 
 
 def test_cli_needs_root_and_known_names(tmp_path, monkeypatch):
