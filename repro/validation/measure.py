@@ -53,40 +53,16 @@ def tag_for(setting_index: int, repeat: int, prefix: str = TAG_PREFIX) -> str:
 
 def own_leftovers(prefix: str = TAG_PREFIX) -> list[str]:
     """This driver's namespaces (``dtfm-<prefix>…``) whose owning process no longer runs."""
-    from system.emulation.cleanup import _live_namespaces
-    from system.emulation.plan import PREFIX
-    from system.emulation.shell import netns_list
+    from system.emulation.cleanup import leftovers
 
-    live = _live_namespaces()
-    return [ns for ns in netns_list() if ns.startswith(PREFIX + prefix) and ns not in live]
+    return leftovers(prefix=prefix)
 
 
 def cleanup_own(prefix: str = TAG_PREFIX) -> list[str]:
     """Remove :func:`own_leftovers` (processes in them killed first) and their state folders."""
-    import shutil
+    from system.emulation.cleanup import cleanup
 
-    from system.emulation.netns import STATE_ROOT, _kill_netns_pids
-    from system.emulation.plan import PREFIX
-    from system.emulation.shell import run_cmd
-
-    gone = own_leftovers(prefix)
-    for ns in gone:
-        _kill_netns_pids(ns)
-        run_cmd(["ip", "netns", "del", ns], check=False)
-    live = set()
-    try:
-        from system.emulation.cleanup import _live_namespaces
-
-        live = _live_namespaces()
-    except OSError:
-        pass
-    for d in STATE_ROOT.glob(f"{PREFIX}{prefix}*"):
-        try:
-            owned = set(json.loads((d / "state.json").read_text()).get("namespaces", []))
-        except (OSError, ValueError):
-            owned = set()
-        if not owned & live:
-            shutil.rmtree(d, ignore_errors=True)
+    gone = cleanup(prefix=prefix)["namespaces"]
     if gone:
         log.warning("removed %d leftover namespaces of an earlier killed run: %s", len(gone), gone)
     return gone

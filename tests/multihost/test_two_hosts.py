@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -34,6 +32,7 @@ import pytest
 
 from system.cluster import Cluster
 from system.emulation import tcscript
+from system.emulation.cleanup import cleanup
 from system.emulation.netns import STATE_ROOT, Emulation
 from system.emulation.plan import PREFIX, make_plan
 from system.emulation.shell import netns_list, run_cmd
@@ -75,23 +74,7 @@ SPEC = dict(
 
 def _remove_stale_runs() -> None:
     """Namespaces and state of earlier runs of this test whose process is gone (only ours)."""
-    for ns in netns_list():
-        if not ns.startswith(f"{PREFIX}{TAG_PREFIX}"):
-            continue
-        tag = ns[len(PREFIX) :].rsplit("-", 1)[0]
-        state = STATE_ROOT / f"{PREFIX}{tag}" / "state.json"
-        try:
-            os.kill(int(json.loads(state.read_text())["owner_pid"]), 0)
-            continue  # a live run of this test (another session): leave it
-        except (OSError, ValueError, KeyError):
-            pass
-        for pid in run_cmd(["ip", "netns", "pids", ns], check=False).stdout.split():
-            try:
-                os.kill(int(pid), signal.SIGKILL)
-            except (ProcessLookupError, ValueError):
-                pass
-        run_cmd(["ip", "netns", "del", ns], check=False)
-        shutil.rmtree(STATE_ROOT / f"{PREFIX}{tag}", ignore_errors=True)
+    cleanup(prefix=TAG_PREFIX)
 
 
 def _device_cluster() -> Cluster:
