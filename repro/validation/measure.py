@@ -19,6 +19,10 @@ time (max over ranks for our runtime, the ranks' common clock start for the base
 Everything the emulation creates lives in namespaces named ``dtfm-v14m…`` and is removed on
 exit, error, Ctrl-C and SIGTERM (:class:`system.emulation.netns.Emulation`); after a SIGKILL the
 next start (or ``--cleanup-only``) removes this driver's own leftovers and nothing else.
+
+One module (~350 lines): the driver loop and the per-run record it writes (about 40 fields:
+what ran, the network's verification, load, delayer lateness, retransmissions) belong together,
+since the record is what explains a spread between repeats.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ per stage the median over the stage's copies and repeats, keyed by the shape
 (:func:`shape_key`); the predictions read nothing else from the machine.
 
 Not profiled: the delayer processes' CPU (they move packets during a run) and the sharded
-exchange's reductions.
+exchange's reductions; :mod:`repro.validation.calibrate` measures compute inside an emulated run
+instead, which includes both.
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ def profile_setting(
 
 
 def _jobs(s: Setting, devices, repeats: int, warmup: int, max_s: float) -> list[dict]:
-    jobs = [
+    return [
         {
             "num_layers": s.num_layers,
             "hidden_size": s.hidden_size,
@@ -139,7 +140,6 @@ def _jobs(s: Setting, devices, repeats: int, warmup: int, max_s: float) -> list[
         }
         for k in devices
     ]
-    return jobs
 
 
 def _profile_batch(s: Setting, devices, repeats: int, warmup: int, max_s: float) -> list:

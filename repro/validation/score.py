@@ -11,6 +11,10 @@ Writes ``scored_rows.csv`` (per run: predicted, measured, error), ``scored.csv``
 and system: mean of the repeats, CV, flags, what the rows show about a large spread),
 ``summary.json`` (MAPE per system, overall and with compute share >= 0.5; Kendall τ per
 setting; ratio errors), ``scored.md`` and ``validation.png``.
+
+One module (~370 lines) because the five outputs are views of one scored table: the numbers,
+the markdown that quotes them and the figure that plots them are kept side by side so they
+cannot drift apart.
 """
 
 from __future__ import annotations
