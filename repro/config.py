@@ -629,6 +629,20 @@ def store_schemas() -> None:
         cs.store(group="schema", name=spec.name, node=spec.schema)
 
 
+def _typed(schema, raw) -> object:
+    """``raw`` merged onto ``schema``'s defaults as a dataclass instance; OmegaConf's validation
+    errors (and a ConfigError a field's check raises inside them) become one ConfigError."""
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), raw))
+    except ConfigError:
+        raise
+    except OmegaConfBaseException as e:
+        cause = e.__cause__ or e.__context__
+        if isinstance(cause, ConfigError):
+            raise cause from None
+        raise ConfigError(_one_line(e)) from None
+
+
 def _one_line(e: Exception) -> str:
     text = str(e).strip().splitlines()
     msg = text[0] if text else type(e).__name__
@@ -668,17 +682,7 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
                 f"{key}={raw[key]!r}: a mode={owner} key; mode={mode} does not take it"
             )
         del raw[key]
-    try:
-        typed = OmegaConf.merge(OmegaConf.structured(schema), raw)
-        obj = OmegaConf.to_object(typed)
-    except ConfigError:
-        raise
-    except OmegaConfBaseException as e:
-        cause = e.__cause__ or e.__context__
-        if isinstance(cause, ConfigError):
-            raise cause from None
-        raise ConfigError(_one_line(e)) from None
-    return OmegaConf.structured(obj)
+    return OmegaConf.structured(_typed(schema, raw))
 
 
 @dataclass
@@ -756,17 +760,7 @@ def parse_cli(schema: type, argv: Sequence[str]):
         if key.split(".")[0] not in names:
             raise ConfigError(f"argument {arg!r}: unknown key {key!r} (keys: {', '.join(names)})")
         pairs[key] = value
-    try:
-        base = OmegaConf.structured(schema)
-        typed = OmegaConf.merge(base, _nested(pairs))
-        return OmegaConf.to_object(typed)
-    except ConfigError:
-        raise
-    except OmegaConfBaseException as e:
-        cause = e.__cause__ or e.__context__
-        if isinstance(cause, ConfigError):
-            raise cause from None
-        raise ConfigError(_one_line(e)) from None
+    return _typed(schema, _nested(pairs))
 
 
 def int_list(key: str, text: str, *, low: int = 0) -> list[int]:

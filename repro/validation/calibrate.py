@@ -161,9 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tag-prefix", default=TAG_PREFIX, help="namespace tag prefix of this driver")
     ap.add_argument("--timeout-s", type=float, default=300.0)
     a = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    if os.geteuid() != 0:
-        print("error: the in-situ calibration emulates the links and needs root", file=sys.stderr)
+    from repro.validation.measure import root_driver_start
+
+    if not root_driver_start("the in-situ calibration"):
         return 2
     from system.results import atomic_write_text
 

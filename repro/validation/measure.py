@@ -43,7 +43,14 @@ from repro.validation.settings import Setting
 
 log = logging.getLogger("repro.validation.measure")
 
-__all__ = ["TAG_PREFIX", "tag_for", "own_leftovers", "cleanup_own", "measure"]
+__all__ = [
+    "TAG_PREFIX",
+    "tag_for",
+    "own_leftovers",
+    "cleanup_own",
+    "root_driver_start",
+    "measure",
+]
 
 TAG_PREFIX = "v14m"  # namespaces dtfm-v14m<ss>r<r>-*: this driver's only
 
@@ -70,6 +77,16 @@ def cleanup_own(prefix: str = TAG_PREFIX) -> list[str]:
     if gone:
         log.warning("removed %d leftover namespaces of an earlier killed run: %s", len(gone), gone)
     return gone
+
+
+def root_driver_start(what: str) -> bool:
+    """Log to stderr with times; False (and one error line) unless root, which the emulated
+    network needs."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if os.geteuid() != 0:
+        print(f"error: {what} emulates the links and needs root", file=sys.stderr)
+        return False
+    return True
 
 
 def _median_after(times: list[float], warmup: int) -> float:
@@ -331,9 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         help="remove this driver's leftovers of a killed run, then exit",
     )
     a = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    if os.geteuid() != 0:
-        print("error: emulation needs root", file=sys.stderr)
+    if not root_driver_start("the measurement"):
         return 2
     if a.cleanup_only:
         print(json.dumps({"removed": cleanup_own(a.tag_prefix)}))

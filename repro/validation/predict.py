@@ -21,7 +21,6 @@ emulated cluster (bandwidths × ``bandwidth_scale``, delays × ``delay_scale``).
 from __future__ import annotations
 
 import hashlib
-import json
 import subprocess
 import time
 from pathlib import Path
@@ -29,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from repro.validation.profile import load_profile, stage_times
-from repro.validation.settings import Setting, load_settings
+from repro.validation.settings import Setting, load_settings, read_document
 
 __all__ = [
     "PREDICTION_VERSION",
@@ -207,13 +206,9 @@ def predict_file(
 
 
 def load_predictions(path: str | Path) -> dict:
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise FileNotFoundError(f"predictions file {path} does not exist") from None
-    if data.get("prediction_version") != PREDICTION_VERSION or "predictions" not in data:
-        raise ValueError(
-            f"predictions file {path}: not a version-{PREDICTION_VERSION} predictions document"
-        )
-    return data
+    return read_document(
+        path,
+        "predictions file",
+        lambda d: d.get("prediction_version") == PREDICTION_VERSION and "predictions" in d,
+        f"not a version-{PREDICTION_VERSION} predictions document",
+    )

@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from repro.validation.settings import Setting, load_settings
+from repro.validation.settings import Setting, load_settings, read_document
 
 __all__ = ["shape_key", "profile_setting", "profile_settings", "load_profile", "stage_times"]
 
@@ -230,16 +230,15 @@ def profile_settings(settings: list[Setting], **kw) -> dict:
 
 
 def load_profile(path: str | Path) -> dict:
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise FileNotFoundError(
-            f"compute profile {path} does not exist (run python -m repro.validation.profile first)"
-        ) from None
-    if data.get("profile_version") != PROFILE_VERSION or not isinstance(data.get("entries"), dict):
-        raise ValueError(f"compute profile {path}: not a version-{PROFILE_VERSION} profile")
-    return data
+    return read_document(
+        path,
+        "compute profile",
+        lambda d: (
+            d.get("profile_version") == PROFILE_VERSION and isinstance(d.get("entries"), dict)
+        ),
+        f"not a version-{PROFILE_VERSION} profile",
+        " (run python -m repro.validation.profile or repro.validation.calibrate first)",
+    )
 
 
 def stage_times(profile: dict, s: Setting) -> dict:

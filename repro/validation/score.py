@@ -67,6 +67,17 @@ def _spread_causes(g: pd.DataFrame) -> str:
     return "; ".join(out)
 
 
+def _rows_with_run_compute(rows: pd.DataFrame, doc: dict):
+    """(row, its Setting) per row, the Setting None for rows that hold no run compute (the
+    baselines' and failed runs')."""
+    from repro.validation.settings import Setting
+
+    settings = {d["name"]: Setting.from_dict(d) for d in doc["settings"]}
+    has = "run_fwd_s" in rows.columns
+    for _, r in rows.iterrows():
+        yield r, (settings[r["setting"]] if has and isinstance(r["run_fwd_s"], str) else None)
+
+
 def _run_vs_profile(rows: pd.DataFrame, doc: dict) -> pd.Series:
     """Our runtime's per-micro-batch compute in the run (forward + backward, slowest stage)
     over the profile's; NaN for rows without it (baselines). Above 1: the run's CPU was slower
@@ -77,15 +88,13 @@ def _run_vs_profile(rows: pd.DataFrame, doc: dict) -> pd.Series:
         profile = load_profile(doc["profile_file"])
     except (KeyError, OSError, ValueError):
         return pd.Series(np.nan, index=rows.index)
-    from repro.validation.settings import Setting
 
-    settings = {d["name"]: Setting.from_dict(d) for d in doc["settings"]}
     out = []
-    for _, r in rows.iterrows():
-        if "run_fwd_s" not in rows.columns or not isinstance(r["run_fwd_s"], str):
+    for r, s in _rows_with_run_compute(rows, doc):
+        if s is None:
             out.append(np.nan)
             continue
-        e = stage_times(profile, settings[r["setting"]])
+        e = stage_times(profile, s)
         run = np.add(json.loads(r["run_fwd_s"]), json.loads(r["run_bwd_s"]))
         prof = np.add(e["fwd_s"], e["bwd_s"])
         out.append(float(run.max() / prof.max()))
@@ -97,17 +106,14 @@ def _with_run_compute(rows: pd.DataFrame, doc: dict) -> pd.Series:
     own per-stage compute (our rows; NaN for others). Its error isolates the communication and
     pipeline model from the compute calibration."""
     from repro.validation.predict import scaled_cluster
-    from repro.validation.settings import Setting
     from system.scheduler.assignment import Assignment
     from system.simulator import StageCompute, simulate_ours
 
-    settings = {d["name"]: Setting.from_dict(d) for d in doc["settings"]}
     out = []
-    for _, r in rows.iterrows():
-        if "run_fwd_s" not in rows.columns or not isinstance(r["run_fwd_s"], str):
+    for r, s in _rows_with_run_compute(rows, doc):
+        if s is None:
             out.append(np.nan)
             continue
-        s = settings[r["setting"]]
         comp = StageCompute(
             *(tuple(json.loads(r[k])) for k in ("run_fwd_s", "run_bwd_s", "run_opt_s"))
         )

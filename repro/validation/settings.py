@@ -14,7 +14,7 @@ from pathlib import Path
 
 from system.workload import GPTConfig, Workload, get_model
 
-__all__ = ["Setting", "SYSTEMS", "load_settings"]
+__all__ = ["Setting", "SYSTEMS", "load_settings", "read_document"]
 
 # Systems a setting can run: our runtime on the scheduled layout and on a random layout, and the
 # baselines at launch placement (rank i on emulated device i).
@@ -120,17 +120,30 @@ class Setting:
         return cls(**d)
 
 
-def load_settings(path: str | Path) -> list[Setting]:
-    """The settings of a JSON file, in file order; names must be unique."""
+def read_document(path: str | Path, what: str, valid, expected: str, hint: str = "") -> dict:
+    """The JSON object at ``path``: one error naming ``what`` and the path when the file is
+    missing (``hint`` says how to make it), is not JSON, or fails ``valid`` (``expected`` says
+    what it should be). The settings, compute-profile and predictions files are read with it."""
     path = Path(path)
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
-        raise FileNotFoundError(f"validation settings file {path} does not exist") from None
+        raise FileNotFoundError(f"{what} {path} does not exist{hint}") from None
     except ValueError as e:
-        raise ValueError(f"validation settings file {path}: not JSON ({e})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("settings"), list):
-        raise ValueError(f'validation settings file {path}: expected {{"settings": [...]}}')
+        raise ValueError(f"{what} {path}: not JSON ({e})") from None
+    if not isinstance(data, dict) or not valid(data):
+        raise ValueError(f"{what} {path}: {expected}")
+    return data
+
+
+def load_settings(path: str | Path) -> list[Setting]:
+    """The settings of a JSON file, in file order; names must be unique."""
+    data = read_document(
+        path,
+        "validation settings file",
+        lambda d: isinstance(d.get("settings"), list),
+        'expected {"settings": [...]}',
+    )
     out = [Setting.from_dict(d) for d in data["settings"]]
     names = [s.name for s in out]
     dup = sorted({n for n in names if names.count(n) > 1})
