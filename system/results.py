@@ -695,12 +695,101 @@ def _view(records: list[dict]):
     return df[list(CORE_COLUMNS) + extra]
 
 
+def _as_typed(df):
+    """A table read from a file in this schema's types: as read when every schema column has
+    its dtype and no old spelling is left (a table this code wrote), else upgraded row by row
+    (:func:`_upgrade`)."""
+    names = set(df.columns)
+    current = (
+        {"setting_id", "model_version"} <= names
+        and not names & set(RENAMED)
+        and all(str(df[c].dtype) == _DTYPES[COLUMNS[c]] for c in names if c in COLUMNS)
+    )
+    return df if current else _frame(_upgrade(df))
+
+
+def _tidy(df):
+    """The records path's view of a typed frame, column by column: columns empty in every row
+    dropped (core columns kept), core columns first, then the others in order of their first
+    value, an extra column's kind inferred from all its values (as :func:`_frame` does)."""
+    import pandas as pd
+
+    extra = [c for c in df.columns if c not in CORE_COLUMNS]
+    filled = df[extra].notna()
+    extra = [c for c in extra if filled[c].any()]
+    first = {c: int(filled[c].to_numpy().argmax()) for c in extra}
+    extra.sort(key=lambda c: first[c])  # stable: file order among columns first filled together
+    data = {}
+    for c in (*CORE_COLUMNS, *extra):
+        col = df[c] if c in df else pd.Series(pd.NA, index=df.index, dtype=object)
+        kind = COLUMNS.get(c)
+        if kind is None:
+            values = [None if _is_missing_val(v) else v for v in col.tolist()]
+            kind = _kind_of_extra(values)
+            data[c] = pd.array([_coerce(c, kind, v) for v in values], dtype=_DTYPES[kind])
+        elif str(col.dtype) != _DTYPES[kind]:
+            data[c] = pd.array([_coerce(c, kind, v) for v in col.tolist()], dtype=_DTYPES[kind])
+        else:
+            data[c] = col.array
+    return pd.DataFrame(data, index=pd.RangeIndex(len(df)))
+
+
+def _keys_of(df) -> list[tuple[str, str]]:
+    stamps = df["timestamp_utc"].fillna("").astype(str)
+    return list(zip(df["run_id"].astype(str), stamps, strict=True))
+
+
+def _table(d: Path, parts: list[Path] | None = None):
+    """Every stored row of a study as one typed frame, oldest first: what :func:`_load` reads,
+    without a Python object per value for tables in the current schema."""
+    import pandas as pd
+
+    if (d / "rows").is_dir():  # the old store's row files: the records path
+        return _view(_load(d, parts))
+    # Parts first: a part deleted after this read was folded into the table read below.
+    from_parts = [_read_part(f) for f in (_parts(d) if parts is None else parts)]
+    from_parts = [_as_typed(df) for df in from_parts if df is not None and len(df)]
+    frames = []
+    pq = d / "runs.parquet"
+    if pq.exists():
+        frames.append(_as_typed(pd.read_parquet(pq)))
+    if from_parts and frames:
+        folded = set(_keys_of(frames[0]))  # copies left by a compaction cut short
+        from_parts = [df[[k not in folded for k in _keys_of(df)]] for df in from_parts]
+    frames += from_parts
+    if not frames:
+        return _view([])
+    typed = {c: _DTYPES[k] for c, k in COLUMNS.items()}
+    names = dict.fromkeys(c for df in frames for c in df.columns)
+    aligned = [
+        df.reindex(columns=list(names)).astype(
+            {c: typed[c] for c in names if c in typed and c not in df}
+        )
+        for df in frames
+    ]
+    return _tidy(pd.concat(aligned, ignore_index=True) if len(aligned) > 1 else aligned[0])
+
+
+def _latest_of(df):
+    """The newest row of each setting (by timestamp, then position), as :func:`_latest`."""
+    import pandas as pd
+
+    order = pd.DataFrame(
+        {
+            "k": df["setting_id"].fillna(df["run_id"]).astype(str).to_numpy(),
+            "t": df["timestamp_utc"].fillna("").astype(str).to_numpy(),
+            "i": range(len(df)),
+        }
+    )
+    keep = order.sort_values(["t", "i"]).drop_duplicates("k", keep="last")["i"].sort_values()
+    return _tidy(df.iloc[keep.to_numpy()].reset_index(drop=True))
+
+
 def read_rows(results_dir: str | Path, *, history: bool = False):
     """The study's rows as a typed DataFrame: the newest per setting, or all with ``history``.
     Parts not yet compacted are read too."""
-    d = Path(results_dir)
-    records = _load(d)
-    df = _view(records if history else _latest(records))
+    table = _table(Path(results_dir))
+    df = table if history else _latest_of(table)
     return df.sort_values(["timestamp_utc", "run_id"], kind="stable").reset_index(drop=True)
 
 
@@ -744,10 +833,9 @@ def has_stored_rows(results_dir: str | Path) -> bool:
     return (d / "runs.parquet").exists() or bool(_parts(d)) or (d / "rows").is_dir()
 
 
-def _write_tables(d: Path, records: list[dict]) -> Path:
-    full = _view(records)
+def _write_tables(d: Path, full) -> Path:
     atomic_write(d / "runs.parquet", lambda tmp: full.to_parquet(tmp, index=False), durable=True)
-    latest = _view(_latest(records))
+    latest = _latest_of(full)
     atomic_write(d / "runs.csv", lambda tmp: latest.to_csv(tmp, index=False))
     return d / "runs.csv"
 
@@ -809,9 +897,9 @@ def _fold(d: Path, *, force: bool) -> Path:
             and _current_schema(pq)
         )
         if parts or force or not current:
-            records = _load(d, parts)
-            log.info("%s: %d rows stored, %d parts folded in", pq, len(records), len(parts))
-            _write_tables(d, records)  # runs.parquet durable before any part goes
+            full = _table(d, parts)
+            log.info("%s: %d rows stored, %d parts folded in", pq, len(full), len(parts))
+            _write_tables(d, full)  # runs.parquet durable before any part goes
         for f in parts:
             f.unlink(missing_ok=True)
         return csv
