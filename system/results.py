@@ -651,7 +651,9 @@ def _row_key(r: Mapping) -> tuple[str, str]:
 
 def _load(d: Path, parts: list[Path] | None = None) -> list[dict]:
     """Every stored row of a study, oldest first: ``runs.parquet``, the old store's rows/
-    JSON, then ``parts`` (default: every part now) less the rows the table already holds."""
+    JSON, then ``parts`` (default: every part now) less the rows the table already holds.
+    One dict per row: the path for old-schema tables and rows/ (:func:`_table` is the fast
+    path for tables in the current schema, and gives the same frame)."""
     import pandas as pd
 
     # Parts first: a part deleted after this read was folded into the table read below.

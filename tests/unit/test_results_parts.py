@@ -70,6 +70,11 @@ def test_sweep_jobs_write_parts_and_the_ledger_sees_them(tmp_path):
     assert run_ids(tmp_path) == set(read_rows(tmp_path).run_id) and len(run_ids(tmp_path)) == 3
     write_rows(tmp_path, _rows(1, system="megatron"))  # outside a sweep: compacts
     assert not _parts(tmp_path) and len(pd.read_csv(tmp_path / "runs.csv")) == 4
+    table = (tmp_path / "runs.parquet").stat().st_mtime_ns
+    with deferred_collect():  # a sweep job never rewrites the study's table
+        write_rows(tmp_path, _rows(2, system="deepspeed"))
+    assert (tmp_path / "runs.parquet").stat().st_mtime_ns == table
+    assert len(_parts(tmp_path)) == 1 and len(run_ids(tmp_path)) == 6
 
 
 def test_parts_only_consolidated_only_and_both_read_the_same(tmp_path):
