@@ -214,7 +214,7 @@ def collect_study(results_dir: str | Path) -> Path:
     runs.csv's path."""
     d = Path(results_dir)
     if not has_stored_rows(d):
-        raise FileNotFoundError(f"{d} has no runs.parquet: nothing ran there yet")
+        raise FileNotFoundError(f"{d} has no runs.parquet, parts/ or rows/: nothing ran there yet")
     return collect(d)
 
 

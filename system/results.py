@@ -9,7 +9,8 @@ A study folder holds:
   :func:`write_rows` call. A write types its rows, writes them to a fresh part (temporary file,
   ``fsync``, rename) and takes no lock, so its cost does not grow with the study and parallel
   sweep jobs (joblib workers, Slurm jobs on a shared filesystem) never wait for each other.
-  Part names start with the write's time in nanoseconds, so sorted names are write order.
+  Part names start with the write's time in nanoseconds, so sorted names are write order
+  (across hosts as far as their clocks agree; the newest row is chosen by ``timestamp_utc``).
 * ``runs.csv`` -- the newest row of each setting as text for people and diffs, rebuilt by
   every compaction.
 * ``.lock`` -- the folder lock (``fcntl.flock``) held by a compaction (:func:`compact`,
