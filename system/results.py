@@ -48,7 +48,7 @@ comments, docstrings and formatting, so only code or data changes make a new ver
 
 The core imports no pandas at module level (pandas is loaded by the functions that build tables).
 
-One module (~820 lines): the schema, the model fingerprint and the store's reads and writes
+One module (~920 lines): the schema, the model fingerprint and the store's reads and writes
 are the one contract every row obeys; its readers and writers must agree on all three.
 """
 
