@@ -12,10 +12,11 @@ speed-up is bounded by the free cores: the load average is printed with the tabl
 
 Each run's wall time is split with the sweep's own summary line: ``check_s`` (composing and
 validating every job before the first), ``jobs_s`` (first job's start to last job's end) and
-``report_s`` (collect + REPORT.md); ``other_s`` is the rest (Python and Hydra start-up, Hydra's
-own pass over the sweep). Only ``jobs_s`` can run in parallel, so the last line gives Amdahl's
-bound on the ratio: the serial launcher's wall time over its non-job seconds plus its job
-seconds spread perfectly over ``n_jobs`` workers (or the cores).
+``report_s`` (folding the jobs' part files into ``runs.parquet`` once, then REPORT.md);
+``other_s`` is the rest (Python and Hydra start-up, Hydra's own pass over the sweep). Only
+``jobs_s`` can run in parallel, so the last line gives Amdahl's bound on the ratio: the serial
+launcher's wall time over its non-job seconds plus its job seconds spread perfectly over
+``n_jobs`` workers (or the cores).
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ Registered by the sweep files (``conf/sweep/*.yaml``)::
 Before the first job, :func:`check_jobs` composes and validates every job of the sweep
 (:func:`repro.config.validate`); one bad point stops the sweep with every bad point listed and
 nothing run (exit 2). A job that fails while running is recorded (:func:`repro.collect.
-record_failure`) and the sweep goes on. At the end, :func:`finish_study` rebuilds ``runs.csv``,
+record_failure`) and the sweep goes on. At the end, :func:`finish_study` folds the jobs' part
+files into ``runs.parquet`` and rebuilds ``runs.csv`` (:func:`system.results.compact`),
 writes the variance and claims tables, the figures and ``REPORT.md`` (:mod:`repro.report`, from
 ``runs.parquet``), mirrors them to wandb when ``logger=wandb``, and logs one line saying where
 everything is. The command exits 1 when the report failed or a job failed (after reporting).
@@ -177,29 +178,15 @@ def finish_study(
     sweep's wall time goes (``repro/bench_launchers.py`` prints them per launcher).
     """
 
-    from system.results import study_lock
+    from system.results import has_stored_rows, study_lock
 
     wf = config.get("workflow") or {}
     results_dir = Path(str(config.results_dir))
-    if not (results_dir / "runs.parquet").exists():
-        log.warning("no runs.parquet under %s: nothing to report", results_dir)
+    if not has_stored_rows(results_dir):
+        log.warning("no rows under %s: nothing to report", results_dir)
         return {"results_dir": str(results_dir)}
     with study_lock(results_dir, ".report.lock"):
         return _finish(config, wf, results_dir, elapsed_s, sweep_dir, outcome, check_s)
-
-
-def _tables_current(results_dir: Path, outcome: Outcome | None) -> bool:
-    """True when a job of this sweep wrote the study's tables last (``write_rows`` rewrites
-    ``runs.parquet`` in the current schema, then ``runs.csv``), so collecting again would
-    rewrite the same files. Old ``rows/*.json`` or a sweep where nothing ran: collect."""
-    pq, csv = results_dir / "runs.parquet", results_dir / "runs.csv"
-    return (
-        outcome is not None
-        and outcome.ran > 0
-        and not (results_dir / "rows").is_dir()
-        and csv.exists()
-        and csv.stat().st_mtime_ns >= pq.stat().st_mtime_ns
-    )
 
 
 def _finish(config, wf, results_dir: Path, elapsed_s, sweep_dir, outcome, check_s) -> dict:
@@ -207,12 +194,9 @@ def _finish(config, wf, results_dir: Path, elapsed_s, sweep_dir, outcome, check_
 
     t0 = time.monotonic()
 
-    from repro.collect import collect_study
+    from system.results import compact
 
-    if _tables_current(results_dir, outcome):
-        runs_csv = results_dir / "runs.csv"
-    else:
-        runs_csv = collect_study(results_dir)
+    runs_csv = compact(results_dir)  # the jobs' parts folded in once (nothing new: no rewrite)
     out = {"results_dir": str(results_dir), "runs_csv": str(runs_csv)}
     if wf.get("report", True):
         from repro.report import build_report

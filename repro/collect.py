@@ -4,7 +4,9 @@ A Hydra job is one resolved configuration. When its mode returns, :func:`run_job
 ledger entry ``<results_dir>/jobs/<job_key>.json`` (atomically, after the mode has written its
 rows) naming the rows it produced; a job that raised gets an entry with ``status: error`` and the
 message (:func:`record_failure`), and is run again next time. A sweep killed half-way and started
-again skips every finished job whose rows are all in ``runs.parquet`` and reruns the others.
+again skips every finished job whose rows are all stored (``runs.parquet`` or its parts) and
+reruns the others. A sweep job's rows go to part files only (:func:`system.results.
+deferred_collect`); the sweep folds them into ``runs.parquet`` once, at its end.
 
 ``job_key`` hashes the resolved config without the keys that do not change results
 (:data:`NON_RESULT_KEYS`) together with the performance model's version
@@ -12,12 +14,13 @@ again skips every finished job whose rows are all in ``runs.parquet`` and reruns
 While a job runs it holds ``jobs/<job_key>.lock``: a second sweep into the same folder waits for
 it and then skips it instead of running it twice.
 
-``python -m repro.collect DIR`` rewrites ``runs.parquet`` (old schema and old ``rows/*.json``
-folded in) and ``runs.csv``.
+``python -m repro.collect DIR`` rewrites ``runs.parquet`` (parts, old schema and old
+``rows/*.json`` folded in) and ``runs.csv``: what a sweep killed before its end leaves to do.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import logging
@@ -31,6 +34,8 @@ import repro.config  # noqa: F401  (registers the config schema that conf/config
 from system.results import (
     atomic_write_text,
     collect,
+    deferred_collect,
+    has_stored_rows,
     model_version,
     read_rows,
     run_id_for,
@@ -156,7 +161,9 @@ def run_job(
                 )
                 return {**rec.get("summary", {}), "skipped": True, "job_key": key}
         before = stored_run_ids(results_dir)
-        summary = dict(task(cfg) or {})
+        # a sweep's jobs add part files only; the sweep compacts them once (finish_study)
+        with deferred_collect() if multirun else contextlib.nullcontext():
+            summary = dict(task(cfg) or {})
         run_ids = summary.get("run_ids") or sorted(stored_run_ids(results_dir) - before)
         _write_ledger(
             results_dir,
@@ -203,10 +210,11 @@ def _strip(c: dict) -> dict:
 
 
 def collect_study(results_dir: str | Path) -> Path:
-    """Rewrite a study's runs.parquet (upgraded) and runs.csv; returns runs.csv's path."""
+    """Rewrite a study's runs.parquet (upgraded, parts folded in) and runs.csv; returns
+    runs.csv's path."""
     d = Path(results_dir)
-    if not (d / "runs.parquet").exists() and not (d / "rows").is_dir():
-        raise FileNotFoundError(f"{d} has no runs.parquet: nothing ran there yet")
+    if not has_stored_rows(d):
+        raise FileNotFoundError(f"{d} has no runs.parquet, parts/ or rows/: nothing ran there yet")
     return collect(d)
 
 

@@ -1,13 +1,30 @@
-"""The results store: one typed row per run, appended to ``<study>/runs.parquet``.
+"""The results store: one typed row per run, kept in ``<study>/runs.parquet`` and its parts.
 
 A study folder holds:
 
-* ``runs.parquet`` -- the source of truth, committed with the study. Append-only: a write adds
-  rows and never drops one; readers see the newest row of each setting (:func:`read_rows`), or
+* ``runs.parquet`` -- the consolidated table, committed with the study. Append-only: rows are
+  added and never dropped; readers see the newest row of each setting (:func:`read_rows`), or
   every row ever written with ``history=True``.
-* ``runs.csv`` -- the same view as text for people and diffs, rebuilt after every write.
-* ``.lock`` -- the folder lock (``fcntl.flock``) held while the table is read and rewritten, so
-  two processes writing into one study never lose each other's rows.
+* ``parts/*.parquet`` -- rows written since the last compaction, one immutable file per
+  :func:`write_rows` call. A write types its rows, writes them to a fresh part (temporary file,
+  ``fsync``, rename) and takes no lock, so its cost does not grow with the study and parallel
+  sweep jobs (joblib workers, Slurm jobs on a shared filesystem) never wait for each other.
+  Part names start with the write's time in nanoseconds, so sorted names are write order
+  (across hosts as far as their clocks agree; the newest row is chosen by ``timestamp_utc``).
+* ``runs.csv`` -- the newest row of each setting as text for people and diffs, rebuilt by
+  every compaction.
+* ``.lock`` -- the folder lock (``fcntl.flock``) held by a compaction (:func:`compact`,
+  :func:`collect`).
+
+**Reads** (:func:`read_rows`, :func:`run_ids`) merge the consolidated table with every part.
+**Compaction** folds the parts into ``runs.parquet`` and rebuilds ``runs.csv`` under the lock:
+the new table is written and ``fsync``-ed before the parts it holds are deleted. A crash after
+the table is written and before its parts are gone leaves rows that exist twice; a row's key is
+``(run_id, timestamp_utc)``, and a part's row whose key the consolidated table already holds is
+dropped on read, so no row is ever counted twice and compacting again is harmless. Readers list
+and read the parts before the consolidated table: a part deleted meanwhile was folded into the
+table they read next. A single run compacts after its write (so ``runs.csv`` is current); a
+sweep's jobs only write parts (:func:`deferred_collect`) and the sweep compacts once at the end.
 
 **Schema.** :data:`COLUMNS` fixes one name and one type per concept (``final_loss``, not
 ``loss_last``; ``predicted_iter_time_s``, not ``sim_iter_time_s``; ``recompute``, not
@@ -31,7 +48,7 @@ comments, docstrings and formatting, so only code or data changes make a new ver
 
 The core imports no pandas at module level (pandas is loaded by the functions that build tables).
 
-One module (~640 lines): the schema, the model fingerprint and the store's reads and writes
+One module (~920 lines): the schema, the model fingerprint and the store's reads and writes
 are the one contract every row obeys; its readers and writers must agree on all three.
 """
 
@@ -47,10 +64,14 @@ import json
 import logging
 import math
 import os
+import re
+import secrets
+import socket
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from contextvars import ContextVar
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -68,7 +89,11 @@ __all__ = [
     "read_rows",
     "run_ids",
     "has_row",
+    "has_stored_rows",
     "collect",
+    "compact",
+    "deferred_collect",
+    "PARTS",
     "study_lock",
     "BASELINE_SYSTEMS",
     "SIMULATED_SYSTEMS",
@@ -438,7 +463,14 @@ def _coerce(column: str, kind: str, v):
     raise AssertionError(kind)
 
 
-_DTYPES = {"recompute": "string", "str": "string", "int": "Int64", "float": "Float64", "bool": "boolean", "json": "string"}
+_DTYPES = {
+    "recompute": "string",
+    "str": "string",
+    "int": "Int64",
+    "float": "Float64",
+    "bool": "boolean",
+    "json": "string",
+}
 _WARNED: set[str] = set()
 
 
@@ -479,18 +511,39 @@ def _frame(records: list[dict]):
 
 
 # ---- files -------------------------------------------------------------------------------------
-def atomic_write(path: str | Path, write) -> None:
-    """``write(tmp_path)`` then rename over ``path``; the temporary name is unique."""
+def _fsync_dir(d: Path) -> None:
+    """Make a rename in ``d`` durable (a no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(d, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory file descriptors
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str | Path, write, *, durable: bool = False) -> None:
+    """``write(tmp_path)`` then rename over ``path``; the temporary name is unique.
+
+    ``durable``: ``fsync`` the file before the rename and the folder after it, so the new
+    content survives a crash of the machine once this returns.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
         write(tmp)
+        if durable:
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    if durable:
+        _fsync_dir(path.parent)
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
@@ -559,22 +612,72 @@ def _is_missing_val(v) -> bool:
     return _is_missing(v)
 
 
-def _load(d: Path) -> list[dict]:
-    """Every stored row of a study (parquet + rows/ JSON of the old store), oldest first."""
+PARTS = "parts"  # the folder of a study's part files
+_HOST = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname()) or "host"
+# Set while a sweep job runs (:func:`deferred_collect`): writes add parts, the sweep compacts.
+_DEFER: ContextVar[bool] = ContextVar("results_deferred_collect", default=False)
+
+
+def _folder(d: Path) -> Path:
+    if d.exists() and not d.is_dir():
+        raise NotADirectoryError(f"results folder {d} is a file")
+    return d
+
+
+def _parts(d: Path) -> list[Path]:
+    """The study's part files, oldest first (names start with the write time in ns)."""
+    folder = d / PARTS
+    if not folder.is_dir():
+        return []
+    # a write's temporary file starts with "." and ends with ".tmp": not a part yet
+    return sorted(p for p in folder.iterdir() if p.suffix == ".parquet" and p.name[0] != ".")
+
+
+def _read_part(f: Path):
+    """A part as a DataFrame, or None when a compaction deleted it after it was listed."""
     import pandas as pd
 
+    try:
+        return pd.read_parquet(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+        raise ValueError(f"results part {f} is unreadable: {e}") from e
+
+
+def _row_key(r: Mapping) -> tuple[str, str]:
+    """What identifies one written row: its run id and the microsecond it was made."""
+    return str(r.get("run_id")), str(r.get("timestamp_utc") or "")
+
+
+def _load(d: Path, parts: list[Path] | None = None) -> list[dict]:
+    """Every stored row of a study, oldest first: ``runs.parquet``, the old store's rows/
+    JSON, then ``parts`` (default: every part now) less the rows the table already holds.
+    One dict per row: the path for old-schema tables and rows/ (:func:`_table` is the fast
+    path for tables in the current schema, and gives the same frame)."""
+    import pandas as pd
+
+    # Parts first: a part deleted after this read was folded into the table read below.
+    from_parts: list[dict] = []
+    for f in _parts(d) if parts is None else parts:
+        df = _read_part(f)
+        if df is not None:
+            from_parts += _upgrade(df)
     records: list[dict] = []
     pq = d / "runs.parquet"
     if pq.exists():
         records += _upgrade(pd.read_parquet(pq))
+    if from_parts:
+        folded = {_row_key(r) for r in records}  # copies left by a compaction cut short
+        from_parts = [r for r in from_parts if _row_key(r) not in folded]
     legacy = sorted((d / "rows").glob("*.json")) if (d / "rows").is_dir() else []
     if legacy:
-        known = {r["run_id"] for r in records}
+        known = {r["run_id"] for r in records + from_parts}
         old = [json.loads(f.read_text()) for f in legacy]
         old = [r for r in old if r.get("run_id") not in known]
         if old:
             records += _upgrade(pd.DataFrame.from_records([_rename(r) for r in old]))
-    return records
+    return records + from_parts
 
 
 def _latest(records: list[dict]) -> list[dict]:
@@ -595,50 +698,224 @@ def _view(records: list[dict]):
     return df[list(CORE_COLUMNS) + extra]
 
 
+def _as_typed(df):
+    """A table read from a file in this schema's types: as read when every schema column has
+    its dtype and no old spelling is left (a table this code wrote), else upgraded row by row
+    (:func:`_upgrade`)."""
+    names = set(df.columns)
+    current = (
+        {"setting_id", "model_version"} <= names
+        and not names & set(RENAMED)
+        and all(str(df[c].dtype) == _DTYPES[COLUMNS[c]] for c in names if c in COLUMNS)
+    )
+    return df if current else _frame(_upgrade(df))
+
+
+def _tidy(df):
+    """The records path's view of a typed frame, column by column: columns empty in every row
+    dropped (core columns kept), core columns first, then the others in order of their first
+    value, an extra column's kind inferred from all its values (as :func:`_frame` does)."""
+    import pandas as pd
+
+    extra = [c for c in df.columns if c not in CORE_COLUMNS]
+    filled = df[extra].notna()
+    extra = [c for c in extra if filled[c].any()]
+    first = {c: int(filled[c].to_numpy().argmax()) for c in extra}
+    extra.sort(key=lambda c: first[c])  # stable: file order among columns first filled together
+    data = {}
+    for c in (*CORE_COLUMNS, *extra):
+        col = df[c] if c in df else pd.Series(pd.NA, index=df.index, dtype=object)
+        kind = COLUMNS.get(c)
+        if kind is None:
+            values = [None if _is_missing_val(v) else v for v in col.tolist()]
+            kind = _kind_of_extra(values)
+            data[c] = pd.array([_coerce(c, kind, v) for v in values], dtype=_DTYPES[kind])
+        elif str(col.dtype) != _DTYPES[kind]:
+            data[c] = pd.array([_coerce(c, kind, v) for v in col.tolist()], dtype=_DTYPES[kind])
+        else:
+            data[c] = col.array
+    return pd.DataFrame(data, index=pd.RangeIndex(len(df)))
+
+
+def _keys_of(df) -> list[tuple[str, str]]:
+    stamps = df["timestamp_utc"].fillna("").astype(str)
+    return list(zip(df["run_id"].astype(str), stamps, strict=True))
+
+
+def _table(d: Path, parts: list[Path] | None = None):
+    """Every stored row of a study as one typed frame, oldest first: what :func:`_load` reads,
+    without a Python object per value for tables in the current schema."""
+    import pandas as pd
+
+    if (d / "rows").is_dir():  # the old store's row files: the records path
+        return _view(_load(d, parts))
+    # Parts first: a part deleted after this read was folded into the table read below.
+    from_parts = [_read_part(f) for f in (_parts(d) if parts is None else parts)]
+    from_parts = [_as_typed(df) for df in from_parts if df is not None and len(df)]
+    frames = []
+    pq = d / "runs.parquet"
+    if pq.exists():
+        frames.append(_as_typed(pd.read_parquet(pq)))
+    if from_parts and frames:
+        folded = set(_keys_of(frames[0]))  # copies left by a compaction cut short
+        from_parts = [df[[k not in folded for k in _keys_of(df)]] for df in from_parts]
+    frames += from_parts
+    if not frames:
+        return _view([])
+    typed = {c: _DTYPES[k] for c, k in COLUMNS.items()}
+    names = dict.fromkeys(c for df in frames for c in df.columns)
+    aligned = [
+        df.reindex(columns=list(names)).astype(
+            {c: typed[c] for c in names if c in typed and c not in df}
+        )
+        for df in frames
+    ]
+    return _tidy(pd.concat(aligned, ignore_index=True) if len(aligned) > 1 else aligned[0])
+
+
+def _latest_of(df):
+    """The newest row of each setting (by timestamp, then position), as :func:`_latest`."""
+    import pandas as pd
+
+    order = pd.DataFrame(
+        {
+            "k": df["setting_id"].fillna(df["run_id"]).astype(str).to_numpy(),
+            "t": df["timestamp_utc"].fillna("").astype(str).to_numpy(),
+            "i": range(len(df)),
+        }
+    )
+    keep = order.sort_values(["t", "i"]).drop_duplicates("k", keep="last")["i"].sort_values()
+    return _tidy(df.iloc[keep.to_numpy()].reset_index(drop=True))
+
+
 def read_rows(results_dir: str | Path, *, history: bool = False):
-    """The study's rows as a typed DataFrame: the newest per setting, or all with ``history``."""
-    d = Path(results_dir)
-    records = _load(d)
-    df = _view(records if history else _latest(records))
+    """The study's rows as a typed DataFrame: the newest per setting, or all with ``history``.
+    Parts not yet compacted are read too."""
+    table = _table(Path(results_dir))
+    df = table if history else _latest_of(table)
     return df.sort_values(["timestamp_utc", "run_id"], kind="stable").reset_index(drop=True)
 
 
+@functools.lru_cache(maxsize=4096)
+def _ids_in(path: str, stamp: tuple[int, int, int]) -> frozenset[str]:
+    """The run ids of one parquet file; ``stamp`` (inode, mtime, size) keys the cache, so a
+    replaced table is read again and an immutable part only once."""
+    import pandas as pd
+
+    return frozenset(pd.read_parquet(path, columns=["run_id"])["run_id"].dropna().astype(str))
+
+
+def _file_ids(f: Path) -> frozenset[str]:
+    try:
+        st = f.stat()
+        return _ids_in(str(f), (st.st_ino, st.st_mtime_ns, st.st_size))
+    except FileNotFoundError:  # a part folded into runs.parquet meanwhile (read after)
+        return frozenset()
+
+
 def run_ids(results_dir: str | Path) -> set[str]:
-    """Every ``run_id`` stored in the study (any model version)."""
-    return {r["run_id"] for r in _load(Path(results_dir))}
+    """Every ``run_id`` stored in the study (any model version), parts included. Reads the
+    ``run_id`` column only, once per file version: a sweep job asks before and after it runs."""
+    d = Path(results_dir)
+    ids: set[str] = set()
+    for f in _parts(d):  # parts first, as in _load
+        ids |= _file_ids(f)
+    ids |= _file_ids(d / "runs.parquet")
+    if (d / "rows").is_dir():  # the old store's row files
+        ids |= {r["run_id"] for r in _load(d)}
+    return ids
 
 
 def has_row(results_dir: str | Path, run_id: str) -> bool:
     return run_id in run_ids(results_dir)
 
 
-def _write_tables(d: Path, records: list[dict]) -> Path:
-    full = _view(records)
-    atomic_write(d / "runs.parquet", lambda tmp: full.to_parquet(tmp, index=False))
-    latest = _view(_latest(records))
+def has_stored_rows(results_dir: str | Path) -> bool:
+    """Whether the study has a table, a part or old row files (anything to collect)."""
+    d = Path(results_dir)
+    return (d / "runs.parquet").exists() or bool(_parts(d)) or (d / "rows").is_dir()
+
+
+def _write_tables(d: Path, full) -> Path:
+    atomic_write(d / "runs.parquet", lambda tmp: full.to_parquet(tmp, index=False), durable=True)
+    latest = _latest_of(full)
     atomic_write(d / "runs.csv", lambda tmp: latest.to_csv(tmp, index=False))
     return d / "runs.csv"
 
 
-def write_rows(
-    results_dir: str | Path, rows: Iterable[Mapping], *, collect_after: bool = True
-) -> Path:
-    """Append ``rows`` to the study's ``runs.parquet`` (under the folder lock); returns runs.csv.
+@contextlib.contextmanager
+def deferred_collect() -> Iterator[None]:
+    """While inside, :func:`write_rows` only adds parts (a sweep job: the sweep compacts)."""
+    token = _DEFER.set(True)
+    try:
+        yield
+    finally:
+        _DEFER.reset(token)
 
-    Rows are typed first, so a bad value raises before the file is touched. A row whose
-    ``run_id`` is already stored replaces nothing: it is appended and wins as the newest.
+
+def write_rows(
+    results_dir: str | Path, rows: Iterable[Mapping], *, collect_after: bool | None = None
+) -> Path:
+    """Store ``rows`` as one new part of the study; returns the path of ``runs.csv``.
+
+    Rows are typed first, so a bad value raises before anything is written. The part is
+    written without the study lock (its name is unique). ``collect_after``: compact afterwards
+    (default: yes, unless inside :func:`deferred_collect`), so ``runs.csv`` shows the rows.
+    A row whose ``run_id`` is already stored replaces nothing: it is added and wins as the
+    newest. No rows and no table yet: the header-only tables are written.
     """
-    d = Path(results_dir)
+    d = _folder(Path(results_dir))
     rows = [dict(r) for r in rows]
-    _frame(rows)  # type check before taking the lock
+    frame = _view(rows)  # type check before writing
+    if rows:
+        name = f"{time.time_ns():020d}-{_HOST}-{os.getpid()}-{secrets.token_hex(4)}.parquet"
+        atomic_write(d / PARTS / name, lambda tmp: frame.to_parquet(tmp, index=False), durable=True)
+        log.info("%s: +%d rows", d / PARTS / name, len(rows))
+    if collect_after is None:
+        collect_after = not _DEFER.get()
+    if collect_after or not has_stored_rows(d):
+        return compact(d)
+    return d / "runs.csv"
+
+
+def _current_schema(pq: Path) -> bool:
+    """Whether a table has this schema's identity columns and none of the old spellings
+    (reads the file's footer only)."""
+    import pyarrow.parquet as papq
+
+    names = set(papq.read_schema(pq).names)
+    return {"setting_id", "model_version"} <= names and not names & set(RENAMED)
+
+
+def _fold(d: Path, *, force: bool) -> Path:
+    """Under the study lock: fold the current parts into the tables, then delete them."""
     with study_lock(d):
-        records = _load(d) + rows
-        log.info("%s: +%d rows (%d stored)", d / "runs.parquet", len(rows), len(records))
-        return _write_tables(d, records)
+        parts = _parts(d)
+        pq, csv = d / "runs.parquet", d / "runs.csv"
+        current = (
+            pq.exists()
+            and csv.exists()
+            and csv.stat().st_mtime_ns >= pq.stat().st_mtime_ns
+            and not (d / "rows").is_dir()
+            and _current_schema(pq)
+        )
+        if parts or force or not current:
+            full = _table(d, parts)
+            log.info("%s: %d rows stored, %d parts folded in", pq, len(full), len(parts))
+            _write_tables(d, full)  # runs.parquet durable before any part goes
+        for f in parts:
+            f.unlink(missing_ok=True)
+        return csv
+
+
+def compact(results_dir: str | Path) -> Path:
+    """Fold the study's parts into ``runs.parquet`` and rebuild ``runs.csv`` (under the folder
+    lock); nothing is rewritten when there are no parts and the tables are current. Returns
+    the path of ``runs.csv``. Safe to repeat, and safe after a compaction cut short."""
+    return _fold(_folder(Path(results_dir)), force=False)
 
 
 def collect(results_dir: str | Path) -> Path:
-    """Rewrite ``runs.parquet`` (schema upgraded, old ``rows/*.json`` folded in) + ``runs.csv``."""
-    d = Path(results_dir)
-    with study_lock(d):
-        return _write_tables(d, _load(d))
+    """Rewrite ``runs.parquet`` (schema upgraded, parts and old ``rows/*.json`` folded in) +
+    ``runs.csv``; returns the path of ``runs.csv``."""
+    return _fold(_folder(Path(results_dir)), force=True)

@@ -13,6 +13,7 @@ import importlib.util
 import itertools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -136,7 +137,9 @@ def test_a_job_whose_rows_were_lost_runs_again(tmp_path):
     run_job(cfg, _fake_task(calls), multirun=True)
     rec = finished_job(tmp_path, job_key(cfg))
     assert rec is not None and len(rec["run_ids"]) == 3 and rec["config"]["case"] == cfg.case
-    (tmp_path / "runs.parquet").unlink()  # the study's table lost (e.g. not committed)
+    # the study's rows lost (e.g. not committed): the job's part, and any compacted table
+    shutil.rmtree(tmp_path / "parts")
+    (tmp_path / "runs.parquet").unlink(missing_ok=True)
     assert finished_job(tmp_path, job_key(cfg)) is None
     run_job(cfg, _fake_task(calls), multirun=True)
     assert len(calls) == 2 and len(read_rows(tmp_path)) == 3
