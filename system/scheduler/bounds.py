@@ -47,7 +47,11 @@ whose slowest group costs τ* and that uses K* compositions has K(τ*) ≤ K*, s
     TOTAL ≥ min_k max(τ_k, dp_bound_s) + 2·max(pp_bound_s, (pp − 1)·e0 + (k − 1)·(e1 − e0)),
 
 τ_k the smallest DP̲ value with K(τ_k) ≤ k (K is a step function of τ; its steps are found by
-bisection, a few dozen small LPs). This certifies layouts that put every region in every stage
+bisection, a few dozen small LPs). Cuts sharpen the crossing charge: for a set A of regions,
+if the groups' count of A-devices is not the same in every group, some boundary matches an
+A-device to a non-A one and costs at least L̲(A, rest), not only e1; the count can stay constant
+only if compositions with that count and DP̲ ≤ τ make up the cluster (an LP), which fails below
+some τ (:func:`_cut_thresholds`). This certifies layouts that put every region in every stage
 (cases 3 and 4 at 64 devices): any cheaper DP needs groups of several compositions, and each
 extra composition costs a slow boundary.
 
@@ -87,6 +91,8 @@ __all__ = [
 
 MAX_LP_DEVICES = 128  # D·(D−1) variables: 64 devices solve in under a second, 256 take > 10 s
 MAX_COMPOSITIONS = 20_000  # group compositions of the region bound (8 regions, dp = 8: 6,435)
+MAX_CUT_REGIONS = 10  # region cuts of the region bound: all 2^(R-1) − 1 are scanned ...
+MAX_CUTS = 16  # ... and the 16 with the dearest crossing are used (about 13 small LPs each)
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,12 +339,68 @@ def _region_bound(
     steps(0, last)
     for i in sorted(memo):
         first.setdefault(memo[i], i)
+    cuts = _cut_thresholds(comp, cap, counts, pp, lb, e1, dp_lo, taus)
     best = np.inf
-    for k, i in first.items():
-        if np.isfinite(k):
-            pp_term = max(pp_b, (pp - 1) * e0 + (k - 1.0) * delta)
-            best = min(best, max(float(taus[i]), dp_b) + 2.0 * pp_term)
+    for i in sorted(set(first.values()) | {t for t, _ in cuts if t <= last}):
+        k = k_at(i)
+        if not np.isfinite(k):
+            continue
+        # cuts whose device count per group cannot stay constant at this DP level
+        surplus = max([x for t, x in cuts if t > i], default=0.0)
+        if surplus > 0.0:
+            k = max(k, 2.0)
+        pp_term = max(pp_b, (pp - 1) * e0 + (k - 1.0) * delta + surplus)
+        best = min(best, max(float(taus[i]), dp_b) + 2.0 * pp_term)
     return float(best)
+
+
+def _cut_thresholds(
+    comp: np.ndarray,
+    cap: np.ndarray,
+    counts: np.ndarray,
+    pp: int,
+    lb: np.ndarray,
+    e1: float,
+    dp_lo: np.ndarray,
+    taus: np.ndarray,
+) -> list[tuple[int, float]]:
+    """Region cuts (A, rest) that make a crossing dearer than e1, as (threshold index, surplus).
+
+    If the groups' count of A-devices differs somewhere, a boundary where it changes matches an
+    A-device to a non-A device: that crossing costs at least L̲(A, rest), ``surplus`` = L̲(A, rest)
+    − e1 more than the e1 the K − 1 crossings are already charged. The count can stay constant
+    only if A's devices split evenly (pp divides them) and compositions with that count and
+    DP̲ <= τ make up the cluster (an LP); the threshold is the first index of ``taus`` where they
+    do (len(taus): never). Up to :data:`MAX_CUT_REGIONS` regions; the :data:`MAX_CUTS` cuts with
+    the largest surplus (any subset of cuts keeps the bound valid).
+    """
+    n_reg = len(counts)
+    if n_reg < 2 or n_reg > MAX_CUT_REGIONS:
+        return []
+    found = []
+    for mask in range(1, 1 << (n_reg - 1)):  # A never holds the last region: each cut once
+        in_a = np.array([(mask >> r) & 1 for r in range(n_reg)], dtype=bool)
+        cross = float(lb[np.ix_(in_a, ~in_a)].min())
+        if cross > e1 + 1e-12:
+            found.append((cross - e1, in_a))
+    found.sort(key=lambda x: -x[0])
+    out = []
+    for surplus, in_a in found[:MAX_CUTS]:
+        n_a = int(counts[in_a].sum())
+        if n_a % pp:
+            out.append((len(taus), surplus))
+            continue
+        same = comp[:, in_a].sum(axis=1) == n_a // pp
+        lo, hi = 0, len(taus)  # smallest feasible index in [lo, hi]; hi = never
+        while lo < hi:
+            mid = (lo + hi) // 2
+            sel = same & (dp_lo <= taus[mid] + 1e-12)
+            if np.isfinite(_min_compositions(comp, cap, counts, pp, sel)):
+                hi = mid
+            else:
+                lo = mid + 1
+        out.append((lo, surplus))
+    return out
 
 
 def lower_bound(

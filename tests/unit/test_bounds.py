@@ -112,7 +112,7 @@ def regional_cluster(n: int, n_regions: int, seed: int, uniform: bool) -> Cluste
 @given(
     seeds,
     st.sampled_from([(4, 2), (2, 4), (3, 3), (2, 3), (4, 3), (3, 4)]),
-    st.integers(1, 4),
+    st.integers(1, 5),
     st.booleans(),
     st.floats(0.01, 10.0),
 )
@@ -136,3 +136,26 @@ def test_region_bound_proves_cases_3_and_4_optimal():
         r = schedule(get_case(case), SIZES, pp=8, dp=8, seed=0, trials=2, population=6)
         assert r.cost.total_cost_s >= b.region_bound_s - 1e-9
         assert r.cost.total_cost_s == pytest.approx(result, rel=1e-9)
+
+
+@pytest.mark.parametrize("dp_scale", [0.01, 0.05, 0.2, 1.0])
+def test_region_bound_with_cuts_is_exact_on_a_far_region(dp_scale):
+    """Three regions of 4 devices, one far from the other two: the optimum keeps one device of
+    each region per stage (the far region's count per group constant); the bound, which charges
+    a dearer crossing only where that count must vary, equals the brute-force optimum."""
+    import numpy as np
+
+    lab = np.repeat(np.arange(3), 4)
+    bw = np.array([[10.0, 1.0, 0.2], [1.0, 10.0, 0.25], [0.2, 0.25, 10.0]])
+    delay = np.array([[1.0, 20.0, 150.0], [20.0, 1.0, 120.0], [150.0, 120.0, 1.0]])
+    c = Cluster(
+        name="far-region",
+        region_of=tuple(f"r{x}" for x in lab),
+        host_of=tuple(range(12)),
+        delay_ms=delay[np.ix_(lab, lab)],
+        bandwidth_gbps=bw[np.ix_(lab, lab)],
+    )
+    sizes = TaskletSizes(c_dp_bytes=0.65e9 * dp_scale, c_pp_bytes=0.47e9)
+    opt = brute_force(c, sizes, 4, 3)
+    b = lower_bound(c, sizes, pp=4, dp=3, use_lp=False)
+    assert b.region_bound_s == pytest.approx(opt, rel=1e-9)
