@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from system.cluster import Cluster
-from system.cost.partition import Group, PartitionEvaluator
+from system.cost.partition import MAX_GROUP_CACHE, BoundedCache, Group, PartitionEvaluator
 from system.workload import TaskletSizes, Workload
 
 __all__ = ["ACHIEVABLE", "ComputeModel", "split_layers", "IterationTimeEvaluator"]
@@ -121,25 +121,53 @@ class IterationTimeEvaluator(PartitionEvaluator):
             memory = np.full_like(memory, np.inf)
         self.device_speed = speed
         self.device_memory = memory
+        self._compute_cache: dict[tuple[bytes, bytes], float] = BoundedCache(MAX_GROUP_CACHE)
+
+    def _group_terms(self, partitions: Sequence[Sequence[Group]]) -> tuple[np.ndarray, np.ndarray]:
+        """(K, pp) speed of each group's slowest device and its memory cap in layers."""
+        g = np.array([list(p) for p in partitions], dtype=np.int64)  # (K, pp, dp)
+        v = self.device_speed[g].min(axis=2)
+        mem = self.device_memory[g].min(axis=2)
+        with np.errstate(invalid="ignore", over="ignore"):
+            caps = np.floor(np.minimum(MEMORY_HEADROOM * mem / self.compute.layer_bytes, 1e9))
+        return v, caps.astype(np.int64)
 
     def layers(self, partition: Sequence[Group]) -> np.ndarray | None:
         """Layers per group (partition order), or None if the model does not fit."""
-        idx = [np.asarray(g) for g in partition]
-        v = np.array([self.device_speed[g].min() for g in idx])
-        mem = np.array([self.device_memory[g].min() for g in idx])
-        with np.errstate(invalid="ignore", over="ignore"):
-            caps = np.minimum(MEMORY_HEADROOM * mem / self.compute.layer_bytes, 1e9)
-        return split_layers(v, np.floor(caps).astype(np.int64), self.compute.num_layers)
+        v, caps = self._group_terms([partition])
+        return split_layers(v[0], caps[0], self.compute.num_layers)
 
     def compute_s(self, partition: Sequence[Group]) -> float:
         """(m + pp − 1) · slowest stage's micro-batch time; inf when the model does not fit."""
-        layers = self.layers(partition)
-        if layers is None:
-            return float("inf")
-        v = np.array([self.device_speed[np.asarray(g)].min() for g in partition])
-        t = layers * self.compute.layer_flops / v
-        return float((self.compute.micro_batches + self.pp - 1) * t.max())
+        return float(self.compute_values([partition])[0])
 
-    def _totals(self, partitions, bound):
-        comm = super()._totals(partitions, None)  # the compute term varies: no TOTAL pruning
-        return comm + np.array([self.compute_s(p) for p in partitions])
+    def compute_values(self, partitions: Sequence[Sequence[Group]]) -> np.ndarray:
+        """:meth:`compute_s` of many partitions.
+
+        The compute term depends only on the multiset of (speed, memory cap) pairs of the groups:
+        with a few GPU types only a few such multisets occur, so the layer split is solved once
+        per multiset and cached.
+        """
+        if not partitions:
+            return np.zeros(0)
+        v, caps = self._group_terms(partitions)
+        out = np.empty(len(partitions))
+        bubble = self.compute.micro_batches + self.pp - 1
+        for k in range(len(partitions)):
+            order = np.lexsort((caps[k], v[k]))
+            key = (v[k][order].tobytes(), caps[k][order].tobytes())
+            got = self._compute_cache.get(key)
+            if got is None:
+                layers = split_layers(v[k][order], caps[k][order], self.compute.num_layers)
+                if layers is None:
+                    got = float("inf")
+                else:
+                    t = layers * self.compute.layer_flops / v[k][order]
+                    got = float(bubble * t.max())
+                self._compute_cache[key] = got
+            out[k] = got
+        return out
+
+    def _extra(self, partitions: Sequence[Sequence[Group]]) -> np.ndarray:
+        """The compute term, added to TOTAL by the base class's batched, pruned costing."""
+        return self.compute_values(partitions)

@@ -129,7 +129,7 @@ class PartitionEvaluator:
                 vals = bottleneck_values(mats)
             else:
                 vals = np.array([bottleneck_matching(m)[0] for m in mats])
-            for k, v in zip(todo, vals):
+            for k, v in zip(todo, vals, strict=True):
                 a, b = pairs[k]
                 self._edge_cache[(a, b) if a <= b else (b, a)] = float(v)
                 out[k] = v
@@ -142,7 +142,9 @@ class PartitionEvaluator:
         """(K, pp, pp) coarse edge weights of K partitions, all new edges in one batch."""
         m = self.pp
         ii, jj = np.triu_indices(m, k=1)
-        pairs = [(p[i], p[j]) for p in partitions for i, j in zip(ii.tolist(), jj.tolist())]
+        pairs = [
+            (p[i], p[j]) for p in partitions for i, j in zip(ii.tolist(), jj.tolist(), strict=True)
+        ]
         vals = self.edges(pairs).reshape(len(partitions), len(ii))
         w = np.zeros((len(partitions), m, m))
         w[:, ii, jj] = vals
@@ -162,43 +164,89 @@ class PartitionEvaluator:
         return w
 
     # ---- whole partitions ----------------------------------------------------------------------
-    def totals(self, partitions: Sequence[Sequence[Group]], bound: float | None = None,
-               deadline: float | None = None) -> np.ndarray:
+    def _extra(self, partitions: Sequence[Sequence[Group]]) -> np.ndarray:
+        """A per-partition term added to TOTAL (none here; subclasses add e.g. compute time)."""
+        return np.zeros(len(partitions))
+
+    def totals(
+        self,
+        partitions: Sequence[Sequence[Group]],
+        bound: float | None = None,
+        deadline: float | None = None,
+    ) -> np.ndarray:
         """TOTAL of each partition (a sequence of pp sorted groups), batched.
 
         With ``bound``, partitions that provably cost more than ``bound`` (DP cost alone, or DP +
         2·TSP over edge lower bounds) are not costed further and get ``inf``: a local search only
-        needs candidates that improve on, or tie with, its current TOTAL. With ``deadline`` (a
+        needs candidates that improve on, or tie with, its current TOTAL. Up to
+        :data:`MAX_EXACT_TSP` groups the candidates are costed best-first (lowest lower bound
+        first) and the bound falls to the best TOTAL found so far: the partitions whose TOTAL is
+        at most min(``bound``, batch minimum) + 1e-12 still get their exact values, so the argmin
+        and, when nothing beats ``bound``, the ties with it are those of the full batch; others
+        may get ``inf`` (never a wrong finite value). With ``deadline`` (a
         ``time.perf_counter()`` value) the batch is costed in chunks and the partitions not
         reached by then get ``inf`` too, so one large batch cannot overrun a time limit.
         """
         # a chunk holds about TOTALS_CHUNK · 64 coarse edges: one partition has pp·(pp−1)/2
         chunk = max(1, min(TOTALS_CHUNK, TOTALS_CHUNK * 64 // (self.pp * self.pp)))
+        if bound is not None and self.pp <= MAX_EXACT_TSP and len(partitions):
+            return self._totals_best_first(partitions, float(bound), deadline, chunk)
         if deadline is None or len(partitions) <= chunk:
             return self._totals(partitions, bound)
         out = np.full(len(partitions), np.inf)
         for s in range(0, len(partitions), chunk):
             if s > 0 and time.perf_counter() >= deadline:
                 break
-            out[s:s + chunk] = self._totals(partitions[s:s + chunk], bound)
+            out[s : s + chunk] = self._totals(partitions[s : s + chunk], bound)
+        return out
+
+    def _totals_best_first(
+        self,
+        partitions: Sequence[Sequence[Group]],
+        bound: float,
+        deadline: float | None,
+        chunk: int,
+    ) -> np.ndarray:
+        n = len(partitions)
+        self.evaluations += n
+        out = np.full(n, np.inf)
+        extra = self._extra(partitions)
+        dps = np.array([max(self.group_dp_cost(g) for g in p) for p in partitions])
+        keep = np.flatnonzero(dps + extra < bound)
+        if keep.size == 0:
+            return out
+        # cheap lower bound first: each coarse edge >= max(row minima, column minima)
+        lbs = (
+            dps[keep]
+            + extra[keep]
+            + 2.0 * open_tsp_values(self._lower_weights([partitions[k] for k in keep]))
+        )
+        rank = np.argsort(lbs, kind="stable")
+        keep, lbs = keep[rank], lbs[rank]
+        step = max(1, chunk // 4)  # small steps: the bound tightens between them
+        for s in range(0, keep.size, step):
+            if lbs[s] > bound + 1e-12:
+                break  # sorted: no later candidate can reach the bound either
+            if s > 0 and deadline is not None and time.perf_counter() >= deadline:
+                break
+            sel = keep[s : s + step][lbs[s : s + step] <= bound + 1e-12]
+            pps = open_tsp_values(self._weights([partitions[k] for k in sel]))
+            out[sel] = dps[sel] + 2.0 * pps + extra[sel]
+            bound = min(bound, float(out[sel].min()))
         return out
 
     def _totals(self, partitions: Sequence[Sequence[Group]], bound: float | None) -> np.ndarray:
         if not partitions:
             return np.zeros(0)
         self.evaluations += len(partitions)
+        extra = self._extra(partitions)
         dps = np.array([max(self.group_dp_cost(g) for g in p) for p in partitions])
         out = np.full(len(partitions), np.inf)
-        keep = np.flatnonzero(dps < bound) if bound is not None else np.arange(len(partitions))
+        keep = (
+            np.flatnonzero(dps + extra < bound) if bound is not None else np.arange(len(partitions))
+        )
         if keep.size == 0:
             return out
-        if bound is not None and self.pp <= MAX_EXACT_TSP:
-            # cheap lower bound first: each coarse edge >= max(row minima, column minima)
-            lower = self._lower_weights([partitions[k] for k in keep])
-            lbs = dps[keep] + 2.0 * open_tsp_values(lower)
-            keep = keep[lbs <= bound + 1e-12]
-            if keep.size == 0:
-                return out
         ws = self._weights([partitions[k] for k in keep])
         if self.pp <= MAX_EXACT_TSP:
             pps = open_tsp_values(ws)
@@ -206,7 +254,7 @@ class PartitionEvaluator:
             # beyond exact TSP: one nearest-neighbour start + 2-opt per candidate (the final
             # assignment uses 8 starts, including this one, so it is never worse)
             pps = np.array([open_tsp_path(w, starts=1)[0] for w in ws])
-        out[keep] = dps[keep] + 2.0 * pps
+        out[keep] = dps[keep] + 2.0 * pps + extra[keep]
         return out
 
     def spread(self, partitions: Sequence[Sequence[Group]]) -> np.ndarray:
@@ -270,8 +318,9 @@ def _as_partition(groups: np.ndarray) -> list[Group]:
     return [tuple(sorted(int(x) for x in row)) for row in groups]
 
 
-def partition_cost(cluster: Cluster, groups: np.ndarray,
-                   sizes: TaskletSizes) -> tuple[CostBreakdown, Assignment]:
+def partition_cost(
+    cluster: Cluster, groups: np.ndarray, sizes: TaskletSizes
+) -> tuple[CostBreakdown, Assignment]:
     """Cost of a partition into DP groups with optimal matchings + TSP, and its assignment.
 
     Args:

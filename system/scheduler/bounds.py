@@ -28,6 +28,33 @@ lower bound. It couples the two terms: cheap pairs cannot serve both as group ma
 pipeline links. With ``integral=True`` x, y are binary (a MILP); HiGHS's dual bound at its time
 limit is still a valid bound.
 
+Region bound (``region_bound_s``, :func:`_region_bound`, any size with at most
+:data:`MAX_COMPOSITIONS` group compositions): replace every pair cost and link time by the
+minimum over its (region, region) block; no assignment gets dearer, and devices of one region
+become interchangeable, so a group is described by its composition n (devices per region). Then
+
+- DP(group) ≥ DP̲(n) = max over regions r in n of Σ_s (n_s − [s = r])·P̲[r, s];
+- every pipeline boundary costs at least e0 (the fastest link); one between groups of different
+  compositions matches some device to another region, so it costs at least e1 (the fastest
+  link between two regions); a path through K distinct compositions has at least K − 1 such
+  boundaries: PIPELINEP ≥ (pp − 1)·e0 + (K − 1)·max(0, e1 − e0).
+
+Let K(τ) be a lower bound on how many distinct compositions with DP̲ ≤ τ can make up the
+cluster: the LP relaxation (SciPy's HiGHS) of min Σ z_n s.t. Σ m_n = pp, Σ m_n·n = devices per
+region, 0 ≤ m_n ≤ cap_n·z_n (cap_n: how many groups of composition n fit), rounded up. A layout
+whose slowest group costs τ* and that uses K* compositions has K(τ*) ≤ K*, so
+
+    TOTAL ≥ min_k max(τ_k, dp_bound_s) + 2·max(pp_bound_s, (pp − 1)·e0 + (k − 1)·(e1 − e0)),
+
+τ_k the smallest DP̲ value with K(τ_k) ≤ k (K is a step function of τ; its steps are found by
+bisection, a few dozen small LPs). Cuts sharpen the crossing charge: for a set A of regions,
+if the groups' count of A-devices is not the same in every group, some boundary matches an
+A-device to a non-A one and costs at least L̲(A, rest), not only e1; the count can stay constant
+only if compositions with that count and DP̲ ≤ τ make up the cluster (an LP), which fails below
+some τ (:func:`_cut_thresholds`). This certifies layouts that put every region in every stage
+(cases 3 and 4 at 64 devices): any cheaper DP needs groups of several compositions, and each
+extra composition costs a slow boundary.
+
 Exact optimum (:func:`exact_optimum`): branch and bound over balanced partitions (the group of
 the lowest free device first), pruned by the DP cost of the groups so far plus 2·``pp_bound_s``,
 with :class:`~system.cost.partition.PartitionEvaluator` costing the leaves in batches.
@@ -42,7 +69,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
+from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 from scipy.sparse import coo_matrix, vstack
 
 from system.cluster import Cluster
@@ -59,9 +86,13 @@ __all__ = [
     "count_partitions",
     "gap_pct",
     "MAX_LP_DEVICES",
+    "MAX_COMPOSITIONS",
 ]
 
 MAX_LP_DEVICES = 128  # D·(D−1) variables: 64 devices solve in under a second, 256 take > 10 s
+MAX_COMPOSITIONS = 20_000  # group compositions of the region bound (8 regions, dp = 8: 6,435)
+MAX_CUT_REGIONS = 10  # region cuts of the region bound: all 2^(R-1) − 1 are scanned ...
+MAX_CUTS = 16  # ... and the 16 with the dearest crossing are used (about 13 small LPs each)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,11 +102,12 @@ class LowerBound:
     lp_bound_s: float | None  # TOTAL >= this (None: not computed)
     method: str  # "combinatorial" | "lp" | "milp"
     solve_time_s: float
+    region_bound_s: float | None = None  # TOTAL >= this (None: not computed)
 
     @property
     def total_bound_s(self) -> float:
         comb = self.dp_bound_s + 2.0 * self.pp_bound_s
-        return comb if self.lp_bound_s is None else max(comb, self.lp_bound_s)
+        return max([comb] + [b for b in (self.lp_bound_s, self.region_bound_s) if b is not None])
 
     def to_dict(self) -> dict:
         return {
@@ -83,6 +115,7 @@ class LowerBound:
             "bound_dp_s": self.dp_bound_s,
             "bound_pp_s": self.pp_bound_s,
             "bound_lp_s": self.lp_bound_s,
+            "bound_region_s": self.region_bound_s,
             "bound_method": self.method,
             "bound_time_s": self.solve_time_s,
         }
@@ -196,6 +229,180 @@ def _lp(
     return float(res.fun)
 
 
+def _compositions(counts: np.ndarray, dp: int) -> np.ndarray:
+    """Every vector n with Σ n = dp and 0 <= n_r <= counts[r], shape (C, R)."""
+    out: list[list[int]] = []
+
+    def rec(r: int, left: int, head: list[int]) -> None:
+        if len(out) > MAX_COMPOSITIONS:
+            return
+        if r == len(counts) - 1:
+            if left <= counts[r]:
+                out.append([*head, left])
+            return
+        for k in range(min(left, int(counts[r])), -1, -1):
+            rec(r + 1, left - k, [*head, k])
+
+    rec(0, dp, [])
+    return np.array(out, dtype=np.int64).reshape(-1, len(counts))
+
+
+def _block_min(m: np.ndarray, lab: np.ndarray, n_reg: int) -> np.ndarray:
+    """(R, R) minimum of ``m`` over each region block, the diagonal of ``m`` left out
+    (inf for a one-device region's own block)."""
+    off = np.where(np.eye(m.shape[0], dtype=bool), np.inf, m)
+    out = np.full((n_reg, n_reg), np.inf)
+    for r in range(n_reg):
+        rows = off[lab == r]
+        for s in range(n_reg):
+            out[r, s] = rows[:, lab == s].min()
+    return out
+
+
+def _min_compositions(
+    comp: np.ndarray, cap: np.ndarray, counts: np.ndarray, pp: int, sel: np.ndarray
+) -> float:
+    """A lower bound on how many distinct compositions among ``sel`` can make up the cluster:
+    the LP relaxation of min Σ z_n with m_n <= cap_n·z_n, i.e. min Σ m_n / cap_n subject to
+    Σ m_n = pp and Σ m_n·n = counts, rounded up (inf if infeasible)."""
+    if not sel.any():
+        return np.inf
+    a_eq = np.vstack([np.ones(int(sel.sum())), comp[sel].T.astype(float)])
+    res = linprog(
+        1.0 / cap[sel],
+        A_eq=a_eq,
+        b_eq=np.concatenate([[pp], counts]).astype(float),
+        bounds=np.stack([np.zeros(int(sel.sum())), cap[sel]], axis=1),
+        method="highs",
+    )
+    if res.status == 2:  # infeasible: these compositions cannot make up the cluster
+        return np.inf
+    if res.status != 0:
+        raise RuntimeError(f"region bound: HiGHS failed on the composition LP ({res.message})")
+    return float(max(1, math.ceil(res.fun - 1e-6)))
+
+
+def _region_bound(
+    cluster: Cluster,
+    pair: np.ndarray,
+    link: np.ndarray,
+    pp: int,
+    dp: int,
+    dp_b: float,
+    pp_b: float,
+) -> float | None:
+    """The region bound of the module docstring; None beyond :data:`MAX_COMPOSITIONS`."""
+    _, lab = np.unique(np.asarray(cluster.region_of, dtype=str), return_inverse=True)
+    n_reg = int(lab.max()) + 1
+    counts = np.bincount(lab, minlength=n_reg)
+    comp = _compositions(counts, dp)
+    if len(comp) > MAX_COMPOSITIONS:
+        return None
+    pb = _block_min(pair, lab, n_reg)
+    lb = _block_min(link, lab, n_reg)
+    # DP̲(n): row sum of a region-r device, Σ_s (n_s − [s = r])·P̲[r, s] (a one-device region's
+    # own block is inf, but then n_r − 1 = 0 and the term is left out)
+    own = comp[:, None, :] - np.eye(n_reg, dtype=np.int64)[None, :, :]  # (C, r, s)
+    with np.errstate(invalid="ignore"):
+        rows = np.where(own > 0, own * pb[None, :, :], 0.0).sum(axis=2)  # (C, R)
+    dp_lo = np.where(comp > 0, rows, -np.inf).max(axis=1)
+    e0 = float(lb.min())
+    e1 = float(lb[~np.eye(n_reg, dtype=bool)].min()) if n_reg > 1 else e0
+    delta = max(0.0, e1 - e0)
+    # at most cap_n groups of composition n fit in the cluster
+    cap = np.where(comp > 0, counts[None, :] // np.maximum(comp, 1), pp).min(axis=1)
+    cap = np.minimum(cap, pp).astype(float)
+    # K(τ): fewest compositions with DP̲ <= τ that make up the cluster (a lower bound), a step
+    # function falling in τ. A layout whose slowest group costs τ* and that uses K* compositions
+    # has K(τ*) <= K*, so TOTAL >= min over steps k of max(τ_k, dp_b) + 2·max(pp_b,
+    # (pp − 1)·e0 + (k − 1)·Δ), τ_k the smallest τ with K(τ) <= k.
+    taus = np.unique(dp_lo)
+    memo: dict[int, float] = {}
+
+    def k_at(i: int) -> float:
+        if i not in memo:
+            memo[i] = _min_compositions(comp, cap, counts, pp, dp_lo <= taus[i] + 1e-12)
+        return memo[i]
+
+    first: dict[float, int] = {}  # K value -> smallest index of taus with that K
+
+    def steps(lo: int, hi: int) -> None:  # K known at lo and hi; find every change between
+        if k_at(lo) == k_at(hi) or hi - lo <= 1:
+            return
+        mid = (lo + hi) // 2
+        steps(lo, mid)
+        steps(mid, hi)
+
+    last = len(taus) - 1
+    if not np.isfinite(k_at(last)):
+        return None  # cannot happen for a valid cluster (every assignment is a witness)
+    steps(0, last)
+    for i in sorted(memo):
+        first.setdefault(memo[i], i)
+    cuts = _cut_thresholds(comp, cap, counts, pp, lb, e1, dp_lo, taus)
+    best = np.inf
+    for i in sorted(set(first.values()) | {t for t, _ in cuts if t <= last}):
+        k = k_at(i)
+        if not np.isfinite(k):
+            continue
+        # cuts whose device count per group cannot stay constant at this DP level
+        surplus = max([x for t, x in cuts if t > i], default=0.0)
+        if surplus > 0.0:
+            k = max(k, 2.0)
+        pp_term = max(pp_b, (pp - 1) * e0 + (k - 1.0) * delta + surplus)
+        best = min(best, max(float(taus[i]), dp_b) + 2.0 * pp_term)
+    return float(best)
+
+
+def _cut_thresholds(
+    comp: np.ndarray,
+    cap: np.ndarray,
+    counts: np.ndarray,
+    pp: int,
+    lb: np.ndarray,
+    e1: float,
+    dp_lo: np.ndarray,
+    taus: np.ndarray,
+) -> list[tuple[int, float]]:
+    """Region cuts (A, rest) that make a crossing dearer than e1, as (threshold index, surplus).
+
+    If the groups' count of A-devices differs somewhere, a boundary where it changes matches an
+    A-device to a non-A device: that crossing costs at least L̲(A, rest), ``surplus`` = L̲(A, rest)
+    − e1 more than the e1 the K − 1 crossings are already charged. The count can stay constant
+    only if A's devices split evenly (pp divides them) and compositions with that count and
+    DP̲ <= τ make up the cluster (an LP); the threshold is the first index of ``taus`` where they
+    do (len(taus): never). Up to :data:`MAX_CUT_REGIONS` regions; the :data:`MAX_CUTS` cuts with
+    the largest surplus (any subset of cuts keeps the bound valid).
+    """
+    n_reg = len(counts)
+    if n_reg < 2 or n_reg > MAX_CUT_REGIONS:
+        return []
+    found = []
+    for mask in range(1, 1 << (n_reg - 1)):  # A never holds the last region: each cut once
+        in_a = np.array([(mask >> r) & 1 for r in range(n_reg)], dtype=bool)
+        cross = float(lb[np.ix_(in_a, ~in_a)].min())
+        if cross > e1 + 1e-12:
+            found.append((cross - e1, in_a))
+    found.sort(key=lambda x: -x[0])
+    out = []
+    for surplus, in_a in found[:MAX_CUTS]:
+        n_a = int(counts[in_a].sum())
+        if n_a % pp:
+            out.append((len(taus), surplus))
+            continue
+        same = comp[:, in_a].sum(axis=1) == n_a // pp
+        lo, hi = 0, len(taus)  # smallest feasible index in [lo, hi]; hi = never
+        while lo < hi:
+            mid = (lo + hi) // 2
+            sel = same & (dp_lo <= taus[mid] + 1e-12)
+            if np.isfinite(_min_compositions(comp, cap, counts, pp, sel)):
+                hi = mid
+            else:
+                lo = mid + 1
+        out.append((lo, surplus))
+    return out
+
+
 def lower_bound(
     cluster: Cluster,
     sizes: TaskletSizes,
@@ -205,6 +412,7 @@ def lower_bound(
     use_lp: bool = True,
     integral: bool = False,
     time_limit_s: float = 10.0,
+    use_region: bool = True,
 ) -> LowerBound:
     """A lower bound on TOTAL for every assignment of ``cluster`` with ``pp × dp``.
 
@@ -212,7 +420,9 @@ def lower_bound(
         use_lp: also solve the LP relaxation (skipped above :data:`MAX_LP_DEVICES` devices).
         integral: solve the relaxation as a MILP (tighter, slower; the dual bound at
             ``time_limit_s`` is returned if HiGHS stops early).
-        time_limit_s: HiGHS time limit.
+        time_limit_s: HiGHS time limit (each of the LP and the region MILP).
+        use_region: also solve the region bound's MILP (up to :data:`MAX_COMPOSITIONS` group
+            compositions).
     """
     check_sizes(cluster, pp, dp)
     t0 = time.perf_counter()
@@ -223,12 +433,16 @@ def lower_bound(
     if use_lp and 1 < cluster.num_devices <= MAX_LP_DEVICES:
         lp_b = _lp(pair, link, pp, dp, dp_b, pp_b, integral, time_limit_s)
         method = "combinatorial" if lp_b is None else "milp" if integral else "lp"
+    region_b = None
+    if use_region and pp >= 1 and dp >= 1:
+        region_b = _region_bound(cluster, pair, link, pp, dp, dp_b, pp_b)
     return LowerBound(
         dp_bound_s=dp_b,
         pp_bound_s=pp_b,
         lp_bound_s=lp_b,
         method=method,
         solve_time_s=time.perf_counter() - t0,
+        region_bound_s=region_b,
     )
 
 

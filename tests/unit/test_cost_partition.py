@@ -23,15 +23,14 @@ from tests.strategies import random_cluster, seeds
 SIZES = DTFM_REFERENCE
 
 
-
-
 def brute_bottleneck(m: np.ndarray) -> float:
     n = m.shape[0]
     return min(max(m[i, p[i]] for i in range(n)) for p in itertools.permutations(range(n)))
 
 
 small_matrices = st.integers(1, 6).flatmap(
-    lambda n: arrays(np.float64, (n, n), elements=st.integers(0, 6).map(float)))
+    lambda n: arrays(np.float64, (n, n), elements=st.integers(0, 6).map(float))
+)
 
 
 @given(small_matrices)
@@ -106,7 +105,7 @@ def test_partition_cost_is_the_best_over_all_orders_and_matchings(pp, dp):
     costs = brute_assignment_costs(c, tables, SIZES)
     keys = [tuple(sorted(tuple(sorted(r)) for r in t)) for t in tables.tolist()]
     best: dict = {}
-    for k, v in zip(keys, costs):
+    for k, v in zip(keys, costs, strict=True):
         best[k] = min(best.get(k, np.inf), v)
     ev = PartitionEvaluator(c, SIZES, pp=pp, dp=dp)
     parts = list(best)
@@ -140,8 +139,13 @@ def test_raising_a_bandwidth_never_raises_partition_cost(seed, factor):
     np.fill_diagonal(bw, 0.0)
     bw[i, j] *= factor
     bw[j, i] *= factor
-    faster = Cluster(name="faster", region_of=c.region_of, host_of=c.host_of,
-                     delay_ms=c.delay_ms, bandwidth_gbps=bw)
+    faster = Cluster(
+        name="faster",
+        region_of=c.region_of,
+        host_of=c.host_of,
+        delay_ms=c.delay_ms,
+        bandwidth_gbps=bw,
+    )
     before, _ = partition_cost(c, groups, SIZES)
     after, _ = partition_cost(faster, groups, SIZES)
     assert after.total_cost_s <= before.total_cost_s + 1e-12
@@ -176,3 +180,39 @@ def test_partition_cost_rejects_bad_groups():
         partition_cost(c, np.array([[0, 1], [1, 2], [3, 4], [5, 6]]), SIZES)
     with pytest.raises(ValueError, match="holds 6 devices"):
         partition_cost(c, np.arange(6).reshape(3, 2), SIZES)
+
+
+def _random_partitions(n: int, pp: int, k: int, rng: np.random.Generator):
+    dp = n // pp
+    out = []
+    for _ in range(k):
+        perm = rng.permutation(n)
+        out.append([tuple(sorted(int(x) for x in perm[g * dp : (g + 1) * dp])) for g in range(pp)])
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_pruned_totals_keep_the_argmin_and_every_value_within_the_bound(seed):
+    """Best-first costing with a bound: same minimum and argmin as the full batch, exact values
+    for every partition at or below min(bound, batch minimum), never a wrong finite value."""
+    from system.cost.iteration import IterationTimeEvaluator
+    from system.workload import get_workload, tasklet_sizes
+
+    rng = np.random.default_rng(seed)
+    work = get_workload("gpt3_xl_b1024")
+    c = get_case("mixed")
+    sizes = tasklet_sizes(work, 8, 8)
+    for make in (
+        lambda: PartitionEvaluator(c, sizes, pp=8, dp=8),
+        lambda: IterationTimeEvaluator(c, sizes, pp=8, dp=8, workload=work),
+    ):
+        parts = _random_partitions(64, 8, 200, rng)
+        full = make().totals(parts)
+        for bound in (np.inf, float(np.quantile(full, 0.3)), float(full.min())):
+            got = make().totals(parts, bound=bound)
+            assert int(np.argmin(got)) == int(np.argmin(full))
+            assert got.min() == full.min()
+            within = full <= min(bound, full.min()) + 1e-12
+            assert np.array_equal(got[within], full[within])
+            finite = np.isfinite(got)
+            assert np.array_equal(got[finite], full[finite])

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from system.cases import cluster_from_files, get_case
 from system.cluster import Cluster
-from system.cost.iteration import IterationTimeEvaluator, split_layers
+from system.cost.iteration import ACHIEVABLE, IterationTimeEvaluator, split_layers
 from system.gpus import GPU_TYPES, get_gpu
 from system.scheduler import schedule
 from system.workload import MODELS, Workload, tasklet_sizes
@@ -109,3 +109,24 @@ def test_bench_scheduler_spot_variants_and_sections():
         assert bench_scheduler.spot_variant(name).num_devices == 64
     with pytest.raises(ValueError, match="unknown"):
         bench_scheduler.run({**bench_scheduler.DEFAULTS, "sections": "plateau,speed"})
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_cached_compute_term_equals_its_definition(seed):
+    """compute_values (cached per multiset of group speeds and memory caps) equals
+    (m + pp − 1) · max_g layers_g · flops / speed_g with the layer split in partition order."""
+    c = get_case("mixed")
+    work = Workload(model=MODELS["gpt3_xl"], global_batch_size=1024)
+    ev = IterationTimeEvaluator(c, tasklet_sizes(work, 8, 8), pp=8, dp=8, workload=work)
+    rng = np.random.default_rng(seed)
+    parts = []
+    for _ in range(30):
+        perm = rng.permutation(64)
+        parts.append([tuple(sorted(int(x) for x in perm[8 * g : 8 * g + 8])) for g in range(8)])
+    got = ev.compute_values(parts)
+    for p, value in zip(parts, got, strict=True):
+        layers = ev.layers(p)
+        speed = np.array([c.peak_flops()[list(g)].min() for g in p]) * ACHIEVABLE
+        want = (ev.compute.micro_batches + 7) * (layers * ev.compute.layer_flops / speed).max()
+        assert value == pytest.approx(want, rel=1e-12)
