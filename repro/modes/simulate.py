@@ -54,6 +54,7 @@ from system.results import (
     make_row,
     read_rows,
     run_ids,
+    study_lock,
     write_rows,
 )
 from system.simulator import V100, SimResult, simulate_ours
@@ -324,15 +325,25 @@ def _in_multirun() -> bool:
         return False
 
 
+def merge_summary_file(results_dir: Path, summary: pd.DataFrame) -> pd.DataFrame:
+    """``summary.csv`` of ``results_dir`` with ``summary``'s settings merged in (the settings
+    other sweep jobs wrote are kept), rewritten; returns the merged table. The read-merge-write
+    holds a lock of its own: parallel sweep jobs (joblib workers, Slurm jobs) would otherwise
+    each rewrite the file from what they read and lose each other's lines."""
+    path = Path(results_dir) / "summary.csv"
+    with study_lock(results_dir, ".summary.lock"):
+        merged = with_speedups(merge_summary(path, summary), paper_ratios())
+        atomic_write_text(path, merged.to_csv(index=False))
+    return merged
+
+
 def _write_reports(results_dir: Path, summary: pd.DataFrame, elapsed_s: float) -> None:
     """fig3.png, summary.csv and claims.md from everything under ``results_dir``."""
     from repro.report.figures.fig3 import plot_fig3
     from repro.report.protocols import write_protocol_claims
     from repro.report.variance import best_configs
 
-    path = results_dir / "summary.csv"  # keeps the settings other sweep jobs wrote
-    merged = with_speedups(merge_summary(path, summary), paper_ratios())
-    atomic_write_text(path, merged.to_csv(index=False))
+    merged = merge_summary_file(results_dir, summary)
     if _in_multirun():  # the sweep's end-of-run report (repro/report.py) draws these once
         return
     rows = read_rows(results_dir)
