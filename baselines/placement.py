@@ -40,10 +40,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from baselines.space import BaselineConfig
+from baselines.space import BaselineConfig, GridResult, config_memory_bytes, pick_best
 from system.cluster import Cluster
 from system.cost.tsp import open_tsp_path
 from system.simulator.comm import ring_collective_s
+from system.simulator.hardware import Hardware
 from system.simulator.result import SimResult
 from system.workload import Workload, stage_gradient_params
 
@@ -54,6 +55,7 @@ __all__ = [
     "candidate_maps",
     "search_placement",
     "place_and_simulate",
+    "grid_search",
     "proxy_cost_s",
 ]
 
@@ -262,3 +264,45 @@ def place_and_simulate(
     res.breakdown["rank_map"] = list(rm.devices)
     res.breakdown["placement_how"] = rm.how
     return res
+
+
+def grid_search(
+    system: str,
+    cluster: Cluster,
+    workload: Workload,
+    configs: list[BaselineConfig],
+    simulate: Callable[[BaselineConfig, RankMap], SimResult],
+    hardware: Hardware,
+    placement: str,
+    cache: dict | None,
+    *,
+    layout: str = "layout",
+) -> GridResult:
+    """A baseline's grid search: every configuration of ``configs`` placed and simulated
+    (:func:`place_and_simulate`), the best the fastest that fits in ``hardware``'s memory, as
+    the paper's grid search chose (appendix 10.2).
+
+    ``simulate(config, rank_map)`` is the framework's one-iteration model; ``layout`` names
+    what the grid varies, for the error raised when ``configs`` is empty.
+    """
+    if not configs:
+        raise ValueError(
+            f"{system}: no valid {layout} for {workload.model.num_layers} layers, batch "
+            f"{workload.global_batch_size} on {cluster.num_devices} devices"
+        )
+    usable = hardware.usable_memory_bytes
+    results = [
+        place_and_simulate(
+            cluster,
+            workload,
+            c,
+            placement,
+            lambda rm, c=c: simulate(c, rm),
+            config_memory_bytes(c, workload),
+            usable,
+            cache,
+        )
+        for c in configs
+    ]
+    assert all(np.isfinite(r.iter_time_s) for r in results if r.status == "ok")
+    return pick_best(results, f"{system} on {cluster.name}")

@@ -22,17 +22,14 @@ configuration, as the paper did.
 
 from __future__ import annotations
 
-import numpy as np
-
 from baselines.deepspeed.schedule import deepspeed_train_program
-from baselines.placement import place_and_simulate
+from baselines.placement import RankMap, grid_search
 from baselines.space import (
     RECOMPUTE_MODES,
     BaselineConfig,
     GridResult,
     config_memory_bytes,
     deepspeed_space,
-    pick_best,
     with_micro_batch,
 )
 from system.cluster import Cluster
@@ -163,22 +160,8 @@ def grid_search_deepspeed(
     is the fastest feasible of any. ``cache``: as for
     :func:`baselines.megatron.perf.grid_search_megatron`."""
     configs = deepspeed_space(cluster, workload, recompute, pure_dp_zero1=True)
-    if not configs:
-        raise ValueError(
-            f"deepspeed: no valid layout for {workload.model.num_layers} layers, batch "
-            f"{workload.global_batch_size} on {cluster.num_devices} devices"
-        )
 
-    def one(c: BaselineConfig) -> SimResult:
-        def sim(rm):
-            return simulate_deepspeed(
-                cluster, workload, c, hardware, transport, rank_map=rm.devices
-            )
+    def sim(c: BaselineConfig, rm: RankMap) -> SimResult:
+        return simulate_deepspeed(cluster, workload, c, hardware, transport, rank_map=rm.devices)
 
-        mem = config_memory_bytes(c, workload)
-        usable = hardware.usable_memory_bytes
-        return place_and_simulate(cluster, workload, c, placement, sim, mem, usable, cache)
-
-    results = [one(c) for c in configs]
-    assert all(np.isfinite(r.iter_time_s) for r in results if r.status == "ok")
-    return pick_best(results, f"deepspeed on {cluster.name}")
+    return grid_search("deepspeed", cluster, workload, configs, sim, hardware, placement, cache)

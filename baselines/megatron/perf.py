@@ -14,14 +14,13 @@ did. The pipeline's op order is :func:`baselines.megatron.schedule.megatron_1f1b
 from __future__ import annotations
 
 from baselines.megatron.schedule import megatron_1f1b_program
-from baselines.placement import place_and_simulate
+from baselines.placement import RankMap, grid_search
 from baselines.space import (
     RECOMPUTE_MODES,
     BaselineConfig,
     GridResult,
     config_memory_bytes,
     megatron_space,
-    pick_best,
     with_micro_batch,
 )
 from system.cluster import Cluster
@@ -98,19 +97,18 @@ def grid_search_megatron(
     dict shared by calls on the same cluster, workload, hardware and transport (both protocols)
     so that launch-order simulations are reused."""
     configs = megatron_space(cluster, workload, recompute)
-    if not configs:
-        raise ValueError(
-            f"megatron: no valid (tp, pp, dp, micro-batch) layout for "
-            f"{workload.model.num_layers} layers, batch {workload.global_batch_size} on "
-            f"{cluster.num_devices} devices"
-        )
 
-    def one(c: BaselineConfig) -> SimResult:
-        def sim(rm):
-            return simulate_megatron(cluster, workload, c, hardware, transport, rank_map=rm.devices)
+    def sim(c: BaselineConfig, rm: RankMap) -> SimResult:
+        return simulate_megatron(cluster, workload, c, hardware, transport, rank_map=rm.devices)
 
-        mem = config_memory_bytes(c, workload)
-        usable = hardware.usable_memory_bytes
-        return place_and_simulate(cluster, workload, c, placement, sim, mem, usable, cache)
-
-    return pick_best([one(c) for c in configs], f"megatron on {cluster.name}")
+    return grid_search(
+        "megatron",
+        cluster,
+        workload,
+        configs,
+        sim,
+        hardware,
+        placement,
+        cache,
+        layout="(tp, pp, dp, micro-batch) layout",
+    )
