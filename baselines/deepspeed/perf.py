@@ -23,9 +23,8 @@ configuration, as the paper did.
 from __future__ import annotations
 
 from baselines.deepspeed.schedule import deepspeed_train_program
-from baselines.placement import RankMap, grid_search
+from baselines.placement import grid_search
 from baselines.space import (
-    RECOMPUTE_MODES,
     BaselineConfig,
     GridResult,
     config_memory_bytes,
@@ -146,22 +145,17 @@ def simulate_deepspeed(
     return res
 
 
+def _space(cluster: Cluster, workload: Workload, recompute: tuple[str, ...]):
+    return deepspeed_space(cluster, workload, recompute, pure_dp_zero1=True)
+
+
 def grid_search_deepspeed(
-    cluster: Cluster,
-    workload: Workload,
-    hardware: Hardware = V100,
-    *,
-    placement: str = "launch",
-    recompute: tuple[str, ...] = RECOMPUTE_MODES,
-    transport: Transport = NCCL,
-    cache: dict | None = None,
+    cluster: Cluster, workload: Workload, hardware: Hardware = V100, **options
 ) -> GridResult:
-    """Every variant over its grid under ``placement`` (:mod:`baselines.placement`); the best
-    is the fastest feasible of any. ``cache``: as for
-    :func:`baselines.megatron.perf.grid_search_megatron`."""
-    configs = deepspeed_space(cluster, workload, recompute, pure_dp_zero1=True)
-
-    def sim(c: BaselineConfig, rm: RankMap) -> SimResult:
-        return simulate_deepspeed(cluster, workload, c, hardware, transport, rank_map=rm.devices)
-
-    return grid_search("deepspeed", cluster, workload, configs, sim, hardware, placement, cache)
+    """DeepSpeed's grid search: :func:`baselines.placement.grid_search` over every variant
+    (:func:`baselines.space.deepspeed_space`, ZeRO-1 without a pipeline included) with
+    :func:`simulate_deepspeed`; ``options``: ``placement``, ``recompute``, ``transport``,
+    ``cache`` as documented there."""
+    return grid_search(
+        "deepspeed", _space, simulate_deepspeed, cluster, workload, hardware, **options
+    )

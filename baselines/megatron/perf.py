@@ -14,9 +14,8 @@ did. The pipeline's op order is :func:`baselines.megatron.schedule.megatron_1f1b
 from __future__ import annotations
 
 from baselines.megatron.schedule import megatron_1f1b_program
-from baselines.placement import RankMap, grid_search
+from baselines.placement import grid_search
 from baselines.space import (
-    RECOMPUTE_MODES,
     BaselineConfig,
     GridResult,
     config_memory_bytes,
@@ -83,32 +82,18 @@ def simulate_megatron(
 
 
 def grid_search_megatron(
-    cluster: Cluster,
-    workload: Workload,
-    hardware: Hardware = V100,
-    *,
-    placement: str = "launch",
-    recompute: tuple[str, ...] = RECOMPUTE_MODES,
-    transport: Transport = NCCL,
-    cache: dict | None = None,
+    cluster: Cluster, workload: Workload, hardware: Hardware = V100, **options
 ) -> GridResult:
-    """Simulate every valid configuration under ``placement`` (``launch`` or ``topology``,
-    :mod:`baselines.placement`); the best is the fastest one that fits in memory. ``cache``: a
-    dict shared by calls on the same cluster, workload, hardware and transport (both protocols)
-    so that launch-order simulations are reused."""
-    configs = megatron_space(cluster, workload, recompute)
-
-    def sim(c: BaselineConfig, rm: RankMap) -> SimResult:
-        return simulate_megatron(cluster, workload, c, hardware, transport, rank_map=rm.devices)
-
+    """Megatron's grid search: :func:`baselines.placement.grid_search` over
+    :func:`baselines.space.megatron_space` with :func:`simulate_megatron`; ``options``:
+    ``placement``, ``recompute``, ``transport``, ``cache`` as documented there."""
     return grid_search(
         "megatron",
+        megatron_space,
+        simulate_megatron,
         cluster,
         workload,
-        configs,
-        sim,
         hardware,
-        placement,
-        cache,
         layout="(tp, pp, dp, micro-batch) layout",
+        **options,
     )
