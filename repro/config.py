@@ -638,6 +638,21 @@ def _one_line(e: Exception) -> str:
     return f"{key}: {msg}" if key and key not in msg else msg
 
 
+def _checked(schema: type, values: dict):
+    """``values`` merged onto ``schema``'s defaults, as an instance of ``schema``. A wrong key or
+    type is one :class:`ConfigError` line; a ConfigError that the schema's own checks raise
+    (``__post_init__``) comes through as it is, not wrapped by OmegaConf."""
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), values))
+    except ConfigError:
+        raise
+    except OmegaConfBaseException as e:
+        cause = e.__cause__ or e.__context__
+        if isinstance(cause, ConfigError):
+            raise cause from None
+        raise ConfigError(_one_line(e)) from None
+
+
 def _plain(cfg) -> dict:
     if isinstance(cfg, DictConfig):
         c = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
@@ -668,17 +683,7 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
                 f"{key}={raw[key]!r}: a mode={owner} key; mode={mode} does not take it"
             )
         del raw[key]
-    try:
-        typed = OmegaConf.merge(OmegaConf.structured(schema), raw)
-        obj = OmegaConf.to_object(typed)
-    except ConfigError:
-        raise
-    except OmegaConfBaseException as e:
-        cause = e.__cause__ or e.__context__
-        if isinstance(cause, ConfigError):
-            raise cause from None
-        raise ConfigError(_one_line(e)) from None
-    return OmegaConf.structured(obj)
+    return OmegaConf.structured(_checked(schema, raw))
 
 
 @dataclass
@@ -696,8 +701,7 @@ class ReplanOptions:  # repro/modes/replan.py: a spot pre-emption trace, warm vs
             _positive(f"replan.{k}", getattr(self, k), optional=False)
         if self.step_devices % self.dp:
             raise ConfigError(
-                f"replan.step_devices={self.step_devices} must be a multiple of "
-                f"replan.dp={self.dp}"
+                f"replan.step_devices={self.step_devices} must be a multiple of replan.dp={self.dp}"
             )
 
 
@@ -756,21 +760,12 @@ def parse_cli(schema: type, argv: Sequence[str]):
         if key.split(".")[0] not in names:
             raise ConfigError(f"argument {arg!r}: unknown key {key!r} (keys: {', '.join(names)})")
         pairs[key] = value
-    try:
-        base = OmegaConf.structured(schema)
-        typed = OmegaConf.merge(base, _nested(pairs))
-        return OmegaConf.to_object(typed)
-    except ConfigError:
-        raise
-    except OmegaConfBaseException as e:
-        cause = e.__cause__ or e.__context__
-        if isinstance(cause, ConfigError):
-            raise cause from None
-        raise ConfigError(_one_line(e)) from None
+    return _checked(schema, _nested(pairs))
 
 
 def int_list(key: str, text: str, *, low: int = 0) -> list[int]:
-    """``"0,1,2"`` -> ``[0, 1, 2]``; a ConfigError names ``key`` when an item is not an int >= low."""
+    """``"0,1,2"`` -> ``[0, 1, 2]``; a ConfigError names ``key`` when an item is not an int
+    >= low."""
     try:
         values = [int(x) for x in str(text).split(",") if x.strip()]
     except ValueError:
