@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from system.cases import get_case, spot_cluster
@@ -37,7 +37,6 @@ def brute_force(cluster: Cluster, sizes: TaskletSizes, pp: int, dp: int) -> floa
     return float(ev.totals(list(rec(tuple(range(cluster.num_devices))))).min())
 
 
-@settings(max_examples=25, deadline=None)
 @given(
     seeds, st.sampled_from([(4, 2), (2, 4), (3, 3), (2, 3)]), st.floats(0.01, 10.0)
 )
