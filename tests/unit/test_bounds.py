@@ -17,8 +17,6 @@ from tests.strategies import random_cluster, seeds
 SIZES = DTFM_REFERENCE
 
 
-
-
 def brute_force(cluster: Cluster, sizes: TaskletSizes, pp: int, dp: int) -> float:
     """Every balanced partition costed, no pruning (independent of exact_optimum's search)."""
     import itertools
@@ -37,9 +35,7 @@ def brute_force(cluster: Cluster, sizes: TaskletSizes, pp: int, dp: int) -> floa
     return float(ev.totals(list(rec(tuple(range(cluster.num_devices))))).min())
 
 
-@given(
-    seeds, st.sampled_from([(4, 2), (2, 4), (3, 3), (2, 3)]), st.floats(0.01, 10.0)
-)
+@given(seeds, st.sampled_from([(4, 2), (2, 4), (3, 3), (2, 3)]), st.floats(0.01, 10.0))
 def test_bounds_never_exceed_the_enumerated_optimum(seed, shape, scale):
     pp, dp = shape
     c = random_cluster(pp * dp, seed)
