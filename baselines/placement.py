@@ -40,10 +40,17 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from baselines.space import BaselineConfig
+from baselines.space import (
+    RECOMPUTE_MODES,
+    BaselineConfig,
+    GridResult,
+    config_memory_bytes,
+    pick_best,
+)
 from system.cluster import Cluster
 from system.cost.tsp import open_tsp_path
-from system.simulator.comm import ring_collective_s
+from system.simulator.comm import NCCL, Transport, ring_collective_s
+from system.simulator.hardware import V100, Hardware
 from system.simulator.result import SimResult
 from system.workload import Workload, stage_gradient_params
 
@@ -54,6 +61,7 @@ __all__ = [
     "candidate_maps",
     "search_placement",
     "place_and_simulate",
+    "grid_search",
     "proxy_cost_s",
 ]
 
@@ -262,3 +270,48 @@ def place_and_simulate(
     res.breakdown["rank_map"] = list(rm.devices)
     res.breakdown["placement_how"] = rm.how
     return res
+
+
+def grid_search(
+    system: str,
+    space: Callable[[Cluster, Workload, tuple[str, ...]], list[BaselineConfig]],
+    simulate: Callable[..., SimResult],
+    cluster: Cluster,
+    workload: Workload,
+    hardware: Hardware = V100,
+    *,
+    placement: str = "launch",
+    recompute: tuple[str, ...] = RECOMPUTE_MODES,
+    transport: Transport = NCCL,
+    cache: dict | None = None,
+    layout: str = "layout",
+) -> GridResult:
+    """A baseline's grid search, as the paper ran it (appendix 10.2): every configuration of
+    ``space(cluster, workload, recompute)`` placed under ``placement`` (``launch`` or
+    ``topology``) and simulated (:func:`place_and_simulate`); the best is the fastest one that
+    fits in ``hardware``'s memory.
+
+    ``simulate(cluster, workload, config, hardware, transport, rank_map=...)`` is the framework's
+    one-iteration model. ``cache``: a dict shared by calls on the same cluster, workload,
+    hardware and transport (both protocols) so that launch-order simulations are reused.
+    ``layout`` names what the grid varies, for the error raised when the space is empty.
+    """
+    configs = space(cluster, workload, recompute)
+    if not configs:
+        raise ValueError(
+            f"{system}: no valid {layout} for {workload.model.num_layers} layers, batch "
+            f"{workload.global_batch_size} on {cluster.num_devices} devices"
+        )
+
+    def one(c: BaselineConfig) -> SimResult:
+        def sim(rm: RankMap) -> SimResult:
+            return simulate(cluster, workload, c, hardware, transport, rank_map=rm.devices)
+
+        mem = config_memory_bytes(c, workload)
+        return place_and_simulate(
+            cluster, workload, c, placement, sim, mem, hardware.usable_memory_bytes, cache
+        )
+
+    results = [one(c) for c in configs]
+    assert all(np.isfinite(r.iter_time_s) for r in results if r.status == "ok")
+    return pick_best(results, f"{system} on {cluster.name}")

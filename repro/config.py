@@ -629,20 +629,6 @@ def store_schemas() -> None:
         cs.store(group="schema", name=spec.name, node=spec.schema)
 
 
-def _typed(schema, raw) -> object:
-    """``raw`` merged onto ``schema``'s defaults as a dataclass instance; OmegaConf's validation
-    errors (and a ConfigError a field's check raises inside them) become one ConfigError."""
-    try:
-        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), raw))
-    except ConfigError:
-        raise
-    except OmegaConfBaseException as e:
-        cause = e.__cause__ or e.__context__
-        if isinstance(cause, ConfigError):
-            raise cause from None
-        raise ConfigError(_one_line(e)) from None
-
-
 def _one_line(e: Exception) -> str:
     text = str(e).strip().splitlines()
     msg = text[0] if text else type(e).__name__
@@ -650,6 +636,21 @@ def _one_line(e: Exception) -> str:
         (ln.split(":", 1)[1].strip() for ln in text if ln.strip().startswith("full_key:")), None
     )
     return f"{key}: {msg}" if key and key not in msg else msg
+
+
+def _checked(schema: type, values: dict):
+    """``values`` merged onto ``schema``'s defaults, as an instance of ``schema``. A wrong key or
+    type is one :class:`ConfigError` line; a ConfigError that the schema's own checks raise
+    (``__post_init__``) comes through as it is, not wrapped by OmegaConf."""
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), values))
+    except ConfigError:
+        raise
+    except OmegaConfBaseException as e:
+        cause = e.__cause__ or e.__context__
+        if isinstance(cause, ConfigError):
+            raise cause from None
+        raise ConfigError(_one_line(e)) from None
 
 
 def _plain(cfg) -> dict:
@@ -682,7 +683,7 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
                 f"{key}={raw[key]!r}: a mode={owner} key; mode={mode} does not take it"
             )
         del raw[key]
-    return OmegaConf.structured(_typed(schema, raw))
+    return OmegaConf.structured(_checked(schema, raw))
 
 
 @dataclass
@@ -700,8 +701,7 @@ class ReplanOptions:  # repro/modes/replan.py: a spot pre-emption trace, warm vs
             _positive(f"replan.{k}", getattr(self, k), optional=False)
         if self.step_devices % self.dp:
             raise ConfigError(
-                f"replan.step_devices={self.step_devices} must be a multiple of "
-                f"replan.dp={self.dp}"
+                f"replan.step_devices={self.step_devices} must be a multiple of replan.dp={self.dp}"
             )
 
 
@@ -760,11 +760,12 @@ def parse_cli(schema: type, argv: Sequence[str]):
         if key.split(".")[0] not in names:
             raise ConfigError(f"argument {arg!r}: unknown key {key!r} (keys: {', '.join(names)})")
         pairs[key] = value
-    return _typed(schema, _nested(pairs))
+    return _checked(schema, _nested(pairs))
 
 
 def int_list(key: str, text: str, *, low: int = 0) -> list[int]:
-    """``"0,1,2"`` -> ``[0, 1, 2]``; a ConfigError names ``key`` when an item is not an int >= low."""
+    """``"0,1,2"`` -> ``[0, 1, 2]``; a ConfigError names ``key`` when an item is not an int
+    >= low."""
     try:
         values = [int(x) for x in str(text).split(",") if x.strip()]
     except ValueError:

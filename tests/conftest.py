@@ -16,7 +16,9 @@ try:  # conf/config.yaml composes on the typed schema that repro/config.py regis
 except ImportError:  # pragma: no cover - a checkout without repro/config.py
     pass
 
-settings.register_profile("default", max_examples=30, deadline=None)
+# Property tests without their own max_examples draw 15 examples in a local run and 60 in CI
+# (.ci/run sets CI=1); a test that caps its examples for cost sets max_examples itself.
+settings.register_profile("default", max_examples=15, deadline=None)
 settings.register_profile("ci", max_examples=60, deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "default")
 

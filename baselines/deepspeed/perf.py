@@ -22,17 +22,13 @@ configuration, as the paper did.
 
 from __future__ import annotations
 
-import numpy as np
-
 from baselines.deepspeed.schedule import deepspeed_train_program
-from baselines.placement import place_and_simulate
+from baselines.placement import grid_search
 from baselines.space import (
-    RECOMPUTE_MODES,
     BaselineConfig,
     GridResult,
     config_memory_bytes,
     deepspeed_space,
-    pick_best,
     with_micro_batch,
 )
 from system.cluster import Cluster
@@ -149,36 +145,17 @@ def simulate_deepspeed(
     return res
 
 
+def _space(cluster: Cluster, workload: Workload, recompute: tuple[str, ...]):
+    return deepspeed_space(cluster, workload, recompute, pure_dp_zero1=True)
+
+
 def grid_search_deepspeed(
-    cluster: Cluster,
-    workload: Workload,
-    hardware: Hardware = V100,
-    *,
-    placement: str = "launch",
-    recompute: tuple[str, ...] = RECOMPUTE_MODES,
-    transport: Transport = NCCL,
-    cache: dict | None = None,
+    cluster: Cluster, workload: Workload, hardware: Hardware = V100, **options
 ) -> GridResult:
-    """Every variant over its grid under ``placement`` (:mod:`baselines.placement`); the best
-    is the fastest feasible of any. ``cache``: as for
-    :func:`baselines.megatron.perf.grid_search_megatron`."""
-    configs = deepspeed_space(cluster, workload, recompute, pure_dp_zero1=True)
-    if not configs:
-        raise ValueError(
-            f"deepspeed: no valid layout for {workload.model.num_layers} layers, batch "
-            f"{workload.global_batch_size} on {cluster.num_devices} devices"
-        )
-
-    def one(c: BaselineConfig) -> SimResult:
-        def sim(rm):
-            return simulate_deepspeed(
-                cluster, workload, c, hardware, transport, rank_map=rm.devices
-            )
-
-        mem = config_memory_bytes(c, workload)
-        usable = hardware.usable_memory_bytes
-        return place_and_simulate(cluster, workload, c, placement, sim, mem, usable, cache)
-
-    results = [one(c) for c in configs]
-    assert all(np.isfinite(r.iter_time_s) for r in results if r.status == "ok")
-    return pick_best(results, f"deepspeed on {cluster.name}")
+    """DeepSpeed's grid search: :func:`baselines.placement.grid_search` over every variant
+    (:func:`baselines.space.deepspeed_space`, ZeRO-1 without a pipeline included) with
+    :func:`simulate_deepspeed`; ``options``: ``placement``, ``recompute``, ``transport``,
+    ``cache`` as documented there."""
+    return grid_search(
+        "deepspeed", _space, simulate_deepspeed, cluster, workload, hardware, **options
+    )

@@ -14,14 +14,12 @@ did. The pipeline's op order is :func:`baselines.megatron.schedule.megatron_1f1b
 from __future__ import annotations
 
 from baselines.megatron.schedule import megatron_1f1b_program
-from baselines.placement import place_and_simulate
+from baselines.placement import grid_search
 from baselines.space import (
-    RECOMPUTE_MODES,
     BaselineConfig,
     GridResult,
     config_memory_bytes,
     megatron_space,
-    pick_best,
     with_micro_batch,
 )
 from system.cluster import Cluster
@@ -84,33 +82,18 @@ def simulate_megatron(
 
 
 def grid_search_megatron(
-    cluster: Cluster,
-    workload: Workload,
-    hardware: Hardware = V100,
-    *,
-    placement: str = "launch",
-    recompute: tuple[str, ...] = RECOMPUTE_MODES,
-    transport: Transport = NCCL,
-    cache: dict | None = None,
+    cluster: Cluster, workload: Workload, hardware: Hardware = V100, **options
 ) -> GridResult:
-    """Simulate every valid configuration under ``placement`` (``launch`` or ``topology``,
-    :mod:`baselines.placement`); the best is the fastest one that fits in memory. ``cache``: a
-    dict shared by calls on the same cluster, workload, hardware and transport (both protocols)
-    so that launch-order simulations are reused."""
-    configs = megatron_space(cluster, workload, recompute)
-    if not configs:
-        raise ValueError(
-            f"megatron: no valid (tp, pp, dp, micro-batch) layout for "
-            f"{workload.model.num_layers} layers, batch {workload.global_batch_size} on "
-            f"{cluster.num_devices} devices"
-        )
-
-    def one(c: BaselineConfig) -> SimResult:
-        def sim(rm):
-            return simulate_megatron(cluster, workload, c, hardware, transport, rank_map=rm.devices)
-
-        mem = config_memory_bytes(c, workload)
-        usable = hardware.usable_memory_bytes
-        return place_and_simulate(cluster, workload, c, placement, sim, mem, usable, cache)
-
-    return pick_best([one(c) for c in configs], f"megatron on {cluster.name}")
+    """Megatron's grid search: :func:`baselines.placement.grid_search` over
+    :func:`baselines.space.megatron_space` with :func:`simulate_megatron`; ``options``:
+    ``placement``, ``recompute``, ``transport``, ``cache`` as documented there."""
+    return grid_search(
+        "megatron",
+        megatron_space,
+        simulate_megatron,
+        cluster,
+        workload,
+        hardware,
+        layout="(tp, pp, dp, micro-batch) layout",
+        **options,
+    )

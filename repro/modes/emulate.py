@@ -23,8 +23,9 @@ import statistics
 from pathlib import Path
 
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from repro.modes import mode_options
 from repro.runtime_metrics import measured_compute
 from system.assignment import Assignment, random_assignment
 from system.cases import get_case
@@ -54,17 +55,6 @@ DEFAULTS = {
     "warmup_iters": 2,
     "baseline_placement": "launch",
 }
-
-
-def _opts(cfg: DictConfig) -> dict:
-    user = cfg.get("emulate")
-    user = OmegaConf.to_container(user, resolve=True) if user is not None else {}
-    unknown = sorted(set(user) - set(DEFAULTS))
-    if unknown:
-        raise ValueError(
-            f"mode=emulate: unknown emulate.* key(s) {unknown}; known: {sorted(DEFAULTS)}"
-        )
-    return {**DEFAULTS, **{k: v for k, v in user.items() if v is not None or k == "devices"}}
 
 
 def pick_devices(cluster, max_devices: int) -> list[int]:
@@ -132,7 +122,7 @@ def run(cfg: DictConfig) -> dict:
         raise ValueError(
             f"mode=emulate: system must be ours, megatron or deepspeed, got {system!r}"
         )
-    o = _opts(cfg)
+    o = mode_options(cfg, "emulate", DEFAULTS, keep_none=("devices",))
     full = get_case(str(cfg.case), str(cfg.get("case_variant", "paper")))
     devices = list(o["devices"]) if o["devices"] else pick_devices(full, int(o["max_devices"]))
     cluster = full.subset(devices)

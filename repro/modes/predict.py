@@ -17,8 +17,9 @@ import json
 import logging
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from repro.modes import mode_options
 from repro.validation.predict import predict_file
 from system.results import atomic_write_text
 
@@ -33,19 +34,8 @@ DEFAULTS = {
 }
 
 
-def _opts(cfg: DictConfig) -> dict:
-    user = cfg.get("predict")
-    user = OmegaConf.to_container(user, resolve=True) if user is not None else {}
-    unknown = sorted(set(user) - set(DEFAULTS))
-    if unknown:
-        raise ValueError(
-            f"mode=predict: unknown predict.* key(s) {unknown}; known: {sorted(DEFAULTS)}"
-        )
-    return {**DEFAULTS, **{k: v for k, v in user.items() if v is not None}}
-
-
 def run(cfg: DictConfig) -> dict:
-    o = _opts(cfg)
+    o = mode_options(cfg, "predict", DEFAULTS)
     out = Path(o["out"] or Path(str(cfg.results_dir)) / "predictions.json")
     trials = int(o["schedule_trials"])
     if trials < 1:

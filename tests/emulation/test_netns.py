@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
@@ -17,23 +15,17 @@ from system.emulation.netns import Emulation
 from system.emulation.plan import make_plan
 from system.emulation.shell import netns_list
 from system.emulation.verify import measure_rtt_ms, verify_links
+from tests.emulation._poll import wait_for
 from tests.emulation._skip import _why_skip
 
-
-pytestmark = [pytest.mark.emulation, pytest.mark.skipif(bool(_why_skip()), reason=_why_skip() or "ok")]
+pytestmark = [
+    pytest.mark.emulation,
+    pytest.mark.skipif(bool(_why_skip()), reason=_why_skip() or "ok"),
+]
 
 
 def _ours(tag: str) -> list[str]:
     return [ns for ns in netns_list() if ns.startswith(f"dtfm-{tag}-")]
-
-
-def _wait_for(pred, timeout_s: float) -> bool:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.1)
-    return False
 
 
 @pytest.mark.slow
@@ -95,11 +87,19 @@ def test_cleanup_command_removes_leftovers_of_a_killed_run():
     p.kill()  # SIGKILL: no handler runs, the namespaces stay behind
     p.wait(timeout=10)
     assert len(_ours("tkill")) == 3
-    out = subprocess.run([sys.executable, "-m", "system.emulation", "cleanup"], capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "system.emulation", "cleanup"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     assert not _ours("tkill")
     # the delayer died with its parent (PR_SET_PDEATHSIG) or with its namespace
-    assert _wait_for(lambda: not subprocess.run(["pgrep", "-f", "dtfm-tkill/delays"],
-                                                capture_output=True).stdout, 5)
+    assert wait_for(
+        lambda: (
+            not subprocess.run(["pgrep", "-f", "dtfm-tkill/delays"], capture_output=True).stdout
+        ),
+        5,
+    )
     assert not [ns for ns in cleanup(dry_run=True)["namespaces"] if ns.startswith("dtfm-tkill")]

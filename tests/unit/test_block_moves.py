@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from system.cases import get_case, spot_cluster
@@ -27,7 +27,6 @@ def _host_profile(group, host_of) -> dict:
     return out
 
 
-@settings(max_examples=40, deadline=None)
 @given(seeds, st.integers(2, 4))
 def test_rebuild_keeps_a_balanced_partition_and_aligns_its_groups(seed, k):
     c = get_case("2", "dtfm_code")
@@ -45,7 +44,6 @@ def test_rebuild_keeps_a_balanced_partition_and_aligns_its_groups(seed, k):
     assert all(c.host_of.count(h) > 1 for h in profiles[0])  # no single-GPU host inside
 
 
-@settings(max_examples=30, deadline=None)
 @given(seeds)
 def test_mirror_moves_the_host_profile_towards_its_model(seed):
     c = spot_cluster("s", host_sizes=(4,) * 8, across_gbps=1.0, inside_gbps=100.0)

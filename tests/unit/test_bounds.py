@@ -35,7 +35,6 @@ def brute_force(cluster: Cluster, sizes: TaskletSizes, pp: int, dp: int) -> floa
     return float(ev.totals(list(rec(tuple(range(cluster.num_devices))))).min())
 
 
-@settings(max_examples=25, deadline=None)
 @given(seeds, st.sampled_from([(4, 2), (2, 4), (3, 3), (2, 3)]), st.floats(0.01, 10.0))
 def test_bounds_never_exceed_the_enumerated_optimum(seed, shape, scale):
     pp, dp = shape
@@ -108,7 +107,7 @@ def regional_cluster(n: int, n_regions: int, seed: int, uniform: bool) -> Cluste
     )
 
 
-@settings(max_examples=40, deadline=None)
+@settings(deadline=None)
 @given(
     seeds,
     st.sampled_from([(4, 2), (2, 4), (3, 3), (2, 3), (4, 3), (3, 4)]),

@@ -6,7 +6,7 @@ import itertools
 
 import numpy as np
 import pandas as pd
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from repro.report.emulation import pooled_kendall
@@ -26,7 +26,6 @@ def _definition(df: pd.DataFrame, a: str, b: str) -> tuple[float, int]:
     return (score / pairs if pairs else float("nan")), pairs
 
 
-@settings(max_examples=60, deadline=None)
 @given(sizes, seeds)
 def test_pooled_kendall_is_concordance_over_all_pairs(sizes, seed):
     rng = np.random.default_rng(seed)

@@ -6,7 +6,7 @@ import itertools
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from system.cases import cluster_from_files, get_case
@@ -17,7 +17,6 @@ from system.scheduler import schedule
 from system.workload import MODELS, Workload, tasklet_sizes
 
 
-@settings(max_examples=60, deadline=None)
 @given(
     st.lists(st.floats(0.5, 8.0), min_size=2, max_size=4),
     st.integers(4, 12),

@@ -15,7 +15,6 @@ from system.workload import DTFM_REFERENCE
 from tests.strategies import random_cluster, seeds
 
 
-@settings(max_examples=20, deadline=None)
 @given(seeds)
 def test_incremental_total_equals_full_recomputation_after_random_moves(seed):
     rng = np.random.default_rng(seed)

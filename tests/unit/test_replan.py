@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from repro.modes import replan as replan_mode
@@ -18,7 +18,6 @@ from tests.strategies import seeds
 SIZES = DTFM_REFERENCE
 
 
-@settings(max_examples=30, deadline=None)
 @given(seeds, st.integers(0, 4))
 def test_warm_partition_is_balanced_and_keeps_whole_stages(seed, joined):
     c = get_case("4").subset(list(range(0, 64, 2)))  # 32 devices

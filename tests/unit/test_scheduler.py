@@ -21,8 +21,6 @@ from tests.strategies import random_cluster
 SIZES = DTFM_REFERENCE
 
 
-
-
 def balanced_partitions(n: int, pp: int):
     """Every partition of 0..n-1 into pp unordered groups of n/pp (group of device 0 first)."""
     dp = n // pp
@@ -57,23 +55,24 @@ def test_ga_finds_the_optimum_on_8_devices(pp, dp):
     c = get_case("debug")
     best = brute_optimum(c, pp, dp)
     for seed in range(5):
-        r = schedule(c, SIZES, pp=pp, dp=dp, seed=seed, trials=30, population=8,
-                     greedy_seeds=False)
+        r = schedule(c, SIZES, pp=pp, dp=dp, seed=seed, trials=30, population=8, greedy_seeds=False)
         assert r.cost.total_cost_s == pytest.approx(best, abs=1e-9), (seed, r.cost, best)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("pp,dp", [(3, 4), (4, 3), (2, 6)])
 def test_ga_finds_the_optimum_on_12_devices(pp, dp):
-    """12 random case-5 devices: the GA (random start, no greedy seeds) hits the enumerated optimum."""
+    """12 random case-5 devices: the GA (random start, no greedy seeds) hits the enumerated
+    optimum."""
     c5 = get_case("5")
     for k in range(3):
         devices = np.random.default_rng(k).choice(64, 12, replace=False).tolist()
         c = c5.subset(devices)
         best = brute_optimum(c, pp, dp)
         for seed in range(3):
-            r = schedule(c, SIZES, pp=pp, dp=dp, seed=seed, trials=150, population=32,
-                         greedy_seeds=False)
+            r = schedule(
+                c, SIZES, pp=pp, dp=dp, seed=seed, trials=150, population=32, greedy_seeds=False
+            )
             assert r.cost.total_cost_s == pytest.approx(best, abs=1e-9), (k, seed, r.cost, best)
 
 
@@ -83,14 +82,19 @@ def test_random_method_is_the_best_of_its_random_rank_maps():
     c = get_case("debug")
     r = schedule(c, SIZES, pp=4, dp=2, method="random", seed=7, trials=40)
     rng = np.random.default_rng(7)
-    costs = [assignment_cost(c, random_assignment(4, 2, rng), SIZES).total_cost_s for _ in range(40)]
+    costs = [
+        assignment_cost(c, random_assignment(4, 2, rng), SIZES).total_cost_s for _ in range(40)
+    ]
     assert r.cost.total_cost_s == pytest.approx(min(costs))
     assert r.trials == 40 and r.evaluations == 40
 
 
 @settings(max_examples=15, deadline=None)
-@given(st.sampled_from([(2, 3), (3, 2), (2, 4), (4, 2), (3, 3)]), st.integers(0, 2**32 - 1),
-       st.sampled_from(SCHEDULERS))
+@given(
+    st.sampled_from([(2, 3), (3, 2), (2, 4), (4, 2), (3, 3)]),
+    st.integers(0, 2**32 - 1),
+    st.sampled_from(SCHEDULERS),
+)
 def test_every_device_gets_exactly_one_slot_and_cost_is_its_assignment_cost(shape, seed, method):
     pp, dp = shape
     c = random_cluster(pp * dp, seed % 1000)
@@ -100,7 +104,7 @@ def test_every_device_gets_exactly_one_slot_and_cost_is_its_assignment_cost(shap
     assert r.cost == assignment_cost(c, r.assignment, SIZES)
     assert r.cost.total_cost_s == pytest.approx(r.history[-1][1])
     bests = [v for _, v in r.history]
-    assert all(b <= a + 1e-12 for a, b in zip(bests, bests[1:]))  # elitism
+    assert all(b <= a + 1e-12 for a, b in zip(bests, bests[1:], strict=False))  # elitism
 
 
 @settings(max_examples=10, deadline=None)
@@ -137,7 +141,7 @@ def test_crossover_children_are_balanced():
 
 def test_time_limit_stops_the_search():
     c = get_case("5")
-    r = schedule(c, SIZES, pp=8, dp=8, seed=0, time_limit_s=0.5, population=10)
+    r = schedule(c, SIZES, pp=8, dp=8, seed=0, time_limit_s=0.2, population=10)
     assert r.trials < 4900
     assert r.search_time_s < 5.0
 

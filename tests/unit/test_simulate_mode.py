@@ -12,6 +12,7 @@ from hydra import compose, initialize_config_dir
 
 from repro.modes.simulate import default_pp
 from repro.modes.simulate import run as simulate
+from system.results import COLUMNS as SCHEMA_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[2]
 COLUMNS = [
@@ -51,6 +52,9 @@ def test_debug_end_to_end_and_rerun_skips_rows(tmp_path):
     assert meg.groupby("placement").is_best.sum().to_dict() == {"launch": 1, "topology": 1}
     for name in ("fig3.png", "summary.csv", "claims.md", "runs.parquet"):
         assert (tmp_path / name).exists(), name
+    # the store holds only the results schema's declared columns
+    stored = set(pd.read_parquet(tmp_path / "runs.parquet").columns)
+    assert stored <= set(SCHEMA_COLUMNS), sorted(stored - set(SCHEMA_COLUMNS))
     assert out["rows"] == len(rows) and out["new_rows"] == len(rows)
     again = simulate(_cfg(tmp_path))
     assert again["new_rows"] == 0 and len(pd.read_csv(tmp_path / "runs.csv")) == len(rows)
@@ -131,14 +135,6 @@ def test_summary_merges_jobs_of_one_setting(tmp_path):
     assert s.ours_iter_time_s.notna().all() and s.megatron_iter_time_s.notna().all()
     ratio = s.megatron_iter_time_s / s.ours_iter_time_s
     assert s.speedup_vs_megatron.to_numpy() == pytest.approx(ratio.to_numpy())
-
-
-def test_rows_use_declared_schema_columns_only(tmp_path):
-    from system.results import COLUMNS
-
-    simulate(_cfg(tmp_path))
-    columns = set(pd.read_parquet(tmp_path / "runs.parquet").columns)
-    assert columns <= set(COLUMNS), sorted(columns - set(COLUMNS))
 
 
 def test_both_protocols_rows_and_summary(tmp_path):
