@@ -18,6 +18,7 @@ from repro.validation.profile import shape_key
 from repro.validation.settings import Setting
 from system.emulation.netns import STATE_ROOT
 from system.emulation.shell import netns_list
+from tests.emulation._poll import wait_for
 from tests.emulation._skip import _why_skip
 
 pytestmark = [
@@ -88,15 +89,6 @@ def _start(tmp_path: Path, pred: Path) -> subprocess.Popen:
     )
 
 
-def _wait(pred, timeout_s: float) -> bool:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.2)
-    return False
-
-
 def _cleanup_own() -> None:
     """The driver's own cleanup of this test's tag prefix (what a user runs after a SIGKILL)."""
     cmd = [sys.executable, "-m", "repro.validation.measure", "--cleanup-only"]
@@ -123,21 +115,21 @@ def test_sigterm_leaves_nothing(tmp_path, clean):
     p = _start(tmp_path, _predictions(tmp_path))
     try:
         # wait until the network exists and a run (or the verification) is under way
-        assert _wait(lambda: len(_mine()) == 3, 90), "the driver built no namespaces"
+        assert wait_for(lambda: len(_mine()) == 3, 90), "the driver built no namespaces"
         time.sleep(3)
         p.send_signal(signal.SIGTERM)
         p.wait(timeout=60)
     finally:
         if p.poll() is None:
             p.kill()
-    assert _wait(lambda: not _mine(), 10), f"left behind: {_mine()}"
+    assert wait_for(lambda: not _mine(), 10), f"left behind: {_mine()}"
     assert not list(STATE_ROOT.glob(f"dtfm-{PREFIX}*"))
 
 
 def test_sigkill_leftovers_are_removed_by_the_next_start(tmp_path, clean):
     p = _start(tmp_path, _predictions(tmp_path))
     try:
-        assert _wait(lambda: len(_mine()) == 3, 90), "the driver built no namespaces"
+        assert wait_for(lambda: len(_mine()) == 3, 90), "the driver built no namespaces"
         time.sleep(3)
         p.kill()  # no handler runs: the namespaces outlive the driver
         p.wait(timeout=30)
