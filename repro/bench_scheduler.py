@@ -18,6 +18,9 @@ is named):
   ``big_time_limit_s`` vs its greedy start and the combinatorial bound.
 
 Wall times depend on machine load; CPU seconds are reported beside them.
+
+One module (~360 lines): one benchmark whose sections (plateau, gaps, quality, scaling,
+scale) share the instances, the row format and the markdown they write.
 """
 
 from __future__ import annotations

@@ -15,6 +15,9 @@ files into ``runs.parquet`` and rebuilds ``runs.csv`` (:func:`system.results.com
 writes the variance and claims tables, the figures and ``REPORT.md`` (:mod:`repro.report`, from
 ``runs.parquet``), mirrors them to wandb when ``logger=wandb``, and logs one line saying where
 everything is. The command exits 1 when the report failed or a job failed (after reporting).
+
+One module (~330 lines): the sweep's life cycle (check before the first job, ledger
+counts, the end-of-sweep report) is one Hydra callback and the helpers only it calls.
 """
 
 from __future__ import annotations

@@ -20,6 +20,10 @@ Two predictions per baseline point: the one stored in the row when it ran ("sim 
 the current simulator's ("sim now": :func:`baselines.grid.predict_iter_time_s` with the gloo
 transport on the same scaled cluster and a CPU-calibrated hardware model timed here), so a model
 change is judged on the same measurements without rerunning the emulation.
+
+One module (~390 lines): one report, COMPARISON.md, whose three tables (accuracy of the
+predictions, the emulated grids, launch vs topology placement) read the same rows and are
+written side by side.
 """
 
 from __future__ import annotations
