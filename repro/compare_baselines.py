@@ -85,7 +85,8 @@ def _spec(r):
         tp=int(r.tp),
         pp=int(r.pp),
         dp=int(r.dp),
-        zero=None if pd.isna(r.zero) else int(r.zero),
+        # a table of Megatron rows only has no zero column (no row fills it)
+        zero=None if pd.isna(getattr(r, "zero", None)) else int(r.zero),
         global_batch_size=int(r.global_batch_size),
         micro_batch_size=int(r.micro_batch_size),
     )

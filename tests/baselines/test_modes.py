@@ -123,7 +123,7 @@ def test_emulated_topology_grid_runs_and_predicts_under_one_map(tmp_path, monkey
     for r in ran.itertuples():
         spec = BaselineSpec(system=system, model="debug", hidden_size=256, seq_length=64,
                             vocab_size=128, tp=int(r.tp), pp=int(r.pp), dp=int(r.dp),
-                            zero=None if pd.isna(r.zero) else int(r.zero),
+                            zero=None if pd.isna(getattr(r, "zero", None)) else int(r.zero),
                             global_batch_size=8, micro_batch_size=2)
         rm = place_spec(spec, scaled, "topology", None, GLOO)
         assert json.loads(r.rank_map) == list(rm.devices) != [0, 1, 2, 3]
