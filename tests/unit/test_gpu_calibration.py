@@ -13,6 +13,7 @@ from system.simulator import V100
 from system.simulator.hardware import hardware_from_profile
 
 
+@pytest.mark.slow  # the whole dry run of the calibration script (2-3 s)
 def test_dry_run_writes_the_calibration_schema(tmp_path, capsys):
     assert main(["dry=1", f"cal_out={tmp_path}"]) == 0
     cal = json.loads((tmp_path / "calibration.json").read_text())

@@ -185,6 +185,7 @@ def _mixed_study(d: Path) -> None:
     write_rows(d, [make_row({**KEY, "system": "deepspeed"}, knob=1, zero=3)], collect_after=False)
 
 
+@pytest.mark.slow  # reads the committed smoke study (8,268 rows) twice per case
 @pytest.mark.parametrize("history", [True, False])
 def test_the_frame_reader_matches_the_row_by_row_reader(tmp_path, history):
     """read_rows concatenates typed frames; the reference builds one Python dict per row

@@ -1,6 +1,6 @@
 """Golden per-case simulator values (fixed layouts, so the scheduler's progress cannot move them).
 
-Regenerate after an intended model change with ``UPDATE_GOLDEN=1 python -m pytest -m ''
+Regenerate after an intended model change with ``UPDATE_GOLDEN=1 python -m pytest -n 0 -m ''
 tests/unit/test_simulator_golden.py`` (``-m ''``: the larger setting is in the slow tier) and say
 why in the commit message.
 """
