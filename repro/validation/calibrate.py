@@ -39,7 +39,13 @@ from repro.validation.settings import Setting, load_settings
 
 log = logging.getLogger("repro.validation.calibrate")
 
-__all__ = ["CALIBRATION_SEED_OFFSET", "calibration_stages", "calibrate_setting", "calibrate"]
+__all__ = [
+    "CALIBRATION_SEED_OFFSET",
+    "entry_key",
+    "calibration_stages",
+    "calibrate_setting",
+    "calibrate",
+]
 
 CALIBRATION_SEED_OFFSET = 2000  # first seed tried, beside the scored random layout's
 TAG_PREFIX = "v4c"
