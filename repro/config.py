@@ -24,7 +24,7 @@ holds none, Hydra composes against :func:`composed_schema`):
 Adding a mode (``mode=predict``) is one class deriving from :class:`RunConfig` in this file,
 decorated with ``@register_mode("predict", module="repro.modes.predict")``, plus that module's
 ``run(cfg) -> dict`` (rows through :func:`system.results.make_row` / ``write_rows``; a new
-results column is one line in ``system/results.py`` ``COLUMNS``). ``repro/run.py``, the sweep
+results column is one line in ``system/schema.py`` ``COLUMNS``). ``repro/run.py``, the sweep
 pre-check, the ``system=`` choices (the class's ``systems``) and the default results folder
 (``results/adhoc/predict``) follow from the registry.
 

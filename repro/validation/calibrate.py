@@ -124,10 +124,10 @@ def calibrate(
     """A profile document with one in-situ entry per setting of ``settings`` (entries of
     ``old`` are kept and their settings not run again)."""
     from repro.validation.measure import cleanup_own
-    from system.results import _git_state
+    from system.schema import git_state
 
     cleanup_own(tag_prefix)
-    sha, dirty = _git_state()
+    sha, dirty = git_state()
     entries = dict(old["entries"]) if old else {}
     for i, s in enumerate(settings):
         k = entry_key(s)

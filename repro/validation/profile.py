@@ -205,9 +205,9 @@ def _summarise(s: Setting, results: list, repeats: int, warmup: int, max_procs) 
 
 def profile_settings(settings: list[Setting], **kw) -> dict:
     """One profile per distinct shape key of ``settings`` (first setting of a key decides)."""
-    from system.results import _git_state
+    from system.schema import git_state
 
-    sha, dirty = _git_state()
+    sha, dirty = git_state()
     entries: dict[str, dict] = {}
     for s in settings:
         k = shape_key(s, kw.get("max_procs"))

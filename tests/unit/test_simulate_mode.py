@@ -61,10 +61,10 @@ def test_debug_end_to_end_and_rerun_skips_rows(tmp_path):
 
 
 def test_a_model_change_recomputes_and_supersedes_the_old_rows(tmp_path, monkeypatch):
-    import system.results as results
+    import system.schema as schema
 
     first = simulate(_cfg(tmp_path, "system=ours"))
-    monkeypatch.setattr(results, "model_version", lambda: "another-model")
+    monkeypatch.setattr(schema, "model_version", lambda: "another-model")
     again = simulate(_cfg(tmp_path, "system=ours"))
     assert again["new_rows"] == again["rows"] == first["rows"]
     view = pd.read_csv(tmp_path / "runs.csv")

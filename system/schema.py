@@ -1,0 +1,465 @@
+"""The results schema: what one row of :mod:`system.results` is.
+
+**Schema.** :data:`COLUMNS` fixes one name and one type per concept (``final_loss``, not
+``loss_last``; ``predicted_iter_time_s``, not ``sim_iter_time_s``; ``recompute``, not
+``checkpointing``); :data:`RENAMED` maps the old spellings, so rows written by older code and
+the parquet files of schema version 1 read back under the new names. Adding a column is one line
+in :data:`COLUMNS`. A field not in the schema is still stored (as a float when every value is a
+number, else as JSON text) and logged once, so a new field never breaks a run; the tests check
+that the modes write declared fields only.
+
+**Identity.** ``setting_id`` hashes the settings that identify a run (``key`` of
+:func:`make_row`); ``run_id`` hashes them together with ``model_version``, a fingerprint of the
+performance model's source (:func:`model_version`). A rerun with unchanged code finds its
+``run_id`` and adds nothing; a rerun after a model change adds new rows that supersede the old
+ones in every report, while the old ones stay in the file.
+
+Why a source fingerprint and not a hand-bumped ``MODEL_VERSION`` constant: a constant is only as
+good as the memory of whoever edits the simulator (the stale-row bug this replaces was exactly a
+key that ignored the code), and a test fingerprinting the model to force the bump would need the
+same hash anyway. Hashing the parsed syntax tree with docstrings removed (:mod:`ast`) ignores
+comments, docstrings and formatting, so only code or data changes make a new version.
+
+The core imports no pandas at module level (pandas is loaded by the functions that build tables).
+
+One module (~460 lines): the columns with their types and coercion, and the hashes that name a
+row, are one definition; the store (:mod:`system.results`) and every writer follow it.
+"""
+
+from __future__ import annotations
+
+import ast
+import datetime as _dt
+import functools
+import hashlib
+import json
+import logging
+import math
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+log = logging.getLogger("system.results")
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "COLUMNS",
+    "CORE_COLUMNS",
+    "RENAMED",
+    "STATUSES",
+    "MODEL_SOURCES",
+    "BASELINE_SYSTEMS",
+    "SIMULATED_SYSTEMS",
+    "TRAINED_SYSTEMS",
+    "model_version",
+    "run_id_for",
+    "git_state",
+    "make_row",
+]
+
+SCHEMA_VERSION = 2
+ROOT = Path(__file__).resolve().parents[1]
+
+# ---- schema ------------------------------------------------------------------------------------
+# kind: "str" | "int" | "float" | "bool" | "json" (a list or dict, stored as JSON text)
+_IDENTITY = {
+    "run_id": "str",
+    "setting_id": "str",
+    "model_version": "str",
+    "study": "str",
+    "timestamp_utc": "str",
+    "git_sha": "str",
+    "git_dirty": "bool",
+    "schema_version": "int",
+    "status": "str",
+    "error": "str",
+}
+_SETTING = {
+    "mode": "str",
+    "system": "str",
+    "case": "str",
+    "case_variant": "str",
+    "model": "str",
+    "num_devices": "int",
+    "devices": "json",
+    "num_layers": "int",
+    "hidden_size": "int",
+    "seq_length": "int",
+    "vocab_size": "int",
+    "global_batch_size": "int",
+    "micro_batch_size": "int",
+    "tp": "int",
+    "pp": "int",
+    "dp": "int",
+    "zero": "int",
+    "seed": "int",
+    "repeat": "int",
+    "iters": "int",
+    "warmup_iters": "int",
+    "device": "str",
+    "layout": "json",
+    "layout_seed": "json",
+    "stages": "json",
+    "dp_mode": "str",
+    "recompute": "recompute",  # activation recomputation: full | selective | none
+    "grid": "bool",
+    "start": "str",
+    "variant": "str",
+    "config": "str",
+    "is_best": "bool",
+    "scheduler": "str",
+    "scheduler_budget": "str",
+    "world_size": "int",
+    # baselines' rank map (baselines/placement.py): launch | topology (ours: scheduled | random)
+    "placement": "str",
+    # what a simulated repeat is: "deterministic copy" or "random layout" (ours_random)
+    "repeat_kind": "str",
+    "rank_map": "json",
+    "placement_how": "str",
+    # sensitivity knobs of the performance model, in a row only when changed from the default
+    "compute_efficiency": "float",
+    "link_sharing": "str",
+    "baseline_transport": "str",
+}
+_MEASURED = {
+    "iter_time_s": "float",
+    "iter_times_s": "json",
+    "pflops": "float",
+    "tflops": "float",
+    "tflops_per_device": "float",
+    "tokens_per_s": "float",
+    "mfu": "float",
+    "memory_gib": "float",
+    "compute_time_s": "float",
+    "comm_time_s": "float",
+    "comm_wait_time_s": "float",
+    "dp_time_s": "float",
+    "micro_batches": "int",
+    "losses": "json",
+    "loss_first": "float",
+    "final_loss": "float",
+    "wall_s": "float",
+    "predicted_iter_time_s": "float",
+    "sim_error": "float",
+    "search_time_s": "float",
+    "best_cost_s": "float",
+    "search_trials": "int",
+}
+_SIMULATOR = {  # the simulator's breakdown (SimResult.breakdown, prefixed sim_)
+    "sim_pipeline_s": "float",
+    "sim_dp_sync_s": "float",
+    "sim_dp_span_max_s": "float",
+    "sim_optimizer_s": "float",
+    "sim_rounds": "int",
+    "sim_micro_batches": "int",
+    "sim_micro_steps": "int",
+    "sim_fwd_s": "float",
+    "sim_bwd_s": "float",
+    "sim_pp_link_max_s": "float",
+    "sim_fwd_slot_max_s": "float",
+    "sim_tp_allreduce_s": "float",
+    "sim_grad_norm_s": "float",
+    "sim_zero1_gather_s": "float",
+    "sim_zero3_comm_per_step_s": "float",
+    "sim_variant": "str",
+    "sim_dp_s": "float",
+    "sim_dp_span_s": "float",
+    "sim_grad_norm_algo": "str",
+    "sim_tied_embedding_s": "float",
+}
+_EMULATION = {
+    "emu_bandwidth_scale": "float",
+    "emu_delay_scale": "float",
+    "emu_max_rate_gbps": "float",
+    "emu_num_devices": "int",
+    "emu_frame_overhead": "float",
+    "emu_backend": "str",
+    "emu_tcp_congestion_control": "str",
+    "measured_dp_s": "float",
+    "measured_wait_s": "float",
+    "measured_compute_s": "float",
+    "compute_fwd_s": "json",
+    "compute_bwd_s": "json",
+    "compute_opt_s": "json",
+    "compute_share": "float",
+    "verify_ok": "bool",
+    "verify_max_rtt_err": "float",
+    "verify_max_bw_err": "float",
+    "verify_max_tcp_err": "float",
+    "verify_file": "str",
+    "verify_pairs": "json",
+    "delayer_stats": "json",
+    "delayer_mean_late_ms": "float",
+    "delayer_max_late_ms": "float",
+    "scaled_bandwidth_gbps": "json",
+    "scaled_delay_ms": "json",
+    "iter_time_after_first_s": "float",
+    "load_avg_1m_start": "float",  # the machine's 1-minute load average when the run started
+    "load_avg_1m_end": "float",  # ... and when it ended (2 shared cores: the cause of spreads)
+}
+COLUMNS: dict[str, str] = {**_IDENTITY, **_SETTING, **_MEASURED, **_SIMULATOR, **_EMULATION}
+# Columns every table has, in this order (others follow in first-seen order).
+CORE_COLUMNS = (
+    "run_id",
+    "setting_id",
+    "model_version",
+    "study",
+    "timestamp_utc",
+    "git_sha",
+    "git_dirty",
+    "schema_version",
+    "status",
+    "mode",
+    "system",
+    "case",
+    "num_devices",
+    "num_layers",
+    "global_batch_size",
+    "micro_batch_size",
+    "tp",
+    "pp",
+    "dp",
+    "iter_time_s",
+    "pflops",
+)
+# Old spelling -> the schema's (read and write both translate).
+RENAMED = {
+    "loss_last": "final_loss",
+    "sim_iter_time_s": "predicted_iter_time_s",
+    "checkpointing": "recompute",
+}
+# skipped: a topology-placement point whose rank map is launch order (the launch row stands)
+STATUSES = ("ok", "error", "timeout", "oom", "invalid", "skipped")
+# Values of the ``system`` column, spelled once: the two baselines (launched by baselines/), our
+# system, and ours with uniformly random layouts (the paper's "random" bars; simulated only).
+BASELINE_SYSTEMS = ("megatron", "deepspeed")
+TRAINED_SYSTEMS = ("ours", *BASELINE_SYSTEMS)
+SIMULATED_SYSTEMS = ("ours", "ours_random", *BASELINE_SYSTEMS)
+
+# The performance model: whatever can change a simulated number (globs relative to the repo).
+MODEL_SOURCES = (
+    "system/cluster.py",
+    "system/cases.py",
+    "system/assignment.py",
+    "system/gpus.py",
+    "system/workload.py",
+    "system/data/*.csv",
+    "system/cost/*.py",
+    "system/scheduler/*.py",
+    "system/simulator/**/*.py",
+    "baselines/space.py",
+    "baselines/placement.py",
+    "baselines/*/perf.py",
+    "baselines/*/schedule.py",
+    "baselines/worker.py",
+)
+
+
+# ---- identity ----------------------------------------------------------------------------------
+def _source_digest(path: Path) -> bytes:
+    """A file's content as the model sees it: Python without comments/docstrings, else bytes."""
+    raw = path.read_bytes()
+    if path.suffix != ".py":
+        return raw
+    tree = ast.parse(raw)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (
+            isinstance(body, list)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree, annotate_fields=False).encode()
+
+
+@functools.cache
+def model_version(root: str | None = None) -> str:
+    """12-hex fingerprint of :data:`MODEL_SOURCES` under ``root`` (default: this checkout)."""
+    base = Path(root) if root else ROOT
+    files = sorted({p for pattern in MODEL_SOURCES for p in base.glob(pattern) if p.is_file()})
+    h = hashlib.sha256()
+    for p in files:
+        h.update(p.relative_to(base).as_posix().encode() + b"\0" + _source_digest(p) + b"\0")
+    return h.hexdigest()[:12]
+
+
+def run_id_for(key: Mapping) -> str:
+    """Stable 16-hex id of a mapping (order-insensitive; values as JSON)."""
+    blob = json.dumps(dict(key), sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def git_state() -> tuple[str, bool]:
+    """(short HEAD sha, whether tracked files differ from it); ("unknown", False) outside git."""
+    try:
+        run = functools.partial(subprocess.run, cwd=ROOT, capture_output=True, text=True, timeout=5)
+        sha = run(["git", "rev-parse", "--short", "HEAD"]).stdout.strip()
+        dirty = bool(run(["git", "status", "--porcelain", "--untracked-files=no"]).stdout.strip())
+        return sha or "unknown", dirty
+    except (OSError, subprocess.SubprocessError):
+        return "unknown", False
+
+
+_GIT: tuple[str, bool] | None = None
+
+
+def _rename(fields: Mapping) -> dict:
+    out = {}
+    for k, v in fields.items():
+        new = RENAMED.get(k, k)
+        if new in out and k != new:  # both spellings given: the schema's wins
+            continue
+        out[new] = v
+    return out
+
+
+def make_row(key: Mapping, **values) -> dict:
+    """A row: identity columns + ``key`` (the settings that identify it) + measured ``values``.
+
+    ``case`` is always text (``"5"``, ``"debug"``, ``"local"``); old field names are renamed.
+    """
+    global _GIT
+    if _GIT is None:
+        _GIT = git_state()
+    key = _rename(key)
+    if "case" in key and key["case"] is not None:
+        key["case"] = str(key["case"])
+    row = {c: None for c in CORE_COLUMNS}
+    row.update(key)
+    row.update(_rename(values))
+    mv = model_version()
+    row["setting_id"] = run_id_for(key)
+    row["model_version"] = mv
+    row["run_id"] = values.get("run_id") or run_id_for({**key, "model_version": mv})
+    row["timestamp_utc"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
+    row["git_sha"], row["git_dirty"] = _GIT
+    row["schema_version"] = SCHEMA_VERSION
+    if row.get("status") is None:
+        row["status"] = "ok"
+    return row
+
+
+# ---- typing ------------------------------------------------------------------------------------
+def _scalar(v):
+    """numpy scalars/arrays to Python; NaN stays a float."""
+    if hasattr(v, "item") and getattr(v, "ndim", 1) == 0:
+        return v.item()
+    if hasattr(v, "tolist"):
+        return v.tolist()
+    return v
+
+
+def _is_missing(v) -> bool:
+    if v is None:
+        return True
+    try:
+        import pandas as pd
+
+        return v is pd.NA or v is pd.NaT
+    except ImportError:  # pragma: no cover
+        return False
+
+
+RECOMPUTE = ("full", "selective", "none")
+
+
+def _coerce(column: str, kind: str, v):
+    """``v`` as the column's kind, or ValueError naming the column and value."""
+    v = _scalar(v)
+    if _is_missing(v) or (kind != "float" and isinstance(v, float) and math.isnan(v)):
+        return None
+    if kind == "recompute":  # a train run's on/off flag (and schema-1 booleans) is full or none
+        if isinstance(v, bool) or (isinstance(v, int) and v in (0, 1)):
+            return "full" if v else "none"
+        if v in RECOMPUTE:
+            return v
+        raise ValueError(f"results column {column!r} holds one of {RECOMPUTE}, got {v!r}")
+    bad = ValueError(
+        f"results column {column!r} holds {kind} values, got {v!r} ({type(v).__name__})"
+    )
+    if kind == "json":
+        if isinstance(v, str):
+            return v
+        return json.dumps(v, default=str)
+    if isinstance(v, (list, dict, tuple)):
+        raise bad
+    if kind == "str":
+        return str(v)
+    if kind == "bool":
+        if isinstance(v, bool):
+            return v
+        if isinstance(v, int) and v in (0, 1):
+            return bool(v)
+        raise bad
+    if kind == "int":
+        if isinstance(v, bool):
+            raise bad
+        if isinstance(v, int):
+            return v
+        if isinstance(v, float) and math.isfinite(v) and v.is_integer():
+            return int(v)
+        if isinstance(v, float) and math.isnan(v):
+            return None
+        raise bad
+    if kind == "float":
+        if isinstance(v, bool):
+            raise bad
+        if isinstance(v, (int, float)):
+            return float(v)
+        if isinstance(v, str):
+            try:
+                return float(v)
+            except ValueError:
+                raise bad from None
+        raise bad
+    raise AssertionError(kind)
+
+
+_DTYPES = {
+    "recompute": "string",
+    "str": "string",
+    "int": "Int64",
+    "float": "Float64",
+    "bool": "boolean",
+    "json": "string",
+}
+_WARNED: set[str] = set()
+
+
+def _kind_of_extra(values: list) -> str:
+    vals = [_scalar(v) for v in values if not _is_missing(v)]
+    if vals and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+        return "float"
+    if vals and all(isinstance(v, bool) for v in vals):
+        return "bool"
+    if all(isinstance(v, str) for v in vals):
+        return "str"
+    return "json"
+
+
+def _frame(records: list[dict]):
+    """A DataFrame with one dtype per column (the schema's, or inferred once for extras)."""
+    import pandas as pd
+
+    names: dict[str, None] = dict.fromkeys(CORE_COLUMNS)
+    for r in records:
+        names.update(dict.fromkeys(r))
+    data = {}
+    for c in names:
+        values = [r.get(c) for r in records]
+        kind = COLUMNS.get(c)
+        if kind is None:
+            kind = _kind_of_extra(values)
+            if c not in _WARNED:
+                _WARNED.add(c)
+                log.warning(
+                    "results column %r is not in the schema (system/schema.py COLUMNS): "
+                    "stored as %s",
+                    c,
+                    kind,
+                )
+        data[c] = pd.array([_coerce(c, kind, v) for v in values], dtype=_DTYPES[kind])
+    return pd.DataFrame(data, index=pd.RangeIndex(len(records)))
