@@ -3,15 +3,16 @@
     PYTHONPATH=. OMP_NUM_THREADS=1 python -m repro.validation.measure \\
         results/validation/predictions.json --out results/validation/measured.csv --repeats 3
 
-For each setting of the predictions file, in file order, ``--repeats`` times: build a fresh
-emulated network (own namespaces, tag ``v14m<setting>r<repeat>``), verify sampled links (RTT, UDP
-capacity, one TCP message; stored in the row), then run every system of the setting with exactly
-what the predictions fixed (the scheduled and the random layout's stage table, the baselines at
-launch placement), in an order rotated per repeat. Every run appends one row to ``--out`` at
-once (atomic rewrite), with the 1-minute load average before and after, the delayer's release
-lateness over the run, TCP retransmissions and the verification summary: the causes of a
-spread between repeats are in the rows. A setting whose rows are all present is skipped, so an
-interrupted measurement resumes; ``--deadline HH:MM`` (UTC) starts no new setting after it.
+For each setting of the predictions file, in file order, ``--repeats`` times: build a fresh emulated
+network (own namespaces, tag ``v14m<setting>r<repeat>``), verify sampled links (RTT, UDP capacity,
+one TCP message; stored in the row), then run every system of the setting with exactly what the
+predictions fixed (the scheduled and the random layout's stage table, the baselines at launch
+placement or at the registered topology-aware rank map), in an order rotated per repeat. Every run
+appends one row to ``--out`` at once (atomic rewrite), with the 1-minute load average before and
+after, the delayer's release lateness over the run, TCP retransmissions and the verification
+summary: the causes of a spread between repeats are in the rows. A setting whose rows are all
+present is skipped, so an interrupted measurement resumes; ``--deadline HH:MM`` (UTC) starts no new
+setting after it.
 
 Measured iteration time: the median, after ``warmup_iters`` iterations, of the per-iteration
 time (max over ranks for our runtime, the ranks' common clock start for the baselines).
@@ -138,9 +139,14 @@ def _run_ours(s: Setting, pred: dict, emu, margin_s: float, timeout_s: float) ->
 
 def _run_baseline(s: Setting, pred: dict, emu, margin_s: float, timeout_s: float) -> dict:
     from baselines.grid import BaselineSpec, emulation_kwargs, run_point
+    from repro.validation.settings import baseline_placement
 
+    framework, placement = baseline_placement(pred["system"])
+    rank_map = pred.get("rank_map") if placement == "topology" else None
+    if placement == "topology" and not rank_map:
+        raise ValueError(f"{s.name} {pred['system']}: the prediction holds no rank_map")
     spec = BaselineSpec(
-        system=pred["system"],
+        system=framework,
         model="debug",
         layers=s.num_layers,
         hidden_size=s.hidden_size,
@@ -157,7 +163,7 @@ def _run_baseline(s: Setting, pred: dict, emu, margin_s: float, timeout_s: float
         start="clock",
         start_margin_s=margin_s,
     )
-    res = run_point(spec, timeout_s=timeout_s, **emulation_kwargs(emu))
+    res = run_point(spec, timeout_s=timeout_s, rank_map=rank_map, **emulation_kwargs(emu))
     if res["status"] != "ok":
         raise RuntimeError(f"{spec.label()}: {res['status']}: {str(res.get('error', ''))[-600:]}")
     return {
@@ -266,6 +272,7 @@ def measure(
                         "bandwidth_scale": s.bandwidth_scale,
                         "layout": pred["layout"],
                         "stages": pred.get("stages"),
+                        "rank_map": pred.get("rank_map"),
                         "emulation_tag": plan.tag,
                         "timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0)),
                         "git_revision": sha,

@@ -9,7 +9,10 @@ Every prediction uses the compute profile (:mod:`repro.validation.profile`), nev
 validation run, and fixes what the measurement must run: the scheduled layout (genetic scheduler
 on the scaled cluster, seeded), the random layout (seeded), and the baselines at launch
 placement (rank i on emulated device i; Megatron ``rank = dp + DP·pp``, DeepSpeed
-``rank = pipe·DP + data``). The file carries the full git revision it was computed at and the
+``rank = pipe·DP + data``) or, for ``<framework>_topology``, the rank map the baselines'
+topology-aware search picks (:func:`baselines.placement.search_placement`) with this
+simulator, transport and profile: the same search the grid runs, so both placements of the
+fair comparison are scored. The file carries the full git revision it was computed at and the
 hash of the settings and profile files; it is committed before any measured run, and
 :mod:`repro.validation.score` checks that order in git.
 
@@ -28,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from repro.validation.profile import load_profile, stage_times
-from repro.validation.settings import Setting, load_settings, read_document
+from repro.validation.settings import Setting, baseline_placement, load_settings, read_document
 
 __all__ = [
     "PREDICTION_VERSION",
@@ -109,6 +112,8 @@ def _compute(entry: dict, pp: int, opt_shards: int = 1):
 
 def predict_setting(s: Setting, profile: dict, *, schedule_trials: int = 300) -> list[dict]:
     """One prediction per system of ``s`` (module docstring), each with what the run must use."""
+    from baselines.placement import search_placement
+    from baselines.space import BaselineConfig
     from system.scheduler import schedule
     from system.scheduler.assignment import random_assignment
     from system.simulator import simulate_ours
@@ -147,18 +152,39 @@ def predict_setting(s: Setting, profile: dict, *, schedule_trials: int = 300) ->
                 stages=assign.stages.tolist(),
             )
         else:
-            compute = _compute(entry, s.pp, opt_shards=s.dp if system == "deepspeed" else 1)
-            sim = simulate_1f1b_ring(
-                cluster,
-                wl,
-                tp=1,
-                pp=s.pp,
-                dp=s.dp,
-                transport=GLOO,
-                compute=compute,
-                **baseline_kwargs(system),
-            )
-            rec.update(layout="launch", zero=1 if system == "deepspeed" else None)
+            framework, placement = baseline_placement(system)
+            zero = 1 if framework == "deepspeed" else None
+            compute = _compute(entry, s.pp, opt_shards=s.dp if zero else 1)
+
+            def simulate(rank_map=None, framework=framework, compute=compute):
+                return simulate_1f1b_ring(
+                    cluster,
+                    wl,
+                    tp=1,
+                    pp=s.pp,
+                    dp=s.dp,
+                    transport=GLOO,
+                    compute=compute,
+                    rank_map=rank_map,
+                    **baseline_kwargs(framework),
+                )
+
+            rec.update(layout=placement, zero=zero)
+            if placement == "launch":
+                sim = simulate()
+            else:  # the grid search's placement, ranked by this very simulator and profile
+                config = BaselineConfig(
+                    system=framework,
+                    tp=1,
+                    pp=s.pp,
+                    dp=s.dp,
+                    micro_batch_size=s.micro_batch_size,
+                    zero=zero or 0,
+                )
+                sim, rm = search_placement(
+                    cluster, wl, config, lambda cand: simulate(list(cand.devices))
+                )
+                rec.update(rank_map=list(rm.devices), placement_how=rm.how)
         f, b, opt = compute.per_stage(s.pp)
         busy = float(np.max(m * (f + b) + opt))
         rec.update(

@@ -29,6 +29,7 @@ import pandas as pd
 
 from repro.validation.predict import load_predictions
 from repro.validation.registration import check_registered
+from repro.validation.settings import SYSTEMS
 
 __all__ = ["CV_LIMIT", "HIGH_SHARE", "kendall_tau_b", "score"]
 
@@ -219,7 +220,7 @@ def score(
             kendall_tau_b(g["predicted_s"], g["measured_mean_s"]) if len(g) > 1 else float("nan")
         )
         by = g.set_index("system")
-        for base in ("megatron", "deepspeed"):
+        for base in SYSTEMS[2:]:  # the baselines, at launch and at topology placement
             if "ours" in by.index and base in by.index:
                 pr = by.loc[base, "predicted_s"] / by.loc["ours", "predicted_s"]
                 mr = by.loc[base, "measured_mean_s"] / by.loc["ours", "measured_mean_s"]

@@ -14,11 +14,39 @@ from pathlib import Path
 
 from system.workload import GPTConfig, Workload, get_model
 
-__all__ = ["Setting", "SYSTEMS", "load_settings", "read_document"]
+__all__ = [
+    "Setting",
+    "SYSTEMS",
+    "DEFAULT_SYSTEMS",
+    "baseline_placement",
+    "load_settings",
+    "read_document",
+]
 
 # Systems a setting can run: our runtime on the scheduled layout and on a random layout, and the
-# baselines at launch placement (rank i on emulated device i).
-SYSTEMS = ("ours", "ours_random", "megatron", "deepspeed")
+# baselines at launch placement (rank i on emulated device i) or at the topology-aware placement
+# the baselines' grid search uses (``<framework>_topology``: :func:`baselines.placement.
+# search_placement`, ranked by the same simulator that makes the prediction). A setting that
+# names no systems runs the first four (the systems of the rounds registered before the
+# topology placement was supported).
+SYSTEMS = (
+    "ours",
+    "ours_random",
+    "megatron",
+    "deepspeed",
+    "megatron_topology",
+    "deepspeed_topology",
+)
+DEFAULT_SYSTEMS = SYSTEMS[:4]
+
+
+def baseline_placement(system: str) -> tuple[str, str]:
+    """(framework, placement) of a baseline system name: ``megatron`` -> (megatron, launch),
+    ``deepspeed_topology`` -> (deepspeed, topology); ValueError for ours or an unknown name."""
+    framework, _, placement = system.partition("_")
+    if framework not in ("megatron", "deepspeed") or placement not in ("", "topology"):
+        raise ValueError(f"{system!r} is not a baseline system; baselines: {SYSTEMS[2:]}")
+    return framework, placement or "launch"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,7 +69,7 @@ class Setting:
     iters: int = 5
     warmup_iters: int = 2
     seed: int = 0
-    systems: tuple[str, ...] = SYSTEMS
+    systems: tuple[str, ...] = DEFAULT_SYSTEMS
     note: str = ""
     extra: dict = field(default_factory=dict)
 

@@ -153,3 +153,59 @@ def test_missing_profile_entry_is_one_clear_error():
     other = _setting(hidden_size=256)
     with pytest.raises(ValueError, match="no entry"):
         predict_setting(s, _profile(other))
+
+
+def test_baseline_placement_names():
+    from repro.validation.settings import baseline_placement
+
+    assert baseline_placement("megatron") == ("megatron", "launch")
+    assert baseline_placement("deepspeed_topology") == ("deepspeed", "topology")
+    for bad in ("ours", "ours_random", "megatron_tp", "torch"):
+        with pytest.raises(ValueError, match="not a baseline system"):
+            baseline_placement(bad)
+    # a setting that names no systems keeps the four of the earlier rounds
+    assert _setting().systems == ("ours", "ours_random", "megatron", "deepspeed")
+
+
+def test_topology_prediction_is_the_searched_map_and_never_slower_than_launch():
+    """Two devices in Oregon, then two in Virginia: launch order makes both pipelines cross the
+    WAN link and keeps data parallelism inside a region, which at hidden 128 costs more than the
+    other way round. The registered map must be the one the baselines' own search finds under
+    the same simulator and profile, never slower than launch order, and here a different map."""
+    from baselines.placement import search_placement
+    from baselines.space import BaselineConfig
+    from system.simulator.collective import simulate_1f1b_ring
+    from system.simulator.comm import GLOO
+
+    systems = ["megatron", "deepspeed", "megatron_topology", "deepspeed_topology"]
+    s = _setting(devices=[0, 1, 8, 9], systems=systems)
+    cluster = scaled_cluster(s)
+    by = {p["system"]: p for p in predict_setting(s, _profile(s), schedule_trials=20)}
+    for fw in ("megatron", "deepspeed"):
+        topo, launch = by[f"{fw}_topology"], by[fw]
+        assert topo["layout"] == "topology" and launch["layout"] == "launch"
+        assert "rank_map" not in launch
+        assert sorted(topo["rank_map"]) == [0, 1, 2, 3] and topo["placement_how"]
+        assert topo["predicted_iter_time_s"] <= launch["predicted_iter_time_s"] + 1e-12
+        assert topo["zero"] == launch["zero"] == (1 if fw == "deepspeed" else None)
+
+        def sim(rank_map, fw=fw):
+            from repro.validation.predict import _compute
+            from repro.validation.profile import stage_times
+
+            c = _compute(stage_times(_profile(s), s), 2, opt_shards=2 if fw == "deepspeed" else 1)
+            return simulate_1f1b_ring(
+                cluster, s.workload, tp=1, pp=2, dp=2, transport=GLOO, compute=c,
+                rank_map=rank_map, **baseline_kwargs(fw),
+            )  # fmt: skip
+
+        cfg = BaselineConfig(
+            system=fw, tp=1, pp=2, dp=2, micro_batch_size=1, zero=1 if fw == "deepspeed" else 0
+        )
+        res, rm = search_placement(cluster, s.workload, cfg, lambda c: sim(list(c.devices)))
+        assert list(rm.devices) == topo["rank_map"]
+        assert res.iter_time_s == pytest.approx(topo["predicted_iter_time_s"], rel=1e-12)
+    assert by["megatron_topology"]["rank_map"] != [0, 1, 2, 3]
+    assert (
+        by["megatron_topology"]["predicted_iter_time_s"] < by["megatron"]["predicted_iter_time_s"]
+    )

@@ -190,3 +190,30 @@ def test_cli_needs_root_and_known_names(tmp_path, monkeypatch):
     with pytest.raises(SystemExit):
         cal.main([str(settings), str(tmp_path / "o.json"), "--only", "nope"])
     assert not (tmp_path / "o.json").exists()
+
+
+def test_baseline_runs_with_the_registered_rank_map(monkeypatch):
+    """A topology row runs the framework with the predictions' rank map; a launch row with
+    none; a topology prediction without a map is refused before anything starts."""
+    import baselines.grid as grid
+    import repro.validation.measure as meas
+
+    seen = []
+
+    def fake_point(spec, *, timeout_s, rank_map=None, **kw):
+        seen.append((spec.system, spec.zero, rank_map))
+        return {"status": "ok", "iter_times_s": [1.0, 1.0], "losses": [2.0, 1.5]}
+
+    monkeypatch.setattr(grid, "run_point", fake_point)
+    monkeypatch.setattr(grid, "emulation_kwargs", lambda emu: {})
+    s = setting(systems=["megatron", "deepspeed_topology"])
+    doc = predictions(s)
+    by = {p["system"]: p for p in doc["predictions"]}
+    meas._run_baseline(s, by["megatron"], None, 1.0, 60.0)
+    meas._run_baseline(s, by["deepspeed_topology"], None, 1.0, 60.0)
+    assert seen == [
+        ("megatron", None, None),
+        ("deepspeed", 1, by["deepspeed_topology"]["rank_map"]),
+    ]
+    with pytest.raises(ValueError, match="no rank_map"):
+        meas._run_baseline(s, {**by["deepspeed_topology"], "rank_map": None}, None, 1.0, 60.0)
