@@ -31,7 +31,13 @@ from pathlib import Path
 import numpy as np
 
 from repro.validation.profile import load_profile, stage_times
-from repro.validation.settings import Setting, baseline_placement, load_settings, read_document
+from repro.validation.settings import (
+    Setting,
+    baseline_placement,
+    load_rules,
+    load_settings,
+    read_document,
+)
 
 __all__ = [
     "PREDICTION_VERSION",
@@ -227,6 +233,7 @@ def predict_file(
         "profile_sha256": sha256_file(profile_path),
         "schedule_trials": schedule_trials,
         "settings": [s.to_dict() for s in settings],
+        "rules": load_rules(settings_path),
         "predictions": rows,
     }
 

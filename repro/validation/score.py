@@ -10,7 +10,8 @@ scores therefore needs a new predictions file (a new round).
 Writes ``scored_rows.csv`` (per run: predicted, measured, error), ``scored.csv`` (per setting
 and system: mean of the repeats, CV, flags, what the rows show about a large spread),
 ``summary.json`` (MAPE per system, overall and with compute share >= 0.5; Kendall τ per
-setting; ratio errors), ``scored.md`` and ``validation.png``.
+setting, and beside it τ with the tie rule the settings file registered, when it has one; ratio
+errors), ``scored.md`` and ``validation.png``.
 
 One module (~370 lines) because the five outputs are views of one scored table: the numbers,
 the markdown that quotes them and the figure that plots them are kept side by side so they
@@ -31,7 +32,7 @@ from repro.validation.predict import load_predictions
 from repro.validation.registration import check_registered
 from repro.validation.settings import SYSTEMS
 
-__all__ = ["CV_LIMIT", "HIGH_SHARE", "kendall_tau_b", "score"]
+__all__ = ["CV_LIMIT", "HIGH_SHARE", "kendall_tau_b", "tied_ranks", "score"]
 
 CV_LIMIT = 0.05  # the paper's appendix 10.1: repeats varied within 5%
 HIGH_SHARE = 0.5  # compute share from which a setting counts as compute-bound
@@ -52,6 +53,24 @@ def kendall_tau_b(x, y) -> float:
     if len(x) < 2 or len(set(x)) < 2 or len(set(y)) < 2:
         return float("nan")
     return float(kendalltau(x, y).statistic)
+
+
+def tied_ranks(values, tolerance: float) -> list[int]:
+    """Rank groups of ``values`` (0 = smallest) where a value within ``tolerance`` (relative) of
+    its group's smallest member shares that group's rank: predictions closer than the measurement
+    can tell apart count as ties. Anchored at the group's smallest value, so ties do not chain.
+
+    >>> tied_ranks([1.00, 1.03, 1.06, 2.0], 0.05)
+    [0, 0, 1, 2]
+    """
+    vals = [float(v) for v in values]
+    ranks = [0] * len(vals)
+    group, anchor = -1, None
+    for i in sorted(range(len(vals)), key=vals.__getitem__):
+        if anchor is None or vals[i] > anchor * (1.0 + tolerance):
+            group, anchor = group + 1, vals[i]
+        ranks[i] = group
+    return ranks
 
 
 def _spread_causes(g: pd.DataFrame) -> str:
@@ -214,11 +233,14 @@ def score(
         }
     summary["mape_per_system"] = mape
     summary["mape_compute_share_ge_0.5"] = mape_hi
-    taus, ratios = {}, []
+    tol = (doc.get("rules") or {}).get("tie_tolerance")
+    taus, tied, ratios = {}, {}, []
     for setting, g in table.groupby("setting", sort=False):
         taus[setting] = (
             kendall_tau_b(g["predicted_s"], g["measured_mean_s"]) if len(g) > 1 else float("nan")
         )
+        if tol is not None and len(g) > 1:
+            tied[setting] = kendall_tau_b(tied_ranks(g["predicted_s"], tol), g["measured_mean_s"])
         by = g.set_index("system")
         for base in SYSTEMS[2:]:  # the baselines, at launch and at topology placement
             if "ours" in by.index and base in by.index:
@@ -236,6 +258,11 @@ def score(
     summary["kendall_tau_per_setting"] = taus
     finite = [v for v in taus.values() if np.isfinite(v)]
     summary["kendall_tau_mean"] = float(np.mean(finite)) if finite else float("nan")
+    if tol is not None:  # secondary, with the tie rule registered in the settings file
+        summary["tie_tolerance"] = float(tol)
+        summary["kendall_tau_tied_per_setting"] = tied
+        finite = [v for v in tied.values() if np.isfinite(v)]
+        summary["kendall_tau_tied_mean"] = float(np.mean(finite)) if finite else float("nan")
     summary["ratio_errors"] = ratios
     summary["ratio_abs_error_max"] = max((abs(r["error"]) for r in ratios), default=float("nan"))
     summary["cv_flagged"] = (
@@ -305,6 +332,16 @@ def _markdown(res: dict) -> str:
         "Kendall τ-b of the systems/layouts per setting (predicted vs measured order): "
         + ", ".join(f"{k} {v:.2f}" for k, v in s["kendall_tau_per_setting"].items())
         + f"; mean {s['kendall_tau_mean']:.2f}.",
+    ]
+    if "tie_tolerance" in s:
+        lines += [
+            "",
+            f"Secondary, with the tie rule registered before the runs (predictions within "
+            f"{100 * s['tie_tolerance']:.0f}% of a faster one count as tied): "
+            + ", ".join(f"{k} {v:.2f}" for k, v in s["kendall_tau_tied_per_setting"].items())
+            + f"; mean {s['kendall_tau_tied_mean']:.2f}. The target is the plain τ above.",
+        ]
+    lines += [
         "",
         "| setting | ratio | predicted | measured | error |",
         "|---|---|---|---|---|",

@@ -1,7 +1,8 @@
 """Validation settings: one emulated network + model shape + parallel layout per entry.
 
-A settings file is JSON: ``{"settings": [{...}, ...]}``; every entry names the fields of
-:class:`Setting` (defaults below). Loading checks every field and names the entry and field
+A settings file is JSON: ``{"settings": [{...}, ...], "rules": {...}}``; every entry names the
+fields of :class:`Setting` (defaults below); ``rules`` (optional, :func:`load_rules`) fixes
+scoring rules before the runs. Loading checks every field and names the entry and field
 that is wrong.
 """
 
@@ -19,6 +20,7 @@ __all__ = [
     "SYSTEMS",
     "DEFAULT_SYSTEMS",
     "baseline_placement",
+    "load_rules",
     "load_settings",
     "read_document",
 ]
@@ -162,6 +164,30 @@ def read_document(path: str | Path, what: str, valid, expected: str, hint: str =
     if not isinstance(data, dict) or not valid(data):
         raise ValueError(f"{what} {path}: {expected}")
     return data
+
+
+def load_rules(path: str | Path) -> dict:
+    """The settings file's optional ``"rules"`` object: scoring rules fixed with the settings,
+    so they are registered (committed in the predictions) before any run they score. Known:
+    ``tie_tolerance`` (a fraction in [0, 0.5)): systems whose predictions lie within it of each
+    other count as tied in the secondary Kendall τ (:func:`repro.validation.score.tied_ranks`)."""
+    data = read_document(
+        path,
+        "validation settings file",
+        lambda d: isinstance(d.get("rules", {}), dict),
+        '"rules" must be an object',
+    )
+    rules = dict(data.get("rules", {}))
+    unknown = sorted(set(rules) - {"tie_tolerance"})
+    if unknown:
+        raise ValueError(f"validation settings file {path}: unknown rule(s) {unknown}")
+    tol = rules.get("tie_tolerance")
+    if tol is not None and not (isinstance(tol, int | float) and 0 <= tol < 0.5):
+        raise ValueError(
+            f"validation settings file {path}: tie_tolerance must be a number in [0, 0.5), "
+            f"got {tol!r}"
+        )
+    return rules
 
 
 def load_settings(path: str | Path) -> list[Setting]:

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from repro.validation.score import kendall_tau_b, score
 from tests.unit._validation import predictions as _predictions
+from tests.unit._validation import profile as _profile
 from tests.unit._validation import setting as _setting
 
 # ---------------------------------------------------------------- scoring
@@ -175,3 +176,55 @@ def test_score_flags_a_large_spread_and_names_its_cause(repo):
     assert t.loc["ours", "cv_flagged"] and "load" in t.loc["ours", "spread_causes"]
     assert not t.loc["megatron", "cv_flagged"]
     assert res["summary"]["variance_verdict"] == "FAIL"
+
+
+def test_tied_ranks_anchor_at_the_group_minimum():
+    from repro.validation.score import tied_ranks
+
+    assert tied_ranks([2.0, 1.0, 1.04], 0.05) == [1, 0, 0]
+    assert tied_ranks([1.0, 1.04, 1.08, 1.12], 0.05) == [0, 0, 1, 1]  # no chaining
+    assert tied_ranks([3.0, 1.0, 2.0], 0.0) == [2, 0, 1]
+
+
+def test_registered_tie_rule_scores_a_secondary_tau_beside_the_plain_one(tmp_path):
+    """Megatron and DeepSpeed predicted 2% apart and measured in the other order: the plain τ
+    counts the swap, the registered 5% tie rule does not; without a rule there is no
+    secondary τ. The predictions' rules are what the score reads."""
+    from repro.validation.score import _markdown
+
+    doc = _predictions(_setting())
+    pred = {"ours": 1.0, "ours_random": 1.5, "megatron": 2.0, "deepspeed": 2.04}
+    meas = {"ours": 1.0, "ours_random": 1.5, "megatron": 2.1, "deepspeed": 2.0}
+    for p in doc["predictions"]:
+        p["predicted_iter_time_s"] = pred[p["system"]]
+    pf, mf = tmp_path / "p.json", tmp_path / "m.csv"
+    pf.write_text(json.dumps(doc))
+    rows = _rows(doc, pf, "x", _now())
+    rows["iter_time_s"] = rows["system"].map(meas) * (1 + 0.001 * rows["repeat"])
+    rows.to_csv(mf, index=False)
+    plain = score(pf, mf, check_registration=False)["summary"]
+    assert plain["kendall_tau_mean"] == pytest.approx(4 / 6)
+    assert "kendall_tau_tied_mean" not in plain
+    pf.write_text(json.dumps({**doc, "rules": {"tie_tolerance": 0.05}}))
+    res = score(pf, mf, check_registration=False)
+    s = res["summary"]
+    assert s["kendall_tau_mean"] == pytest.approx(4 / 6)  # the plain τ is unchanged
+    assert s["kendall_tau_tied_mean"] == pytest.approx(5 / (5 * 6) ** 0.5)
+    assert "registered before the runs" in _markdown(res)
+
+
+def test_settings_rules_are_checked_and_registered(tmp_path):
+    from repro.validation.predict import predict_file
+    from repro.validation.settings import load_rules
+
+    s = _setting()
+    sf, prof = tmp_path / "s.json", tmp_path / "prof.json"
+    prof.write_text(json.dumps(_profile(s)))
+    for bad, match in (({"tie": 0.1}, "unknown rule"), ({"tie_tolerance": 0.7}, r"\[0, 0.5\)")):
+        sf.write_text(json.dumps({"settings": [s.to_dict()], "rules": bad}))
+        with pytest.raises(ValueError, match=match):
+            load_rules(sf)
+    sf.write_text(json.dumps({"settings": [s.to_dict()], "rules": {"tie_tolerance": 0.05}}))
+    assert predict_file(sf, prof, schedule_trials=10)["rules"] == {"tie_tolerance": 0.05}
+    sf.write_text(json.dumps({"settings": [s.to_dict()]}))
+    assert predict_file(sf, prof, schedule_trials=10)["rules"] == {}
