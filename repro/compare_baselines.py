@@ -37,7 +37,7 @@ if __package__ in (None, ""):  # run as a script: make the checkout importable
 
 import pandas as pd  # noqa: E402
 
-from system.results import atomic_write_text  # noqa: E402
+from system.results import atomic_write_text, has_stored_rows, read_rows  # noqa: E402
 
 MATCH = [
     "case",
@@ -52,10 +52,12 @@ MATCH = [
 
 
 def _rows(d: Path) -> pd.DataFrame:
-    """``d/runs.csv`` (system/results.collect), lists as their JSON text; empty if absent."""
-    if not (d / "runs.csv").exists():
+    """The study's newest row per setting (:func:`system.results.read_rows`: ``runs.parquet``
+    and the parts of a sweep that stopped before compacting them), lists as their JSON text;
+    empty if nothing is stored."""
+    if not has_stored_rows(d):
         return pd.DataFrame()
-    df = pd.read_csv(d / "runs.csv")
+    df = read_rows(d)
     if "placement" in df:  # rows from before placement was recorded ran in launch order
         df["placement"] = df["placement"].fillna("launch")
     elif "system" in df and df["system"].isin(["megatron", "deepspeed"]).any():
@@ -227,7 +229,7 @@ def emulated_table(base: pd.DataFrame, ours: pd.DataFrame) -> str:
             ("ours (random, mean)", sel[(sel.system == "ours_random") & (sel.status == "ok")]),
         ):
             if len(o):
-                meas, sim = o.iter_time_s.mean(), o.sim_iter_time_s.mean()
+                meas, sim = o.iter_time_s.mean(), o.predicted_iter_time_s.mean()
                 cfg = f"pp{int(o.pp.iloc[0])} dp{int(o.dp.iloc[0])}, {len(o)} run(s)"
                 how = "scheduled" if name == "ours" else "random"
                 lines.append(

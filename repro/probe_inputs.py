@@ -31,6 +31,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 
+if __package__ in (None, ""):  # run as a script: make the checkout importable
+    sys.path.insert(0, str(ROOT))
+
+from system.results import has_stored_rows, read_rows  # noqa: E402
+
 # A four-device topology file with two slots: the cross-region bandwidth and an extra field on
 # one pair (the unit tests of the config errors write the same bad files).
 TOPOLOGY = """name: t
@@ -334,12 +339,9 @@ def _run_side(rev: str, probes: list[Probe], before: bool) -> dict[str, Outcome]
 
 
 def _describe(folder: Path) -> str:
-    """Rows a results folder holds (row files of the old store, else runs.parquet) + REPORT.md."""
-    rows = len(list((folder / "rows").glob("*.json"))) if (folder / "rows").is_dir() else 0
-    if not rows and (folder / "runs.parquet").exists():
-        import pandas as pd
-
-        rows = len(pd.read_parquet(folder / "runs.parquet"))
+    """Rows a results folder holds (every row the store reads: ``runs.parquet``, parts not yet
+    compacted, row files of the old store) + whether it has REPORT.md."""
+    rows = len(read_rows(folder, history=True)) if has_stored_rows(folder) else 0
     report = "yes" if (folder / "REPORT.md").exists() else "no"
     return f"left {rows} rows, REPORT.md: {report}"
 

@@ -18,7 +18,8 @@ A study folder holds:
 
 **Reads** (:func:`read_rows`, :func:`run_ids`) merge the consolidated table with every part.
 **Compaction** folds the parts into ``runs.parquet`` and rebuilds ``runs.csv`` under the lock:
-the new table is written and ``fsync``-ed before the parts it holds are deleted. A crash after
+the new table is written and ``fsync``-ed before the parts it holds are deleted; it also deletes
+the temporary files of writers killed before their rename (:data:`STALE_TMP_AGE_S`). A crash after
 the table is written and before its parts are gone leaves rows that exist twice; a row's key is
 ``(run_id, timestamp_utc)``, and a part's row whose key the consolidated table already holds is
 dropped on read, so no row is ever counted twice and compacting again is harmless. Readers list
@@ -92,6 +93,7 @@ __all__ = [
     "compact",
     "deferred_collect",
     "PARTS",
+    "STALE_TMP_AGE_S",
     "study_lock",
     "BASELINE_SYSTEMS",
     "SIMULATED_SYSTEMS",
@@ -205,6 +207,16 @@ def _is_missing_val(v) -> bool:
 
 
 PARTS = "parts"  # the folder of a study's part files
+# A compaction deletes a temporary file in parts/ (".<part name>.<random>.tmp", left by a writer
+# killed between creating it and the rename) once it has not been modified for this long. Why a
+# live writer loses nothing: write_rows creates, writes, fsyncs and renames the file in one call
+# that takes seconds, so a file untouched for an hour belongs to a dead writer, with a margin far
+# above the clock difference between the host that set the mtime (the file server, on a shared
+# filesystem) and the compacting host. Even a writer stalled for longer (a suspended job) loses
+# no row silently: its fsync or rename finds the file gone and write_rows raises. The age alone
+# decides because the host and pid in the name cannot: another host's processes are invisible
+# here, a container sharing the host name has its own pid namespace, and pids are reused.
+STALE_TMP_AGE_S = 3600.0
 _HOST = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname()) or "host"
 # Set while a sweep job runs (:func:`deferred_collect`): writes add parts, the sweep compacts.
 _DEFER: ContextVar[bool] = ContextVar("results_deferred_collect", default=False)
@@ -416,6 +428,31 @@ def has_stored_rows(results_dir: str | Path) -> bool:
     return (d / "runs.parquet").exists() or bool(_parts(d)) or (d / "rows").is_dir()
 
 
+def _remove_stale_tmp(d: Path) -> int:
+    """Under the study lock: delete the temporary files of writers that were killed before
+    their rename; returns how many. A part's, once :data:`STALE_TMP_AGE_S` old; a table's
+    (``.runs.parquet.*.tmp``, ``.runs.csv.*.tmp``) at once, since only a compaction writes the
+    tables, under the lock this one holds, so their writer is dead."""
+    now_s = time.time()
+    stale = []
+    if (d / PARTS).is_dir():
+        for f in (d / PARTS).iterdir():
+            if not (f.name.startswith(".") and f.name.endswith(".tmp")):
+                continue
+            try:
+                age_s = now_s - f.stat().st_mtime
+            except FileNotFoundError:  # renamed into a part (or deleted) since listed
+                continue
+            if age_s > STALE_TMP_AGE_S:
+                stale.append(f)
+    stale += [*d.glob(".runs.parquet.*.tmp"), *d.glob(".runs.csv.*.tmp")]
+    for f in stale:
+        f.unlink(missing_ok=True)
+    if stale:
+        log.info("%s: %d temporary files of killed writers deleted", d, len(stale))
+    return len(stale)
+
+
 def _write_tables(d: Path, full) -> Path:
     atomic_write(d / "runs.parquet", lambda tmp: full.to_parquet(tmp, index=False), durable=True)
     latest = _latest_of(full)
@@ -485,6 +522,7 @@ def _fold(d: Path, *, force: bool) -> Path:
             _write_tables(d, full)  # runs.parquet durable before any part goes
         for f in parts:
             f.unlink(missing_ok=True)
+        _remove_stale_tmp(d)
         return csv
 
 

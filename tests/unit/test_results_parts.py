@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -11,6 +13,7 @@ import pytest
 
 from system.results import (
     PARTS,
+    STALE_TMP_AGE_S,
     compact,
     deferred_collect,
     make_row,
@@ -169,6 +172,82 @@ def test_a_write_leaves_no_temporary_file(tmp_path):
     compact(tmp_path)
     left = [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp")]
     assert not left and os.listdir(tmp_path / PARTS) == []
+
+
+def _age(f: Path, age_s: float) -> None:
+    """Set ``f``'s modification time ``age_s`` into the past (as if its writer stopped then)."""
+    then = time.time() - age_s
+    os.utime(f, (then, then))
+
+
+def test_compaction_deletes_only_stale_temporary_files(tmp_path):
+    write_rows(tmp_path, _rows(2), collect_after=False)
+    name = f".{time.time_ns():020d}-otherhost-4242-0badcafe.parquet"
+    stale, fresh = tmp_path / PARTS / f"{name}.k1q2.tmp", tmp_path / PARTS / f"{name}.z9x8.tmp"
+    table_tmp = tmp_path / ".runs.parquet.a1b2.tmp"  # a compaction killed mid-write (fresh)
+    other = tmp_path / ".REPORT.md.c3d4.tmp"  # not the store's: never touched
+    for f in (stale, fresh, table_tmp, other):
+        f.write_bytes(b"PAR1 half written")
+    _age(stale, STALE_TMP_AGE_S + 60)
+    _age(fresh, STALE_TMP_AGE_S - 60)  # old, but its writer could still be renaming it
+    compact(tmp_path)
+    assert not stale.exists() and not table_tmp.exists()
+    assert fresh.exists() and other.exists()
+    assert not _parts(tmp_path) and len(read_rows(tmp_path)) == 2  # the part was folded in
+
+
+def _write_and_hang(folder: str, ready: str) -> None:
+    """A sweep job's write that stops after writing its part's temporary file, before the
+    fsync and rename (the test kills it there)."""
+    real = pd.DataFrame.to_parquet
+
+    def write_then_hang(self, path, *args, **kwargs):
+        real(self, path, *args, **kwargs)
+        Path(ready).write_text(str(path))
+        time.sleep(30)  # killed long before; bounded if the test died first
+
+    pd.DataFrame.to_parquet = write_then_hang
+    write_rows(folder, _rows(2), collect_after=False)
+
+
+def test_a_writer_killed_before_its_rename_leaves_a_tmp_that_compaction_removes(tmp_path):
+    ready = tmp_path / "ready.txt"
+    proc = mp.get_context("spawn").Process(
+        target=_write_and_hang, args=(str(tmp_path / "study"), str(ready))
+    )
+    proc.start()
+    try:
+        deadline = time.monotonic() + 60  # a spawned interpreter imports pandas first
+        while not ready.exists() and proc.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ready.exists(), f"the writer never reached its rename (exit code {proc.exitcode})"
+    finally:
+        proc.kill()  # SIGKILL: no except/finally of the writer runs
+        proc.join(timeout=10)
+    assert proc.exitcode == -signal.SIGKILL
+    tmp = Path(ready.read_text())
+    assert tmp.parent == tmp_path / "study" / PARTS and tmp.name.endswith(".tmp")
+    assert tmp.exists() and tmp.stat().st_size > 0 and not _parts(tmp_path / "study")
+    compact(tmp_path / "study")
+    assert tmp.exists()  # just written: its writer could be alive as far as the rule can tell
+    _age(tmp, STALE_TMP_AGE_S + 1)
+    compact(tmp_path / "study")
+    assert not tmp.exists() and os.listdir(tmp_path / "study" / PARTS) == []
+    assert len(read_rows(tmp_path / "study")) == 0  # the killed write stored nothing
+
+
+def test_a_writer_whose_tmp_was_deleted_raises(tmp_path, monkeypatch):
+    """What a writer stalled past STALE_TMP_AGE_S sees if a compaction deletes its file."""
+    real = pd.DataFrame.to_parquet
+
+    def write_then_lose(self, path, *args, **kwargs):
+        real(self, path, *args, **kwargs)
+        Path(path).unlink()
+
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", write_then_lose)
+    with pytest.raises(FileNotFoundError):
+        write_rows(tmp_path, _rows(1), collect_after=False)
+    assert not _parts(tmp_path)
 
 
 def _mixed_study(d: Path) -> None:
