@@ -46,9 +46,13 @@ class BaselineSpec(SpecBase):
 
     def workload(self) -> Workload:
         """The workload; the baselines train in fp32, so activations and gradients are 4 B."""
-        return Workload(model=self.gpt_config(), global_batch_size=self.global_batch_size,
-                        micro_batch_size=self.micro_batch_size, activation_bytes=4,
-                        gradient_bytes=4)
+        return Workload(
+            model=self.gpt_config(),
+            global_batch_size=self.global_batch_size,
+            micro_batch_size=self.micro_batch_size,
+            activation_bytes=4,
+            gradient_bytes=4,
+        )
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -77,20 +81,25 @@ def check_spec(spec: BaselineSpec) -> None:
     m = spec.gpt_config()
     spec.workload().check_layout(spec.pp, spec.dp)
     if m.num_attention_heads % spec.tp or m.hidden_size % spec.tp:
-        raise ValueError(f"baseline spec: tp={spec.tp} does not divide num_attention_heads="
-                         f"{m.num_attention_heads} and hidden_size={m.hidden_size}")
+        raise ValueError(
+            f"baseline spec: tp={spec.tp} does not divide num_attention_heads="
+            f"{m.num_attention_heads} and hidden_size={m.hidden_size}"
+        )
     if spec.system == "deepspeed":
         if spec.tp != 1:
             raise ValueError("baseline spec: deepspeed runs with tp=1 (no tensor parallelism)")
         if spec.zero is None or spec.zero not in (0, 1, 2, 3):
             raise ValueError(f"baseline spec: deepspeed needs zero in 0..3, got {spec.zero!r}")
         if spec.pp > 1 and spec.zero > 1:
-            raise ValueError(f"baseline spec: deepspeed pipeline (pp={spec.pp}) supports ZeRO "
-                             f"stage 0 or 1 only, got zero={spec.zero}")
+            raise ValueError(
+                f"baseline spec: deepspeed pipeline (pp={spec.pp}) supports ZeRO "
+                f"stage 0 or 1 only, got zero={spec.zero}"
+            )
 
 
-def metrics_from(spec: BaselineSpec, losses: Sequence[float],
-                 iter_times_s: Sequence[float]) -> dict:
+def metrics_from(
+    spec: BaselineSpec, losses: Sequence[float], iter_times_s: Sequence[float]
+) -> dict:
     """Per-run metrics the same way as our runtime: median iteration time after the first."""
     import statistics
 

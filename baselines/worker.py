@@ -24,9 +24,18 @@ from system.runtime.data import SyntheticData, micro_batches
 
 log = logging.getLogger(__name__)
 
-__all__ = ["load_spec", "init_distributed", "replica_micro_batches", "IterationTimer",
-           "global_mean_loss", "max_over_ranks", "write_result", "shutdown", "metrics",
-           "calibrated_cpu_hardware"]
+__all__ = [
+    "load_spec",
+    "init_distributed",
+    "replica_micro_batches",
+    "IterationTimer",
+    "global_mean_loss",
+    "max_over_ranks",
+    "write_result",
+    "shutdown",
+    "metrics",
+    "calibrated_cpu_hardware",
+]
 
 
 def load_spec(argv: list[str], *, expect_system: str) -> BaselineSpec:
@@ -36,9 +45,11 @@ def load_spec(argv: list[str], *, expect_system: str) -> BaselineSpec:
     spec = BaselineSpec.from_json(Path(argv[0]).read_text())
     if spec.system != expect_system:
         raise ValueError(f"spec is for system {spec.system!r}, this worker runs {expect_system!r}")
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format=f"[rank {os.environ.get('RANK', '?')}] %(levelname)s %(name)s: "
-                               "%(message)s")
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format=f"[rank {os.environ.get('RANK', '?')}] %(levelname)s %(name)s: %(message)s",
+    )
     return spec
 
 
@@ -56,8 +67,7 @@ def init_distributed(spec: BaselineSpec) -> torch.device:
         from system.runtime.store import bind_to_advertised_address
 
         bind_to_advertised_address()  # rank 0's store: MASTER_ADDR only, never every interface
-        dist.init_process_group(backend=backend,
-                                timeout=datetime.timedelta(seconds=spec.timeout_s))
+        dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=spec.timeout_s))
     if dist.get_world_size() != spec.world_size:
         raise ValueError(f"world size {dist.get_world_size()} != tp·pp·dp = {spec.world_size}")
     return device
@@ -65,15 +75,24 @@ def init_distributed(spec: BaselineSpec) -> torch.device:
 
 def data_for(spec: BaselineSpec) -> SyntheticData:
     m = spec.gpt_config()
-    return SyntheticData(vocab_size=m.vocab_size, seq_length=m.seq_length,
-                         global_batch_size=spec.global_batch_size, seed=spec.seed)
+    return SyntheticData(
+        vocab_size=m.vocab_size,
+        seq_length=m.seq_length,
+        global_batch_size=spec.global_batch_size,
+        seed=spec.seed,
+    )
 
 
-def replica_micro_batches(spec: BaselineSpec, it: int, dp_rank: int,
-                          dp_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def replica_micro_batches(
+    spec: BaselineSpec, it: int, dp_rank: int, dp_size: int
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Iteration ``it``'s micro-batches (inputs, targets) for data-parallel replica ``dp_rank``."""
-    return micro_batches(data_for(spec).batch(it), dp=dp_size, replica=dp_rank,
-                         micro_batch_size=spec.micro_batch_size)
+    return micro_batches(
+        data_for(spec).batch(it),
+        dp=dp_size,
+        replica=dp_rank,
+        micro_batch_size=spec.micro_batch_size,
+    )
 
 
 class IterationTimer:
@@ -178,6 +197,11 @@ def calibrated_cpu_hardware(spec: BaselineSpec, repeats: int = 5):
     compute_s, optim_s = statistics.median(step_s[2:]), statistics.median(opt_s[2:])
     flops = Workload(model=m, global_batch_size=spec.micro_batch_size).model_flops(recompute=True)
     params = sum(p.numel() for p in model.parameters())
-    return Hardware(name="cpu-1-thread (calibrated)", peak_flops=flops / compute_s,
-                    achievable_fraction=1.0, memory_bytes=16 * 2**30, reserved_bytes=2**30,
-                    hbm_bandwidth_bps=8.0 * ADAM_BYTES_PER_PARAM * params / optim_s)
+    return Hardware(
+        name="cpu-1-thread (calibrated)",
+        peak_flops=flops / compute_s,
+        achievable_fraction=1.0,
+        memory_bytes=16 * 2**30,
+        reserved_bytes=2**30,
+        hbm_bandwidth_bps=8.0 * ADAM_BYTES_PER_PARAM * params / optim_s,
+    )

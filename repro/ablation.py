@@ -40,7 +40,6 @@ from system.workload import DTFM_REFERENCE
 log = logging.getLogger(__name__)
 
 
-
 @dataclass
 class Args:
     """``key=value`` arguments (``python repro/ablation.py trials=20``)."""

@@ -48,7 +48,6 @@ from system.workload import Workload, get_workload, tasklet_sizes
 log = logging.getLogger(__name__)
 
 
-
 @dataclass
 class Args:
     """``key=value`` arguments (``python repro/bench_hetero.py seeds=0``)."""

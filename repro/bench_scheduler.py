@@ -87,11 +87,13 @@ SPOT_VARIANTS = {
     "spot_16x2": dict(host_sizes=(2,) * 16 + (1,) * 32, across_gbps=1.25, inside_gbps=100.0),
     "spot_4x8": dict(host_sizes=(8,) * 4 + (1,) * 32, across_gbps=1.25, inside_gbps=100.0),
     "spot_12x4": dict(host_sizes=(4,) * 12 + (1,) * 16, across_gbps=1.25, inside_gbps=100.0),
-    "spot_mixed": dict(host_sizes=(8,) * 2 + (4,) * 4 + (2,) * 8 + (1,) * 16, across_gbps=1.25,
-                       inside_gbps=100.0),
+    "spot_mixed": dict(
+        host_sizes=(8,) * 2 + (4,) * 4 + (2,) * 8 + (1,) * 16, across_gbps=1.25, inside_gbps=100.0
+    ),
     "spot_8x4_10g": dict(host_sizes=(4,) * 8 + (1,) * 32, across_gbps=10.0, inside_gbps=100.0),
-    "spot_8x4_slow_5ms": dict(host_sizes=(4,) * 8 + (1,) * 32, across_gbps=0.5,
-                              inside_gbps=100.0, across_delay_ms=5.0),
+    "spot_8x4_slow_5ms": dict(
+        host_sizes=(4,) * 8 + (1,) * 32, across_gbps=0.5, inside_gbps=100.0, across_delay_ms=5.0
+    ),
 }
 
 
@@ -110,24 +112,40 @@ def replicated_case5(per_region: int) -> Cluster:
     np.fill_diagonal(delay, c5.delay_ms[0, 1])  # intra-region link
     np.fill_diagonal(bw, c5.bandwidth_gbps[0, 1])
     reg = np.repeat(np.arange(len(c5.regions)), per_region)
-    return Cluster(name=f"case5x{per_region}", region_of=tuple(c5.regions[r] for r in reg),
-                   host_of=tuple(range(len(reg))), delay_ms=delay[np.ix_(reg, reg)],
-                   bandwidth_gbps=bw[np.ix_(reg, reg)],
-                   description=f"case 5 regions x {per_region} devices")
+    return Cluster(
+        name=f"case5x{per_region}",
+        region_of=tuple(c5.regions[r] for r in reg),
+        host_of=tuple(range(len(reg))),
+        delay_ms=delay[np.ix_(reg, reg)],
+        bandwidth_gbps=bw[np.ix_(reg, reg)],
+        description=f"case 5 regions x {per_region} devices",
+    )
 
 
 def _row(label: str, cluster: Cluster, method: str, res, **extra) -> dict:
-    return {"cluster": cluster.name, "num_devices": cluster.num_devices, "pp": res.assignment.pp,
-            "dp": res.assignment.dp, "row": label, "method": method,
-            "total_cost_s": res.cost.total_cost_s, "dp_cost_s": res.cost.dp_cost_s,
-            "pp_cost_s": res.cost.pp_cost_s, "search_time_s": res.search_time_s,
-            "search_cpu_s": (res.stats or {}).get("search_cpu_s"), "trials": res.trials,
-            "evaluations": res.evaluations, "best_from": (res.stats or {}).get("best_from", ""),
-            "stopped_by": (res.stats or {}).get("stopped_by", ""),
-            "initial_best_s": (res.stats or {}).get("initial_best_s"),
-            "bound_total_s": res.bound.total_bound_s if res.bound else None,
-            "bound_method": res.bound.method if res.bound else "", "gap_pct": res.gap_pct,
-            "time_to_best_s": _time_to_best(res), **extra}
+    return {
+        "cluster": cluster.name,
+        "num_devices": cluster.num_devices,
+        "pp": res.assignment.pp,
+        "dp": res.assignment.dp,
+        "row": label,
+        "method": method,
+        "total_cost_s": res.cost.total_cost_s,
+        "dp_cost_s": res.cost.dp_cost_s,
+        "pp_cost_s": res.cost.pp_cost_s,
+        "search_time_s": res.search_time_s,
+        "search_cpu_s": (res.stats or {}).get("search_cpu_s"),
+        "trials": res.trials,
+        "evaluations": res.evaluations,
+        "best_from": (res.stats or {}).get("best_from", ""),
+        "stopped_by": (res.stats or {}).get("stopped_by", ""),
+        "initial_best_s": (res.stats or {}).get("initial_best_s"),
+        "bound_total_s": res.bound.total_bound_s if res.bound else None,
+        "bound_method": res.bound.method if res.bound else "",
+        "gap_pct": res.gap_pct,
+        "time_to_best_s": _time_to_best(res),
+        **extra,
+    }
 
 
 def _time_to_best(res) -> float | None:
@@ -146,21 +164,40 @@ def _plateau(cfg: dict) -> list[dict]:
         for seed in [int(x) for x in cfg["seeds"].split(",")]:
             for label, structure in (("before", False), ("after", True)):
                 res = schedule(c, DTFM_REFERENCE, pp=8, dp=8, seed=seed, use_structure=structure)
-                rows.append(_row(label, c, "genetic", res, section="plateau", case=name,
-                                 seed=seed))
-                log.info("plateau %s seed %d %s: TOTAL %.3f (bound %.3f)", name, seed, label,
-                         res.cost.total_cost_s, res.bound.total_bound_s)
+                rows.append(_row(label, c, "genetic", res, section="plateau", case=name, seed=seed))
+                log.info(
+                    "plateau %s seed %d %s: TOTAL %.3f (bound %.3f)",
+                    name,
+                    seed,
+                    label,
+                    res.cost.total_cost_s,
+                    res.bound.total_bound_s,
+                )
     return rows
 
 
 def _gaps(cfg: dict) -> list[dict]:
     rows = []
-    for case, variant in (("1", "paper"), ("2", "paper"), ("2", "dtfm_code"), ("3", "paper"),
-                          ("4", "paper"), ("5", "paper")):
+    for case, variant in (
+        ("1", "paper"),
+        ("2", "paper"),
+        ("2", "dtfm_code"),
+        ("3", "paper"),
+        ("4", "paper"),
+        ("5", "paper"),
+    ):
         c = get_case(case, variant)
         res = schedule(c, DTFM_REFERENCE, pp=8, dp=8, seed=int(cfg["seed"]))
-        rows.append(_row("genetic", c, "genetic", res, section="gaps",
-                         case=case if variant == "paper" else f"{case}_{variant}"))
+        rows.append(
+            _row(
+                "genetic",
+                c,
+                "genetic",
+                res,
+                section="gaps",
+                case=case if variant == "paper" else f"{case}_{variant}",
+            )
+        )
     return rows
 
 
@@ -175,10 +212,20 @@ def _quality(cfg: dict) -> list[dict]:
         n = int(cfg["random_layouts"])
         r = schedule(c, DTFM_REFERENCE, method="random", trials=n, **kw)
         rows.append(_row(f"random_best_of_{n}", c, "random", r, section="quality", case=case))
-        rows.append({"section": "quality", "cluster": c.name, "num_devices": 64, "pp": 8, "dp": 8,
-                     "case": case, "row": "authors_best", "method": "authors_ga_4900_trials",
-                     "total_cost_s": AUTHORS_BEST_S[case],
-                     "search_time_s": 283.0 if case == "5" else None})
+        rows.append(
+            {
+                "section": "quality",
+                "cluster": c.name,
+                "num_devices": 64,
+                "pp": 8,
+                "dp": 8,
+                "case": case,
+                "row": "authors_best",
+                "method": "authors_ga_4900_trials",
+                "total_cost_s": AUTHORS_BEST_S[case],
+                "search_time_s": 283.0 if case == "5" else None,
+            }
+        )
     return rows
 
 
@@ -188,14 +235,30 @@ def _scaling(cfg: dict) -> list[dict]:
     for per_region in [int(x) for x in cfg["per_regions"].split(",")]:
         c = replicated_case5(per_region)
         pp, dp = c.num_devices // 8, 8
-        g = schedule(c, DTFM_REFERENCE, pp=pp, dp=dp, seed=seed, time_limit_s=limit,
-                     population=10)
-        rows.append(_row("scaling_genetic", c, "genetic", g, section="scaling",
-                         case=f"5x{per_region}", time_limit_s=limit))
+        g = schedule(c, DTFM_REFERENCE, pp=pp, dp=dp, seed=seed, time_limit_s=limit, population=10)
+        rows.append(
+            _row(
+                "scaling_genetic",
+                c,
+                "genetic",
+                g,
+                section="scaling",
+                case=f"5x{per_region}",
+                time_limit_s=limit,
+            )
+        )
         n = int(cfg["big_random_layouts"])
         r = schedule(c, DTFM_REFERENCE, pp=pp, dp=dp, method="random", trials=n, seed=seed)
-        rows.append(_row(f"scaling_random_best_of_{n}", c, "random", r, section="scaling",
-                         case=f"5x{per_region}"))
+        rows.append(
+            _row(
+                f"scaling_random_best_of_{n}",
+                c,
+                "random",
+                r,
+                section="scaling",
+                case=f"5x{per_region}",
+            )
+        )
     return rows
 
 
@@ -217,8 +280,12 @@ def _scale(cfg: dict) -> list[dict]:
     for per_region in [int(x) for x in cfg["scale_per_regions"].split(",")]:
         # case 2's shape scaled up: half the devices in 4-GPU hosts, half single GPUs, one region
         n = 8 * per_region
-        spot = spot_cluster(f"spot{n}", host_sizes=(4,) * (n // 8) + (1,) * (n // 2),
-                            across_gbps=1.25, inside_gbps=100.0)
+        spot = spot_cluster(
+            f"spot{n}",
+            host_sizes=(4,) * (n // 8) + (1,) * (n // 2),
+            across_gbps=1.25,
+            inside_gbps=100.0,
+        )
         instances.append((f"spot{n}", spot))
     for name, c in instances:
         pp, dp = c.num_devices // 8, 8
@@ -227,29 +294,63 @@ def _scale(cfg: dict) -> list[dict]:
         ev = PartitionEvaluator(c, DTFM_REFERENCE, pp=pp, dp=dp)
         start = greedy_seeds(ev)["greedy_pipeline"]  # groups in chain (stage) order
         greedy_s = time.perf_counter() - t0
-        state, st = hierarchical_search(ev, start, np.arange(pp), np.random.default_rng(seed),
-                                        time_limit_s=limit, max_moves=10**9)
+        state, st = hierarchical_search(
+            ev,
+            start,
+            np.arange(pp),
+            np.random.default_rng(seed),
+            time_limit_s=limit,
+            max_moves=10**9,
+        )
         wall_s, cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
         bound = lower_bound(c, DTFM_REFERENCE, pp=pp, dp=dp).total_bound_s
         improved = st.best_total_s < st.start_total_s - 1e-9
-        rows.append({
-            "section": "scale", "case": name, "cluster": c.name,
-            "num_devices": c.num_devices, "pp": pp, "dp": dp, "row": "hierarchical",
-            "method": "hierarchical", "initial_best_s": st.start_total_s,
-            "total_cost_s": st.best_total_s, "bound_total_s": bound,
-            "gap_pct": gap_pct(st.best_total_s, bound),
-            "start_gap_pct": gap_pct(st.start_total_s, bound),
-            "improvement_pct": 100.0 * (st.start_total_s - st.best_total_s) / st.start_total_s,
-            "time_to_best_s": greedy_s + st.time_to_best_s if improved else greedy_s,
-            "greedy_time_s": greedy_s, "search_time_s": wall_s, "search_cpu_s": cpu_s,
-            "trials": st.moves_tried, "moves_applied": st.moves_applied,
-            "stopped_by": st.stopped_by, "best_from": "hierarchical" if improved else "greedy",
-            "time_limit_s": limit, "load_avg_1min": load_1min,
-        })
-        curves += [{"case": name, "num_devices": c.num_devices, "time_s": greedy_s + t,
-                    "best_total_s": v, "bound_total_s": bound} for t, v in st.curve]
-        log.info("scale %d devices: greedy %.3f -> %.3f s (bound %.3f) in %.1f s",
-                 c.num_devices, st.start_total_s, st.best_total_s, bound, wall_s)
+        rows.append(
+            {
+                "section": "scale",
+                "case": name,
+                "cluster": c.name,
+                "num_devices": c.num_devices,
+                "pp": pp,
+                "dp": dp,
+                "row": "hierarchical",
+                "method": "hierarchical",
+                "initial_best_s": st.start_total_s,
+                "total_cost_s": st.best_total_s,
+                "bound_total_s": bound,
+                "gap_pct": gap_pct(st.best_total_s, bound),
+                "start_gap_pct": gap_pct(st.start_total_s, bound),
+                "improvement_pct": 100.0 * (st.start_total_s - st.best_total_s) / st.start_total_s,
+                "time_to_best_s": greedy_s + st.time_to_best_s if improved else greedy_s,
+                "greedy_time_s": greedy_s,
+                "search_time_s": wall_s,
+                "search_cpu_s": cpu_s,
+                "trials": st.moves_tried,
+                "moves_applied": st.moves_applied,
+                "stopped_by": st.stopped_by,
+                "best_from": "hierarchical" if improved else "greedy",
+                "time_limit_s": limit,
+                "load_avg_1min": load_1min,
+            }
+        )
+        curves += [
+            {
+                "case": name,
+                "num_devices": c.num_devices,
+                "time_s": greedy_s + t,
+                "best_total_s": v,
+                "bound_total_s": bound,
+            }
+            for t, v in st.curve
+        ]
+        log.info(
+            "scale %d devices: greedy %.3f -> %.3f s (bound %.3f) in %.1f s",
+            c.num_devices,
+            st.start_total_s,
+            st.best_total_s,
+            bound,
+            wall_s,
+        )
     out = cfg["out_dir"]
     if out and curves:
         df = pd.DataFrame(curves)
@@ -274,8 +375,11 @@ def _plot_curves(df: pd.DataFrame, path: str) -> None:
         ax.step(d["time_s"], d["best_total_s"], where="post", label="best TOTAL")
         ax.axhline(d["best_total_s"].iloc[0], ls=":", c="grey", label="greedy start")
         ax.axhline(d["bound_total_s"].iloc[0], ls="--", c="k", label="lower bound")
-        ax.set(title=f"{key}: {n} devices", xlabel="wall time s (incl. greedy start)",
-               ylabel="TOTAL s per iteration")
+        ax.set(
+            title=f"{key}: {n} devices",
+            xlabel="wall time s (incl. greedy start)",
+            ylabel="TOTAL s per iteration",
+        )
         ax.legend(fontsize=7)
     fig.tight_layout()
     buf = io.BytesIO()
@@ -287,8 +391,13 @@ def _plot_curves(df: pd.DataFrame, path: str) -> None:
     tmp.replace(path)
 
 
-SECTIONS = {"plateau": _plateau, "gaps": _gaps, "quality": _quality, "scaling": _scaling,
-            "scale": _scale}
+SECTIONS = {
+    "plateau": _plateau,
+    "gaps": _gaps,
+    "quality": _quality,
+    "scaling": _scaling,
+    "scale": _scale,
+}
 
 
 def run(cfg: dict) -> pd.DataFrame:
@@ -308,13 +417,34 @@ def run(cfg: dict) -> pd.DataFrame:
 def _markdown(df: pd.DataFrame, cfg: dict) -> str:
     from repro.report.tables import markdown_table
 
-    cols = ["section", "case", "seed", "num_devices", "pp", "dp", "row", "total_cost_s",
-            "bound_total_s", "gap_pct", "initial_best_s", "search_time_s", "time_to_best_s",
-            "search_cpu_s", "trials", "stopped_by", "best_from", "load_avg_1min"]
-    lines = ["# Scheduler benchmark (`python repro/bench_scheduler.py`)", "",
-             f"Settings: {cfg}. Sizes: DTFM_REFERENCE (c_dp = 0.65e9 B, c_pp = 0.4712492e9 B).",
-             "Wall times depend on machine load (shared 2-core machine); CPU seconds beside them.",
-             "", markdown_table(df.reindex(columns=cols), floatfmt=".3f")]
+    cols = [
+        "section",
+        "case",
+        "seed",
+        "num_devices",
+        "pp",
+        "dp",
+        "row",
+        "total_cost_s",
+        "bound_total_s",
+        "gap_pct",
+        "initial_best_s",
+        "search_time_s",
+        "time_to_best_s",
+        "search_cpu_s",
+        "trials",
+        "stopped_by",
+        "best_from",
+        "load_avg_1min",
+    ]
+    lines = [
+        "# Scheduler benchmark (`python repro/bench_scheduler.py`)",
+        "",
+        f"Settings: {cfg}. Sizes: DTFM_REFERENCE (c_dp = 0.65e9 B, c_pp = 0.4712492e9 B).",
+        "Wall times depend on machine load (shared 2-core machine); CPU seconds beside them.",
+        "",
+        markdown_table(df.reindex(columns=cols), floatfmt=".3f"),
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -327,35 +457,78 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = script_args(Args, argv)  # exits 2 with one line on a bad argument
     df = run(cfg)
     table = Table(title="scheduler benchmark (TOTAL = DP + 2 PP, seconds per iteration)")
-    for c in ("section", "case", "seed", "devices", "pp x dp", "row", "TOTAL s", "bound s",
-              "gap %", "wall s", "cpu s", "trials", "stopped by"):
+    for c in (
+        "section",
+        "case",
+        "seed",
+        "devices",
+        "pp x dp",
+        "row",
+        "TOTAL s",
+        "bound s",
+        "gap %",
+        "wall s",
+        "cpu s",
+        "trials",
+        "stopped by",
+    ):
         table.add_column(c)
 
     def fmt(v, f="{:.3f}"):
         return "" if v is None or (isinstance(v, float) and np.isnan(v)) else f.format(v)
 
     for _, r in df.iterrows():
-        table.add_row(str(r["section"]), str(r["case"]), fmt(r.get("seed"), "{:.0f}"),
-                      str(r["num_devices"]), f"{r['pp']}x{r['dp']}", r["row"],
-                      fmt(r["total_cost_s"]), fmt(r.get("bound_total_s")),
-                      fmt(r.get("gap_pct"), "{:.1f}"), fmt(r.get("search_time_s"), "{:.2f}"),
-                      fmt(r.get("search_cpu_s"), "{:.2f}"), fmt(r.get("trials"), "{:.0f}"),
-                      str(r.get("stopped_by") or ""))
+        table.add_row(
+            str(r["section"]),
+            str(r["case"]),
+            fmt(r.get("seed"), "{:.0f}"),
+            str(r["num_devices"]),
+            f"{r['pp']}x{r['dp']}",
+            r["row"],
+            fmt(r["total_cost_s"]),
+            fmt(r.get("bound_total_s")),
+            fmt(r.get("gap_pct"), "{:.1f}"),
+            fmt(r.get("search_time_s"), "{:.2f}"),
+            fmt(r.get("search_cpu_s"), "{:.2f}"),
+            fmt(r.get("trials"), "{:.0f}"),
+            str(r.get("stopped_by") or ""),
+        )
     console().print(table)
     scale = df[df["section"] == "scale"] if "section" in df else df.iloc[:0]
     if len(scale):
         t2 = Table(title="section scale: hierarchical search vs its greedy start (TOTAL s)")
-        for c in ("case", "devices", "greedy start", "final", "bound", "gap % start", "gap % final",
-                  "improved %", "time to best s", "wall s", "cpu s", "moves", "load 1 min"):
+        for c in (
+            "case",
+            "devices",
+            "greedy start",
+            "final",
+            "bound",
+            "gap % start",
+            "gap % final",
+            "improved %",
+            "time to best s",
+            "wall s",
+            "cpu s",
+            "moves",
+            "load 1 min",
+        ):
             t2.add_column(c)
         for _, r in scale.iterrows():
-            t2.add_row(str(r["case"]), str(r["num_devices"]), fmt(r["initial_best_s"]),
-                       fmt(r["total_cost_s"]),
-                       fmt(r["bound_total_s"]), fmt(r["start_gap_pct"], "{:.2f}"),
-                       fmt(r["gap_pct"], "{:.2f}"), fmt(r["improvement_pct"], "{:.3f}"),
-                       fmt(r["time_to_best_s"], "{:.2f}"), fmt(r["search_time_s"], "{:.1f}"),
-                       fmt(r["search_cpu_s"], "{:.1f}"), fmt(r["trials"], "{:.0f}"),
-                       fmt(r["load_avg_1min"], "{:.2f}"))
+            t2.add_row(
+                str(r["case"]),
+                str(r["num_devices"]),
+                fmt(r["initial_best_s"]),
+                fmt(r["total_cost_s"]),
+                fmt(r["bound_total_s"]),
+                fmt(r["start_gap_pct"], "{:.2f}"),
+                fmt(r["gap_pct"], "{:.2f}"),
+                fmt(r["improvement_pct"], "{:.3f}"),
+                fmt(r["time_to_best_s"], "{:.2f}"),
+                fmt(r["search_time_s"], "{:.1f}"),
+                fmt(r["search_cpu_s"], "{:.1f}"),
+                fmt(r["trials"], "{:.0f}"),
+                fmt(r["load_avg_1min"], "{:.2f}"),
+            )
         console().print(t2)
     return 0
 

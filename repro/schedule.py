@@ -46,7 +46,6 @@ log = logging.getLogger("repro.schedule")
 __all__ = ["ScheduleConfig", "parse_args", "default_layout", "run", "main"]
 
 
-
 @dataclass
 class ScheduleConfig(SearchOptions):
     """The arguments of this script (the search knobs come from :class:`SearchOptions`)."""

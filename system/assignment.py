@@ -30,10 +30,13 @@ class Assignment:
     def __post_init__(self) -> None:
         s = np.array(self.stages, dtype=np.int64)
         if s.ndim != 2 or s.size == 0:
-            raise ValueError(f"assignment: stages must be a non-empty (pp, dp) table, got shape {s.shape}")
+            raise ValueError(
+                f"assignment: stages must be a non-empty (pp, dp) table, got shape {s.shape}"
+            )
         if sorted(s.ravel().tolist()) != list(range(s.size)):
             raise ValueError(
-                f"assignment: stages must hold each device 0..{s.size - 1} exactly once, got {s.tolist()}"
+                f"assignment: stages must hold each device 0..{s.size - 1} exactly once, "
+                f"got {s.tolist()}"
             )
         s.setflags(write=False)
         object.__setattr__(self, "stages", s)
@@ -92,7 +95,9 @@ class Assignment:
         a = cls(np.asarray(data["stages"]))
         for k in ("pp", "dp"):
             if k in data and int(data[k]) != getattr(a, k):
-                raise ValueError(f"assignment: {k}={data[k]} disagrees with stages shape {a.stages.shape}")
+                raise ValueError(
+                    f"assignment: {k}={data[k]} disagrees with stages shape {a.stages.shape}"
+                )
         return a
 
     @classmethod
@@ -104,7 +109,8 @@ class Assignment:
 
 
 def identity_assignment(pp: int, dp: int) -> Assignment:
-    """Devices in launch order: stage s holds devices s·dp … s·dp+dp−1 (Megatron's default order)."""
+    """Devices in launch order: stage s holds devices s·dp … s·dp+dp−1 (Megatron's default
+    order)."""
     return Assignment(np.arange(pp * dp).reshape(pp, dp))
 
 

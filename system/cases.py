@@ -53,19 +53,26 @@ CASE4_REGIONS = ("Virginia", "Oregon", "California", "Ohio")
 CASE5_REGIONS = ("Oregon", "Virginia", "Ohio", "Tokyo", "Seoul", "London", "Frankfurt", "Ireland")
 DEBUG_REGIONS = ("Oregon", "Virginia", "Tokyo", "Frankfurt")
 
-NVLINK_GBPS = 1200.0  # V100 NVLink, 300 GB/s aggregate = 150 GB/s per direction (NVIDIA V100 datasheet)
+NVLINK_GBPS = (
+    1200.0  # V100 NVLink, 300 GB/s aggregate = 150 GB/s per direction (NVIDIA V100 datasheet)
+)
 DTFM_INTRA_HOST = 100.0  # the authors' matrices: 100 (read as Gbit/s) inside a host, cases 1-2
 
 
 def read_pair_table(path: str | Path) -> PairTable:
-    """Read region pairs from CSV or YAML/JSON rows with region_a, region_b, delay_ms, bandwidth_gbps."""
+    """Read region pairs from CSV or YAML/JSON rows with region_a, region_b, delay_ms,
+    bandwidth_gbps."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"pair table {path} does not exist")
     if path.suffix.lower() in (".yaml", ".yml", ".json"):
         import yaml  # PyYAML arrives with hydra-core/omegaconf
 
-        data = yaml.safe_load(path.read_text()) if path.suffix != ".json" else json.loads(path.read_text())
+        data = (
+            yaml.safe_load(path.read_text())
+            if path.suffix != ".json"
+            else json.loads(path.read_text())
+        )
         rows = data["pairs"] if isinstance(data, dict) else data
     else:
         with path.open(newline="") as f:
@@ -105,7 +112,9 @@ def _pairs_from_rows(rows: Sequence[dict], where: str) -> PairTable:
             raise ValueError(f"{where}: row {n}: need delay_ms >= 0 and bandwidth_gbps > 0")
         key = frozenset((str(row["region_a"]), str(row["region_b"])))
         if key in table and table[key] != (delay, bw):
-            raise ValueError(f"{where}: row {n}: pair {sorted(key)} given twice with different values")
+            raise ValueError(
+                f"{where}: row {n}: pair {sorted(key)} given twice with different values"
+            )
         table[key] = (delay, bw)
     return table
 
@@ -192,7 +201,9 @@ def cluster_from_files(
         p = Path(devices)
         if not p.exists():
             raise FileNotFoundError(f"device list {p} does not exist")
-        lines = [ln.strip() for ln in p.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+        lines = [
+            ln.strip() for ln in p.read_text().splitlines() if ln.strip() and not ln.startswith("#")
+        ]
         if lines and "region" in lines[0].split(","):
             rows = list(csv.DictReader(lines))
             region_of = [r["region"] for r in rows]
@@ -248,14 +259,23 @@ def case2(variant: str = "paper") -> Cluster:
     """
     unit = 8.0 if variant == "dtfm_code" else 1.0
     return spot_cluster(
-        "case2-datacenter-spot", host_sizes=(4,) * 8 + (1,) * 32,
-        across_gbps=10.0 / unit, inside_gbps=DTFM_INTRA_HOST if variant == "dtfm_code" else 100.0,
-        meta=_meta("2", variant))
+        "case2-datacenter-spot",
+        host_sizes=(4,) * 8 + (1,) * 32,
+        across_gbps=10.0 / unit,
+        inside_gbps=DTFM_INTRA_HOST if variant == "dtfm_code" else 100.0,
+        meta=_meta("2", variant),
+    )
 
 
-def spot_cluster(name: str, *, host_sizes: Sequence[int], across_gbps: float,
-                 inside_gbps: float, across_delay_ms: float = 0.0, meta: dict | None = None,
-                 ) -> Cluster:
+def spot_cluster(
+    name: str,
+    *,
+    host_sizes: Sequence[int],
+    across_gbps: float,
+    inside_gbps: float,
+    across_delay_ms: float = 0.0,
+    meta: dict | None = None,
+) -> Cluster:
     """One data center of hosts with ``host_sizes`` GPUs each (case 2's shape and its variants).
 
     Devices are numbered host by host; links inside a host run at ``inside_gbps`` with no delay,
@@ -267,8 +287,10 @@ def spot_cluster(name: str, *, host_sizes: Sequence[int], across_gbps: float,
         raise ValueError(f"spot cluster {name!r}: host_sizes must be positive, got {host_sizes}")
     hosts = [h for h, k in enumerate(host_sizes) for _ in range(k)]
     big = [k for k in host_sizes if k > 1]
-    shape = " + ".join(f"{n} hosts x {k} GPUs" for k, n in
-                       sorted(((k, host_sizes.count(k)) for k in set(host_sizes)), reverse=True))
+    shape = " + ".join(
+        f"{n} hosts x {k} GPUs"
+        for k, n in sorted(((k, host_sizes.count(k)) for k in set(host_sizes)), reverse=True)
+    )
     return cluster_from_regions(
         name,
         ["dc"] * len(hosts),
@@ -290,15 +312,25 @@ def case3(variant: str = "paper") -> Cluster:
     return cluster_from_regions(
         "case3-two-campuses",
         ["Ohio"] * 32 + ["Virginia"] * 32,
-        {frozenset(("Ohio",)): intra, frozenset(("Virginia",)): intra,
-         frozenset(("Ohio", "Virginia")): across},
+        {
+            frozenset(("Ohio",)): intra,
+            frozenset(("Virginia",)): intra,
+            frozenset(("Ohio", "Virginia")): across,
+        },
         description="two campuses joined by a 1.12 Gbit/s link",
         meta=_meta("3", variant),
     )
 
 
-def _regional(name: str, regions: Sequence[str], per_region: int, table: str, variant: str,
-              case: str, description: str) -> Cluster:
+def _regional(
+    name: str,
+    regions: Sequence[str],
+    per_region: int,
+    table: str,
+    variant: str,
+    case: str,
+    description: str,
+) -> Cluster:
     intra_ms = 10.0 if variant == "dtfm_code" else 5.0
     return cluster_from_regions(
         name,
@@ -313,20 +345,41 @@ def _regional(name: str, regions: Sequence[str], per_region: int, table: str, va
 
 def case4(variant: str = "paper") -> Cluster:
     """Case 4, regional geo-distributed (§4.1): 16 GPUs in each of 4 US regions."""
-    return _regional("case4-regional", CASE4_REGIONS, 16, "aws_region_pairs_case4.csv", variant,
-                     "4", "4 US regions x 16 GPUs, 5 ms / 2 Gbit/s inside a region")
+    return _regional(
+        "case4-regional",
+        CASE4_REGIONS,
+        16,
+        "aws_region_pairs_case4.csv",
+        variant,
+        "4",
+        "4 US regions x 16 GPUs, 5 ms / 2 Gbit/s inside a region",
+    )
 
 
 def case5(variant: str = "paper") -> Cluster:
     """Case 5, worldwide geo-distributed (§4.1): 8 GPUs in each of 8 regions on 4 continents."""
-    return _regional("case5-worldwide", CASE5_REGIONS, 8, "aws_region_pairs_case5.csv", variant,
-                     "5", "8 regions x 8 GPUs, 5 ms / 2 Gbit/s inside a region")
+    return _regional(
+        "case5-worldwide",
+        CASE5_REGIONS,
+        8,
+        "aws_region_pairs_case5.csv",
+        variant,
+        "5",
+        "8 regions x 8 GPUs, 5 ms / 2 Gbit/s inside a region",
+    )
 
 
 def debug(variant: str = "paper") -> Cluster:
     """Debug case: 8 devices, 2 in each of 4 worldwide regions (case-5 links); fast tests."""
-    return _regional("debug", DEBUG_REGIONS, 2, "aws_region_pairs_case5.csv", variant,
-                     "debug", "4 worldwide regions x 2 devices")
+    return _regional(
+        "debug",
+        DEBUG_REGIONS,
+        2,
+        "aws_region_pairs_case5.csv",
+        variant,
+        "debug",
+        "4 worldwide regions x 2 devices",
+    )
 
 
 # Mixed fleet: (region, GPU type, hosts, GPUs per host, Gbit/s inside a host). Instance shapes
@@ -352,19 +405,30 @@ def mixed(variant: str = "paper") -> Cluster:
             region_of += [region] * per_host
             host_of += [len(inside) - 1] * per_host
             gpu_of += [gpu] * per_host
-    c = cluster_from_regions("mixed-fleet", region_of,
-                             _packaged_table("aws_region_pairs_case5.csv"),
-                             intra_delay_ms=10.0 if variant == "dtfm_code" else 5.0,
-                             intra_bandwidth_gbps=2.0, host_of=host_of)
+    c = cluster_from_regions(
+        "mixed-fleet",
+        region_of,
+        _packaged_table("aws_region_pairs_case5.csv"),
+        intra_delay_ms=10.0 if variant == "dtfm_code" else 5.0,
+        intra_bandwidth_gbps=2.0,
+        host_of=host_of,
+    )
     delay, bw = c.delay_ms.copy(), c.bandwidth_gbps.copy()
     h = np.asarray(host_of)
     same = np.equal.outer(h, h)
     delay[same] = 0.0
     bw[same] = np.asarray(inside)[h][:, None].repeat(len(h), axis=1)[same]
-    return Cluster(name="mixed-fleet", region_of=tuple(region_of), host_of=tuple(host_of),
-                   delay_ms=delay, bandwidth_gbps=bw, host_nic_gbps=None, gpu_of=tuple(gpu_of),
-                   description="16 A100 (Oregon) + 16 V100 (Virginia) + 16 T4 (Ohio) + 16 L4 "
-                               "(Frankfurt)", meta=_meta("mixed", variant))
+    return Cluster(
+        name="mixed-fleet",
+        region_of=tuple(region_of),
+        host_of=tuple(host_of),
+        delay_ms=delay,
+        bandwidth_gbps=bw,
+        host_nic_gbps=None,
+        gpu_of=tuple(gpu_of),
+        description="16 A100 (Oregon) + 16 V100 (Virginia) + 16 T4 (Ohio) + 16 L4 (Frankfurt)",
+        meta=_meta("mixed", variant),
+    )
 
 
 CASES: dict[str, Callable[[str], Cluster]] = {
@@ -389,12 +453,12 @@ TOPOLOGY_KEYS = ("name", "devices", "pairs", "intra_delay_ms", "intra_bandwidth_
 def load_topology(path: str | Path) -> Cluster:
     """A user topology file (YAML or JSON), usable wherever a case name is::
 
-        name: three-sites                 # optional (default: the file name)
-        devices: [Oregon, Oregon, Tokyo]  # region of each device, in device order
-        pairs:                            # one row per region pair (and {r, r} inside r)
-          - {region_a: Oregon, region_b: Tokyo, delay_ms: 48.5, bandwidth_gbps: 0.6}
-        intra_delay_ms: 0.1               # optional: links inside a region without a row
-        intra_bandwidth_gbps: 10
+    name: three-sites                 # optional (default: the file name)
+    devices: [Oregon, Oregon, Tokyo]  # region of each device, in device order
+    pairs:                            # one row per region pair (and {r, r} inside r)
+      - {region_a: Oregon, region_b: Tokyo, delay_ms: 48.5, bandwidth_gbps: 0.6}
+    intra_delay_ms: 0.1               # optional: links inside a region without a row
+    intra_bandwidth_gbps: 10
     """
     import yaml  # PyYAML arrives with hydra-core/omegaconf
 
@@ -415,9 +479,13 @@ def load_topology(path: str | Path) -> Cluster:
     for k in ("intra_delay_ms", "intra_bandwidth_gbps"):
         if data.get(k) is not None:
             intra[k] = _number(data[k], k, str(p), 0)
-    return cluster_from_regions(str(data.get("name") or p.stem), devices,
-                                _pairs_from_rows(data.get("pairs"), str(p)),
-                                meta={"source": str(p)}, **intra)
+    return cluster_from_regions(
+        str(data.get("name") or p.stem),
+        devices,
+        _pairs_from_rows(data.get("pairs"), str(p)),
+        meta={"source": str(p)},
+        **intra,
+    )
 
 
 def get_case(name: str | int, variant: str = "paper") -> Cluster:
@@ -427,7 +495,9 @@ def get_case(name: str | int, variant: str = "paper") -> Cluster:
         return load_topology(name)
     key = _ALIASES.get(str(name), str(name))
     if key not in CASES:
-        raise ValueError(f"unknown case {name!r}; known: {', '.join(CASES)} (or {', '.join(_ALIASES)})")
+        raise ValueError(
+            f"unknown case {name!r}; known: {', '.join(CASES)} (or {', '.join(_ALIASES)})"
+        )
     if variant not in VARIANTS:
         raise ValueError(f"unknown case variant {variant!r}; known: {', '.join(VARIANTS)}")
     return CASES[key](variant)

@@ -151,7 +151,9 @@ class Cluster:
         if idx.size == 0 or len(set(idx.tolist())) != idx.size:
             raise ValueError(f"subset of {self.name!r}: devices must be distinct and non-empty")
         if idx.min() < 0 or idx.max() >= self.num_devices:
-            raise ValueError(f"subset of {self.name!r}: device ids outside 0..{self.num_devices - 1}")
+            raise ValueError(
+                f"subset of {self.name!r}: device ids outside 0..{self.num_devices - 1}"
+            )
         hosts = [self.host_of[i] for i in idx]
         remap = {h: k for k, h in enumerate(dict.fromkeys(hosts))}
         nics = None

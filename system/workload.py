@@ -67,11 +67,23 @@ class GPTConfig:
 
 MODELS: dict[str, GPTConfig] = {
     # GPT3-1.3B (GPT3 "XL"): the paper's model; layers vary over {24, 32, 40}.
-    "gpt3_xl": GPTConfig(name="gpt3_xl", num_layers=24, hidden_size=2048, num_attention_heads=16,
-                         seq_length=2048, vocab_size=GPT2_VOCAB),
+    "gpt3_xl": GPTConfig(
+        name="gpt3_xl",
+        num_layers=24,
+        hidden_size=2048,
+        num_attention_heads=16,
+        seq_length=2048,
+        vocab_size=GPT2_VOCAB,
+    ),
     # Tiny model for tests and CPU runs (a 50k vocabulary makes a CPU step ~7x slower).
-    "debug": GPTConfig(name="debug", num_layers=4, hidden_size=64, num_attention_heads=4,
-                       seq_length=32, vocab_size=512),
+    "debug": GPTConfig(
+        name="debug",
+        num_layers=4,
+        hidden_size=64,
+        num_attention_heads=4,
+        seq_length=32,
+        vocab_size=512,
+    ),
 }
 
 

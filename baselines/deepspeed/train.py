@@ -88,14 +88,19 @@ def _train_zero(ds, spec: BaselineSpec, device: torch.device) -> tuple[list[floa
     return losses, times
 
 
-def _train_pipeline(ds, spec: BaselineSpec,
-                    device: torch.device) -> tuple[list[float], list[float]]:
+def _train_pipeline(
+    ds, spec: BaselineSpec, device: torch.device
+) -> tuple[list[float], list[float]]:
     from deepspeed.pipe import PipelineModule
 
     layers = layer_list(spec.gpt_config(), spec.seed)
-    module = PipelineModule(layers=layers, num_stages=spec.pp, loss_fn=lm_loss,
-                            partition_method="uniform",
-                            activation_checkpoint_interval=1 if spec.recompute else 0)
+    module = PipelineModule(
+        layers=layers,
+        num_stages=spec.pp,
+        loss_fn=lm_loss,
+        partition_method="uniform",
+        activation_checkpoint_interval=1 if spec.recompute else 0,
+    )
     params = [p for p in module.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=spec.lr, betas=(0.9, 0.999), weight_decay=0.0)
     engine, _, _, _ = ds.initialize(model=module, optimizer=opt, config=ds_config(spec))
@@ -104,8 +109,10 @@ def _train_pipeline(ds, spec: BaselineSpec,
     is_last = engine.is_last_stage()
     losses, times = [], []
     for it in range(spec.iters):
-        micro = [(x.to(device), y.to(device))
-                 for x, y in wc.replica_micro_batches(spec, it, dp_rank, dp_size)]
+        micro = [
+            (x.to(device), y.to(device))
+            for x, y in wc.replica_micro_batches(spec, it, dp_rank, dp_size)
+        ]
         with wc.IterationTimer(device, spec) as timer:
             loss = engine.train_batch(data_iter=iter(micro))  # mean over micro-batches and DP
         # train_batch already averaged over DP; every replica's last stage adds it once

@@ -44,37 +44,61 @@ def _build(spec: BaselineSpec, device: torch.device):
 
     from baselines.megatron import cpu_shim
 
-    ps.initialize_model_parallel(tensor_model_parallel_size=spec.tp,
-                                 pipeline_model_parallel_size=spec.pp)
+    ps.initialize_model_parallel(
+        tensor_model_parallel_size=spec.tp, pipeline_model_parallel_size=spec.pp
+    )
     cpu_shim.install(spec.seed, use_cpu=device.type == "cpu")
     m = spec.gpt_config()
     config = TransformerConfig(
-        num_layers=m.num_layers, hidden_size=m.hidden_size,
-        num_attention_heads=m.num_attention_heads, ffn_hidden_size=m.ffn_mult * m.hidden_size,
-        hidden_dropout=0.0, attention_dropout=0.0,
-        tensor_model_parallel_size=spec.tp, pipeline_model_parallel_size=spec.pp,
-        pipeline_dtype=torch.float32, params_dtype=torch.float32,
-        use_cpu_initialization=device.type == "cpu", perform_initialization=True,
-        gradient_accumulation_fusion=False, masked_softmax_fusion=False,
-        bias_activation_fusion=False, bias_dropout_fusion=False, apply_rope_fusion=False,
-        persist_layer_norm=False, sequence_parallel=False,
+        num_layers=m.num_layers,
+        hidden_size=m.hidden_size,
+        num_attention_heads=m.num_attention_heads,
+        ffn_hidden_size=m.ffn_mult * m.hidden_size,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        tensor_model_parallel_size=spec.tp,
+        pipeline_model_parallel_size=spec.pp,
+        pipeline_dtype=torch.float32,
+        params_dtype=torch.float32,
+        use_cpu_initialization=device.type == "cpu",
+        perform_initialization=True,
+        gradient_accumulation_fusion=False,
+        masked_softmax_fusion=False,
+        bias_activation_fusion=False,
+        bias_dropout_fusion=False,
+        apply_rope_fusion=False,
+        persist_layer_norm=False,
+        sequence_parallel=False,
         recompute_granularity="full" if spec.recompute else None,
         recompute_method="uniform" if spec.recompute else None,
         recompute_num_layers=1 if spec.recompute else None,
     )
     model = GPTModel(
-        config=config, transformer_layer_spec=get_gpt_layer_local_spec(),
-        vocab_size=m.vocab_size, max_sequence_length=m.seq_length,
-        pre_process=ps.is_pipeline_first_stage(), post_process=ps.is_pipeline_last_stage(),
-        share_embeddings_and_output_weights=False, position_embedding_type="learned_absolute",
+        config=config,
+        transformer_layer_spec=get_gpt_layer_local_spec(),
+        vocab_size=m.vocab_size,
+        max_sequence_length=m.seq_length,
+        pre_process=ps.is_pipeline_first_stage(),
+        post_process=ps.is_pipeline_last_stage(),
+        share_embeddings_and_output_weights=False,
+        position_embedding_type="learned_absolute",
     ).to(device)
-    ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=False,
-                                               use_distributed_optimizer=False)
+    ddp_config = DistributedDataParallelConfig(
+        grad_reduce_in_fp32=True, overlap_grad_reduce=False, use_distributed_optimizer=False
+    )
     model = DistributedDataParallel(config=config, ddp_config=ddp_config, module=model)
     config.finalize_model_grads_func = finalize_model_grads
-    opt_config = OptimizerConfig(optimizer="adam", lr=spec.lr, weight_decay=0.0, adam_beta1=0.9,
-                                 adam_beta2=0.999, clip_grad=0.0, fp16=False, bf16=False,
-                                 use_distributed_optimizer=False)
+    opt_config = OptimizerConfig(
+        optimizer="adam",
+        lr=spec.lr,
+        weight_decay=0.0,
+        adam_beta1=0.9,
+        adam_beta2=0.999,
+        clip_grad=0.0,
+        fp16=False,
+        bf16=False,
+        use_distributed_optimizer=False,
+    )
     optimizer = get_megatron_optimizer(opt_config, [model])
     return model, optimizer, config
 
@@ -110,10 +134,15 @@ def train(spec: BaselineSpec) -> dict:
         model.zero_grad_buffer()
         optimizer.zero_grad()
         with wc.IterationTimer(device, spec) as timer:
-            out = forward_backward(forward_step_func=forward_step, data_iterator=iter(micro),
-                                   model=[model], num_microbatches=len(micro),
-                                   seq_length=m.seq_length, micro_batch_size=spec.micro_batch_size,
-                                   forward_only=False)
+            out = forward_backward(
+                forward_step_func=forward_step,
+                data_iterator=iter(micro),
+                model=[model],
+                num_microbatches=len(micro),
+                seq_length=m.seq_length,
+                micro_batch_size=spec.micro_batch_size,
+                forward_only=False,
+            )
             ok, _, _ = optimizer.step()
             if not ok:
                 raise RuntimeError(f"megatron: optimizer step skipped at iteration {it}")

@@ -1,4 +1,5 @@
-"""Simulator vs emulated runs: table + figure from ``mode=emulate`` rows (validation of the simulator).
+"""Simulator vs emulated runs: table + figure from ``mode=emulate`` rows (the simulator's
+validation).
 
     python -m repro.report.emulation results/emulation
 
@@ -23,8 +24,18 @@ from repro.report.figures import save_figure
 from repro.report.tables import markdown_table
 from system.results import atomic_write_text, read_rows
 
-SETTING = ["case", "devices", "num_devices", "pp", "dp", "global_batch_size", "num_layers",
-           "hidden_size", "emu_bandwidth_scale", "emu_delay_scale"]
+SETTING = [
+    "case",
+    "devices",
+    "num_devices",
+    "pp",
+    "dp",
+    "global_batch_size",
+    "num_layers",
+    "hidden_size",
+    "emu_bandwidth_scale",
+    "emu_delay_scale",
+]
 
 
 def load(results_dir: str | Path) -> pd.DataFrame:
@@ -75,30 +86,50 @@ def summarize(df: pd.DataFrame) -> dict:
     for _, g in df.groupby("setting"):
         sch, rnd = g[g["layout"] == "scheduled"], g[g["layout"] == "random"]
         if len(sch) and len(rnd):
-            speed.append({"case": g["case"].iloc[0], "devices": g["devices"].iloc[0],
-                          "batch": int(g["global_batch_size"].iloc[0]),
-                          "hidden": int(g["hidden_size"].iloc[0]),
-                          "pp": int(g["pp"].iloc[0]), "dp": int(g["dp"].iloc[0]),
-                          "scheduled_s": float(sch["iter_time_s"].mean()),
-                          "random_mean_s": float(rnd["iter_time_s"].mean()),
-                          "measured_speedup": float(rnd["iter_time_s"].mean() / sch["iter_time_s"].mean()),
-                          "simulated_speedup": float(rnd["predicted_iter_time_s"].mean()
-                                                     / sch["predicted_iter_time_s"].mean())})
-    return {"runs": len(df), "settings": int(df["setting"].nunique()),
-            "mape_pct": float(df["abs_pct_err"].mean()), "max_abs_pct_err": float(df["abs_pct_err"].max()),
-            "kendall_tau": tau, "kendall_pairs": pairs,
-            "warmup_iters": sorted({int(w) for w in df["warmup_iters"]}) if "warmup_iters" in df
-            else [1],
-            "mape_pct_after_first": float(first.mean()), "kendall_tau_after_first": tau_first,
-            "delayer_mean_late_ms_max": float(df["delayer_mean_late_ms"].max())
-            if "delayer_mean_late_ms" in df else float("nan"),
-            "mean_signed_err_pct": float(((df["predicted_iter_time_s"] / df["iter_time_s"] - 1) * 100).mean()),
-            "verify_all_ok": bool(df["verify_ok"].all()),
-            "verify_max_rtt_err": float(df["verify_max_rtt_err"].max()),
-            "verify_max_bw_err": float(df["verify_max_bw_err"].max()),
-            "verify_max_tcp_err": float(df["verify_max_tcp_err"].max())
-            if "verify_max_tcp_err" in df else float("nan"),
-            "scheduled_vs_random": speed}
+            speed.append(
+                {
+                    "case": g["case"].iloc[0],
+                    "devices": g["devices"].iloc[0],
+                    "batch": int(g["global_batch_size"].iloc[0]),
+                    "hidden": int(g["hidden_size"].iloc[0]),
+                    "pp": int(g["pp"].iloc[0]),
+                    "dp": int(g["dp"].iloc[0]),
+                    "scheduled_s": float(sch["iter_time_s"].mean()),
+                    "random_mean_s": float(rnd["iter_time_s"].mean()),
+                    "measured_speedup": float(
+                        rnd["iter_time_s"].mean() / sch["iter_time_s"].mean()
+                    ),
+                    "simulated_speedup": float(
+                        rnd["predicted_iter_time_s"].mean() / sch["predicted_iter_time_s"].mean()
+                    ),
+                }
+            )
+    return {
+        "runs": len(df),
+        "settings": int(df["setting"].nunique()),
+        "mape_pct": float(df["abs_pct_err"].mean()),
+        "max_abs_pct_err": float(df["abs_pct_err"].max()),
+        "kendall_tau": tau,
+        "kendall_pairs": pairs,
+        "warmup_iters": sorted({int(w) for w in df["warmup_iters"]})
+        if "warmup_iters" in df
+        else [1],
+        "mape_pct_after_first": float(first.mean()),
+        "kendall_tau_after_first": tau_first,
+        "delayer_mean_late_ms_max": float(df["delayer_mean_late_ms"].max())
+        if "delayer_mean_late_ms" in df
+        else float("nan"),
+        "mean_signed_err_pct": float(
+            ((df["predicted_iter_time_s"] / df["iter_time_s"] - 1) * 100).mean()
+        ),
+        "verify_all_ok": bool(df["verify_ok"].all()),
+        "verify_max_rtt_err": float(df["verify_max_rtt_err"].max()),
+        "verify_max_bw_err": float(df["verify_max_bw_err"].max()),
+        "verify_max_tcp_err": float(df["verify_max_tcp_err"].max())
+        if "verify_max_tcp_err" in df
+        else float("nan"),
+        "scheduled_vs_random": speed,
+    }
 
 
 def figure(df: pd.DataFrame, path: Path, summary: dict | None = None) -> None:
@@ -116,8 +147,14 @@ def figure(df: pd.DataFrame, path: Path, summary: dict | None = None) -> None:
     ax.fill_between(xs, 0.9 * xs, 1.1 * xs, color="0.88", label="±10%", zorder=0)
     ax.plot(xs, xs, "k-", lw=0.8, zorder=1)
     for (case, layout), g in df.groupby(["case", "layout"]):
-        ax.scatter(g["iter_time_s"], g["predicted_iter_time_s"], label=f"case {case}, {layout}",
-                   marker="o" if layout == "scheduled" else "x", s=30, zorder=3)
+        ax.scatter(
+            g["iter_time_s"],
+            g["predicted_iter_time_s"],
+            label=f"case {case}, {layout}",
+            marker="o" if layout == "scheduled" else "x",
+            s=30,
+            zorder=3,
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
@@ -131,8 +168,10 @@ def figure(df: pd.DataFrame, path: Path, summary: dict | None = None) -> None:
     ax.set_ylabel("simulated iteration time (s)")
     title = "simulator vs emulation (scaled cases 4, 5)"
     if summary:
-        title += f"\n{summary['runs']} runs: MAPE {summary['mape_pct']:.1f}%, " \
-                 f"Kendall τ {summary['kendall_tau']:.2f}"
+        title += (
+            f"\n{summary['runs']} runs: MAPE {summary['mape_pct']:.1f}%, "
+            f"Kendall τ {summary['kendall_tau']:.2f}"
+        )
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
@@ -147,49 +186,100 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no ok mode=emulate rows in {d}/runs.parquet", file=sys.stderr)
         return 2
     s = summarize(df)
-    cols = ["case", "devices", "pp", "dp", "global_batch_size", "hidden_size", "layout",
-            "layout_seed", "stages", "iter_time_s", "predicted_iter_time_s", "abs_pct_err",
-            "measured_dp_s", "sim_dp_span_s", "measured_wait_s", "sim_pipeline_s",
-            "compute_share", "verify_max_rtt_err", "verify_max_bw_err", "verify_max_tcp_err",
-            "delayer_mean_late_ms", "iter_times_s"]
+    cols = [
+        "case",
+        "devices",
+        "pp",
+        "dp",
+        "global_batch_size",
+        "hidden_size",
+        "layout",
+        "layout_seed",
+        "stages",
+        "iter_time_s",
+        "predicted_iter_time_s",
+        "abs_pct_err",
+        "measured_dp_s",
+        "sim_dp_span_s",
+        "measured_wait_s",
+        "sim_pipeline_s",
+        "compute_share",
+        "verify_max_rtt_err",
+        "verify_max_bw_err",
+        "verify_max_tcp_err",
+        "delayer_mean_late_ms",
+        "iter_times_s",
+    ]
     table = df[[c for c in cols if c in df]].sort_values(
-        ["case", "devices", "pp", "global_batch_size", "hidden_size", "layout", "layout_seed"])
+        ["case", "devices", "pp", "global_batch_size", "hidden_size", "layout", "layout_seed"]
+    )
     atomic_write_text(d / "validation.csv", table.to_csv(index=False))
     atomic_write_text(d / "validation.json", json.dumps(s, indent=1))
     ok = s["mape_pct"] <= 10.0 and s["kendall_tau"] >= 0.9 and s["runs"] >= 12
-    lines = ["# Simulator vs emulated runs", "",
-             f"{s['runs']} runs in {s['settings']} settings: MAPE {s['mape_pct']:.1f}% "
-             f"(max {s['max_abs_pct_err']:.1f}%, mean signed {s['mean_signed_err_pct']:+.1f}%), "
-             f"pooled Kendall τ of the layout ranking {s['kendall_tau']:.2f} over "
-             f"{s['kendall_pairs']} layout pairs. Target: MAPE ≤ 10% and τ ≥ 0.9 over "
-             f"≥ 12 runs: {'MET' if ok else 'MISSED'}.",
-             f"Measured = median iteration after {s['warmup_iters']} warm-up iteration(s); with "
-             f"only the first left out: MAPE {s['mape_pct_after_first']:.1f}%, τ "
-             f"{s['kendall_tau_after_first']:.2f}. Userspace delayer: worst per-run mean release "
-             f"lateness {s['delayer_mean_late_ms_max']:.2f} ms.",
-             f"Links verified before every run: all within tolerance = {s['verify_all_ok']}, "
-             f"max |RTT err| {100 * s['verify_max_rtt_err']:.1f}%, max |capacity err| "
-             f"{100 * s['verify_max_bw_err']:.1f}%, max |TCP message err| "
-             f"{100 * s['verify_max_tcp_err']:.1f}%.", ""]
-    runs = pd.DataFrame({
-        "case": table["case"], "devices": table["devices"],
-        "pp×dp": [f"{p}×{q}" for p, q in zip(table["pp"], table["dp"], strict=True)],
-        "batch": table["global_batch_size"], "hidden": table["hidden_size"],
-        "layout": table["layout"], "measured s": table["iter_time_s"],
-        "simulated s": table["predicted_iter_time_s"], "err %": table["abs_pct_err"],
-        "DP span meas/sim s": [f"{m:.2f}/{p:.2f}" for m, p in
-                               zip(table["measured_dp_s"], table["sim_dp_span_s"], strict=True)],
-        "compute share": table["compute_share"],
-        "delayer late ms": table.get("delayer_mean_late_ms", float("nan")),
-    })
-    lines += [markdown_table(runs, floatfmt=".2f", formats={"err %": ".1f"}), "",
-              "Scheduled vs random layouts (measured on emulated links):", ""]
-    pairs = pd.DataFrame(s["scheduled_vs_random"]).reindex(columns=[
-        "case", "devices", "pp", "dp", "batch", "hidden", "scheduled_s", "random_mean_s",
-        "measured_speedup", "simulated_speedup"])
+    lines = [
+        "# Simulator vs emulated runs",
+        "",
+        f"{s['runs']} runs in {s['settings']} settings: MAPE {s['mape_pct']:.1f}% "
+        f"(max {s['max_abs_pct_err']:.1f}%, mean signed {s['mean_signed_err_pct']:+.1f}%), "
+        f"pooled Kendall τ of the layout ranking {s['kendall_tau']:.2f} over "
+        f"{s['kendall_pairs']} layout pairs. Target: MAPE ≤ 10% and τ ≥ 0.9 over "
+        f"≥ 12 runs: {'MET' if ok else 'MISSED'}.",
+        f"Measured = median iteration after {s['warmup_iters']} warm-up iteration(s); with "
+        f"only the first left out: MAPE {s['mape_pct_after_first']:.1f}%, τ "
+        f"{s['kendall_tau_after_first']:.2f}. Userspace delayer: worst per-run mean release "
+        f"lateness {s['delayer_mean_late_ms_max']:.2f} ms.",
+        f"Links verified before every run: all within tolerance = {s['verify_all_ok']}, "
+        f"max |RTT err| {100 * s['verify_max_rtt_err']:.1f}%, max |capacity err| "
+        f"{100 * s['verify_max_bw_err']:.1f}%, max |TCP message err| "
+        f"{100 * s['verify_max_tcp_err']:.1f}%.",
+        "",
+    ]
+    runs = pd.DataFrame(
+        {
+            "case": table["case"],
+            "devices": table["devices"],
+            "pp×dp": [f"{p}×{q}" for p, q in zip(table["pp"], table["dp"], strict=True)],
+            "batch": table["global_batch_size"],
+            "hidden": table["hidden_size"],
+            "layout": table["layout"],
+            "measured s": table["iter_time_s"],
+            "simulated s": table["predicted_iter_time_s"],
+            "err %": table["abs_pct_err"],
+            "DP span meas/sim s": [
+                f"{m:.2f}/{p:.2f}"
+                for m, p in zip(table["measured_dp_s"], table["sim_dp_span_s"], strict=True)
+            ],
+            "compute share": table["compute_share"],
+            "delayer late ms": table.get("delayer_mean_late_ms", float("nan")),
+        }
+    )
+    lines += [
+        markdown_table(runs, floatfmt=".2f", formats={"err %": ".1f"}),
+        "",
+        "Scheduled vs random layouts (measured on emulated links):",
+        "",
+    ]
+    pairs = pd.DataFrame(s["scheduled_vs_random"]).reindex(
+        columns=[
+            "case",
+            "devices",
+            "pp",
+            "dp",
+            "batch",
+            "hidden",
+            "scheduled_s",
+            "random_mean_s",
+            "measured_speedup",
+            "simulated_speedup",
+        ]
+    )
     pairs.insert(2, "pp×dp", [f"{p}×{q}" for p, q in zip(pairs["pp"], pairs["dp"], strict=True)])
-    headers = {"scheduled_s": "scheduled s", "random_mean_s": "random mean s",
-               "measured_speedup": "measured ×", "simulated_speedup": "simulated ×"}
+    headers = {
+        "scheduled_s": "scheduled s",
+        "random_mean_s": "random mean s",
+        "measured_speedup": "measured ×",
+        "simulated_speedup": "simulated ×",
+    }
     lines.append(markdown_table(pairs.drop(columns=["pp", "dp"]), floatfmt=".2f", headers=headers))
     atomic_write_text(d / "validation.md", "\n".join(lines) + "\n")
     figure(df, d / "validation.png", s)

@@ -31,8 +31,11 @@ class CostBreakdown:
         return self.dp_cost_s + 2.0 * self.pp_cost_s
 
     def to_dict(self) -> dict:
-        return {"dp_cost_s": self.dp_cost_s, "pp_cost_s": self.pp_cost_s,
-                "total_cost_s": self.total_cost_s}
+        return {
+            "dp_cost_s": self.dp_cost_s,
+            "pp_cost_s": self.pp_cost_s,
+            "total_cost_s": self.total_cost_s,
+        }
 
 
 def check_sizes(cluster: Cluster, pp: int, dp: int) -> None:

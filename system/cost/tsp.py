@@ -93,13 +93,13 @@ def open_tsp_values(weights: np.ndarray) -> np.ndarray:
     out = np.empty(k)
     full = ((1 << m) - 1) * m
     for s in range(0, k, chunk):
-        out[s:s + chunk] = _held_karp(w[s:s + chunk])[:, full:full + m].min(axis=1)
+        out[s : s + chunk] = _held_karp(w[s : s + chunk])[:, full : full + m].min(axis=1)
     return out
 
 
 def path_cost(weights: np.ndarray, order: list[int]) -> float:
     w = np.asarray(weights, dtype=float)
-    return float(sum(w[a, b] for a, b in zip(order[:-1], order[1:])))
+    return float(sum(w[a, b] for a, b in zip(order[:-1], order[1:], strict=True)))
 
 
 def _exact_path(w: np.ndarray) -> list[int]:
@@ -142,15 +142,15 @@ def _two_opt(w: np.ndarray, order: np.ndarray, max_moves: int = 10_000) -> np.nd
     upper = np.triu(np.ones((m, m), dtype=bool), k=1)
     for _ in range(max_moves):
         c = wp[q[:-1], q[1:]]  # (m+1,) edge k joins q[k], q[k+1]
-        x = wp[np.ix_(q[0:m], q[1:m + 1])]  # x[i-1, j-1] = w(q[i-1], q[j])
-        y = wp[np.ix_(q[1:m + 1], q[2:m + 2])]  # y[i-1, j-1] = w(q[i], q[j+1])
-        delta = x + y - c[0:m, None] - c[None, 1:m + 1]
+        x = wp[np.ix_(q[0:m], q[1 : m + 1])]  # x[i-1, j-1] = w(q[i-1], q[j])
+        y = wp[np.ix_(q[1 : m + 1], q[2 : m + 2])]  # y[i-1, j-1] = w(q[i], q[j+1])
+        delta = x + y - c[0:m, None] - c[None, 1 : m + 1]
         delta[~upper] = 0.0
         k = int(np.argmin(delta))
         i, j = divmod(k, m)
         if delta[i, j] >= -1e-12:
             break
-        q[i + 1:j + 2] = q[i + 1:j + 2][::-1].copy()
+        q[i + 1 : j + 2] = q[i + 1 : j + 2][::-1].copy()
     return q[1:-1]
 
 

@@ -1,4 +1,5 @@
-"""WAN emulation (paper §4.1): network namespaces + HTB + per-pair delay, and tc scripts for real hosts."""
+"""WAN emulation (paper §4.1): network namespaces + HTB + per-pair delay, and tc scripts for
+real hosts."""
 
 from system.emulation.plan import EmulationPlan, make_plan
 

@@ -56,24 +56,33 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "tc-script":
             from system.emulation.tcscript import read_hosts, write_scripts
 
-            paths = write_scripts(_cluster(args), read_hosts(args.hosts), args.out, dev=args.dev,
-                                  bandwidth_scale=args.bandwidth_scale,
-                                  delay_scale=args.delay_scale, mtu=args.mtu)
+            paths = write_scripts(
+                _cluster(args),
+                read_hosts(args.hosts),
+                args.out,
+                dev=args.dev,
+                bandwidth_scale=args.bandwidth_scale,
+                delay_scale=args.delay_scale,
+                mtu=args.mtu,
+            )
             print("\n".join(str(p) for p in paths))
         else:
             from system.emulation.netns import Emulation
             from system.emulation.plan import make_plan
             from system.emulation.verify import verify_links
 
-            plan = make_plan(_cluster(args), bandwidth_scale=args.bandwidth_scale,
-                             delay_scale=args.delay_scale)
+            plan = make_plan(
+                _cluster(args), bandwidth_scale=args.bandwidth_scale, delay_scale=args.delay_scale
+            )
             with Emulation(plan, backend=args.backend) as emu:
                 rep = verify_links(plan, pairs=args.pairs, on_fail="warn")
                 rep["backend"] = emu.backend
             print(f"{'pair':>7} {'RTT ms':>9} {'target':>9} {'Gbit/s':>8} {'target':>8} ok")
             for r in rep["pairs"]:
-                print(f"{r['src']:>3}->{r['dst']:<3} {r['rtt_ms']:9.2f} {r['target_rtt_ms']:9.2f} "
-                      f"{r['gbps']:8.4f} {r['target_gbps']:8.4f} {r['ok']}")
+                print(
+                    f"{r['src']:>3}->{r['dst']:<3} {r['rtt_ms']:9.2f} {r['target_rtt_ms']:9.2f} "
+                    f"{r['gbps']:8.4f} {r['target_gbps']:8.4f} {r['ok']}"
+                )
             return 0 if rep["ok"] else 1
     except (ValueError, FileNotFoundError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)

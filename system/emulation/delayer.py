@@ -104,8 +104,17 @@ def main(argv: list[str] | None = None) -> int:
     table = load_table(args.table)
     heap: list[tuple[float, int, object]] = []
     seq = 0
-    stats = {"packets": 0, "delayed": 0, "max_late_s": 0.0, "sum_late_s": 0.0, "max_backlog": 0,
-             "priority": "?", "stamped": 0, "max_intake_s": 0.0, "sum_intake_s": 0.0}
+    stats = {
+        "packets": 0,
+        "delayed": 0,
+        "max_late_s": 0.0,
+        "sum_late_s": 0.0,
+        "max_backlog": 0,
+        "priority": "?",
+        "stamped": 0,
+        "max_intake_s": 0.0,
+        "sum_intake_s": 0.0,
+    }
     stop = False
     stats["priority"] = priority
 
@@ -146,8 +155,14 @@ def main(argv: list[str] | None = None) -> int:
     stamp_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     stamp_sock.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_TIMESTAMP", 29), 1)
     nfq = NetfilterQueue()
-    nfq.bind(args.queue, on_packet, max_len=args.max_len, mode=COPY_PACKET, range=20,
-             sock_len=64 * 1024 * 1024)
+    nfq.bind(
+        args.queue,
+        on_packet,
+        max_len=args.max_len,
+        mode=COPY_PACKET,
+        range=20,
+        sock_len=64 * 1024 * 1024,
+    )
     sock = socket.fromfd(nfq.get_fd(), socket.AF_NETLINK, socket.SOCK_RAW)
     sock.setblocking(False)
     _write_json(args.ready_file, {"pid": os.getpid(), "queue": args.queue, "pairs": len(table)})

@@ -40,8 +40,16 @@ from system.emulation.shell import EmulationError, missing_tools, run_batch, run
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Emulation", "has_netem", "device_tc_lines", "device_route_lines", "htb_burst_bytes",
-           "tcp_congestion_control", "BURST_S", "STATE_ROOT"]
+__all__ = [
+    "Emulation",
+    "has_netem",
+    "device_tc_lines",
+    "device_route_lines",
+    "htb_burst_bytes",
+    "tcp_congestion_control",
+    "BURST_S",
+    "STATE_ROOT",
+]
 
 BURST_S = tc.BURST_S
 
@@ -55,8 +63,9 @@ def has_netem() -> bool:
     ns = f"{PREFIX}probe{os.getpid()}"
     run_cmd(["ip", "netns", "add", ns])
     try:
-        p = run_cmd(["tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"], ns=ns,
-                    check=False)
+        p = run_cmd(
+            ["tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"], ns=ns, check=False
+        )
         return p.returncode == 0
     finally:
         run_cmd(["ip", "netns", "del", ns], check=False)
@@ -69,9 +78,17 @@ def htb_burst_bytes(rate_bps: float) -> int:
 
 def _peers(plan: EmulationPlan, i: int) -> list[tc.Peer]:
     rate, delay, goodput = plan.rate_bps, plan.delay_s, plan.goodput_bps
-    return [tc.Peer(index=j, ip=plan.ip(j), rate_bps=float(rate[i, j]),
-                    delay_s=float(delay[i, j]), goodput_bps=float(goodput[i, j]))
-            for j in range(plan.num_devices) if j != i]
+    return [
+        tc.Peer(
+            index=j,
+            ip=plan.ip(j),
+            rate_bps=float(rate[i, j]),
+            delay_s=float(delay[i, j]),
+            goodput_bps=float(goodput[i, j]),
+        )
+        for j in range(plan.num_devices)
+        if j != i
+    ]
 
 
 def device_tc_lines(
@@ -93,8 +110,9 @@ def tcp_congestion_control() -> str | None:
     return "cubic" if "cubic" in have else None
 
 
-def device_route_lines(plan: EmulationPlan, i: int, *, dev: str = DEVICE_IFNAME,
-                       congctl: str | None = "cubic") -> list[str]:
+def device_route_lines(
+    plan: EmulationPlan, i: int, *, dev: str = DEVICE_IFNAME, congctl: str | None = "cubic"
+) -> list[str]:
     """Host routes from device i to every peer with a TCP window clamp of 1.25 x BDP + 64 KiB
     and CUBIC (:func:`system.emulation.tc.route_lines`, which says why).
 
@@ -115,8 +133,14 @@ class Emulation:
             emu.exec_prefix(0)   # ["ip", "netns", "exec", "dtfm-<tag>-d0"]
     """
 
-    def __init__(self, plan: EmulationPlan, *, backend: str = "auto",
-                 delayer_workers: int | None = None, shape_egress: bool = True) -> None:
+    def __init__(
+        self,
+        plan: EmulationPlan,
+        *,
+        backend: str = "auto",
+        delayer_workers: int | None = None,
+        shape_egress: bool = True,
+    ) -> None:
         if backend not in ("auto", "netem", "nfqueue"):
             raise ValueError(f"emulation backend must be auto, netem or nfqueue, got {backend!r}")
         workers = min(2, os.cpu_count() or 1) if delayer_workers is None else delayer_workers
@@ -171,8 +195,9 @@ class Emulation:
                 else:
                     stats[k] = v
         if self.backend == "nfqueue" and not self._closed:
-            p = run_cmd(["cat", "/proc/net/netfilter/nfnetlink_queue"], ns=self.plan.bridge_ns,
-                        check=False)
+            p = run_cmd(
+                ["cat", "/proc/net/netfilter/nfnetlink_queue"], ns=self.plan.bridge_ns, check=False
+            )
             for line in p.stdout.splitlines():  # queue, portid, waiting, mode, range,
                 cols = line.split()  # queue_dropped, user_dropped, ...
                 if len(cols) >= 7:
@@ -205,7 +230,9 @@ class Emulation:
     def setup(self) -> None:
         if os.geteuid() != 0:
             raise EmulationError("network emulation needs root (namespaces, tc, iptables)")
-        missing = missing_tools(("ip", "tc") if self.requested_backend == "netem" else ("ip", "tc", "iptables"))
+        missing = missing_tools(
+            ("ip", "tc") if self.requested_backend == "netem" else ("ip", "tc", "iptables")
+        )
         if missing:
             raise EmulationError(f"network emulation needs {', '.join(missing)} on PATH")
         t0 = time.perf_counter()
@@ -222,9 +249,15 @@ class Emulation:
             self.close()
             raise
         self.setup_s = time.perf_counter() - t0
-        log.info("emulation %s: %d devices, backend %s, bandwidth x%g, delay x%g (%.1f s)",
-                 self.plan.tag, self.plan.num_devices, self.backend, self.plan.bandwidth_scale,
-                 self.plan.delay_scale, self.setup_s)
+        log.info(
+            "emulation %s: %d devices, backend %s, bandwidth x%g, delay x%g (%.1f s)",
+            self.plan.tag,
+            self.plan.num_devices,
+            self.backend,
+            self.plan.bandwidth_scale,
+            self.plan.delay_scale,
+            self.setup_s,
+        )
 
     def _pick_backend(self) -> str:
         if self.requested_backend != "auto":
@@ -232,16 +265,22 @@ class Emulation:
         return "netem" if has_netem() else "nfqueue"
 
     def _write_state(self) -> None:
-        state = {"owner_pid": os.getpid(), "tag": self.plan.tag, "namespaces": self.plan.namespaces,
-                 "backend": self.backend}
+        state = {
+            "owner_pid": os.getpid(),
+            "tag": self.plan.tag,
+            "namespaces": self.plan.namespaces,
+            "backend": self.backend,
+        }
         (self.state_dir / "state.json").write_text(json.dumps(state))
 
     def _build(self) -> None:
         p, br = self.plan, self.plan.bridge_ns
         congctl = tcp_congestion_control()
         if congctl is None:
-            log.warning("emulation: this kernel has no CUBIC; TCP keeps the host's default "
-                        "congestion control (the link verification's TCP check will tell)")
+            log.warning(
+                "emulation: this kernel has no CUBIC; TCP keeps the host's default "
+                "congestion control (the link verification's TCP check will tell)"
+            )
         self.tcp_congestion_control = congctl or "default"
         for ns in p.namespaces:
             run_cmd(["ip", "netns", "add", ns])
@@ -249,15 +288,25 @@ class Emulation:
             run_cmd(["sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1"], ns=ns, check=False)
         bridge_lines = ["link add br0 type bridge", "link set br0 up"]
         for i in range(p.num_devices):
-            bridge_lines += [f"link add v{i} mtu {MTU} type veth peer name {DEVICE_IFNAME} "
-                             f"netns {p.device_ns(i)}",
-                             f"link set v{i} master br0", f"link set v{i} up"]
+            bridge_lines += [
+                f"link add v{i} mtu {MTU} type veth peer name {DEVICE_IFNAME} "
+                f"netns {p.device_ns(i)}",
+                f"link set v{i} master br0",
+                f"link set v{i} up",
+            ]
         run_batch("ip", bridge_lines, ns=br)
         for i in range(p.num_devices):
             ns = p.device_ns(i)
-            run_batch("ip", ["link set lo up", f"link set {DEVICE_IFNAME} mtu {MTU}",
-                             f"addr add {p.ip(i)}/{p.prefixlen} dev {DEVICE_IFNAME}",
-                             f"link set {DEVICE_IFNAME} up"], ns=ns)
+            run_batch(
+                "ip",
+                [
+                    "link set lo up",
+                    f"link set {DEVICE_IFNAME} mtu {MTU}",
+                    f"addr add {p.ip(i)}/{p.prefixlen} dev {DEVICE_IFNAME}",
+                    f"link set {DEVICE_IFNAME} up",
+                ],
+                ns=ns,
+            )
             if not self.shape_egress:
                 continue
             run_batch("tc", device_tc_lines(p, i, netem=self.backend == "netem"), ns=ns)
@@ -273,25 +322,50 @@ class Emulation:
         table = self.state_dir / "delays.json"
         table.write_text(json.dumps(self.plan.delay_table()))
         run_cmd(["sysctl", "-q", "-w", "net.bridge.bridge-nf-call-iptables=1"], ns=br)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_project_root(),
-                                                                       os.environ.get("PYTHONPATH")]))}
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                filter(None, [_project_root(), os.environ.get("PYTHONPATH")])
+            ),
+        }
         ready = []
         for q in range(self.delayer_workers):
             ready.append(self.state_dir / f"delayer_ready{q}.json")
             ready[-1].unlink(missing_ok=True)
             log_f = open(self.state_dir / f"delayer{q}.log", "w")  # noqa: SIM115 (the child keeps it)
-            self._delayers.append(subprocess.Popen(
-                ["ip", "netns", "exec", br, sys.executable, "-m", "system.emulation.delayer",
-                 "--table", str(table), "--queue", str(q), "--ready-file", str(ready[-1]),
-                 "--stats-file", str(self.state_dir / f"delayer_stats{q}.json")],
-                stdout=log_f, stderr=subprocess.STDOUT, env=env))
+            self._delayers.append(
+                subprocess.Popen(
+                    [
+                        "ip",
+                        "netns",
+                        "exec",
+                        br,
+                        sys.executable,
+                        "-m",
+                        "system.emulation.delayer",
+                        "--table",
+                        str(table),
+                        "--queue",
+                        str(q),
+                        "--ready-file",
+                        str(ready[-1]),
+                        "--stats-file",
+                        str(self.state_dir / f"delayer_stats{q}.json"),
+                    ],
+                    stdout=log_f,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                )
+            )
             log_f.close()
         deadline = time.monotonic() + 20.0
         for q, (proc, f) in enumerate(zip(self._delayers, ready, strict=True)):
             while not f.exists():
                 if proc.poll() is not None:
-                    raise EmulationError(f"delayer {q} exited ({proc.returncode}): "
-                                         f"{(self.state_dir / f'delayer{q}.log').read_text()[-500:]}")
+                    raise EmulationError(
+                        f"delayer {q} exited ({proc.returncode}): "
+                        f"{(self.state_dir / f'delayer{q}.log').read_text()[-500:]}"
+                    )
                 if time.monotonic() > deadline:
                     raise EmulationError(f"delayer {q} did not become ready within 20 s")
                 time.sleep(0.05)

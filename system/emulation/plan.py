@@ -69,7 +69,9 @@ class EmulationPlan:
         if not (self.delay_scale >= 0 and np.isfinite(self.delay_scale)):
             raise ValueError(f"delay_scale must be >= 0, got {self.delay_scale}")
         if self.cluster.num_devices > 250:
-            raise ValueError(f"emulation supports at most 250 devices, got {self.cluster.num_devices}")
+            raise ValueError(
+                f"emulation supports at most 250 devices, got {self.cluster.num_devices}"
+            )
 
     # ---- names ----------------------------------------------------------------------------
     @property
@@ -100,9 +102,16 @@ class EmulationPlan:
         """The cluster the emulation actually realises (feed this to the simulator)."""
         c = self.cluster.scaled(bandwidth_scale=self.bandwidth_scale, delay_scale=self.delay_scale)
         bw = np.minimum(c.bandwidth_gbps, self.max_rate_gbps)
-        return Cluster(name=c.name, region_of=c.region_of, host_of=c.host_of, delay_ms=c.delay_ms,
-                       bandwidth_gbps=bw, host_nic_gbps=None, description=c.description,
-                       meta={**c.meta, "emulated": True, "max_rate_gbps": self.max_rate_gbps})
+        return Cluster(
+            name=c.name,
+            region_of=c.region_of,
+            host_of=c.host_of,
+            delay_ms=c.delay_ms,
+            bandwidth_gbps=bw,
+            host_nic_gbps=None,
+            description=c.description,
+            meta={**c.meta, "emulated": True, "max_rate_gbps": self.max_rate_gbps},
+        )
 
     @property
     def goodput_bps(self) -> np.ndarray:
@@ -121,15 +130,22 @@ class EmulationPlan:
     def delay_table(self) -> list[tuple[str, str, float]]:
         """(src_ip, dst_ip, one-way delay s) for every ordered pair with a non-zero delay."""
         d = self.delay_s
-        return [(self.ip(i), self.ip(j), float(d[i, j]))
-                for i in range(self.num_devices) for j in range(self.num_devices)
-                if i != j and d[i, j] > 0]
+        return [
+            (self.ip(i), self.ip(j), float(d[i, j]))
+            for i in range(self.num_devices)
+            for j in range(self.num_devices)
+            if i != j and d[i, j] > 0
+        ]
 
     def scale_record(self) -> dict:
         """The scale factors for a results row (simulator inputs on the same setting)."""
-        return {"emu_bandwidth_scale": self.bandwidth_scale, "emu_delay_scale": self.delay_scale,
-                "emu_max_rate_gbps": self.max_rate_gbps, "emu_num_devices": self.num_devices,
-                "emu_frame_overhead": FRAME_OVERHEAD}
+        return {
+            "emu_bandwidth_scale": self.bandwidth_scale,
+            "emu_delay_scale": self.delay_scale,
+            "emu_max_rate_gbps": self.max_rate_gbps,
+            "emu_num_devices": self.num_devices,
+            "emu_frame_overhead": FRAME_OVERHEAD,
+        }
 
     def check_capacity(self, capacity_gbps: float = DELAYER_CAPACITY_GBPS) -> float:
         """Worst-case aggregate rate through the delayer if every device sends at once (Gbit/s).
@@ -143,17 +159,35 @@ class EmulationPlan:
         np.fill_diagonal(r, 0.0)
         total = float(r.max(axis=1).sum()) / 1e9
         if total > capacity_gbps:
-            log.warning("emulation %s: up to %.2f Gbit/s may cross the delayer (capacity ~%.1f); "
-                        "lower bandwidth_scale", self.tag, total, capacity_gbps)
+            log.warning(
+                "emulation %s: up to %.2f Gbit/s may cross the delayer (capacity ~%.1f); "
+                "lower bandwidth_scale",
+                self.tag,
+                total,
+                capacity_gbps,
+            )
         return total
 
 
-def make_plan(cluster: Cluster, *, bandwidth_scale: float = 1.0, delay_scale: float = 1.0,
-              tag: str | None = None, max_rate_gbps: float = 10.0) -> EmulationPlan:
+def make_plan(
+    cluster: Cluster,
+    *,
+    bandwidth_scale: float = 1.0,
+    delay_scale: float = 1.0,
+    tag: str | None = None,
+    max_rate_gbps: float = 10.0,
+) -> EmulationPlan:
     """A plan with a fresh tag (pid-based unless given), validated."""
     if cluster.host_nic_gbps is not None and len(set(cluster.host_of)) < cluster.num_devices:
-        log.warning("emulation: devices sharing a host NIC are emulated with separate links "
-                    "(NIC sharing is not modelled); pick one device per host")
+        log.warning(
+            "emulation: devices sharing a host NIC are emulated with separate links "
+            "(NIC sharing is not modelled); pick one device per host"
+        )
     tag = tag or f"{os.getpid() % 100000:x}"
-    return EmulationPlan(cluster=cluster, tag=tag, bandwidth_scale=bandwidth_scale,
-                         delay_scale=delay_scale, max_rate_gbps=max_rate_gbps)
+    return EmulationPlan(
+        cluster=cluster,
+        tag=tag,
+        bandwidth_scale=bandwidth_scale,
+        delay_scale=delay_scale,
+        max_rate_gbps=max_rate_gbps,
+    )

@@ -126,8 +126,9 @@ def _recv_exact(conn: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
-def _tcp_send(dst: str, port: int, nbytes: int, repeats: int, timeout_s: float,
-              warmup: int = 1) -> dict:
+def _tcp_send(
+    dst: str, port: int, nbytes: int, repeats: int, timeout_s: float, warmup: int = 1
+) -> dict:
     s = socket.create_connection((dst, port), timeout=timeout_s)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     payload = b"y" * nbytes

@@ -25,23 +25,38 @@ def ns_prefix(ns: str | None) -> list[str]:
     return [] if ns is None else ["ip", "netns", "exec", ns]
 
 
-def run_cmd(args: Sequence[str], *, ns: str | None = None, timeout_s: float = 15.0,
-            check: bool = True, input_text: str | None = None) -> subprocess.CompletedProcess:
+def run_cmd(
+    args: Sequence[str],
+    *,
+    ns: str | None = None,
+    timeout_s: float = 15.0,
+    check: bool = True,
+    input_text: str | None = None,
+) -> subprocess.CompletedProcess:
     """Run ``args`` (inside namespace ``ns`` when given); raise EmulationError on failure."""
     full = ns_prefix(ns) + list(args)
     try:
-        p = subprocess.run(full, input=input_text, capture_output=True, text=True,
-                           timeout=timeout_s, env={**os.environ, "LC_ALL": "C"})
+        p = subprocess.run(
+            full,
+            input=input_text,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env={**os.environ, "LC_ALL": "C"},
+        )
     except subprocess.TimeoutExpired as e:
         raise EmulationError(f"command timed out after {timeout_s:.0f} s: {' '.join(full)}") from e
     if check and p.returncode != 0:
-        raise EmulationError(f"command failed ({p.returncode}): {' '.join(full)}: "
-                             f"{(p.stderr or p.stdout).strip()[:500]}")
+        raise EmulationError(
+            f"command failed ({p.returncode}): {' '.join(full)}: "
+            f"{(p.stderr or p.stdout).strip()[:500]}"
+        )
     return p
 
 
-def run_batch(tool: str, lines: Sequence[str], *, ns: str | None = None,
-              timeout_s: float = 30.0) -> None:
+def run_batch(
+    tool: str, lines: Sequence[str], *, ns: str | None = None, timeout_s: float = 30.0
+) -> None:
     """Feed ``lines`` to ``tool -batch -`` (tool is ``ip`` or ``tc``) in one process."""
     if tool not in ("ip", "tc"):
         raise ValueError(f"run_batch: tool must be 'ip' or 'tc', got {tool!r}")

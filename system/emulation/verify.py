@@ -1,16 +1,15 @@
 """Check an emulated network before a run: RTT and capacity on sampled pairs (paper §4.1 links).
 
-For each sampled ordered pair (i, j): RTT by ``ping`` (median of a few, first one dropped: it
-pays ARP) against 2·delay_ms, capacity by a UDP flood (:mod:`system.emulation.probe`)
-converted to TCP-goodput terms against the pair's scaled bandwidth, and what the runtime sees:
-the time of a TCP message (0.1 s of link time, at least 64 KiB) and a one-byte reply over a warm
-connection, against α_ij + 8·X/β_ij + α_ji. The TCP check catches what the link checks cannot —
-a transport that does not fill the link (BBR's pacing of short bursts did exactly that here). A pair passes when both are
-within ``tolerance`` (relative; RTT also passes within ``rtt_floor_ms`` absolute, which matters
-only for near-zero delays, e.g. 0.2 ms of bridge/delayer path on a 0 ms link). A pair that misses
-is measured again up to ``retries`` times (the probes are Python processes on shared cores);
-every attempt is kept in the report, and the last one decides.
-"""
+For each sampled ordered pair (i, j): RTT by ``ping`` (median of a few, first one dropped: it pays
+ARP) against 2·delay_ms, capacity by a UDP flood (:mod:`system.emulation.probe`) converted to
+TCP-goodput terms against the pair's scaled bandwidth, and what the runtime sees: the time of a TCP
+message (0.1 s of link time, at least 64 KiB) and a one-byte reply over a warm connection, against
+α_ij + 8·X/β_ij + α_ji. The TCP check catches what the link checks cannot — a transport that does
+not fill the link (BBR's pacing of short bursts did exactly that here). A pair passes when both are
+within ``tolerance`` (relative; RTT also passes within ``rtt_floor_ms`` absolute, which matters only
+for near-zero delays, e.g. 0.2 ms of bridge/delayer path on a 0 ms link). A pair that misses is
+measured again up to ``retries`` times (the probes are Python processes on shared cores); every
+attempt is kept in the report, and the last one decides."""
 
 from __future__ import annotations
 
@@ -30,8 +29,15 @@ from system.emulation.shell import EmulationError, ns_prefix
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PairCheck", "sample_pairs", "measure_rtt_ms", "measure_capacity_gbps", "measure_tcp_s",
-           "tcp_message_bytes", "verify_links"]
+__all__ = [
+    "PairCheck",
+    "sample_pairs",
+    "measure_rtt_ms",
+    "measure_capacity_gbps",
+    "measure_tcp_s",
+    "tcp_message_bytes",
+    "verify_links",
+]
 
 _TIME_RE = re.compile(r"time=([0-9.]+) ms")
 
@@ -72,31 +78,49 @@ def sample_pairs(plan: EmulationPlan, n: int, rng: np.random.Generator) -> list[
 def measure_rtt_ms(plan: EmulationPlan, i: int, j: int, count: int = 6) -> float:
     """Median ping RTT (ms) from device i to device j; the first echo is dropped (ARP)."""
     wait_s = max(2, int(4 * plan.delay_s[i, j] + 2))
-    p = subprocess.run(ns_prefix(plan.device_ns(i)) + ["ping", "-n", "-c", str(count), "-i", "0.05",
-                       "-W", str(wait_s), plan.ip(j)], capture_output=True, text=True,
-                       timeout=count * 0.05 + 3 * wait_s + 5)
+    p = subprocess.run(
+        ns_prefix(plan.device_ns(i))
+        + ["ping", "-n", "-c", str(count), "-i", "0.05", "-W", str(wait_s), plan.ip(j)],
+        capture_output=True,
+        text=True,
+        timeout=count * 0.05 + 3 * wait_s + 5,
+    )
     times = [float(x) for x in _TIME_RE.findall(p.stdout)]
     if len(times) < 2:
         raise EmulationError(f"ping {i}->{j} got {len(times)} replies: {p.stdout[-300:]}")
     return statistics.median(times[1:])
 
 
-def measure_capacity_gbps(plan: EmulationPlan, i: int, j: int, *, port: int = 47000,
-                          min_bytes: float = 1e6) -> float:
+def measure_capacity_gbps(
+    plan: EmulationPlan, i: int, j: int, *, port: int = 47000, min_bytes: float = 1e6
+) -> float:
     """Capacity of link i→j as TCP goodput (Gbit/s), from a UDP flood's arrival rate."""
     target = float(plan.goodput_bps[i, j])
     duration = float(np.clip(min_bytes * 8 / target, 0.3, 2.0))
     probe = [sys.executable, "-m", "system.emulation.probe"]
-    recv = subprocess.Popen(ns_prefix(plan.device_ns(j)) + probe + [
-        "udp-recv", "--port", str(port), "--duration-s", str(duration)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    recv = subprocess.Popen(
+        ns_prefix(plan.device_ns(j))
+        + probe
+        + ["udp-recv", "--port", str(port), "--duration-s", str(duration)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         first = recv.stdout.readline()
         if "ready" not in first:
-            raise EmulationError(f"udp receiver in device {j} did not start: {recv.stderr.read()[-300:]}")
-        subprocess.run(ns_prefix(plan.device_ns(i)) + probe + [
-            "udp-send", "--dst", plan.ip(j), "--port", str(port), "--duration-s", str(duration)],
-            capture_output=True, text=True, timeout=duration + 10, check=True)
+            raise EmulationError(
+                f"udp receiver in device {j} did not start: {recv.stderr.read()[-300:]}"
+            )
+        subprocess.run(
+            ns_prefix(plan.device_ns(i))
+            + probe
+            + ["udp-send", "--dst", plan.ip(j), "--port", str(port), "--duration-s", str(duration)],
+            capture_output=True,
+            text=True,
+            timeout=duration + 10,
+            check=True,
+        )
         out, _ = recv.communicate(timeout=duration + 10)
     finally:
         if recv.poll() is None:
@@ -113,22 +137,56 @@ def tcp_message_bytes(plan: EmulationPlan, i: int, j: int) -> int:
     return int(max(65536, min(16 * 2**20, 0.1 * float(plan.goodput_bps[i, j]) / 8)))
 
 
-def measure_tcp_s(plan: EmulationPlan, i: int, j: int, nbytes: int, *, repeats: int = 2,
-                  warmup: int = 3, port: int = 47001) -> float:
+def measure_tcp_s(
+    plan: EmulationPlan,
+    i: int,
+    j: int,
+    nbytes: int,
+    *,
+    repeats: int = 2,
+    warmup: int = 3,
+    port: int = 47001,
+) -> float:
     """Median time (s) of an ``nbytes`` TCP message i→j plus a one-byte reply j→i, measured on a
     connection warmed up by ``warmup`` messages first (slow start is not the link's property)."""
     probe = [sys.executable, "-m", "system.emulation.probe"]
     timeout = 60.0
-    recv = subprocess.Popen(ns_prefix(plan.device_ns(j)) + probe + [
-        "tcp-recv", "--port", str(port), "--timeout-s", str(timeout)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    recv = subprocess.Popen(
+        ns_prefix(plan.device_ns(j))
+        + probe
+        + ["tcp-recv", "--port", str(port), "--timeout-s", str(timeout)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         if "ready" not in recv.stdout.readline():
-            raise EmulationError(f"tcp receiver in device {j} did not start: {recv.stderr.read()[-300:]}")
-        p = subprocess.run(ns_prefix(plan.device_ns(i)) + probe + [
-            "tcp-send", "--dst", plan.ip(j), "--port", str(port), "--nbytes", str(nbytes),
-            "--repeats", str(repeats), "--warmup", str(warmup), "--timeout-s", str(timeout)],
-            capture_output=True, text=True, timeout=timeout + 10, check=True)
+            raise EmulationError(
+                f"tcp receiver in device {j} did not start: {recv.stderr.read()[-300:]}"
+            )
+        p = subprocess.run(
+            ns_prefix(plan.device_ns(i))
+            + probe
+            + [
+                "tcp-send",
+                "--dst",
+                plan.ip(j),
+                "--port",
+                str(port),
+                "--nbytes",
+                str(nbytes),
+                "--repeats",
+                str(repeats),
+                "--warmup",
+                str(warmup),
+                "--timeout-s",
+                str(timeout),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=timeout + 10,
+            check=True,
+        )
         recv.communicate(timeout=timeout)
     finally:
         if recv.poll() is None:
@@ -138,9 +196,16 @@ def measure_tcp_s(plan: EmulationPlan, i: int, j: int, nbytes: int, *, repeats: 
     return statistics.median(times)
 
 
-def verify_links(plan: EmulationPlan, *, pairs: int = 6, tolerance: float = 0.10,
-                 on_fail: str = "raise", seed: int = 0, rtt_floor_ms: float = 0.5,
-                 retries: int = 1) -> dict:
+def verify_links(
+    plan: EmulationPlan,
+    *,
+    pairs: int = 6,
+    tolerance: float = 0.10,
+    on_fail: str = "raise",
+    seed: int = 0,
+    rtt_floor_ms: float = 0.5,
+    retries: int = 1,
+) -> dict:
     """Measure sampled pairs; return {"pairs": [...], "ok": bool, ...}; raise or warn on misses."""
     if on_fail not in ("raise", "warn"):
         raise ValueError(f"verify on_fail must be 'raise' or 'warn', got {on_fail!r}")
@@ -149,7 +214,9 @@ def verify_links(plan: EmulationPlan, *, pairs: int = 6, tolerance: float = 0.10
         t_rtt = 2e3 * float(plan.delay_s[i, j])
         t_bw = float(plan.goodput_bps[i, j]) / 1e9
         nbytes = tcp_message_bytes(plan, i, j)
-        t_tcp = float(plan.delay_s[i, j] + plan.delay_s[j, i] + 8.0 * nbytes / plan.goodput_bps[i, j])
+        t_tcp = float(
+            plan.delay_s[i, j] + plan.delay_s[j, i] + 8.0 * nbytes / plan.goodput_bps[i, j]
+        )
         attempts = []
         for _ in range(1 + retries):  # a miss is measured again (busy cores); all kept
             rtt = measure_rtt_ms(plan, i, j)
@@ -157,20 +224,53 @@ def verify_links(plan: EmulationPlan, *, pairs: int = 6, tolerance: float = 0.10
             tcp = measure_tcp_s(plan, i, j, nbytes)
             rtt_err = rtt / t_rtt - 1 if t_rtt > 0 else float("nan")
             bw_err, tcp_err = bw / t_bw - 1, tcp / t_tcp - 1
-            ok = (abs(rtt - t_rtt) <= max(tolerance * t_rtt, rtt_floor_ms) and abs(bw_err) <= tolerance
-                  and abs(tcp_err) <= tolerance)
+            ok = (
+                abs(rtt - t_rtt) <= max(tolerance * t_rtt, rtt_floor_ms)
+                and abs(bw_err) <= tolerance
+                and abs(tcp_err) <= tolerance
+            )
             attempts.append((rtt, bw, tcp))
             if ok:
                 break
-        checks.append(PairCheck(i, j, t_rtt, rtt, t_bw, bw, rtt_err, bw_err, ok, target_tcp_s=t_tcp,
-                                tcp_s=tcp, tcp_err=tcp_err, attempts=attempts))
-        log.info("link %d->%d: RTT %.2f ms (target %.2f), %.4f Gbit/s (target %.4f), TCP %.0f KiB "
-                 "%.3f s (target %.3f) %s", i, j, rtt, t_rtt, bw, t_bw, nbytes / 1024, tcp, t_tcp,
-                 "ok" if ok else "OFF")
-    report = {"ok": all(c.ok for c in checks), "tolerance": tolerance, "pairs": [asdict(c) for c in checks],
-              "max_abs_rtt_err": float(np.nanmax([abs(c.rtt_err) for c in checks] or [0.0])),
-              "max_abs_bw_err": float(max([abs(c.bw_err) for c in checks] or [0.0])),
-              "max_abs_tcp_err": float(max([abs(c.tcp_err) for c in checks] or [0.0]))}
+        checks.append(
+            PairCheck(
+                i,
+                j,
+                t_rtt,
+                rtt,
+                t_bw,
+                bw,
+                rtt_err,
+                bw_err,
+                ok,
+                target_tcp_s=t_tcp,
+                tcp_s=tcp,
+                tcp_err=tcp_err,
+                attempts=attempts,
+            )
+        )
+        log.info(
+            "link %d->%d: RTT %.2f ms (target %.2f), %.4f Gbit/s (target %.4f), TCP %.0f KiB "
+            "%.3f s (target %.3f) %s",
+            i,
+            j,
+            rtt,
+            t_rtt,
+            bw,
+            t_bw,
+            nbytes / 1024,
+            tcp,
+            t_tcp,
+            "ok" if ok else "OFF",
+        )
+    report = {
+        "ok": all(c.ok for c in checks),
+        "tolerance": tolerance,
+        "pairs": [asdict(c) for c in checks],
+        "max_abs_rtt_err": float(np.nanmax([abs(c.rtt_err) for c in checks] or [0.0])),
+        "max_abs_bw_err": float(max([abs(c.bw_err) for c in checks] or [0.0])),
+        "max_abs_tcp_err": float(max([abs(c.tcp_err) for c in checks] or [0.0])),
+    }
     if not report["ok"]:
         bad = [(c.src, c.dst) for c in checks if not c.ok]
         msg = f"emulated links off target by more than {tolerance:.0%} on pairs {bad}"

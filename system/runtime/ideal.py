@@ -61,6 +61,7 @@ def gpipe_ideal_s(
     if tail.shape != (pp,):
         raise ValueError(f"gpipe_ideal_s: tail_s has {tail.size} entries, pp={pp}")
     link = np.asarray(link_s, float).reshape(pp - 1, 1)
-    times = gpipe_timeline(np.asarray(fwd_s, float), np.asarray(bwd_s, float), link, link,
-                           micro_batches)
+    times = gpipe_timeline(
+        np.asarray(fwd_s, float), np.asarray(bwd_s, float), link, link, micro_batches
+    )
     return float(np.max(times.bwd_end_s[:, 0] + tail))

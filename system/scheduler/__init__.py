@@ -1,6 +1,6 @@
 """The scheduler (paper §3.4).
 
-    from system.scheduler import schedule, ScheduleResult, SCHEDULERS
+from system.scheduler import schedule, ScheduleResult, SCHEDULERS
 """
 
 from __future__ import annotations

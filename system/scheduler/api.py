@@ -31,8 +31,15 @@ from system.workload import TaskletSizes, Workload
 
 log = logging.getLogger(__name__)
 
-__all__ = ["schedule", "ScheduleResult", "SCHEDULERS", "OBJECTIVES", "DEFAULT_TRIALS",
-           "DEFAULT_POPULATION", "layers_in_stage_order"]
+__all__ = [
+    "schedule",
+    "ScheduleResult",
+    "SCHEDULERS",
+    "OBJECTIVES",
+    "DEFAULT_TRIALS",
+    "DEFAULT_POPULATION",
+    "layers_in_stage_order",
+]
 
 SCHEDULERS = ("genetic", "genetic_kl", "random")
 OBJECTIVES = ("comm", "iteration_time")
@@ -68,8 +75,11 @@ class ScheduleResult:
     @property
     def gap_pct(self) -> float | None:
         """Certified gap: 100·(TOTAL − bound)/TOTAL, None without a bound."""
-        return None if self.bound is None else gap_pct(self.cost.total_cost_s,
-                                                       self.bound.total_bound_s)
+        return (
+            None
+            if self.bound is None
+            else gap_pct(self.cost.total_cost_s, self.bound.total_bound_s)
+        )
 
     def to_dict(self) -> dict:
         return {
@@ -87,8 +97,11 @@ class ScheduleResult:
         }
 
 
-def layers_in_stage_order(ev: IterationTimeEvaluator, partition, assignment: Assignment,
-                          ) -> list[int]:
+def layers_in_stage_order(
+    ev: IterationTimeEvaluator,
+    partition,
+    assignment: Assignment,
+) -> list[int]:
     """The surrogate's layer split of ``partition``, listed in the assignment's stage order."""
     layers = ev.layers(partition)
     if layers is None:
@@ -97,15 +110,26 @@ def layers_in_stage_order(ev: IterationTimeEvaluator, partition, assignment: Ass
     return [int(layers[where[frozenset(assignment.group(s))]]) for s in range(assignment.pp)]
 
 
-def _random_search(cluster: Cluster, sizes: TaskletSizes, pp: int, dp: int, trials: int,
-                   rng: np.random.Generator, time_limit_s: float | None,
-                   on_progress: Callable[[int, float], None] | None):
+def _random_search(
+    cluster: Cluster,
+    sizes: TaskletSizes,
+    pp: int,
+    dp: int,
+    trials: int,
+    rng: np.random.Generator,
+    time_limit_s: float | None,
+    on_progress: Callable[[int, float], None] | None,
+):
     t0 = time.perf_counter()
     best: tuple[float, Assignment, CostBreakdown] | None = None
     history = []
     done = 0
     for t in range(1, max(1, trials) + 1):
-        if best is not None and time_limit_s is not None and time.perf_counter() - t0 >= time_limit_s:
+        if (
+            best is not None
+            and time_limit_s is not None
+            and time.perf_counter() - t0 >= time_limit_s
+        ):
             break
         a = random_assignment(pp, dp, rng)
         c = assignment_cost(cluster, a, sizes)
@@ -119,15 +143,26 @@ def _random_search(cluster: Cluster, sizes: TaskletSizes, pp: int, dp: int, tria
     return best[1], best[2], done, done, history, {}
 
 
-def schedule(cluster: Cluster, sizes: TaskletSizes, *, pp: int, dp: int,
-             method: str = "genetic", seed: int | np.random.Generator = 0,
-             trials: int | None = None, population: int | None = None,
-             time_limit_s: float | None = None,
-             on_progress: Callable[[int, float], None] | None = None,
-             greedy_seeds: bool = True, ls_max_steps: int = 50,
-             patience_trials: int | None = None, bound: bool = True,
-             use_structure: bool = True, objective: str = "comm",
-             workload: Workload | None = None) -> ScheduleResult:
+def schedule(
+    cluster: Cluster,
+    sizes: TaskletSizes,
+    *,
+    pp: int,
+    dp: int,
+    method: str = "genetic",
+    seed: int | np.random.Generator = 0,
+    trials: int | None = None,
+    population: int | None = None,
+    time_limit_s: float | None = None,
+    on_progress: Callable[[int, float], None] | None = None,
+    greedy_seeds: bool = True,
+    ls_max_steps: int = 50,
+    patience_trials: int | None = None,
+    bound: bool = True,
+    use_structure: bool = True,
+    objective: str = "comm",
+    workload: Workload | None = None,
+) -> ScheduleResult:
     """Assign every device a (stage, replica) to minimise TOTAL = DP + 2·PP (paper §3).
 
     Args:
@@ -166,10 +201,13 @@ def schedule(cluster: Cluster, sizes: TaskletSizes, *, pp: int, dp: int,
         raise ValueError(f"schedule: unknown method {method!r}; known: {', '.join(SCHEDULERS)}")
     if objective not in OBJECTIVES:
         raise ValueError(
-            f"schedule: unknown objective {objective!r}; known: {', '.join(OBJECTIVES)}")
+            f"schedule: unknown objective {objective!r}; known: {', '.join(OBJECTIVES)}"
+        )
     if objective == "iteration_time" and (method == "random" or not isinstance(workload, Workload)):
-        raise ValueError("schedule: objective=iteration_time needs a GA method and a Workload "
-                         "(model and batch), not only tasklet sizes")
+        raise ValueError(
+            "schedule: objective=iteration_time needs a GA method and a Workload "
+            "(model and batch), not only tasklet sizes"
+        )
     check_sizes(cluster, pp, dp)
     seed_value = None if isinstance(seed, np.random.Generator) else int(seed)
     rng = np.random.default_rng(seed)
@@ -181,7 +219,8 @@ def schedule(cluster: Cluster, sizes: TaskletSizes, *, pp: int, dp: int,
     t0, cpu0 = time.perf_counter(), time.process_time()
     if method == "random":
         a, cost, done, evals, history, stats = _random_search(
-            cluster, sizes, pp, dp, trials, rng, time_limit_s, on_progress)
+            cluster, sizes, pp, dp, trials, rng, time_limit_s, on_progress
+        )
     else:
         config = GeneticConfig(
             population=DEFAULT_POPULATION if population is None else int(population),
@@ -189,8 +228,9 @@ def schedule(cluster: Cluster, sizes: TaskletSizes, *, pp: int, dp: int,
             local_search="kl" if method == "genetic_kl" else "tailored",
             ls_max_steps=ls_max_steps,
             greedy_seeds=greedy_seeds,
-            time_limit_s=None if time_limit_s is None else time_limit_s * (
-                _SEARCH_SHARE if pp <= LARGE_PP else _SEARCH_SHARE_LARGE),
+            time_limit_s=None
+            if time_limit_s is None
+            else time_limit_s * (_SEARCH_SHARE if pp <= LARGE_PP else _SEARCH_SHARE_LARGE),
             patience_trials=patience_trials,
             use_structure=use_structure,
         )
@@ -202,19 +242,38 @@ def schedule(cluster: Cluster, sizes: TaskletSizes, *, pp: int, dp: int,
         a = ev.assignment(part, starts=8 if pp <= LARGE_PP else 1)
         cost = assignment_cost(cluster, a, sizes)
         if objective == "iteration_time":
-            extra = {"iteration_time_s": total,
-                     "layers_per_stage": layers_in_stage_order(ev, part, a)}
+            extra = {
+                "iteration_time_s": total,
+                "layers_per_stage": layers_in_stage_order(ev, part, a),
+            }
         elif not np.isclose(cost.total_cost_s, total, rtol=1e-9, atol=1e-9) and pp <= 16:
-            raise AssertionError(f"schedule: assignment cost {cost.total_cost_s} != partition {total}")
+            raise AssertionError(
+                f"schedule: assignment cost {cost.total_cost_s} != partition {total}"
+            )
         done, evals, history = gstats.trials, ev.evaluations, gstats.history
         stats = gstats.to_dict()
         if objective == "iteration_time":
             stats.update(extra)
     elapsed = time.perf_counter() - t0
     stats["search_cpu_s"] = time.process_time() - cpu0  # wall time is noisy on a shared machine
-    log.info("schedule %s on %s: TOTAL %.3f s after %d trials in %.2f s", method, cluster.name,
-             cost.total_cost_s, done, elapsed)
+    log.info(
+        "schedule %s on %s: TOTAL %.3f s after %d trials in %.2f s",
+        method,
+        cluster.name,
+        cost.total_cost_s,
+        done,
+        elapsed,
+    )
     lb = lower_bound(cluster, sizes, pp=pp, dp=dp) if bound and objective == "comm" else None
-    return ScheduleResult(assignment=a, cost=cost, method=method, seed=seed_value, bound=lb,
-                          search_time_s=elapsed, trials=done, evaluations=evals,
-                          history=tuple((int(t), float(v)) for t, v in history), stats=stats)
+    return ScheduleResult(
+        assignment=a,
+        cost=cost,
+        method=method,
+        seed=seed_value,
+        bound=lb,
+        search_time_s=elapsed,
+        trials=done,
+        evaluations=evals,
+        history=tuple((int(t), float(v)) for t, v in history),
+        stats=stats,
+    )

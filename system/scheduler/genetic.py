@@ -75,9 +75,14 @@ class GeneticStats:
     history: list[tuple[int, float]] = field(default_factory=list)  # (trial, best TOTAL)
 
     def to_dict(self) -> dict:
-        return {"trials": self.trials, "replacements": self.replacements,
-                "duplicates": self.duplicates, "initial_best_s": self.initial_best_s,
-                "best_from": self.best_from, "stopped_by": self.stopped_by}
+        return {
+            "trials": self.trials,
+            "replacements": self.replacements,
+            "duplicates": self.duplicates,
+            "initial_best_s": self.initial_best_s,
+            "best_from": self.best_from,
+            "stopped_by": self.stopped_by,
+        }
 
 
 def _sorted(groups) -> Partition:
@@ -169,10 +174,13 @@ def mutate(part: Partition, swaps: int, rng: np.random.Generator) -> Partition:
     return _sorted(groups)
 
 
-def genetic_search(ev: PartitionEvaluator, config: GeneticConfig, rng: np.random.Generator,
-                   on_progress: Callable[[int, float], None] | None = None,
-                   extra_seeds: dict[str, Partition] | None = None,
-                   ) -> tuple[Partition, float, GeneticStats]:
+def genetic_search(
+    ev: PartitionEvaluator,
+    config: GeneticConfig,
+    rng: np.random.Generator,
+    on_progress: Callable[[int, float], None] | None = None,
+    extra_seeds: dict[str, Partition] | None = None,
+) -> tuple[Partition, float, GeneticStats]:
     """Run the hybrid GA; returns (best partition, its TOTAL, statistics).
 
     ``extra_seeds`` (e.g. a previous plan, for re-planning) join the start population first.
@@ -188,7 +196,7 @@ def genetic_search(ev: PartitionEvaluator, config: GeneticConfig, rng: np.random
         seeds.update(greedy_seeds(ev))
         if config.use_structure:
             seeds.update(structured_seeds(ev, deadline=deadline))
-        for k, (name, part) in enumerate(list(seeds.items())[:len(pop)]):
+        for k, (name, part) in enumerate(list(seeds.items())[: len(pop)]):
             pop[k], origin[k] = part, name
     # cost the start population in chunks so a time limit also bounds huge instances (>= 2 kept)
     parts: list[np.ndarray] = []
@@ -197,7 +205,7 @@ def genetic_search(ev: PartitionEvaluator, config: GeneticConfig, rng: np.random
         if s >= 2 and deadline is not None and time.perf_counter() >= deadline:
             pop, origin = pop[:s], origin[:s]
             break
-        parts.append(ev.totals(pop[s:s + step]))
+        parts.append(ev.totals(pop[s : s + step]))
     totals = np.concatenate(parts)
     keys = {tuple(p) for p in pop}
     best = int(np.argmin(totals))
@@ -218,10 +226,18 @@ def genetic_search(ev: PartitionEvaluator, config: GeneticConfig, rng: np.random
         child = crossover(pop[i], pop[j], rng)
         if config.mutation_swaps and pp > 1:
             child = mutate(child, int(rng.integers(config.mutation_swaps + 1)), rng)
-        child, total = local_search(ev, child, ev.total(child), rng, rule=config.local_search,
-                                    max_steps=config.ls_max_steps, swap_sample=config.swap_sample,
-                                    tie_break=bool(rng.random() < config.tie_break),
-                                    deadline=deadline, block_moves=config.use_structure)
+        child, total = local_search(
+            ev,
+            child,
+            ev.total(child),
+            rng,
+            rule=config.local_search,
+            max_steps=config.ls_max_steps,
+            swap_sample=config.swap_sample,
+            tie_break=bool(rng.random() < config.tie_break),
+            deadline=deadline,
+            block_moves=config.use_structure,
+        )
         stats.trials = trial
         worst = int(np.argmax(totals))
         key = tuple(child)
@@ -239,6 +255,10 @@ def genetic_search(ev: PartitionEvaluator, config: GeneticConfig, rng: np.random
         if on_progress:
             on_progress(trial, float(totals[best]))
     stats.best_from = origin[best]
-    log.debug("genetic: %d trials, best %.3f s in %.2f s", stats.trials, totals[best],
-              time.perf_counter() - t0)
+    log.debug(
+        "genetic: %d trials, best %.3f s in %.2f s",
+        stats.trials,
+        totals[best],
+        time.perf_counter() - t0,
+    )
     return pop[best], float(totals[best]), stats

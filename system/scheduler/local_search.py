@@ -38,7 +38,6 @@ LOCAL_SEARCHES = ("tailored", "kl")
 MAX_STARTS = 8  # start groups of circular sequences
 
 
-
 def _fast_pair(link: np.ndarray, g: tuple[int, ...]) -> tuple[int, int]:
     """The two members of group ``g`` joined by its fastest pipeline link."""
     idx = np.asarray(g)
@@ -87,8 +86,9 @@ class _Gains:
         return float(self.w[v, dst_l].sum() - self.w[v, others].sum())
 
 
-def _cycle_candidates(part: Partition, gains: _Gains, start: int,
-                      rng: np.random.Generator, max_len: int = 8) -> list[Partition]:
+def _cycle_candidates(
+    part: Partition, gains: _Gains, start: int, rng: np.random.Generator, max_len: int = 8
+) -> list[Partition]:
     """Closed prefixes of one circular move sequence that starts by moving out of ``start``."""
     pp = len(part)
     groups = [set(g) for g in part]
@@ -131,8 +131,9 @@ def _cycle_candidates(part: Partition, gains: _Gains, start: int,
     return out
 
 
-def _swap_candidates(part: Partition, gains: _Gains, rng: np.random.Generator,
-                     max_pairs: int = 32) -> list[Partition]:
+def _swap_candidates(
+    part: Partition, gains: _Gains, rng: np.random.Generator, max_pairs: int = 32
+) -> list[Partition]:
     """The paper's four swaps between the fastest pairs of two groups, for every pair of groups
     (or ``max_pairs`` random pairs of groups when there are more)."""
     cands = [gains.candidates(set(g))[:2] for g in part]
@@ -150,8 +151,9 @@ def _swap_candidates(part: Partition, gains: _Gains, rng: np.random.Generator,
 def _random_swaps(part: Partition, limit: int, rng: np.random.Generator) -> list[Partition]:
     """All single swaps between groups if there are at most ``limit``, else ``limit`` at random."""
     pp = len(part)
-    pairs = [(p, q, a, b) for p in range(pp) for q in range(p + 1, pp)
-             for a in part[p] for b in part[q]]
+    pairs = [
+        (p, q, a, b) for p in range(pp) for q in range(p + 1, pp) for a in part[p] for b in part[q]
+    ]
     if len(pairs) > limit:
         pairs = [pairs[k] for k in rng.choice(len(pairs), limit, replace=False)]
     return [_apply(part, [(a, p, q), (b, q, p)]) for p, q, a, b in pairs]
@@ -167,8 +169,9 @@ def _block_labels(ev: PartitionEvaluator) -> list[np.ndarray]:
     return out
 
 
-def _mirror(part: Partition, lab: np.ndarray, p: int, q: int,
-            rng: np.random.Generator) -> Partition | None:
+def _mirror(
+    part: Partition, lab: np.ndarray, p: int, q: int, rng: np.random.Generator
+) -> Partition | None:
     """Block move: give group ``q`` the same block profile as group ``p``.
 
     With hosts as blocks, every device of ``p`` has a fast partner in ``q`` exactly when both
@@ -213,8 +216,9 @@ def _mirror(part: Partition, lab: np.ndarray, p: int, q: int,
     return [tuple(sorted(g)) for g in groups] if moved else None
 
 
-def _rebuild(part: Partition, lab: np.ndarray, targets: Sequence[int],
-             rng: np.random.Generator) -> Partition | None:
+def _rebuild(
+    part: Partition, lab: np.ndarray, targets: Sequence[int], rng: np.random.Generator
+) -> Partition | None:
     """Block move: re-split the ``k`` groups ``targets`` into same-block k-tuples.
 
     Devices of the ``k`` groups are cut into k-tuples within their block; the left-over ones
@@ -235,7 +239,7 @@ def _rebuild(part: Partition, lab: np.ndarray, targets: Sequence[int],
     partial: list[list[int]] = []
     for members in by_block.values():
         full = len(members) - len(members) % k
-        tuples += [members[i:i + k] for i in range(0, full, k)]
+        tuples += [members[i : i + k] for i in range(0, full, k)]
         if full < len(members):
             partial.append(members[full:])
     outside: dict[int, list[tuple[int, int]]] = {}  # block -> [(device, its group)]
@@ -274,8 +278,9 @@ def _rebuild(part: Partition, lab: np.ndarray, targets: Sequence[int],
     return None if new == part else new
 
 
-def _block_candidates(part: Partition, labels: list[np.ndarray], rng: np.random.Generator,
-                      max_sets: int = 12) -> list[Partition]:
+def _block_candidates(
+    part: Partition, labels: list[np.ndarray], rng: np.random.Generator, max_sets: int = 12
+) -> list[Partition]:
     """Block moves per block labelling: :func:`_mirror` for up to ``max_sets`` ordered group
     pairs, and :func:`_rebuild` for up to ``max_sets`` group sets of each size k = 2..4."""
     pp = len(part)
@@ -294,10 +299,19 @@ def _block_candidates(part: Partition, labels: list[np.ndarray], rng: np.random.
     return out
 
 
-def local_search(ev: PartitionEvaluator, part: Partition, total: float, rng: np.random.Generator,
-                 *, rule: str = "tailored", max_steps: int = 50, swap_sample: int = 0,
-                 tie_break: bool = False, deadline: float | None = None,
-                 block_moves: bool = True) -> tuple[Partition, float]:
+def local_search(
+    ev: PartitionEvaluator,
+    part: Partition,
+    total: float,
+    rng: np.random.Generator,
+    *,
+    rule: str = "tailored",
+    max_steps: int = 50,
+    swap_sample: int = 0,
+    tie_break: bool = False,
+    deadline: float | None = None,
+    block_moves: bool = True,
+) -> tuple[Partition, float]:
     """Improve ``part`` by circular move sequences until no start group improves TOTAL.
 
     Each step builds one sequence per start group (plus, for ``tailored``, the four-candidate

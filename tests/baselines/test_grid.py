@@ -23,8 +23,10 @@ from baselines.grid import (
 def test_import_is_light():
     import subprocess
 
-    code = ("import baselines.grid, baselines.megatron, baselines.deepspeed, sys; "
-            "print('torch' in sys.modules)")
+    code = (
+        "import baselines.grid, baselines.megatron, baselines.deepspeed, sys; "
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
 
@@ -36,18 +38,21 @@ def test_spec_json_round_trip():
         BaselineSpec.from_json(json.dumps({"system": "megatron", "bogus": 1}))
 
 
-@pytest.mark.parametrize("kw, match", [
-    (dict(system="jax"), "system"),
-    (dict(system="megatron", pp=3), "num_layers=4 is not divisible"),
-    (dict(system="megatron", tp=3), "tp=3"),
-    (dict(system="megatron", dp=3), "global_batch_size=8"),
-    (dict(system="deepspeed", zero=None), "zero in 0..3"),
-    (dict(system="deepspeed", zero=3, pp=2), "ZeRO stage 0 or 1"),
-    (dict(system="deepspeed", zero=1, tp=2), "tp=1"),
-    (dict(system="megatron", device="tpu"), "device"),
-    (dict(system="megatron", start="now"), "start 'now' is not one of"),
-    (dict(system="megatron", start="clock", start_margin_s=0.0), "start_margin_s"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(system="jax"), "system"),
+        (dict(system="megatron", pp=3), "num_layers=4 is not divisible"),
+        (dict(system="megatron", tp=3), "tp=3"),
+        (dict(system="megatron", dp=3), "global_batch_size=8"),
+        (dict(system="deepspeed", zero=None), "zero in 0..3"),
+        (dict(system="deepspeed", zero=3, pp=2), "ZeRO stage 0 or 1"),
+        (dict(system="deepspeed", zero=1, tp=2), "tp=1"),
+        (dict(system="megatron", device="tpu"), "device"),
+        (dict(system="megatron", start="now"), "start 'now' is not one of"),
+        (dict(system="megatron", start="clock", start_margin_s=0.0), "start_margin_s"),
+    ],
+)
 def test_check_spec_rejects(kw, match):
     with pytest.raises(ValueError, match=match):
         check_spec(BaselineSpec(**kw))
@@ -71,8 +76,9 @@ def test_metrics_use_steady_iterations():
 
 def test_grid_keeps_infeasible_points():
     base = BaselineSpec(system="deepspeed")
-    points = grid_points("deepspeed", local_cluster(4), base.workload(), base=base,
-                         micro_batch_sizes=(1, 2))
+    points = grid_points(
+        "deepspeed", local_cluster(4), base.workload(), base=base, micro_batch_sizes=(1, 2)
+    )
     shapes = {(s.tp, s.pp, s.dp, s.micro_batch_size, s.zero): r for s, r in points}
     assert shapes[(1, 1, 4, 1, 3)] is None and shapes[(1, 2, 2, 2, 1)] is None
     assert "tp=1" in shapes[(2, 1, 2, 1, 3)]  # recorded, with the reason
@@ -92,8 +98,14 @@ def test_grid_keeps_infeasible_points():
 
 def test_grid_memory_limit_marks_oom():
     base = BaselineSpec(system="megatron")
-    points = grid_points("megatron", local_cluster(2), base.workload(), base=base,
-                         micro_batch_sizes=(1,), memory_limit_bytes=1.0)
+    points = grid_points(
+        "megatron",
+        local_cluster(2),
+        base.workload(),
+        base=base,
+        micro_batch_sizes=(1,),
+        memory_limit_bytes=1.0,
+    )
     runnable = [r for _, r in points if r is not None and r.startswith("oom")]
     assert runnable and all(r is not None for _, r in points)
     assert {st["status"] for _, st in run_grid(points, run=None)} <= {"oom", "invalid"}
@@ -133,12 +145,19 @@ def test_prediction_grows_with_link_delay():
 
     def cluster(delay_ms):
         off = 1.0 - np.eye(4)
-        return Cluster(name="t", region_of=("a",) * 4, host_of=(0, 1, 2, 3),
-                       delay_ms=off * delay_ms, bandwidth_gbps=off * 1.0)
+        return Cluster(
+            name="t",
+            region_of=("a",) * 4,
+            host_of=(0, 1, 2, 3),
+            delay_ms=off * delay_ms,
+            bandwidth_gbps=off * 1.0,
+        )
 
-    for spec in (BaselineSpec(system="megatron", pp=2, dp=2),
-                 BaselineSpec(system="deepspeed", zero=3, dp=4),
-                 BaselineSpec(system="deepspeed", zero=1, pp=2, dp=2)):
+    for spec in (
+        BaselineSpec(system="megatron", pp=2, dp=2),
+        BaselineSpec(system="deepspeed", zero=3, dp=4),
+        BaselineSpec(system="deepspeed", zero=1, pp=2, dp=2),
+    ):
         fast, slow = (predict_iter_time_s(spec, cluster(d)) for d in (1.0, 100.0))
         assert fast is not None and slow > fast > 0, spec.label()
     assert predict_iter_time_s(BaselineSpec(system="megatron", tp=2, pp=2), cluster(1.0)) is None
@@ -156,10 +175,17 @@ def _mapped_run(tmp_path, rank_map, *, prefix=True):
     out.mkdir(exist_ok=True)
     script = f'echo "$RANK {{d}} $DEV_ENV $MASTER_ADDR" > {out}/rank$RANK'
     rank_prefix = [["sh", "-c", script.format(d=d), "sh"] for d in range(n)] if prefix else None
-    run_ranks("json.tool", [], world_size=n, rank_prefix=rank_prefix,
-              rank_env=[{"DEV_ENV": f"env{d}"} for d in range(n)] if prefix else None,
-              device_addrs=[f"198.18.0.{d + 1}" for d in range(n)] if prefix else None,
-              timeout_s=30, log_dir=tmp_path / "logs", rank_map=rank_map)
+    run_ranks(
+        "json.tool",
+        [],
+        world_size=n,
+        rank_prefix=rank_prefix,
+        rank_env=[{"DEV_ENV": f"env{d}"} for d in range(n)] if prefix else None,
+        device_addrs=[f"198.18.0.{d + 1}" for d in range(n)] if prefix else None,
+        timeout_s=30,
+        log_dir=tmp_path / "logs",
+        rank_map=rank_map,
+    )
     return [(out / f"rank{r}").read_text().split() for r in range(n)]
 
 
@@ -175,9 +201,14 @@ def test_launcher_puts_rank_r_on_device_rank_map_r(tmp_path):
     assert [int(x[1]) for x in identity] == [0, 1, 2, 3]
 
 
-@pytest.mark.parametrize("rank_map, match", [([0, 1, 1, 3], "not a permutation"),
-                                             ([0, 1, 2], "not a permutation"),
-                                             (["a", 1, 2, 3], "list of device ids")])
+@pytest.mark.parametrize(
+    "rank_map, match",
+    [
+        ([0, 1, 1, 3], "not a permutation"),
+        ([0, 1, 2], "not a permutation"),
+        (["a", 1, 2, 3], "list of device ids"),
+    ],
+)
 def test_launcher_rejects_a_bad_rank_map(tmp_path, rank_map, match):
     with pytest.raises(ValueError, match=match):
         _mapped_run(tmp_path, rank_map)
@@ -193,8 +224,12 @@ def test_run_grid_runs_each_point_under_its_map():
     from baselines.placement import RankMap
 
     base = BaselineSpec(system="megatron", model="debug")
-    points = [p for p in grid_points("megatron", local_cluster(2), base.workload(), base=base,
-                                     micro_batch_sizes=(1,))]
+    points = [
+        p
+        for p in grid_points(
+            "megatron", local_cluster(2), base.workload(), base=base, micro_batch_sizes=(1,)
+        )
+    ]
     points += [(points[0][0], "skipped: same map")]
     maps = [RankMap("topology", (1, 0), "test")] * len(points)
     seen = []
@@ -222,17 +257,23 @@ def _two_region_cluster():
     region = np.array([0, 1, 0, 1])
     same = region[:, None] == region[None, :]
     off = 1.0 - np.eye(4)
-    return Cluster(name="t", region_of=tuple("ab"[r] for r in region), host_of=(0, 1, 2, 3),
-                   delay_ms=off * np.where(same, 1.0, 100.0),
-                   bandwidth_gbps=off * np.where(same, 1.0, 0.05))
+    return Cluster(
+        name="t",
+        region_of=tuple("ab"[r] for r in region),
+        host_of=(0, 1, 2, 3),
+        delay_ms=off * np.where(same, 1.0, 100.0),
+        bandwidth_gbps=off * np.where(same, 1.0, 0.05),
+    )
 
 
 def test_place_spec_launch_and_topology():
     from baselines.grid import place_spec, predict_iter_time_s
 
     cluster = _two_region_cluster()
-    for spec in (BaselineSpec(system="megatron", pp=4),
-                 BaselineSpec(system="deepspeed", zero=1, pp=4)):
+    for spec in (
+        BaselineSpec(system="megatron", pp=4),
+        BaselineSpec(system="deepspeed", zero=1, pp=4),
+    ):
         assert place_spec(spec, cluster, "launch").devices == (0, 1, 2, 3)
         rm = place_spec(spec, cluster, "topology")
         assert rm.placement == "topology" and sorted(rm.devices) == [0, 1, 2, 3]

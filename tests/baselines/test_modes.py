@@ -17,8 +17,16 @@ def _cfg(*overrides):
 
 
 def _fake_result(spec, **kw):
-    return {"status": "ok", "losses": [6.0, 5.0], "iter_times_s": [2.0, 1.0], "iter_time_s": 1.0,
-            "tokens_per_s": 1.0, "tflops": 1.0, "pflops": 1e-3, "seen": kw}
+    return {
+        "status": "ok",
+        "losses": [6.0, 5.0],
+        "iter_times_s": [2.0, 1.0],
+        "iter_time_s": 1.0,
+        "tokens_per_s": 1.0,
+        "tflops": 1.0,
+        "pflops": 1e-3,
+        "seen": kw,
+    }
 
 
 def test_deepspeed_zero_defaults_follow_the_pipeline():
@@ -63,13 +71,26 @@ def test_emulate_path_rows_carry_scales_and_prediction(tmp_path, monkeypatch):
     monkeypatch.setattr(netns, "Emulation", FakeEmulation)
     monkeypatch.setattr(worker, "calibrated_cpu_hardware", lambda spec: None)  # V100 model
     monkeypatch.setattr(train_baseline, "run_point", _fake_result)
-    out = train_baseline.run(_cfg("mode=emulate", "system=megatron", "model=debug", "case=5",
-                                  "emulate.devices=[0,8,24,40]", "pp=2", "dp=2",
-                                  f"results_dir={tmp_path}"))
+    out = train_baseline.run(
+        _cfg(
+            "mode=emulate",
+            "system=megatron",
+            "model=debug",
+            "case=5",
+            "emulate.devices=[0,8,24,40]",
+            "pp=2",
+            "dp=2",
+            f"results_dir={tmp_path}",
+        )
+    )
     assert out["seen"]["rank_prefix"][3] == ["ns", "3"]
     row = pd.read_csv(tmp_path / "runs.csv").iloc[0]
     assert (row["case"], row.hidden_size, row.global_batch_size, row.emu_bandwidth_scale) == (
-        5, 256, 8, 0.1)
+        5,
+        256,
+        8,
+        0.1,
+    )
     assert row.predicted_iter_time_s > 0
 
 
@@ -94,8 +115,8 @@ def test_emulated_topology_grid_runs_and_predicts_under_one_map(tmp_path, monkey
     import json
 
     import system.emulation.netns as netns
-    from baselines.grid import BaselineSpec, place_spec, predict_iter_time_s
     from baselines import worker as common
+    from baselines.grid import BaselineSpec, place_spec, predict_iter_time_s
     from repro.modes import train_baseline
     from system.cases import get_case
     from system.emulation.plan import make_plan
@@ -110,26 +131,47 @@ def test_emulated_topology_grid_runs_and_predicts_under_one_map(tmp_path, monkey
         return _fake_result(spec, **kw)
 
     monkeypatch.setattr(train_baseline, "run_point", fake)
-    train_baseline.run(_cfg("mode=emulate", f"system={system}", "model=debug", "case=5",
-                            "emulate.devices=[0,8,24,40]", "grid=true", "batch=8",
-                            "grid_micro_batch_sizes=[2]", "emulate.baseline_placement=topology",
-                            f"results_dir={tmp_path}"))
+    train_baseline.run(
+        _cfg(
+            "mode=emulate",
+            f"system={system}",
+            "model=debug",
+            "case=5",
+            "emulate.devices=[0,8,24,40]",
+            "grid=true",
+            "batch=8",
+            "grid_micro_batch_sizes=[2]",
+            "emulate.baseline_placement=topology",
+            f"results_dir={tmp_path}",
+        )
+    )
     rows = pd.read_csv(tmp_path / "runs.csv")
     assert set(rows.placement) == {"topology"}
     ran = rows[rows.status == "ok"]
     assert len(ran) == len(seen) > 0
-    scaled = make_plan(get_case("5").subset([0, 8, 24, 40]), bandwidth_scale=0.1,
-                       delay_scale=1.0).scaled_cluster()
+    scaled = make_plan(
+        get_case("5").subset([0, 8, 24, 40]), bandwidth_scale=0.1, delay_scale=1.0
+    ).scaled_cluster()
     for r in ran.itertuples():
-        spec = BaselineSpec(system=system, model="debug", hidden_size=256, seq_length=64,
-                            vocab_size=128, tp=int(r.tp), pp=int(r.pp), dp=int(r.dp),
-                            zero=None if pd.isna(getattr(r, "zero", None)) else int(r.zero),
-                            global_batch_size=8, micro_batch_size=2)
+        spec = BaselineSpec(
+            system=system,
+            model="debug",
+            hidden_size=256,
+            seq_length=64,
+            vocab_size=128,
+            tp=int(r.tp),
+            pp=int(r.pp),
+            dp=int(r.dp),
+            zero=None if pd.isna(getattr(r, "zero", None)) else int(r.zero),
+            global_batch_size=8,
+            micro_batch_size=2,
+        )
         rm = place_spec(spec, scaled, "topology", None, GLOO)
         assert json.loads(r.rank_map) == list(rm.devices) != [0, 1, 2, 3]
         assert (spec.label(), list(rm.devices)) in [(s[0], s[1]) for s in seen]
         assert r.predicted_iter_time_s == pytest.approx(
-            predict_iter_time_s(spec, scaled, None, GLOO, rank_map=rm.devices))
+            predict_iter_time_s(spec, scaled, None, GLOO, rank_map=rm.devices)
+        )
     skipped = rows[rows.status == "skipped"]
     assert all(json.loads(m) == [0, 1, 2, 3] for m in skipped.rank_map)
     from repro.config import ConfigError, validate

@@ -28,10 +28,12 @@ def _reference_losses(iters: int, seed: int = 0, batch: int = 8) -> list[float]:
 
     m = BaselineSpec(system="deepspeed").gpt_config()
     model = build_model(m, seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=BaselineSpec.lr, betas=(0.9, 0.999),
-                            weight_decay=0.0)
-    data = SyntheticData(vocab_size=m.vocab_size, seq_length=m.seq_length,
-                         global_batch_size=batch, seed=seed)
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=BaselineSpec.lr, betas=(0.9, 0.999), weight_decay=0.0
+    )
+    data = SyntheticData(
+        vocab_size=m.vocab_size, seq_length=m.seq_length, global_batch_size=batch, seed=seed
+    )
     out = []
     for it in range(iters):
         b = data.batch(it)
@@ -55,8 +57,9 @@ def test_deepspeed_matches_reference(tmp_path, pp, dp, zero):
 
     # the pipeline case also exercises the common wall-clock start of emulated runs
     start = "clock" if pp > 1 else "barrier"
-    spec = BaselineSpec(system="deepspeed", pp=pp, dp=dp, zero=zero, iters=ITERS, start=start,
-                        start_margin_s=0.2)
+    spec = BaselineSpec(
+        system="deepspeed", pp=pp, dp=dp, zero=zero, iters=ITERS, start=start, start_margin_s=0.2
+    )
     res = run_point(spec, timeout_s=240, work_dir=tmp_path)
     assert res["status"] == "ok", res.get("error")
     assert _falling(res["losses"]), res["losses"]
@@ -77,8 +80,14 @@ def test_deepspeed_under_a_moved_rank_map_matches_reference(tmp_path):
     prefix = [["sh", "-c", f'echo {d} > {marks}/rank$RANK; exec "$@"', "sh"] for d in range(4)]
     env = [{"GLOO_SOCKET_IFNAME": "lo"}] * 4
     spec = BaselineSpec(system="deepspeed", pp=2, dp=2, zero=1, iters=ITERS)
-    res = run_point(spec, timeout_s=240, work_dir=tmp_path / "run", rank_prefix=prefix,
-                    rank_env=env, rank_map=rank_map)
+    res = run_point(
+        spec,
+        timeout_s=240,
+        work_dir=tmp_path / "run",
+        rank_prefix=prefix,
+        rank_env=env,
+        rank_map=rank_map,
+    )
     assert res["status"] == "ok", res.get("error")
     assert [int((marks / f"rank{r}").read_text()) for r in range(4)] == rank_map
     assert res["losses"] == pytest.approx(_reference_losses(ITERS), rel=1e-4)
@@ -91,9 +100,19 @@ def test_megatron_pp2_dp2_through_main_entry(tmp_path):
     from repro.run import run
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=["mode=train", "system=megatron", "model=debug",
-                                           "pp=2", "dp=2", f"iters={ITERS}",
-                                           f"results_dir={tmp_path}", "baseline_timeout_s=240"])
+        cfg = compose(
+            "config",
+            overrides=[
+                "mode=train",
+                "system=megatron",
+                "model=debug",
+                "pp=2",
+                "dp=2",
+                f"iters={ITERS}",
+                f"results_dir={tmp_path}",
+                "baseline_timeout_s=240",
+            ],
+        )
     out = run(cfg)
     assert out["status"] == "ok"
     assert _falling(out["losses"]), out["losses"]
@@ -102,5 +121,11 @@ def test_megatron_pp2_dp2_through_main_entry(tmp_path):
     assert len(rows) == 1
     row = rows.iloc[0]
     assert (row.status, row.system, row.pp, row.dp, row.tp, row.num_devices) == (
-        "ok", "megatron", 2, 2, 1, 4)
+        "ok",
+        "megatron",
+        2,
+        2,
+        1,
+        4,
+    )
     assert row.iter_time_s > 0 and row.pflops > 0

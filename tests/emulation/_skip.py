@@ -13,7 +13,8 @@ def _why_skip() -> str:
     if os.geteuid() != 0:
         return "needs root for network namespaces"
     if missing_tools(("ip", "tc", "iptables", "ping")):
-        return f"needs {missing_tools(('ip', 'tc', 'iptables', 'ping'))} (apt-get install iproute2 iptables iputils-ping)"
+        missing = missing_tools(("ip", "tc", "iptables", "ping"))
+        return f"needs {missing} (apt-get install iproute2 iptables iputils-ping)"
     if importlib.util.find_spec("netfilterqueue") is None and not has_netem():
         return "no sch_netem and no netfilterqueue (pip install netfilterqueue)"
     return ""

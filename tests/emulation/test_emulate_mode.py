@@ -9,8 +9,12 @@ import pytest
 
 from tests.emulation._skip import _why_skip
 
-pytestmark = [pytest.mark.emulation, pytest.mark.dist, pytest.mark.slow,
-              pytest.mark.skipif(bool(_why_skip()), reason=_why_skip() or "ok")]
+pytestmark = [
+    pytest.mark.emulation,
+    pytest.mark.dist,
+    pytest.mark.slow,
+    pytest.mark.skipif(bool(_why_skip()), reason=_why_skip() or "ok"),
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,11 +28,26 @@ def test_emulate_mode_writes_measured_and_simulated_rows(tmp_path):
     from system.results import read_rows
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=[
-            "mode=emulate", "case=5", "model=debug", "study=t", f"results_dir={tmp_path}",
-            "pp=2", "dp=1", "batch=2", "iters=2", "emulate.devices=[0,24]",
-            "emulate.layouts=[identity,random]", "emulate.random_layouts=1",
-            "emulate.verify_pairs=2", "emulate.bandwidth_scale=0.1", "emulate.timeout_s=240"])
+        cfg = compose(
+            "config",
+            overrides=[
+                "mode=emulate",
+                "case=5",
+                "model=debug",
+                "study=t",
+                f"results_dir={tmp_path}",
+                "pp=2",
+                "dp=1",
+                "batch=2",
+                "iters=2",
+                "emulate.devices=[0,24]",
+                "emulate.layouts=[identity,random]",
+                "emulate.random_layouts=1",
+                "emulate.verify_pairs=2",
+                "emulate.bandwidth_scale=0.1",
+                "emulate.timeout_s=240",
+            ],
+        )
     cfg = validate(cfg)
     out = run(cfg)
     assert out["rows"] == 2 and out["verify"]["ok"]
@@ -39,7 +58,8 @@ def test_emulate_mode_writes_measured_and_simulated_rows(tmp_path):
     # the simulator on the same scaled cluster, layout and measured compute predicts the run
     # (the validation in results/emulation gets 2%; 20% leaves room for a busy CI machine)
     assert ((df["predicted_iter_time_s"] / df["iter_time_s"] - 1).abs() < 0.20).all(), df[
-        ["iter_time_s", "predicted_iter_time_s", "iter_times_s"]]
+        ["iter_time_s", "predicted_iter_time_s", "iter_times_s"]
+    ]
     assert (df["warmup_iters"] == 2).all() and (df["iters"] == 3).all()
     if (df["emu_backend"] == "nfqueue").all():
         assert (df["delayer_mean_late_ms"] >= 0).all()

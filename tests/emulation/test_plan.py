@@ -40,8 +40,9 @@ def test_fast_links_are_capped():
     assert plan.scaled_cluster().bandwidth_gbps[0, 2] == 1.0
 
 
-@pytest.mark.parametrize("kw", [{"tag": "bad-tag"}, {"tag": ""}, {"bandwidth_scale": 0.0},
-                                {"delay_scale": -1.0}])
+@pytest.mark.parametrize(
+    "kw", [{"tag": "bad-tag"}, {"tag": ""}, {"bandwidth_scale": 0.0}, {"delay_scale": -1.0}]
+)
 def test_bad_plans(kw):
     args = {"cluster": get_case("debug"), "tag": "ok"} | kw
     with pytest.raises(ValueError):
@@ -66,8 +67,14 @@ def test_device_tc_and_route_lines():
     assert sum(f"burst {b} cburst {b}" in ln for ln in lines if f"rate {r}bit" in ln) == 2
     netem = device_tc_lines(plan, 1, netem=True)
     delays = sorted(float(ln.split("delay ")[1].split("ms")[0]) for ln in netem if "netem" in ln)
-    assert delays == pytest.approx(sorted([plan.delay_s[1, 0] * 1e3] * 2 + [plan.delay_s[1, 2] * 1e3] * 2))
-    handles = [ln.split("handle ")[1].split(":")[0] for ln in netem if ln.startswith("qdisc") and "parent" in ln]
+    assert delays == pytest.approx(
+        sorted([plan.delay_s[1, 0] * 1e3] * 2 + [plan.delay_s[1, 2] * 1e3] * 2)
+    )
+    handles = [
+        ln.split("handle ")[1].split(":")[0]
+        for ln in netem
+        if ln.startswith("qdisc") and "parent" in ln
+    ]
     assert len(set(handles)) == len(handles) and all(int(h, 16) <= 0xFFFF for h in handles)
     routes = device_route_lines(plan, 0)
     assert len(routes) == 2 and routes[0].startswith(f"route add {plan.ip(1)}/32 dev eth0 window ")

@@ -10,9 +10,13 @@ from system.cluster import Cluster
 
 
 def _two(**kw):
-    base = dict(name="t", region_of=("a", "b"), host_of=(0, 1),
-                delay_ms=np.array([[0, 10.0], [10.0, 0]]),
-                bandwidth_gbps=np.array([[0, 1.0], [1.0, 0]]))
+    base = dict(
+        name="t",
+        region_of=("a", "b"),
+        host_of=(0, 1),
+        delay_ms=np.array([[0, 10.0], [10.0, 0]]),
+        bandwidth_gbps=np.array([[0, 1.0], [1.0, 0]]),
+    )
     base.update(kw)
     return Cluster(**base)
 
@@ -64,9 +68,13 @@ def test_every_case_builds(name):
 
 def test_case_numbers_match_the_paper():
     c1 = get_case("1")
-    assert c1.num_hosts == 8 and c1.bandwidth_gbps[0, 8] == 25.0 and c1.bandwidth_gbps[0, 1] == 1200.0
+    assert (
+        c1.num_hosts == 8 and c1.bandwidth_gbps[0, 8] == 25.0 and c1.bandwidth_gbps[0, 1] == 1200.0
+    )
     c2 = get_case("2")
-    assert c2.num_hosts == 40 and c2.bandwidth_gbps[0, 1] == 100.0 and c2.bandwidth_gbps[0, 40] == 10.0
+    assert (
+        c2.num_hosts == 40 and c2.bandwidth_gbps[0, 1] == 100.0 and c2.bandwidth_gbps[0, 40] == 10.0
+    )
     c3 = get_case("3")
     assert c3.delay_ms[0, 40] == 10.0 and c3.bandwidth_gbps[0, 40] == 1.12
     assert c3.bandwidth_gbps[0, 1] == 10.0

@@ -23,8 +23,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("system", "baselines", "repro")
-CORE = ("system.cluster", "system.cases", "system.workload", "system.assignment", "system.cost",
-        "system.scheduler", "system.simulator")
+CORE = (
+    "system.cluster",
+    "system.cases",
+    "system.workload",
+    "system.assignment",
+    "system.cost",
+    "system.scheduler",
+    "system.simulator",
+)
 HEAVY = ("torch", "hydra", "omegaconf", "pandas", "pyarrow")
 DISTRIBUTED_OK = ("system.runtime", "baselines")
 
@@ -77,20 +84,35 @@ def test_the_tree_is_found():
 
 
 def test_core_imports_no_torch_hydra_or_pandas():
-    bad = sorted(f"{m} imports {i}" for m, names in IMPORTS.items() if _in(m, CORE)
-                 for i in names if _in(i, HEAVY))
+    bad = sorted(
+        f"{m} imports {i}"
+        for m, names in IMPORTS.items()
+        if _in(m, CORE)
+        for i in names
+        if _in(i, HEAVY)
+    )
     assert not bad, "core modules with heavy imports:\n" + "\n".join(bad)
 
 
 def test_only_runtime_and_baselines_use_torch_distributed():
-    bad = sorted(f"{m} imports {i}" for m, names in IMPORTS.items()
-                 if not _in(m, DISTRIBUTED_OK) for i in names if _in(i, ("torch.distributed",)))
+    bad = sorted(
+        f"{m} imports {i}"
+        for m, names in IMPORTS.items()
+        if not _in(m, DISTRIBUTED_OK)
+        for i in names
+        if _in(i, ("torch.distributed",))
+    )
     assert not bad, "torch.distributed outside system/runtime and baselines/:\n" + "\n".join(bad)
 
 
 def _core_importing_baselines(imports: dict[str, set[str]]) -> list[str]:
-    return sorted(f"{m} imports {i}" for m, names in imports.items() if _in(m, CORE)
-                  for i in names if _in(i, ("baselines",)))
+    return sorted(
+        f"{m} imports {i}"
+        for m, names in imports.items()
+        if _in(m, CORE)
+        for i in names
+        if _in(i, ("baselines",))
+    )
 
 
 def test_core_imports_no_baseline():
@@ -101,7 +123,8 @@ def test_core_imports_no_baseline():
 def test_a_core_import_of_a_baseline_would_be_found(monkeypatch):
     monkeypatch.setitem(IMPORTS, "system.simulator.fake", {"baselines.megatron.schedule"})
     assert _core_importing_baselines(IMPORTS) == [
-        "system.simulator.fake imports baselines.megatron.schedule"]
+        "system.simulator.fake imports baselines.megatron.schedule"
+    ]
 
 
 def _package(module: str) -> str:
@@ -122,7 +145,7 @@ def _package_cycles() -> list[list[str]]:
         state[node] = "open"
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == "open":
-                cycles.append(stack[stack.index(nxt):] + [nxt])
+                cycles.append(stack[stack.index(nxt) :] + [nxt])
             elif nxt not in state:
                 visit(nxt, stack + [nxt])
         state[node] = "done"
@@ -148,9 +171,17 @@ def test_a_cycle_would_be_found(monkeypatch):
 def test_importing_the_core_loads_no_heavy_module_and_no_baseline():
     modules = [m for m in SOURCES if _in(m, CORE)]
     banned = HEAVY + ("baselines",)
-    code = ("import importlib, sys\n"
-            f"for m in {modules!r}: importlib.import_module(m)\n"
-            f"print(sorted({{k.split('.')[0] for k in sys.modules}} & set({banned!r})))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120, check=True)
+    code = (
+        "import importlib, sys\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        f"print(sorted({{k.split('.')[0] for k in sys.modules}} & set({banned!r})))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     assert out.stdout.strip() == "[]", out.stdout + out.stderr

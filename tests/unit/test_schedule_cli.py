@@ -23,13 +23,27 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_schedule_writes_the_promised_json(tmp_path):
     out = tmp_path / "a.json"
-    cfg = parse_args(["case=debug", "scheduler=genetic", "seed=3", "trials=4", "population=4",
-                      f"out={out}"])
+    cfg = parse_args(
+        ["case=debug", "scheduler=genetic", "seed=3", "trials=4", "population=4", f"out={out}"]
+    )
     record = run(cfg)
     data = json.loads(out.read_text())
     assert data == json.loads(json.dumps(record))
-    for key in ("case", "num_devices", "dp", "pp", "stages", "dp_cost_s", "pp_cost_s",
-                "total_cost_s", "search_time_s", "method", "seed", "trials", "history"):
+    for key in (
+        "case",
+        "num_devices",
+        "dp",
+        "pp",
+        "stages",
+        "dp_cost_s",
+        "pp_cost_s",
+        "total_cost_s",
+        "search_time_s",
+        "method",
+        "seed",
+        "trials",
+        "history",
+    ):
         assert key in data, key
     assert (data["pp"], data["dp"], data["num_devices"]) == (4, 2, 8)
     a = Assignment.from_stages(data["stages"])
@@ -38,8 +52,9 @@ def test_schedule_writes_the_promised_json(tmp_path):
 
 
 def test_schedule_derived_workload_and_layout_flags(tmp_path):
-    record = run(parse_args(["case=debug", "workload=debug", "pp=2", "scheduler=random",
-                             "trials=10"]))
+    record = run(
+        parse_args(["case=debug", "workload=debug", "pp=2", "scheduler=random", "trials=10"])
+    )
     assert (record["pp"], record["dp"]) == (2, 4)
     assert record["c_pp_bytes"] > 0 and record["workload"] == "debug"
 
@@ -64,9 +79,21 @@ def test_bad_arguments_are_reported():
 def test_schedule_command_line(tmp_path):
     out = tmp_path / "s.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "repro/schedule.py", "case=debug", "trials=2",
-                           "population=4", f"out={out}"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "repro/schedule.py",
+            "case=debug",
+            "trials=2",
+            "population=4",
+            f"out={out}",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(out.read_text())["num_devices"] == 8
 
@@ -81,8 +108,15 @@ def test_replicated_case5_keeps_the_region_links():
 
 
 def test_ablation_tables_and_figure(tmp_path):
-    cfg = {**ablation.DEFAULTS, "cases": "debug", "seeds": "0,1", "trials": "2",
-           "population": "4", "random_layouts": "20", "out_dir": str(tmp_path)}
+    cfg = {
+        **ablation.DEFAULTS,
+        "cases": "debug",
+        "seeds": "0,1",
+        "trials": "2",
+        "population": "4",
+        "random_layouts": "20",
+        "out_dir": str(tmp_path),
+    }
     long, summary = ablation.run(cfg)
     assert set(long.method) == {"tailored", "kl", "random"}
     assert list(long.columns[:5]) == ["case", "method", "seed", "trial", "best_total_cost_s"]
@@ -92,7 +126,9 @@ def test_ablation_tables_and_figure(tmp_path):
     assert plot_fig4(long, tmp_path / "fig4.png").stat().st_size > 1000
     assert (tmp_path / "ablation.csv").exists() and (tmp_path / "ablation_summary.csv").exists()
     row = summary.iloc[0]
-    assert row.ratio_random_over_tailored == pytest.approx(row.random_total_s / row.tailored_total_s)
+    assert row.ratio_random_over_tailored == pytest.approx(
+        row.random_total_s / row.tailored_total_s
+    )
     # curves never go up
     for _, d in long.groupby(["method", "seed"]):
         assert np.all(np.diff(d.sort_values("trial").best_total_cost_s.values) <= 1e-12)
