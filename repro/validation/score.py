@@ -13,7 +13,7 @@ and system: mean of the repeats, CV, flags, what the rows show about a large spr
 setting, and beside it τ with the tie rule the settings file registered, when it has one; ratio
 errors), ``scored.md`` and ``validation.png``.
 
-One module (~370 lines) because the five outputs are views of one scored table: the numbers,
+One module (~420 lines) because the five outputs are views of one scored table: the numbers,
 the markdown that quotes them and the figure that plots them are kept side by side so they
 cannot drift apart.
 """
