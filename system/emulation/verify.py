@@ -13,6 +13,7 @@ attempt is kept in the report, and the last one decides."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -91,41 +92,49 @@ def measure_rtt_ms(plan: EmulationPlan, i: int, j: int, count: int = 6) -> float
     return statistics.median(times[1:])
 
 
+def _probe_cmd(plan: EmulationPlan, device: int, *args: str) -> list[str]:
+    """The command running ``python -m system.emulation.probe ARGS`` inside ``device``'s
+    namespace."""
+    probe = [sys.executable, "-m", "system.emulation.probe"]
+    return ns_prefix(plan.device_ns(device)) + probe + list(args)
+
+
+@contextlib.contextmanager
+def _receiver(plan: EmulationPlan, device: int, *args: str):
+    """A probe receiver (``args``: its subcommand and options) running in ``device``, yielded once
+    it printed ``ready``; EmulationError if it did not start; killed on exit if still running."""
+    recv = subprocess.Popen(
+        _probe_cmd(plan, device, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        if "ready" not in recv.stdout.readline():
+            raise EmulationError(
+                f"{args[0].split('-')[0]} receiver in device {device} did not start: "
+                f"{recv.stderr.read()[-300:]}"
+            )
+        yield recv
+    finally:
+        if recv.poll() is None:
+            recv.kill()
+            recv.wait(timeout=5)
+
+
 def measure_capacity_gbps(
     plan: EmulationPlan, i: int, j: int, *, port: int = 47000, min_bytes: float = 1e6
 ) -> float:
     """Capacity of link i→j as TCP goodput (Gbit/s), from a UDP flood's arrival rate."""
     target = float(plan.goodput_bps[i, j])
     duration = float(np.clip(min_bytes * 8 / target, 0.3, 2.0))
-    probe = [sys.executable, "-m", "system.emulation.probe"]
-    recv = subprocess.Popen(
-        ns_prefix(plan.device_ns(j))
-        + probe
-        + ["udp-recv", "--port", str(port), "--duration-s", str(duration)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        first = recv.stdout.readline()
-        if "ready" not in first:
-            raise EmulationError(
-                f"udp receiver in device {j} did not start: {recv.stderr.read()[-300:]}"
-            )
+    with _receiver(plan, j, "udp-recv", "--port", str(port), "--duration-s", str(duration)) as recv:
         subprocess.run(
-            ns_prefix(plan.device_ns(i))
-            + probe
-            + ["udp-send", "--dst", plan.ip(j), "--port", str(port), "--duration-s", str(duration)],
+            _probe_cmd(plan, i, "udp-send", "--dst", plan.ip(j), "--port", str(port))
+            + ["--duration-s", str(duration)],
             capture_output=True,
             text=True,
             timeout=duration + 10,
             check=True,
         )
         out, _ = recv.communicate(timeout=duration + 10)
-    finally:
-        if recv.poll() is None:
-            recv.kill()
-            recv.wait(timeout=5)
     res = json.loads(out.strip().splitlines()[-1])
     payload_bps = float(res["rate_bps"])
     frames_per_s = payload_bps / 8 / UDP_PAYLOAD_BYTES * WIRE_BYTES / FRAME_BYTES
@@ -149,49 +158,18 @@ def measure_tcp_s(
 ) -> float:
     """Median time (s) of an ``nbytes`` TCP message i→j plus a one-byte reply j→i, measured on a
     connection warmed up by ``warmup`` messages first (slow start is not the link's property)."""
-    probe = [sys.executable, "-m", "system.emulation.probe"]
     timeout = 60.0
-    recv = subprocess.Popen(
-        ns_prefix(plan.device_ns(j))
-        + probe
-        + ["tcp-recv", "--port", str(port), "--timeout-s", str(timeout)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        if "ready" not in recv.stdout.readline():
-            raise EmulationError(
-                f"tcp receiver in device {j} did not start: {recv.stderr.read()[-300:]}"
-            )
+    with _receiver(plan, j, "tcp-recv", "--port", str(port), "--timeout-s", str(timeout)) as recv:
         p = subprocess.run(
-            ns_prefix(plan.device_ns(i))
-            + probe
-            + [
-                "tcp-send",
-                "--dst",
-                plan.ip(j),
-                "--port",
-                str(port),
-                "--nbytes",
-                str(nbytes),
-                "--repeats",
-                str(repeats),
-                "--warmup",
-                str(warmup),
-                "--timeout-s",
-                str(timeout),
-            ],
+            _probe_cmd(plan, i, "tcp-send", "--dst", plan.ip(j), "--port", str(port))
+            + ["--nbytes", str(nbytes), "--repeats", str(repeats), "--warmup", str(warmup)]
+            + ["--timeout-s", str(timeout)],
             capture_output=True,
             text=True,
             timeout=timeout + 10,
             check=True,
         )
         recv.communicate(timeout=timeout)
-    finally:
-        if recv.poll() is None:
-            recv.kill()
-            recv.wait(timeout=5)
     times = json.loads(p.stdout.strip().splitlines()[-1])["times_s"]
     return statistics.median(times)
 
