@@ -134,9 +134,7 @@ class SizeDependentLinks:
         new = {h: i for i, h in enumerate(hosts)}
         return SizeDependentLinks(
             between={
-                (new[a], new[b]): c
-                for (a, b), c in self.between.items()
-                if a in new and b in new
+                (new[a], new[b]): c for (a, b), c in self.between.items() if a in new and b in new
             },
             within={new[h]: c for h, c in self.within.items() if h in new},
         )
