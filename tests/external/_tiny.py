@@ -55,14 +55,16 @@ def write_data(root: Path, *, profiles=None, llm=None, fits=None) -> Path:
 
 
 def plan(stages: list[list[int]], dp: int, *, mbs=1, gbs=1, real=None, gpu="GH-96") -> dict:
-    rep = [[[gpu, 1, "us-central1-a"]], 1]
+    def rep():
+        return [[[gpu, 1, "us-central1-a"]], 1]
+
     d = {
         "zone": "us-central1-a",
         "pipeline_list": [
             {
                 "num_stages": len(stages),
                 "layers_per_stage": stages,
-                "tmp_per_stage": [[rep] * dp for _ in stages],
+                "tmp_per_stage": [[rep() for _ in range(dp)] for _ in stages],
                 "dp": [dp] * len(stages),
             }
         ],
