@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+import baselines.deepspeed.schedule  # noqa: F401  (registers the "deepspeed" op order)
 from system.external.sailor.framework import predict_plan
 from system.external.sailor.plan import load_plan
 from system.external.sailor.predict import load_inputs, predict_plans
