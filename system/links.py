@@ -46,7 +46,7 @@ class BandwidthCurve:
     flow's share is ``β / flows``.
 
     >>> c = BandwidthCurve(0.0, 0.0, 2.0, peak_bps=16e9)   # flat 2 GB/s
-    >>> round(c.time_s(1e9), 6)                            # 1 GB at 2 GB/s
+    >>> round(float(c.time_s(1e9)), 6)                     # 1 GB at 2 GB/s
     0.5
     """
 
