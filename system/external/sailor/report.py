@@ -148,5 +148,5 @@ def plot_predicted_vs_measured(rows: list[PlanRow], path: str | Path) -> None:
     ax.set_title("Sailor's GH200 runs: predicted vs measured")
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, format="png")
     plt.close(fig)
