@@ -61,3 +61,18 @@ def test_mode_on_the_shipped_set(tmp_path):
     pred = pd.read_csv(out / "predictions.csv")
     assert len(pred) == 36 and (pred["set"] == "mit").sum() == 9
     assert "mit/N4/plan_config_N4_D2.json" in set(pred["plan"])
+
+
+def test_the_committed_fixture_is_the_hand_made_set(tmp_path):
+    """``tests/external/fixtures/tiny`` (the config tests' plans folder) is what ``_tiny``
+    writes, so the hand computations hold for it too."""
+    from pathlib import Path
+
+    fixture = Path(__file__).parent / "fixtures" / "tiny"
+    fresh = write_data(tmp_path)
+    for f in sorted(p.name for p in fixture.glob("*.json")):
+        assert (fixture / f).read_text() == (fresh / f).read_text(), f
+    summary = run(
+        {"mode": "external", "plans": str(fixture / "plans"), "results_dir": str(tmp_path / "o")}
+    )
+    assert summary["mape_pct"] == {"clariden/OPT-350": pytest.approx(10.02, abs=0.01)}
