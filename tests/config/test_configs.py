@@ -76,9 +76,9 @@ def test_paper_sweep_is_the_fig3_grid():
     assert {j[0] for j in jobs} == {f"case={c}" for c in range(1, 6)}
 
 
-# option -> the other overrides it needs to make a valid run (the debug model has 4 layers, so it
-# takes the debug case's pipeline depth)
-NEEDS = {"model=debug": ["case=debug"]}
+# option -> the other overrides it needs to make a valid run (the debug and small models have 4
+# layers, so they take the debug case's pipeline depth)
+NEEDS = {"model=debug": ["case=debug"], "model=small": ["case=debug"]}
 
 
 @pytest.mark.parametrize(
