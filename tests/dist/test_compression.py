@@ -154,50 +154,12 @@ def byte_runs(tmp_path_factory):
     return out
 
 
-def _predicted(spec: RunSpec) -> tuple[list[float], list[float]]:
-    from system.runtime.data import make_data, micro_samples
-    from system.simulator.compression import aq_sgd_new_rows, iteration_bytes
-
-    new_rows = None
-    if spec.pipe_compress == "aq_sgd":
-        data = make_data(spec)
-        per_replica = [
-            aq_sgd_new_rows(
-                micro_samples(data.sample_ids(it), dp=spec.dp, replica=r, micro_batch_size=2)
-                for it in range(spec.iters)
-            )
-            for r in range(spec.dp)
-        ]
-        new_rows = [[per_replica[r][it] for r in range(spec.dp)] for it in range(spec.iters)]
-    wl = spec.workload()
-    wl = type(wl)(
-        model=wl.model,
-        global_batch_size=wl.global_batch_size,
-        micro_batch_size=wl.micro_batch_size,
-        activation_bytes=4,  # the CPU runtime's fp32
-        gradient_bytes=4,
-    )
-    options = spec.compression()
-    pipe, dp = [], []
-    for it in range(spec.iters):
-        b = iteration_bytes(
-            wl,
-            spec.pp,
-            spec.dp,
-            options,
-            dp_mode=spec.dp_mode,
-            new_rows=None if new_rows is None else new_rows[it],
-            outer_step=(it + 1) % spec.diloco_inner_steps == 0 if options.local.active else None,
-        )
-        pipe.append(b["pipe_bytes"])
-        dp.append(b["dp_bytes"])
-    return pipe, dp
-
-
 @pytest.mark.parametrize("name", list(RUNS))
 def test_bytes_counted_by_the_runtime_match_the_simulator_within_2_percent(byte_runs, name):
+    from system.runtime.predicted_bytes import predicted_iteration_bytes
+
     spec, m = byte_runs[name]
-    pipe, dp = _predicted(spec)
+    pipe, dp = predicted_iteration_bytes(spec)
     for counted, predicted in ((m["pipe_bytes"], pipe), (m["dp_bytes"], dp)):
         assert len(counted) == spec.iters
         for c, p in zip(counted, predicted, strict=True):
