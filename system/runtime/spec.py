@@ -24,9 +24,20 @@ from system.assignment import Assignment, identity_assignment, random_assignment
 from system.compression import Compression, DPCompression, LocalSGD, PipeCompression
 from system.workload import GPTConfig, Workload, get_model
 
-__all__ = ["SpecBase", "RunSpec", "DP_MODES", "LAYOUTS", "STARTS", "DATASETS"]
+__all__ = [
+    "SpecBase",
+    "RunSpec",
+    "DEVICES",
+    "DP_MODES",
+    "COMPRESSED_DP_MODES",
+    "LAYOUTS",
+    "STARTS",
+    "DATASETS",
+]
 
-DP_MODES = ("sharded_ps", "allreduce", "ring")  # ring: the compressed ring all-gather only
+DEVICES = ("cpu", "cuda")  # gloo on CPU processes, NCCL on GPUs
+DP_MODES = ("sharded_ps", "allreduce")
+COMPRESSED_DP_MODES = ("sharded_ps", "ring")  # ring: the compressed ring all-gather (only)
 STARTS = ("barrier", "clock", "free")
 DATASETS = ("synthetic", "kjv")  # system.runtime.data.make_data
 LAYOUTS = ("identity", "random")
@@ -84,8 +95,8 @@ class SpecBase:
         for k in ("iters", "global_batch_size", "micro_batch_size"):
             if getattr(self, k) < 1:
                 raise ValueError(f"{where}: {k} must be >= 1, got {getattr(self, k)}")
-        if self.device not in ("cpu", "cuda"):
-            raise ValueError(f"{where}: device {self.device!r} must be 'cpu' or 'cuda'")
+        if self.device not in DEVICES:
+            raise ValueError(f"{where}: device {self.device!r} is not one of {DEVICES}")
         if self.start not in STARTS:
             raise ValueError(f"{where}: start {self.start!r} is not one of {STARTS}")
         if not self.start_margin_s > 0:
@@ -234,8 +245,9 @@ class RunSpec(SpecBase):
             raise ValueError(f"RunSpec: warmup_iters must be >= 0, got {self.warmup_iters}")
         if self.layout not in LAYOUTS:
             raise ValueError(f"RunSpec: layout {self.layout!r} is not one of {LAYOUTS}")
-        if self.dp_mode not in DP_MODES:
-            raise ValueError(f"RunSpec: dp_mode {self.dp_mode!r} is not one of {DP_MODES}")
+        modes = tuple(dict.fromkeys(DP_MODES + COMPRESSED_DP_MODES))
+        if self.dp_mode not in modes:
+            raise ValueError(f"RunSpec: dp_mode {self.dp_mode!r} is not one of {modes}")
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"RunSpec: optimizer {self.optimizer!r} is not one of {OPTIMIZERS}")
         if self.amp and self.device != "cuda":
