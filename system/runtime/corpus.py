@@ -131,7 +131,7 @@ def corpus_record() -> dict:
         "corpus_wheel_sha256": WHEEL_SHA256,
         "corpus_text_sha256": TEXT_SHA256,
         "corpus_tokens": int(ids.size),
-        "vocab_size": tok.vocab_size,
+        "corpus_vocab_size": tok.vocab_size,
     }
 
 

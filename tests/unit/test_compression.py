@@ -220,7 +220,7 @@ def test_corpus_is_checksummed_tokenized_and_seeded():
     from system.runtime.corpus import CorpusData, corpus_record
 
     rec = corpus_record()
-    assert rec["corpus_version"] == "1.0.0" and rec["vocab_size"] == 63
+    assert rec["corpus_version"] == "1.0.0" and rec["corpus_vocab_size"] == 63
     d = CorpusData(seq_length=64, global_batch_size=16, seed=1, train_sequences=64)
     assert d.batch(3).shape == (16, 65) and torch.equal(d.batch(3), d.batch(3))
     ids = np.concatenate([d.sample_ids(i) for i in range(4)])  # one epoch
