@@ -27,6 +27,7 @@ the paper's GPT3-XL over all 64 devices of the case — throughput only, it says
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -85,6 +86,30 @@ def target_loss(runs: Sequence[Sequence[float]], *, target_iters: int, window: i
 
 def _median_range(values: list[float]) -> tuple[float, float, float] | None:
     return (float(np.median(values)), min(values), max(values)) if values else None
+
+
+LIST_COLUMNS = (
+    "losses",
+    "elapsed_s",
+    "pipe_bytes",
+    "dp_bytes",
+    "predicted_pipe_bytes",
+    "predicted_dp_bytes",
+    "heldout_steps",
+    "heldout_losses",
+)
+
+
+def _decoded(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows with their JSON list columns as Python lists (the store keeps them as text)."""
+    rows = rows.copy()
+    for c in LIST_COLUMNS:
+        if c in rows:
+            rows[c] = [
+                json.loads(v) if isinstance(v, str) else (None if v is pd.NA else v)
+                for v in rows[c]
+            ]
+    return rows
 
 
 def summarize(rows: pd.DataFrame, order: Sequence[str]) -> pd.DataFrame:
@@ -247,8 +272,10 @@ def _table(summary: pd.DataFrame) -> str:
             if r.reached
             else f"not reached (0/{r.seeds})"
         )
-        counted = _fmt(r.bytes_per_iter / 1e6, ".3f") + " MB" if r.bytes_per_iter else "—"
-        sim = _fmt(r.sim_bytes_per_iter / 1e6, ".3f") + " MB" if r.sim_bytes_per_iter else "—"
+        counted, sim = (
+            "—" if _fmt(v) == "—" else f"{v / 1e6:.3f} MB"
+            for v in (r.bytes_per_iter, r.sim_bytes_per_iter)
+        )
         lines.append(
             f"| {r.case} | {r.system} | {ttt} | {_fmt(r.speedup_vs_ours, '.2f')} | "
             f"{_fmt(r.iters_to_target, '.0f')} | {_fmt(r.s_per_iter, '.3f')} | "
@@ -288,7 +315,7 @@ def build_quality_report(results_dir: str | Path) -> Path:
     from system.results import atomic_write_text, read_rows
 
     d = Path(results_dir)
-    rows = read_rows(d)
+    rows = _decoded(read_rows(d))
     rows = rows[rows["mode"] == "quality"] if "mode" in rows else rows
     order = list(SYSTEMS)
     summary = summarize(rows, order) if not rows.empty else pd.DataFrame()
@@ -327,8 +354,8 @@ def _report_text(rows, summary, paper, fig) -> str:
             f"{int(head.micro_batch_size)}, AdamW lr {head.lr:g} for every system, "
             f"{int(head.iters)} iterations",
             "- links: the case's first device of each region, bandwidth x "
-            f"{head.bandwidth_scale:g}, "
-            f"delay x {head.delay_scale:g} (network namespaces, `system.emulation`)",
+            f"{head.emu_bandwidth_scale:g}, "
+            f"delay x {head.emu_delay_scale:g} (network namespaces, `system.emulation`)",
             f"- target: the uncompressed scheduled pipeline's (ours) loss after "
             f"{int(head.target_iters)} iterations, mean of its seeds, losses smoothed over "
             f"{int(head.window)} iterations; final loss at equal tokens: the same smoothing after "
