@@ -321,10 +321,12 @@ def build_quality_report(results_dir: str | Path) -> Path:
     summary = summarize(rows, order) if not rows.empty else pd.DataFrame()
     atomic_write_text(d / "quality_summary.csv", summary.to_csv(index=False))
     fig = _plot(rows, order, d / "quality_loss.png") if not rows.empty else None
-    paper_csv = d / "paper_scale.csv"
+    paper_csv = d / "paper_scale.csv"  # the simulator's, computed once per study folder
     if not paper_csv.exists():
-        atomic_write_text(paper_csv, paper_scale_rows(["4", "5"], SYSTEMS).to_csv(index=False))
-    paper = pd.read_csv(paper_csv)
+        paper = paper_scale_rows(["4", "5"], SYSTEMS)
+        if not paper.empty:
+            atomic_write_text(paper_csv, paper.to_csv(index=False))
+    paper = pd.read_csv(paper_csv) if paper_csv.exists() else pd.DataFrame()
     text = _report_text(rows, summary, paper, fig)
     atomic_write_text(d / "REPORT.md", text)
     return d / "REPORT.md"
