@@ -16,7 +16,6 @@ from repro.config.modes import (
     load_case,
 )
 from repro.config.options import ConfigError, choice, option
-from repro.studies.quality import SYSTEMS as QUALITY_SYSTEMS
 from system.cases import PAPER_CASES, canonical_case
 from system.workload import PAPER_BATCH_SIZES
 
@@ -38,10 +37,28 @@ __all__ = [
     "MeasureConfig",
     "ScoreConfig",
     "QualityConfig",
+    "QUALITY_SYSTEMS",
+    "QUALITY_REFERENCE",
 ]
 
 MEASURE_TAG_PREFIX = "v14m"  # namespaces of the measurement: dtfm-v14m<setting>r<repeat>-*
 CALIBRATE_TAG_PREFIX = "v4c"  # namespaces of the in-situ calibration
+# mode=quality's systems (repro/studies/quality.py): RunSpec options of our runtime, or None
+# for a real baseline (its own worker)
+QUALITY_SYSTEMS: dict[str, dict | None] = {
+    "ours": {},
+    "ours_pipe_q4": dict(pipe_compress="quantize", pipe_fwd_bits=4, pipe_bwd_bits=8),
+    "ours_aq_sgd": dict(pipe_compress="aq_sgd", pipe_fwd_bits=4, pipe_bwd_bits=8),
+    "ours_dp_topk": dict(dp_compress="topk", dp_ratio=0.05, dp_bits=8),
+    "ring_dp_topk": dict(dp_compress="topk", dp_ratio=0.05, dp_bits=8, dp_mode="ring"),
+    "diloco_h4": dict(local_sgd="diloco", diloco_inner_steps=4),
+    "diloco_h16": dict(local_sgd="diloco", diloco_inner_steps=16),
+    "megatron": None,
+    "deepspeed": None,
+}
+QUALITY_REFERENCE = "ours"  # the uncompressed run that sets each case's target loss
+
+
 QualitySystem = choice("QualitySystem", QUALITY_SYSTEMS, module=__name__)
 BenchSection = choice(
     "BenchSection", ("plateau", "gaps", "quality", "scaling", "scale"), module=__name__

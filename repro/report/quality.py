@@ -35,6 +35,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from repro.config.studies import QUALITY_REFERENCE as REFERENCE
+from repro.config.studies import QUALITY_SYSTEMS as SYSTEMS
+
 log = logging.getLogger(__name__)
 
 __all__ = [
@@ -45,8 +48,6 @@ __all__ = [
     "paper_scale_rows",
     "build_quality_report",
 ]
-
-REFERENCE = "ours"
 
 
 def smooth(losses: Sequence[float], window: int) -> np.ndarray:
@@ -311,7 +312,6 @@ def _findings(summary: pd.DataFrame) -> list[str]:
 
 def build_quality_report(results_dir: str | Path) -> Path:
     """REPORT.md, quality_summary.csv, quality_loss.png (and paper_scale.csv once) of the study."""
-    from repro.studies.quality import SYSTEMS
     from system.results import atomic_write_text, read_rows
 
     d = Path(results_dir)

@@ -39,24 +39,11 @@ import logging
 import tempfile
 import time
 
+from repro.config.studies import QUALITY_SYSTEMS as SYSTEMS
+
 log = logging.getLogger(__name__)
 
-__all__ = ["SYSTEMS", "REFERENCE", "BASELINES", "run"]
-
-# system -> RunSpec options of our runtime, or None for a real baseline (its own worker)
-SYSTEMS: dict[str, dict | None] = {
-    "ours": {},
-    "ours_pipe_q4": dict(pipe_compress="quantize", pipe_fwd_bits=4, pipe_bwd_bits=8),
-    "ours_aq_sgd": dict(pipe_compress="aq_sgd", pipe_fwd_bits=4, pipe_bwd_bits=8),
-    "ours_dp_topk": dict(dp_compress="topk", dp_ratio=0.05, dp_bits=8),
-    "ring_dp_topk": dict(dp_compress="topk", dp_ratio=0.05, dp_bits=8, dp_mode="ring"),
-    "diloco_h4": dict(local_sgd="diloco", diloco_inner_steps=4),
-    "diloco_h16": dict(local_sgd="diloco", diloco_inner_steps=16),
-    "megatron": None,
-    "deepspeed": None,
-}
-REFERENCE = "ours"  # the uncompressed run that sets each case's target loss
-BASELINES = tuple(name for name, opts in SYSTEMS.items() if opts is None)
+__all__ = ["run"]
 
 
 def _first_of_each_region(cluster, n: int) -> list[int]:
