@@ -3,7 +3,9 @@
 Every baseline rank does the same bookkeeping as our runtime so rows compare directly: the same
 seeded batches (:mod:`system.runtime.data`), replica ``r`` of ``dp`` takes its slice of each global
 batch cut into micro-batches, the loss is the mean over the whole global batch, and an iteration's
-time is the slowest rank's (barrier before, clock stops after the optimizer step).
+time is the slowest rank's (barrier before, clock stops after the optimizer step). With
+``spec.start == "free"`` (:class:`StepClock`) the iterations run back to back after one common
+start, as in production training, and losses and times are reduced once at the end.
 """
 
 from __future__ import annotations
@@ -14,13 +16,14 @@ import logging
 import os
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from baselines.spec import BaselineSpec, metrics_from
-from system.runtime.data import SyntheticData, micro_batches
+from system.runtime.data import make_data, micro_batches
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +32,7 @@ __all__ = [
     "init_distributed",
     "replica_micro_batches",
     "IterationTimer",
+    "StepClock",
     "global_mean_loss",
     "max_over_ranks",
     "write_result",
@@ -73,14 +77,9 @@ def init_distributed(spec: BaselineSpec) -> torch.device:
     return device
 
 
-def data_for(spec: BaselineSpec) -> SyntheticData:
-    m = spec.gpt_config()
-    return SyntheticData(
-        vocab_size=m.vocab_size,
-        seq_length=m.seq_length,
-        global_batch_size=spec.global_batch_size,
-        seed=spec.seed,
-    )
+def data_for(spec: BaselineSpec):
+    """The spec's data (synthetic or the corpus), as our runtime's workers read it."""
+    return make_data(spec)
 
 
 def replica_micro_batches(
@@ -120,6 +119,64 @@ class IterationTimer:
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         self.elapsed_s = time.perf_counter() - self._t0
+
+
+class StepClock:
+    """Every iteration's time and global mean loss, in any of the spec's start modes.
+
+    ``barrier`` / ``clock``: each iteration is an :class:`IterationTimer`, and after it the loss
+    and the slowest rank's time are reduced over all ranks (what :func:`global_mean_loss` and
+    :func:`max_over_ranks` do). ``free``: one barrier and common instant before the first
+    iteration, then no synchronisation of its own: each rank notes when it ended every
+    iteration and its local loss, and :meth:`result` reduces them once (iteration k ends when
+    its last rank ends it).
+    """
+
+    def __init__(self, device: torch.device, spec: BaselineSpec, dp_size: int) -> None:
+        self.device, self.spec, self.dp_size = device, spec, dp_size
+        self.free = spec.start == "free"
+        self.losses: list[float] = []
+        self.times: list[float] = []
+        self._ends: list[float] = []
+        self._local: list[float] = []
+        self._t0: float | None = None
+
+    @contextmanager
+    def iteration(self):
+        if not self.free:
+            with IterationTimer(self.device, self.spec) as timer:
+                yield
+            self._elapsed = timer.elapsed_s
+            return
+        if self._t0 is None:
+            from system.runtime.worker import start_together
+
+            dist.barrier()
+            self._t0, _ = start_together(self.device, self.spec.start_margin_s)
+        yield
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        self._ends.append(time.perf_counter() - self._t0)
+
+    def record(self, local_mean: torch.Tensor | None) -> None:
+        """After an iteration: this rank's replica loss (``None`` on ranks holding none)."""
+        if not self.free:
+            self.losses.append(global_mean_loss(local_mean, self.dp_size, self.device))
+            self.times.append(max_over_ranks(self._elapsed, self.device))
+            return
+        self._local.append(0.0 if local_mean is None else float(local_mean.detach()))
+
+    def result(self) -> tuple[list[float], list[float]]:
+        """(losses, iteration times), the same on every rank."""
+        if self.free:
+            loss = torch.tensor(self._local, dtype=torch.float64, device=self.device)
+            ends = torch.tensor(self._ends, dtype=torch.float64, device=self.device)
+            dist.all_reduce(loss)
+            dist.all_reduce(ends, op=dist.ReduceOp.MAX)
+            self.losses = (loss.cpu() / self.dp_size).tolist()
+            end = ends.cpu().tolist()
+            self.times = [b - a for a, b in zip([0.0, *end[:-1]], end, strict=True)]
+        return self.losses, self.times
 
 
 def global_mean_loss(local_mean: torch.Tensor | None, dp_size: int, device: torch.device) -> float:

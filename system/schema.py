@@ -201,7 +201,35 @@ _EMULATION = {
     "load_avg_1m_start": "float",  # the machine's 1-minute load average when the run started
     "load_avg_1m_end": "float",  # ... and when it ended (2 shared cores: the cause of spreads)
 }
-COLUMNS: dict[str, str] = {**_IDENTITY, **_SETTING, **_MEASURED, **_SIMULATOR, **_EMULATION}
+_QUALITY = {  # mode=quality: time to a target loss (repro/studies/quality.py)
+    "lr": "float",
+    "train_sequences": "int",
+    "target_iters": "int",
+    "window": "int",
+    "snapshot_every": "int",
+    "compression": "str",  # system.compression.Compression.label()
+    "elapsed_s": "json",  # training wall clock at the end of each iteration
+    "pipe_bytes": "json",  # per iteration: bytes all ranks sent to other stages (counted)
+    "dp_bytes": "json",  # ... in data-parallel exchanges (counted)
+    "predicted_pipe_bytes": "json",  # the simulator's counts of the same
+    "predicted_dp_bytes": "json",
+    "heldout_steps": "json",  # iterations of the snapshots evaluated
+    "heldout_losses": "json",  # their loss on the corpus's held-out text
+    "corpus_package": "str",
+    "corpus_version": "str",
+    "corpus_wheel_sha256": "str",
+    "corpus_text_sha256": "str",
+    "corpus_tokens": "int",
+    "corpus_vocab_size": "int",
+}
+COLUMNS: dict[str, str] = {
+    **_IDENTITY,
+    **_SETTING,
+    **_MEASURED,
+    **_SIMULATOR,
+    **_EMULATION,
+    **_QUALITY,
+}
 # Columns every table has, in this order (others follow in first-seen order).
 CORE_COLUMNS = (
     "run_id",

@@ -81,6 +81,16 @@ MODELS: dict[str, GPTConfig] = {
         seq_length=2048,
         vocab_size=GPT2_VOCAB,
     ),
+    # Small GPT for the quality benchmark on CPU: the character-level corpus
+    # (system/runtime/corpus.py, 63 symbols) fits its 64-token vocabulary; 0.8M parameters.
+    "small": GPTConfig(
+        name="small",
+        num_layers=4,
+        hidden_size=128,
+        num_attention_heads=4,
+        seq_length=128,
+        vocab_size=64,
+    ),
     # Tiny model for tests and CPU runs (a 50k vocabulary makes a CPU step ~7x slower).
     "debug": GPTConfig(
         name="debug",

@@ -73,19 +73,18 @@ def _train_zero(ds, spec: BaselineSpec, device: torch.device) -> tuple[list[floa
     opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, betas=(0.9, 0.999), weight_decay=0.0)
     engine, _, _, _ = ds.initialize(model=model, optimizer=opt, config=ds_config(spec))
     dp_rank, dp_size = dist.get_rank(), dist.get_world_size()
-    losses, times = [], []
+    clock = wc.StepClock(device, spec, dp_size)
     for it in range(spec.iters):
         micro = wc.replica_micro_batches(spec, it, dp_rank, dp_size)
         total = torch.zeros((), dtype=torch.float64)
-        with wc.IterationTimer(device, spec) as timer:
+        with clock.iteration():
             for inputs, targets in micro:
                 loss = lm_loss(engine(inputs.to(device)), targets.to(device))
                 engine.backward(loss)  # DeepSpeed scales by 1/accumulation itself
                 engine.step()  # steps the optimizer only at the accumulation boundary
                 total += loss.detach().double().cpu()
-        losses.append(wc.global_mean_loss(total / len(micro), dp_size, device))
-        times.append(wc.max_over_ranks(timer.elapsed_s, device))
-    return losses, times
+        clock.record(total / len(micro))
+    return clock.result()
 
 
 def _train_pipeline(
@@ -107,18 +106,17 @@ def _train_pipeline(
     grid = engine.grid
     dp_rank, dp_size = grid.get_data_parallel_rank(), grid.get_data_parallel_world_size()
     is_last = engine.is_last_stage()
-    losses, times = [], []
+    clock = wc.StepClock(device, spec, dp_size)
     for it in range(spec.iters):
         micro = [
             (x.to(device), y.to(device))
             for x, y in wc.replica_micro_batches(spec, it, dp_rank, dp_size)
         ]
-        with wc.IterationTimer(device, spec) as timer:
+        with clock.iteration():
             loss = engine.train_batch(data_iter=iter(micro))  # mean over micro-batches and DP
         # train_batch already averaged over DP; every replica's last stage adds it once
-        losses.append(wc.global_mean_loss(loss if is_last else None, dp_size, device))
-        times.append(wc.max_over_ranks(timer.elapsed_s, device))
-    return losses, times
+        clock.record(loss if is_last else None)
+    return clock.result()
 
 
 def train(spec: BaselineSpec) -> dict:

@@ -2,8 +2,8 @@
 
 Trains megatron-core's own ``GPTModel`` shaped like our GPT (same layers, hidden size, heads,
 sequence length, vocabulary, untied output layer as in system/runtime/model.py, no dropout) on
-the same synthetic batches as every other system, with Megatron's 1F1B pipeline schedule
-(``get_forward_backward_func``), its tensor/pipeline/data-parallel groups
+the same batches as every other system (synthetic, or the corpus), with Megatron's 1F1B
+pipeline schedule (``get_forward_backward_func``), its tensor/pipeline/data-parallel groups
 (``initialize_model_parallel``; rank = tp + TP·(dp + DP·pp)), its DDP wrapper (gradient
 all-reduce per DP group) and its optimizer (``get_megatron_optimizer``, which falls back to
 ``torch.optim.AdamW`` without Apex/TE). Paper §4 compares against Megatron
@@ -128,12 +128,12 @@ def train(spec: BaselineSpec) -> dict:
 
         return out, loss_func
 
-    losses, times = [], []
+    clock = wc.StepClock(device, spec, dp_size)
     for it in range(spec.iters):
         micro = wc.replica_micro_batches(spec, it, dp_rank, dp_size)
         model.zero_grad_buffer()
         optimizer.zero_grad()
-        with wc.IterationTimer(device, spec) as timer:
+        with clock.iteration():
             out = forward_backward(
                 forward_step_func=forward_step,
                 data_iterator=iter(micro),
@@ -147,9 +147,8 @@ def train(spec: BaselineSpec) -> dict:
             if not ok:
                 raise RuntimeError(f"megatron: optimizer step skipped at iteration {it}")
         local = torch.stack([d["lm loss"] for d in out]).mean() if holds_loss else None
-        losses.append(wc.global_mean_loss(local, dp_size, device))
-        times.append(wc.max_over_ranks(timer.elapsed_s, device))
-    return wc.metrics(spec, losses, times)
+        clock.record(local)
+    return wc.metrics(spec, *clock.result())
 
 
 def main(argv: list[str]) -> int:

@@ -7,7 +7,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from repro.config.base import RunConfig, register_mode
-from repro.config.modes import CaseOptions, ModelName, ModelOptions, WorkloadName, load_case
+from repro.config.modes import (
+    Backend,
+    CaseOptions,
+    ModelName,
+    ModelOptions,
+    WorkloadName,
+    load_case,
+)
 from repro.config.options import ConfigError, choice, option
 from system.cases import PAPER_CASES, canonical_case
 from system.external import SOURCES
@@ -32,10 +39,30 @@ __all__ = [
     "MeasureConfig",
     "ScoreConfig",
     "ExternalConfig",
+    "QualityConfig",
+    "QUALITY_SYSTEMS",
+    "QUALITY_REFERENCE",
 ]
 
 MEASURE_TAG_PREFIX = "v14m"  # namespaces of the measurement: dtfm-v14m<setting>r<repeat>-*
 CALIBRATE_TAG_PREFIX = "v4c"  # namespaces of the in-situ calibration
+# mode=quality's systems (repro/studies/quality.py): RunSpec options of our runtime, or None
+# for a real baseline (its own worker)
+QUALITY_SYSTEMS: dict[str, dict | None] = {
+    "ours": {},
+    "ours_pipe_q4": dict(pipe_compress="quantize", pipe_fwd_bits=4, pipe_bwd_bits=8),
+    "ours_aq_sgd": dict(pipe_compress="aq_sgd", pipe_fwd_bits=4, pipe_bwd_bits=8),
+    "ours_dp_topk": dict(dp_compress="topk", dp_ratio=0.05, dp_bits=8),
+    "ring_dp_topk": dict(dp_compress="topk", dp_ratio=0.05, dp_bits=8, dp_mode="ring"),
+    "diloco_h4": dict(local_sgd="diloco", diloco_inner_steps=4),
+    "diloco_h16": dict(local_sgd="diloco", diloco_inner_steps=16),
+    "megatron": None,
+    "deepspeed": None,
+}
+QUALITY_REFERENCE = "ours"  # the uncompressed run that sets each case's target loss
+
+
+QualitySystem = choice("QualitySystem", QUALITY_SYSTEMS, module=__name__)
 BenchSection = choice(
     "BenchSection", ("plateau", "gaps", "quality", "scaling", "scale"), module=__name__
 )
@@ -357,3 +384,66 @@ class ExternalConfig(RunConfig):
         if missing:
             key = "data_dir" if self.data_dir is not None else "plans"
             raise ConfigError(f"{key}: {data} lacks {', '.join(missing)}")
+
+
+# ---- beyond the paper --------------------------------------------------------------------------
+@dataclass
+@register_mode("quality", "repro.studies.quality:run", rows=True)
+class QualityConfig(ModelOptions, CaseOptions, RunConfig):
+    """Time to a target loss on emulated links: compression, DiLoCo, ours and the baselines."""
+
+    case: str = option("5", "the paper case whose links are emulated (4 and 5 in the sweep)")
+    model: ModelName = option(ModelName.debug, "the GPT trained (debug or small on 2 cores)")
+    batch: int | None = option(32, "global batch in sequences", ge=1)
+    micro_batch_size: int = option(8, "sequences per micro-batch", ge=1)
+    seq_length: int = option(64, "tokens per sequence (characters of the corpus)", ge=1)
+    vocab_size: int = option(64, "the model's vocabulary (the corpus has 63 symbols)", ge=1)
+    pp: int = option(2, "pipeline stages of ours (and of the baselines)", ge=1)
+    dp: int = option(2, "data-parallel replicas (DiLoCo's replicas)", ge=1)
+    iters: int = option(64, "training iterations of every system", ge=1)
+    lr: float = option(0.005, "AdamW learning rate of every system (DiLoCo: inner)", gt=0)
+    train_sequences: int = option(512, "training sequences of the corpus, repeated", ge=1)
+    target_iters: int = option(40, "the target is the reference's loss after this many", ge=1)
+    window: int = option(8, "losses smoothed by a trailing mean over this many iterations", ge=1)
+    snapshot_every: int = option(16, "held-out evaluation every this many iterations", ge=1)
+    systems: list[QualitySystem] = option(list(QUALITY_SYSTEMS), "the systems run, in order")
+    devices: list[int] | None = option(
+        None, "device ids of the case (null: the first of each region)", ge=0
+    )
+    bandwidth_scale: float = option(0.1, "every bandwidth x this (as mode=emulate)", gt=0)
+    delay_scale: float = option(1.0, "every one-way delay x this", gt=0)
+    backend: Backend = option(Backend.auto, "netem, or the NFQUEUE delayer (auto: netem if any)")
+    timeout_s: float = option(900.0, "wall-clock limit of one run (its ranks killed after)", gt=0)
+
+    def check(self) -> None:
+        super().check()
+        n = self.pp * self.dp
+        self.limits.check_ranks(n, f"pp x dp = {self.pp} x {self.dp}")
+        n_case = self.cluster().num_devices
+        if self.devices is not None and (
+            len(self.devices) != n or len(set(self.devices)) != n or max(self.devices) >= n_case
+        ):
+            raise ConfigError(
+                f"devices={self.devices}: {n} distinct ids in 0..{n_case - 1} (pp x dp)"
+            )
+        if self.target_iters > self.iters:
+            raise ConfigError(f"target_iters={self.target_iters} is past iters={self.iters}")
+        if self.iters % self.snapshot_every or self.snapshot_every % 16:
+            raise ConfigError(
+                f"snapshot_every={self.snapshot_every}: a multiple of DiLoCo's H = 16 that "
+                f"divides iters={self.iters}"
+            )
+        if self.batch % (self.dp * self.micro_batch_size):
+            raise ConfigError(
+                f"batch={self.batch} is not divisible by dp={self.dp} x "
+                f"micro_batch_size={self.micro_batch_size}"
+            )
+        if self.train_sequences < self.batch:
+            raise ConfigError(
+                f"train_sequences={self.train_sequences}: at least one batch ({self.batch})"
+            )
+        regions = len(set(self.cluster().region_of))
+        if not self.devices and n > regions:
+            raise ConfigError(f"case={self.case}: {regions} regions < pp x dp = {n}; give devices")
+        if not self.systems:
+            raise ConfigError("systems=[]: name at least one system")

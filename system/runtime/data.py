@@ -19,6 +19,11 @@ takes rows ``r·G/dp … (r+1)·G/dp − 1`` (its macro-batch, paper §2), cut i
     >>> mbs = micro_batches(b, dp=2, replica=1, micro_batch_size=2)
     >>> len(mbs), bool((mbs[0][0] == b[4:6, :-1]).all())
     (2, True)
+
+:func:`make_data` picks the data a spec names: this chain (``data="synthetic"``) or the real
+text corpus (``data="kjv"``, :mod:`system.runtime.corpus`). Both give ``batch(i)`` and
+``sample_ids(i)`` (each row's dataset index; every synthetic row is a new sample);
+:func:`micro_samples` cuts the ids as :func:`micro_batches` cuts the rows.
 """
 
 from __future__ import annotations
@@ -28,7 +33,16 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["SyntheticData", "micro_batches", "entropy_floor"]
+from system.runtime.spec import DATASETS
+
+__all__ = [
+    "DATASETS",
+    "SyntheticData",
+    "make_data",
+    "micro_batches",
+    "micro_samples",
+    "entropy_floor",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,6 +89,42 @@ class SyntheticData:
         for t in range(1, n):
             out[:, t] = succ[out[:, t - 1], choice[:, t - 1]]
         return torch.from_numpy(out)
+
+    def sample_ids(self, i: int) -> np.ndarray:
+        """Every synthetic row is a sample of its own: ``i·G … i·G + G − 1``."""
+        g = self.global_batch_size
+        return np.arange(i * g, (i + 1) * g, dtype=np.int64)
+
+
+def make_data(spec):
+    """The data of a run spec (``data``, ``seed``, batch and model shape; ``train_sequences``
+    for the corpus): :class:`SyntheticData` or :class:`system.runtime.corpus.CorpusData`."""
+    cfg = spec.gpt_config()
+    if spec.data == "kjv":
+        from system.runtime.corpus import CorpusData
+
+        return CorpusData(
+            seq_length=cfg.seq_length,
+            global_batch_size=spec.global_batch_size,
+            seed=spec.seed,
+            train_sequences=spec.train_sequences,
+        )
+    if spec.data != "synthetic":
+        raise ValueError(f"make_data: data {spec.data!r} is not one of {DATASETS}")
+    return SyntheticData(
+        vocab_size=cfg.vocab_size,
+        seq_length=cfg.seq_length,
+        global_batch_size=spec.global_batch_size,
+        seed=spec.seed,
+    )
+
+
+def micro_samples(ids, *, dp: int, replica: int, micro_batch_size: int) -> list[list[int]]:
+    """Replica ``replica``'s micro-batches of a global batch's sample ids (as micro_batches)."""
+    ids = [int(x) for x in ids]
+    per = len(ids) // dp
+    rows = ids[replica * per : (replica + 1) * per]
+    return [rows[j : j + micro_batch_size] for j in range(0, per, micro_batch_size)]
 
 
 def micro_batches(

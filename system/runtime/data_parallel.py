@@ -21,7 +21,10 @@ buffer after iteration 1). Two exchanges, both AVERAGED over the ``dp`` replicas
   transfer costs α + X/β once the data exists (``system.simulator.comm.sharded_ps_p2p_s``).
 * ``allreduce`` — one ``all_reduce`` per bucket, then divide by dp.
 
-All buckets' transfers are posted before the first is waited on.
+All buckets' transfers are posted before the first is waited on. :attr:`GradBuckets.bytes_sent`
+counts the bytes this replica sends: the shards it passes to ``isend`` (``sharded_ps``), or a ring
+all-reduce's 2·(dp−1)/dp of each bucket (``allreduce``: gloo runs the collective, so its bytes
+are counted by that formula rather than observed).
 """
 
 from __future__ import annotations
@@ -82,6 +85,7 @@ class GradBuckets:
         # sharded_ps: row j of inbox[b] receives replica j's copy of my shard of bucket b
         self._inbox: list[torch.Tensor] = []
         self._posted: list[list] | None = None
+        self.bytes_sent = 0  # payload bytes this replica sent in exchanges so far
 
     @property
     def numel(self) -> int:
@@ -138,6 +142,7 @@ class GradBuckets:
                     w.wait()
                 for b in self.buffers:
                     b.div_(self.dp)
+                    self.bytes_sent += 2 * (self.dp - 1) * b.numel() // self.dp * b.element_size()
             elif mode == "sharded_ps":
                 self._sharded_ps(group)
             else:
@@ -156,6 +161,7 @@ class GradBuckets:
         ]
         # the outgoing shards are in the kernel once the sends complete: their memory may then
         # receive the owners' reduced shards (which cannot come before the owners got ours)
+        self.bytes_sent += sum(sh[k].numel() * sh.element_size() for sh in shards for k, _ in peers)
         for w in sends:
             w.wait()
         gathers = [
@@ -172,6 +178,7 @@ class GradBuckets:
             torch.sum(box, dim=0, out=sh[self.me])
             sh[self.me].div_(self.dp)
             sends += [dist.isend(sh[self.me], dst=r, group=group, tag=2 * i + 1) for _, r in peers]
+            self.bytes_sent += len(peers) * sh[self.me].numel() * sh.element_size()
         self._posted = None
         for w in gathers + sends:
             w.wait()

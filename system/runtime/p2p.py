@@ -7,6 +7,9 @@ computation of i; sends are non-blocking (``isend``) so sending i−1 overlaps i
 receive's completion without blocking the host, and a send waits on an event recorded after the
 computation that produced its tensor — the paper's receive / compute / send streams chained by
 events.
+
+:attr:`P2P.bytes_sent` counts the payload bytes of every send (what the wire carries, less the
+transport's headers), for the compression options' byte accounting.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class P2P:
         self.device = device
         self.timeline = timeline
         self.is_cuda = device.type == "cuda"
+        self.bytes_sent = 0  # payload bytes of every isend so far
         if self.is_cuda:
             self.recv_stream = torch.cuda.Stream(device)
             self.send_stream = torch.cuda.Stream(device)
@@ -51,11 +55,19 @@ class P2P:
         """Post a receive of a ``shape``/``dtype`` tensor from ``src``."""
         with self._stream(self.recv_stream if self.is_cuda else None):
             buf = torch.empty(shape, dtype=dtype, device=self.device)
+        return self.irecv_into(buf, src, tag, name)
+
+    def irecv_into(self, buf: torch.Tensor, src: int, tag: int, name: str) -> Pending:
+        """Post a receive into ``buf`` (its size and dtype are the message's) from ``src``."""
+        with self._stream(self.recv_stream if self.is_cuda else None):
+            if self.is_cuda:
+                buf.record_stream(self.recv_stream)  # it may come from the compute stream
             work = dist.irecv(buf, src=src, tag=tag)
         return Pending(buf, work, name)
 
     def isend(self, tensor: torch.Tensor, dst: int, tag: int, name: str) -> Pending:
         """Send ``tensor`` (kept alive by the returned handle) to ``dst`` without blocking."""
+        self.bytes_sent += tensor.numel() * tensor.element_size()
         if self.is_cuda:
             ready = torch.cuda.Event()
             ready.record()  # after the compute that produced ``tensor``

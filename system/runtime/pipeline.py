@@ -14,6 +14,11 @@ Per stage, with M micro-batches of its replica's macro-batch:
 The last stage back-propagates ``loss_i · loss_scale / M``; summed over i that is the macro-batch
 mean (scaled), and :mod:`system.runtime.data_parallel` averages over replicas, so the update is
 the global-batch mean gradient whatever pp, dp and the layout are.
+
+What crosses a boundary is the stage's :class:`~system.runtime.wire.StageWires`' business: by
+default the tensors themselves (fp32, fp16 with amp); with pipeline compression quantized
+activations and gradients, or AQ-SGD's per-sample changes (``samples``: each micro-batch's
+dataset indices). Encoding and decoding are timed as ``codec`` spans.
 """
 
 from __future__ import annotations
@@ -22,9 +27,11 @@ from contextlib import nullcontext
 
 import torch
 
+from system.compression import PipeCompression
 from system.runtime.groups import RankPosition
 from system.runtime.model import Stage, lm_loss
 from system.runtime.p2p import P2P, Pending
+from system.runtime.wire import StageWires, make_wires
 
 __all__ = ["gpipe_iteration"]
 
@@ -39,11 +46,15 @@ def gpipe_iteration(
     loss_scale: float = 1.0,
     amp: bool = False,
     recv_ahead: int | None = None,
+    wires: StageWires | None = None,
+    samples: list[list[int]] | None = None,
 ) -> list[float]:
     """Run forward and backward of all micro-batches on this stage; gradients accumulate in
     ``stage``'s parameters. Returns the per-micro-batch losses (last stage; else empty).
 
-    ``recv_ahead`` receives are kept posted ahead of compute (None: all of the pass at once)."""
+    ``recv_ahead`` receives are kept posted ahead of compute (None: all of the pass at once).
+    ``wires``: what crosses the boundaries (default: the tensors in the wire dtype);
+    ``samples``: per micro-batch, its samples' dataset indices (AQ-SGD's buffers need them)."""
     m = len(micro)
     recv_ahead = m if recv_ahead is None else recv_ahead
     dev = comm.device
@@ -51,6 +62,8 @@ def gpipe_iteration(
     mb, seq = micro[0][0].shape
     act_shape = (mb, seq, hidden_size)
     wire = torch.float16 if amp else torch.float32
+    wires = wires or make_wires(PipeCompression(), wire)
+    samples = samples or [list(range(mb))] * m  # only AQ-SGD reads them
     autocast = torch.autocast(device_type="cuda", dtype=torch.float16) if amp else nullcontext()
     inputs: list[torch.Tensor | None] = [None] * m
     outputs: list[torch.Tensor | None] = [None] * m
@@ -62,7 +75,8 @@ def gpipe_iteration(
 
     def post_fwd(i: int) -> None:
         if i < m and not place.is_first:
-            recvs[i] = comm.irecv(act_shape, wire, place.prev_rank, tag=i, name=f"recv F{i}")
+            buf = wires.fwd_in.recv_buffer(act_shape, samples[i], dev)
+            recvs[i] = comm.irecv_into(buf, place.prev_rank, tag=i, name=f"recv F{i}")
 
     for i in range(recv_ahead):
         post_fwd(i)
@@ -70,7 +84,9 @@ def gpipe_iteration(
         if place.is_first:
             x = micro[i][0].to(dev, non_blocking=True)
         else:
-            x = comm.wait(recvs.pop(i)).float().requires_grad_()
+            msg = comm.wait(recvs.pop(i))
+            with tl.span("codec", f"decode F{i}"):
+                x = wires.fwd_in.decode(msg, act_shape, samples[i]).requires_grad_()
             post_fwd(i + recv_ahead)
         with tl.span("compute", f"F{i}"), autocast:
             y = stage(x)
@@ -79,7 +95,9 @@ def gpipe_iteration(
                 losses.append(loss.detach())
                 y = loss * (loss_scale / m)
         if not place.is_last:
-            sends.append(comm.isend(y.detach().to(wire), place.next_rank, tag=i, name=f"send F{i}"))
+            with tl.span("codec", f"encode F{i}"):
+                msg = wires.fwd_out.encode(y.detach(), samples[i])
+            sends.append(comm.isend(msg, place.next_rank, tag=i, name=f"send F{i}"))
         inputs[i], outputs[i] = x, y
 
     # ---- backward: all micro-batches, reverse order ----
@@ -89,7 +107,8 @@ def gpipe_iteration(
     def post_bwd(k: int) -> None:
         if k < m and not place.is_last:
             i = order[k]
-            grecvs[i] = comm.irecv(act_shape, wire, place.next_rank, tag=m + i, name=f"recv B{i}")
+            buf = wires.bwd_in.recv_buffer(act_shape, samples[i], dev)
+            grecvs[i] = comm.irecv_into(buf, place.next_rank, tag=m + i, name=f"recv B{i}")
 
     for k in range(recv_ahead):
         post_bwd(k)
@@ -98,12 +117,15 @@ def gpipe_iteration(
             with tl.span("compute", f"B{i}"):
                 outputs[i].backward()
         else:
-            g = comm.wait(grecvs.pop(i))
+            msg = comm.wait(grecvs.pop(i))
+            with tl.span("codec", f"decode B{i}"):
+                g = wires.bwd_in.decode(msg, act_shape, samples[i])
             post_bwd(k + recv_ahead)
             with tl.span("compute", f"B{i}"):
                 outputs[i].backward(g.to(outputs[i].dtype))
         if not place.is_first:
-            gx = inputs[i].grad.to(wire)
+            with tl.span("codec", f"encode B{i}"):
+                gx = wires.bwd_out.encode(inputs[i].grad, samples[i])
             sends.append(comm.isend(gx, place.prev_rank, tag=m + i, name=f"send B{i}"))
         inputs[i] = outputs[i] = None  # free the graph and activations
 

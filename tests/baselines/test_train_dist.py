@@ -55,8 +55,9 @@ def test_deepspeed_matches_reference(tmp_path, pp, dp, zero):
     pytest.importorskip("deepspeed", reason="deepspeed is not installed")
     from baselines.grid import BaselineSpec, run_point
 
-    # the pipeline case also exercises the common wall-clock start of emulated runs
-    start = "clock" if pp > 1 else "barrier"
+    # the pipeline case also exercises the common wall-clock start of emulated runs, ZeRO-3 the
+    # back-to-back iterations of the quality benchmark (one reduction of losses at the end)
+    start = "clock" if pp > 1 else "free"
     spec = BaselineSpec(
         system="deepspeed", pp=pp, dp=dp, zero=zero, iters=ITERS, start=start, start_margin_s=0.2
     )

@@ -39,6 +39,7 @@ BAD = {
     ),
     "score": ({"measured": None}, {"predictions": f"{VAL}/predictions.json"}, "measured: give"),
     "external": ({"plans": "no/such/plans"}, {}, "plans='no/such/plans': no such folder"),
+    "quality": ({"target_iters": 100}, {}, "target_iters=100 is past iters=64"),
 }
 
 

@@ -1,0 +1,235 @@
+"""Communication-reducing training options and the bytes they put on the wire (pure Python).
+
+Three families, each off by default, each usable with any scheduled layout (pp stages × dp
+replicas):
+
+* **pipeline compression** (:class:`PipeCompression`): the activation a stage sends forward and
+  the gradient it sends back are quantized to 8 or 4 bits (``quantize``); or the forward message
+  is the quantized *change* of each sample's activation against a per-sample buffer that sender
+  and receiver keep in step (``aq_sgd``, Wang et al., "Fine-tuning Language Models over Slow
+  Networks using Activation Compression with Guarantees", NeurIPS 2022); the first time a sample
+  crosses a boundary its activation goes in full precision, so the buffer starts exact, and the
+  backward gradient is quantized directly, as in that paper;
+* **data-parallel compression** (:class:`DPCompression`): each gradient shard is sparsified —
+  its ``ratio`` largest magnitudes (``topk``, indices sent as int32) or a random subset chosen
+  from a seed every replica shares (``random``, no indices on the wire) — and the kept values
+  are quantized to ``bits`` (32: fp32), with error feedback: what compression dropped is added
+  to the next step's gradient (Seide et al. 2014; Karimireddy et al., ICML 2019). CocktailSGD
+  (Wang et al., ICML 2023) combines these with error feedback on both the workers and the
+  servers, which the sharded exchange does too;
+* **local SGD** (:class:`LocalSGD`): DiLoCo (Douillard et al., 2023): each replica takes ``H``
+  inner optimizer steps alone, then the replicas average their pseudo-gradient (parameters at
+  the last outer step minus their own), and an outer SGD with Nesterov momentum updates the
+  shared parameters; the outer exchange can be int8 (INTELLECT-1, Jaghouar et al., 2024).
+
+Quantization is symmetric per group of :data:`GROUP_SIZE` consecutive elements: one fp32 scale
+(the group's largest magnitude / (2^(bits−1) − 1)) and one signed integer per element, two
+4-bit values per byte. This module only states the options and counts the bytes; the runtime's
+codecs (``system.runtime.codec``) pack real tensors and count what they send, the simulator
+(``system.simulator.compression``) uses these counts. The two are compared by a test.
+
+    >>> quantized_nbytes(1000, 8)  # 8 groups of 128: 1024 one-byte values + 8 fp32 scales
+    1056
+    >>> sparse_nbytes(1000, ratio=0.01, bits=8, indices=True)  # 10 int32 indices, 10 values
+    172
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+__all__ = [
+    "GROUP_SIZE",
+    "SCALE_BYTES",
+    "INDEX_BYTES",
+    "PIPE_METHODS",
+    "DP_METHODS",
+    "LOCAL_SGD_METHODS",
+    "QUANT_BITS",
+    "VALUE_BITS",
+    "OUTER_BITS",
+    "PipeCompression",
+    "DPCompression",
+    "LocalSGD",
+    "Compression",
+    "quantized_nbytes",
+    "kept_count",
+    "sparse_nbytes",
+]
+
+GROUP_SIZE = 128  # elements per quantization scale (even: two 4-bit values per byte)
+SCALE_BYTES = 4  # one fp32 scale per group
+INDEX_BYTES = 4  # int32 index per kept element (top-k)
+
+PIPE_METHODS = ("none", "quantize", "aq_sgd")
+DP_METHODS = ("none", "topk", "random")
+LOCAL_SGD_METHODS = ("none", "diloco")
+QUANT_BITS = (4, 8)  # integer formats of the quantizer
+VALUE_BITS = (4, 8, 32)  # sparsified values: quantized, or fp32 (32)
+OUTER_BITS = (8, 32)  # DiLoCo's outer exchange: int8 or fp32
+
+
+def quantized_nbytes(numel: int, bits: int) -> int:
+    """Bytes of ``numel`` values quantized to ``bits`` (groups padded to :data:`GROUP_SIZE`)."""
+    if bits not in QUANT_BITS:
+        raise ValueError(f"quantized_nbytes: bits={bits} is not one of {QUANT_BITS}")
+    groups = -(-int(numel) // GROUP_SIZE)
+    return groups * GROUP_SIZE * bits // 8 + groups * SCALE_BYTES
+
+
+def kept_count(numel: int, ratio: float) -> int:
+    """Elements a sparsifier keeps of ``numel``: ⌈ratio·numel⌉, at least 1."""
+    return max(1, math.ceil(ratio * int(numel)))
+
+
+def sparse_nbytes(numel: int, *, ratio: float, bits: int, indices: bool) -> int:
+    """Bytes of a sparsified message: kept values (quantized, or fp32 for ``bits`` = 32), plus
+    an int32 index per kept value when ``indices`` (top-k; a shared-seed random choice sends
+    none)."""
+    k = kept_count(numel, ratio)
+    values = 4 * k if bits == 32 else quantized_nbytes(k, bits)
+    return values + (INDEX_BYTES * k if indices else 0)
+
+
+def _one_of(where: str, name: str, value, allowed) -> None:
+    if value not in allowed:
+        raise ValueError(f"{where}: {name}={value!r} is not one of {allowed}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PipeCompression:
+    """Compression of the messages between pipeline stages (off: ``method="none"``)."""
+
+    method: str = "none"  # none | quantize | aq_sgd
+    fwd_bits: int = 8  # activations (aq_sgd: their per-sample changes)
+    bwd_bits: int = 8  # activation gradients
+
+    def check(self, where: str) -> None:
+        _one_of(where, "pipe_compress", self.method, PIPE_METHODS)
+        if self.active:
+            _one_of(where, "pipe_fwd_bits", self.fwd_bits, QUANT_BITS)
+            _one_of(where, "pipe_bwd_bits", self.bwd_bits, QUANT_BITS)
+
+    @property
+    def active(self) -> bool:
+        return self.method != "none"
+
+    def forward_nbytes(self, numel: int, element_bytes: int, *, first_visit: bool) -> int:
+        """Bytes of one forward message of ``numel`` activations (``element_bytes`` each when
+        sent uncompressed); ``first_visit``: aq_sgd's samples not seen at this boundary yet."""
+        if self.method == "none" or (self.method == "aq_sgd" and first_visit):
+            return int(numel) * element_bytes
+        return quantized_nbytes(numel, self.fwd_bits)
+
+    def backward_nbytes(self, numel: int, element_bytes: int) -> int:
+        """Bytes of one backward message of ``numel`` activation gradients."""
+        if not self.active:
+            return int(numel) * element_bytes
+        return quantized_nbytes(numel, self.bwd_bits)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DPCompression:
+    """Compression of the per-step data-parallel gradient exchange (off: ``method="none"``)."""
+
+    method: str = "none"  # none | topk | random
+    ratio: float = 0.05  # fraction of each shard's elements kept, in (0, 1]
+    bits: int = 8  # kept values: 4 or 8 (quantized) or 32 (fp32)
+    error_feedback: bool = True
+
+    def check(self, where: str) -> None:
+        _one_of(where, "dp_compress", self.method, DP_METHODS)
+        if self.active:
+            if not (isinstance(self.ratio, (int, float)) and 0 < self.ratio <= 1):
+                raise ValueError(f"{where}: dp_ratio={self.ratio!r} must be in (0, 1]")
+            _one_of(where, "dp_bits", self.bits, VALUE_BITS)
+
+    @property
+    def active(self) -> bool:
+        return self.method != "none"
+
+    def message_nbytes(self, numel: int) -> int:
+        """Bytes of one compressed message of ``numel`` gradient elements."""
+        return sparse_nbytes(numel, ratio=self.ratio, bits=self.bits, indices=self.method == "topk")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LocalSGD:
+    """DiLoCo's outer loop (off: ``method="none"``). Defaults: the DiLoCo paper's outer SGD,
+    learning rate 0.7, Nesterov momentum 0.9."""
+
+    method: str = "none"  # none | diloco
+    inner_steps: int = 8  # H: inner optimizer steps per outer step
+    outer_lr: float = 0.7
+    outer_momentum: float = 0.9
+    nesterov: bool = True
+    outer_bits: int = 32  # outer exchange: 32 (fp32) or 8 (int8)
+
+    def check(self, where: str) -> None:
+        _one_of(where, "local_sgd", self.method, LOCAL_SGD_METHODS)
+        if self.active:
+            if not (isinstance(self.inner_steps, int) and self.inner_steps >= 1):
+                raise ValueError(f"{where}: diloco_inner_steps H={self.inner_steps!r} must be >= 1")
+            if not self.outer_lr > 0:
+                raise ValueError(f"{where}: diloco_outer_lr must be > 0, got {self.outer_lr}")
+            if not 0 <= self.outer_momentum < 1:
+                raise ValueError(
+                    f"{where}: diloco_outer_momentum must be in [0, 1), got {self.outer_momentum}"
+                )
+            if self.nesterov and self.outer_momentum == 0:
+                raise ValueError(f"{where}: diloco_nesterov needs diloco_outer_momentum > 0")
+            _one_of(where, "diloco_outer_bits", self.outer_bits, OUTER_BITS)
+
+    @property
+    def active(self) -> bool:
+        return self.method != "none"
+
+    def message_nbytes(self, numel: int) -> int:
+        """Bytes of one outer-exchange message of ``numel`` parameter-change elements."""
+        return 4 * int(numel) if self.outer_bits == 32 else quantized_nbytes(numel, self.outer_bits)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Compression:
+    """All three families for one run; :meth:`check` refuses bad values and bad combinations."""
+
+    pipe: PipeCompression = field(default_factory=PipeCompression)
+    dp: DPCompression = field(default_factory=DPCompression)
+    local: LocalSGD = field(default_factory=LocalSGD)
+
+    def check(self, where: str, *, dp_mode: str = "sharded_ps") -> None:
+        self.pipe.check(where)
+        self.dp.check(where)
+        self.local.check(where)
+        if self.dp.active and dp_mode not in ("sharded_ps", "ring"):
+            raise ValueError(
+                f"{where}: dp_compress={self.dp.method!r} runs inside dp_mode 'sharded_ps' or "
+                f"'ring', not {dp_mode!r}"
+            )
+        if dp_mode == "ring" and not self.dp.active:
+            raise ValueError(f"{where}: dp_mode 'ring' is the compressed ring; set dp_compress")
+        if self.local.active and self.dp.active:
+            raise ValueError(
+                f"{where}: local_sgd='diloco' has no per-step gradient exchange to compress; "
+                "use diloco_outer_bits=8 for its outer exchange instead of dp_compress"
+            )
+
+    @property
+    def active(self) -> bool:
+        return self.pipe.active or self.dp.active or self.local.active
+
+    def label(self) -> str:
+        """Short text, e.g. ``pipe-quantize4/8 dp-topk0.05x8ef``; ``none`` when all are off."""
+        parts = []
+        if self.pipe.active:
+            parts.append(f"pipe-{self.pipe.method}{self.pipe.fwd_bits}/{self.pipe.bwd_bits}")
+        if self.dp.active:
+            ef = "ef" if self.dp.error_feedback else ""
+            parts.append(f"dp-{self.dp.method}{self.dp.ratio:g}x{self.dp.bits}{ef}")
+        if self.local.active:
+            parts.append(f"diloco-H{self.local.inner_steps}-outer{self.local.outer_bits}")
+        return " ".join(parts) or "none"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
