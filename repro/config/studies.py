@@ -17,6 +17,8 @@ from repro.config.modes import (
 )
 from repro.config.options import ConfigError, choice, option
 from system.cases import PAPER_CASES, canonical_case
+from system.external import SOURCES
+from system.external.sailor.predict import DATA_FILES
 from system.workload import PAPER_BATCH_SIZES
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "PredictConfig",
     "MeasureConfig",
     "ScoreConfig",
+    "ExternalConfig",
     "QualityConfig",
     "QUALITY_SYSTEMS",
     "QUALITY_REFERENCE",
@@ -353,6 +356,34 @@ class ScoreConfig(RunConfig):
         for key in ("predictions", "measured"):
             _required(key, getattr(self, key), f"the {key} file")
             _file(key, getattr(self, key))
+
+
+# ---- a peer's published runs ---------------------------------------------------------------------
+ExternalSource = choice("ExternalSource", SOURCES, module=__name__)
+
+
+@dataclass
+@register_mode("external", "repro.studies.external:run")
+class ExternalConfig(RunConfig):
+    """A peer's published GPU runs: predict every plan, score the ones with measurements."""
+
+    source: ExternalSource = option(ExternalSource.sailor, "whose runs (their file formats)")
+    plans: str | None = option(None, "the folder of plans (every plan_config_*.json under it)")
+    data_dir: str | None = option(None, "the peer's data files (null: the plans folder's parent)")
+
+    def check(self) -> None:
+        super().check()
+        _required("plans", self.plans, "the folder of plans")
+        plans = Path(self.plans)
+        if not plans.is_dir():
+            raise ConfigError(f"plans={self.plans!r}: no such folder")
+        if not any(plans.rglob("plan_config_*.json")):
+            raise ConfigError(f"plans={self.plans!r}: no plan_config_*.json under it")
+        data = Path(self.data_dir) if self.data_dir is not None else plans.parent
+        missing = [n for n in DATA_FILES if not (data / n).is_file()]
+        if missing:
+            key = "data_dir" if self.data_dir is not None else "plans"
+            raise ConfigError(f"{key}: {data} lacks {', '.join(missing)}")
 
 
 # ---- beyond the paper --------------------------------------------------------------------------

@@ -1,2 +1,4 @@
 """Importers and models for other projects' published measurements (``sailor``: Sailor's
 validation set, Strati et al., SOSP 2025)."""
+
+SOURCES = ("sailor",)  # the peers whose runs ``mode=external`` predicts

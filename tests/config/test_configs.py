@@ -93,6 +93,7 @@ NEEDS = {
     "mode=predict": [f"settings={VAL}/settings.json", f"profile={VAL}/compute_profile.json"],
     "mode=measure": [f"predictions={VAL}/predictions.json"],
     "mode=score": [f"predictions={VAL}/predictions.json", f"measured={VAL}/measured.csv"],
+    "mode=external": ["plans=tests/external/fixtures/tiny/plans"],
 }
 
 

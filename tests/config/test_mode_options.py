@@ -38,6 +38,7 @@ BAD = {
         "deadline='25:00': expected HH:MM",
     ),
     "score": ({"measured": None}, {"predictions": f"{VAL}/predictions.json"}, "measured: give"),
+    "external": ({"plans": "no/such/plans"}, {}, "plans='no/such/plans': no such folder"),
     "quality": ({"target_iters": 100}, {}, "target_iters=100 is past iters=64"),
 }
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+import baselines.deepspeed.schedule  # noqa: F401  (registers the "deepspeed" op order)
 from system.external.sailor.framework import predict_plan
 from system.external.sailor.plan import load_plan
 from system.external.sailor.predict import load_inputs, predict_plans
@@ -70,3 +71,17 @@ def test_predict_plans_rows_and_excluded_plan(tmp_path):
     assert bad.prediction is None and "does not match the model's 4 layers" in bad.excluded
     assert good.set == "clariden/OPT-350" and good.real_s == 0.8
     assert good.prediction.iter_time_s == pytest.approx(0.7701310, abs=1e-6)
+
+
+def test_layer_rates_by_hand(tmp_path):
+    from system.external.sailor.precision import efficiency_by_micro_batch, layer_rates
+
+    # tiny model: s 128, h 64 -> one layer forward 24·128·64² + 4·128²·64 = 16,777,216 FLOPs;
+    # profiled transformer layers: fwd 0.1 s, bwd 0.2 s -> 3 x 16.78e6 / 0.3 = 1.6777e8 FLOP/s
+    write_data(tmp_path)
+    r = layer_rates(load_inputs(tmp_path), gpu="GH-96", project_gpu="GH200")
+    assert len(r) == 1
+    assert r["tflops_per_gpu"].iloc[0] == pytest.approx(1.6777216e-4)
+    assert r["fraction_of_fp32_peak"].iloc[0] == pytest.approx(1.6777216e8 / 67e12)
+    e = efficiency_by_micro_batch(r)
+    assert e["relative_to_mbs1"].tolist() == [1.0]

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import baselines.deepspeed.schedule  # noqa: F401  (registers the "deepspeed" op order)
 from system.external.sailor.bandwidth import (
     NodeSpec,
     cluster_from_nodes,

@@ -17,15 +17,13 @@ each inter-node device pair's per-flow peak in ``bandwidth_gbps`` and the curves
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from system.cluster import Cluster
-from system.external.sailor.errors import SailorFormatError, number, positive_int
+from system.external.sailor.errors import SailorFormatError, number, positive_int, read_json
 from system.external.sailor.gpus import project_gpu
 from system.links import BandwidthCurve, SizeDependentLinks
 
@@ -79,19 +77,6 @@ def _curve(entry, file, where: str, flows: int) -> BandwidthCurve:
         raise SailorFormatError(file, where, str(e)) from None
 
 
-def _read(path) -> dict:
-    p = Path(path)
-    try:
-        data = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise
-    except (OSError, ValueError) as e:
-        raise SailorFormatError(p, "(file)", f"not readable JSON ({e})") from None
-    if not isinstance(data, dict):
-        raise SailorFormatError(p, "(top level)", "expected a JSON object")
-    return data
-
-
 def _mapping(d, file, where: str) -> dict:
     if not isinstance(d, dict) or not d:
         raise SailorFormatError(file, where, "expected a non-empty JSON object")
@@ -100,7 +85,7 @@ def _mapping(d, file, where: str) -> dict:
 
 def load_bandwidth_fits(path) -> BandwidthFits:
     """All inter-node fits of ``multizone_bandwidths_het.json`` (every entry checked)."""
-    data = _read(path)
+    data = read_json(path)
     curves = {}
     for zs, by_gs in data.items():
         for gs, by_cs in _mapping(by_gs, path, f"[{zs}]").items():
@@ -129,7 +114,7 @@ def _int_key(key: str, file, where: str) -> int:
 
 def load_intra_node_fits(path) -> dict[tuple[str, int], BandwidthCurve]:
     """Intra-node fits of ``intra_node_bandwidths.json`` by (Sailor GPU name, count)."""
-    data = _read(path)
+    data = read_json(path)
     out = {}
     for gpu, by_count in data.items():
         project_gpu(gpu, path, f"[{gpu}]")

@@ -7,11 +7,12 @@ prediction unaffected is kept as a :class:`Finding` and reported beside the pred
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SailorFormatError", "Finding", "number", "positive_int"]
+__all__ = ["SailorFormatError", "Finding", "number", "positive_int", "read_json"]
 
 
 class SailorFormatError(ValueError):
@@ -52,3 +53,17 @@ def positive_int(value, file, field: str) -> int:
     if x != int(x):
         raise SailorFormatError(file, field, f"expected a whole number, got {value!r}")
     return int(x)
+
+
+def read_json(path) -> dict:
+    """A JSON object from ``path``; SailorFormatError for anything else (FileNotFoundError kept)."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError) as e:
+        raise SailorFormatError(p, "(file)", f"not readable JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise SailorFormatError(p, "(top level)", "expected a JSON object")
+    return data

@@ -7,8 +7,9 @@ iteration (``train_batch``) does, in order, and how each part is timed here:
 
 1. **Pipeline** — DeepSpeed's 1F1B ``TrainSchedule`` on every replica, replayed event by event
    (:func:`system.simulator.replay.replay_end_s` with the ``deepspeed`` program of
-   ``baselines/deepspeed/schedule.py``). Per stage and replica: forward and backward seconds
-   per micro-batch = the sum of its layers' profiled times at (GPU, mbs, tp)
+   ``baselines/deepspeed/schedule.py``, registered when ``baselines.deepspeed.schedule`` is
+   imported: the entry point and the tests import it). Per stage and replica: forward and
+   backward seconds per micro-batch = the sum of its layers' profiled times at (GPU, mbs, tp)
    (:mod:`~system.external.sailor.profile`); a model whose last profiled layer holds no output
    projection (its head is tied to the embedding) gets the logit GEMM, 2·s·h·V/tp FLOPs per
    sequence forward and twice that backward, at the FLOP rate its profiled transformer layer
@@ -54,7 +55,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-import baselines.deepspeed.schedule  # noqa: F401  (registers the "deepspeed" program)
 from system.cluster import Cluster
 from system.external.sailor.bandwidth import BandwidthFits, cluster_from_nodes
 from system.external.sailor.errors import Finding

@@ -30,9 +30,14 @@ import numpy as np
 
 from system.assignment import Assignment
 from system.external.sailor.bandwidth import NodeSpec
-from system.external.sailor.errors import Finding, SailorFormatError, number, positive_int
+from system.external.sailor.errors import (
+    Finding,
+    SailorFormatError,
+    number,
+    positive_int,
+    read_json,
+)
 from system.external.sailor.gpus import project_gpu
-from system.external.sailor.profile import read_json
 
 __all__ = ["Replica", "Stage", "SailorPlan", "load_plan", "plan_files"]
 

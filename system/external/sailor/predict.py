@@ -23,11 +23,26 @@ from system.external.sailor.profile import (
     load_training_config,
 )
 
-__all__ = ["PlanRow", "load_inputs", "model_of", "set_of", "predict_plans", "round_profile_rows"]
+__all__ = [
+    "DATA_FILES",
+    "PlanRow",
+    "load_inputs",
+    "model_of",
+    "set_of",
+    "predict_plans",
+    "round_profile_rows",
+]
 
 MODEL_FOLDERS = {"opt-350": "OPT-350", "gpt-neo": "GPT-Neo-2.7"}
 CLUSTER_MODELS = {"mit": "OPT-350"}  # the heterogeneous cluster's runs are all OPT-350M
 TRAINING_CONFIGS = ("training_config_opt_350.json", "training_config_gpt_neo27.json")
+DATA_FILES = (
+    "profiles_tmp.json",
+    "llm_info.json",
+    "multizone_bandwidths_het.json",
+    "intra_node_bandwidths.json",
+    *TRAINING_CONFIGS,
+)
 
 
 @dataclass(frozen=True, slots=True)

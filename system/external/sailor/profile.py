@@ -15,13 +15,11 @@ transformer blocks, the final norm + head + loss).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
-from system.external.sailor.errors import SailorFormatError, number, positive_int
+from system.external.sailor.errors import SailorFormatError, number, positive_int, read_json
 from system.external.sailor.gpus import project_gpu
 
 __all__ = [
@@ -37,20 +35,6 @@ __all__ = [
 ]
 
 PROFILED_TRANSFORMER_LAYERS = 2  # Sailor's profile.sh: --num_prof_layers 2
-
-
-def read_json(path) -> dict:
-    """A JSON object from ``path``; SailorFormatError for anything else (FileNotFoundError kept)."""
-    p = Path(path)
-    try:
-        data = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise
-    except (OSError, ValueError) as e:
-        raise SailorFormatError(p, "(file)", f"not readable JSON ({e})") from None
-    if not isinstance(data, dict):
-        raise SailorFormatError(p, "(top level)", "expected a JSON object")
-    return data
 
 
 @dataclass(frozen=True, slots=True)

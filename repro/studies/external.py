@@ -1,0 +1,69 @@
+"""``mode=external``: predict a peer's published training runs from their plans and score the
+predictions against the runs that carry measurements.
+
+``source=sailor`` (the one source so far): every ``plan_config_*.json`` under ``plans`` is
+predicted by the model of Sailor's framework (:mod:`system.external.sailor.framework`, on the
+plans' own per-layer profiles and link fits, read from ``data_dir``, by default the plans
+folder's parent). Writes into ``results_dir``:
+
+- ``predictions.csv`` — one row per plan (``plan`` relative to ``plans``), the predicted
+  iteration and its parts, the predicted peak memory; an excluded plan keeps its row and reason;
+- ``warnings.csv`` — the data defects the model worked around, per plan;
+- where plans carry a measurement: ``errors.csv`` (signed and absolute error per plan, beside
+  Sailor's own simulator), ``REPORT.md`` (MAPE per set, per-plan table, excluded plans,
+  warnings, constants) and ``predicted_vs_measured.png``.
+
+Prints the MAPE table. Nothing is fitted.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import sys
+from pathlib import Path
+
+import baselines.deepspeed.schedule  # noqa: F401  (registers DeepSpeed's op order for the replay)
+from repro.config.studies import ExternalConfig
+from system.external.sailor.predict import predict_plans
+from system.external.sailor.report import plot_predicted_vs_measured, render_report
+from system.external.sailor.score import (
+    errors_frame,
+    mape_table,
+    predictions_frame,
+    warnings_frame,
+)
+from system.results import atomic_write, atomic_write_text
+
+__all__ = ["run"]
+
+log = logging.getLogger("repro.external")
+FIGURE = "predicted_vs_measured.png"
+
+
+def _csv(frame, path) -> None:
+    atomic_write(path, lambda tmp: frame.to_csv(tmp, index=False, float_format="%.6g"))
+
+
+def run(cfg: ExternalConfig) -> dict:
+    rows = predict_plans(cfg.plans, cfg.data_dir)
+    out = Path(cfg.results_dir)
+    _csv(predictions_frame(rows), out / "predictions.csv")
+    _csv(warnings_frame(rows), out / "warnings.csv")
+    measured = [r for r in rows if r.real_s is not None]
+    table = mape_table(rows)
+    if measured:
+        _csv(errors_frame(rows), out / "errors.csv")
+        atomic_write(out / FIGURE, lambda tmp: plot_predicted_vs_measured(rows, tmp))
+        command = "python repro/run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+        atomic_write_text(out / "REPORT.md", render_report(rows, command=command, figure=FIGURE))
+        print(table.to_string(index=False, float_format=lambda x: f"{x:.1f}"))
+    excluded = [r.plan for r in rows if r.prediction is None]
+    log.info(
+        "%d plans predicted, %d excluded, into %s", len(rows) - len(excluded), len(excluded), out
+    )
+    return {
+        "plans": len(rows),
+        "excluded": excluded,
+        "mape_pct": {t["set"]: round(float(t["mape_pct"]), 2) for _, t in table.iterrows()},
+    }

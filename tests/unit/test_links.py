@@ -1,0 +1,68 @@
+"""Message-size-dependent links: the fitted curve's edges and the hook in comm.flow_time_s."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from system.cluster import Cluster
+from system.links import FIT_MAX_BYTES, BandwidthCurve, SizeDependentLinks
+from system.simulator.comm import flow_time_s, ring_collective_s
+
+# GH-96 4 -> 4 node fit of Sailor's data: negative below ~0.1 MB, ~74 GB/s at 8 MB
+GH = BandwidthCurve(-0.65351182, 11.42553946, 45.25031399, peak_bps=8 * 92.55e9, flows=4)
+
+
+def test_curve_value_floor_and_cap():
+    x = math.log2(8e6 / 1e6)
+    expect = (-0.65351182 * x * x + 11.42553946 * x + 45.25031399) * 8e9
+    assert float(GH.bandwidth_bps(8e6)) == pytest.approx(expect)
+    # the fit is <= 0 at 2^16 B, positive at 2^17: messages below 2^17 take 2^17's time
+    assert GH.floor_bytes == 2.0**17
+    assert float(GH.time_s(10.0)) == pytest.approx(float(GH.time_s(2.0**17)))
+    # above the largest measured size the bandwidth stays at that size's (capped at the peak)
+    assert float(GH.bandwidth_bps(4 * FIT_MAX_BYTES)) == float(GH.bandwidth_bps(FIT_MAX_BYTES))
+    assert float(GH.bandwidth_bps(FIT_MAX_BYTES)) <= GH.peak_bps
+    # one flow's share: all 4 flows move the message at once
+    assert float(GH.time_s(8e6)) == pytest.approx(4 * 8 * 8e6 / expect)
+    assert 0 < float(GH.efficiency(8e6)) < 1
+
+
+def test_curve_rejects_a_fit_never_positive():
+    with pytest.raises(ValueError, match="not positive at any measured message size"):
+        BandwidthCurve(0.0, 0.0, -1.0, peak_bps=1e9)
+    with pytest.raises(ValueError, match="a must be a finite number"):
+        BandwidthCurve(float("nan"), 0.0, 1.0, peak_bps=1e9)
+
+
+def _two_hosts(links):
+    return Cluster(
+        name="two",
+        region_of=("a",) * 4,
+        host_of=(0, 0, 1, 1),
+        delay_ms=np.zeros((4, 4)),
+        bandwidth_gbps=np.full((4, 4), 8 * 92.55 / 4),
+        links=links,
+    )
+
+
+def test_flow_time_follows_the_curve_and_flat_links_are_unchanged():
+    links = SizeDependentLinks(between={(0, 1): GH, (1, 0): GH}, within={})
+    sized, flat = _two_hosts(links), _two_hosts(None)
+    t = flow_time_s(sized, [0, 1], [2, 3], 8e6)
+    assert t == pytest.approx([float(GH.time_s(8e6))] * 2)
+    # within a host there is no curve: the flat bandwidth applies
+    assert flow_time_s(sized, [0], [1], 8e6)[0] == pytest.approx(
+        flow_time_s(flat, [0], [1], 8e6)[0]
+    )
+    # a ring over the two hosts moves S/n per step at that size's bandwidth
+    ring = ring_collective_s(sized, [[0, 2]], 16e6)[0]
+    assert ring == pytest.approx(2 * float(GH.time_s(8e6)) * 1 / 1, rel=1e-9)
+
+
+def test_subset_renumbers_the_hosts_of_the_curves():
+    links = SizeDependentLinks(between={(0, 1): GH, (1, 0): GH}, within={1: GH})
+    sub = _two_hosts(links).subset([2, 3])  # host 1 only, renumbered 0
+    assert sub.links.between == {} and sub.links.within == {0: GH}
