@@ -8,10 +8,6 @@ iteration: zero the flat gradient buckets, post the DP exchange's first receives
 barrier, or one wall-clock instant with ``spec.start == "clock"``), GPipe forward/backward over
 the replica's micro-batches, per-stage data-parallel exchange, (loss-scale check), optimizer
 step. Rank 0 gathers every rank's timings and writes the metrics JSON (``spec.metrics_out``).
-
-One module (~330 lines): it is one rank's whole life (start, probe, train loop, metrics), read
-top to bottom as the process runs it; pipeline, p2p and data parallelism live in their own
-modules.
 """
 
 from __future__ import annotations
