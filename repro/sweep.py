@@ -143,19 +143,26 @@ def _write_ledger(cfg: RunConfig, key: str, **fields) -> None:
 
 
 def run_job(
-    cfg: RunConfig, task: Callable[[RunConfig], dict | None], *, multirun: bool | None = None
+    cfg: RunConfig,
+    task: Callable[[RunConfig], dict | None],
+    *,
+    multirun: bool | None = None,
+    ledger: bool = True,
 ) -> dict:
     """Run ``task(cfg)`` unless this config already finished in ``cfg.results_dir``.
 
-    Skipping applies to sweep jobs only (``multirun=None``: ask Hydra), so a single
-    ``python repro/run.py ...`` always runs; every finished job writes its ledger entry.
+    Skipping (and the job's lock) applies to sweep jobs only (``multirun=None``: ask Hydra), so
+    a single ``python repro/run.py ...`` always runs; every finished job writes its ledger entry
+    (``ledger=False``: a single run of a mode that stores no rows, such as a report).
     Returns the task's summary dict (or the stored one when skipped, with ``skipped: True``).
     """
     results_dir = Path(cfg.results_dir)
     key = job_key(cfg)
     multirun = is_multirun() if multirun is None else multirun
-    # another sweep running this job: wait for it (at most a day, the longest job we run)
-    with study_lock(results_dir / "jobs", f"{key}.lock", timeout_s=JOB_LOCK_TIMEOUT_S):
+    # another sweep running this job: wait for it (at most a day, the longest job we run); a
+    # single run takes no lock, so a run refused by its mode leaves no folder behind
+    lock = study_lock(results_dir / "jobs", f"{key}.lock", timeout_s=JOB_LOCK_TIMEOUT_S)
+    with lock if multirun else contextlib.nullcontext():
         if multirun and cfg.workflow.skip_finished:
             rec = finished_job(results_dir, key)
             if rec is not None:
@@ -172,7 +179,8 @@ def run_job(
             summary = dict(task(cfg) or {})
         run_ids = summary.get("run_ids") or sorted(stored_run_ids(results_dir) - before)
         summary = json.loads(json.dumps(summary, default=str))
-        _write_ledger(cfg, key, status="ok", run_ids=list(run_ids), summary=summary)
+        if ledger or multirun:
+            _write_ledger(cfg, key, status="ok", run_ids=list(run_ids), summary=summary)
     if cfg.logger == "wandb" and run_ids:
         from repro.report.wandb_log import log_job
 
@@ -320,10 +328,11 @@ def finish_study(
 ) -> dict:
     """Collect, report and (optionally) mirror to wandb; returns where the outputs are.
 
-    ``outcome`` (:func:`count_outcomes`) is what the summary line counts; without it the line
-    says the counts are unknown. The line also gives the seconds spent checking the jobs
-    (``check_s``) and building the report: with the jobs' own time (``elapsed_s``), where a
-    sweep's wall time goes (``mode=bench_sweep`` prints them per launcher).
+    ``outcome`` (:func:`count_outcomes`) is what a sweep's summary line counts; a single run (no
+    outcome) logs where its rows and report are. The sweep's line also gives the seconds spent
+    checking the jobs (``check_s``) and building the report: with the jobs' own time
+    (``elapsed_s``), where a sweep's wall time goes (``mode=bench_sweep`` prints them per
+    launcher).
     """
     from system.results import has_stored_rows
 
@@ -341,17 +350,14 @@ def _finish(cfg: RunConfig, results_dir: Path, elapsed_s, sweep_dir, outcome, ch
     from system.results import compact
 
     t0 = time.monotonic()
-    runs_csv = compact(results_dir)  # the jobs' parts folded in once (nothing new: no rewrite)
+    runs_csv = results_dir / "runs.csv"
     out = {"results_dir": str(results_dir), "runs_csv": str(runs_csv)}
-    if cfg.workflow.report:
-        from repro.report.build import build_report
+    if not cfg.workflow.report:
+        compact(results_dir)  # the jobs' parts folded in once (nothing new: no rewrite)
+    else:
+        from repro.report.build import report_study
 
-        paths = build_report(
-            results_dir,
-            ablation_path=cfg.workflow.ablation_csv,
-            tolerance=cfg.workflow.tolerance,
-            study=cfg.study,
-        )
+        paths = report_study(cfg)
         out["report"] = str(paths.report)
         if cfg.logger == "wandb":
             from repro.report.wandb_log import log_comparison
@@ -364,16 +370,23 @@ def _finish(cfg: RunConfig, results_dir: Path, elapsed_s, sweep_dir, outcome, ch
                 paths.figures,
             )
     n_rows = len(pd.read_csv(runs_csv, usecols=["run_id"]))  # runs.csv: newest row per setting
+    report_s = time.monotonic() - t0
+    if outcome is None:  # a single run
+        log.info(
+            "%d rows -> %s; report %s (%.1f s)",
+            n_rows,
+            runs_csv,
+            out.get("report", "off"),
+            report_s,
+        )
+        return out
     took = f" in {elapsed_s:.1f} s" if elapsed_s is not None else ""
     check = f"check {check_s:.1f} s, " if check_s is not None else ""
-    took += f" ({check}report {time.monotonic() - t0:.1f} s)"
-    if outcome is None:
-        counts = "jobs ran/skipped/failed not counted"
-    else:
-        counts = (
-            f"{outcome.ran} jobs ran, {outcome.skipped} skipped (already finished), "
-            f"{len(outcome.failed)} failed"
-        )
+    took += f" ({check}report {report_s:.1f} s)"
+    counts = (
+        f"{outcome.ran} jobs ran, {outcome.skipped} skipped (already finished), "
+        f"{len(outcome.failed)} failed"
+    )
     log.info(
         "sweep %s: %s%s; %d rows -> %s; report %s; job folders %s",
         cfg.study,

@@ -16,8 +16,9 @@ ones in every report, while the old ones stay in the file.
 
 Why a source fingerprint and not a hand-bumped ``MODEL_VERSION`` constant: a constant is only as
 good as the memory of whoever edits the simulator, and a test fingerprinting the model to force
-the bump would need the same hash anyway. Hashing the parsed syntax tree with docstrings removed (:mod:`ast`) ignores
-comments, docstrings and formatting, so only code or data changes make a new version.
+the bump would need the same hash anyway. Hashing the parsed syntax tree with docstrings removed
+(:mod:`ast`) ignores comments, docstrings and formatting, so only code or data changes make a
+new version.
 
 The core imports no pandas at module level (pandas is loaded by the functions that build tables).
 """

@@ -29,29 +29,13 @@ import pandas as pd
 
 from baselines.deepspeed.perf import grid_search_deepspeed
 from baselines.megatron.perf import grid_search_megatron
-from baselines.placement import Placement
 from repro.config import SimulateConfig, default_of
 from repro.config.modes import fill_layout
-from repro.report.summary import (
-    merge_summary,
-    paper_ratios,
-    print_setting_rows,
-    print_summary_table,
-    summary_frame,
-    with_speedups,
-)
+from repro.report.summary import print_compact, print_wide, summary_from_rows
 from system.assignment import random_assignment
 from system.cases import get_case
 from system.cluster import Cluster
-from system.results import (
-    SIMULATED_SYSTEMS,
-    atomic_write_text,
-    make_row,
-    read_rows,
-    run_ids,
-    study_lock,
-    write_rows,
-)
+from system.results import SIMULATED_SYSTEMS, make_row, run_ids, write_rows
 from system.simulator import V100, SimResult, simulate_ours
 from system.simulator.comm import TRANSPORTS, with_link_sharing
 from system.workload import Workload, get_model, tasklet_sizes
@@ -169,16 +153,8 @@ def _row(key: dict, res: SimResult, cluster: Cluster, **extra) -> dict:
     )
 
 
-def _headline(placements: list[Placement]) -> Placement:
-    """The protocol of the summary's headline baseline columns: the fair one when simulated."""
-    return Placement.topology if Placement.topology in placements else Placement.launch
-
-
 def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, schedules):
-    """All rows of one (case, layers, batch) and a summary line. Raises ValueError on bad input.
-
-    The summary's headline baseline columns are under :func:`_headline`'s protocol; the other
-    simulated protocol goes beside them with its name as a suffix (``megatron_launch``)."""
+    """All rows of one (case, layers, batch). Raises ValueError on bad input."""
     systems = SIMULATED_SYSTEMS if cfg.system == "all" else (str(cfg.system),)
     repeats = cfg.repeats
     plain = get_case(case, cfg.case_variant)  # what the scheduler sees (α, β only)
@@ -200,7 +176,7 @@ def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, s
         "seed": seed,
         **_changed_knobs(cfg),
     }
-    rows, line = [], {"case": case, "num_layers": layers, "global_batch_size": batch}
+    rows = []
     oom = ValueError(
         f"case {case}, {layers} layers: not even one micro-batch of "
         f"{workload.micro_batch_size} fits in {V100.name} memory with pp={pp}"
@@ -210,7 +186,6 @@ def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, s
         ours = simulate_ours(cluster, sched.assignment, workload, hardware=hw)
         if ours.status != "ok":
             raise oom
-        line["ours"] = ours
         info = {
             "scheduler": schedules.method,
             "search_time_s": sched.search_time_s,
@@ -232,13 +207,11 @@ def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, s
                 _row(key, ours, cluster, placement="scheduled", repeat_kind=REPEAT_COPY, **info)
             )
     if "ours_random" in systems:  # the paper's random layouts: a new seeded rank map per run
-        line["ours_random"] = []
         for k in range(max(MIN_RANDOM_LAYOUTS, repeats)):
             a = random_assignment(pp, dp, np.random.default_rng([seed, k]))
             res = simulate_ours(cluster, a, workload, system="ours_random", hardware=hw)
             if res.status != "ok":
                 raise oom
-            line["ours_random"].append(res)
             key = {
                 **base,
                 "system": "ours_random",
@@ -259,7 +232,6 @@ def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, s
                     repeat_kind="random layout",
                 )
             )
-    headline = _headline(cfg.baseline_placements)
     cache: dict = {}  # (config, rank map) -> simulation, shared by the protocols
     for name, search in (("megatron", grid_search_megatron), ("deepspeed", grid_search_deepspeed)):
         if name not in systems:
@@ -273,8 +245,6 @@ def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, s
                 cache=cache,
                 transport=TRANSPORTS[knobs["baseline_transport"]],
             )
-            suffix = "" if protocol == headline else f"_{protocol}"
-            line[name + suffix], line[f"{name}{suffix}_why"] = grid.best, grid.why()
             for res in grid.results:
                 for r in range(repeats):
                     key = {**base, "system": name, **res.config, "repeat": r}
@@ -289,53 +259,24 @@ def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, s
                             placement=str(protocol),
                         )
                     )
-    line["baseline_placement"] = str(headline)
-    return rows, line
-
-
-def merge_summary_file(results_dir: Path, summary: pd.DataFrame) -> pd.DataFrame:
-    """``summary.csv`` of ``results_dir`` with ``summary``'s settings merged in (the settings
-    other sweep jobs wrote are kept), rewritten; returns the merged table. The read-merge-write
-    holds a lock of its own: parallel sweep jobs (joblib workers, Slurm jobs) would otherwise
-    each rewrite the file from what they read and lose each other's lines."""
-    path = Path(results_dir) / "summary.csv"
-    with study_lock(results_dir, ".summary.lock"):
-        merged = with_speedups(merge_summary(path, summary), paper_ratios())
-        atomic_write_text(path, merged.to_csv(index=False))
-    return merged
-
-
-def _write_reports(results_dir: Path, summary: pd.DataFrame) -> None:
-    """fig3.png, summary.csv and claims.md from everything under ``results_dir``."""
-    from repro.report.figures.fig3 import plot_fig3
-    from repro.report.protocols import write_protocol_claims
-    from repro.report.variance import best_configs
-    from repro.sweep import is_multirun
-
-    merged = merge_summary_file(results_dir, summary)
-    if is_multirun():  # the sweep's end-of-run report draws these once
-        return
-    rows = read_rows(results_dir)
-    plot_fig3(best_configs(rows), results_dir / "fig3.png")
-    write_protocol_claims(results_dir, rows, merged)
+    return rows
 
 
 def run(cfg: SimulateConfig) -> dict:
-    """Simulate the configured settings; returns a summary with the written ``run_ids``."""
+    """Simulate the configured settings, write their rows, print their summary; returns it with
+    the written ``run_ids`` (the study's report files are the entry's, :mod:`repro.sweep`)."""
     t0 = time.perf_counter()
     results_dir = Path(cfg.results_dir)
     schedules = Schedules(cfg)
-    rows, lines = [], []
+    rows = []
     for case, layers, batch in cfg.settings():
-        r, ln = _simulate_setting(cfg, case, layers, batch, schedules)
-        rows += r
-        lines.append(ln)
+        rows += _simulate_setting(cfg, case, layers, batch, schedules)
     elapsed = time.perf_counter() - t0
     stored = run_ids(results_dir)  # same settings and model version: nothing new to write
     new = [r for r in rows if r["run_id"] not in stored]
     log.info(
         "simulated %d settings in %.1f s: %d rows (%d new) -> %s",
-        len(lines),
+        len(cfg.settings()),
         elapsed,
         len(rows),
         len(new),
@@ -343,17 +284,8 @@ def run(cfg: SimulateConfig) -> dict:
     )
     if new or not (results_dir / "runs.parquet").exists():
         write_rows(results_dir, new)
-    summary = with_speedups(summary_frame(lines), paper_ratios())
-    _write_reports(results_dir, summary)
-    if len(lines) <= 9:  # one case or fewer: the per-system rows too
-        print_setting_rows(lines)
-    print_summary_table(summary, elapsed)
-    log.info(
-        "mode=simulate took %.1f s in all (simulation %.1f s, rows/tables/figure %.1f s)",
-        time.perf_counter() - t0,
-        elapsed,
-        time.perf_counter() - t0 - elapsed,
-    )
+    summary = summary_from_rows(pd.DataFrame(rows))
+    (print_wide if cfg.tables == "wide" else print_compact)(summary, elapsed)
     return {
         "run_ids": [r["run_id"] for r in rows],
         "rows": len(rows),

@@ -126,8 +126,9 @@ def test_nothing_fits_in_memory_raises(tmp_path):
 
 
 def test_case_list(tmp_path):
+    """A case named twice (or as an alias and a number) is simulated once."""
     out = simulate(_cfg(tmp_path, "case=[debug,debug]", "system=megatron"))
-    assert len(out["summary"]) == 2
+    assert len(out["summary"]) == 1
 
 
 def test_an_alias_is_stored_as_its_case(tmp_path):
@@ -139,6 +140,23 @@ def test_an_alias_is_stored_as_its_case(tmp_path):
     assert set(rows.case) == {"5"}
     (line,) = out["summary"]
     assert line["case"] == "5" and "(best baseline)" not in line["paper_vs_megatron"]
+
+
+def test_every_file_of_a_run_is_rebuilt_from_runs_parquet_alone(tmp_path):
+    """A single run and the report of its committed rows write the same files, byte for byte:
+    both are the report's (mode=report), built from ``runs.parquet`` alone."""
+    import shutil
+
+    simulate(_cfg(tmp_path / "run"))
+    fresh = tmp_path / "clone" / "run"  # the same study name (its folder's)
+    fresh.mkdir(parents=True)
+    shutil.copy(tmp_path / "run" / "runs.parquet", fresh / "runs.parquet")
+    simulate({"mode": "report", "results_dir": str(fresh)})
+    made = {p.name for p in (tmp_path / "run").iterdir() if p.suffix in (".csv", ".md", ".png")}
+    assert {"summary.csv", "claims.md", "fig3.png", "REPORT.md", "runs.csv"} <= made
+    assert (fresh / "fig3.png").exists()  # drawn again, not compared
+    for name in made - {"fig3.png"}:
+        assert (fresh / name).read_text() == (tmp_path / "run" / name).read_text(), name
 
 
 def test_summary_merges_jobs_of_one_setting(tmp_path):
