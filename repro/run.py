@@ -34,9 +34,10 @@ def setup_logging(level: str | None = None) -> None:
     from rich.logging import RichHandler
 
     root = logging.getLogger()
-    for h in list(root.handlers):
-        root.removeHandler(h)
-    root.addHandler(RichHandler(show_path=False, rich_tracebacks=False, markup=False))
+    if not any(isinstance(h, RichHandler) for h in root.handlers):
+        for h in list(root.handlers):
+            root.removeHandler(h)
+        root.addHandler(RichHandler(show_path=False, rich_tracebacks=False, markup=False))
     root.setLevel(level or os.environ.get("DTFM_LOG_LEVEL", "INFO"))
 
 

@@ -236,16 +236,44 @@ def job_overrides(config: DictConfig) -> list[list[str]]:
     return [list(job) for batch in batches for job in batch]
 
 
-def _check(config: DictConfig) -> tuple[list[str], list[RunConfig]]:
-    """(one line per bad job, the typed config of every good job), one composition each."""
-    from hydra import compose
+CONF = Path(__file__).resolve().parents[1] / "conf"
 
+
+def _is_group(key: str) -> bool:
+    """Whether an override's key names a config group (``mode``, ``sweep``, ``hydra/...``)."""
+    return key == "mode" or key.startswith("hydra") or (CONF / key).is_dir()
+
+
+def _composer(config_name: str) -> Callable[[list[str]], DictConfig]:
+    """A job's config from its overrides, as Hydra composes it: the config groups chosen by its
+    group overrides (composed once per distinct choice: a sweep varies values, seldom groups),
+    then its value overrides applied the way Hydra applies them."""
+    from hydra import compose
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser, bases = OverridesParser.create(), {}
+
+    def job(overrides: list[str]) -> DictConfig:
+        parsed = parser.parse_overrides(overrides)
+        groups = tuple(o.input_line for o in parsed if _is_group(o.get_key_element().lstrip("+~")))
+        if groups not in bases:
+            bases[groups] = compose(config_name=config_name, overrides=list(groups))
+        cfg = bases[groups].copy()
+        values = [o for o in parsed if o.input_line not in groups]
+        ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
+        return cfg
+
+    return job
+
+
+def _check(config: DictConfig) -> tuple[list[str], list[RunConfig]]:
+    """(one line per bad job, the typed config of every good job)."""
+    compose = _composer(config.hydra.job.config_name)
     bad, jobs = [], []
     for n, overrides in enumerate(job_overrides(config)):
         try:
-            jobs.append(
-                validate(compose(config_name=config.hydra.job.config_name, overrides=overrides))
-            )
+            jobs.append(validate(compose(overrides)))
         except Exception as e:  # noqa: BLE001 - every kind of bad point is reported, none run
             shown = " ".join(o for o in overrides if not o.startswith("hydra"))
             bad.append(f"job {n} ({shown}): {str(e).strip().splitlines()[0]}")

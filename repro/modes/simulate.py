@@ -32,6 +32,7 @@ from baselines.megatron.perf import grid_search_megatron
 from repro.config import SimulateConfig, default_of
 from repro.config.modes import fill_layout
 from repro.report.summary import print_compact, print_wide, summary_from_rows
+from repro.sweep import is_multirun
 from system.assignment import random_assignment
 from system.cases import get_case
 from system.cluster import Cluster
@@ -52,13 +53,19 @@ SIM_BUDGET = {"trials": 4, "population": 4, "time_limit_s": 1.0}  # scheduler.* 
 MIN_RANDOM_LAYOUTS = 3  # the paper's three random layouts per setting (appendix 10.1)
 
 
+# Every schedule this process made, by everything it depends on: the jobs of a sweep that one
+# process runs (the serial launcher, a joblib worker) share them (3 batch sizes: one schedule).
+SCHEDULE_CACHE: dict[tuple, object] = {}
+
+
 @dataclass
 class Schedules:
-    """Our scheduled layouts under ``cfg.scheduler``, cached per (case, variant, c_dp, c_pp, pp,
-    dp): a schedule depends on nothing else."""
+    """Our scheduled layouts under ``cfg.scheduler``, kept in :data:`SCHEDULE_CACHE` by (case,
+    variant, c_dp, c_pp, pp, dp, method, seed, search settings): a schedule depends on nothing
+    else. No lower bound is computed (a simulated row does not report it)."""
 
     cfg: SimulateConfig
-    cache: dict = field(default_factory=dict)
+    cache: dict = field(default_factory=lambda: SCHEDULE_CACHE)
 
     @property
     def method(self) -> str:
@@ -86,9 +93,20 @@ class Schedules:
         from system.scheduler import schedule
 
         sizes = tasklet_sizes(workload, pp, dp)
-        key = (case, cluster.meta.get("variant"), sizes.c_dp_bytes, sizes.c_pp_bytes, pp, dp)
+        s = self.cfg.scheduler
+        timed = s.objective == "iteration_time"  # the search then sees the compute too
+        key = (
+            case,
+            cluster.meta.get("variant"),
+            sizes.c_dp_bytes,
+            sizes.c_pp_bytes,
+            pp,
+            dp,
+            self.cfg.seed,
+            json.dumps(self.key, sort_keys=True),
+            workload if timed else None,
+        )
         if key not in self.cache:
-            s = self.cfg.scheduler
             self.cache[key] = schedule(
                 cluster,
                 sizes,
@@ -99,7 +117,8 @@ class Schedules:
                 greedy_seeds=s.greedy_seeds,
                 patience_trials=s.patience_trials,
                 objective=str(s.objective),
-                workload=workload if s.objective == "iteration_time" else None,
+                workload=workload if timed else None,
+                bound=False,
                 **self.budget,
             )
         return self.cache[key]
@@ -284,15 +303,17 @@ def run(cfg: SimulateConfig) -> dict:
     )
     if new or not (results_dir / "runs.parquet").exists():
         write_rows(results_dir, new)
-    summary = summary_from_rows(pd.DataFrame(rows))
-    (print_wide if cfg.tables == "wide" else print_compact)(summary, elapsed)
-    return {
+    out = {
         "run_ids": [r["run_id"] for r in rows],
         "rows": len(rows),
         "new_rows": len(new),
         "elapsed_s": elapsed,
+        "store_s": time.perf_counter() - t0 - elapsed,
         "results_dir": str(results_dir),
-        "summary": summary.drop(columns=[c for c in summary.columns if c.endswith("_why")]).to_dict(
-            "records"
-        ),
     }
+    if is_multirun():  # a sweep shows its progress; one table per job would drown it
+        return out
+    summary = summary_from_rows(pd.DataFrame(rows))
+    (print_wide if cfg.tables == "wide" else print_compact)(summary, elapsed)
+    why = [c for c in summary.columns if c.endswith("_why")]
+    return {**out, "summary": summary.drop(columns=why).to_dict("records")}

@@ -33,6 +33,21 @@ __all__ = [
 
 KEYS = ["case", "num_layers", "global_batch_size"]
 SYSTEMS = SIMULATED_SYSTEMS  # one column group each
+# what the summary reads of a row
+COLUMNS = [
+    *KEYS,
+    "system",
+    "placement",
+    "status",
+    "repeat",
+    "is_best",
+    "iter_time_s",
+    "pflops",
+    "config",
+    "sim_pipeline_s",
+    "sim_dp_sync_s",
+    "scheduler",
+]
 
 
 def _points(grid: pd.DataFrame) -> list[GridPoint]:
@@ -65,7 +80,7 @@ def summary_from_rows(rows: pd.DataFrame) -> pd.DataFrame:
     """The summary of the simulated rows of a study (module docstring), speed-ups included."""
     if rows.empty or "mode" not in rows:
         return pd.DataFrame(columns=KEYS)
-    sim = rows[rows["mode"] == "simulate"].copy()
+    sim = rows.loc[rows["mode"] == "simulate", [c for c in COLUMNS if c in rows]].copy()
     sim["case"] = sim["case"].astype(str)
     if "placement" not in sim:  # rows from before placements were recorded: launch order
         sim["placement"] = Placement.launch.value
@@ -74,11 +89,12 @@ def summary_from_rows(rows: pd.DataFrame) -> pd.DataFrame:
     if "repeat" in sim:  # a repeat of a configuration is a deterministic copy: keep one
         first = sim["repeat"].fillna(0) == 0
         sim = sim[first | (sim["system"] == "ours_random")]
+    sim["placement"] = sim["placement"].fillna(Placement.launch.value)
+    grids = {k: g for k, g in sim.groupby([*KEYS, "system", "placement"], sort=False)}
     out = []
     for key, g in sim.groupby(KEYS, sort=True):
         line: dict = dict(zip(KEYS, key, strict=True))
-        base = g[g["system"].isin(BASELINE_SYSTEMS)]
-        have = set(base["placement"].fillna(Placement.launch)) if len(base) else set()
+        have = set(g.loc[g["system"].isin(BASELINE_SYSTEMS), "placement"])
         headline = Placement.topology if Placement.topology in have else Placement.launch
         line["baseline_placement"] = str(headline)
         for name in ("ours", "ours_random"):
@@ -88,11 +104,9 @@ def summary_from_rows(rows: pd.DataFrame) -> pd.DataFrame:
             line[f"{name}_pflops"] = ok["pflops"].mean() if len(ok) else None
             line[f"{name}_iter_time_s"] = ok["iter_time_s"].mean() if len(ok) else None
         for b in BASELINE_SYSTEMS:
-            mine = base[base["system"] == b]
-            placement = mine["placement"].fillna(Placement.launch)
             for p in [headline, *sorted(have - {headline})]:
                 name = b if p == headline else f"{b}_{p}"
-                grid = mine[placement == p]
+                grid = grids.get((*key, b, p), sim.iloc[:0])
                 best = _best(grid)
                 line[f"{name}_pflops"] = None if best is None else best["pflops"]
                 line[f"{name}_iter_time_s"] = None if best is None else best["iter_time_s"]

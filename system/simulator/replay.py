@@ -142,6 +142,15 @@ def _programs(p: int, m: int, fn: ProgramFn) -> tuple[Program, ...]:
     return tuple(tuple(fn(s, p, m)) for s in range(p))
 
 
+@functools.lru_cache(maxsize=1 << 14)
+def _replay_cached(p: int, m: int, fn: ProgramFn, args: tuple, rendezvous: bool) -> tuple:
+    """:func:`_replay_one` of one replica, kept for the process: the grid searches of one
+    setting and its neighbours (another global batch: the same extrapolation window) replay the
+    same pipelines again. A pure function of its arguments, so the results are the same."""
+    now, first = _replay_one(_programs(p, m, fn), *args, rendezvous=rendezvous)
+    return tuple(now), tuple(first)
+
+
 def replay(
     fwd_s: np.ndarray,
     bwd_s: np.ndarray,
@@ -173,14 +182,13 @@ def replay(
     cols = [f, np.broadcast_to(np.asarray(bwd_s, float), (p, r))]
     for x in (busy_fwd_s, busy_bwd_s, delay_fwd_s, delay_bwd_s, buffer_fwd_s, buffer_bwd_s):
         cols.append(np.broadcast_to(np.asarray(x, float), (max(p - 1, 0), r)))
-    programs = _programs(p, m, program_for(schedule))
-    ends, firsts, seen = [], [], {}
+    fn = program_for(schedule)
+    ends, firsts = [], []
     for j in range(r):  # one scalar replay per distinct replica (plain floats: fast)
         args = tuple(tuple(c[:, j].tolist()) for c in cols)
-        if args not in seen:
-            seen[args] = _replay_one(programs, *args, rendezvous=rendezvous)
-        ends.append(seen[args][0])
-        firsts.append(seen[args][1])
+        end, first = _replay_cached(p, m, fn, args, bool(rendezvous))
+        ends.append(end)
+        firsts.append(first)
     out = np.array(ends, dtype=float).T
     if return_first_bwd:
         return out, np.array(firsts, dtype=float).T
