@@ -440,6 +440,7 @@ class WorkflowCallback(Callback):
         self._total: int | None = None
         self._studies: dict[str, tuple[RunConfig, dict]] = {}  # results_dir -> (a job, stamps)
         self._check_s: float | None = None
+        self._stops: list = []  # what stops each mode's prefetch
         self._pid = os.getpid()  # the submitting process
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -461,6 +462,7 @@ class WorkflowCallback(Callback):
         self._studies = {
             d: (js[0], ledger_stamps(d, [job_key(j) for j in js])) for d, js in by_dir.items()
         }
+        self._stops = self._prefetch(config, jobs)
         self._pid = os.getpid()
         self._t0, self._done, self._total = time.monotonic(), 0, len(jobs)
         if self.progress and sys.stdout.isatty():
@@ -484,6 +486,19 @@ class WorkflowCallback(Callback):
             self._bar.start()
             self._task = self._bar.add_task(f"sweep {config.study}", total=self._total)
 
+    @staticmethod
+    def _prefetch(config: DictConfig, jobs: list[RunConfig]) -> list:
+        """Serial launcher only (its jobs run in this process, one core stays idle): each mode's
+        prefetch of work its jobs share (:attr:`repro.config.ModeSpec.prefetch`)."""
+        from repro.config import MODES
+
+        if not str(config.hydra.launcher.get("_target_", "")).endswith("BasicLauncher"):
+            return []
+        by_mode: dict[str, list[RunConfig]] = {}
+        for job in jobs:
+            by_mode.setdefault(job.mode, []).append(job)
+        return [MODES[m].function("prefetch")(js) for m, js in by_mode.items() if MODES[m].prefetch]
+
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
         status = getattr(getattr(job_return, "status", None), "name", "?")
         if os.getpid() != self._pid:  # a launcher's worker (joblib, Slurm): no shared count here
@@ -502,6 +517,8 @@ class WorkflowCallback(Callback):
         )
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        for stop in self._stops:
+            stop()
         if self._bar is not None:
             self._bar.stop()
             self._bar = None

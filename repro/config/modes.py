@@ -224,7 +224,9 @@ class LocalRunOptions(Options):
 
 # ---- modes -------------------------------------------------------------------------------------
 @dataclass
-@register_mode("simulate", "repro.modes.simulate:run", rows=True)
+@register_mode(
+    "simulate", "repro.modes.simulate:run", rows=True, prefetch="repro.modes.simulate:prefetch"
+)
 class SimulateConfig(LayoutOptions, ModelOptions, CaseOptions, RunConfig):
     """The paper's Fig. 3 experiment in the performance simulator: every system, no GPU."""
 

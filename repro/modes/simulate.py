@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -53,16 +54,16 @@ SIM_BUDGET = {"trials": 4, "population": 4, "time_limit_s": 1.0}  # scheduler.* 
 MIN_RANDOM_LAYOUTS = 3  # the paper's three random layouts per setting (appendix 10.1)
 
 
-# Every schedule this process made, by everything it depends on: the jobs of a sweep that one
-# process runs (the serial launcher, a joblib worker) share them (3 batch sizes: one schedule).
+# Every schedule this process made or was handed, by everything it depends on
+# (:meth:`Schedules.key_of`): the jobs of a sweep that one process runs (the serial launcher, a
+# joblib worker) share them; a value may be a Future of a helper process (:func:`prefetch`).
 SCHEDULE_CACHE: dict[tuple, object] = {}
 
 
 @dataclass
 class Schedules:
-    """Our scheduled layouts under ``cfg.scheduler``, kept in :data:`SCHEDULE_CACHE` by (case,
-    variant, c_dp, c_pp, pp, dp, method, seed, search settings): a schedule depends on nothing
-    else. No lower bound is computed (a simulated row does not report it)."""
+    """Our scheduled layouts under ``cfg.scheduler``, kept in :data:`SCHEDULE_CACHE`. No lower
+    bound is computed (a simulated row does not report it)."""
 
     cfg: SimulateConfig
     cache: dict = field(default_factory=lambda: SCHEDULE_CACHE)
@@ -89,39 +90,83 @@ class Schedules:
         given = {"trials": s.trials, "population": s.population, "time_limit_s": s.time_limit_s}
         return {k: SIM_BUDGET[k] if v is None else v for k, v in given.items()}
 
-    def get(self, case: str, cluster: Cluster, workload: Workload, pp: int, dp: int):
-        from system.scheduler import schedule
-
+    def call(self, case: str, cluster: Cluster, workload: Workload, pp: int, dp: int):
+        """(cache key, keyword arguments of :func:`system.scheduler.schedule`)."""
         sizes = tasklet_sizes(workload, pp, dp)
         s = self.cfg.scheduler
         timed = s.objective == "iteration_time"  # the search then sees the compute too
-        key = (
-            case,
-            cluster.meta.get("variant"),
-            sizes.c_dp_bytes,
-            sizes.c_pp_bytes,
-            pp,
-            dp,
-            self.cfg.seed,
-            json.dumps(self.key, sort_keys=True),
-            workload if timed else None,
+        kwargs = dict(
+            pp=pp,
+            dp=dp,
+            method=self.method,
+            seed=self.cfg.seed,
+            greedy_seeds=s.greedy_seeds,
+            patience_trials=s.patience_trials,
+            objective=str(s.objective),
+            workload=workload if timed else None,
+            bound=False,
+            **self.budget,
         )
-        if key not in self.cache:
-            self.cache[key] = schedule(
-                cluster,
-                sizes,
-                pp=pp,
-                dp=dp,
-                method=self.method,
-                seed=self.cfg.seed,
-                greedy_seeds=s.greedy_seeds,
-                patience_trials=s.patience_trials,
-                objective=str(s.objective),
-                workload=workload if timed else None,
-                bound=False,
-                **self.budget,
-            )
-        return self.cache[key]
+        key = (case, cluster.meta.get("variant"), sizes.c_dp_bytes, sizes.c_pp_bytes)
+        return (*key, json.dumps({**kwargs, "workload": str(kwargs["workload"])})), (
+            cluster,
+            sizes,
+            kwargs,
+        )
+
+    def get(self, case: str, cluster: Cluster, workload: Workload, pp: int, dp: int):
+        from system.scheduler import schedule
+
+        key, (cl, sizes, kwargs) = self.call(case, cluster, workload, pp, dp)
+        value = self.cache.get(key)
+        if value is None:
+            value = schedule(cl, sizes, **kwargs)
+        elif isinstance(value, Future):
+            value = value.result()
+        self.cache[key] = value
+        return value
+
+
+def _schedule(cluster: Cluster, sizes, kwargs: dict):
+    from system.scheduler import schedule
+
+    return schedule(cluster, sizes, **kwargs)
+
+
+def _die_with_parent() -> None:
+    """A helper process ends when the sweep's process does, whatever killed it (Linux)."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:  # pragma: no cover - not Linux
+        pass
+
+
+def prefetch(jobs: list[SimulateConfig]):
+    """Start every job's schedules in one helper process (the serial launcher leaves a core idle);
+    a job takes its schedule from :data:`SCHEDULE_CACHE` when it gets there. Returns the function
+    that stops the helper."""
+    import multiprocessing
+
+    pool = ProcessPoolExecutor(
+        max_workers=1, mp_context=multiprocessing.get_context("fork"), initializer=_die_with_parent
+    )
+    for cfg in jobs:
+        schedules = Schedules(cfg)
+        if cfg.system not in ("all", "ours"):
+            continue
+        for case, layers, batch in cfg.settings():
+            plain, _, _, workload, pp, dp = _setting(cfg, case, layers, batch)
+            key, (cl, sizes, kwargs) = schedules.call(case, plain, workload, pp, dp)
+            if key not in SCHEDULE_CACHE:
+                SCHEDULE_CACHE[key] = pool.submit(_schedule, cl, sizes, kwargs)
+
+    def stop() -> None:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+    return stop
 
 
 def _model_knobs(cfg: SimulateConfig) -> dict:
@@ -172,18 +217,29 @@ def _row(key: dict, res: SimResult, cluster: Cluster, **extra) -> dict:
     )
 
 
-def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, schedules):
-    """All rows of one (case, layers, batch). Raises ValueError on bad input."""
-    systems = SIMULATED_SYSTEMS if cfg.system == "all" else (str(cfg.system),)
-    repeats = cfg.repeats
+def _setting(cfg: SimulateConfig, case: str, layers: int, batch: int):
+    """(the case as the scheduler sees it, the simulated cluster, hardware, workload, pp, dp)."""
     plain = get_case(case, cfg.case_variant)  # what the scheduler sees (α, β only)
     knobs = _model_knobs(cfg)
     cluster = with_link_sharing(plain, knobs["link_sharing"])
     hw = replace(V100, achievable_fraction=knobs["compute_efficiency"])
-    model = get_model(cfg.model, layers)
-    workload = Workload(model=model, global_batch_size=batch, micro_batch_size=cfg.micro_batch_size)
+    workload = Workload(
+        model=get_model(cfg.model, layers),
+        global_batch_size=batch,
+        micro_batch_size=cfg.micro_batch_size,
+    )
     pp, dp = fill_layout(cluster.num_devices, cfg.pp, cfg.dp)
     workload.check_layout(pp, dp)
+    return plain, cluster, hw, workload, pp, dp
+
+
+def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, schedules):
+    """All rows of one (case, layers, batch). Raises ValueError on bad input."""
+    systems = SIMULATED_SYSTEMS if cfg.system == "all" else (str(cfg.system),)
+    repeats = cfg.repeats
+    knobs = _model_knobs(cfg)
+    plain, cluster, hw, workload, pp, dp = _setting(cfg, case, layers, batch)
+    model = workload.model
     seed = cfg.seed
     base = {
         "mode": "simulate",

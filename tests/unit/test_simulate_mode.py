@@ -118,6 +118,62 @@ def test_cli_needs_no_torch(tmp_path):
     assert "ours" in p.stdout and (tmp_path / "runs.csv").exists()
 
 
+@pytest.mark.slow
+def test_the_main_job_prints_within_100_columns(tmp_path):
+    """On a non-terminal with COLUMNS=100 no line is wider than 100 characters but a log line's
+    path; the wide tables are an option."""
+    import os
+
+    env = {**os.environ, "COLUMNS": "100", "OMP_NUM_THREADS": "1"}
+    args = ["case=debug", "model=debug", f"results_dir={tmp_path}", f"hydra.run.dir={tmp_path}/h"]
+    p = subprocess.run(
+        [sys.executable, "repro/run.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    wide = [ln for ln in p.stdout.splitlines() if len(ln) > 100 and str(tmp_path) not in ln]
+    assert not wide and "ours x" in p.stdout, wide
+    p = subprocess.run(
+        [sys.executable, "repro/run.py", *args, "tables=wide"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 0 and max(len(ln) for ln in p.stdout.splitlines()) > 100
+
+
+def test_a_prefetched_schedule_is_the_one_a_job_makes(tmp_path):
+    """A serial sweep starts its jobs' schedules in a helper process (the idle core): the job
+    then stores the same layout it would have made itself."""
+    from concurrent.futures import Future
+
+    from repro.config import validate
+    from repro.modes import simulate as sim
+
+    def layouts(d):
+        cfg = validate(_cfg(d, "system=ours", "batch=16"))
+        stop = sim.prefetch([cfg]) if d.name == "prefetched" else (lambda: None)
+        try:
+            assert d.name != "prefetched" or any(
+                isinstance(v, Future) for v in sim.SCHEDULE_CACHE.values()
+            )
+            simulate(cfg)
+        finally:
+            stop()
+        return pd.read_csv(d / "runs.csv").layout.tolist()
+
+    sim.SCHEDULE_CACHE.clear()
+    made = layouts(tmp_path / "made")
+    sim.SCHEDULE_CACHE.clear()
+    assert layouts(tmp_path / "prefetched") == made
+
+
 def test_nothing_fits_in_memory_raises(tmp_path):
     target = tmp_path / "out"
     with pytest.raises(ValueError, match="fits"):
