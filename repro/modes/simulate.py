@@ -31,7 +31,7 @@ import pandas as pd
 from baselines.deepspeed.perf import grid_search_deepspeed
 from baselines.megatron.perf import grid_search_megatron
 from repro.config import SimulateConfig, default_of
-from repro.config.modes import fill_layout
+from repro.config.modes import SchedulerOptions, fill_layout
 from repro.report.summary import print_compact, print_wide, summary_from_rows
 from repro.sweep import is_multirun
 from system.assignment import random_assignment
@@ -62,20 +62,21 @@ SCHEDULE_CACHE: dict[tuple, object] = {}
 
 @dataclass
 class Schedules:
-    """Our scheduled layouts under ``cfg.scheduler``, kept in :data:`SCHEDULE_CACHE`. No lower
-    bound is computed (a simulated row does not report it)."""
+    """Our scheduled layouts under the search settings ``search`` and ``seed``, kept in
+    :data:`SCHEDULE_CACHE`. No lower bound is computed (a simulated row does not report it)."""
 
-    cfg: SimulateConfig
+    search: SchedulerOptions
+    seed: int
     cache: dict = field(default_factory=lambda: SCHEDULE_CACHE)
 
     @property
     def method(self) -> str:
-        return str(self.cfg.scheduler.name)
+        return str(self.search.name)
 
     @property
     def key(self) -> dict:
         """The search's settings for a row's key: the budget, and what differs from default."""
-        s = self.cfg.scheduler
+        s = self.search
         changed = {
             "scheduler_patience_trials": s.patience_trials,
             "scheduler_greedy_seeds": None if s.greedy_seeds else False,
@@ -86,20 +87,20 @@ class Schedules:
 
     @property
     def budget(self) -> dict:
-        s = self.cfg.scheduler
+        s = self.search
         given = {"trials": s.trials, "population": s.population, "time_limit_s": s.time_limit_s}
         return {k: SIM_BUDGET[k] if v is None else v for k, v in given.items()}
 
     def call(self, case: str, cluster: Cluster, workload: Workload, pp: int, dp: int):
         """(cache key, keyword arguments of :func:`system.scheduler.schedule`)."""
         sizes = tasklet_sizes(workload, pp, dp)
-        s = self.cfg.scheduler
+        s = self.search
         timed = s.objective == "iteration_time"  # the search then sees the compute too
         kwargs = dict(
             pp=pp,
             dp=dp,
             method=self.method,
-            seed=self.cfg.seed,
+            seed=self.seed,
             greedy_seeds=s.greedy_seeds,
             patience_trials=s.patience_trials,
             objective=str(s.objective),
@@ -125,6 +126,12 @@ class Schedules:
             value = value.result()
         self.cache[key] = value
         return value
+
+
+def scheduled_layout(case: str, cluster: Cluster, workload: Workload, pp: int, dp: int, seed: int):
+    """Ours' layout of ``case`` as ``mode=simulate`` makes it by default (the genetic scheduler
+    at :data:`SIM_BUDGET`, greedy seeds), shared through :data:`SCHEDULE_CACHE`."""
+    return Schedules(SchedulerOptions(), seed).get(case, cluster, workload, pp, dp).assignment
 
 
 def _schedule(cluster: Cluster, sizes, kwargs: dict):
@@ -154,7 +161,7 @@ def prefetch(jobs: list[SimulateConfig]):
         max_workers=1, mp_context=multiprocessing.get_context("fork"), initializer=_die_with_parent
     )
     for cfg in jobs:
-        schedules = Schedules(cfg)
+        schedules = Schedules(cfg.scheduler, cfg.seed)
         if cfg.system not in ("all", "ours"):
             continue
         for case, layers, batch in cfg.settings():
@@ -342,7 +349,7 @@ def run(cfg: SimulateConfig) -> dict:
     the written ``run_ids`` (the study's report files are the entry's, :mod:`repro.sweep`)."""
     t0 = time.perf_counter()
     results_dir = Path(cfg.results_dir)
-    schedules = Schedules(cfg)
+    schedules = Schedules(cfg.scheduler, cfg.seed)
     rows = []
     for case, layers, batch in cfg.settings():
         rows += _simulate_setting(cfg, case, layers, batch, schedules)
