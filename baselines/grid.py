@@ -19,9 +19,6 @@ cluster start the same workers with torchrun yourself, one spec file everywhere:
         -m baselines.megatron.train spec.json        # or baselines.deepspeed.train
 
 Importing this module does not import torch.
-
-One module (~370 lines): running a grid point (spec, launch, status), predicting it and
-placing its ranks are one path; the prediction and the run must use the same spec and rank map.
 """
 
 from __future__ import annotations

@@ -30,9 +30,6 @@ The topology search, per configuration (tp, pp, dp):
    (:func:`system.simulator.comm.ring_collective_s`). Launch order and the ``SIMULATE_TOP`` best
    ranked others are simulated in full and the fastest kept, so ``topology`` is never slower
    than ``launch`` for a configuration.
-
-One module (~320 lines): the rank-map candidates, their proxy cost, the search over them
-and the grid search that calls it form the topology-aware placement of both baselines.
 """
 
 from __future__ import annotations

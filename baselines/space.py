@@ -16,7 +16,9 @@ The real-launcher grid driver imports :func:`megatron_space` / :func:`deepspeed_
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -28,6 +30,8 @@ from system.simulator.result import SimResult
 from system.workload import Workload
 
 __all__ = [
+    "GridPoint",
+    "explain_pick",
     "BaselineConfig",
     "GridResult",
     "MICRO_BATCH_SIZES",
@@ -94,22 +98,51 @@ class GridResult:
     results: tuple[SimResult, ...] = field(default_factory=tuple)
 
     def why(self) -> str:
-        """One line: the pick, its phases, and the runner-up it beat."""
-        ok = sorted((r for r in self.results if r.status == "ok"), key=lambda r: r.iter_time_s)
-        b = self.best
-        text = (
-            f"{b.label()}: {b.iter_time_s:.1f} s (pipeline {b.breakdown.get('pipeline_s', 0):.1f}"
-            f" s, DP {b.breakdown.get('dp_sync_s', 0):.1f} s)"
+        """One line: the pick, its phases, and the runner-up it beat (:func:`explain_pick`)."""
+
+        def point(r: SimResult) -> GridPoint:
+            b = r.breakdown
+            pipe, dp = b.get("pipeline_s", 0.0), b.get("dp_sync_s", 0.0)
+            return GridPoint(r.label(), r.iter_time_s, pipe, dp, r.status)
+
+        return explain_pick(point(self.best), [point(r) for r in self.results])
+
+
+class GridPoint(NamedTuple):
+    """What :func:`explain_pick` reads of one configuration of a grid."""
+
+    label: str
+    iter_time_s: float
+    pipeline_s: float
+    dp_sync_s: float
+    status: str
+
+
+def explain_pick(best: GridPoint, points: Sequence[GridPoint]) -> str:
+    """One line: the pick of a grid, its phases, the runner-up it beat, how many fitted.
+
+    >>> a = GridPoint("tp1/pp8/dp8 mbs1", 10.0, 8.0, 2.0, "ok")
+    >>> b = GridPoint("tp2/pp4/dp8 mbs1", 12.0, 9.0, 3.0, "ok")
+    >>> oom = GridPoint("tp1/pp1/dp64 mbs8", 0.0, 0.0, 0.0, "oom")
+    >>> for part in explain_pick(a, [a, b, oom]).split("; "):
+    ...     print(part)
+    tp1/pp8/dp8 mbs1: 10.0 s (pipeline 8.0 s, DP 2.0 s)
+    runner-up tp2/pp4/dp8 mbs1 12.0 s (pipeline 9.0 s, DP 3.0 s)
+    2 feasible, 1 over memory
+    """
+    ok = sorted((p for p in points if p.status == "ok"), key=lambda p: p.iter_time_s)
+    text = (
+        f"{best.label}: {best.iter_time_s:.1f} s (pipeline {best.pipeline_s:.1f} s, "
+        f"DP {best.dp_sync_s:.1f} s)"
+    )
+    if len(ok) > 1:
+        r = ok[1]
+        text += (
+            f"; runner-up {r.label} {r.iter_time_s:.1f} s (pipeline {r.pipeline_s:.1f} s, "
+            f"DP {r.dp_sync_s:.1f} s)"
         )
-        if len(ok) > 1:
-            r = ok[1]
-            text += (
-                f"; runner-up {r.label()} {r.iter_time_s:.1f} s (pipeline "
-                f"{r.breakdown.get('pipeline_s', 0):.1f} s, "
-                f"DP {r.breakdown.get('dp_sync_s', 0):.1f} s)"
-            )
-        oom = sum(r.status == "oom" for r in self.results)
-        return text + f"; {len(ok)} feasible, {oom} over memory"
+    oom = sum(p.status == "oom" for p in points)
+    return text + f"; {len(ok)} feasible, {oom} over memory"
 
 
 def _divisors(n: int) -> list[int]:

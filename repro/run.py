@@ -34,28 +34,37 @@ def setup_logging(level: str | None = None) -> None:
     from rich.logging import RichHandler
 
     root = logging.getLogger()
-    for h in list(root.handlers):
-        root.removeHandler(h)
-    root.addHandler(RichHandler(show_path=False, rich_tracebacks=False, markup=False))
+    if not any(isinstance(h, RichHandler) for h in root.handlers):
+        for h in list(root.handlers):
+            root.removeHandler(h)
+        root.addHandler(RichHandler(show_path=False, rich_tracebacks=False, markup=False))
     root.setLevel(level or os.environ.get("DTFM_LOG_LEVEL", "INFO"))
 
 
-def run(cfg: DictConfig | dict | RunConfig) -> dict:
-    """Validate ``cfg`` for its mode and run the mode; returns its summary dict."""
+def run(cfg: DictConfig | dict | RunConfig, *, multirun: bool = False) -> dict:
+    """Validate ``cfg`` for its mode and run the mode as a job (:func:`repro.sweep.run_job`);
+    returns the mode's summary dict. A single run of a mode that writes rows then builds the
+    study's report, as a sweep does at its end (:func:`repro.sweep.finish_study`)."""
+    from repro.sweep import finish_study, run_job
+
     typed = validate(cfg)
-    return dict(MODES[typed.mode].function()(typed) or {})
+    spec = MODES[typed.mode]
+    out = run_job(typed, spec.function(), multirun=multirun, ledger=spec.rows)
+    if spec.rows and not multirun:
+        finish_study(typed)
+    return out
 
 
 @hydra.main(config_path=CONF, config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    from repro.sweep import is_multirun, record_failure, run_job
+    from repro.sweep import is_multirun, record_failure
 
     setup_logging()
     multirun = is_multirun()
     typed = None
     try:
         typed = validate(cfg)
-        run_job(typed, run, multirun=multirun)
+        run(typed, multirun=multirun)
     except Exception as e:  # noqa: BLE001 - a sweep records every failure and goes on
         if multirun:
             log.error("job failed: %s: %s", type(e).__name__, e)

@@ -143,19 +143,26 @@ def _write_ledger(cfg: RunConfig, key: str, **fields) -> None:
 
 
 def run_job(
-    cfg: RunConfig, task: Callable[[RunConfig], dict | None], *, multirun: bool | None = None
+    cfg: RunConfig,
+    task: Callable[[RunConfig], dict | None],
+    *,
+    multirun: bool | None = None,
+    ledger: bool = True,
 ) -> dict:
     """Run ``task(cfg)`` unless this config already finished in ``cfg.results_dir``.
 
-    Skipping applies to sweep jobs only (``multirun=None``: ask Hydra), so a single
-    ``python repro/run.py ...`` always runs; every finished job writes its ledger entry.
+    Skipping (and the job's lock) applies to sweep jobs only (``multirun=None``: ask Hydra), so
+    a single ``python repro/run.py ...`` always runs; every finished job writes its ledger entry
+    (``ledger=False``: a single run of a mode that stores no rows, such as a report).
     Returns the task's summary dict (or the stored one when skipped, with ``skipped: True``).
     """
     results_dir = Path(cfg.results_dir)
     key = job_key(cfg)
     multirun = is_multirun() if multirun is None else multirun
-    # another sweep running this job: wait for it (at most a day, the longest job we run)
-    with study_lock(results_dir / "jobs", f"{key}.lock", timeout_s=JOB_LOCK_TIMEOUT_S):
+    # another sweep running this job: wait for it (at most a day, the longest job we run); a
+    # single run takes no lock, so a run refused by its mode leaves no folder behind
+    lock = study_lock(results_dir / "jobs", f"{key}.lock", timeout_s=JOB_LOCK_TIMEOUT_S)
+    with lock if multirun else contextlib.nullcontext():
         if multirun and cfg.workflow.skip_finished:
             rec = finished_job(results_dir, key)
             if rec is not None:
@@ -172,7 +179,8 @@ def run_job(
             summary = dict(task(cfg) or {})
         run_ids = summary.get("run_ids") or sorted(stored_run_ids(results_dir) - before)
         summary = json.loads(json.dumps(summary, default=str))
-        _write_ledger(cfg, key, status="ok", run_ids=list(run_ids), summary=summary)
+        if ledger or multirun:
+            _write_ledger(cfg, key, status="ok", run_ids=list(run_ids), summary=summary)
     if cfg.logger == "wandb" and run_ids:
         from repro.report.wandb_log import log_job
 
@@ -228,16 +236,44 @@ def job_overrides(config: DictConfig) -> list[list[str]]:
     return [list(job) for batch in batches for job in batch]
 
 
-def _check(config: DictConfig) -> tuple[list[str], list[RunConfig]]:
-    """(one line per bad job, the typed config of every good job), one composition each."""
-    from hydra import compose
+CONF = Path(__file__).resolve().parents[1] / "conf"
 
+
+def _is_group(key: str) -> bool:
+    """Whether an override's key names a config group (``mode``, ``sweep``, ``hydra/...``)."""
+    return key == "mode" or key.startswith("hydra") or (CONF / key).is_dir()
+
+
+def _composer(config_name: str) -> Callable[[list[str]], DictConfig]:
+    """A job's config from its overrides, as Hydra composes it: the config groups chosen by its
+    group overrides (composed once per distinct choice: a sweep varies values, seldom groups),
+    then its value overrides applied the way Hydra applies them."""
+    from hydra import compose
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser, bases = OverridesParser.create(), {}
+
+    def job(overrides: list[str]) -> DictConfig:
+        parsed = parser.parse_overrides(overrides)
+        groups = tuple(o.input_line for o in parsed if _is_group(o.get_key_element().lstrip("+~")))
+        if groups not in bases:
+            bases[groups] = compose(config_name=config_name, overrides=list(groups))
+        cfg = bases[groups].copy()
+        values = [o for o in parsed if o.input_line not in groups]
+        ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
+        return cfg
+
+    return job
+
+
+def _check(config: DictConfig) -> tuple[list[str], list[RunConfig]]:
+    """(one line per bad job, the typed config of every good job)."""
+    compose = _composer(config.hydra.job.config_name)
     bad, jobs = [], []
     for n, overrides in enumerate(job_overrides(config)):
         try:
-            jobs.append(
-                validate(compose(config_name=config.hydra.job.config_name, overrides=overrides))
-            )
+            jobs.append(validate(compose(overrides)))
         except Exception as e:  # noqa: BLE001 - every kind of bad point is reported, none run
             shown = " ".join(o for o in overrides if not o.startswith("hydra"))
             bad.append(f"job {n} ({shown}): {str(e).strip().splitlines()[0]}")
@@ -320,10 +356,11 @@ def finish_study(
 ) -> dict:
     """Collect, report and (optionally) mirror to wandb; returns where the outputs are.
 
-    ``outcome`` (:func:`count_outcomes`) is what the summary line counts; without it the line
-    says the counts are unknown. The line also gives the seconds spent checking the jobs
-    (``check_s``) and building the report: with the jobs' own time (``elapsed_s``), where a
-    sweep's wall time goes (``mode=bench_sweep`` prints them per launcher).
+    ``outcome`` (:func:`count_outcomes`) is what a sweep's summary line counts; a single run (no
+    outcome) logs where its rows and report are. The sweep's line also gives the seconds spent
+    checking the jobs (``check_s``) and building the report: with the jobs' own time
+    (``elapsed_s``), where a sweep's wall time goes (``mode=bench_sweep`` prints them per
+    launcher).
     """
     from system.results import has_stored_rows
 
@@ -341,17 +378,14 @@ def _finish(cfg: RunConfig, results_dir: Path, elapsed_s, sweep_dir, outcome, ch
     from system.results import compact
 
     t0 = time.monotonic()
-    runs_csv = compact(results_dir)  # the jobs' parts folded in once (nothing new: no rewrite)
+    runs_csv = results_dir / "runs.csv"
     out = {"results_dir": str(results_dir), "runs_csv": str(runs_csv)}
-    if cfg.workflow.report:
-        from repro.report.build import build_report
+    if not cfg.workflow.report:
+        compact(results_dir)  # the jobs' parts folded in once (nothing new: no rewrite)
+    else:
+        from repro.report.build import report_study
 
-        paths = build_report(
-            results_dir,
-            ablation_path=cfg.workflow.ablation_csv,
-            tolerance=cfg.workflow.tolerance,
-            study=cfg.study,
-        )
+        paths = report_study(cfg)
         out["report"] = str(paths.report)
         if cfg.logger == "wandb":
             from repro.report.wandb_log import log_comparison
@@ -364,16 +398,23 @@ def _finish(cfg: RunConfig, results_dir: Path, elapsed_s, sweep_dir, outcome, ch
                 paths.figures,
             )
     n_rows = len(pd.read_csv(runs_csv, usecols=["run_id"]))  # runs.csv: newest row per setting
+    report_s = time.monotonic() - t0
+    if outcome is None:  # a single run
+        log.info(
+            "%d rows -> %s; report %s (%.1f s)",
+            n_rows,
+            runs_csv,
+            out.get("report", "off"),
+            report_s,
+        )
+        return out
     took = f" in {elapsed_s:.1f} s" if elapsed_s is not None else ""
     check = f"check {check_s:.1f} s, " if check_s is not None else ""
-    took += f" ({check}report {time.monotonic() - t0:.1f} s)"
-    if outcome is None:
-        counts = "jobs ran/skipped/failed not counted"
-    else:
-        counts = (
-            f"{outcome.ran} jobs ran, {outcome.skipped} skipped (already finished), "
-            f"{len(outcome.failed)} failed"
-        )
+    took += f" ({check}report {report_s:.1f} s)"
+    counts = (
+        f"{outcome.ran} jobs ran, {outcome.skipped} skipped (already finished), "
+        f"{len(outcome.failed)} failed"
+    )
     log.info(
         "sweep %s: %s%s; %d rows -> %s; report %s; job folders %s",
         cfg.study,
@@ -399,6 +440,7 @@ class WorkflowCallback(Callback):
         self._total: int | None = None
         self._studies: dict[str, tuple[RunConfig, dict]] = {}  # results_dir -> (a job, stamps)
         self._check_s: float | None = None
+        self._stops: list = []  # what stops each mode's prefetch
         self._pid = os.getpid()  # the submitting process
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -420,6 +462,7 @@ class WorkflowCallback(Callback):
         self._studies = {
             d: (js[0], ledger_stamps(d, [job_key(j) for j in js])) for d, js in by_dir.items()
         }
+        self._stops = self._prefetch(config, jobs)
         self._pid = os.getpid()
         self._t0, self._done, self._total = time.monotonic(), 0, len(jobs)
         if self.progress and sys.stdout.isatty():
@@ -443,6 +486,19 @@ class WorkflowCallback(Callback):
             self._bar.start()
             self._task = self._bar.add_task(f"sweep {config.study}", total=self._total)
 
+    @staticmethod
+    def _prefetch(config: DictConfig, jobs: list[RunConfig]) -> list:
+        """Serial launcher only (its jobs run in this process, one core stays idle): each mode's
+        prefetch of work its jobs share (:attr:`repro.config.ModeSpec.prefetch`)."""
+        from repro.config import MODES
+
+        if not str(config.hydra.launcher.get("_target_", "")).endswith("BasicLauncher"):
+            return []
+        by_mode: dict[str, list[RunConfig]] = {}
+        for job in jobs:
+            by_mode.setdefault(job.mode, []).append(job)
+        return [MODES[m].function("prefetch")(js) for m, js in by_mode.items() if MODES[m].prefetch]
+
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
         status = getattr(getattr(job_return, "status", None), "name", "?")
         if os.getpid() != self._pid:  # a launcher's worker (joblib, Slurm): no shared count here
@@ -461,6 +517,8 @@ class WorkflowCallback(Callback):
         )
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        for stop in self._stops:
+            stop()
         if self._bar is not None:
             self._bar.stop()
             self._bar = None

@@ -15,10 +15,6 @@ Two variants:
 User topologies: :func:`cluster_from_files` reads a pair table (CSV or YAML: region_a, region_b,
 delay_ms, bandwidth_gbps, plus optional ``intra`` rows with region_a == region_b) and a
 device-to-region list.
-
-One module (~430 lines): each paper case is a short function with its docstring, and the
-topology readers build the same Cluster the cases do; the registry :data:`CASES` sits beside
-them.
 """
 
 from __future__ import annotations

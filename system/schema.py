@@ -15,15 +15,12 @@ performance model's source (:func:`model_version`). A rerun with unchanged code 
 ones in every report, while the old ones stay in the file.
 
 Why a source fingerprint and not a hand-bumped ``MODEL_VERSION`` constant: a constant is only as
-good as the memory of whoever edits the simulator (the stale-row bug this replaces was exactly a
-key that ignored the code), and a test fingerprinting the model to force the bump would need the
-same hash anyway. Hashing the parsed syntax tree with docstrings removed (:mod:`ast`) ignores
-comments, docstrings and formatting, so only code or data changes make a new version.
+good as the memory of whoever edits the simulator, and a test fingerprinting the model to force
+the bump would need the same hash anyway. Hashing the parsed syntax tree with docstrings removed
+(:mod:`ast`) ignores comments, docstrings and formatting, so only code or data changes make a
+new version.
 
 The core imports no pandas at module level (pandas is loaded by the functions that build tables).
-
-One module (~460 lines): the columns with their types and coercion, and the hashes that name a
-row, are one definition; the store (:mod:`system.results`) and every writer follow it.
 """
 
 from __future__ import annotations

@@ -167,29 +167,33 @@ class ModeSpec:
     schema: type
     runner: str  # "package.module:function"
     rows: bool  # writes rows into results_dir (a ledger entry per job, a report after it)
+    # "package.module:function" that a serial sweep of the mode calls with its jobs before the
+    # first: work shared across jobs started on the idle core; returns the function stopping it
+    prefetch: str | None = None
 
     @property
     def summary(self) -> str:
         return (self.schema.__doc__ or "").strip().splitlines()[0]
 
-    def function(self) -> Callable[[RunConfig], dict | None]:
-        module, _, name = self.runner.partition(":")
+    def function(self, which: str = "runner") -> Callable:
+        module, _, name = getattr(self, which).partition(":")
         return getattr(importlib.import_module(module), name or "run")
 
 
 MODES: dict[str, ModeSpec] = {}
 
 
-def register_mode(name: str, runner: str, *, rows: bool = False):
+def register_mode(name: str, runner: str, *, rows: bool = False, prefetch: str | None = None):
     """Class decorator, placed below ``@dataclass``: ``name`` is a mode, configured by the class
-    and run by ``runner`` (``"package.module:function"``, the function taking the class)."""
+    and run by ``runner`` (``"package.module:function"``, the function taking the class);
+    ``rows``: it stores result rows; ``prefetch``: :attr:`ModeSpec.prefetch`."""
 
     def wrap(cls):
         if "__dataclass_fields__" in cls.__dict__:
             raise TypeError(f"@register_mode({name!r}) goes below @dataclass")
         cls.__annotations__ = {**cls.__dict__.get("__annotations__", {}), "mode": str}
         cls.mode = dataclasses.field(default=name, metadata={"help": "this mode"})
-        MODES[name] = ModeSpec(name, cls, runner, rows)
+        MODES[name] = ModeSpec(name, cls, runner, rows, prefetch)
         return cls
 
     return wrap

@@ -58,6 +58,7 @@ Transport = choice("Transport", TRANSPORTS, module=__name__)
 DpMode = choice("DpMode", DP_MODES, module=__name__)
 RankLayout = choice("RankLayout", LAYOUTS, module=__name__)
 Device = choice("Device", DEVICES, module=__name__)
+Tables = choice("Tables", ("compact", "wide"), module=__name__)
 EmulateLayout = choice("EmulateLayout", ("scheduled", "random", "identity"), module=__name__)
 Backend = choice("Backend", BACKENDS, module=__name__)
 OnFail = choice("OnFail", ON_FAIL, module=__name__)
@@ -223,7 +224,9 @@ class LocalRunOptions(Options):
 
 # ---- modes -------------------------------------------------------------------------------------
 @dataclass
-@register_mode("simulate", "repro.modes.simulate:run", rows=True)
+@register_mode(
+    "simulate", "repro.modes.simulate:run", rows=True, prefetch="repro.modes.simulate:prefetch"
+)
 class SimulateConfig(LayoutOptions, ModelOptions, CaseOptions, RunConfig):
     """The paper's Fig. 3 experiment in the performance simulator: every system, no GPU."""
 
@@ -242,6 +245,7 @@ class SimulateConfig(LayoutOptions, ModelOptions, CaseOptions, RunConfig):
     )
     link_sharing: LinkSharing = option(LinkSharing.pair, "pair | device_nic | region_pair")
     baseline_transport: Transport = option(Transport.nccl, "the baselines' transport model")
+    tables: Tables = option(Tables.compact, "console: one 100-column table, or the wide ones")
 
     def _canonical(self, case) -> list[str]:
         items = list(case) if isinstance(case, (list, tuple)) else [case]
@@ -249,7 +253,7 @@ class SimulateConfig(LayoutOptions, ModelOptions, CaseOptions, RunConfig):
             raise ConfigError(f"case={case!r}: expected 1..5, all, debug, an alias or a file")
         if [str(c).lower() for c in items] == ["all"]:
             return list(PAPER_CASES)
-        return [canonical_case(c) for c in items]
+        return list(dict.fromkeys(canonical_case(c) for c in items))  # each case once
 
     def cases(self) -> list[str]:
         return list(self.case)

@@ -218,21 +218,26 @@ class BenchStoreConfig(RunConfig):
     rounds: int = option(3, "rounds (medians are printed)", ge=1)
 
 
+Launcher = choice("Launcher", ("serial", "joblib"), module=__name__)
+
+
 @dataclass
 @register_mode("bench_sweep", "repro.studies.bench.sweep:run")
 class BenchSweepConfig(RunConfig):
-    """Wall time of a sweep under the serial launcher and joblib, side by side."""
+    """A sweep's wall time per job (start, simulation, store, report) beside an earlier commit."""
 
-    sweep: str = option("smoke", "conf/sweep/<name>.yaml")
-    rounds: int = option(2, "rounds; the launchers alternate their order", ge=1)
+    sweep_name: str = option("smoke", "the sweep timed: conf/sweep/<name>.yaml")
+    base: str | None = option(None, "the earlier commit run beside this tree (null: none)")
+    launchers: list[Launcher] = option(["serial", "joblib"], "Hydra launchers to time")
+    rounds: int = option(1, "rounds; the runs alternate their order", ge=1)
     n_jobs: int | None = option(None, "joblib workers (null: the launcher config's)", ge=1)
 
     def check(self) -> None:
         super().check()
         conf = Path(__file__).resolve().parents[2] / "conf" / "sweep"
-        if not (conf / f"{self.sweep}.yaml").is_file():
+        if not (conf / f"{self.sweep_name}.yaml").is_file():
             known = ", ".join(sorted(p.stem for p in conf.glob("*.yaml")))
-            raise ConfigError(f"sweep={self.sweep!r}: expected one of {known}")
+            raise ConfigError(f"sweep_name={self.sweep_name!r}: expected one of {known}")
 
 
 # ---- GPU and inputs ----------------------------------------------------------------------------

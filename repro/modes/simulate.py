@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -29,29 +30,14 @@ import pandas as pd
 
 from baselines.deepspeed.perf import grid_search_deepspeed
 from baselines.megatron.perf import grid_search_megatron
-from baselines.placement import Placement
 from repro.config import SimulateConfig, default_of
-from repro.config.modes import fill_layout
-from repro.report.summary import (
-    merge_summary,
-    paper_ratios,
-    print_setting_rows,
-    print_summary_table,
-    summary_frame,
-    with_speedups,
-)
+from repro.config.modes import SchedulerOptions, fill_layout
+from repro.report.summary import print_compact, print_wide, summary_from_rows
+from repro.sweep import is_multirun
 from system.assignment import random_assignment
 from system.cases import get_case
 from system.cluster import Cluster
-from system.results import (
-    SIMULATED_SYSTEMS,
-    atomic_write_text,
-    make_row,
-    read_rows,
-    run_ids,
-    study_lock,
-    write_rows,
-)
+from system.results import SIMULATED_SYSTEMS, make_row, run_ids, write_rows
 from system.simulator import V100, SimResult, simulate_ours
 from system.simulator.comm import TRANSPORTS, with_link_sharing
 from system.workload import Workload, get_model, tasklet_sizes
@@ -68,22 +54,29 @@ SIM_BUDGET = {"trials": 4, "population": 4, "time_limit_s": 1.0}  # scheduler.* 
 MIN_RANDOM_LAYOUTS = 3  # the paper's three random layouts per setting (appendix 10.1)
 
 
+# Every schedule this process made or was handed, by everything it depends on
+# (:meth:`Schedules.key_of`): the jobs of a sweep that one process runs (the serial launcher, a
+# joblib worker) share them; a value may be a Future of a helper process (:func:`prefetch`).
+SCHEDULE_CACHE: dict[tuple, object] = {}
+
+
 @dataclass
 class Schedules:
-    """Our scheduled layouts under ``cfg.scheduler``, cached per (case, variant, c_dp, c_pp, pp,
-    dp): a schedule depends on nothing else."""
+    """Our scheduled layouts under the search settings ``search`` and ``seed``, kept in
+    :data:`SCHEDULE_CACHE`. No lower bound is computed (a simulated row does not report it)."""
 
-    cfg: SimulateConfig
-    cache: dict = field(default_factory=dict)
+    search: SchedulerOptions
+    seed: int
+    cache: dict = field(default_factory=lambda: SCHEDULE_CACHE)
 
     @property
     def method(self) -> str:
-        return str(self.cfg.scheduler.name)
+        return str(self.search.name)
 
     @property
     def key(self) -> dict:
         """The search's settings for a row's key: the budget, and what differs from default."""
-        s = self.cfg.scheduler
+        s = self.search
         changed = {
             "scheduler_patience_trials": s.patience_trials,
             "scheduler_greedy_seeds": None if s.greedy_seeds else False,
@@ -94,31 +87,93 @@ class Schedules:
 
     @property
     def budget(self) -> dict:
-        s = self.cfg.scheduler
+        s = self.search
         given = {"trials": s.trials, "population": s.population, "time_limit_s": s.time_limit_s}
         return {k: SIM_BUDGET[k] if v is None else v for k, v in given.items()}
+
+    def call(self, case: str, cluster: Cluster, workload: Workload, pp: int, dp: int):
+        """(cache key, keyword arguments of :func:`system.scheduler.schedule`)."""
+        sizes = tasklet_sizes(workload, pp, dp)
+        s = self.search
+        timed = s.objective == "iteration_time"  # the search then sees the compute too
+        kwargs = dict(
+            pp=pp,
+            dp=dp,
+            method=self.method,
+            seed=self.seed,
+            greedy_seeds=s.greedy_seeds,
+            patience_trials=s.patience_trials,
+            objective=str(s.objective),
+            workload=workload if timed else None,
+            bound=False,
+            **self.budget,
+        )
+        key = (case, cluster.meta.get("variant"), sizes.c_dp_bytes, sizes.c_pp_bytes)
+        return (*key, json.dumps({**kwargs, "workload": str(kwargs["workload"])})), (
+            cluster,
+            sizes,
+            kwargs,
+        )
 
     def get(self, case: str, cluster: Cluster, workload: Workload, pp: int, dp: int):
         from system.scheduler import schedule
 
-        sizes = tasklet_sizes(workload, pp, dp)
-        key = (case, cluster.meta.get("variant"), sizes.c_dp_bytes, sizes.c_pp_bytes, pp, dp)
-        if key not in self.cache:
-            s = self.cfg.scheduler
-            self.cache[key] = schedule(
-                cluster,
-                sizes,
-                pp=pp,
-                dp=dp,
-                method=self.method,
-                seed=self.cfg.seed,
-                greedy_seeds=s.greedy_seeds,
-                patience_trials=s.patience_trials,
-                objective=str(s.objective),
-                workload=workload if s.objective == "iteration_time" else None,
-                **self.budget,
-            )
-        return self.cache[key]
+        key, (cl, sizes, kwargs) = self.call(case, cluster, workload, pp, dp)
+        value = self.cache.get(key)
+        if value is None:
+            value = schedule(cl, sizes, **kwargs)
+        elif isinstance(value, Future):
+            value = value.result()
+        self.cache[key] = value
+        return value
+
+
+def scheduled_layout(case: str, cluster: Cluster, workload: Workload, pp: int, dp: int, seed: int):
+    """Ours' layout of ``case`` as ``mode=simulate`` makes it by default (the genetic scheduler
+    at :data:`SIM_BUDGET`, greedy seeds), shared through :data:`SCHEDULE_CACHE`."""
+    return Schedules(SchedulerOptions(), seed).get(case, cluster, workload, pp, dp).assignment
+
+
+def _schedule(cluster: Cluster, sizes, kwargs: dict):
+    from system.scheduler import schedule
+
+    return schedule(cluster, sizes, **kwargs)
+
+
+def _die_with_parent() -> None:
+    """A helper process ends when the sweep's process does, whatever killed it (Linux)."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:  # pragma: no cover - not Linux
+        pass
+
+
+def prefetch(jobs: list[SimulateConfig]):
+    """Start every job's schedules in one helper process (the serial launcher leaves a core idle);
+    a job takes its schedule from :data:`SCHEDULE_CACHE` when it gets there. Returns the function
+    that stops the helper."""
+    import multiprocessing
+
+    pool = ProcessPoolExecutor(
+        max_workers=1, mp_context=multiprocessing.get_context("fork"), initializer=_die_with_parent
+    )
+    for cfg in jobs:
+        schedules = Schedules(cfg.scheduler, cfg.seed)
+        if cfg.system not in ("all", "ours"):
+            continue
+        for case, layers, batch in cfg.settings():
+            plain, _, _, workload, pp, dp = _setting(cfg, case, layers, batch)
+            key, (cl, sizes, kwargs) = schedules.call(case, plain, workload, pp, dp)
+            if key not in SCHEDULE_CACHE:
+                SCHEDULE_CACHE[key] = pool.submit(_schedule, cl, sizes, kwargs)
+
+    def stop() -> None:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+    return stop
 
 
 def _model_knobs(cfg: SimulateConfig) -> dict:
@@ -169,26 +224,29 @@ def _row(key: dict, res: SimResult, cluster: Cluster, **extra) -> dict:
     )
 
 
-def _headline(placements: list[Placement]) -> Placement:
-    """The protocol of the summary's headline baseline columns: the fair one when simulated."""
-    return Placement.topology if Placement.topology in placements else Placement.launch
-
-
-def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, schedules):
-    """All rows of one (case, layers, batch) and a summary line. Raises ValueError on bad input.
-
-    The summary's headline baseline columns are under :func:`_headline`'s protocol; the other
-    simulated protocol goes beside them with its name as a suffix (``megatron_launch``)."""
-    systems = SIMULATED_SYSTEMS if cfg.system == "all" else (str(cfg.system),)
-    repeats = cfg.repeats
+def _setting(cfg: SimulateConfig, case: str, layers: int, batch: int):
+    """(the case as the scheduler sees it, the simulated cluster, hardware, workload, pp, dp)."""
     plain = get_case(case, cfg.case_variant)  # what the scheduler sees (α, β only)
     knobs = _model_knobs(cfg)
     cluster = with_link_sharing(plain, knobs["link_sharing"])
     hw = replace(V100, achievable_fraction=knobs["compute_efficiency"])
-    model = get_model(cfg.model, layers)
-    workload = Workload(model=model, global_batch_size=batch, micro_batch_size=cfg.micro_batch_size)
+    workload = Workload(
+        model=get_model(cfg.model, layers),
+        global_batch_size=batch,
+        micro_batch_size=cfg.micro_batch_size,
+    )
     pp, dp = fill_layout(cluster.num_devices, cfg.pp, cfg.dp)
     workload.check_layout(pp, dp)
+    return plain, cluster, hw, workload, pp, dp
+
+
+def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, schedules):
+    """All rows of one (case, layers, batch). Raises ValueError on bad input."""
+    systems = SIMULATED_SYSTEMS if cfg.system == "all" else (str(cfg.system),)
+    repeats = cfg.repeats
+    knobs = _model_knobs(cfg)
+    plain, cluster, hw, workload, pp, dp = _setting(cfg, case, layers, batch)
+    model = workload.model
     seed = cfg.seed
     base = {
         "mode": "simulate",
@@ -200,7 +258,7 @@ def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, s
         "seed": seed,
         **_changed_knobs(cfg),
     }
-    rows, line = [], {"case": case, "num_layers": layers, "global_batch_size": batch}
+    rows = []
     oom = ValueError(
         f"case {case}, {layers} layers: not even one micro-batch of "
         f"{workload.micro_batch_size} fits in {V100.name} memory with pp={pp}"
@@ -210,7 +268,6 @@ def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, s
         ours = simulate_ours(cluster, sched.assignment, workload, hardware=hw)
         if ours.status != "ok":
             raise oom
-        line["ours"] = ours
         info = {
             "scheduler": schedules.method,
             "search_time_s": sched.search_time_s,
@@ -232,13 +289,11 @@ def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, s
                 _row(key, ours, cluster, placement="scheduled", repeat_kind=REPEAT_COPY, **info)
             )
     if "ours_random" in systems:  # the paper's random layouts: a new seeded rank map per run
-        line["ours_random"] = []
         for k in range(max(MIN_RANDOM_LAYOUTS, repeats)):
             a = random_assignment(pp, dp, np.random.default_rng([seed, k]))
             res = simulate_ours(cluster, a, workload, system="ours_random", hardware=hw)
             if res.status != "ok":
                 raise oom
-            line["ours_random"].append(res)
             key = {
                 **base,
                 "system": "ours_random",
@@ -259,7 +314,6 @@ def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, s
                     repeat_kind="random layout",
                 )
             )
-    headline = _headline(cfg.baseline_placements)
     cache: dict = {}  # (config, rank map) -> simulation, shared by the protocols
     for name, search in (("megatron", grid_search_megatron), ("deepspeed", grid_search_deepspeed)):
         if name not in systems:
@@ -273,8 +327,6 @@ def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, s
                 cache=cache,
                 transport=TRANSPORTS[knobs["baseline_transport"]],
             )
-            suffix = "" if protocol == headline else f"_{protocol}"
-            line[name + suffix], line[f"{name}{suffix}_why"] = grid.best, grid.why()
             for res in grid.results:
                 for r in range(repeats):
                     key = {**base, "system": name, **res.config, "repeat": r}
@@ -289,53 +341,24 @@ def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, s
                             placement=str(protocol),
                         )
                     )
-    line["baseline_placement"] = str(headline)
-    return rows, line
-
-
-def merge_summary_file(results_dir: Path, summary: pd.DataFrame) -> pd.DataFrame:
-    """``summary.csv`` of ``results_dir`` with ``summary``'s settings merged in (the settings
-    other sweep jobs wrote are kept), rewritten; returns the merged table. The read-merge-write
-    holds a lock of its own: parallel sweep jobs (joblib workers, Slurm jobs) would otherwise
-    each rewrite the file from what they read and lose each other's lines."""
-    path = Path(results_dir) / "summary.csv"
-    with study_lock(results_dir, ".summary.lock"):
-        merged = with_speedups(merge_summary(path, summary), paper_ratios())
-        atomic_write_text(path, merged.to_csv(index=False))
-    return merged
-
-
-def _write_reports(results_dir: Path, summary: pd.DataFrame) -> None:
-    """fig3.png, summary.csv and claims.md from everything under ``results_dir``."""
-    from repro.report.figures.fig3 import plot_fig3
-    from repro.report.protocols import write_protocol_claims
-    from repro.report.variance import best_configs
-    from repro.sweep import is_multirun
-
-    merged = merge_summary_file(results_dir, summary)
-    if is_multirun():  # the sweep's end-of-run report draws these once
-        return
-    rows = read_rows(results_dir)
-    plot_fig3(best_configs(rows), results_dir / "fig3.png")
-    write_protocol_claims(results_dir, rows, merged)
+    return rows
 
 
 def run(cfg: SimulateConfig) -> dict:
-    """Simulate the configured settings; returns a summary with the written ``run_ids``."""
+    """Simulate the configured settings, write their rows, print their summary; returns it with
+    the written ``run_ids`` (the study's report files are the entry's, :mod:`repro.sweep`)."""
     t0 = time.perf_counter()
     results_dir = Path(cfg.results_dir)
-    schedules = Schedules(cfg)
-    rows, lines = [], []
+    schedules = Schedules(cfg.scheduler, cfg.seed)
+    rows = []
     for case, layers, batch in cfg.settings():
-        r, ln = _simulate_setting(cfg, case, layers, batch, schedules)
-        rows += r
-        lines.append(ln)
+        rows += _simulate_setting(cfg, case, layers, batch, schedules)
     elapsed = time.perf_counter() - t0
     stored = run_ids(results_dir)  # same settings and model version: nothing new to write
     new = [r for r in rows if r["run_id"] not in stored]
     log.info(
         "simulated %d settings in %.1f s: %d rows (%d new) -> %s",
-        len(lines),
+        len(cfg.settings()),
         elapsed,
         len(rows),
         len(new),
@@ -343,24 +366,17 @@ def run(cfg: SimulateConfig) -> dict:
     )
     if new or not (results_dir / "runs.parquet").exists():
         write_rows(results_dir, new)
-    summary = with_speedups(summary_frame(lines), paper_ratios())
-    _write_reports(results_dir, summary)
-    if len(lines) <= 9:  # one case or fewer: the per-system rows too
-        print_setting_rows(lines)
-    print_summary_table(summary, elapsed)
-    log.info(
-        "mode=simulate took %.1f s in all (simulation %.1f s, rows/tables/figure %.1f s)",
-        time.perf_counter() - t0,
-        elapsed,
-        time.perf_counter() - t0 - elapsed,
-    )
-    return {
+    out = {
         "run_ids": [r["run_id"] for r in rows],
         "rows": len(rows),
         "new_rows": len(new),
         "elapsed_s": elapsed,
+        "store_s": time.perf_counter() - t0 - elapsed,
         "results_dir": str(results_dir),
-        "summary": summary.drop(columns=[c for c in summary.columns if c.endswith("_why")]).to_dict(
-            "records"
-        ),
     }
+    if is_multirun():  # a sweep shows its progress; one table per job would drown it
+        return out
+    summary = summary_from_rows(pd.DataFrame(rows))
+    (print_wide if cfg.tables == "wide" else print_compact)(summary, elapsed)
+    why = [c for c in summary.columns if c.endswith("_why")]
+    return {**out, "summary": summary.drop(columns=why).to_dict("records")}

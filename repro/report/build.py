@@ -7,9 +7,11 @@ Reads only the study's ``runs.parquet`` (:func:`system.results.read_rows`: the n
 each setting) and, for the scheduler claims, the ablation table. Writes next to them:
 ``best.csv`` (best configuration per setting, the Fig. 3 table), ``variance.csv`` (every
 configuration's repeats, CV, flag), ``claims.csv`` (paper vs ours, PASS / FAIL / INCONCLUSIVE),
-``fig3.png``, ``fig4.png`` (only in a study that compares schedulers), ``claims.md`` (when there
-are baseline rows: every claim under each placement protocol) and ``REPORT.md`` linking them.
-Every file is written atomically.
+``fig3.png``, ``fig4.png`` (only in a study that compares schedulers), ``summary.csv`` (when there
+are simulated rows: per setting each system's time and ours' speed-ups,
+:func:`repro.report.summary.summary_from_rows`), ``claims.md`` (when there are baseline rows:
+every claim under each placement protocol) and ``REPORT.md`` linking them. Every file is
+written atomically; a single run and a sweep both end here (:func:`repro.sweep.finish_study`).
 """
 
 from __future__ import annotations
@@ -20,13 +22,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from repro.config import CollectConfig, ReportConfig
+from repro.config import CollectConfig, ReportConfig, RunConfig
 from repro.report.claims import evaluate_claims
 from repro.report.figures.fig3 import plot_fig3
 from repro.report.figures.fig4 import plot_fig4
+from repro.report.protocols import write_protocol_claims
+from repro.report.summary import summary_from_rows
 from repro.report.tables import markdown_table
 from repro.report.variance import CV_LIMIT, best_configs, variance_table
-from system.results import atomic_write_text, read_rows
+from system.results import BASELINE_SYSTEMS, atomic_write_text, read_rows
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +39,7 @@ __all__ = [
     "build_report",
     "read_ablation",
     "ablation_from_rows",
+    "report_study",
     "run",
     "collect",
 ]
@@ -144,6 +149,7 @@ def build_report(
         else None
     )
     figs = tuple(p for p in (plot_fig3(best, d / "fig3.png"), fig4) if p)
+    summary = summary_from_rows(rows)
     paths = ReportPaths(paths.report, paths.variance, paths.claims, paths.best, figs)
     atomic_write_text(
         paths.report,
@@ -157,28 +163,40 @@ def build_report(
             ablation_path,
             cv_limit,
             has_ablation=ablation is not None and not ablation.empty,
+            has_summary=len(summary) > 0,
         ),
     )
-    baselines = rows["system"].isin(["megatron", "deepspeed"]) if "system" in rows else []
+    if len(summary):
+        atomic_write_text(d / "summary.csv", summary.to_csv(index=False))
+    baselines = rows["system"].isin(BASELINE_SYSTEMS) if "system" in rows else []
     if "placement" in rows.columns and rows.loc[baselines, "placement"].notna().any():
-        from repro.report.protocols import write_protocol_claims  # claims.md, both protocols
-
-        write_protocol_claims(d, rows)
+        write_protocol_claims(d, rows, summary)  # claims.md, both protocols
     counts = claims.verdict.value_counts().to_dict()
     log.info("report %s: %d rows, claims %s", paths.report, len(rows), counts)
     return paths
 
 
 def _render(
-    study, rows, best, variance, claims, figs, ablation_path, cv_limit, has_ablation=False
+    study,
+    rows,
+    best,
+    variance,
+    claims,
+    figs,
+    ablation_path,
+    cv_limit,
+    has_ablation=False,
+    has_summary=False,
 ) -> str:
     n_ok = int((rows["status"].fillna("ok") == "ok").sum()) if not rows.empty else 0
     counts = claims.verdict.value_counts()
     lines = [
         f"# Study `{study}`",
         "",
-        f"{len(rows)} rows ({n_ok} ok) from `runs.parquet`; tables: `runs.csv`, `runs.parquet`, "
-        "`best.csv`, `variance.csv`, `claims.csv`.",
+        f"{len(rows)} rows ({n_ok} ok) from `runs.parquet` (their text view: `runs.csv`); "
+        "tables: `best.csv`, `variance.csv`, `claims.csv`"
+        + (", `summary.csv`" if has_summary else "")
+        + ".",
         "",
         "Verdicts: "
         + ", ".join(f"{v} {int(counts.get(v, 0))}" for v in ("PASS", "FAIL", "INCONCLUSIVE")),
@@ -254,14 +272,24 @@ def _render(
     return "\n".join(lines)
 
 
-def run(cfg: ReportConfig) -> dict:
-    """``mode=report``: the study's report from its rows (``workflow.*``: ablation, tolerance)."""
-    paths = build_report(
+def report_study(cfg: RunConfig) -> ReportPaths:
+    """Every file of the study in ``cfg.results_dir`` from its stored rows: the jobs' parts
+    folded into ``runs.parquet`` and ``runs.csv`` rebuilt (:func:`system.results.compact`),
+    then :func:`build_report` under ``cfg.workflow``'s ablation table and tolerance. What a
+    single run, a sweep's end and ``mode=report`` all do."""
+    from system.results import compact
+
+    compact(cfg.results_dir)
+    return build_report(
         cfg.results_dir,
         ablation_path=cfg.workflow.ablation_csv,
         tolerance=cfg.workflow.tolerance,
-        study=Path(cfg.results_dir).name,
     )
+
+
+def run(cfg: ReportConfig) -> dict:
+    """``mode=report``: the study's report from its rows (``workflow.*``: ablation, tolerance)."""
+    paths = report_study(cfg)
     print(f"report: {paths.report}")
     return {"report": str(paths.report)}
 

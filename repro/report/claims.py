@@ -17,9 +17,6 @@ Two protocols (:mod:`repro.report.protocols`): ``launch``, the paper's (baseline
 the order the devices were listed), and ``topology``, the fair one (each baseline configuration
 with its best topology-aware rank map, :mod:`baselines.placement`). Rows say which in their
 ``placement`` column; baseline rows without one are launch order.
-
-One module (~370 lines): each claim is a short function over the same best-configuration
-tables, and the list of claims is the paper's, checked in one place.
 """
 
 from __future__ import annotations

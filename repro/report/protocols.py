@@ -56,17 +56,12 @@ def evaluate_claims_by_protocol(
     return out
 
 
-def write_protocol_claims(
-    results_dir: Path, rows: pd.DataFrame, summary: pd.DataFrame | None = None
-) -> Path:
+def write_protocol_claims(results_dir: Path, rows: pd.DataFrame, summary: pd.DataFrame) -> Path:
     """``claims.md``: every claim under each placement protocol of the baselines, and why each
-    baseline configuration won (from ``summary``, default ``results_dir/summary.csv``)."""
+    baseline configuration won (``summary``: :func:`repro.report.summary.summary_from_rows`)."""
     from repro.report.tables import markdown_table
     from system.results import atomic_write_text
 
-    if summary is None:
-        path = results_dir / "summary.csv"
-        summary = pd.read_csv(path) if path.exists() else pd.DataFrame()
     claims = evaluate_claims_by_protocol(rows)
     protocols = [p for p in Placement if f"verdict_{p}" in claims.columns]
     title = {

@@ -1,61 +1,123 @@
-"""Per-setting summary of a simulated grid: each system's PFLOPS/seconds, picks and speed-ups.
+"""Per-setting summary of a simulated study: each system's seconds and PFLOPS, picks, speed-ups.
 
-One line per (case, num_layers, global_batch_size). Speed-ups are iteration-time ratios in the same
-setting (same FLOPs), ``baseline / ours``; the paper's claimed ratio is put beside them. The
-baselines' headline columns are under the run's ``baseline_placement``; with ``topology`` the
-paper's launch-order protocol goes beside them as ``<baseline>_launch_*`` and
-``speedup_vs_<baseline>_launch``. :func:`print_summary_table` and :func:`print_setting_rows` show
-the same frame on the console.
+One line per (case, num_layers, global_batch_size), built from the study's rows alone
+(:func:`summary_from_rows`): ours (the scheduled layout; the paper's genetic scheduler where a
+study compares schedulers, the mean over seeds), ours with random layouts (their mean),
+and each baseline's best configuration under every placement protocol its rows carry. The
+headline baseline columns (``megatron_*``) are under the fair protocol (``topology``) when the
+rows have it, else under the paper's (``launch``); the other protocol goes beside them as
+``<baseline>_launch_*``. Speed-ups are iteration-time ratios in the same setting (same FLOPs),
+``baseline / ours``; the paper's claimed ratio is put beside them. :func:`print_compact` shows
+the summary on a console in at most 100 columns, :func:`print_wide` every column.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from baselines.placement import Placement
-from system.results import SIMULATED_SYSTEMS
+from baselines.space import GridPoint, explain_pick
+from system.results import BASELINE_SYSTEMS, SIMULATED_SYSTEMS
 from system.simulator import V100
 
 __all__ = [
     "KEYS",
-    "summary_frame",
+    "summary_from_rows",
     "with_speedups",
-    "merge_summary",
     "paper_ratios",
-    "print_summary_table",
-    "print_setting_rows",
+    "case_claims",
+    "print_compact",
+    "print_wide",
 ]
 
 KEYS = ["case", "num_layers", "global_batch_size"]
 SYSTEMS = SIMULATED_SYSTEMS  # one column group each
+# what the summary reads of a row
+COLUMNS = [
+    *KEYS,
+    "system",
+    "placement",
+    "status",
+    "repeat",
+    "is_best",
+    "iter_time_s",
+    "pflops",
+    "config",
+    "sim_pipeline_s",
+    "sim_dp_sync_s",
+    "scheduler",
+]
 
 
-def summary_frame(lines: list[dict]) -> pd.DataFrame:
-    """``lines``: dicts with KEYS and SimResults under ``ours``/``megatron``/``deepspeed``, a list
-    of them under ``ours_random``, and ``<baseline>_why`` texts."""
-    out = []
-    for ln in lines:
-        row = {k: ln[k] for k in KEYS}
-        row["baseline_placement"] = ln.get("baseline_placement", Placement.launch)
-        names = ["ours", "megatron", "deepspeed"]
-        names += [f"{b}_launch" for b in ("megatron", "deepspeed") if f"{b}_launch" in ln]
-        for name in names:
-            res = ln.get(name)
-            row[f"{name}_pflops"] = res.pflops if res else None
-            row[f"{name}_iter_time_s"] = res.iter_time_s if res else None
-            if name != "ours":
-                row[f"{name}_config"] = res.label() if res else None
-                row[f"{name}_why"] = ln.get(f"{name}_why")
-        rnd = ln.get("ours_random") or []
-        row["ours_random_pflops"] = float(np.mean([r.pflops for r in rnd])) if rnd else None
-        row["ours_random_iter_time_s"] = (
-            float(np.mean([r.iter_time_s for r in rnd])) if rnd else None
+def _points(grid: pd.DataFrame) -> list[GridPoint]:
+    def seconds(r, name: str) -> float:
+        v = getattr(r, name, None)
+        return 0.0 if v is None or pd.isna(v) else float(v)
+
+    return [
+        GridPoint(
+            str(r.config),
+            seconds(r, "iter_time_s"),
+            seconds(r, "sim_pipeline_s"),
+            seconds(r, "sim_dp_sync_s"),
+            str(r.status),
         )
-        out.append(row)
-    return pd.DataFrame(out)
+        for r in grid.itertuples(index=False)
+    ]
+
+
+def _best(grid: pd.DataFrame) -> pd.Series | None:
+    ok = grid[grid["status"] == "ok"]
+    if ok.empty:
+        return None
+    if "is_best" in ok and ok["is_best"].fillna(False).astype(bool).any():
+        return ok[ok["is_best"].fillna(False).astype(bool)].iloc[0]
+    return ok.loc[pd.to_numeric(ok["iter_time_s"]).idxmin()]
+
+
+def summary_from_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """The summary of the simulated rows of a study (module docstring), speed-ups included."""
+    if rows.empty or "mode" not in rows:
+        return pd.DataFrame(columns=KEYS)
+    sim = rows.loc[rows["mode"] == "simulate", [c for c in COLUMNS if c in rows]].copy()
+    sim["case"] = sim["case"].astype(str)
+    if "placement" not in sim:  # rows from before placements were recorded: launch order
+        sim["placement"] = Placement.launch.value
+    if "config" not in sim:
+        sim["config"] = None
+    if "repeat" in sim:  # a repeat of a configuration is a deterministic copy: keep one
+        first = sim["repeat"].fillna(0) == 0
+        sim = sim[first | (sim["system"] == "ours_random")]
+    sim["placement"] = sim["placement"].fillna(Placement.launch.value)
+    grids = {k: g for k, g in sim.groupby([*KEYS, "system", "placement"], sort=False)}
+    out = []
+    for key, g in sim.groupby(KEYS, sort=True):
+        line: dict = dict(zip(KEYS, key, strict=True))
+        have = set(g.loc[g["system"].isin(BASELINE_SYSTEMS), "placement"])
+        headline = Placement.topology if Placement.topology in have else Placement.launch
+        line["baseline_placement"] = str(headline)
+        for name in ("ours", "ours_random"):
+            ok = g[(g["system"] == name) & (g["status"] == "ok")]
+            if name == "ours" and "scheduler" in ok and (ok["scheduler"] == "genetic").any():
+                ok = ok[ok["scheduler"] == "genetic"]  # the paper's scheduler, in an ablation
+            line[f"{name}_pflops"] = ok["pflops"].mean() if len(ok) else None
+            line[f"{name}_iter_time_s"] = ok["iter_time_s"].mean() if len(ok) else None
+        for b in BASELINE_SYSTEMS:
+            for p in [headline, *sorted(have - {headline})]:
+                name = b if p == headline else f"{b}_{p}"
+                grid = grids.get((*key, b, p), sim.iloc[:0])
+                best = _best(grid)
+                line[f"{name}_pflops"] = None if best is None else best["pflops"]
+                line[f"{name}_iter_time_s"] = None if best is None else best["iter_time_s"]
+                line[f"{name}_config"] = None if best is None else best["config"]
+                line[f"{name}_why"] = (
+                    None
+                    if best is None
+                    else explain_pick(_points(best.to_frame().T)[0], _points(grid))
+                )
+        out.append(line)
+    return with_speedups(pd.DataFrame(out), paper_ratios()) if out else pd.DataFrame(columns=KEYS)
 
 
 def with_speedups(df: pd.DataFrame, paper: dict[str, str]) -> pd.DataFrame:
@@ -81,16 +143,6 @@ def with_speedups(df: pd.DataFrame, paper: dict[str, str]) -> pd.DataFrame:
     return df
 
 
-def merge_summary(path: str | Path, summary: pd.DataFrame) -> pd.DataFrame:
-    """``summary`` merged over an existing summary CSV (other sweep jobs); new values win."""
-    path = Path(path)
-    if not path.exists():
-        return summary
-    old = pd.read_csv(path, dtype={"case": str}).set_index(KEYS)
-    old = old[[c for c in old.columns if not c.startswith(("speedup_", "paper_"))]]
-    return summary.set_index(KEYS).combine_first(old).reset_index()
-
-
 def paper_ratios() -> dict[str, str]:
     """The paper's claimed ratios as text, from ``repro/report/data/paper_claims.csv``."""
     from repro.report.claims import load_paper_claims
@@ -102,7 +154,74 @@ def paper_ratios() -> dict[str, str]:
     return out
 
 
-def print_summary_table(summary: pd.DataFrame, elapsed_s: float) -> None:
+def case_claims(case: str) -> str:
+    """The paper's claimed speed-ups for ``case``, as one line of text."""
+    paper = paper_ratios()
+    if str(case) == "5":
+        return (
+            f"paper, case 5: {paper.get('c5_vs_megatron', '?')} over Megatron, "
+            f"{paper.get('c5_vs_deepspeed', '?')} over DeepSpeed, up to "
+            f"{paper.get('scheduler_vs_random', '?').split('–')[-1]} over random layouts"
+        )
+    if str(case) in ("1", "2", "3", "4"):
+        return f"paper, cases 1-4: {paper.get('c1to4_vs_baselines', '?')} over the best baseline"
+    return f"paper: no claim for case {case}"
+
+
+def _fmt(v, digits: int = 3) -> str:
+    return "—" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{v:.{digits}g}"
+
+
+def print_compact(summary: pd.DataFrame, elapsed_s: float, *, width: int = 100) -> None:
+    """One table, at most ``width`` columns: per setting, each system and placement with its
+    configuration, seconds per iteration and ours' speed-up over it; the paper's claims below."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(
+        title=f"simulated seconds per iteration (V100 model, {V100.achievable_fraction:.0%} of "
+        f"peak; {elapsed_s:.1f} s)",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    for c, just in (
+        ("setting", "left"),
+        ("system", "left"),
+        ("placement", "left"),
+        ("configuration", "left"),
+        ("s/iter", "right"),
+        ("ours x", "right"),
+    ):
+        t.add_column(c, justify=just, no_wrap=True)
+    for r in summary.to_dict("records"):
+        setting = f"{r['case']} L{r['num_layers']} B{r['global_batch_size']}"
+        ours = r.get("ours_iter_time_s")
+        entries = [
+            ("ours", "scheduled", "", ours),
+            ("ours_random", "random", "mean of 3+", r.get("ours_random_iter_time_s")),
+        ]
+        head = r.get("baseline_placement", "launch")
+        for b in BASELINE_SYSTEMS:
+            for name, placement in ((f"{b}_launch", "launch"), (b, head)):
+                if f"{name}_iter_time_s" in r and not (
+                    name.endswith("_launch") and head == "launch"
+                ):
+                    entries.append(
+                        (b, placement, r.get(f"{name}_config") or "", r.get(f"{name}_iter_time_s"))
+                    )
+        entries = [e for e in entries if e[3] is not None and not pd.isna(e[3])]
+        for k, (system, placement, config, s) in enumerate(entries):
+            x = "" if system == "ours" or ours is None or s is None else _fmt(s / ours, 3) + "x"
+            t.add_row(setting if k == 0 else "", system, placement, str(config), _fmt(s), x)
+        t.add_section()
+    console = Console(width=width, highlight=False)
+    console.print(t)
+    for case in dict.fromkeys(str(c) for c in summary["case"]):
+        console.print(case_claims(case))
+
+
+def print_wide(summary: pd.DataFrame, elapsed_s: float) -> None:
     """One line per setting: ours, then each baseline under the paper's protocol (launch order)
     and, when simulated, the fair one (topology-aware placement), ours' speed-up beside each."""
     from rich.console import Console
@@ -169,48 +288,3 @@ def print_summary_table(summary: pd.DataFrame, elapsed_s: float) -> None:
             r.get("paper_vs_deepspeed", ""),
         )
     Console(width=240, highlight=False).print(t)
-
-
-def print_setting_rows(lines: list[dict]) -> None:
-    """Per setting, one row per system and placement protocol: the picked configuration, where
-    its ranks went, its time and ours' speed-up over it."""
-    from rich.console import Console
-    from rich.table import Table
-
-    t = Table(title="per system and placement (best configuration of each grid)")
-    for c in (
-        "case",
-        "L",
-        "batch",
-        "system",
-        "placement",
-        "config",
-        "rank map",
-        "iter s",
-        "ours x",
-    ):
-        t.add_column(c, justify="right" if c in ("L", "batch", "iter s", "ours x") else "left")
-    for ln in lines:
-        ours = ln.get("ours")
-        entries = [("ours", "scheduled", ours)] if ours else []
-        for b in ("megatron", "deepspeed"):
-            head = ln.get("baseline_placement", Placement.launch)
-            if f"{b}_launch" in ln:
-                entries.append((b, Placement.launch, ln[f"{b}_launch"]))
-            if b in ln:
-                entries.append((b, head, ln[b]))
-        for name, placement, res in entries:
-            how = res.breakdown.get("placement_how", "scheduler layout" if name == "ours" else "")
-            x = f"{res.iter_time_s / ours.iter_time_s:.2f}" if ours and name != "ours" else ""
-            t.add_row(
-                str(ln["case"]),
-                str(ln["num_layers"]),
-                str(ln["global_batch_size"]),
-                name,
-                placement,
-                res.label(),
-                how,
-                f"{res.iter_time_s:.1f}",
-                x,
-            )
-    Console(width=200, highlight=False).print(t)

@@ -47,7 +47,7 @@ from system.assignment import Assignment
 from system.cases import get_case
 from system.simulator import simulate_1f1b_ring, simulate_ours, stage_compute
 from system.simulator.collective import device_grid
-from system.workload import Workload, get_model, tasklet_sizes
+from system.workload import Workload, get_model
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +67,7 @@ STEPS = (
 
 def ladder(case: str, layers: int, batch: int, *, seed: int = 0) -> list[dict]:
     """The rungs of one setting: one dict per rung (module docstring)."""
-    from repro.modes.simulate import SIM_BUDGET
-    from system.scheduler import schedule
+    from repro.modes.simulate import scheduled_layout
 
     cluster = get_case(case)
     workload = Workload(model=get_model("gpt3_xl", layers), global_batch_size=batch)
@@ -91,17 +90,9 @@ def ladder(case: str, layers: int, batch: int, *, seed: int = 0) -> list[dict]:
     compute = stage_compute(w.model, pp, w.micro_batch_size, recompute=rc)
     overlap = simulate_ours(cluster, Assignment(stages), w, compute=compute, rounds=1)
     opp, odp = default_layout(cluster.num_devices)
-    sched = schedule(
-        cluster,
-        tasklet_sizes(workload, opp, odp),
-        pp=opp,
-        dp=odp,
-        method="genetic",
-        seed=seed,
-        greedy_seeds=True,
-        **SIM_BUDGET,
+    ours = simulate_ours(
+        cluster, scheduled_layout(case, cluster, workload, opp, odp, seed), workload
     )
-    ours = simulate_ours(cluster, sched.assignment, workload)
     shape = BaselineConfig(
         system="megatron", tp=1, pp=opp, dp=odp, micro_batch_size=workload.micro_batch_size
     )

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from repro.config import ProbeInputsConfig
+from repro.studies.tree import materialise, short_rev
 from system.results import atomic_write_text, has_stored_rows, read_rows
 
-ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
 
 # A four-device topology file with two slots: the cross-region bandwidth and an extra field on
@@ -198,12 +198,6 @@ class Outcome:
     message: str = ""
 
 
-def _materialise(rev: str, into: Path) -> None:
-    into.mkdir(parents=True)
-    archive = subprocess.run(["git", "archive", rev], cwd=ROOT, capture_output=True, check=True)
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
-
-
 def _setup(tree: Path, scratch: Path) -> None:
     scratch.mkdir(exist_ok=True)
     (scratch / "file").write_text("not a folder\n")
@@ -294,7 +288,7 @@ def _run_side(rev: str, probes: list[Probe], before: bool) -> dict[str, Outcome]
     try:
         for probe in probes:
             tree = base / f"t{len(out)}"
-            _materialise(rev, tree)
+            materialise(rev, tree)
             scratch = tree / "R"
             _setup(tree, scratch)
             env = {
@@ -349,12 +343,7 @@ def _cell(text: str) -> str:
 
 def run(cfg: ProbeInputsConfig) -> dict:
     probes = [pr for pr in PROBES if cfg.only is None or cfg.only in pr.name]
-    revs = [
-        subprocess.run(
-            ["git", "rev-parse", "--short", r], cwd=ROOT, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        for r in (cfg.before, cfg.after)
-    ]
+    revs = [short_rev(r) for r in (cfg.before, cfg.after)]
     before = _run_side(revs[0], probes, before=True)
     after = _run_side(revs[1], probes, before=False)
     lines = [

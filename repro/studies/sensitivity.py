@@ -35,7 +35,7 @@ from system.cases import get_case
 from system.scheduler.assignment import random_assignment
 from system.simulator import V100, simulate_ours
 from system.simulator.comm import NCCL, NCCL_RENDEZVOUS, with_link_sharing
-from system.workload import PAPER_BATCH_SIZES, PAPER_LAYERS, Workload, get_model, tasklet_sizes
+from system.workload import PAPER_BATCH_SIZES, PAPER_LAYERS, Workload, get_model
 
 __all__ = ["VARIANTS", "sensitivity_table", "claim_ranges", "run"]
 
@@ -64,32 +64,21 @@ def sensitivity_table(
     seed: int = 0, layers=PAPER_LAYERS, batches=PAPER_BATCH_SIZES
 ) -> pd.DataFrame:
     """One row per (variant, layers, batch): every system's iteration time (s)."""
-    from repro.modes.simulate import MIN_RANDOM_LAYOUTS, SIM_BUDGET
-    from system.scheduler import schedule
+    from repro.modes.simulate import MIN_RANDOM_LAYOUTS, scheduled_layout
 
     base = get_case("5")
     pp, dp = default_layout(base.num_devices)
-    rows, schedules = [], {}
+    rows = []
     for name, eff, sharing, transport in VARIANTS:
         cluster = with_link_sharing(base, sharing)
         hw = replace(V100, achievable_fraction=eff)
         for layers_ in layers:
             for batch in batches:
                 w = Workload(model=get_model("gpt3_xl", layers_), global_batch_size=batch)
-                key = (layers_, batch)
-                if key not in schedules:  # the scheduler sees α and β only: one per setting
-                    schedules[key] = schedule(
-                        base,
-                        tasklet_sizes(w, pp, dp),
-                        pp=pp,
-                        dp=dp,
-                        method="genetic",
-                        seed=seed,
-                        greedy_seeds=True,
-                        **SIM_BUDGET,
-                    ).assignment
+                # the scheduler sees α and β only: one layout per setting for every variant
+                layout = scheduled_layout("5", base, w, pp, dp, seed)
                 row = {"variant": name, "num_layers": layers_, "global_batch_size": batch}
-                row["ours"] = simulate_ours(cluster, schedules[key], w, hardware=hw).iter_time_s
+                row["ours"] = simulate_ours(cluster, layout, w, hardware=hw).iter_time_s
                 rnd = [
                     simulate_ours(
                         cluster,

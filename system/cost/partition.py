@@ -19,9 +19,6 @@ Example (debug case, one pipeline per region pair):
     >>> cost, a = partition_cost(c, np.array([[0, 2], [1, 3], [4, 6], [5, 7]]), DTFM_REFERENCE)
     >>> cost == assignment_cost(c, a, DTFM_REFERENCE)
     True
-
-One module (~340 lines): :class:`PartitionEvaluator` is one object, its caches, bounds and
-the pruned costing of candidate batches share its state.
 """
 
 from __future__ import annotations

@@ -14,9 +14,6 @@ Layout for an :class:`~system.emulation.plan.EmulationPlan` with tag T and D dev
 
 Nothing is created in the host's namespace; all names start with ``dtfm-``. :class:`Emulation`
 removes everything on exit, error, Ctrl-C, SIGTERM and at interpreter exit.
-
-One module (~350 lines): the namespaces, their tc/route lines and the cleanup that undoes them
-must be read together, since every object it creates is removed by the same class.
 """
 
 from __future__ import annotations

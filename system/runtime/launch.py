@@ -32,9 +32,6 @@ spec: rank 0 writes it.) Device ``i`` of the assignment is global rank ``i`` = g
 nproc_per_node + local rank; c10d numbers the hosts in join order, so use ``--rdzv-backend
 static --node-rank K --master-addr HOST0 --master-port 29500`` when the rank → host map
 matters (a scheduled assignment on hosts with different links).
-
-One module (~400 lines): starting ranks, waiting on them and killing every descendant on
-failure or timeout are one lifecycle; splitting them would separate a process from its cleanup.
 """
 
 from __future__ import annotations

@@ -12,10 +12,6 @@ per-stage data-parallel exchange, (loss-scale check), optimizer step. With DiLoC
 Pipeline and data-parallel compression live in the wires and the exchange the spec's options
 build (:mod:`system.runtime.wire`, :mod:`system.runtime.exchange`). Rank 0 gathers every rank's
 timings and bytes sent and writes the metrics JSON (``spec.metrics_out``).
-
-One module (~330 lines): it is one rank's whole life (start, probe, train loop, metrics), read
-top to bottom as the process runs it; pipeline, p2p and data parallelism live in their own
-modules.
 """
 
 from __future__ import annotations

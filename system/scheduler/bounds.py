@@ -58,10 +58,6 @@ extra composition costs a slow boundary.
 Exact optimum (:func:`exact_optimum`): branch and bound over balanced partitions (the group of
 the lowest free device first), pruned by the DP cost of the groups so far plus 2·``pp_bound_s``,
 with :class:`~system.cost.partition.PartitionEvaluator` costing the leaves in batches.
-
-One module (~510 lines): the three lower bounds (combinatorial, LP relaxation, region bound)
-and the exact enumeration that tests them are read together, since each result's gap is the
-largest of the bounds and the tests hold every bound against the enumerated optimum.
 """
 
 from __future__ import annotations

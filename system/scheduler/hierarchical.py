@@ -27,10 +27,6 @@ that group a already holds, so cheap moves are tried first.
 Cost functions are those of :mod:`system.cost.partition` (one cost model); the state's TOTAL
 equals :func:`~system.cost.tsp.path_cost` over :meth:`PartitionEvaluator.coarse_weights` in the
 state's order plus the max group DP cost, which the tests check after random moves.
-
-One module (~420 lines): the incremental path state, the three levels (regions, hosts,
-devices) and the search loop that moves between them share the state's invariants; split, a
-reader would have to hold them across files.
 """
 
 from __future__ import annotations

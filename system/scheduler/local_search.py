@@ -13,9 +13,6 @@ vertex moves next is chosen by a gain:
 Unlike the authors' code, every candidate partition is costed with the true TOTAL (batched in a
 :class:`PartitionEvaluator`) and a step is taken only if it lowers TOTAL. The tailored search also
 tries the paper's four swaps d1↔d1', d1↔d2', d2↔d1', d2↔d2' for every pair of groups.
-
-One module (~350 lines): the move generators (pair swaps, cycles, block moves) share the gain
-bookkeeping and are only meaningful inside :func:`local_search`'s accept-if-TOTAL-drops loop.
 """
 
 from __future__ import annotations

@@ -35,9 +35,6 @@ parallel replicas with a ring all-reduce after the pipeline flush (Narayanan et 
   group before its optimizer step: NCCL's ring or binary tree, whichever ends first
   (:func:`system.simulator.comm.nccl_allreduce_end_s`; latency-bound across regions), gloo's
   segmented ring on the CPU runs.
-
-One module (~320 lines) because the rank grid, the memory check and the 1F1B-plus-ring replay
-are one model of the baselines' iteration: each part is read against the others.
 """
 
 from __future__ import annotations

@@ -31,9 +31,6 @@ Collectives:
   Each member enters when its own last backward ends; see :func:`sharded_ps_p2p_s` for the
   events. The scheduler's cost model (:mod:`system.cost.model`) keeps the paper's serialised
   charge ``Σ_{d'} 2·(α + 8·S/(n·β))`` — an upper bound of this exchange for synchronised entry.
-
-One module (~400 lines): every transfer and collective time comes from the same link and NIC
-sharing rules, so the point-to-point, ring, tree and sharded-PS formulas sit side by side.
 """
 
 from __future__ import annotations

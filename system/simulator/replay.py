@@ -137,9 +137,32 @@ def program_for(schedule: str | ProgramFn) -> ProgramFn:
     return _PROGRAMS[schedule]
 
 
+_OTHER = {"send": "recv", "recv": "send"}
+
+
 @functools.lru_cache(maxsize=64)
-def _programs(p: int, m: int, fn: ProgramFn) -> tuple[Program, ...]:
-    return tuple(tuple(fn(s, p, m)) for s in range(p))
+def _programs(p: int, m: int, fn: ProgramFn) -> tuple[tuple, ...]:
+    """Each stage's program as the replay reads it: 0 a forward, 1 a backward, or a call as a
+    tuple of its messages, each (its own end, its peer's end, key, is a send, direction, link)."""
+
+    def op(o: Op):
+        if o.kind in ("F", "B"):
+            return 0 if o.kind == "F" else 1
+        return tuple(
+            ((role, key), (_OTHER[role], key), key, role == "send", key[0], key[2])
+            for role, key in o.arg
+        )
+
+    return tuple(tuple(op(o) for o in fn(s, p, m)) for s in range(p))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _replay_cached(p: int, m: int, fn: ProgramFn, args: tuple, rendezvous: bool) -> tuple:
+    """:func:`_replay_one` of one replica, kept for the process: the grid searches of one
+    setting and its neighbours (another global batch: the same extrapolation window) replay the
+    same pipelines again. A pure function of its arguments, so the results are the same."""
+    now, first = _replay_one(_programs(p, m, fn), *args, rendezvous=rendezvous)
+    return tuple(now), tuple(first)
 
 
 def replay(
@@ -173,14 +196,13 @@ def replay(
     cols = [f, np.broadcast_to(np.asarray(bwd_s, float), (p, r))]
     for x in (busy_fwd_s, busy_bwd_s, delay_fwd_s, delay_bwd_s, buffer_fwd_s, buffer_bwd_s):
         cols.append(np.broadcast_to(np.asarray(x, float), (max(p - 1, 0), r)))
-    programs = _programs(p, m, program_for(schedule))
-    ends, firsts, seen = [], [], {}
+    fn = program_for(schedule)
+    ends, firsts = [], []
     for j in range(r):  # one scalar replay per distinct replica (plain floats: fast)
         args = tuple(tuple(c[:, j].tolist()) for c in cols)
-        if args not in seen:
-            seen[args] = _replay_one(programs, *args, rendezvous=rendezvous)
-        ends.append(seen[args][0])
-        firsts.append(seen[args][1])
+        end, first = _replay_cached(p, m, fn, args, bool(rendezvous))
+        ends.append(end)
+        firsts.append(first)
     out = np.array(ends, dtype=float).T
     if return_first_bwd:
         return out, np.array(firsts, dtype=float).T
@@ -188,54 +210,64 @@ def replay(
 
 
 def _replay_one(programs, f, b, busy_f, busy_b, delay_f, delay_b, buf_f, buf_b, *, rendezvous):
-    """One replica of :func:`replay`: (end per stage, stage 0's backward ends)."""
+    """One replica of :func:`replay`: (end per stage, stage 0's backward ends). ``programs`` as
+    :func:`_programs` compiles them."""
     p = len(programs)
     links = {"f": (busy_f, delay_f, delay_b, buf_f), "b": (busy_b, delay_b, delay_f, buf_b)}
     pc = [0] * p
     now = [0.0] * p
     issued: dict[tuple, float] = {}  # (role, key) -> issue time
     done: dict[tuple, tuple[float, float]] = {}  # key -> (sender free, landing)
-    link_free = {}
+    link_free: dict[tuple, float] = {}
     first_bwd = []  # stage 0's end of each backward, in order: the steady state's clock
-    other = {"send": "recv", "recv": "send"}
     waiting: dict[tuple, int] = {}  # (role, key) a blocked stage needs issued -> that stage
     ready = list(range(p))  # stages that can run until their next unmatched call
     while ready:
         s = ready.pop()
-        prog = programs[s]
-        while pc[s] < len(prog):
-            kind, arg = prog[pc[s]]
-            if kind == "F":
-                now[s] += f[s]
-            elif kind == "B":
-                now[s] += b[s]
+        prog, i, t, n = programs[s], pc[s], now[s], len(programs[s])
+        while i < n:
+            o = prog[i]
+            if o == 0:
+                t += f[s]
+            elif o == 1:
+                t += b[s]
                 if s == 0:
-                    first_bwd.append(now[0])
+                    first_bwd.append(t)
             else:
-                for role, key in arg:
-                    if (role, key) not in issued:
-                        issued[(role, key)] = now[s]
-                        if (role, key) in waiting:
-                            ready.append(waiting.pop((role, key)))
-                missing = [
-                    (other[role], key) for role, key in arg if (other[role], key) not in issued
-                ]
-                if missing:
-                    waiting[missing[0]] = s
+                for mine, _, _, _, _, _ in o:
+                    if mine not in issued:
+                        issued[mine] = t
+                        if mine in waiting:
+                            ready.append(waiting.pop(mine))
+                blocked = next((peer for _, peer, _, _, _, _ in o if peer not in issued), None)
+                if blocked is not None:
+                    waiting[blocked] = s
                     break
-                end = now[s]
-                for role, key in arg:
-                    if key not in done:  # first time both ends are known: place it on its link
-                        d, _, k = key
+                end = t
+                for _, _, key, is_send, d, k in o:
+                    times = done.get(key)
+                    if times is None:  # first time both ends are known: place it on its link
                         busy, delay, back, buf = links[d]
-                        start = max(issued[("send", key)], link_free.get((d, k), -math.inf))
+                        start = issued[("send", key)]
+                        free = link_free.get((d, k), -math.inf)
+                        if free > start:
+                            start = free
                         if rendezvous:
-                            start = max(start, issued[("recv", key)] + back[k])
+                            notice = issued[("recv", key)] + back[k]
+                            if notice > start:
+                                start = notice
                         link_free[(d, k)] = start + busy[k]
-                        done[key] = (start + max(busy[k] - buf[k], 0.0), start + busy[k] + delay[k])
-                    end = max(end, done[key][0 if role == "send" else 1])
-                now[s] = end
-            pc[s] += 1
+                        left = busy[k] - buf[k]
+                        times = done[key] = (
+                            start + (left if left > 0.0 else 0.0),
+                            start + busy[k] + delay[k],
+                        )
+                    ready_at = times[0 if is_send else 1]
+                    if ready_at > end:
+                        end = ready_at
+                t = end
+            i += 1
+        pc[s], now[s] = i, t
     if any(pc[s] < len(programs[s]) for s in range(p)):
         raise RuntimeError("replay: the programs deadlocked (a call never met its peer)")
     return now, first_bwd

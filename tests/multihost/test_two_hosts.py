@@ -13,9 +13,6 @@ emulation validation does); nothing the test made is left: namespaces, state, pr
 
 The namespaces carry the tag ``mh<pid>`` (never a hex pid tag, which other emulation runs use);
 namespaces of an earlier, killed run of this test are removed at the start, others never.
-
-One file (~310 lines): the hosts' set-up, the run and the teardown that must undo every step of
-it are read together.
 """
 
 from __future__ import annotations

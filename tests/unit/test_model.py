@@ -239,7 +239,7 @@ def test_gpipe_ideal_time_bounds():
 def test_gpu_check_explains_itself_without_cuda(capsys, tmp_path):
     from repro.run import run
 
-    assert run({"mode": "gpu_check", "results_dir": str(tmp_path)}) == {"cuda": False}
+    assert run({"mode": "gpu_check", "results_dir": str(tmp_path)})["cuda"] is False
     assert "CUDA is not available" in capsys.readouterr().out
     with pytest.raises(ValueError, match="bogus"):
         run({"mode": "gpu_check", "bogus": 1})

@@ -297,28 +297,3 @@ def test_the_frame_reader_matches_the_row_by_row_reader(tmp_path, history):
         ref = _view(records if history else _newest_per_setting(records))
         ref = ref.sort_values(["timestamp_utc", "run_id"], kind="stable").reset_index(drop=True)
         pd.testing.assert_frame_equal(read_rows(d, history=history), ref)
-
-
-def _merge_summaries(d: str, first: int, count: int) -> None:
-    from repro.modes.simulate import merge_summary_file
-
-    for layers in range(first, first + count):
-        line = {"case": "5", "num_layers": layers, "global_batch_size": 1024}
-        line.update({f"{s}_iter_time_s": 1.0 for s in ("ours", "ours_random")})
-        line.update({f"{s}_iter_time_s": 2.0 for s in ("megatron", "deepspeed")})
-        merge_summary_file(Path(d), pd.DataFrame([line]))
-
-
-def test_parallel_jobs_lose_no_summary_line(tmp_path):
-    """Two processes merge their settings into one summary.csv, one line at a time."""
-    ctx = mp.get_context("spawn")
-    procs = [
-        ctx.Process(target=_merge_summaries, args=(str(tmp_path), k * 100, WRITES)) for k in (1, 2)
-    ]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=120)
-        assert p.exitcode == 0
-    got = pd.read_csv(tmp_path / "summary.csv")
-    assert sorted(got["num_layers"]) == [*range(100, 100 + WRITES), *range(200, 200 + WRITES)]

@@ -118,6 +118,62 @@ def test_cli_needs_no_torch(tmp_path):
     assert "ours" in p.stdout and (tmp_path / "runs.csv").exists()
 
 
+@pytest.mark.slow
+def test_the_main_job_prints_within_100_columns(tmp_path):
+    """On a non-terminal with COLUMNS=100 no line is wider than 100 characters but a log line's
+    path; the wide tables are an option."""
+    import os
+
+    env = {**os.environ, "COLUMNS": "100", "OMP_NUM_THREADS": "1"}
+    args = ["case=debug", "model=debug", f"results_dir={tmp_path}", f"hydra.run.dir={tmp_path}/h"]
+    p = subprocess.run(
+        [sys.executable, "repro/run.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    wide = [ln for ln in p.stdout.splitlines() if len(ln) > 100 and str(tmp_path) not in ln]
+    assert not wide and "ours x" in p.stdout, wide
+    p = subprocess.run(
+        [sys.executable, "repro/run.py", *args, "tables=wide"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 0 and max(len(ln) for ln in p.stdout.splitlines()) > 100
+
+
+def test_a_prefetched_schedule_is_the_one_a_job_makes(tmp_path):
+    """A serial sweep starts its jobs' schedules in a helper process (the idle core): the job
+    then stores the same layout it would have made itself."""
+    from concurrent.futures import Future
+
+    from repro.config import validate
+    from repro.modes import simulate as sim
+
+    def layouts(d):
+        cfg = validate(_cfg(d, "system=ours", "batch=16"))
+        stop = sim.prefetch([cfg]) if d.name == "prefetched" else (lambda: None)
+        try:
+            assert d.name != "prefetched" or any(
+                isinstance(v, Future) for v in sim.SCHEDULE_CACHE.values()
+            )
+            simulate(cfg)
+        finally:
+            stop()
+        return pd.read_csv(d / "runs.csv").layout.tolist()
+
+    sim.SCHEDULE_CACHE.clear()
+    made = layouts(tmp_path / "made")
+    sim.SCHEDULE_CACHE.clear()
+    assert layouts(tmp_path / "prefetched") == made
+
+
 def test_nothing_fits_in_memory_raises(tmp_path):
     target = tmp_path / "out"
     with pytest.raises(ValueError, match="fits"):
@@ -126,8 +182,9 @@ def test_nothing_fits_in_memory_raises(tmp_path):
 
 
 def test_case_list(tmp_path):
+    """A case named twice (or as an alias and a number) is simulated once."""
     out = simulate(_cfg(tmp_path, "case=[debug,debug]", "system=megatron"))
-    assert len(out["summary"]) == 2
+    assert len(out["summary"]) == 1
 
 
 def test_an_alias_is_stored_as_its_case(tmp_path):
@@ -139,6 +196,23 @@ def test_an_alias_is_stored_as_its_case(tmp_path):
     assert set(rows.case) == {"5"}
     (line,) = out["summary"]
     assert line["case"] == "5" and "(best baseline)" not in line["paper_vs_megatron"]
+
+
+def test_every_file_of_a_run_is_rebuilt_from_runs_parquet_alone(tmp_path):
+    """A single run and the report of its committed rows write the same files, byte for byte:
+    both are the report's (mode=report), built from ``runs.parquet`` alone."""
+    import shutil
+
+    simulate(_cfg(tmp_path / "run"))
+    fresh = tmp_path / "clone" / "run"  # the same study name (its folder's)
+    fresh.mkdir(parents=True)
+    shutil.copy(tmp_path / "run" / "runs.parquet", fresh / "runs.parquet")
+    simulate({"mode": "report", "results_dir": str(fresh)})
+    made = {p.name for p in (tmp_path / "run").iterdir() if p.suffix in (".csv", ".md", ".png")}
+    assert {"summary.csv", "claims.md", "fig3.png", "REPORT.md", "runs.csv"} <= made
+    assert (fresh / "fig3.png").exists()  # drawn again, not compared
+    for name in made - {"fig3.png"}:
+        assert (fresh / name).read_text() == (tmp_path / "run" / name).read_text(), name
 
 
 def test_summary_merges_jobs_of_one_setting(tmp_path):

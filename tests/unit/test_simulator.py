@@ -1,8 +1,5 @@
 """Simulator: closed forms (GPipe, one link, ring all-reduce), 1F1B and gloo events,
 cost-model agreement, FLOPs, memory, monotonicity.
-
-One file (~510 lines): its 37 test functions are short closed-form or property checks of the
-one simulator package, most on the uniform clusters that :func:`uniform` builds at the top.
 """
 
 from __future__ import annotations

@@ -120,6 +120,21 @@ def test_score_registered_in_order(repo):
     assert reg[:10] in md and "PASS" in md and md.count("| s1 |") == 4 + 2  # 4 systems, 2 ratios
 
 
+def test_a_round_moved_into_its_folder_still_scores(repo):
+    """Moving a round's files (``git mv`` into ``roundN/``) keeps the registration: the commit
+    that first added the predictions, whose content is unchanged."""
+    doc, pf, mf, reg = _registered(repo)
+    time.sleep(1.1)
+    _rows(doc, pf, reg, _now()).to_csv(mf, index=False)
+    _git(repo, "add", "measured.csv")
+    _git(repo, "commit", "-q", "-m", "measured")
+    (repo / "round1").mkdir()
+    _git(repo, "mv", "predictions.json", "measured.csv", "round1/")
+    _git(repo, "commit", "-q", "-m", "round 1 into its folder")
+    res = score(repo / "round1" / "predictions.json", repo / "round1" / "measured.csv")
+    assert res["summary"]["registration"]["registration_commit"] == reg
+
+
 def test_score_refuses_predictions_committed_with_or_after_the_measurement(repo):
     s = _setting()
     doc = _predictions(s)

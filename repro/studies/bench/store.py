@@ -5,9 +5,9 @@
 
 For each study size, a study folder holding that many rows in ``runs.parquet`` receives one
 job's rows (``job_rows``, the rows of one ``sweep=smoke`` job) two ways, side by side: as a
-sweep job writes them now (one part file, no lock: :func:`system.results.deferred_collect`) and
+sweep job writes them (one part file, no lock: :func:`system.results.deferred_collect`) and
 followed by a compaction, which rewrites ``runs.parquet`` and ``runs.csv`` under the study lock
-(the cost every job paid when each write rewrote the table). The rows are synthetic simulate
+(what each job would pay if every write rewrote the table). The rows are synthetic simulate
 rows with the smoke study's columns. Prints the median seconds of each and their ratio; the
 part's cost should not grow with the study.
 """

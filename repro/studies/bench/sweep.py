@@ -1,26 +1,31 @@
-"""Wall time of a sweep under Hydra's serial launcher vs the joblib launcher, side by side.
+"""A sweep's wall time, per job split into start, simulation, store and report: this tree beside
+an earlier commit, under the serial launcher and joblib.
 
-    python repro/run.py mode=bench_sweep                       # sweep=smoke, 2 rounds
-    python repro/run.py mode=bench_sweep sweep=smoke rounds=3 n_jobs=2
+    python repro/run.py mode=bench_sweep sweep_name=paper base=370986d       # both launchers
+    python repro/run.py mode=bench_sweep sweep_name=smoke launchers=[serial] base=HEAD~1
 
-Each round runs ``python repro/run.py -m sweep=<sweep>`` once with the default (basic, serial)
-launcher and once with ``hydra/launcher=joblib``, alternating which goes first, each into a fresh
-results folder, so both see the same machine load. Prints per-run wall times (the whole command:
-Python start, every job, the report at the end), the medians and their ratio serial/joblib,
-and checks both launchers wrote the same rows (same run ids; the sweep is seeded). The joblib
-speed-up is bounded by the free cores: the load average is printed with the table.
+Each (tree, launcher) runs ``python repro/run.py -m sweep=<sweep>`` once per round into a fresh
+folder (the earlier commit from a ``git archive`` copy of it), the rounds alternating the order,
+so both trees see the same machine load. The command's wall time comes from here; the jobs
+phase, the pre-check and the report from the sweep's own summary line; each job's simulation
+seconds from its ledger entry (``summary.elapsed_s``; both commits record it). Per job, with n
+jobs and w workers (1 serial; joblib: ``n_jobs`` or the cores):
 
-Each run's wall time is split with the sweep's own summary line: ``check_s`` (composing and
-validating every job before the first), ``jobs_s`` (first job's start to last job's end) and
-``report_s`` (folding the jobs' part files into ``runs.parquet`` once, then REPORT.md);
-``other_s`` is the rest (Python and Hydra start-up, Hydra's own pass over the sweep). Only
-``jobs_s`` can run in parallel, so the last line gives Amdahl's bound on the ratio: the serial
-launcher's wall time over its non-job seconds plus its job seconds spread perfectly over
-``n_jobs`` workers (or the cores).
+- ``start`` = (wall − jobs − report) / n: Python and Hydra start-up, checking every job before
+  the first, the sweep's end;
+- ``simulation`` = Σ simulation / (w·n);
+- ``store`` = jobs / n − simulation: the rest of the jobs phase (rows typed and written, Hydra's
+  per-job set-up; the earlier commit also merged a summary and drew figures per job);
+- ``report`` = report / n.
+
+They add up to wall / n. Both trees must write the same rows (same seeds, same run ids unless
+the performance model's source differs, then the same iteration times are checked); a timing
+quoted from this table needs the machine to itself (``flock -x`` on a shared one).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import statistics
@@ -31,13 +36,15 @@ import time
 from pathlib import Path
 
 from repro.config import BenchSweepConfig
+from repro.studies.tree import ROOT, materialise, short_rev
 
-ROOT = Path(__file__).resolve().parents[3]
 LAUNCHERS = {"serial": [], "joblib": ["hydra/launcher=joblib"]}
 
 __all__ = ["run_sweep", "run"]
 
-_SPLIT = re.compile(r"sweep \S+: .* in ([\d.]+) s \(check ([\d.]+) s, report ([\d.]+) s\);")
+_SPLIT = re.compile(
+    r"sweep \S+: (\d+) jobs ran.* in ([\d.]+) s \(check ([\d.]+) s, report ([\d.]+) s\);"
+)
 
 
 def run_sweep(
@@ -45,12 +52,13 @@ def run_sweep(
     launcher: str,
     results_dir: Path,
     *,
+    tree: Path = ROOT,
     n_jobs: int | None = None,
     overrides: list[str] | None = None,
-    timeout_s: float = 900.0,
+    timeout_s: float = 1800.0,
 ) -> tuple[float, set[str]]:
-    """Run one sweep; returns (wall seconds, run ids in its runs.csv). The command's output is
-    kept in ``results_dir/sweep.log``."""
+    """Run one sweep of the repository copy ``tree``; returns (wall seconds, run ids it
+    stored). The command's output is kept in ``results_dir/sweep.log``."""
     extra = list(LAUNCHERS[launcher]) + list(overrides or [])
     if launcher == "joblib" and n_jobs is not None:
         extra.append(f"hydra.launcher.n_jobs={n_jobs}")
@@ -63,67 +71,101 @@ def run_sweep(
         f"hydra.sweep.dir={results_dir}/multirun",
         *extra,
     ]
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "WANDB_MODE": "disabled",
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-    }
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "PYTHONPATH": str(tree)}
     t0 = time.perf_counter()
-    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
+    p = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout_s)
     wall_s = time.perf_counter() - t0
+    results_dir.mkdir(parents=True, exist_ok=True)
     (results_dir / "sweep.log").write_text(p.stdout + p.stderr)
     if p.returncode != 0:
-        raise RuntimeError(f"{launcher} sweep failed ({p.returncode}):\n{p.stderr[-2000:]}")
-    lines = (results_dir / "runs.csv").read_text().splitlines()
-    col = lines[0].split(",").index("run_id")
-    return wall_s, {ln.split(",")[col] for ln in lines[1:]}
+        raise RuntimeError(
+            f"{launcher} sweep in {tree} failed ({p.returncode}):\n{p.stderr[-2000:]}"
+        )
+    from system.results import read_rows
+
+    return wall_s, set(read_rows(results_dir)["run_id"])
+
+
+def split(results_dir: Path, wall_s: float, workers: int) -> dict:
+    """The per-job split of one sweep (module docstring) from its log and ledger."""
+    m = _SPLIT.search((results_dir / "sweep.log").read_text())
+    if m is None:
+        raise RuntimeError(f"no summary line in {results_dir}/sweep.log")
+    n, jobs_s, check_s, report_s = int(m[1]), float(m[2]), float(m[3]), float(m[4])
+    sims = [
+        json.loads(f.read_text()).get("summary", {}).get("elapsed_s", 0.0)
+        for f in (results_dir / "jobs").glob("*.json")
+    ]
+    simulation = sum(sims) / (workers * n)
+    return {
+        "jobs": n,
+        "wall_s": wall_s,
+        "check_s": check_s,
+        "start": (wall_s - jobs_s - report_s) / n,
+        "simulation": simulation,
+        "store": jobs_s / n - simulation,
+        "report": report_s / n,
+    }
+
+
+def _iter_times(results_dir: Path) -> list[float]:
+    from system.results import read_rows
+
+    rows = read_rows(results_dir)
+    keys = ["case", "system", "num_layers", "global_batch_size", "config", "placement", "repeat"]
+    rows = rows.sort_values([k for k in keys if k in rows])
+    return rows["iter_time_s"].fillna(-1.0).round(9).tolist()
 
 
 def run(cfg: BenchSweepConfig) -> dict:
-    sweep, rounds, n_jobs = cfg.sweep, cfg.rounds, cfg.n_jobs
-    walls: dict[str, list[float]] = {k: [] for k in LAUNCHERS}
-    jobs_s: dict[str, list[float]] = {k: [] for k in LAUNCHERS}
-    ids: dict[str, set[str]] = {}
-    print(f"sweep={sweep}, {os.cpu_count()} cores, load average before: {os.getloadavg()[0]:.2f}")
-    head = ("round", "launcher", "wall_s", "check_s", "jobs_s", "report_s", "other_s", "load")
-    print("{:>5} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>5}".format(*head))
-    with tempfile.TemporaryDirectory(prefix="dtfm-bench-launchers-") as tmp:
-        for r in range(rounds):
-            order = list(LAUNCHERS) if r % 2 == 0 else list(reversed(LAUNCHERS))
-            for name in order:
-                wall_s, got = run_sweep(sweep, name, Path(tmp) / f"{name}{r}", n_jobs=n_jobs)
-                walls[name].append(wall_s)
-                if ids.setdefault(name, got) != got:
-                    raise RuntimeError(f"{name}: round {r} wrote different run ids")
-                m = _SPLIT.search((Path(tmp) / f"{name}{r}" / "sweep.log").read_text())
-                if m is None:
-                    raise RuntimeError(f"{name}: no summary line in {tmp}/{name}{r}/sweep.log")
-                jobs, check, report = (float(g) for g in m.groups())
-                jobs_s[name].append(jobs)
-                other = wall_s - jobs - check - report
-                print(
-                    f"{r:>5} {name:>8} {wall_s:8.2f} {check:8.1f} {jobs:8.1f} {report:8.1f} "
-                    f"{other:8.1f} {os.getloadavg()[0]:5.2f}"
+    trees = {"this tree": ROOT}
+    out: dict[tuple[str, str], list[dict]] = {}
+    with tempfile.TemporaryDirectory(prefix="dtfm-bench-sweep-") as tmp:
+        if cfg.base:
+            base = short_rev(cfg.base)
+            materialise(base, Path(tmp) / "base")
+            trees = {base: Path(tmp) / "base", **trees}
+        workers = {"serial": 1, "joblib": cfg.n_jobs or os.cpu_count() or 1}
+        print(
+            f"sweep={cfg.sweep_name}, {os.cpu_count()} cores, load before {os.getloadavg()[0]:.2f}"
+        )
+        seen: dict[str, list[float]] = {}
+        for r in range(cfg.rounds):
+            order = [(t, la) for t in trees for la in cfg.launchers]
+            for name, launcher in order if r % 2 == 0 else order[::-1]:
+                d = Path(tmp) / f"{name.replace(' ', '_')}-{launcher}-{r}"
+                wall_s, _ = run_sweep(
+                    cfg.sweep_name, str(launcher), d, tree=trees[name], n_jobs=cfg.n_jobs
                 )
-    if ids["serial"] != ids["joblib"]:
-        raise RuntimeError("serial and joblib sweeps wrote different rows")
-    med = {k: statistics.median(v) for k, v in walls.items()}
+                times = _iter_times(d)
+                if seen.setdefault(cfg.sweep_name, times) != times:
+                    raise RuntimeError(
+                        f"{name} {launcher}: other iteration times than the first run"
+                    )
+                row = split(d, wall_s, workers[str(launcher)])
+                out.setdefault((name, str(launcher)), []).append(row)
+                print(f"round {r}: {name} {launcher}: {wall_s:.1f} s", flush=True)
+    print(f"load after {os.getloadavg()[0]:.2f}")
+    return _table(out)
+
+
+def _table(out: dict) -> dict:
+    cols = ("wall_s", "start", "simulation", "store", "report")
     print(
-        f"median wall: serial {med['serial']:.2f} s, joblib {med['joblib']:.2f} s; "
-        f"serial/joblib = {med['serial'] / med['joblib']:.2f}x "
-        f"({len(ids['serial'])} rows each, identical run ids); "
-        f"load average after: {os.getloadavg()[0]:.2f}"
+        f"{'tree':>10} {'launcher':>8} {'jobs':>4} {'wall s':>7} | per job: "
+        f"{'start':>6} {'sim':>6} {'store':>6} {'report':>6}"
     )
-    workers = n_jobs or os.cpu_count() or 1
-    jobs_med = {k: statistics.median(v) for k, v in jobs_s.items()}
-    serial_part = med["serial"] - jobs_med["serial"]
-    bound = med["serial"] / (serial_part + jobs_med["serial"] / workers)
-    jobs_ratio = jobs_med["serial"] / jobs_med["joblib"]
-    print(
-        f"Amdahl: serial launcher {serial_part:.2f} s outside its jobs + "
-        f"{jobs_med['serial']:.2f} s of jobs; at a perfect {workers}x on the jobs the ratio "
-        f"could reach at most {bound:.2f}x; the jobs phase itself ran {jobs_ratio:.2f}x "
-        "faster under joblib"
-    )
-    return {"serial_s": med["serial"], "joblib_s": med["joblib"]}
+    med = {}
+    for (name, launcher), rows in out.items():
+        m = {k: statistics.median(r[k] for r in rows) for k in cols}
+        med[(name, launcher)] = m
+        print(
+            f"{name:>10} {launcher:>8} {rows[0]['jobs']:>4} {m['wall_s']:7.1f} |          "
+            f"{m['start']:6.2f} {m['simulation']:6.2f} {m['store']:6.2f} {m['report']:6.2f}"
+        )
+    names = list(dict.fromkeys(n for n, _ in out))
+    for launcher in dict.fromkeys(la for _, la in out):
+        if len(names) == 2 and (names[0], launcher) in med and (names[1], launcher) in med:
+            a, b = med[(names[0], launcher)]["wall_s"], med[(names[1], launcher)]["wall_s"]
+            print(f"{launcher}: {names[0]} {a:.1f} s / {names[1]} {b:.1f} s = {a / b:.2f}x")
+    return {f"{n} {la}": m for (n, la), m in med.items()}

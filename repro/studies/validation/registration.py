@@ -36,11 +36,28 @@ def _repo_root(path: Path) -> Path:
     return Path(p.stdout.strip())
 
 
-def _first_commit(root: Path, path: Path) -> str | None:
+def _added(root: Path, path: Path) -> tuple[str, str] | None:
+    """(the commit that added ``path``, its path then): a file moved since (a round's files
+    into their folder) keeps the commit that first added its content."""
     rel = str(path.resolve().relative_to(root))
-    p = _git(root, "log", "--diff-filter=A", "--format=%H", "--", rel, check=False)
+    p = _git(
+        root,
+        "log",
+        "--follow",
+        "--diff-filter=A",
+        "--format=%H",
+        "--name-only",
+        "--",
+        rel,
+        check=False,
+    )
     lines = p.stdout.split()
-    return lines[-1] if lines else None
+    return (lines[-2], lines[-1]) if len(lines) >= 2 else None
+
+
+def _first_commit(root: Path, path: Path) -> str | None:
+    added = _added(root, path)
+    return added[0] if added else None
 
 
 def _commit_time(root: Path, sha: str) -> datetime:
@@ -57,15 +74,17 @@ def registration(predictions_path: str | Path) -> dict:
     path = Path(predictions_path)
     root = _repo_root(path)
     rel = str(path.resolve().relative_to(root))
-    reg = _first_commit(root, path)
-    if reg is None:
+    added = _added(root, path)
+    if added is None:
         raise ValueError(
             f"refusing to score: {rel} was never committed (register predictions "
             "by committing them before measuring)"
         )
-    later = _git(root, "log", "--format=%H", f"{reg}..HEAD", "--", rel).stdout.split()
-    changed = _git(root, "diff", "--quiet", reg, "--", rel, check=False).returncode != 0
-    if later or changed:
+    reg, then = added
+    registered = subprocess.run(
+        ["git", "show", f"{reg}:{then}"], cwd=root, capture_output=True, timeout=30, check=True
+    ).stdout
+    if registered != path.read_bytes():
         raise ValueError(
             f"refusing to score: {rel} changed after its registration commit "
             f"{reg[:10]}; a changed prediction needs a new registered file"
