@@ -13,21 +13,66 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import sys
 
 from system.cases import get_case
+from system.emulation.tc import MAX_MTU, MIN_MTU, check_ifname
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors on one line (``error: ...``, exit 2), without the usage text."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {self.prog}: {message}\n")
+
+
+def _number(low: float, high: float = math.inf, *, low_open: bool = False, kind=float):
+    """An argparse type: a finite ``kind`` in [low, high] (``low_open``: (low, high])."""
+    what = "an integer" if kind is int else "a finite number"
+
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if not math.isfinite(v) or v < low or (low_open and v == low) or v > high:
+            lo = f"({low:g}" if low_open else f"[{low:g}"
+            hi = f"{high:g}]" if math.isfinite(high) else "inf)"
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what} in {lo}, {hi}")
+        return v
+
+    return parse
+
+
+def _ifname(text: str) -> str:
+    try:
+        return check_ifname(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _cluster(args):
     c = get_case(args.case, args.variant)
     if args.devices:
-        c = c.subset([int(x) for x in args.devices.split(",")])
+        try:
+            devices = [int(x) for x in args.devices.split(",")]
+        except ValueError:
+            raise ValueError(
+                f"--devices {args.devices!r}: expected device ids like 0,2,4"
+            ) from None
+        bad = [d for d in devices if not 0 <= d < c.num_devices]
+        if bad or len(set(devices)) != len(devices):
+            raise ValueError(
+                f"--devices {args.devices!r}: need distinct ids in 0..{c.num_devices - 1}"
+            )
+        c = c.subset(devices)
     return c
 
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    ap = argparse.ArgumentParser(prog="python -m system.emulation")
+    ap = _Parser(prog="python -m system.emulation")
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("cleanup", help="remove leftovers of crashed emulation runs")
     c.add_argument("--force", action="store_true", help="also runs whose owner is still alive")
@@ -37,15 +82,20 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--case", default="debug")
         p.add_argument("--variant", default="paper")
         p.add_argument("--devices", default="", help="comma-separated device subset")
-        p.add_argument("--bandwidth-scale", type=float, default=1.0)
-        p.add_argument("--delay-scale", type=float, default=1.0)
+        p.add_argument("--bandwidth-scale", type=_number(0, low_open=True), default=1.0)
+        p.add_argument("--delay-scale", type=_number(0), default=1.0)
         if name == "tc-script":
             p.add_argument("--hosts", required=True, help="file: one IPv4 address per host")
             p.add_argument("--out", required=True)
-            p.add_argument("--dev", default="eth0")
-            p.add_argument("--mtu", type=int, default=1500, help="MTU of the hosts' links")
+            p.add_argument("--dev", type=_ifname, default="eth0")
+            p.add_argument(
+                "--mtu",
+                type=_number(MIN_MTU, MAX_MTU, kind=int),
+                default=1500,
+                help=f"MTU of the hosts' links ({MIN_MTU}..{MAX_MTU})",
+            )
         else:
-            p.add_argument("--pairs", type=int, default=6)
+            p.add_argument("--pairs", type=_number(1, 10_000, kind=int), default=6)
             p.add_argument("--backend", default="auto")
     args = ap.parse_args(argv)
     try:
