@@ -117,11 +117,34 @@ def _fsync_dir(d: Path) -> None:
         os.close(fd)
 
 
+def _umask() -> int:
+    """This process's umask, read without changing it (``os.umask`` sets it for every thread
+    while it is read); 0o022, the usual default, where /proc does not say."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
+
+
+def _new_file_mode(path: Path) -> int:
+    """The mode a replaced ``path`` keeps, or what ``open(path, "w")`` would give a new one
+    (0o666 less the umask: 0644 with the usual umask, readable by a team sharing a folder)."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except OSError:
+        return 0o666 & ~_umask()
+
+
 def atomic_write(path: str | Path, write, *, durable: bool = False) -> None:
     """``write(tmp_path)`` then rename over ``path``; the temporary name is unique.
 
-    ``durable``: ``fsync`` the file before the rename and the folder after it, so the new
-    content survives a crash of the machine once this returns.
+    The file gets the mode an ordinary write would give it (:func:`_new_file_mode`), not the
+    temporary file's private 0600. ``durable``: ``fsync`` the file before the rename and the
+    folder after it, so the new content survives a crash of the machine once this returns.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -129,6 +152,7 @@ def atomic_write(path: str | Path, write, *, durable: bool = False) -> None:
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, _new_file_mode(path))
         if durable:
             with open(tmp, "rb+") as f:
                 os.fsync(f.fileno())

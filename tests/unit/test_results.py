@@ -172,3 +172,26 @@ def test_a_held_lock_times_out_with_its_name(tmp_path):
     with study_lock(tmp_path), pytest.raises(TimeoutError, match=r"\.lock is held"):
         with study_lock(tmp_path, timeout_s=0.2):
             pass
+
+
+def test_written_files_are_readable_by_the_team(tmp_path):
+    """Atomic writes give a file the mode an ordinary write would (0644 under umask 022), not
+    the temporary file's 0600: a study on a shared filesystem is read by others."""
+    import os
+    import stat
+
+    from system.results import atomic_write_text
+
+    old = os.umask(0o022)
+    try:
+        write_rows(tmp_path, [make_row(KEY, iter_time_s=1.0)])
+        atomic_write_text(tmp_path / "summary.md", "x\n")
+        files = [p for p in tmp_path.rglob("*") if p.is_file() and p.name != ".lock"]
+        assert {p.name for p in files} >= {"runs.parquet", "runs.csv", "summary.md"}
+        for p in files:
+            assert stat.S_IMODE(p.stat().st_mode) == 0o644, p
+        (tmp_path / "summary.md").chmod(0o664)  # a replaced file keeps its mode
+        atomic_write_text(tmp_path / "summary.md", "y\n")
+        assert stat.S_IMODE((tmp_path / "summary.md").stat().st_mode) == 0o664
+    finally:
+        os.umask(old)
