@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from system.lifeline import die_with_parent
 from system.runtime.data import SyntheticData, micro_batches
 from system.runtime.data_parallel import GradBuckets
 from system.runtime.groups import Placement, make_stage_groups, placement
@@ -315,6 +316,7 @@ def _metrics(spec, assign, wl, losses, scales, skipped, timings, probes) -> dict
 
 
 def main(argv: list[str] | None = None) -> int:
+    die_with_parent()  # the launcher or torchrun agent gone: so is this rank
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         sys.stderr.write("usage: python -m system.runtime.worker SPEC.json\n")

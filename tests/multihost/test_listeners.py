@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from system.runtime.launch import _descendants, launch
+from system.lifeline import descendants
+from system.runtime.launch import launch
 from system.runtime.spec import RunSpec
 
 pytestmark = [pytest.mark.dist, pytest.mark.slow]
@@ -78,7 +79,7 @@ class _Sampler(threading.Thread):
         t0 = time.monotonic()
         while not self._stop_event.is_set() and time.monotonic() - t0 < self._limit_s:
             listen = _listening()
-            for pid in _descendants(os.getpid()):
+            for pid in descendants(os.getpid()):
                 for inode in _socket_inodes(pid) & listen.keys():
                     self.seen.add((pid, listen[inode]))
             time.sleep(self._period_s)
