@@ -98,3 +98,25 @@ def _zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except (OSError, IndexError):
         return False
+
+
+def remove(s: Snapshot) -> None:
+    """Kill whatever of ``s`` still runs and remove its folders (a failed test cleans up)."""
+    import shutil
+    import signal
+
+    for pid, start in s.procs.items():
+        if process_start_time(pid) == start:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+    for f in s.folders:
+        shutil.rmtree(f, ignore_errors=True)
+
+
+def guard_of(pid: int) -> int:
+    """The lifeline guard ``pid`` started (:mod:`system.lifeline`): its child running it."""
+    guards = [d for d in descendants(pid) if "system.lifeline" in " ".join(cmdline(d))]
+    assert len(guards) == 1, guards
+    return guards[0]

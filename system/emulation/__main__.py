@@ -1,6 +1,7 @@
 """CLI: ``python -m system.emulation {cleanup,tc-script,check}``.
 
-- ``cleanup [--force] [--dry-run]``: remove leftovers of crashed runs (dtfm-* namespaces, state).
+- ``cleanup [--force] [--dry-run] [--tag T]``: remove leftovers of runs whose owner is dead
+  (dtfm-* namespaces, state; ``--force`` also live owners'; ``--tag`` one run's only).
 - ``tc-script --case 5 --hosts hosts.txt --out DIR [--dev eth0] [--mtu 1500]
   [--bandwidth-scale S]``: per-host shaping scripts (HTB + netem per destination, window-clamped
   CUBIC routes, TCP sysctls; :mod:`system.emulation.tcscript`) for a real multi-host cluster.
@@ -17,6 +18,7 @@ import math
 import sys
 
 from system.cases import get_case
+from system.emulation.plan import check_tag
 from system.emulation.tc import MAX_MTU, MIN_MTU, check_ifname
 
 
@@ -45,11 +47,16 @@ def _number(low: float, high: float = math.inf, *, low_open: bool = False, kind=
     return parse
 
 
-def _ifname(text: str) -> str:
-    try:
-        return check_ifname(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+def _checked(check):
+    """An argparse type from a checker that raises ValueError (its message on one line)."""
+
+    def parse(text: str):
+        try:
+            return check(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    return parse
 
 
 def _cluster(args):
@@ -77,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("cleanup", help="remove leftovers of crashed emulation runs")
     c.add_argument("--force", action="store_true", help="also runs whose owner is still alive")
     c.add_argument("--dry-run", action="store_true")
+    c.add_argument(
+        "--tag", type=_checked(check_tag), default=None, help="only this emulation's leftovers"
+    )
     for name in ("tc-script", "check"):
         p = sub.add_parser(name)
         p.add_argument("--case", default="debug")
@@ -87,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         if name == "tc-script":
             p.add_argument("--hosts", required=True, help="file: one IPv4 address per host")
             p.add_argument("--out", required=True)
-            p.add_argument("--dev", type=_ifname, default="eth0")
+            p.add_argument("--dev", type=_checked(check_ifname), default="eth0")
             p.add_argument(
                 "--mtu",
                 type=_number(MIN_MTU, MAX_MTU, kind=int),
@@ -102,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "cleanup":
             from system.emulation.cleanup import cleanup
 
-            print(json.dumps(cleanup(force=args.force, dry_run=args.dry_run), indent=1))
+            out = cleanup(force=args.force, dry_run=args.dry_run, tag=args.tag)
+            print(json.dumps(out, indent=1))
         elif args.cmd == "tc-script":
             from system.emulation.tcscript import read_hosts, write_scripts
 

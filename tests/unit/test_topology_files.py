@@ -96,9 +96,10 @@ BAD_FILES = {
     "python tag": ("!!python/object/apply:os.system ['touch /tmp/x']\n", "not a valid YAML"),
     "custom tag": ("devices: !custom [a]\n", "not a valid YAML"),
     "alias": ("devices: &d [Oregon, Tokyo]\nname: *d\n", "alias *d is not allowed"),
-    "nested aliases": (  # the "billion laughs": 9 levels of 9 aliases each
-        "a0: &a0 [x]\n"
-        + "".join(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 10)),
+    "nested aliases": (  # the "billion laughs" under name: 9 levels of 9 aliases each
+        "name:\n  - &a0 [x, x, x, x, x, x, x, x, x]\n"
+        + "".join(f"  - &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 10))
+        + "devices: [a]\npairs: []\n",
         "alias *a0 is not allowed",
     ),
     "deep nesting": ("devices: " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),
