@@ -8,13 +8,25 @@ snapshot's processes listened on that something still listens on, folders that s
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from system.lifeline import descendants, process_start_time
 
-__all__ = ["Snapshot", "snapshot", "left_after", "cmdline"]
+__all__ = [
+    "Snapshot",
+    "snapshot",
+    "left_after",
+    "stop",
+    "cmdline",
+    "guard_of",
+    "listening",
+    "socket_inodes",
+    "start_job",
+]
 
 
 @dataclass
@@ -31,7 +43,8 @@ def cmdline(pid: int) -> list[str]:
         return []
 
 
-def _socket_inodes(pid: int) -> set[int]:
+def socket_inodes(pid: int) -> set[int]:
+    """Inodes of the sockets process ``pid`` holds open."""
     out = set()
     try:
         for fd in Path(f"/proc/{pid}/fd").iterdir():
@@ -46,33 +59,36 @@ def _socket_inodes(pid: int) -> set[int]:
     return out
 
 
-def _listening(pid: int | None = None) -> dict[int, int]:
-    """{socket inode: port} of TCP sockets in LISTEN state, in the network namespace of ``pid``
-    (this process's when None)."""
+def listening() -> dict[int, str]:
+    """{socket inode: local address as /proc shows it, ``HEXADDR:HEXPORT``} of every TCP socket
+    in LISTEN state in this network namespace."""
     out = {}
-    base = f"/proc/{pid}/net" if pid else "/proc/net"
     for name in ("tcp", "tcp6"):
         try:
-            lines = Path(base, name).read_text().splitlines()[1:]
+            lines = Path(f"/proc/net/{name}").read_text().splitlines()[1:]
         except OSError:
             continue
         for ln in lines:
             cols = ln.split()
-            if len(cols) > 9 and cols[3] == "0A":  # LISTEN
-                out[int(cols[9])] = int(cols[1].rsplit(":", 1)[1], 16)
+            if len(cols) > 9 and cols[3] == "0A":  # TCP_LISTEN
+                out[int(cols[9])] = cols[1]
     return out
+
+
+def _ports() -> dict[int, int]:
+    return {inode: int(addr.rsplit(":", 1)[1], 16) for inode, addr in listening().items()}
 
 
 def snapshot(root: int, folders=()) -> Snapshot:
     """The process tree under ``root`` (root included), their listening ports, ``folders``."""
     s = Snapshot(folders=set(map(str, folders)))
-    listening = _listening()
+    ports = _ports()
     for pid in [root, *descendants(root)]:
         start = process_start_time(pid)
         if start is None:
             continue
         s.procs[pid] = start
-        s.ports |= {listening[i] for i in _socket_inodes(pid) if i in listening}
+        s.ports |= {ports[i] for i in socket_inodes(pid) if i in ports}
     return s
 
 
@@ -86,7 +102,7 @@ def left_after(s: Snapshot, timeout_s: float = 30.0) -> dict:
             for pid, start in s.procs.items()
             if process_start_time(pid) == start and not _zombie(pid)
         ]
-        ports = sorted(s.ports & set(_listening().values()))
+        ports = sorted(s.ports & set(_ports().values()))
         folders = sorted(f for f in s.folders if Path(f).exists())
         if not (procs or ports or folders) or time.monotonic() > end:
             return {"processes": procs, "ports": ports, "folders": folders}
@@ -100,18 +116,22 @@ def _zombie(pid: int) -> bool:
         return False
 
 
-def remove(s: Snapshot) -> None:
-    """Kill whatever of ``s`` still runs and remove its folders (a failed test cleans up)."""
+def stop(p: subprocess.Popen, s: Snapshot | None) -> None:
+    """After a test, failed or not: the job killed if it still runs, and whatever of ``s``
+    survived killed or removed (a test of cleanup leaves nothing to the machine either way)."""
     import shutil
     import signal
 
-    for pid, start in s.procs.items():
+    if p.poll() is None:
+        p.kill()
+        p.wait(timeout=30)
+    for pid, start in (s.procs if s is not None else {}).items():
         if process_start_time(pid) == start:
             try:
                 os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-    for f in s.folders:
+    for f in s.folders if s is not None else ():
         shutil.rmtree(f, ignore_errors=True)
 
 
@@ -120,3 +140,18 @@ def guard_of(pid: int) -> int:
     guards = [d for d in descendants(pid) if "system.lifeline" in " ".join(cmdline(d))]
     assert len(guards) == 1, guards
     return guards[0]
+
+
+def start_job(*overrides: str) -> subprocess.Popen:
+    """``python repro/run.py *overrides`` as a job would run: in its own process group (which
+    the tests never signal), this checkout on the path, output collected."""
+    root = Path(__file__).resolve().parents[1]
+    return subprocess.Popen(
+        [sys.executable, "repro/run.py", *overrides],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"},
+        start_new_session=True,
+    )

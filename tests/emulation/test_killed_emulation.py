@@ -11,10 +11,8 @@ the host's own qdiscs and iptables rules.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -24,13 +22,12 @@ from system.emulation.cleanup import STATE_ROOT
 from system.emulation.shell import netns_list
 from system.lifeline import descendants
 from tests.emulation._skip import _why_skip
-from tests.leftovers import cmdline, left_after, remove, snapshot
+from tests.leftovers import cmdline, left_after, snapshot, start_job, stop
 
 pytestmark = [
     pytest.mark.emulation,
     pytest.mark.skipif(bool(_why_skip()), reason=_why_skip() or "ok"),
 ]
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _host_network() -> tuple[str, str]:
@@ -59,26 +56,16 @@ def _ranks(pid: int) -> list[int]:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_a_killed_emulate_run_leaves_nothing_behind(tmp_path, sig):
     host_before = _host_network()
-    p = subprocess.Popen(
-        [
-            sys.executable,
-            "repro/run.py",
-            "mode=emulate",
-            "case=debug",
-            "model=debug",
-            "emulate.devices=[0,2,4,6]",
-            "emulate.layouts=[scheduled]",
-            "emulate.verify_pairs=1",
-            "emulate.on_verify_fail=warn",  # a loaded machine must not end the run early
-            "iters=20000",
-            f"results_dir={tmp_path / 'R'}",
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
-        start_new_session=True,
+    p = start_job(
+        "mode=emulate",
+        "case=debug",
+        "model=debug",
+        "emulate.devices=[0,2,4,6]",
+        "emulate.layouts=[scheduled]",
+        "emulate.verify_pairs=1",
+        "emulate.on_verify_fail=warn",  # a loaded machine must not end the run early
+        "iters=20000",
+        f"results_dir={tmp_path / 'R'}",
     )
     before = None
     try:
@@ -104,8 +91,4 @@ def test_a_killed_emulate_run_leaves_nothing_behind(tmp_path, sig):
         assert not [ns for ns in netns_list() if ns.startswith(f"dtfm-{tag}-")]
         assert _host_network() == host_before
     finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait(timeout=30)
-        if before is not None:  # whatever survived a failure is not left to the machine
-            remove(before)
+        stop(p, before)

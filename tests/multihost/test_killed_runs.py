@@ -7,20 +7,17 @@ the test waits until every worker is up, kills the entry process, and looks for 
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from system.lifeline import descendants
-from tests.leftovers import cmdline, left_after, remove, snapshot
+from tests.leftovers import cmdline, left_after, snapshot, start_job, stop
 
 pytestmark = [pytest.mark.dist]
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _workers(pid: int, module: str) -> list[int]:
@@ -50,24 +47,14 @@ def _spec_folders(ranks: list[int]) -> set[str]:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL])
 def test_a_killed_train_run_leaves_nothing_behind(tmp_path, sig):
-    p = subprocess.Popen(
-        [
-            sys.executable,
-            "repro/run.py",
-            "mode=train",
-            "system=ours",
-            "model=debug",
-            "pp=2",
-            "dp=2",
-            "iters=20000",
-            f"results_dir={tmp_path / 'R'}",
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
-        start_new_session=True,  # like a job: its own group, which this test never signals
+    p = start_job(
+        "mode=train",
+        "system=ours",
+        "model=debug",
+        "pp=2",
+        "dp=2",
+        "iters=20000",
+        f"results_dir={tmp_path / 'R'}",
     )
     before = None
     try:
@@ -84,8 +71,4 @@ def test_a_killed_train_run_leaves_nothing_behind(tmp_path, sig):
         if sig != signal.SIGKILL:
             assert p.returncode in (128 + sig, -sig), p.returncode
     finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait(timeout=30)
-        if before is not None:  # whatever survived a failure is not left to the machine
-            remove(before)
+        stop(p, before)
