@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+import math
 import os
 import statistics
 import sys
@@ -248,6 +249,11 @@ def _train(spec: RunSpec, rank: int, world: int, device: torch.device) -> dict |
         losses.append(float(lsum[0] / lsum[1]))
         if rank == 0:
             log.info("step %d | loss %.4f | iter %.3f s", it, losses[-1], t1 - t0)
+        if not math.isfinite(losses[-1]):  # every rank holds the reduced loss: all stop here
+            raise FloatingPointError(
+                f"training diverged: the mean loss of iteration {it} is {losses[-1]} "
+                f"(lr={spec.lr:g}); a result with this loss would be meaningless"
+            )
 
     # gather (world, iters, fields) timings and link probes to rank 0
     mine = torch.tensor(rows, dtype=torch.float64).to(device)
