@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import os
 import tempfile
 import time
@@ -179,6 +180,15 @@ def _run_in(
         }
     out = json.loads(result_path.read_text())
     load["load_avg_1m_end"] = os.getloadavg()[0]
+    bad = [i for i, x in enumerate(out.get("losses") or []) if not math.isfinite(float(x))]
+    if bad:  # a diverged run's times are not a result (as our runtime's worker refuses them)
+        return {
+            "status": "failed",
+            "error": f"training diverged: loss {out['losses'][bad[0]]} at iteration {bad[0]} "
+            f"(lr={spec.lr:g})",
+            "wall_s": wall_s,
+            **load,
+        }
     return {"status": "ok", **out, "wall_s": wall_s, **load}
 
 
