@@ -261,16 +261,34 @@ def _parts(d: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix == ".parquet" and p.name[0] != ".")
 
 
-def _read_part(f: Path):
-    """A part as a DataFrame, or None when a compaction deleted it after it was listed."""
+def _read_table(f: Path, *, columns: list[str] | None = None, what: str = "results table"):
+    """``f`` as a DataFrame (only ``columns`` when given); a one-line ValueError naming the file
+    when it is not a readable parquet file or not a results table (no ``run_id`` column)."""
     import pandas as pd
 
     try:
-        return pd.read_parquet(f)
+        df = pd.read_parquet(f, columns=columns)
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, KeyError) as e:  # pyarrow's ArrowInvalid is a ValueError
+        lines = str(e).strip().splitlines() or [type(e).__name__]
+        if columns and "run_id" in columns and "run_id" in lines[0]:
+            raise ValueError(f"{what} {f} is not a results table: it has no run_id column") from e
+        raise ValueError(f"{what} {f} is unreadable: {lines[0]}") from e
+    if "run_id" not in df.columns:
+        names = ", ".join(map(str, df.columns[:8])) or "none"
+        raise ValueError(
+            f"{what} {f} is not a results table: it has no run_id column (columns: {names})"
+        )
+    return df
+
+
+def _read_part(f: Path):
+    """A part as a DataFrame, or None when a compaction deleted it after it was listed."""
+    try:
+        return _read_table(f, what="results part")
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
-        raise ValueError(f"results part {f} is unreadable: {e}") from e
 
 
 def _row_key(r: Mapping) -> tuple[str, str]:
@@ -294,7 +312,7 @@ def _load(d: Path, parts: list[Path] | None = None) -> list[dict]:
     records: list[dict] = []
     pq = d / "runs.parquet"
     if pq.exists():
-        records += _upgrade(pd.read_parquet(pq))
+        records += _upgrade(_read_table(pq))
     if from_parts:
         folded = {_row_key(r) for r in records}  # copies left by a compaction cut short
         from_parts = [r for r in from_parts if _row_key(r) not in folded]
@@ -371,7 +389,7 @@ def _table(d: Path, parts: list[Path] | None = None):
     frames = []
     pq = d / "runs.parquet"
     if pq.exists():
-        frames.append(_as_typed(pd.read_parquet(pq)))
+        frames.append(_as_typed(_read_table(pq)))
     if from_parts and frames:
         folded = set(_keys_of(frames[0]))  # copies left by a compaction cut short
         from_parts = [df[[k not in folded for k in _keys_of(df)]] for df in from_parts]
@@ -416,9 +434,7 @@ def read_rows(results_dir: str | Path, *, history: bool = False):
 def _ids_in(path: str, stamp: tuple[int, int, int]) -> frozenset[str]:
     """The run ids of one parquet file; ``stamp`` (inode, mtime, size) keys the cache, so a
     replaced table is read again and an immutable part only once."""
-    import pandas as pd
-
-    return frozenset(pd.read_parquet(path, columns=["run_id"])["run_id"].dropna().astype(str))
+    return frozenset(_read_table(Path(path), columns=["run_id"])["run_id"].dropna().astype(str))
 
 
 def _file_ids(f: Path) -> frozenset[str]:

@@ -195,3 +195,22 @@ def test_written_files_are_readable_by_the_team(tmp_path):
         assert stat.S_IMODE((tmp_path / "summary.md").stat().st_mode) == 0o664
     finally:
         os.umask(old)
+
+
+@pytest.mark.parametrize("where", ["runs.parquet", "parts/0001-x.parquet"])
+@pytest.mark.parametrize("content", ["corrupt", "wrong schema"])
+def test_a_bad_table_is_one_line_naming_the_file(tmp_path, where, content):
+    f = tmp_path / where
+    f.parent.mkdir(parents=True, exist_ok=True)
+    if content == "corrupt":
+        f.write_bytes(b"PAR1 not really parquet")
+    else:
+        pd.DataFrame({"setting": ["a"], "iter_time_s": [1.0]}).to_parquet(f)
+    from system.results import run_ids
+
+    for read in (read_rows, run_ids, collect):
+        with pytest.raises(ValueError) as e:
+            read(tmp_path)
+        msg = str(e.value)
+        assert str(f) in msg and "\n" not in msg, msg
+        assert ("unreadable" if content == "corrupt" else "no run_id column") in msg
