@@ -139,6 +139,12 @@ def _new_file_mode(path: Path) -> int:
         return 0o666 & ~_umask()
 
 
+def _named(e: OSError, path: Path) -> OSError:
+    """``e`` again, its message naming the file that could not be written (one line)."""
+    why = e.strerror or str(e).splitlines()[0]
+    return type(e)(e.errno, f"could not write {path}: {why}") if e.errno else e
+
+
 def atomic_write(path: str | Path, write, *, durable: bool = False) -> None:
     """``write(tmp_path)`` then rename over ``path``; the temporary name is unique.
 
@@ -147,8 +153,11 @@ def atomic_write(path: str | Path, write, *, durable: bool = False) -> None:
     folder after it, so the new content survives a crash of the machine once this returns.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise _named(e, path) from e
     os.close(fd)
     try:
         write(tmp)
@@ -157,6 +166,9 @@ def atomic_write(path: str | Path, write, *, durable: bool = False) -> None:
             with open(tmp, "rb+") as f:
                 os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:  # a full disk, a quota, a read-only folder: one line naming the file
+        Path(tmp).unlink(missing_ok=True)
+        raise _named(e, path) from e
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

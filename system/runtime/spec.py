@@ -183,6 +183,10 @@ class RunSpec(SpecBase):
         ):
             if not 0 < value <= high:  # NaN fails too
                 raise ValueError(f"RunSpec: {name} must be in (0, {high:g}], got {value}")
+        for name in ("metrics_out", "trace_path"):
+            out = getattr(self, name)
+            if out is not None and (not str(out).strip() or Path(out).is_dir()):
+                raise ValueError(f"RunSpec: {name}={out!r} must name a file, not a folder")
         self.workload().check_layout(self.pp, self.dp)  # layers % pp, batch % (dp·micro)
         if self.stages is not None:
             try:

@@ -179,6 +179,7 @@ def test_a_diverging_run_fails_instead_of_reporting_nan():
         ("seed", 2**63, "seed must be in 0..2**63-1"),
         ("bucket_mb", float("inf"), "bucket_mb must be in (0,"),
         ("start_margin_s", float("inf"), "start_margin_s must be in (0, 3600]"),
+        ("metrics_out", str(Path(__file__).parent), "metrics_out="),
     ],
 )
 def test_numbers_a_run_cannot_use_are_refused_before_it_starts(field, value, message):
