@@ -39,6 +39,7 @@ import hashlib
 import json
 import logging
 import math
+import os
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
@@ -304,10 +305,21 @@ def run_id_for(key: Mapping) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def git_state() -> tuple[str, bool]:
-    """(short HEAD sha, whether tracked files differ from it); ("unknown", False) outside git."""
+def git_state(root: str | Path | None = None) -> tuple[str, bool]:
+    """(short HEAD sha, whether tracked files differ from it); ("unknown", False) outside git.
+
+    Read-only: ``GIT_OPTIONAL_LOCKS=0`` keeps ``git status`` from taking ``.git/index.lock`` to
+    refresh the index, so a run never blocks (or fails) a ``git commit`` or another run.
+    """
     try:
-        run = functools.partial(subprocess.run, cwd=ROOT, capture_output=True, text=True, timeout=5)
+        run = functools.partial(
+            subprocess.run,
+            cwd=root or ROOT,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"},
+        )
         sha = run(["git", "rev-parse", "--short", "HEAD"]).stdout.strip()
         dirty = bool(run(["git", "status", "--porcelain", "--untracked-files=no"]).stdout.strip())
         return sha or "unknown", dirty

@@ -254,3 +254,28 @@ def test_a_full_disk_is_one_line_naming_the_file_and_loses_no_row(full_disk):
     (full_disk / "filler").unlink()
     after = read_rows(full_disk, history=True)
     assert after.run_id.tolist() == before.run_id.tolist()
+
+
+def test_the_git_state_of_a_run_takes_no_lock(tmp_path):
+    """A stale index would be rewritten (under .git/index.lock) by a plain ``git status``; the
+    run's read of the git state leaves it alone, so it never collides with a commit."""
+    import os
+    import subprocess
+
+    from system.schema import git_state
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "a.txt").write_text("a\n")
+    git("add", "a.txt")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a")
+    index = tmp_path / ".git" / "index"
+    os.utime(tmp_path / "a.txt", (1, 1))  # the index's stat data is now stale
+    before = index.stat().st_mtime_ns
+    sha, dirty = git_state(tmp_path)
+    assert len(sha) >= 7 and dirty is False
+    assert index.stat().st_mtime_ns == before, "git status rewrote the index (took its lock)"
+    (tmp_path / ".git" / "index.lock").write_text("")  # a commit in progress elsewhere
+    assert git_state(tmp_path) == (sha, False)
