@@ -50,6 +50,7 @@ __all__ = [
     "case_names",
     "load_topology",
     "case_digest",
+    "case_label",
     "is_topology_file",
 ]
 
@@ -556,6 +557,20 @@ def case_digest(case) -> str | None:
         return _digest(p.read_bytes())
     except OSError:
         return None
+
+
+def case_label(case) -> str:
+    """A case as a file-name part: its name (``5``, ``debug``), or for a topology file its stem
+    and content digest (``edit-3fa4b2c1e0d9a7b5``), never a path: results of a file case stay
+    inside their folder whatever the path looks like (``/abs/x.yaml``, ``../../x.json``)."""
+    if not is_topology_file(case):
+        label = str(_ALIASES.get(str(case), case))
+    else:
+        stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(str(case)).stem).strip("._") or "topology"
+        label = f"{stem[:40]}-{case_digest(case) or 'missing'}"
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", label):
+        raise ValueError(f"case {case!r} cannot name a file")
+    return label
 
 
 def load_topology(path: str | Path, *, max_devices: int | None = None) -> Cluster:

@@ -101,6 +101,7 @@ __all__ = [
     "atomic_write",
     "atomic_write_text",
     "atomic_write_bytes",
+    "path_in",
 ]
 
 
@@ -174,6 +175,17 @@ def atomic_write(path: str | Path, write, *, durable: bool = False) -> None:
         raise
     if durable:
         _fsync_dir(path.parent)
+
+
+def path_in(results_dir: str | Path, *parts: str) -> Path:
+    """``results_dir / parts``, or a ValueError when it would leave ``results_dir`` (an
+    absolute part, ``..``, a symlink out): every results file of a run stays in its folder."""
+    base = Path(results_dir)
+    out = base.joinpath(*parts)
+    root = base.resolve()
+    if not out.resolve().is_relative_to(root) or out.resolve() == root:
+        raise ValueError(f"{'/'.join(parts)!r} is not a file name inside the results folder {base}")
+    return out
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

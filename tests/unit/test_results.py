@@ -279,3 +279,12 @@ def test_the_git_state_of_a_run_takes_no_lock(tmp_path):
     assert index.stat().st_mtime_ns == before, "git status rewrote the index (took its lock)"
     (tmp_path / ".git" / "index.lock").write_text("")  # a commit in progress elsewhere
     assert git_state(tmp_path) == (sha, False)
+
+
+@pytest.mark.parametrize("name", ["/abs/x.json", "../x.json", "a/../../x.json", ".", ""])
+def test_a_results_file_name_cannot_leave_the_folder(tmp_path, name):
+    from system.results import path_in
+
+    with pytest.raises(ValueError, match="is not a file name inside the results folder"):
+        path_in(tmp_path / "R", name)
+    assert path_in(tmp_path / "R", "case5-genetic.json") == tmp_path / "R" / "case5-genetic.json"

@@ -166,3 +166,18 @@ def test_emulation_cli_refuses_a_bad_topology_file_in_one_line(tmp_path, args):
     )
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
     assert out.stderr.startswith("error: topology file") and "not a valid YAML" in out.stderr
+
+
+@pytest.mark.parametrize("case", ["/abs/x.yaml", "/../../x.yaml", "../up/odd name.json"])
+def test_a_file_case_names_files_by_stem_and_content_never_by_path(tmp_path, case):
+    from system.cases import case_label
+
+    label = case_label(case)
+    assert "/" not in label and not label.startswith(".") and label.endswith("-missing")
+    topo = tmp_path / "edit.yaml"
+    topo.write_text(TOPOLOGY.format(bw=1))
+    first = case_label(str(topo))
+    topo.write_text(TOPOLOGY.format(bw=2))
+    load_topology(topo)
+    assert first.startswith("edit-") and case_label(str(topo)) != first
+    assert case_label("worldwide") == "5"
