@@ -48,10 +48,13 @@ __all__ = [
     "read_pair_table",
     "spot_cluster",
     "case_names",
+    "canonical_case",
     "load_topology",
     "case_digest",
     "case_label",
     "is_topology_file",
+    "PAPER_CASES",
+    "ALIASES",
 ]
 
 VARIANTS = ("paper", "dtfm_code")
@@ -504,7 +507,8 @@ CASES: dict[str, Callable[[str], Cluster]] = {
     "debug": debug,
     "mixed": mixed,
 }
-_ALIASES = {"datacenter": "1", "spot": "2", "campus": "3", "regional": "4", "worldwide": "5"}
+PAPER_CASES = ("1", "2", "3", "4", "5")  # the paper's network settings (§4.1)
+ALIASES = {"datacenter": "1", "spot": "2", "campus": "3", "regional": "4", "worldwide": "5"}
 
 
 def case_names() -> tuple[str, ...]:
@@ -564,7 +568,7 @@ def case_label(case) -> str:
     and content digest (``edit-3fa4b2c1e0d9a7b5``), never a path: results of a file case stay
     inside their folder whatever the path looks like (``/abs/x.yaml``, ``../../x.json``)."""
     if not is_topology_file(case):
-        label = str(_ALIASES.get(str(case), case))
+        label = canonical_case(case)
     else:
         stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(str(case)).stem).strip("._") or "topology"
         label = f"{stem[:40]}-{case_digest(case) or 'missing'}"
@@ -623,15 +627,26 @@ def load_topology(path: str | Path, *, max_devices: int | None = None) -> Cluste
     return cluster
 
 
+def canonical_case(name: str | int) -> str:
+    """The one name of a case: an alias becomes its number (``worldwide`` -> ``"5"``), an
+    integer its text; a topology file's path and unknown names are returned as given.
+
+    >>> canonical_case("worldwide"), canonical_case(5), canonical_case("debug")
+    ('5', '5', 'debug')
+    """
+    text = str(name)
+    return text if is_topology_file(text) else ALIASES.get(text, text)
+
+
 def get_case(name: str | int, variant: str = "paper", *, max_devices: int | None = None) -> Cluster:
     """The cluster of a named case (``1``..``5``, ``debug``, an alias like ``worldwide``) or of
     a topology file (``.yaml``/``.yml``/``.json``, :func:`load_topology` with ``max_devices``)."""
     if is_topology_file(name):
         return load_topology(name, max_devices=max_devices)
-    key = _ALIASES.get(str(name), str(name))
+    key = canonical_case(name)
     if key not in CASES:
         raise ValueError(
-            f"unknown case {name!r}; known: {', '.join(CASES)} (or {', '.join(_ALIASES)})"
+            f"unknown case {name!r}; known: {', '.join(CASES)} (or {', '.join(ALIASES)})"
         )
     if variant not in VARIANTS:
         raise ValueError(f"unknown case variant {variant!r}; known: {', '.join(VARIANTS)}")

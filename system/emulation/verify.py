@@ -45,7 +45,10 @@ __all__ = [
     "verify_links",
     "busy_cpus",
     "EmulationOverloaded",
+    "ON_FAIL",
 ]
+
+ON_FAIL = ("raise", "warn")  # what verify_links does when a link misses its target
 
 _TIME_RE = re.compile(r"time=([0-9.]+) ms")
 
@@ -245,8 +248,8 @@ def verify_links(
     (naming the load) when the machine was still loaded, else :class:`EmulationError`. The
     report holds the load (``busy_cpus``, ``cpus``, ``load_avg_1m``, ``backoff_s``).
     """
-    if on_fail not in ("raise", "warn"):
-        raise ValueError(f"verify on_fail must be 'raise' or 'warn', got {on_fail!r}")
+    if on_fail not in ON_FAIL:
+        raise ValueError(f"verify on_fail must be one of {ON_FAIL}, got {on_fail!r}")
     if not (0 < busy_threshold <= 1 and 0 <= backoff_s < float("inf")):
         raise ValueError("verify: busy_threshold must be in (0, 1] and backoff_s finite >= 0")
     checks = [

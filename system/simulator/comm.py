@@ -55,6 +55,7 @@ __all__ = [
     "nccl_allreduce_end_s",
     "with_link_sharing",
     "LINK_SHARING",
+    "TRANSPORTS",
     "ring_allreduce_end_s",
     "ring_allreduce_s",
     "ring_collective_s",
@@ -88,6 +89,8 @@ NCCL = Transport("nccl", rendezvous=False, send_buffer_bytes=4 * 2**20)
 # Sensitivity variant: NCCL with a send that waits for the receiver's posted receive (as gloo does)
 NCCL_RENDEZVOUS = Transport("nccl_rendezvous", rendezvous=True, send_buffer_bytes=4 * 2**20)
 GLOO = Transport("gloo", rendezvous=True, send_buffer_bytes=4 * 2**20, ring_segment_bytes=2**20)
+# the baselines' transports a simulation may pick by name (the sensitivity knob)
+TRANSPORTS = {t.name: t for t in (NCCL, NCCL_RENDEZVOUS)}
 
 
 def flow_bandwidth_bps(
@@ -165,9 +168,13 @@ def flow_time_s(
     cluster: Cluster, src: Sequence[int], dst: Sequence[int], nbytes, **sharing
 ) -> np.ndarray:
     """Seconds for each concurrent flow to move ``nbytes`` (a float, or one per flow); zero for
-    a device to itself."""
+    a device to itself. On a cluster with size-dependent ``links`` each flow reaches the fraction
+    of its bandwidth its size allows (:meth:`system.links.SizeDependentLinks.efficiency`)."""
     src, dst = np.asarray(src, dtype=int), np.asarray(dst, dtype=int)
     bw = flow_bandwidth_bps(cluster, src, dst, **sharing)
+    if cluster.links is not None:  # message-size-dependent links (system.links)
+        host = np.asarray(cluster.host_of)
+        bw = bw * cluster.links.efficiency(host[src], host[dst], nbytes)
     t = cluster.delay_s[src, dst] + 8.0 * np.asarray(nbytes, dtype=float) / bw
     return np.where(src == dst, 0.0, t)
 
