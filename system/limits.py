@@ -55,9 +55,11 @@ class LimitError(ValueError):
     """A size over its limit (the message names the key that raises it)."""
 
 
-def over_limit(what: str, value, key: str, limit, why: str) -> LimitError:
-    """The one-line error of every limit: ``what`` is ``value``, over ``key``=``limit``."""
-    return LimitError(f"{what}: over {key}={limit} ({why}; set {key}={value} to run anyway)")
+def over_limit(what: str, value, key: str, limit, why: str = "") -> LimitError:
+    """The one-line error of every limit: ``what``, over ``key``=``limit``, why the limit is
+    there (optional) and the override that goes past it (``set key=value``)."""
+    reason = f"{why}; " if why else ""
+    return LimitError(f"{what}: over {key}={limit} ({reason}set {key}={value} to run anyway)")
 
 
 def cpu_cores() -> int:
@@ -155,7 +157,7 @@ def check_train_memory(
     if need_gib > limit_gib:
         raise over_limit(
             f"model {model.name} with {model.num_layers} layers needs about {need_gib:.1f} GiB "
-            f"for its {pp * dp} ranks on this machine",
+            f"for its {pp * dp} rank{'s' if pp * dp != 1 else ''} on this machine",
             math.ceil(need_gib),
             key,
             limit_gib,
