@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
+import re
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -166,6 +167,9 @@ class LimitsConfig(Options):
             raise ConfigError(str(e)) from None
 
 
+STUDY_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+
+
 def default_results_dir(study: str, mode: str) -> str:
     """``results/<study>``; ad-hoc runs go to ``results/adhoc/<mode>`` so modes never mix."""
     return f"results/adhoc/{mode}" if study == "adhoc" else f"results/{study}"
@@ -205,8 +209,11 @@ class RunConfig(Options):
         super().check()
         if self.mode not in MODES or not isinstance(self, MODES[self.mode].schema):
             raise ConfigError(f"mode={self.mode!r}: expected one of {', '.join(MODES)}")
-        if not self.study.strip() or "/" in self.study:
-            raise ConfigError(f"study={self.study!r}: a non-empty name without '/'")
+        if not STUDY_NAME.fullmatch(self.study):
+            raise ConfigError(
+                f"study={self.study!r}: a plain name (letters, digits, '_.-', not starting "
+                "with '.' or '-'): it names the folder results/<study>"
+            )
         if self.results_dir is None:
             self.results_dir = default_results_dir(self.study, self.mode)
         _check_folder("results_dir", self.results_dir)

@@ -447,9 +447,9 @@ class EmulateConfig(LocalRunOptions, LayoutOptions, ModelOptions, CaseOptions, R
     )
     max_devices: int = option(8, "at most this many devices in the default pick", ge=1)
     bandwidth_scale: float = option(
-        0.1, "every bandwidth x this (the delayer tops ~1.1 Gbit/s)", gt=0
+        0.1, "every bandwidth x this (the delayer tops ~1.1 Gbit/s)", gt=0, le=100
     )
-    delay_scale: float = option(1.0, "every one-way delay x this", gt=0)
+    delay_scale: float = option(1.0, "every one-way delay x this", gt=0, le=100)
     hidden_size: int = option(256, "the emulated model's hidden size", ge=1)
     seq_length: int = option(64, "the emulated model's sequence length", ge=1)
     vocab_size: int = option(128, "the emulated model's vocabulary", ge=1)
@@ -483,6 +483,17 @@ class EmulateConfig(LocalRunOptions, LayoutOptions, ModelOptions, CaseOptions, R
                     f"devices={self.devices}: ids must be distinct, in 0..{n_case - 1}"
                 )
         n = len(self.devices) if self.devices else min(self.max_devices, n_case)
+        from system.emulation.plan import make_plan
+
+        try:  # the scaled links are ones tc can shape (a pure check: nothing is built)
+            make_plan(
+                self.cluster().subset(self.picked_devices(self.cluster())),
+                bandwidth_scale=self.bandwidth_scale,
+                delay_scale=self.delay_scale,
+                tag="check",
+            )
+        except ValueError as e:
+            raise ConfigError(f"bandwidth_scale/delay_scale: {e}") from None
         if self.grid:
             _check_local_ranks(self, self.tp * (self.pp or 1) * (self.dp or 1))
         else:

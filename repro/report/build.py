@@ -255,7 +255,11 @@ def _render(
 
 
 def run(cfg: ReportConfig) -> dict:
-    """``mode=report``: the study's report from its rows (``workflow.*``: ablation, tolerance)."""
+    """``mode=report``: the study's report from its rows (``workflow.*``: ablation, tolerance).
+    A study without rows is an error: a report of nothing would judge the paper's claims on
+    other studies' files alone."""
+    if read_rows(cfg.results_dir).empty:
+        raise ValueError(f"{cfg.results_dir}: no rows in its runs.parquet: nothing to report")
     paths = build_report(
         cfg.results_dir,
         ablation_path=cfg.workflow.ablation_csv,
@@ -270,12 +274,7 @@ def collect(cfg: CollectConfig) -> dict:
     """``mode=collect``: rewrite the study's runs.parquet (parts, old schema and old
     ``rows/*.json`` folded in) and runs.csv; what a sweep killed before its end leaves to do."""
     from system.results import collect as fold
-    from system.results import has_stored_rows
 
-    if not has_stored_rows(cfg.results_dir):
-        raise FileNotFoundError(
-            f"{cfg.results_dir} has no runs.parquet, parts/ or rows/: nothing ran there yet"
-        )
     path = fold(cfg.results_dir)
     print(f"collected: {path}")
     return {"runs_csv": str(path)}

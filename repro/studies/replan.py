@@ -143,6 +143,8 @@ def replay(
             )
             held[plan] = need
             sim = simulate_ours(sub, a, work)
+            if sim.status != "ok":  # the config checks every layout of the trace up front
+                raise ValueError(f"event {k}: {len(present)} devices, pp={pp}: {sim.status}")
             rows.append(
                 {
                     "event": k,

@@ -85,6 +85,27 @@ class EmulationPlan:
             raise ValueError(
                 f"emulation supports at most 250 devices, got {self.cluster.num_devices}"
             )
+        self._check_links()
+
+    def _check_links(self) -> None:
+        """Every scaled link within what tc can shape (:func:`system.emulation.tc.check_link`):
+        a bandwidth or delay scale that overflows or underflows a link is refused here, before
+        any namespace exists, naming the pair and the scales."""
+        from system.emulation.tc import MAX_DELAY_S, MAX_RATE_BPS, MIN_RATE_BPS
+
+        rate, delay = self.rate_bps, self.delay_s
+        off = ~np.eye(self.num_devices, dtype=bool)
+        bad = off & ~(
+            (rate >= MIN_RATE_BPS) & (rate <= MAX_RATE_BPS) & (delay >= 0) & (delay <= MAX_DELAY_S)
+        )
+        if bad.any():
+            i, j = (int(x) for x in np.argwhere(bad)[0])
+            raise ValueError(
+                f"emulated link {i}->{j}: {rate[i, j]:g} bit/s and {delay[i, j] * 1e3:g} ms after "
+                f"bandwidth_scale={self.bandwidth_scale:g}, delay_scale={self.delay_scale:g}; "
+                f"tc shapes {MIN_RATE_BPS}..{MAX_RATE_BPS:g} bit/s and delays up to "
+                f"{MAX_DELAY_S:g} s"
+            )
 
     # ---- names ----------------------------------------------------------------------------
     @property
