@@ -38,6 +38,7 @@ import numpy as np
 
 from system.cluster import Cluster
 from system.limits import check_devices
+from system.schema import file_digest
 
 __all__ = [
     "CASES",
@@ -542,7 +543,7 @@ def is_topology_file(case) -> bool:
     return str(case).lower().endswith(TOPOLOGY_SUFFIXES)
 
 
-def _digest(raw: bytes) -> str:
+def _digest(raw: bytes) -> str:  # as system.schema.file_digest does for a file
     return hashlib.sha256(raw).hexdigest()[:16]
 
 
@@ -555,12 +556,7 @@ def case_digest(case) -> str | None:
         return None
     p = Path(str(case))
     known = _DIGESTS.get(str(p.resolve()))
-    if known is not None:
-        return known
-    try:
-        return _digest(p.read_bytes())
-    except OSError:
-        return None
+    return known if known is not None else file_digest(p)
 
 
 def case_label(case) -> str:

@@ -87,6 +87,7 @@ __all__ = [
     "write_rows",
     "read_rows",
     "run_ids",
+    "current_run_ids",
     "has_row",
     "has_stored_rows",
     "collect",
@@ -480,6 +481,47 @@ def run_ids(results_dir: str | Path) -> set[str]:
     if (d / "rows").is_dir():  # the old store's row files
         ids |= {r["run_id"] for r in _load(d)}
     return ids
+
+
+@functools.lru_cache(maxsize=4096)
+def _keys_in(path: str, stamp: tuple[int, int, int]):
+    """(run_id, setting_id, timestamp_utc) of every row of one parquet file, cached like
+    :func:`_ids_in`; a table of schema 1 (no ``setting_id``) keys each row by its run id."""
+    import pyarrow.parquet as pq
+
+    names = set(pq.read_schema(path).names)
+    cols = [c for c in ("run_id", "setting_id", "timestamp_utc") if c in names]
+    df = _read_table(Path(path), columns=cols)
+    run = df["run_id"].astype(str)
+    setting = df["setting_id"].fillna(df["run_id"]).astype(str) if "setting_id" in df else run
+    stamp_s = (
+        df["timestamp_utc"].fillna("").astype(str)
+        if "timestamp_utc" in df
+        else run.map(lambda _: "")
+    )
+    return list(zip(run, setting, stamp_s, strict=True))
+
+
+def current_run_ids(results_dir: str | Path) -> set[str]:
+    """The run ids of the rows the study reports: the newest row of each setting (as
+    :func:`read_rows`). A run whose ``run_id`` is stored but superseded (its topology file was
+    edited and edited back, or its code version came back) is not current: it must be written
+    again to be reported, not skipped."""
+    d = Path(results_dir)
+    if (d / "rows").is_dir():  # the old store's row files: the full read
+        return set(read_rows(d)["run_id"].astype(str))
+    newest: dict[str, tuple[str, int, str]] = {}
+    order = 0
+    for f in [d / "runs.parquet", *_parts(d)]:  # the order read_rows ties in
+        try:
+            st = f.stat()
+        except FileNotFoundError:
+            continue
+        for run, setting, stamp in _keys_in(str(f), (st.st_ino, st.st_mtime_ns, st.st_size)):
+            order += 1
+            if setting not in newest or (stamp, order) >= newest[setting][:2]:
+                newest[setting] = (stamp, order, run)
+    return {run for _, _, run in newest.values()}
 
 
 def has_row(results_dir: str | Path, run_id: str) -> bool:

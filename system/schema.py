@@ -58,6 +58,7 @@ __all__ = [
     "TRAINED_SYSTEMS",
     "model_version",
     "run_id_for",
+    "file_digest",
     "git_state",
     "make_row",
 ]
@@ -301,6 +302,19 @@ def model_version(root: str | None = None) -> str:
     for p in files:
         h.update(p.relative_to(base).as_posix().encode() + b"\0" + _source_digest(p) + b"\0")
     return h.hexdigest()[:12]
+
+
+def file_digest(path: str | Path) -> str | None:
+    """16-hex SHA-256 of the content of the file ``path`` names, None when it names no readable
+    file (a case name, a folder): what a key holds for an input file, so that editing the file
+    changes the key."""
+    try:
+        p = Path(path)
+        if not p.is_file():
+            return None
+        return hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+    except (OSError, ValueError):  # ValueError: a name with a NUL byte
+        return None
 
 
 def run_id_for(key: Mapping) -> str:

@@ -46,9 +46,9 @@ from system.cluster import Cluster
 from system.results import (
     SIMULATED_SYSTEMS,
     atomic_write_text,
+    current_run_ids,
     make_row,
     read_rows,
-    run_ids,
     study_lock,
     write_rows,
 )
@@ -331,7 +331,9 @@ def run(cfg: SimulateConfig) -> dict:
         rows += r
         lines.append(ln)
     elapsed = time.perf_counter() - t0
-    stored = run_ids(results_dir)  # same settings and model version: nothing new to write
+    # same settings, model version and input files as the rows reported now: nothing to write
+    # (a row stored but superseded, e.g. a topology file edited back, is written again)
+    stored = current_run_ids(results_dir)
     new = [r for r in rows if r["run_id"] not in stored]
     log.info(
         "simulated %d settings in %.1f s: %d rows (%d new) -> %s",

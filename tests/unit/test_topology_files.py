@@ -63,6 +63,50 @@ def test_editing_a_topology_file_gives_new_rows_that_supersede_the_old(tmp_path)
     fresh = tmp_path / "fresh"
     assert _simulate(topo, fresh).returncode == 0
     assert _ours(fresh) == pytest.approx(after)
+    # edited back: its rows are stored already, but superseded; the rerun makes them current
+    topo.write_text(TOPOLOGY.format(bw=1))
+    third = _simulate(topo, results)
+    assert third.returncode == 0, third.stderr[-2000:]
+    assert _ours(results) == pytest.approx(before)
+
+
+def test_a_sweep_reruns_a_finished_job_whose_topology_file_changed(tmp_path):
+    topo, results = tmp_path / "edit.yaml", tmp_path / "R"
+    topo.write_text(TOPOLOGY.format(bw=1))
+
+    def sweep() -> str:
+        out = subprocess.run(
+            [
+                sys.executable,
+                "repro/run.py",
+                "-m",
+                "sweep=smoke",
+                f"case={topo}",
+                "model=debug",
+                "system=ours",
+                "batch=16",
+                f"results_dir={results}",
+                f"hydra.sweep.dir={tmp_path / 'mr'}",
+                "workflow.ablation_csv=null",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        return out.stdout + out.stderr
+
+    assert "1 jobs ran, 0 skipped" in sweep()
+    before = _ours(results)
+    assert "0 jobs ran, 1 skipped" in sweep()  # unchanged: finished
+    topo.write_text(TOPOLOGY.format(bw=0.01))
+    assert "1 jobs ran, 0 skipped" in sweep()  # edited: a new job
+    assert _ours(results)[0] > before[0]
+    topo.write_text(TOPOLOGY.format(bw=1))
+    assert "1 jobs ran, 0 skipped" in sweep()  # edited back: its rows were superseded
+    assert _ours(results) == pytest.approx(before)
 
 
 def test_row_key_holds_the_file_digest_as_a_version(tmp_path):
