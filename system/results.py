@@ -510,17 +510,21 @@ def current_run_ids(results_dir: str | Path) -> set[str]:
     d = Path(results_dir)
     if (d / "rows").is_dir():  # the old store's row files: the full read
         return set(read_rows(d)["run_id"].astype(str))
-    newest: dict[str, tuple[str, int, str]] = {}
-    order = 0
-    for f in [d / "runs.parquet", *_parts(d)]:  # the order read_rows ties in
+
+    def keys(f: Path) -> list:
         try:
             st = f.stat()
-        except FileNotFoundError:
-            continue
-        for run, setting, stamp in _keys_in(str(f), (st.st_ino, st.st_mtime_ns, st.st_size)):
-            order += 1
-            if setting not in newest or (stamp, order) >= newest[setting][:2]:
-                newest[setting] = (stamp, order, run)
+            return _keys_in(str(f), (st.st_ino, st.st_mtime_ns, st.st_size))
+        except FileNotFoundError:  # a part folded into runs.parquet meanwhile (read after)
+            return []
+
+    # Parts first, as every read here does: a part deleted after this read was folded into the
+    # table read next. Ties in time go the way read_rows breaks them (table rows first).
+    from_parts = [k for f in _parts(d) for k in keys(f)]
+    newest: dict[str, tuple[str, int, str]] = {}
+    for order, (run, setting, stamp) in enumerate([*keys(d / "runs.parquet"), *from_parts]):
+        if setting not in newest or (stamp, order) >= newest[setting][:2]:
+            newest[setting] = (stamp, order, run)
     return {run for _, _, run in newest.values()}
 
 

@@ -60,10 +60,10 @@ def test_a_killed_emulate_run_leaves_nothing_behind(tmp_path, sig):
         "mode=emulate",
         "case=debug",
         "model=debug",
-        "emulate.devices=[0,2,4,6]",
-        "emulate.layouts=[scheduled]",
-        "emulate.verify_pairs=1",
-        "emulate.on_verify_fail=warn",  # a loaded machine must not end the run early
+        "devices=[0,2,4,6]",
+        "layouts=[scheduled]",
+        "verify_pairs=1",
+        "on_verify_fail=warn",  # a loaded machine must not end the run early
         "iters=20000",
         f"results_dir={tmp_path / 'R'}",
     )
