@@ -259,9 +259,14 @@ class GpuCheckConfig(RunConfig):
 class ProbeInputsConfig(RunConfig):
     """Every bad or edge input of the review on two commits; the table of what each did."""
 
-    before: str = option("9287ca2", "the commit before")
+    before: str = option("258260b", "the commit before")
     after: str = option("HEAD", "the commit after")
     only: str | None = option(None, "run the probes whose name contains this")
+    lock_dir: str | None = option(
+        None,
+        "a shared machine's lock folder: each probe holds dtfm-cpu.lock shared, an emulating "
+        "one dtfm-netns.lock exclusive first",
+    )
 
 
 # ---- registered validation (calibrate -> predict -> commit -> measure -> score) ----------------

@@ -19,7 +19,7 @@ from system.emulation.shell import netns_list
 from system.emulation.verify import measure_rtt_ms, verify_links
 from tests.emulation._poll import wait_for
 from tests.emulation._skip import _why_skip
-from tests.leftovers import guard_of
+from repro.studies.leftovers import guard_of
 
 pytestmark = [
     pytest.mark.emulation,

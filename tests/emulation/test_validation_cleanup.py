@@ -20,7 +20,7 @@ from system.emulation.netns import STATE_ROOT
 from system.emulation.shell import netns_list
 from tests.emulation._poll import wait_for
 from tests.emulation._skip import _why_skip
-from tests.leftovers import guard_of
+from repro.studies.leftovers import guard_of
 
 pytestmark = [
     pytest.mark.emulation,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from system.lifeline import descendants
-from tests.leftovers import cmdline, left_after, snapshot, start_job, stop
+from repro.studies.leftovers import cmdline, left_after, snapshot, start_job, stop
 
 pytestmark = [pytest.mark.dist]
 

@@ -18,7 +18,7 @@ import pytest
 from system.lifeline import descendants
 from system.runtime.launch import launch
 from system.runtime.spec import RunSpec
-from tests.leftovers import listening, socket_inodes
+from repro.studies.leftovers import listening, socket_inodes
 
 pytestmark = [pytest.mark.dist, pytest.mark.slow]
 

@@ -1,4 +1,5 @@
-"""What a run leaves on this machine: its process tree, listening ports and temporary folders.
+"""What a run leaves on this machine: its process tree, listening ports and temporary folders
+(used by the killed-run tests and the hostile-input probes).
 
 A test snapshots a running job (:func:`snapshot`), kills it, then asks :func:`left_after` what
 survived: processes of the snapshot still alive (the same pid and start time), TCP ports the
@@ -138,7 +139,8 @@ def stop(p: subprocess.Popen, s: Snapshot | None) -> None:
 def guard_of(pid: int) -> int:
     """The lifeline guard ``pid`` started (:mod:`system.lifeline`): its child running it."""
     guards = [d for d in descendants(pid) if "system.lifeline" in " ".join(cmdline(d))]
-    assert len(guards) == 1, guards
+    if len(guards) != 1:
+        raise LookupError(f"process {pid} has {len(guards)} lifeline guards, not one: {guards}")
     return guards[0]
 
 

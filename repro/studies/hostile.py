@@ -1,0 +1,830 @@
+"""The inputs of the hostile-input review, by family, and the files they need.
+
+:class:`Probe` is one input: the commands that exercise it (``R/`` is a scratch folder, filled by
+:func:`setup` with the bad files below) and what to do around them. The families: topology files
+(malformed, aliases, custom tags, injected names, sizes, bad numbers), the tc scripts and the
+emulation command, corrupt or wrong-schema result stores and reports, paths (cases, studies,
+folders that are files, read-only or full), numbers (seeds, rates, scales, tolerances, limits,
+options another system does not read) and signals (a training or emulated run stopped by SIGTERM,
+SIGHUP or SIGKILL, and what it left: processes, ports, folders, namespaces).
+
+:mod:`repro.studies.probe_inputs` runs each probe on two commits and writes the table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "Probe",
+    "HOSTILE",
+    "setup",
+    "TOPOLOGY",
+    "MARKER",
+    "NotRun",
+    "around",
+    "after",
+    "signal_step",
+]
+
+PY = sys.executable
+
+# A four-device topology file with two slots: the cross-region bandwidth and an extra field on
+# one pair (the unit tests of the config errors write the same bad files).
+TOPOLOGY = """name: t
+devices: [A, A, B, B]
+pairs:
+  - {region_a: A, region_b: B, delay_ms: 10, bandwidth_gbps: %s}
+  - {region_a: A, region_b: A, delay_ms: 0.1, bandwidth_gbps: 10%s}
+  - {region_a: B, region_b: B, delay_ms: 0.1, bandwidth_gbps: 10}
+"""
+MARKER = "INJECTED"  # a file an injected command would create in the scratch folder
+
+
+@dataclass
+class Probe:
+    name: str
+    steps: list[list[str]]  # each a command line (run.py etc.), run in order
+    timeout_s: float = 120
+    not_before: str = ""  # reason not to run it on the old code
+    old_steps: list[list[str]] | None = None  # the steps' spelling on the old code
+    concurrent: bool = False  # run the steps at the same time
+    edit: str = ""  # an edit before the last step: hardware | topology (| topology_back)
+    note: str = ""
+    inspect: str = ""  # a results folder to describe afterwards (rows stored, REPORT.md)
+    signal: str = ""  # SIGTERM | SIGHUP | SIGKILL, sent to the (one) step once its ranks run
+    ranks: int = 0  # how many ranks (system.runtime.worker) to wait for before the signal
+    netns: bool = False  # builds network namespaces: root, and the namespace lock
+    mount: str = ""  # ro (R/ro: a read-only study) | full (R/full: a full 1 MiB tmpfs)
+    cwd: str = ""  # run in this folder of the scratch (default: the copy's root)
+    env: dict | None = None  # extra environment
+    dry_run_scripts: str = ""  # a folder of generated tc scripts to dry-run (DTFM_TC=echo)
+
+
+def _r(*args: str) -> list[str]:
+    return [PY, "repro/run.py", *args]
+
+
+def _emu(*args: str) -> list[str]:
+    return [PY, "-m", "system.emulation", *args]
+
+
+DBG = ["case=debug", "model=debug"]
+TRAIN = ["mode=train", "system=ours", "model=debug"]
+EMULATE = [
+    "mode=emulate",
+    "case=debug",
+    "model=debug",
+    "devices=[0,2,4,6]",
+    "layouts=[scheduled]",
+    "verify_pairs=1",
+    "on_verify_fail=warn",
+]
+HOSTS = ["--hosts", "R/hosts.txt", "--out", "R/tc"]
+
+
+def _topology(name: str, text: str, *extra: str) -> Probe:
+    return Probe(
+        f"topology file: {name}", [_r(f"case=R/{text}", "model=debug", "results_dir=R/a", *extra)]
+    )
+
+
+def _table(name: str, mode: str, folder: str) -> Probe:
+    return Probe(f"mode={mode} on {name}", [_r(f"mode={mode}", f"results_dir={folder}")])
+
+
+# ---- the files ---------------------------------------------------------------------------------
+def _topology_text(name="t", devices=None, pairs=None, **extra) -> str:
+    doc = {
+        "name": name,
+        "devices": devices if devices is not None else ["A", "A", "B", "B"],
+        "pairs": pairs
+        if pairs is not None
+        else [
+            {"region_a": "A", "region_b": "B", "delay_ms": 10, "bandwidth_gbps": 1},
+            {"region_a": "A", "region_b": "A", "delay_ms": 0.1, "bandwidth_gbps": 10},
+            {"region_a": "B", "region_b": "B", "delay_ms": 0.1, "bandwidth_gbps": 10},
+        ],
+        **extra,
+    }
+    return json.dumps(doc)
+
+
+def _pair(**changes) -> list[dict]:
+    return [
+        {"region_a": "A", "region_b": "B", "delay_ms": 10, "bandwidth_gbps": 1, **changes},
+        {"region_a": "A", "region_b": "A", "delay_ms": 0.1, "bandwidth_gbps": 10},
+        {"region_a": "B", "region_b": "B", "delay_ms": 0.1, "bandwidth_gbps": 10},
+    ]
+
+
+INJECTIONS = {
+    "newline": "innocent\ntouch {m} #",
+    "semicolon": "x; touch {m}",
+    "command substitution": "x$(touch {m})",
+    "backticks": "x`touch {m}`",
+    "double quote": 'x"; touch {m}; "',
+    "single quote": "x'; touch {m}; '",
+}
+
+
+def setup(scratch: Path) -> None:
+    """Write every file the probes read into ``scratch`` (the probes' ``R/``)."""
+    scratch.mkdir(exist_ok=True)
+    (scratch / "file").write_text("not a folder\n")
+    (scratch / "adir").mkdir(exist_ok=True)
+    (scratch / "extra.yaml").write_text(TOPOLOGY % ("1", ", note: x"))
+    (scratch / "bool.yaml").write_text(TOPOLOGY % ("true", ""))
+    (scratch / "extra.csv").write_text("region_a,region_b,delay_ms,bandwidth_gbps\nA,B,10,1,9\n")
+    (scratch / "pairs.yaml").write_text(
+        "pairs:\n  - {region_a: A, region_b: B, delay_ms: 10, bandwidth_gbps: true}\n"
+    )
+    marker = scratch / MARKER
+    files = {
+        "edit.yaml": TOPOLOGY % ("1", ""),
+        "malformed.yaml": "name: x\ndevices: [A, B\npairs: []\n",
+        "pytag.yaml": f"devices: !!python/object/apply:os.system ['touch {marker}']\npairs: []\n",
+        "custom_tag.yaml": "devices: !custom [A, B]\npairs: []\n",
+        "alias.yaml": "devices: &d [A, A, B, B]\nname: *d\npairs: []\n",
+        "bomb.yaml": "name:\n  - &a0 [x, x, x, x, x, x, x, x, x]\n"
+        + "".join(f"  - &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 10))
+        + "devices: [A, A, B, B]\npairs: []\n",
+        "deep.yaml": "devices: " + "[" * 5000 + "]" * 5000 + "\n",
+        "notutf8.yaml": None,
+        "empty.yaml": "",
+        "list.yaml": "- A\n- B\n",
+        "devices_str.yaml": _topology_text(devices="A"),
+        "devices_empty.yaml": _topology_text(devices=[]),
+        "no_pairs.yaml": json.dumps({"devices": ["A", "B"]}),
+        "bw0.yaml": _topology_text(pairs=_pair(bandwidth_gbps=0)),
+        "bw_neg.yaml": _topology_text(pairs=_pair(bandwidth_gbps=-1)),
+        "bw_nan.yaml": "devices: [A, A, B, B]\npairs:\n"
+        "  - {region_a: A, region_b: B, delay_ms: 10, bandwidth_gbps: .nan}\n",
+        "bw_inf.yaml": "devices: [A, A, B, B]\npairs:\n"
+        "  - {region_a: A, region_b: B, delay_ms: 10, bandwidth_gbps: .inf}\n",
+        "delay_neg.yaml": _topology_text(pairs=_pair(delay_ms=-5)),
+        "delay_text.yaml": _topology_text(pairs=_pair(delay_ms="fast")),
+        "unknown_key.yaml": _topology_text(color="red"),
+        "twice.yaml": _topology_text(
+            pairs=[
+                *_pair(),
+                {"region_a": "B", "region_b": "A", "delay_ms": 99, "bandwidth_gbps": 1},
+            ]
+        ),
+        "no_link.yaml": _topology_text(devices=["A", "B", "C"]),
+        "bad.json": '{"devices": ["A", "B"],',
+        "nan.json": '{"devices": ["A", "A"], "pairs": [], "intra_delay_ms": NaN, '
+        '"intra_bandwidth_gbps": 1}',
+        "huge.yaml": None,
+        "big10k.yaml": _topology_text(devices=["A", "B"] * 5000),
+        "region_newline.yaml": _topology_text(devices=[f"A\ntouch {marker}", "B"]),
+    }
+    for name, payload in INJECTIONS.items():
+        files[f"inject_{name.replace(' ', '_')}.yaml"] = _topology_text(
+            name=payload.format(m=marker)
+        )
+    for name, text in files.items():
+        if text is not None:
+            (scratch / name).write_text(text)
+    (scratch / "notutf8.yaml").write_bytes(b"devices: [\xff\xfe]\npairs: []\n")
+    (scratch / "huge.yaml").write_bytes(b"# padding\n" * (1024 * 1024))  # 10 MiB of comments
+    (scratch / "dir.yaml").mkdir(exist_ok=True)
+    (scratch / "hosts.txt").write_text("198.18.1.1\n198.18.1.2\n198.18.1.3\n198.18.1.4\n")
+    (scratch / "hosts_bad.txt").write_text(f"198.18.1.1\n198.18.1.2; touch {marker}\n")
+    (scratch / "assignment_bad.json").write_text('{"stages": [[0, 1], [2]]')
+    _stores(scratch)
+
+
+def _stores(scratch: Path) -> None:
+    """Results folders: empty, a corrupt or wrong-schema table or part, a runs.csv alone."""
+    import pandas as pd
+
+    for d in ("empty", "corrupt", "schema", "corrupt_part", "schema_part", "csv_only", "truncated"):
+        (scratch / d).mkdir(exist_ok=True)
+    (scratch / "corrupt" / "runs.parquet").write_bytes(b"PAR1 this is not parquet")
+    pd.DataFrame({"setting": ["a"], "iter_time_s": [1.0]}).to_parquet(
+        scratch / "schema" / "runs.parquet"
+    )
+    for d, payload in (("corrupt_part", None), ("schema_part", "schema")):
+        (scratch / d / "parts").mkdir(exist_ok=True)
+        part = scratch / d / "parts" / "0001-host-1-abcd.parquet"
+        if payload is None:
+            part.write_bytes(b"garbage")
+        else:
+            pd.DataFrame({"x": [1]}).to_parquet(part)
+    (scratch / "csv_only" / "runs.csv").write_text("run_id,case\nabc,5\n")
+    full = pd.DataFrame({"run_id": [f"r{i}" for i in range(200)], "x": range(200)})
+    full.to_parquet(scratch / "truncated" / "runs.parquet")
+    data = (scratch / "truncated" / "runs.parquet").read_bytes()
+    (scratch / "truncated" / "runs.parquet").write_bytes(data[: len(data) // 2])
+
+
+# ---- the probes --------------------------------------------------------------------------------
+TOPOLOGY_FILES = [
+    Probe(
+        "topology file edited (bandwidth 1 -> 0.01 Gbit/s) and simulated again",
+        [_r("case=R/edit.yaml", "model=debug", "results_dir=R/e")] * 2,
+        edit="topology",
+        note="message: rows written by the second run",
+    ),
+    Probe(
+        "topology file edited, then edited back, simulated a third time",
+        [_r("case=R/edit.yaml", "model=debug", "results_dir=R/e")] * 3,
+        edit="topology_back",
+        note="message: rows written by the third run",
+    ),
+    _topology("malformed YAML", "malformed.yaml"),
+    _topology("a Python tag (!!python/object/apply)", "pytag.yaml"),
+    _topology("a custom tag (!custom)", "custom_tag.yaml"),
+    _topology("a YAML alias", "alias.yaml"),
+    Probe(
+        "topology file: nested aliases under name: (9 levels of 9)",
+        [_r("case=R/bomb.yaml", "model=debug", "results_dir=R/a")],
+        timeout_s=60,
+    ),
+    _topology("5000 nested brackets", "deep.yaml"),
+    _topology("not UTF-8", "notutf8.yaml"),
+    _topology("empty", "empty.yaml"),
+    _topology("a list, not a mapping", "list.yaml"),
+    _topology("devices a string", "devices_str.yaml"),
+    _topology("devices empty", "devices_empty.yaml"),
+    _topology("no pairs", "no_pairs.yaml"),
+    _topology("bandwidth_gbps: 0", "bw0.yaml"),
+    _topology("bandwidth_gbps: -1", "bw_neg.yaml"),
+    _topology("bandwidth_gbps: .nan", "bw_nan.yaml"),
+    _topology("bandwidth_gbps: .inf", "bw_inf.yaml"),
+    _topology("delay_ms: -5", "delay_neg.yaml"),
+    _topology("delay_ms: fast", "delay_text.yaml"),
+    _topology("an unknown key", "unknown_key.yaml"),
+    _topology("a pair given twice with other values", "twice.yaml"),
+    _topology("a region without link values", "no_link.yaml"),
+    _topology("malformed JSON", "bad.json"),
+    _topology("JSON with NaN", "nan.json"),
+    _topology("10 MiB", "huge.yaml"),
+    Probe(
+        "topology file: 10,000 devices",
+        [_r("case=R/big10k.yaml", "model=debug", "results_dir=R/a")],
+        timeout_s=120,
+    ),
+    _topology("a folder named .yaml", "dir.yaml"),
+    _topology("missing", "missing.yaml"),
+    _topology("a region with a newline and a command", "region_newline.yaml"),
+    *[
+        Probe(
+            f"topology name with a {what} (simulate)",
+            [_r(f"case=R/inject_{what.replace(' ', '_')}.yaml", "model=debug", "results_dir=R/a")],
+            note="marker",
+        )
+        for what in INJECTIONS
+    ],
+]
+
+TC_SCRIPTS = [
+    *[
+        Probe(
+            f"tc-script: topology name with a {what}, then a dry run of the scripts",
+            [_emu("tc-script", "--case", f"R/inject_{what.replace(' ', '_')}.yaml", *HOSTS)],
+            dry_run_scripts="R/tc",
+            note="marker",
+        )
+        for what in INJECTIONS
+    ],
+    Probe(
+        "tc-script --dev 'eth0; touch R/INJECTED'",
+        [
+            _emu(
+                "tc-script",
+                "--case",
+                "5",
+                "--devices",
+                "0,8,24,40",
+                *HOSTS,
+                "--dev",
+                "eth0; touch R/INJECTED",
+            )
+        ],
+        dry_run_scripts="R/tc",
+        note="marker",
+    ),
+    Probe(
+        "tc-script with a host list holding a command",
+        [
+            _emu(
+                "tc-script",
+                "--case",
+                "5",
+                "--devices",
+                "0,8",
+                "--hosts",
+                "R/hosts_bad.txt",
+                "--out",
+                "R/tc",
+            )
+        ],
+        dry_run_scripts="R/tc",
+        note="marker",
+    ),
+    *[
+        Probe(
+            f"tc-script {flag} {value}",
+            [_emu("tc-script", "--case", "5", "--devices", "0,8,24,40", *HOSTS, flag, value)],
+        )
+        for flag, value in (
+            ("--delay-scale", "inf"),
+            ("--delay-scale", "nan"),
+            ("--delay-scale", "-1"),
+            ("--delay-scale", "1e6"),
+            ("--bandwidth-scale", "inf"),
+            ("--bandwidth-scale", "1e-12"),
+            ("--bandwidth-scale", "1e300"),
+            ("--bandwidth-scale", "0"),
+            ("--mtu", "100000"),
+            ("--mtu", "100"),
+            ("--mtu", "1500.5"),
+            ("--devices", "0,x"),
+            ("--devices", "0,99"),
+        )
+    ],
+    Probe("emulation check: malformed YAML", [_emu("check", "--case", "R/malformed.yaml")]),
+    Probe(
+        "emulation check: a Python tag", [_emu("check", "--case", "R/pytag.yaml")], note="marker"
+    ),
+    Probe("emulation check --pairs 0", [_emu("check", "--case", "debug", "--pairs", "0")]),
+    Probe("emulation cleanup --tag 'x;y'", [_emu("cleanup", "--dry-run", "--tag", "x;y")]),
+]
+
+STORES = [
+    _table("a missing folder", "report", "R/nope"),
+    _table("an empty folder", "report", "R/empty"),
+    _table("a corrupt runs.parquet", "report", "R/corrupt"),
+    _table("a runs.parquet of another schema", "report", "R/schema"),
+    _table("a corrupt part", "report", "R/corrupt_part"),
+    _table("a part of another schema", "report", "R/schema_part"),
+    _table("a runs.csv without runs.parquet", "report", "R/csv_only"),
+    _table("a truncated runs.parquet", "report", "R/truncated"),
+    _table("a file", "report", "R/file"),
+    _table("a missing folder", "collect", "R/nope"),
+    _table("an empty folder", "collect", "R/empty"),
+    _table("a corrupt runs.parquet", "collect", "R/corrupt"),
+    _table("a runs.parquet of another schema", "collect", "R/schema"),
+    _table("a corrupt part", "collect", "R/corrupt_part"),
+    _table("a truncated runs.parquet", "collect", "R/truncated"),
+    _table("an empty folder", "emulation_report", "R/empty"),
+    _table("an empty folder", "compare_baselines", "R/empty"),
+    Probe(
+        "simulate into a folder with a corrupt runs.parquet", [_r(*DBG, "results_dir=R/corrupt")]
+    ),
+    Probe(
+        "simulate into a folder whose runs.parquet has another schema",
+        [_r(*DBG, "results_dir=R/schema")],
+    ),
+    Probe(
+        "mode=report on a read-only study",
+        [_r("mode=report", "results_dir=R/ro/study")],
+        mount="ro",
+    ),
+    Probe(
+        "mode=collect on a read-only study",
+        [_r("mode=collect", "results_dir=R/ro/study")],
+        mount="ro",
+    ),
+    Probe("simulate into a full disk", [_r(*DBG, "results_dir=R/full/study")], mount="full"),
+    Probe(
+        "simulate from a working folder that is not writable",
+        [_r(*DBG, "results_dir=R/a")],
+        mount="ro",
+        cwd="R/ro",
+    ),
+]
+
+PATHS = [
+    Probe(
+        "mode=schedule case=<absolute path of a topology file>",
+        [_r("mode=schedule", "case=R/edit.yaml", "scheduler.trials=2", "results_dir=R/s")],
+        note="files",
+        inspect="R/s",
+    ),
+    Probe(
+        "mode=schedule case=R/adir/../<file> (a path that climbs)",
+        [_r("mode=schedule", "case=R/adir/../edit.yaml", "scheduler.trials=2", "results_dir=R/s")],
+        note="files",
+    ),
+    Probe("study=.. (default results folder)", [_r(*DBG, "study=..")], note="files"),
+    Probe("study=.", [_r(*DBG, "study=.")], note="files"),
+    Probe("study=a/b", [_r(*DBG, "study=a/b")]),
+    Probe("study='a b'", [_r(*DBG, "study=a b")]),
+    Probe("train metrics_out=<a folder>", [_r(*TRAIN, "metrics_out=R/adir")]),
+    Probe("train trace=<a folder>", [_r(*TRAIN, "trace=R/adir")]),
+    Probe("train log_dir=<a file>", [_r(*TRAIN, "log_dir=R/file")]),
+    Probe("train runtime.assignment=<missing>", [_r(*TRAIN, "runtime.assignment=R/none.json")]),
+    Probe(
+        "train runtime.assignment=<malformed JSON>",
+        [_r(*TRAIN, "runtime.assignment=R/assignment_bad.json")],
+    ),
+    Probe("schedule out=''", [_r("mode=schedule", "out=")]),
+    Probe("schedule out=<a folder>", [_r("mode=schedule", "out=R/adir/", "scheduler.trials=2")]),
+    Probe(
+        "bench_runtime table=../x.csv",
+        [_r("mode=bench_runtime", "table=../x.csv", "results_dir=R/b")],
+    ),
+    Probe(
+        "simulate while .git/index.lock exists (a commit in progress)",
+        [_r(*DBG, "results_dir=R/g")],
+        note="git",
+    ),
+]
+
+NUMBERS = [
+    Probe("seed=2**63", [_r(*DBG, "seed=9223372036854775808", "results_dir=R/a")]),
+    Probe("seed=-1", [_r(*DBG, "seed=-1", "results_dir=R/a")]),
+    Probe("workflow.tolerance=nan", [_r(*DBG, "workflow.tolerance=nan", "results_dir=R/a")]),
+    Probe("workflow.tolerance=inf", [_r(*DBG, "workflow.tolerance=inf", "results_dir=R/a")]),
+    Probe("workflow.tolerance=1.5", [_r(*DBG, "workflow.tolerance=1.5", "results_dir=R/a")]),
+    Probe(
+        "train runtime.lr=1e30",
+        [_r(*TRAIN, "runtime.lr=1e30", "iters=4", "results_dir=R/t")],
+        timeout_s=180,
+    ),
+    Probe("train runtime.lr=nan", [_r(*TRAIN, "runtime.lr=nan", "results_dir=R/t")]),
+    Probe("train runtime.lr=0", [_r(*TRAIN, "runtime.lr=0", "results_dir=R/t")]),
+    Probe(
+        "replan case=debug (defaults)",
+        [_r("mode=replan", "case=debug", "results_dir=R/p")],
+        timeout_s=180,
+    ),
+    Probe(
+        "replan interval_s=inf", [_r("mode=replan", "case=5", "interval_s=inf", "results_dir=R/p")]
+    ),
+    Probe(
+        "replan step_devices=8 (the trace reaches 56 devices)",
+        [_r("mode=replan", "case=5", "step_devices=8", "events=1", "results_dir=R/p")],
+        timeout_s=180,
+    ),
+    Probe(
+        "replan time_limit_s=1e9",
+        [_r("mode=replan", "case=5", "time_limit_s=1e9", "results_dir=R/p")],
+        timeout_s=180,
+    ),
+    Probe(
+        "emulate bandwidth_scale=1e-12",
+        [_r(*EMULATE, "bandwidth_scale=1e-12", "results_dir=R/m")],
+        netns=True,
+    ),
+    Probe(
+        "emulate bandwidth_scale=1e300",
+        [_r(*EMULATE, "bandwidth_scale=1e300", "results_dir=R/m")],
+        netns=True,
+        timeout_s=300,
+    ),
+    Probe(
+        "emulate delay_scale=1e6", [_r(*EMULATE, "delay_scale=1e6", "results_dir=R/m")], netns=True
+    ),
+    Probe(
+        "emulate delay_scale=nan", [_r(*EMULATE, "delay_scale=nan", "results_dir=R/m")], netns=True
+    ),
+    Probe("simulate compute_efficiency=0", [_r(*DBG, "compute_efficiency=0", "results_dir=R/a")]),
+    Probe(
+        "simulate compute_efficiency=nan", [_r(*DBG, "compute_efficiency=nan", "results_dir=R/a")]
+    ),
+    Probe(
+        "simulate repeats=1000000", [_r(*DBG, "repeats=1000000", "results_dir=R/a")], timeout_s=60
+    ),
+    Probe(
+        "train layers=100000",
+        [_r(*TRAIN, "layers=100000", "results_dir=R/t")],
+        timeout_s=60,
+        not_before="builds 100000 layers per rank: hours and all the memory",
+    ),
+    Probe("train iters=0", [_r(*TRAIN, "iters=0", "results_dir=R/t")]),
+    Probe("train timeout_s=nan", [_r(*TRAIN, "timeout_s=nan", "results_dir=R/t")]),
+    Probe("simulate batch=0", [_r(*DBG, "batch=0", "results_dir=R/a")]),
+    Probe("simulate micro_batch_size=0", [_r(*DBG, "micro_batch_size=0", "results_dir=R/a")]),
+    Probe("simulate layers=-1", [_r(*DBG, "layers=-1", "results_dir=R/a")]),
+    Probe("simulate case=5 pp=1000", [_r("case=5", "pp=1000", "results_dir=R/a")]),
+    Probe("simulate system=ours tp=2", [_r(*DBG, "system=ours", "tp=2", "results_dir=R/a")]),
+    Probe("train system=ours tp=2", [_r(*TRAIN, "tp=2", "results_dir=R/t")], timeout_s=180),
+    Probe("train system=ours zero=1", [_r(*TRAIN, "zero=1", "results_dir=R/t")], timeout_s=180),
+    Probe(
+        "train system=megatron zero=1",
+        [
+            _r(
+                "mode=train",
+                "system=megatron",
+                "model=debug",
+                "zero=1",
+                "iters=1",
+                "results_dir=R/t",
+            )
+        ],
+        timeout_s=300,
+    ),
+    Probe(
+        "train system=megatron runtime.dp_mode=allreduce",
+        [
+            _r(
+                "mode=train",
+                "system=megatron",
+                "model=debug",
+                "runtime.dp_mode=allreduce",
+                "iters=1",
+                "results_dir=R/t",
+            )
+        ],
+        timeout_s=300,
+    ),
+    Probe(
+        "schedule scheduler.time_limit_s=inf", [_r("mode=schedule", "scheduler.time_limit_s=inf")]
+    ),
+    Probe("schedule scheduler.trials=0", [_r("mode=schedule", "scheduler.trials=0")]),
+    Probe("schedule scheduler.population=1", [_r("mode=schedule", "scheduler.population=1")]),
+    Probe("limits.max_local_ranks=0", [_r(*DBG, "limits.max_local_ranks=0", "results_dir=R/a")]),
+    Probe(
+        "two sweeps started in the same second (default Hydra folders)",
+        [
+            _r(
+                "-m",
+                "sweep=smoke",
+                *DBG,
+                "system=ours",
+                "batch=16,32",
+                "results_dir=R/sw4",
+                "workflow.ablation_csv=null",
+            ),
+            _r(
+                "-m",
+                "sweep=smoke",
+                *DBG,
+                "system=ours",
+                "batch=16,32",
+                "results_dir=R/sw4",
+                "workflow.ablation_csv=null",
+            ),
+        ],
+        concurrent=True,
+        timeout_s=300,
+        note="message: jobs ran/skipped of each; hydra folders",
+    ),
+    Probe(
+        "logger=wandb with WANDB_MODE=offline on an ordinary simulate run",
+        [_r(*DBG, "system=ours", "logger=wandb", "results_dir=R/w")],
+        env={"WANDB_MODE": "offline", "WANDB_SILENT": "true"},
+        timeout_s=180,
+    ),
+    Probe(
+        "WANDB_MODE=bogus with logger=wandb",
+        [_r(*DBG, "system=ours", "logger=wandb", "results_dir=R/w")],
+        env={"WANDB_MODE": "bogus"},
+    ),
+]
+
+SIGNALS = [
+    *[
+        Probe(
+            f"{sig} to a mode=train run (pp=2 dp=2, 20000 iterations) once its ranks run",
+            [_r(*TRAIN, "pp=2", "dp=2", "iters=20000", "results_dir=R/t")],
+            signal=sig,
+            ranks=4,
+            timeout_s=240,
+        )
+        for sig in ("SIGTERM", "SIGHUP", "SIGKILL")
+    ],
+    *[
+        Probe(
+            f"{sig} to a mode=emulate run (4 devices, 20000 iterations) once its ranks run",
+            [_r(*EMULATE, "iters=20000", "results_dir=R/m")],
+            signal=sig,
+            ranks=4,
+            netns=True,
+            timeout_s=400,
+        )
+        for sig in ("SIGTERM", "SIGKILL")
+    ],
+]
+
+HOSTILE = [*TOPOLOGY_FILES, *TC_SCRIPTS, *STORES, *PATHS, *NUMBERS, *SIGNALS]
+
+
+# ---- around the steps: locks, mounts, a git repository, signals, and what was left ------------
+class NotRun(Exception):
+    """A probe this machine cannot run (the message says why)."""
+
+
+@dataclass
+class Context:
+    """What :func:`around` prepared: the scratch folder and the git index's stamp."""
+
+    tree: Path
+    scratch: Path
+    index_mtime_ns: int | None = None
+
+
+@contextlib.contextmanager
+def _flock(path: Path, exclusive: bool):
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _sh(*args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(list(args), capture_output=True, text=True, timeout=60, **kw)
+
+
+@contextlib.contextmanager
+def _mount(kind: str, scratch: Path):
+    """``ro``: ``R/ro`` a read-only tmpfs holding a study; ``full``: ``R/full`` a full tmpfs."""
+    if os.geteuid() != 0:
+        raise NotRun("needs root to mount a tmpfs")
+    d = scratch / kind
+    d.mkdir(exist_ok=True)
+    if _sh("mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(d)).returncode:
+        raise NotRun("mount -t tmpfs failed on this machine")
+    try:
+        if kind == "ro":
+            from system.results import make_row, write_rows
+
+            write_rows(d / "study", [make_row({"mode": "simulate", "case": "5"}, iter_time_s=1.0)])
+            _sh("mount", "-o", "remount,ro", str(d))
+        else:
+            with open(d / "filler", "wb") as f:
+                with contextlib.suppress(OSError):
+                    while True:
+                        f.write(b"\0" * 65536)
+                        f.flush()
+        yield
+    finally:
+        _sh("umount", "-l", str(d))
+
+
+def _git_repo(tree: Path) -> int:
+    """Make the copy a git repository whose index is stale; returns the index's mtime."""
+    env = {**os.environ, "GIT_AUTHOR_NAME": "p", "GIT_AUTHOR_EMAIL": "p@p"}
+    env |= {"GIT_COMMITTER_NAME": "p", "GIT_COMMITTER_EMAIL": "p@p"}
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "copy"]):
+        _sh("git", *args, cwd=tree, env=env)
+    os.utime(tree / "pyproject.toml", (1, 1))  # the index's stat data no longer matches
+    return (tree / ".git" / "index").stat().st_mtime_ns
+
+
+@contextlib.contextmanager
+def around(probe: Probe, tree: Path, scratch: Path, lock_dir: str | None):
+    """The team's locks (``lock_dir``: the namespace lock first for an emulating probe, then the
+    CPU lock shared), the probe's mount and git repository; yields a :class:`Context`."""
+    if probe.netns and os.geteuid() != 0:
+        raise NotRun("builds network namespaces: needs root")
+    with contextlib.ExitStack() as stack:
+        if lock_dir:
+            if probe.netns:
+                stack.enter_context(_flock(Path(lock_dir) / "dtfm-netns.lock", True))
+            stack.enter_context(_flock(Path(lock_dir) / "dtfm-cpu.lock", False))
+        if probe.mount:
+            stack.enter_context(_mount(probe.mount, scratch))
+        ctx = Context(tree, scratch)
+        if probe.note == "git":
+            ctx.index_mtime_ns = _git_repo(tree)
+        yield ctx
+
+
+def after(probe: Probe, ctx: Context, started_s: float) -> str:
+    """What the probe left that its output does not say: an injected command's marker, new
+    files and where, a rewritten git index."""
+    notes = []
+    if probe.dry_run_scripts:
+        folder = Path(probe.dry_run_scripts.replace("R/", f"{ctx.scratch}/"))
+        scripts = sorted(folder.glob("*.sh")) if folder.is_dir() else []
+        for script in scripts:
+            for cmd in ("show", "apply", "clear"):
+                with contextlib.suppress(subprocess.SubprocessError, OSError):
+                    subprocess.run(
+                        ["bash", str(script), cmd],
+                        capture_output=True,
+                        timeout=10,
+                        env={
+                            "DTFM_TC": "echo",
+                            "DTFM_STATE": str(ctx.scratch),
+                            "PATH": "/usr/bin:/bin",
+                        },
+                    )
+        notes.append(f"{len(scripts)} scripts written and dry-run")
+    if probe.note == "marker":
+        ran = (ctx.scratch / MARKER).exists()
+        notes.append(
+            "THE INJECTED COMMAND RAN (R/INJECTED exists)" if ran else "nothing injected ran"
+        )
+    if probe.note == "files":
+        new = sorted(
+            str(f.relative_to(ctx.tree))
+            for f in ctx.tree.rglob("*")
+            if f.is_file()
+            and f.stat().st_mtime >= started_s
+            and f.suffix in (".json", ".parquet", ".csv", ".md")
+            and not {"outputs", "jobs", ".git"} & set(f.relative_to(ctx.tree).parts)
+        )
+        notes.append(
+            "wrote " + (", ".join(new[:3]) + (" ..." if len(new) > 3 else "") or "nothing")
+        )
+    if probe.note == "git":
+        now = (ctx.tree / ".git" / "index").stat().st_mtime_ns
+        notes.append(
+            "rewrote .git/index (took .git/index.lock)"
+            if now != ctx.index_mtime_ns
+            else "left .git/index alone"
+        )
+    return "; ".join(notes)
+
+
+def _owned_tag(pid: int) -> str | None:
+    """The emulation tag whose state names ``pid`` as its owner (None: not emulating)."""
+    for d in Path(tempfile.gettempdir()).glob("dtfm-*"):
+        with contextlib.suppress(OSError, ValueError):
+            st = json.loads((d / "state.json").read_text())
+            if st.get("owner_pid") == pid:
+                return str(st.get("tag") or d.name[5:])
+    return None
+
+
+def _namespaces(tag: str | None) -> list[str]:
+    if not tag:
+        return []
+    out = _sh("ip", "netns", "list").stdout.split("\n")
+    return [ln.split()[0] for ln in out if ln.startswith(f"dtfm-{tag}-")]
+
+
+def signal_step(probe: Probe, cmd: list[str], tree: Path, env: dict) -> tuple[str, str, str]:
+    """Start ``cmd``, wait for its ``probe.ranks`` ranks, send ``probe.signal``, and return
+    (exit code, a description of what was left, its output); whatever was left is removed."""
+    from repro.studies.leftovers import cmdline, left_after, snapshot, stop
+    from system.lifeline import descendants
+
+    sig = getattr(signal, probe.signal)
+    with tempfile.TemporaryFile("w+") as log:
+        p = subprocess.Popen(
+            cmd, cwd=tree, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        snap, tag = None, None
+        try:
+            end = time.monotonic() + probe.timeout_s
+            ranks: list[int] = []
+            while p.poll() is None and time.monotonic() < end:
+                ranks = [
+                    d
+                    for d in descendants(p.pid)
+                    if "system.runtime.worker" in cmdline(d)
+                    and "system.runtime.torchrun" not in cmdline(d)
+                ]
+                if len(ranks) >= probe.ranks:
+                    break
+                time.sleep(0.2)
+            if p.poll() is not None or len(ranks) < probe.ranks:
+                log.seek(0)
+                return str(p.poll()), f"its {probe.ranks} ranks never ran", log.read()
+            time.sleep(3.0)
+            tag = _owned_tag(p.pid)
+            folders = {
+                str(Path(a).parent) for r in ranks for a in cmdline(r) if a.endswith("spec.json")
+            }
+            if tag:
+                folders.add(str(Path(tempfile.gettempdir()) / f"dtfm-{tag}"))
+            snap = snapshot(p.pid, folders)
+            spaces = _namespaces(tag)
+            p.send_signal(sig)
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                pass
+            left = left_after(snap, timeout_s=30)
+            gone = [ns for ns in spaces if ns in set(_namespaces(tag))]
+            counts = {
+                "processes": len(left["processes"]),
+                "ports": len(left["ports"]),
+                "folders": len(left["folders"]),
+                "namespaces": len(gone),
+            }
+            what = ", ".join(f"{n} {k}" for k, n in counts.items() if n) or "nothing"
+            before = (
+                f"{len(snap.procs)} processes, {len(snap.ports)} ports, {len(spaces)} namespaces"
+            )
+            log.seek(0)
+            code = str(p.returncode if p.returncode is not None else "still running")
+            return code, f"{probe.signal} with {before} up; left {what}", log.read()
+        finally:
+            stop(p, snap)
+            if tag and _namespaces(tag):  # the old code's leftovers: removed, owner dead
+                subprocess.run(
+                    [PY, "-m", "system.emulation", "cleanup", "--tag", tag],
+                    capture_output=True,
+                    timeout=120,
+                    env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+                )
