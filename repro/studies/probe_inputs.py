@@ -216,8 +216,25 @@ def _last_line(text: str) -> str:
     return lines[-1][:220] if lines else ""
 
 
+_EXCEPTION = re.compile(
+    r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b.*$", re.M
+)
+
+
+def _traceback(text: str) -> str | None:
+    """``traceback: <the exception line>`` when ``text`` holds a Python traceback."""
+    if "Traceback (most recent call last)" not in text:
+        return None
+    found = _EXCEPTION.findall(re.sub(r"\x1b\[[0-9;]*m", "", text))
+    return f"traceback: {found[-1].strip()[:200]}" if found else "traceback"
+
+
 def _summary(probe: Probe, outs: list[tuple[str, str, str]]) -> str:
     text = "\n".join(o + "\n" + e for _, o, e in outs)
+    failed = [e + o for rc, o, e in outs if rc != "0"]
+    shown = _traceback(failed[-1]) if failed else None
+    if shown:
+        return shown
     if "jobs ran" in text and probe.concurrent:
         found = re.findall(r"(\d+) jobs ran, (\d+) skipped", text)
         return "; ".join(
