@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from repro.studies.leftovers import cmdline, left_after, snapshot, start_job, stop
 from system.emulation.cleanup import STATE_ROOT
 from system.emulation.shell import netns_list
 from system.lifeline import descendants
 from tests.emulation._skip import _why_skip
-from repro.studies.leftovers import cmdline, left_after, snapshot, start_job, stop
 
 pytestmark = [
     pytest.mark.emulation,

@@ -11,6 +11,7 @@ import textwrap
 
 import pytest
 
+from repro.studies.leftovers import guard_of
 from system.cases import get_case
 from system.emulation.cleanup import STATE_ROOT
 from system.emulation.netns import Emulation
@@ -19,7 +20,6 @@ from system.emulation.shell import netns_list
 from system.emulation.verify import measure_rtt_ms, verify_links
 from tests.emulation._poll import wait_for
 from tests.emulation._skip import _why_skip
-from repro.studies.leftovers import guard_of
 
 pytestmark = [
     pytest.mark.emulation,

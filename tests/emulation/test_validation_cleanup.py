@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from repro.studies.leftovers import guard_of
 from repro.studies.validation.predict import predict_setting
 from repro.studies.validation.profile import shape_key
 from repro.studies.validation.settings import Setting
@@ -20,7 +21,6 @@ from system.emulation.netns import STATE_ROOT
 from system.emulation.shell import netns_list
 from tests.emulation._poll import wait_for
 from tests.emulation._skip import _why_skip
-from repro.studies.leftovers import guard_of
 
 pytestmark = [
     pytest.mark.emulation,

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from system.lifeline import descendants
 from repro.studies.leftovers import cmdline, left_after, snapshot, start_job, stop
+from system.lifeline import descendants
 
 pytestmark = [pytest.mark.dist]
 

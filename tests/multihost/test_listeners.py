@@ -15,10 +15,10 @@ import time
 
 import pytest
 
+from repro.studies.leftovers import listening, socket_inodes
 from system.lifeline import descendants
 from system.runtime.launch import launch
 from system.runtime.spec import RunSpec
-from repro.studies.leftovers import listening, socket_inodes
 
 pytestmark = [pytest.mark.dist, pytest.mark.slow]
 
