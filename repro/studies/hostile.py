@@ -80,7 +80,7 @@ def _emu(*args: str) -> list[str]:
 
 
 DBG = ["case=debug", "model=debug"]
-TRAIN = ["mode=train", "system=ours", "model=debug"]
+TRAIN = ["mode=train", "system=ours", "model=debug", "batch=8"]
 EMULATE = [
     "mode=emulate",
     "case=debug",
@@ -506,6 +506,11 @@ NUMBERS = [
         not_before="builds 100000 layers per rank: hours and all the memory",
     ),
     Probe("train iters=0", [_r(*TRAIN, "iters=0", "results_dir=R/t")]),
+    Probe(
+        "train without batch (the default batch)",
+        [_r("mode=train", "system=ours", "model=debug", "iters=1", "results_dir=R/t")],
+        timeout_s=180,
+    ),
     Probe("train timeout_s=nan", [_r(*TRAIN, "timeout_s=nan", "results_dir=R/t")]),
     Probe("simulate batch=0", [_r(*DBG, "batch=0", "results_dir=R/a")]),
     Probe("simulate micro_batch_size=0", [_r(*DBG, "micro_batch_size=0", "results_dir=R/a")]),
