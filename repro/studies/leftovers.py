@@ -147,7 +147,7 @@ def guard_of(pid: int) -> int:
 def start_job(*overrides: str) -> subprocess.Popen:
     """``python repro/run.py *overrides`` as a job would run: in its own process group (which
     the tests never signal), this checkout on the path, output collected."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     return subprocess.Popen(
         [sys.executable, "repro/run.py", *overrides],
         cwd=root,

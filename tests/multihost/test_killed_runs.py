@@ -53,6 +53,7 @@ def test_a_killed_train_run_leaves_nothing_behind(tmp_path, sig):
         "model=debug",
         "pp=2",
         "dp=2",
+        "batch=8",
         "iters=20000",
         f"results_dir={tmp_path / 'R'}",
     )
