@@ -35,6 +35,10 @@ __all__ = [
     "around",
     "after",
     "signal_step",
+    "tmpfs",
+    "read_only",
+    "fill",
+    "EMULATE",
 ]
 
 PY = sys.executable
@@ -91,11 +95,22 @@ EMULATE = [
     "on_verify_fail=warn",
 ]
 HOSTS = ["--hosts", "R/hosts.txt", "--out", "R/tc"]
+SWEEP = _r(
+    "-m",
+    "sweep=smoke",
+    *DBG,
+    "system=ours",
+    "batch=16,32",
+    "results_dir=R/sw4",
+    "workflow.ablation_csv=null",
+)
 
 
-def _topology(name: str, text: str, *extra: str) -> Probe:
+def _topology(name: str, file: str, timeout_s: float = 120) -> Probe:
     return Probe(
-        f"topology file: {name}", [_r(f"case=R/{text}", "model=debug", "results_dir=R/a", *extra)]
+        f"topology file: {name}",
+        [_r(f"case=R/{file}", "model=debug", "results_dir=R/a")],
+        timeout_s=timeout_s,
     )
 
 
@@ -243,42 +258,39 @@ TOPOLOGY_FILES = [
         edit="topology_back",
         note="message: rows written by the third run",
     ),
-    _topology("malformed YAML", "malformed.yaml"),
-    _topology("a Python tag (!!python/object/apply)", "pytag.yaml"),
-    _topology("a custom tag (!custom)", "custom_tag.yaml"),
-    _topology("a YAML alias", "alias.yaml"),
-    Probe(
-        "topology file: nested aliases under name: (9 levels of 9)",
-        [_r("case=R/bomb.yaml", "model=debug", "results_dir=R/a")],
-        timeout_s=60,
-    ),
-    _topology("5000 nested brackets", "deep.yaml"),
-    _topology("not UTF-8", "notutf8.yaml"),
-    _topology("empty", "empty.yaml"),
-    _topology("a list, not a mapping", "list.yaml"),
-    _topology("devices a string", "devices_str.yaml"),
-    _topology("devices empty", "devices_empty.yaml"),
-    _topology("no pairs", "no_pairs.yaml"),
-    _topology("bandwidth_gbps: 0", "bw0.yaml"),
-    _topology("bandwidth_gbps: -1", "bw_neg.yaml"),
-    _topology("bandwidth_gbps: .nan", "bw_nan.yaml"),
-    _topology("bandwidth_gbps: .inf", "bw_inf.yaml"),
-    _topology("delay_ms: -5", "delay_neg.yaml"),
-    _topology("delay_ms: fast", "delay_text.yaml"),
-    _topology("an unknown key", "unknown_key.yaml"),
-    _topology("a pair given twice with other values", "twice.yaml"),
-    _topology("a region without link values", "no_link.yaml"),
-    _topology("malformed JSON", "bad.json"),
-    _topology("JSON with NaN", "nan.json"),
-    _topology("10 MiB", "huge.yaml"),
-    Probe(
-        "topology file: 10,000 devices",
-        [_r("case=R/big10k.yaml", "model=debug", "results_dir=R/a")],
-        timeout_s=120,
-    ),
-    _topology("a folder named .yaml", "dir.yaml"),
-    _topology("missing", "missing.yaml"),
-    _topology("a region with a newline and a command", "region_newline.yaml"),
+    *[
+        _topology(label, file, timeout_s)
+        for label, file, timeout_s in (
+            ("malformed YAML", "malformed.yaml", 120),
+            ("a Python tag (!!python/object/apply)", "pytag.yaml", 120),
+            ("a custom tag (!custom)", "custom_tag.yaml", 120),
+            ("a YAML alias", "alias.yaml", 120),
+            ("nested aliases under name: (9 levels of 9)", "bomb.yaml", 60),
+            ("5000 nested brackets", "deep.yaml", 120),
+            ("not UTF-8", "notutf8.yaml", 120),
+            ("empty", "empty.yaml", 120),
+            ("a list, not a mapping", "list.yaml", 120),
+            ("devices a string", "devices_str.yaml", 120),
+            ("devices empty", "devices_empty.yaml", 120),
+            ("no pairs", "no_pairs.yaml", 120),
+            ("bandwidth_gbps: 0", "bw0.yaml", 120),
+            ("bandwidth_gbps: -1", "bw_neg.yaml", 120),
+            ("bandwidth_gbps: .nan", "bw_nan.yaml", 120),
+            ("bandwidth_gbps: .inf", "bw_inf.yaml", 120),
+            ("delay_ms: -5", "delay_neg.yaml", 120),
+            ("delay_ms: fast", "delay_text.yaml", 120),
+            ("an unknown key", "unknown_key.yaml", 120),
+            ("a pair given twice with other values", "twice.yaml", 120),
+            ("a region without link values", "no_link.yaml", 120),
+            ("malformed JSON", "bad.json", 120),
+            ("JSON with NaN", "nan.json", 120),
+            ("10 MiB", "huge.yaml", 120),
+            ("10,000 devices", "big10k.yaml", 120),
+            ("a folder named .yaml", "dir.yaml", 120),
+            ("missing", "missing.yaml", 120),
+            ("a region with a newline and a command", "region_newline.yaml", 120),
+        )
+    ],
     *[
         Probe(
             f"topology name with a {what} (simulate)",
@@ -555,26 +567,7 @@ NUMBERS = [
     Probe("limits.max_local_ranks=0", [_r(*DBG, "limits.max_local_ranks=0", "results_dir=R/a")]),
     Probe(
         "two sweeps started in the same second (default Hydra folders)",
-        [
-            _r(
-                "-m",
-                "sweep=smoke",
-                *DBG,
-                "system=ours",
-                "batch=16,32",
-                "results_dir=R/sw4",
-                "workflow.ablation_csv=null",
-            ),
-            _r(
-                "-m",
-                "sweep=smoke",
-                *DBG,
-                "system=ours",
-                "batch=16,32",
-                "results_dir=R/sw4",
-                "workflow.ablation_csv=null",
-            ),
-        ],
+        [SWEEP] * 2,
         concurrent=True,
         timeout_s=300,
         note="message: jobs ran/skipped of each; hydra folders",
@@ -648,29 +641,45 @@ def _sh(*args: str, **kw) -> subprocess.CompletedProcess:
 
 
 @contextlib.contextmanager
-def _mount(kind: str, scratch: Path):
-    """``ro``: ``R/ro`` a read-only tmpfs holding a study; ``full``: ``R/full`` a full tmpfs."""
+def tmpfs(folder: Path, *, size: str = "4m"):
+    """A tmpfs of ``size`` mounted on ``folder`` (created), unmounted on exit; :class:`NotRun`
+    where this process cannot mount one (not root, no tmpfs)."""
     if os.geteuid() != 0:
         raise NotRun("needs root to mount a tmpfs")
-    d = scratch / kind
-    d.mkdir(exist_ok=True)
-    if _sh("mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(d)).returncode:
+    folder.mkdir(parents=True, exist_ok=True)
+    if _sh("mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)).returncode:
         raise NotRun("mount -t tmpfs failed on this machine")
     try:
+        yield folder
+    finally:
+        _sh("umount", "-l", str(folder))
+
+
+def read_only(folder: Path) -> None:
+    """Remount the tmpfs on ``folder`` read-only."""
+    _sh("mount", "-o", "remount,ro", str(folder))
+
+
+def fill(folder: Path) -> None:
+    """Write to ``folder`` until its device is full."""
+    with open(folder / "filler", "wb") as f, contextlib.suppress(OSError):
+        while True:
+            f.write(b"\0" * 65536)
+            f.flush()
+
+
+@contextlib.contextmanager
+def _mount(kind: str, scratch: Path):
+    """``ro``: ``R/ro`` a read-only tmpfs holding a study; ``full``: ``R/full`` a full tmpfs."""
+    with tmpfs(scratch / kind) as d:
         if kind == "ro":
             from system.results import make_row, write_rows
 
             write_rows(d / "study", [make_row({"mode": "simulate", "case": "5"}, iter_time_s=1.0)])
-            _sh("mount", "-o", "remount,ro", str(d))
+            read_only(d)
         else:
-            with open(d / "filler", "wb") as f:
-                with contextlib.suppress(OSError):
-                    while True:
-                        f.write(b"\0" * 65536)
-                        f.flush()
+            fill(d)
         yield
-    finally:
-        _sh("umount", "-l", str(d))
 
 
 def _git_repo(tree: Path) -> int:

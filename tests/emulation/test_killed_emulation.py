@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from repro.studies.hostile import EMULATE  # 4 devices, a loaded machine only warns
 from repro.studies.leftovers import cmdline, left_after, snapshot, start_job, stop
 from system.emulation.cleanup import STATE_ROOT
 from system.emulation.shell import netns_list
@@ -56,17 +57,7 @@ def _ranks(pid: int) -> list[int]:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_a_killed_emulate_run_leaves_nothing_behind(tmp_path, sig):
     host_before = _host_network()
-    p = start_job(
-        "mode=emulate",
-        "case=debug",
-        "model=debug",
-        "devices=[0,2,4,6]",
-        "layouts=[scheduled]",
-        "verify_pairs=1",
-        "on_verify_fail=warn",  # a loaded machine must not end the run early
-        "iters=20000",
-        f"results_dir={tmp_path / 'R'}",
-    )
+    p = start_job(*EMULATE, "iters=20000", f"results_dir={tmp_path / 'R'}")
     before = None
     try:
         end = time.monotonic() + 300

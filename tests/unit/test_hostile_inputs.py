@@ -185,17 +185,12 @@ def test_two_sweeps_started_in_the_same_second_get_their_own_hydra_folders(tmp_p
 
 
 @pytest.fixture
-def read_only_folder(tmp_path):
-    d = tmp_path / "ro"
-    d.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("a read-only tmpfs needs root to mount")
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(d)]).returncode:
-        pytest.skip("mount -t tmpfs failed here")
-    try:
-        yield d
-    finally:
-        subprocess.run(["umount", "-l", str(d)])
+def read_only_folder(tmpfs):
+    from repro.studies.hostile import read_only
+
+    d = tmpfs("ro")
+    read_only(d)
+    return d
 
 
 def test_a_working_folder_hydra_cannot_write_is_one_line(read_only_folder, tmp_path):

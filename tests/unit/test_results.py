@@ -216,35 +216,13 @@ def test_a_bad_table_is_one_line_naming_the_file(tmp_path, where, content):
         assert ("unreadable" if content == "corrupt" else "no run_id column") in msg
 
 
-@pytest.fixture
-def full_disk(tmp_path):
-    """A folder on a 1 MiB tmpfs filled to the last byte (needs root to mount)."""
-    import os
-    import subprocess
+def test_a_full_disk_is_one_line_naming_the_file_and_loses_no_row(tmpfs):
+    from repro.studies.hostile import fill
 
-    d = tmp_path / "small"
-    d.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
-    got = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(d)])
-    if got.returncode != 0:
-        pytest.skip("mount -t tmpfs failed here")
-    try:
-        yield d
-    finally:
-        subprocess.run(["umount", "-l", str(d)])
-
-
-def test_a_full_disk_is_one_line_naming_the_file_and_loses_no_row(full_disk):
+    full_disk = tmpfs("small")
     write_rows(full_disk, [make_row(KEY, iter_time_s=1.0)])
     before = read_rows(full_disk, history=True)
-    with open(full_disk / "filler", "wb") as f:  # fill the device
-        try:
-            while True:
-                f.write(b"\0" * 65536)
-                f.flush()
-        except OSError:
-            pass
+    fill(full_disk)
     with pytest.raises(OSError) as e:
         write_rows(full_disk, [make_row({**KEY, "repeat": 1}, iter_time_s=2.0)])
     msg = str(e.value)
