@@ -139,7 +139,11 @@ def parse_document(raw: bytes, where: str, *, json_only: bool = False):
     try:
         if json_only:
             return json.loads(text)
-        return yaml.load(text, Loader=_no_alias_loader())  # noqa: S506 (a SafeLoader)
+        loader = _no_alias_loader()(text)  # the safe loader, composing without aliases
+        try:
+            return loader.get_single_data()
+        finally:
+            loader.dispose()
     except json.JSONDecodeError as e:
         raise ValueError(f"{where}: not valid JSON ({e.msg} at line {e.lineno})") from None
     except yaml.YAMLError as e:
