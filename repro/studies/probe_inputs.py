@@ -29,14 +29,11 @@ from repro.config import ProbeInputsConfig
 from repro.studies.hostile import (  # noqa: F401 (TOPOLOGY: the tests write its files)
     HOSTILE,
     TOPOLOGY,
-    NotRun,
     Probe,
     _r,
-    after,
-    around,
     setup,
-    signal_step,
 )
+from repro.studies.probe_runs import NotRun, after, around, signal_step
 from system.results import atomic_write_text, has_stored_rows, read_rows
 
 ROOT = Path(__file__).resolve().parents[2]
