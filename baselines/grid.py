@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import os
 import tempfile
 import time
@@ -43,6 +44,7 @@ from baselines.placement import (
 )
 from baselines.spec import SYSTEMS, BaselineSpec, check_spec, metrics_from
 from system.cluster import Cluster
+from system.lifeline import cancel, on_death
 from system.runtime.launch import LaunchError, LaunchTimeout, run_ranks  # torch-free
 from system.workload import Workload
 
@@ -100,7 +102,37 @@ def run_point(
         check_spec(spec)
     except ValueError as e:
         return {"status": "invalid", "error": str(e)}
-    work = Path(work_dir or tempfile.mkdtemp(prefix="baseline-"))
+    kwargs = dict(
+        rank_prefix=rank_prefix,
+        rank_env=rank_env,
+        master_addr=master_addr,
+        timeout_s=timeout_s,
+        rank_map=rank_map,
+        device_addrs=device_addrs,
+    )
+    if work_dir is not None:
+        return _run_in(Path(work_dir), spec, **kwargs)
+    # no folder given: a temporary one, removed on every exit (SIGKILL too: system.lifeline)
+    with tempfile.TemporaryDirectory(prefix="dtfm-run-") as tmp:
+        guard = on_death("rmtree", tmp)
+        try:
+            return _run_in(Path(tmp), spec, **kwargs)
+        finally:
+            cancel(guard)
+
+
+def _run_in(
+    work: Path,
+    spec: BaselineSpec,
+    *,
+    rank_prefix,
+    rank_env,
+    master_addr,
+    timeout_s,
+    rank_map,
+    device_addrs,
+) -> dict:
+    """:func:`run_point` with its rank logs, spec and result in ``work``."""
     work.mkdir(parents=True, exist_ok=True)
     result_path = work / "result.json"
     result_path.unlink(missing_ok=True)
@@ -151,6 +183,15 @@ def run_point(
         }
     out = json.loads(result_path.read_text())
     load["load_avg_1m_end"] = os.getloadavg()[0]
+    bad = [i for i, x in enumerate(out.get("losses") or []) if not math.isfinite(float(x))]
+    if bad:  # a diverged run's times are not a result (as our runtime's worker refuses them)
+        return {
+            "status": "failed",
+            "error": f"training diverged: loss {out['losses'][bad[0]]} at iteration {bad[0]} "
+            f"(lr={spec.lr:g})",
+            "wall_s": wall_s,
+            **load,
+        }
     return {"status": "ok", **out, "wall_s": wall_s, **load}
 
 

@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from baselines.spec import BaselineSpec, metrics_from
+from system.lifeline import die_with_parent
 from system.runtime.data import make_data, micro_batches
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,9 @@ __all__ = [
 
 
 def load_spec(argv: list[str], *, expect_system: str) -> BaselineSpec:
-    """The spec named by ``argv[0]`` (a JSON file), checked to be for ``expect_system``."""
+    """The spec named by ``argv[0]`` (a JSON file), checked to be for ``expect_system``. The rank
+    dies with its launcher from here on (:func:`system.lifeline.die_with_parent`)."""
+    die_with_parent()
     if len(argv) != 1:
         raise SystemExit(f"usage: python -m baselines.{expect_system}.train SPEC.json")
     spec = BaselineSpec.from_json(Path(argv[0]).read_text())

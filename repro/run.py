@@ -21,12 +21,16 @@ from repro.config import MODES, ConfigError, RunConfig, validate
 
 log = logging.getLogger("repro.run")
 
-__all__ = ["run", "main", "setup_logging"]
+__all__ = ["run", "main", "entry", "setup_logging"]
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 
-# Errors of input or environment: one line, exit 2 (a bug elsewhere keeps its traceback).
-USER_ERRORS = (ConfigError, ValueError, FileNotFoundError, NotADirectoryError, RuntimeError)
+# Errors of input or environment: one line, exit 2 (a bug elsewhere keeps its traceback). OSError
+# covers the environment: a full disk, a read-only folder, a missing or unreadable file.
+USER_ERRORS = (ConfigError, ValueError, OSError, RuntimeError)
+# The entry process's id, in the name of its Hydra folder (conf/config.yaml): two runs started in
+# the same second get two folders; a sweep's jobs (joblib, Slurm) inherit it with the environment.
+RUN_TAG = "DTFM_RUN_TAG"
 
 
 def setup_logging(level: str | None = None) -> None:
@@ -78,5 +82,21 @@ def main(cfg: DictConfig) -> None:
         sys.exit(2)
 
 
-if __name__ == "__main__":
+def entry() -> None:
+    """The command line: checks what Hydra needs before it starts, then :func:`main`."""
+    os.environ[RUN_TAG] = str(os.getpid())
+    args = sys.argv[1:]
+    own_dir = any(a.startswith(("hydra.run.dir=", "hydra.sweep.dir=")) for a in args)
+    if not own_dir and not os.access(os.getcwd(), os.W_OK) and "--help" not in args:
+        print(
+            f"error: the working folder {os.getcwd()} is not writable; Hydra keeps each run's "
+            "log and config in outputs/ there: run from a writable folder or set "
+            "hydra.run.dir=DIR (hydra.sweep.dir=DIR for -m)",
+            file=sys.stderr,
+        )
+        sys.exit(2)
     main()
+
+
+if __name__ == "__main__":
+    entry()

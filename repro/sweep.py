@@ -44,6 +44,7 @@ from omegaconf import DictConfig
 from repro.config import RunConfig, as_dict, validate
 from system.results import (
     atomic_write_text,
+    current_run_ids,
     deferred_collect,
     model_version,
     read_rows,
@@ -51,6 +52,7 @@ from system.results import (
     study_lock,
 )
 from system.results import run_ids as stored_run_ids
+from system.schema import file_digest
 
 log = logging.getLogger(__name__)
 
@@ -79,12 +81,33 @@ JOB_LOCK_TIMEOUT_S = 24 * 3600.0
 
 # ---- the ledger --------------------------------------------------------------------------------
 def job_key(cfg: RunConfig) -> str:
-    """Stable 16-hex key of a job: its typed config less :data:`NON_RESULT_KEYS`, and the model."""
+    """Stable 16-hex key of a job: its typed config less :data:`NON_RESULT_KEYS`, the model, and
+    the content of every file the config names (a topology case, an assignment, a settings
+    file): a job whose input file was edited is a new job, not a finished one."""
     c = as_dict(cfg)
     for k in NON_RESULT_KEYS:
         c.pop(k, None)
     c["model_version"] = model_version()
+    files = input_digests(c)
+    if files:
+        c["input_sha256"] = files
     return run_id_for(c)
+
+
+def input_digests(config: dict, prefix: str = "") -> dict[str, str]:
+    """{key: content digest} of every text value of ``config`` that names an existing file."""
+    out = {}
+    for k, v in config.items():
+        key = f"{prefix}{k}"
+        values = v if isinstance(v, list) else [v]
+        if isinstance(v, dict):
+            out.update(input_digests(v, f"{key}."))
+            continue
+        for i, item in enumerate(values):
+            digest = file_digest(item) if isinstance(item, str) else None
+            if digest is not None:
+                out[key if len(values) == 1 else f"{key}[{i}]"] = digest
+    return out
 
 
 def ledger_path(results_dir: str | Path, key: str) -> Path:
@@ -103,9 +126,14 @@ def finished_job(results_dir: str | Path, key: str) -> dict | None:
         return None
     if rec.get("status", "ok") != "ok":
         return None
-    missing = set(rec.get("run_ids", [])) - stored_run_ids(results_dir)
+    missing = set(rec.get("run_ids", [])) - current_run_ids(results_dir)
     if missing:
-        log.warning("job %s lost %d of its rows: running it again", key, len(missing))
+        log.warning(
+            "job %s: %d of its rows are lost or superseded by newer rows of their settings: "
+            "running it again",
+            key,
+            len(missing),
+        )
         return None
     return rec
 

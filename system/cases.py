@@ -14,13 +14,18 @@ Two variants:
 
 User topologies: :func:`cluster_from_files` reads a pair table (CSV or YAML: region_a, region_b,
 delay_ms, bandwidth_gbps, plus optional ``intra`` rows with region_a == region_b) and a
-device-to-region list.
+device-to-region list; :func:`load_topology` reads one YAML/JSON file. A topology file's results
+depend on its content, not its name: :func:`case_digest` is the SHA-256 of the bytes a case was
+read from, and every results row of a file case carries it in its key (``case_sha256``), so an
+edited file gets new rows instead of the old file's.
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
+import re
 from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
@@ -28,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from system.cluster import Cluster
+from system.limits import check_devices
 
 __all__ = [
     "CASES",
@@ -40,6 +46,9 @@ __all__ = [
     "case_names",
     "canonical_case",
     "load_topology",
+    "case_digest",
+    "case_label",
+    "is_topology_file",
     "PAPER_CASES",
     "ALIASES",
 ]
@@ -64,19 +73,78 @@ def read_pair_table(path: str | Path) -> PairTable:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"pair table {path} does not exist")
-    if path.suffix.lower() in (".yaml", ".yml", ".json"):
-        import yaml  # PyYAML arrives with hydra-core/omegaconf
-
-        data = (
-            yaml.safe_load(path.read_text())
-            if path.suffix != ".json"
-            else json.loads(path.read_text())
-        )
-        rows = data["pairs"] if isinstance(data, dict) else data
+    if path.suffix.lower() in TOPOLOGY_SUFFIXES:
+        data = parse_document(path.read_bytes(), f"pair table {path}", json_only=_is_json(path))
+        rows = data["pairs"] if isinstance(data, dict) and "pairs" in data else data
     else:
         with path.open(newline="") as f:
             rows = list(csv.DictReader(f))
     return _pairs_from_rows(rows, str(path))
+
+
+# Topology and pair-table files are read with these limits: a YAML alias is refused (nested
+# aliases expand exponentially, the "billion laughs" document), a tag other than YAML's own
+# (``!!python/object``) is refused by the safe loader, and a file over this size is refused before
+# it is parsed.
+MAX_DOCUMENT_BYTES = 8 * 2**20
+TOPOLOGY_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def _no_alias_loader():
+    import yaml  # PyYAML arrives with hydra-core/omegaconf
+
+    class NoAliasLoader(yaml.SafeLoader):
+        """The safe loader, refusing aliases (``*name``) where it composes a node."""
+
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                raise yaml.composer.ComposerError(
+                    None, None, f"alias *{event.anchor} is not allowed", event.start_mark
+                )
+            return super().compose_node(parent, index)
+
+    return NoAliasLoader
+
+
+def _yaml_problem(e) -> str:
+    """One line from a PyYAML error: its problem and where (line, column, 1-based)."""
+    mark = getattr(e, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    what = getattr(e, "problem", None) or str(e).splitlines()[0]
+    return " ".join(str(what).split()) + where
+
+
+def _is_json(path: Path) -> bool:
+    return path.suffix.lower() == ".json"
+
+
+def parse_document(raw: bytes, where: str, *, json_only: bool = False):
+    """The YAML (or, ``json_only``, JSON) document in ``raw``, or a one-line ValueError naming
+    ``where``: over :data:`MAX_DOCUMENT_BYTES`, not UTF-8, malformed, a YAML alias or a tag
+    that is not YAML's own (``!!python/...``, ``!custom``), or nested too deeply."""
+    import yaml  # PyYAML arrives with hydra-core/omegaconf
+
+    if len(raw) > MAX_DOCUMENT_BYTES:
+        raise ValueError(f"{where}: {len(raw)} bytes, more than the {MAX_DOCUMENT_BYTES} allowed")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{where}: not UTF-8 text (byte {e.start})") from None
+    try:
+        if json_only:
+            return json.loads(text)
+        loader = _no_alias_loader()(text)  # the safe loader, composing without aliases
+        try:
+            return loader.get_single_data()
+        finally:
+            loader.dispose()
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{where}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    except yaml.YAMLError as e:
+        raise ValueError(f"{where}: not a valid YAML document ({_yaml_problem(e)})") from None
+    except RecursionError:
+        raise ValueError(f"{where}: nested too deeply") from None
 
 
 def _number(value, column: str, where: str, n: int) -> float:
@@ -448,9 +516,68 @@ def case_names() -> tuple[str, ...]:
 
 
 TOPOLOGY_KEYS = ("name", "devices", "pairs", "intra_delay_ms", "intra_bandwidth_gbps")
+# A topology's name and its regions reach log lines, tables, file names and the comment line of
+# generated shell scripts (system/emulation/tcscript.py): letters (any script), digits, and
+# ``_ . - ( )`` and inner spaces only, so no newline, quote, ``;``, ``$`` or backtick gets through.
+NAME_PATTERN = re.compile(r"[^\W_][\w.()-]*(?: [\w.()-]+)*")
+MAX_NAME_CHARS = 64
+_DIGESTS: dict[str, str] = {}  # resolved topology path -> digest of the bytes last loaded
 
 
-def load_topology(path: str | Path) -> Cluster:
+def check_name(value, what: str) -> str:
+    """``value`` when it is a plain name (:data:`NAME_PATTERN`, at most 64 characters), else a
+    one-line ValueError naming ``what``."""
+    if not isinstance(value, str) or not (
+        len(value) <= MAX_NAME_CHARS and NAME_PATTERN.fullmatch(value)
+    ):
+        raise ValueError(
+            f"{what}={value!r} is not a plain name (letters, digits, '_.-()' and inner spaces, "
+            f"at most {MAX_NAME_CHARS} characters)"
+        )
+    return value
+
+
+def is_topology_file(case) -> bool:
+    """Whether ``case`` names a topology file (by its suffix) rather than a built-in case."""
+    return str(case).lower().endswith(TOPOLOGY_SUFFIXES)
+
+
+def _digest(raw: bytes) -> str:  # the key of an input file (system.schema.file_digest)
+    return hashlib.sha256(raw).hexdigest()[:16]
+
+
+def case_digest(case) -> str | None:
+    """16-hex SHA-256 of the topology file ``case`` names: of the bytes this process last
+    loaded from it (what its results were computed from), else of the file as it is now;
+    None for a built-in case (their data is part of :func:`system.schema.model_version`) or
+    a file that does not exist."""
+    if not is_topology_file(case):
+        return None
+    p = Path(str(case))
+    known = _DIGESTS.get(str(p.resolve()))
+    if known is not None:
+        return known
+    try:
+        return _digest(p.read_bytes()) if p.is_file() else None
+    except (OSError, ValueError):  # unreadable, or a name with a NUL byte
+        return None
+
+
+def case_label(case) -> str:
+    """A case as a file-name part: its name (``5``, ``debug``), or for a topology file its stem
+    and content digest (``edit-3fa4b2c1e0d9a7b5``), never a path: results of a file case stay
+    inside their folder whatever the path looks like (``/abs/x.yaml``, ``../../x.json``)."""
+    if not is_topology_file(case):
+        label = canonical_case(case)
+    else:
+        stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(str(case)).stem).strip("._") or "topology"
+        label = f"{stem[:40]}-{case_digest(case) or 'missing'}"
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", label):
+        raise ValueError(f"case {case!r} cannot name a file")
+    return label
+
+
+def load_topology(path: str | Path, *, max_devices: int | None = None) -> Cluster:
     """A user topology file (YAML or JSON), usable wherever a case name is::
 
     name: three-sites                 # optional (default: the file name)
@@ -459,37 +586,45 @@ def load_topology(path: str | Path) -> Cluster:
       - {region_a: Oregon, region_b: Tokyo, delay_ms: 48.5, bandwidth_gbps: 0.6}
     intra_delay_ms: 0.1               # optional: links inside a region without a row
     intra_bandwidth_gbps: 10
-    """
-    import yaml  # PyYAML arrives with hydra-core/omegaconf
 
+    Bad input is one ValueError line naming the file: malformed YAML/JSON, aliases, custom tags
+    (:func:`parse_document`), unknown keys, a name or region that is not a plain name
+    (:func:`check_name`); more than ``max_devices`` devices is a
+    :class:`system.limits.LimitError` (a ValueError; None: the default limit), raised before
+    any link matrix is built.
+    """
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"topology file {p} does not exist")
-    text = p.read_text()
-    data = json.loads(text) if p.suffix.lower() == ".json" else yaml.safe_load(text)
+    raw = p.read_bytes()
+    data = parse_document(raw, f"topology file {p}", json_only=_is_json(p))
     if not isinstance(data, dict):
         raise ValueError(f"{p}: expected a mapping with keys {', '.join(TOPOLOGY_KEYS)}")
-    extra = sorted(set(data) - set(TOPOLOGY_KEYS))
+    extra = sorted(map(str, set(data) - set(TOPOLOGY_KEYS)))
     if extra:
         raise ValueError(f"{p}: unknown key(s) {extra}; known: {', '.join(TOPOLOGY_KEYS)}")
     devices = data.get("devices")
     if not isinstance(devices, list) or not devices or not all(isinstance(d, str) for d in devices):
         raise ValueError(f"{p}: devices must be a non-empty list of region names")
+    check_devices(len(devices), what=f"topology file {p}", limit=max_devices)
+    name = data.get("name")
+    name = p.stem if name is None else check_name(name, f"{p}: name")
+    for region in dict.fromkeys(devices):
+        check_name(region, f"{p}: region")
     intra = {}
     for k in ("intra_delay_ms", "intra_bandwidth_gbps"):
         if data.get(k) is not None:
             intra[k] = _number(data[k], k, str(p), 0)
-    return cluster_from_regions(
-        str(data.get("name") or p.stem),
+    digest = _digest(raw)
+    cluster = cluster_from_regions(
+        name,
         devices,
         _pairs_from_rows(data.get("pairs"), str(p)),
-        meta={"source": str(p)},
+        meta={"source": str(p), "source_sha256": digest},
         **intra,
     )
-
-
-def is_topology_file(name: str | int) -> bool:
-    return str(name).lower().endswith((".yaml", ".yml", ".json"))
+    _DIGESTS[str(p.resolve())] = digest
+    return cluster
 
 
 def canonical_case(name: str | int) -> str:
@@ -503,11 +638,11 @@ def canonical_case(name: str | int) -> str:
     return text if is_topology_file(text) else ALIASES.get(text, text)
 
 
-def get_case(name: str | int, variant: str = "paper") -> Cluster:
+def get_case(name: str | int, variant: str = "paper", *, max_devices: int | None = None) -> Cluster:
     """The cluster of a named case (``1``..``5``, ``debug``, an alias like ``worldwide``) or of
-    a topology file (``.yaml``/``.yml``/``.json``, :func:`load_topology`)."""
+    a topology file (``.yaml``/``.yml``/``.json``, :func:`load_topology` with ``max_devices``)."""
     if is_topology_file(name):
-        return load_topology(name)
+        return load_topology(name, max_devices=max_devices)
     key = canonical_case(name)
     if key not in CASES:
         raise ValueError(

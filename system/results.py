@@ -87,6 +87,7 @@ __all__ = [
     "write_rows",
     "read_rows",
     "run_ids",
+    "current_run_ids",
     "has_row",
     "has_stored_rows",
     "collect",
@@ -101,6 +102,7 @@ __all__ = [
     "atomic_write",
     "atomic_write_text",
     "atomic_write_bytes",
+    "path_in",
 ]
 
 
@@ -117,27 +119,74 @@ def _fsync_dir(d: Path) -> None:
         os.close(fd)
 
 
+def _umask() -> int:
+    """This process's umask, read without changing it (``os.umask`` sets it for every thread
+    while it is read); 0o022, the usual default, where /proc does not say."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
+
+
+def _new_file_mode(path: Path) -> int:
+    """The mode a replaced ``path`` keeps, or what ``open(path, "w")`` would give a new one
+    (0o666 less the umask: 0644 with the usual umask, readable by a team sharing a folder)."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except OSError:
+        return 0o666 & ~_umask()
+
+
+def _named(e: OSError, path: Path) -> OSError:
+    """``e`` again, its message naming the file that could not be written (one line)."""
+    why = e.strerror or str(e).splitlines()[0]
+    return type(e)(e.errno, f"could not write {path}: {why}") if e.errno else e
+
+
 def atomic_write(path: str | Path, write, *, durable: bool = False) -> None:
     """``write(tmp_path)`` then rename over ``path``; the temporary name is unique.
 
-    ``durable``: ``fsync`` the file before the rename and the folder after it, so the new
-    content survives a crash of the machine once this returns.
+    The file gets the mode an ordinary write would give it (:func:`_new_file_mode`), not the
+    temporary file's private 0600. ``durable``: ``fsync`` the file before the rename and the
+    folder after it, so the new content survives a crash of the machine once this returns.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise _named(e, path) from e
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, _new_file_mode(path))
         if durable:
             with open(tmp, "rb+") as f:
                 os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:  # a full disk, a quota, a read-only folder: one line naming the file
+        Path(tmp).unlink(missing_ok=True)
+        raise _named(e, path) from e
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     if durable:
         _fsync_dir(path.parent)
+
+
+def path_in(results_dir: str | Path, *parts: str) -> Path:
+    """``results_dir / parts``, or a ValueError when it would leave ``results_dir`` (an
+    absolute part, ``..``, a symlink out): every results file of a run stays in its folder."""
+    base = Path(results_dir)
+    out = base.joinpath(*parts)
+    root = base.resolve()
+    if not out.resolve().is_relative_to(root) or out.resolve() == root:
+        raise ValueError(f"{'/'.join(parts)!r} is not a file name inside the results folder {base}")
+    return out
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
@@ -237,16 +286,34 @@ def _parts(d: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix == ".parquet" and p.name[0] != ".")
 
 
-def _read_part(f: Path):
-    """A part as a DataFrame, or None when a compaction deleted it after it was listed."""
+def _read_table(f: Path, *, columns: list[str] | None = None, what: str = "results table"):
+    """``f`` as a DataFrame (only ``columns`` when given); a one-line ValueError naming the file
+    when it is not a readable parquet file or not a results table (no ``run_id`` column)."""
     import pandas as pd
 
     try:
-        return pd.read_parquet(f)
+        df = pd.read_parquet(f, columns=columns)
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, KeyError) as e:  # pyarrow's ArrowInvalid is a ValueError
+        lines = str(e).strip().splitlines() or [type(e).__name__]
+        if columns and "run_id" in columns and "run_id" in lines[0]:
+            raise ValueError(f"{what} {f} is not a results table: it has no run_id column") from e
+        raise ValueError(f"{what} {f} is unreadable: {lines[0]}") from e
+    if "run_id" not in df.columns:
+        names = ", ".join(map(str, df.columns[:8])) or "none"
+        raise ValueError(
+            f"{what} {f} is not a results table: it has no run_id column (columns: {names})"
+        )
+    return df
+
+
+def _read_part(f: Path):
+    """A part as a DataFrame, or None when a compaction deleted it after it was listed."""
+    try:
+        return _read_table(f, what="results part")
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
-        raise ValueError(f"results part {f} is unreadable: {e}") from e
 
 
 def _row_key(r: Mapping) -> tuple[str, str]:
@@ -270,7 +337,7 @@ def _load(d: Path, parts: list[Path] | None = None) -> list[dict]:
     records: list[dict] = []
     pq = d / "runs.parquet"
     if pq.exists():
-        records += _upgrade(pd.read_parquet(pq))
+        records += _upgrade(_read_table(pq))
     if from_parts:
         folded = {_row_key(r) for r in records}  # copies left by a compaction cut short
         from_parts = [r for r in from_parts if _row_key(r) not in folded]
@@ -347,7 +414,7 @@ def _table(d: Path, parts: list[Path] | None = None):
     frames = []
     pq = d / "runs.parquet"
     if pq.exists():
-        frames.append(_as_typed(pd.read_parquet(pq)))
+        frames.append(_as_typed(_read_table(pq)))
     if from_parts and frames:
         folded = set(_keys_of(frames[0]))  # copies left by a compaction cut short
         from_parts = [df[[k not in folded for k in _keys_of(df)]] for df in from_parts]
@@ -392,9 +459,7 @@ def read_rows(results_dir: str | Path, *, history: bool = False):
 def _ids_in(path: str, stamp: tuple[int, int, int]) -> frozenset[str]:
     """The run ids of one parquet file; ``stamp`` (inode, mtime, size) keys the cache, so a
     replaced table is read again and an immutable part only once."""
-    import pandas as pd
-
-    return frozenset(pd.read_parquet(path, columns=["run_id"])["run_id"].dropna().astype(str))
+    return frozenset(_read_table(Path(path), columns=["run_id"])["run_id"].dropna().astype(str))
 
 
 def _file_ids(f: Path) -> frozenset[str]:
@@ -416,6 +481,51 @@ def run_ids(results_dir: str | Path) -> set[str]:
     if (d / "rows").is_dir():  # the old store's row files
         ids |= {r["run_id"] for r in _load(d)}
     return ids
+
+
+@functools.lru_cache(maxsize=4096)
+def _keys_in(path: str, stamp: tuple[int, int, int]):
+    """(run_id, setting_id, timestamp_utc) of every row of one parquet file, cached like
+    :func:`_ids_in`; a table of schema 1 (no ``setting_id``) keys each row by its run id."""
+    import pyarrow.parquet as pq
+
+    names = set(pq.read_schema(path).names)
+    cols = [c for c in ("run_id", "setting_id", "timestamp_utc") if c in names]
+    df = _read_table(Path(path), columns=cols)
+    run = df["run_id"].astype(str)
+    setting = df["setting_id"].fillna(df["run_id"]).astype(str) if "setting_id" in df else run
+    stamp_s = (
+        df["timestamp_utc"].fillna("").astype(str)
+        if "timestamp_utc" in df
+        else run.map(lambda _: "")
+    )
+    return list(zip(run, setting, stamp_s, strict=True))
+
+
+def current_run_ids(results_dir: str | Path) -> set[str]:
+    """The run ids of the rows the study reports: the newest row of each setting (as
+    :func:`read_rows`). A run whose ``run_id`` is stored but superseded (its topology file was
+    edited and edited back, or its code version came back) is not current: it must be written
+    again to be reported, not skipped."""
+    d = Path(results_dir)
+    if (d / "rows").is_dir():  # the old store's row files: the full read
+        return set(read_rows(d)["run_id"].astype(str))
+
+    def keys(f: Path) -> list:
+        try:
+            st = f.stat()
+            return _keys_in(str(f), (st.st_ino, st.st_mtime_ns, st.st_size))
+        except FileNotFoundError:  # a part folded into runs.parquet meanwhile (read after)
+            return []
+
+    # Parts first, as every read here does: a part deleted after this read was folded into the
+    # table read next. Ties in time go the way read_rows breaks them (table rows first).
+    from_parts = [k for f in _parts(d) for k in keys(f)]
+    newest: dict[str, tuple[str, int, str]] = {}
+    for order, (run, setting, stamp) in enumerate([*keys(d / "runs.parquet"), *from_parts]):
+        if setting not in newest or (stamp, order) >= newest[setting][:2]:
+            newest[setting] = (stamp, order, run)
+    return {run for _, _, run in newest.values()}
 
 
 def has_row(results_dir: str | Path, run_id: str) -> bool:
@@ -508,7 +618,11 @@ def _current_schema(pq: Path) -> bool:
     (reads the file's footer only)."""
     import pyarrow.parquet as papq
 
-    names = set(papq.read_schema(pq).names)
+    try:
+        names = set(papq.read_schema(pq).names)
+    except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+        lines = str(e).strip().splitlines() or [type(e).__name__]
+        raise ValueError(f"results table {pq} is unreadable: {lines[0]}") from e
     return {"setting_id", "model_version"} <= names and not names & set(RENAMED)
 
 

@@ -12,7 +12,11 @@ that the modes write declared fields only.
 :func:`make_row`); ``run_id`` hashes them together with ``model_version``, a fingerprint of the
 performance model's source (:func:`model_version`). A rerun with unchanged code finds its
 ``run_id`` and adds nothing; a rerun after a model change adds new rows that supersede the old
-ones in every report, while the old ones stay in the file.
+ones in every report, while the old ones stay in the file. A key whose ``case`` names a topology
+file also holds the file's content digest (``case_sha256``, :func:`system.cases.case_digest`):
+``run_id`` covers what the row was computed from, not only the file's name, so an edited file
+gets new rows that supersede the old content's (the digest is a version, like
+``model_version``: in ``run_id``, not in ``setting_id``).
 
 Why a source fingerprint and not a hand-bumped ``MODEL_VERSION`` constant: a constant is only as
 good as the memory of whoever edits the simulator, and a test fingerprinting the model to force
@@ -32,6 +36,7 @@ import hashlib
 import json
 import logging
 import math
+import os
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
@@ -50,6 +55,7 @@ __all__ = [
     "TRAINED_SYSTEMS",
     "model_version",
     "run_id_for",
+    "file_digest",
     "git_state",
     "make_row",
 ]
@@ -76,6 +82,8 @@ _SETTING = {
     "system": "str",
     "case": "str",
     "case_variant": "str",
+    # SHA-256 (16 hex) of the topology file a file case was read from (system.cases.case_digest)
+    "case_sha256": "str",
     "model": "str",
     "num_devices": "int",
     "devices": "json",
@@ -285,6 +293,12 @@ MODEL_SOURCES = (
 
 
 # ---- identity ----------------------------------------------------------------------------------
+# Key fields that version a setting rather than name it: in ``run_id``, not in ``setting_id``, so
+# a row computed from an edited topology file supersedes the old file's row of the same setting
+# (as a row of a new model version does).
+VERSION_KEYS = ("case_sha256",)
+
+
 def _source_digest(path: Path) -> bytes:
     """A file's content as the model sees it: Python without comments/docstrings, else bytes."""
     raw = path.read_bytes()
@@ -315,16 +329,40 @@ def model_version(root: str | None = None) -> str:
     return h.hexdigest()[:12]
 
 
+def file_digest(path: str | Path) -> str | None:
+    """16-hex SHA-256 of the content of the file ``path`` names, None when it names no readable
+    file (a case name, a folder): what a key holds for an input file, so that editing the file
+    changes the key."""
+    try:
+        p = Path(path)
+        if not p.is_file():
+            return None
+        return hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+    except (OSError, ValueError):  # ValueError: a name with a NUL byte
+        return None
+
+
 def run_id_for(key: Mapping) -> str:
     """Stable 16-hex id of a mapping (order-insensitive; values as JSON)."""
     blob = json.dumps(dict(key), sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def git_state() -> tuple[str, bool]:
-    """(short HEAD sha, whether tracked files differ from it); ("unknown", False) outside git."""
+def git_state(root: str | Path | None = None) -> tuple[str, bool]:
+    """(short HEAD sha, whether tracked files differ from it); ("unknown", False) outside git.
+
+    Read-only: ``GIT_OPTIONAL_LOCKS=0`` keeps ``git status`` from taking ``.git/index.lock`` to
+    refresh the index, so a run never blocks (or fails) a ``git commit`` or another run.
+    """
     try:
-        run = functools.partial(subprocess.run, cwd=ROOT, capture_output=True, text=True, timeout=5)
+        run = functools.partial(
+            subprocess.run,
+            cwd=root or ROOT,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"},
+        )
         sha = run(["git", "rev-parse", "--short", "HEAD"]).stdout.strip()
         dirty = bool(run(["git", "status", "--porcelain", "--untracked-files=no"]).stdout.strip())
         return sha or "unknown", dirty
@@ -348,7 +386,8 @@ def _rename(fields: Mapping) -> dict:
 def make_row(key: Mapping, **values) -> dict:
     """A row: identity columns + ``key`` (the settings that identify it) + measured ``values``.
 
-    ``case`` is always text (``"5"``, ``"debug"``, ``"local"``); old field names are renamed.
+    ``case`` is always text (``"5"``, ``"debug"``, ``"local"``); a topology file's ``case``
+    adds its content digest to the key (``case_sha256``); old field names are renamed.
     """
     global _GIT
     if _GIT is None:
@@ -356,11 +395,17 @@ def make_row(key: Mapping, **values) -> dict:
     key = _rename(key)
     if "case" in key and key["case"] is not None:
         key["case"] = str(key["case"])
+        if "case_sha256" not in key:
+            from system.cases import case_digest
+
+            digest = case_digest(key["case"])
+            if digest is not None:
+                key["case_sha256"] = digest
     row = {c: None for c in CORE_COLUMNS}
     row.update(key)
     row.update(_rename(values))
     mv = model_version()
-    row["setting_id"] = run_id_for(key)
+    row["setting_id"] = run_id_for({k: v for k, v in key.items() if k not in VERSION_KEYS})
     row["model_version"] = mv
     row["run_id"] = values.get("run_id") or run_id_for({**key, "model_version": mv})
     row["timestamp_utc"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")

@@ -33,3 +33,23 @@ def has_root_netns() -> tuple[bool, str]:
 
 
 needs_root_netns = pytest.mark.skipif(not has_root_netns()[0], reason=has_root_netns()[1] or "ok")
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """``tmpfs(name, size="1m")``: a small tmpfs mounted at ``tmp_path / name`` for the test
+    (a full disk, a read-only folder), unmounted after it; skips without root."""
+    import contextlib
+
+    from repro.studies.probe_runs import NotRun
+    from repro.studies.probe_runs import tmpfs as mount
+
+    with contextlib.ExitStack() as stack:
+
+        def make(name: str, size: str = "1m"):
+            try:
+                return stack.enter_context(mount(tmp_path / name, size=size))
+            except NotRun as e:
+                pytest.skip(str(e))
+
+        yield make

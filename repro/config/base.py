@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
+import re
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +30,14 @@ from repro.config.options import (
     describe_type,
     group,
     option,
+)
+from system.limits import (
+    DEFAULT_MAX_DEVICES,
+    DEFAULT_MAX_REPEATS,
+    LimitError,
+    check_repeats,
+    check_train_memory,
+    over_limit,
 )
 
 __all__ = [
@@ -81,7 +90,9 @@ class WorkflowConfig(Options):
 
 @dataclass
 class LimitsConfig(Options):
-    """What one machine can hold; raise a limit explicitly to go past it."""
+    """What one machine can hold; raise a limit explicitly to go past it. Every limit is checked
+    before any work, with one line naming the value, the key and the override
+    (:func:`system.limits.over_limit`)."""
 
     KEY = "limits"
     max_local_ranks: int | None = option(
@@ -89,6 +100,17 @@ class LimitsConfig(Options):
     )
     max_micro_batches: int = option(
         32768, "micro-batches per iteration (each is simulated or computed)", ge=1
+    )
+    max_devices: int = option(
+        DEFAULT_MAX_DEVICES,
+        "devices of a topology file (link matrices grow with their square)",
+        ge=1,
+    )
+    max_repeats: int = option(DEFAULT_MAX_REPEATS, "repeats of one setting (a row each)", ge=1)
+    max_memory_gib: float | None = option(
+        None,
+        "host memory of a training run's ranks (null: 80% of this machine's memory)",
+        gt=0,
     )
 
     def local_ranks(self) -> int:
@@ -98,18 +120,54 @@ class LimitsConfig(Options):
         limit, key = self.local_ranks(), "limits.max_local_ranks"
         if ranks > limit:
             raise ConfigError(
-                f"{what} = {ranks} processes on this machine's {cpu_cores()} CPU core(s): over "
-                f"{key}={limit} (set {key}={ranks} to run anyway)"
+                str(
+                    over_limit(
+                        f"{what} = {ranks} processes on this machine's {cpu_cores()} CPU core(s)",
+                        ranks,
+                        key,
+                        limit,
+                    )
+                )
             )
 
     def check_micro_batches(self, batch: int, micro_batch_size: int) -> None:
-        n, key = batch // micro_batch_size, "limits.max_micro_batches"
+        n = batch // micro_batch_size
         if n > self.max_micro_batches:
             raise ConfigError(
-                f"batch={batch} with micro_batch_size={micro_batch_size} is {n} micro-batches per "
-                f"iteration: over {key}={self.max_micro_batches} (each is simulated or "
-                f"computed; set {key}={n} to run anyway)"
+                str(
+                    over_limit(
+                        f"batch={batch} with micro_batch_size={micro_batch_size} is {n} "
+                        "micro-batches per iteration",
+                        n,
+                        "limits.max_micro_batches",
+                        self.max_micro_batches,
+                        "each is simulated or computed",
+                    )
+                )
             )
+
+    def check_repeats(self, repeats: int) -> None:
+        try:
+            check_repeats(repeats, limit=self.max_repeats)
+        except LimitError as e:
+            raise ConfigError(str(e)) from None
+
+    def check_memory(self, model, *, pp: int, dp: int, micro_batch_size: int, batch: int) -> None:
+        """The ranks of a CPU training run of ``model`` fit this machine's memory."""
+        try:
+            check_train_memory(
+                model,
+                pp=pp,
+                dp=dp,
+                micro_batch_size=micro_batch_size,
+                micro_batches=max(1, batch // (dp * micro_batch_size)),
+                limit_gib=self.max_memory_gib,
+            )
+        except LimitError as e:
+            raise ConfigError(str(e)) from None
+
+
+STUDY_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 
 
 def default_results_dir(study: str, mode: str) -> str:
@@ -141,7 +199,7 @@ class RunConfig(Options):
     results_dir: str | None = option(
         None, "the results folder (null: results/<study>, or results/adhoc/<mode>)"
     )
-    seed: int = option(0, "seed of every random choice", ge=0)
+    seed: int = option(0, "seed of every random choice", ge=0, le=2**63 - 1)
     logger: Logger = option(Logger.none, "wandb: one wandb run per configuration")
     wandb: WandbConfig = group(WandbConfig, "wandb.*")
     workflow: WorkflowConfig = group(WorkflowConfig, "workflow.*")
@@ -151,8 +209,11 @@ class RunConfig(Options):
         super().check()
         if self.mode not in MODES or not isinstance(self, MODES[self.mode].schema):
             raise ConfigError(f"mode={self.mode!r}: expected one of {', '.join(MODES)}")
-        if not self.study.strip() or "/" in self.study:
-            raise ConfigError(f"study={self.study!r}: a non-empty name without '/'")
+        if not STUDY_NAME.fullmatch(self.study):
+            raise ConfigError(
+                f"study={self.study!r}: a plain name (letters, digits, '_.-', not starting "
+                "with '.' or '-'): it names the folder results/<study>"
+            )
         if self.results_dir is None:
             self.results_dir = default_results_dir(self.study, self.mode)
         _check_folder("results_dir", self.results_dir)

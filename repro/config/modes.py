@@ -7,18 +7,20 @@ mode's class lists the mixins it takes, so a mode has exactly the keys it uses.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from baselines.placement import Placement
-from repro.config.base import RunConfig, register_mode
+from repro.config.base import RunConfig, default_of, register_mode
 from repro.config.options import ConfigError, Options, choice, group, option
 from system.cases import PAPER_CASES, VARIANTS, canonical_case
 from system.emulation.netns import BACKENDS
 from system.emulation.verify import ON_FAIL
 from system.results import SIMULATED_SYSTEMS, TRAINED_SYSTEMS
-from system.runtime.spec import DEVICES, DP_MODES, LAYOUTS
+from system.runtime.spec import DEVICES, DP_MODES, LAYOUTS, MAX_LR
 from system.scheduler.api import OBJECTIVES, SCHEDULERS
 from system.simulator.comm import LINK_SHARING, TRANSPORTS
 from system.workload import MODELS, PAPER_BATCH_SIZES, PAPER_LAYERS, WORKLOADS
@@ -95,12 +97,13 @@ def check_layout(where: str, num_devices: int, pp: int | None, dp: int | None) -
         raise ConfigError(f"pp={pp} x dp={dp} = {pp * dp}, but {where} has {num_devices} devices")
 
 
-def load_case(case: str, variant: str):
-    """The cluster of ``case`` (a ConfigError naming it when there is none)."""
+def load_case(case: str, variant: str, max_devices: int | None = None):
+    """The cluster of ``case`` (a ConfigError naming it when there is none, or when a topology
+    file has more than ``max_devices`` devices)."""
     from system.cases import get_case
 
     try:
-        return get_case(case, variant)
+        return get_case(case, variant, max_devices=max_devices)
     except (ValueError, FileNotFoundError) as e:
         raise ConfigError(f"case={case!r}: {e}") from None
 
@@ -119,7 +122,7 @@ class CaseOptions(Options):
         super().check()
         self.case = self._canonical(self.case)
         for case in self.cases():
-            load_case(case, self.case_variant)
+            load_case(case, self.case_variant, self.limits.max_devices)
 
     def _canonical(self, case) -> Any:
         if case is None or isinstance(case, (bool, float, dict, list, tuple)):
@@ -132,7 +135,7 @@ class CaseOptions(Options):
 
     def cluster(self):
         """The case's :class:`system.cluster.Cluster`."""
-        return load_case(self.case, self.case_variant)
+        return load_case(self.case, self.case_variant, self.limits.max_devices)
 
 
 @dataclass
@@ -190,7 +193,7 @@ class RuntimeOptions(Options):
     assignment: str | None = option(None, "a schedule's JSON {stages: [[...], ...]}")
     dp_mode: DpMode = option(DpMode.sharded_ps, "gradient exchange")
     checkpointing: bool = option(False, "recompute block activations in backward")
-    lr: float = option(0.003, "learning rate (ours and the baselines)", gt=0)
+    lr: float = option(0.003, "learning rate (ours and the baselines)", gt=0, le=MAX_LR)
     device: Device = option(Device.cpu, "cpu (gloo) | cuda (NCCL)")
     amp: bool = option(False, "fp16 autocast + loss scaling (device=cuda)")
 
@@ -220,6 +223,57 @@ class LocalRunOptions(Options):
     timeout_s: float = option(
         600.0, "wall-clock limit of one run (all its ranks killed after it)", gt=0
     )
+
+    def check(self) -> None:
+        super().check()
+        _check_applies(self)
+
+
+# Options of a local run that only one kind of system reads: given with the other, they would be
+# ignored without a word, so they are an error (a group counts when any of its keys is set).
+BASELINE_ONLY = (
+    "tp",
+    "zero",
+    "grid",
+    "grid_micro_batch_sizes",
+    "grid_devices",
+    "baseline_recompute",
+    "baseline_placements",
+)
+OURS_ONLY = ("metrics_out", "trace", "log_dir", "layouts", "random_layouts", "scheduler")
+RUNTIME_OURS_ONLY = ("layout", "assignment", "dp_mode", "checkpointing", "amp")
+
+
+def _check_applies(cfg) -> None:
+    """An option set away from its default that ``cfg.system`` does not read is an error."""
+    ours = cfg.system == TrainedSystem.ours
+    names = [(n, cfg, n) for n in (BASELINE_ONLY if ours else OURS_ONLY)]
+    if not ours and hasattr(cfg, "runtime"):
+        names += [(f"runtime.{n}", cfg.runtime, n) for n in RUNTIME_OURS_ONLY]
+    if cfg.system == TrainedSystem.megatron:
+        names.append(("zero", cfg, "zero"))
+    for key, obj, name in names:
+        if not hasattr(obj, name):
+            continue
+        value = getattr(obj, name)
+        if value != default_of(type(obj), name) or (key == "zero" and value is not None):
+            who = (
+                "system=deepspeed"
+                if key == "zero"
+                else "the baselines (system=megatron|deepspeed)"
+                if ours
+                else "system=ours"
+            )
+            shown = ".*" if dataclasses.is_dataclass(value) else f"={_shown(value)}"
+            raise ConfigError(
+                f"{key}{shown}: applies to {who} only, not system={cfg.system} (leave it unset)"
+            )
+
+
+def _shown(value) -> str:
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(str(v) for v in value) + "]"
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 # ---- modes -------------------------------------------------------------------------------------
@@ -263,8 +317,9 @@ class SimulateConfig(LayoutOptions, ModelOptions, CaseOptions, RunConfig):
         if not self.baseline_placements:
             raise ConfigError("baseline_placements=[]: name launch, topology or both")
         self.baseline_placements = list(dict.fromkeys(self.baseline_placements))
+        self.limits.check_repeats(self.repeats)
         for case in self.cases():
-            n = load_case(case, self.case_variant).num_devices
+            n = load_case(case, self.case_variant, self.limits.max_devices).num_devices
             check_layout(f"case {case}", n, self.pp, self.dp)
             pp, dp = fill_layout(n, self.pp, self.dp)
             for layers, batch in self.grid():
@@ -363,6 +418,26 @@ class TrainConfig(LocalRunOptions, LayoutOptions, ModelOptions, RunConfig):
                 raise ConfigError(
                     f"pp={pp} does not divide the model's {self.model_layers()} layers"
                 )
+        for key in ("metrics_out", "trace"):
+            path = getattr(self, key)
+            if path is not None and (not path.strip() or Path(path).is_dir()):
+                raise ConfigError(f"{key}={path!r}: names a folder, give a file")
+        if (
+            self.log_dir is not None
+            and Path(self.log_dir).exists()
+            and not Path(self.log_dir).is_dir()
+        ):
+            raise ConfigError(f"log_dir={self.log_dir!r}: is a file, not a folder")
+        if not self.grid:
+            from system.workload import get_model
+
+            self.limits.check_memory(
+                get_model(self.model, self.layers),
+                pp=self.pp or 1,
+                dp=self.tp * (self.dp or 1),
+                micro_batch_size=self.micro_batch_size,
+                batch=self.batch or 8,
+            )
 
 
 @dataclass
@@ -376,9 +451,9 @@ class EmulateConfig(LocalRunOptions, LayoutOptions, ModelOptions, CaseOptions, R
     )
     max_devices: int = option(8, "at most this many devices in the default pick", ge=1)
     bandwidth_scale: float = option(
-        0.1, "every bandwidth x this (the delayer tops ~1.1 Gbit/s)", gt=0
+        0.1, "every bandwidth x this (the delayer tops ~1.1 Gbit/s)", gt=0, le=100
     )
-    delay_scale: float = option(1.0, "every one-way delay x this", gt=0)
+    delay_scale: float = option(1.0, "every one-way delay x this", gt=0, le=100)
     hidden_size: int = option(256, "the emulated model's hidden size", ge=1)
     seq_length: int = option(64, "the emulated model's sequence length", ge=1)
     vocab_size: int = option(128, "the emulated model's vocabulary", ge=1)
@@ -412,12 +487,39 @@ class EmulateConfig(LocalRunOptions, LayoutOptions, ModelOptions, CaseOptions, R
                     f"devices={self.devices}: ids must be distinct, in 0..{n_case - 1}"
                 )
         n = len(self.devices) if self.devices else min(self.max_devices, n_case)
+        from system.emulation.plan import make_plan
+
+        try:  # the scaled links are ones tc can shape (a pure check: nothing is built)
+            make_plan(
+                self.cluster().subset(self.picked_devices(self.cluster())),
+                bandwidth_scale=self.bandwidth_scale,
+                delay_scale=self.delay_scale,
+                tag="check",
+            )
+        except ValueError as e:
+            raise ConfigError(f"bandwidth_scale/delay_scale: {e}") from None
         if self.grid:
             _check_local_ranks(self, self.tp * (self.pp or 1) * (self.dp or 1))
         else:
             self.limits.check_ranks(n, f"{n} emulated devices")
             if self.system == TrainedSystem.ours:
                 check_layout(f"the {n} emulated devices", n, self.pp, self.dp)
+            from system.workload import get_model
+
+            model = dataclasses.replace(
+                get_model(self.model, self.layers),
+                hidden_size=self.hidden_size,
+                seq_length=self.seq_length,
+                vocab_size=self.vocab_size,
+            )
+            pp, dp = fill_layout(n, self.pp, self.dp)
+            self.limits.check_memory(
+                model,
+                pp=pp,
+                dp=dp,
+                micro_batch_size=self.micro_batch_size,
+                batch=self.batch or 4 * dp,
+            )
 
     def picked_devices(self, cluster) -> list[int]:
         """The emulated devices of ``cluster``: ``devices``, else the first device of each region

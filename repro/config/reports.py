@@ -19,6 +19,13 @@ class FolderReport(RunConfig):
         super().check()
         if self.results_dir is None or not Path(self.results_dir).is_dir():
             raise ConfigError(f"results_dir={self.results_dir!r}: no such results folder")
+        from system.results import has_stored_rows
+
+        if not has_stored_rows(self.results_dir):
+            raise ConfigError(
+                f"results_dir={self.results_dir!r}: no rows (no runs.parquet, parts/ or rows/ "
+                "there): nothing ran in this folder yet"
+            )
 
 
 @dataclass

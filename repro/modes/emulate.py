@@ -27,10 +27,11 @@ import numpy as np
 from repro.config import EmulateConfig
 from repro.config.modes import fill_layout
 from system.assignment import Assignment, random_assignment
+from system.cases import case_label
 from system.emulation import netns
 from system.emulation.plan import make_plan
 from system.emulation.verify import verify_links
-from system.results import atomic_write_text, make_row, write_rows
+from system.results import atomic_write_text, make_row, path_in, write_rows
 
 log = logging.getLogger(__name__)
 
@@ -160,8 +161,10 @@ def run(cfg: EmulateConfig) -> dict:
             seed=seed,
         )
         report["backend"] = emu.backend
-        vpath = (
-            out_dir / "verify" / f"case{cfg.case}-{n}dev-bw{plan.bandwidth_scale:g}-b{batch}.json"
+        vpath = path_in(
+            out_dir,
+            "verify",
+            f"case{case_label(cfg.case)}-{n}dev-bw{plan.bandwidth_scale:g}-b{batch}.json",
         )
         atomic_write_text(vpath, json.dumps(report, indent=1))
         for _repeat, (layout, lseed, assign) in enumerate(layouts):

@@ -17,11 +17,11 @@ import json
 import logging
 import sys
 import time
-from pathlib import Path
 
 from repro.config import ScheduleConfig
 from repro.config.modes import fill_layout
-from system.results import atomic_write_text
+from system.cases import case_label
+from system.results import atomic_write_text, path_in
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,9 @@ def _fmt(value, spec: str = "{:.3f}") -> str:
 
 def run(cfg: ScheduleConfig) -> dict:
     out = cfg.out or str(
-        Path(cfg.results_dir) / f"case{cfg.case}-{cfg.scheduler.name}-seed{cfg.seed}.json"
+        path_in(
+            cfg.results_dir, f"case{case_label(cfg.case)}-{cfg.scheduler.name}-seed{cfg.seed}.json"
+        )
     )
     record = _search(cfg)
     atomic_write_text(out, json.dumps(record, indent=1) + "\n")

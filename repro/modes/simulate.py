@@ -37,7 +37,12 @@ from repro.sweep import is_multirun
 from system.assignment import random_assignment
 from system.cases import get_case
 from system.cluster import Cluster
-from system.results import SIMULATED_SYSTEMS, make_row, run_ids, write_rows
+from system.results import (
+    SIMULATED_SYSTEMS,
+    current_run_ids,
+    make_row,
+    write_rows,
+)
 from system.simulator import V100, SimResult, simulate_ours
 from system.simulator.comm import TRANSPORTS, with_link_sharing
 from system.workload import Workload, get_model, tasklet_sizes
@@ -354,7 +359,9 @@ def run(cfg: SimulateConfig) -> dict:
     for case, layers, batch in cfg.settings():
         rows += _simulate_setting(cfg, case, layers, batch, schedules)
     elapsed = time.perf_counter() - t0
-    stored = run_ids(results_dir)  # same settings and model version: nothing new to write
+    # same settings, model version and input files as the rows reported now: nothing to write
+    # (a row stored but superseded, e.g. a topology file edited back, is written again)
+    stored = current_run_ids(results_dir)
     new = [r for r in rows if r["run_id"] not in stored]
     log.info(
         "simulated %d settings in %.1f s: %d rows (%d new) -> %s",

@@ -17,7 +17,7 @@ import logging
 
 from repro.config import TrainConfig
 from system.results import make_row, write_rows
-from system.runtime.spec import RunSpec
+from system.runtime.spec import RunSpec, SpecBase
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ def run_spec(cfg: TrainConfig) -> RunSpec:
         layers=cfg.layers,
         pp=pp,
         dp=dp,
-        global_batch_size=cfg.batch or RunSpec.global_batch_size,
+        global_batch_size=cfg.batch or SpecBase.global_batch_size,
         micro_batch_size=cfg.micro_batch_size,
         iters=cfg.iters,
         seed=cfg.seed,

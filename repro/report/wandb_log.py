@@ -58,9 +58,13 @@ def _init(cfg: RunConfig, **kw):
 
 
 def _plain(v):
+    """A table cell as JSON can hold it: numpy scalars as Python, missing values (None, NaN,
+    pandas' NA of a nullable column) as None."""
     if hasattr(v, "item"):
-        return v.item()
-    return None if isinstance(v, float) and pd.isna(v) else v
+        v = v.item()
+    if isinstance(v, (list, tuple, dict, str)):
+        return v
+    return None if pd.isna(v) else v
 
 
 def log_job(cfg: RunConfig, rows: pd.DataFrame) -> list[str]:

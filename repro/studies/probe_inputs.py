@@ -26,37 +26,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from repro.config import ProbeInputsConfig
+from repro.studies.hostile import (  # noqa: F401 (TOPOLOGY: the tests write its files)
+    HOSTILE,
+    TOPOLOGY,
+    Probe,
+    _r,
+    setup,
+)
+from repro.studies.probe_runs import NotRun, after, around, signal_step
 from repro.studies.tree import materialise, short_rev
 from system.results import atomic_write_text, has_stored_rows, read_rows
 
 PY = sys.executable
-
-# A four-device topology file with two slots: the cross-region bandwidth and an extra field on
-# one pair (the unit tests of the config errors write the same bad files).
-TOPOLOGY = """name: t
-devices: [A, A, B, B]
-pairs:
-  - {region_a: A, region_b: B, delay_ms: 10, bandwidth_gbps: %s}
-  - {region_a: A, region_b: A, delay_ms: 0.1, bandwidth_gbps: 10%s}
-  - {region_a: B, region_b: B, delay_ms: 0.1, bandwidth_gbps: 10}
-"""
-
-
-@dataclass
-class Probe:
-    name: str
-    steps: list[list[str]]  # each a command line (run.py etc.), run in order
-    timeout_s: float = 120
-    not_before: str = ""  # reason not to run it on the old code
-    old_steps: list[list[str]] | None = None  # the steps' spelling on the old code
-    concurrent: bool = False  # run the steps at the same time
-    edit: str = ""  # a model edit applied before the last step
-    note: str = ""
-    inspect: str = ""  # a results folder to describe afterwards (rows stored, REPORT.md)
-
-
-def _r(*args: str) -> list[str]:
-    return [PY, "repro/run.py", *args]
 
 
 def _s(*args: str) -> list[str]:
@@ -190,6 +171,7 @@ PROBES = [
         old_steps=[[PY, "-m", "repro.collect", "results/smoke"]],
     ),
 ]
+PROBES += HOSTILE  # the hostile-input review: files, stores, paths, numbers, signals
 
 
 @dataclass
@@ -198,25 +180,19 @@ class Outcome:
     message: str = ""
 
 
-def _setup(tree: Path, scratch: Path) -> None:
-    scratch.mkdir(exist_ok=True)
-    (scratch / "file").write_text("not a folder\n")
-    (scratch / "adir").mkdir(exist_ok=True)
-    (scratch / "extra.yaml").write_text(TOPOLOGY % ("1", ", note: x"))
-    (scratch / "bool.yaml").write_text(TOPOLOGY % ("true", ""))
-    (scratch / "extra.csv").write_text("region_a,region_b,delay_ms,bandwidth_gbps\nA,B,10,1,9\n")
-    (scratch / "pairs.yaml").write_text(
-        "pairs:\n  - {region_a: A, region_b: B, delay_ms: 10, bandwidth_gbps: true}\n"
-    )
-
-
-def _edit_model(tree: Path) -> None:
-    hw = tree / "system/simulator/hardware.py"
-    hw.write_text(
-        hw.read_text().replace(
-            "achievable_fraction: float = 0.30", "achievable_fraction: float = 0.25"
+def _edit(tree: Path, scratch: Path, what: str, step: int, steps: int) -> None:
+    """The edit before step ``step``: the simulator's V100 fraction (before the last step), or
+    the topology file R/edit.yaml: slower (before step 1), back as it was (before step 2)."""
+    if what == "hardware" and step == steps - 1:
+        hw = tree / "system/simulator/hardware.py"
+        hw.write_text(
+            hw.read_text().replace(
+                "achievable_fraction: float = 0.30", "achievable_fraction: float = 0.25"
+            )
         )
-    )
+    elif what.startswith("topology"):
+        bw = "0.01" if step == 1 else "1"
+        (scratch / "edit.yaml").write_text(TOPOLOGY % (bw, ""))
 
 
 def _last_line(text: str) -> str:
@@ -231,8 +207,25 @@ def _last_line(text: str) -> str:
     return lines[-1][:220] if lines else ""
 
 
+_EXCEPTION = re.compile(
+    r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b.*$", re.M
+)
+
+
+def _traceback(text: str) -> str | None:
+    """``traceback: <the exception line>`` when ``text`` holds a Python traceback."""
+    if "Traceback (most recent call last)" not in text:
+        return None
+    found = _EXCEPTION.findall(re.sub(r"\x1b\[[0-9;]*m", "", text))
+    return f"traceback: {found[-1].strip()[:200]}" if found else "traceback"
+
+
 def _summary(probe: Probe, outs: list[tuple[str, str, str]]) -> str:
     text = "\n".join(o + "\n" + e for _, o, e in outs)
+    failed = [e + o for rc, o, e in outs if rc != "0"]
+    shown = _traceback(failed[-1]) if failed else None
+    if shown:
+        return shown
     if "jobs ran" in text and probe.concurrent:
         found = re.findall(r"(\d+) jobs ran, (\d+) skipped", text)
         return "; ".join(
@@ -240,7 +233,8 @@ def _summary(probe: Probe, outs: list[tuple[str, str, str]]) -> str:
         ) or _last_line(outs[-1][2] or outs[-1][1])
     if "rows written" in probe.note:
         m = re.findall(r"\d+ rows \((\d+) new\)", text)
-        return f"second run: {m[-1]} new rows" if m else _last_line(outs[-1][2] or outs[-1][1])
+        which = "third" if "third" in probe.note else "second"
+        return f"{which} run: {m[-1]} new rows" if m else _last_line(outs[-1][2] or outs[-1][1])
     if "progress" in probe.note:
         n = len(re.findall(r"trial \d+: best", text))
         return f"{n} progress lines; " + _last_line(outs[-1][2] or outs[-1][1])
@@ -282,7 +276,9 @@ def _finish(proc: subprocess.Popen, timeout_s: float) -> tuple[str, str, str]:
         return f"timeout {timeout_s:.0f} s", o, e
 
 
-def _run_side(rev: str, probes: list[Probe], before: bool) -> dict[str, Outcome]:
+def _run_side(
+    rev: str, probes: list[Probe], before: bool, lock_dir: str | None = None
+) -> dict[str, Outcome]:
     out: dict[str, Outcome] = {}
     base = Path(tempfile.mkdtemp(prefix="probe-"))
     try:
@@ -290,35 +286,16 @@ def _run_side(rev: str, probes: list[Probe], before: bool) -> dict[str, Outcome]
             tree = base / f"t{len(out)}"
             materialise(rev, tree)
             scratch = tree / "R"
-            _setup(tree, scratch)
-            env = {
-                **os.environ,
-                "PYTHONPATH": str(tree),
-                "OMP_NUM_THREADS": "1",
-                "WANDB_MODE": "disabled",
-                "COLUMNS": "200",
-            }
+            setup(scratch)
             res = Outcome()
             if before and probe.not_before:
                 res.rc, res.message = ["not run"], probe.not_before
-                out[probe.name] = res
-                continue
-            steps = probe.old_steps if before and probe.old_steps else probe.steps
-            cmds = [[a.replace("R/", f"{scratch}/") if "R/" in a else a for a in c] for c in steps]
-            outs = []
-            t0 = time.monotonic()
-            if probe.concurrent:
-                procs = [_start(c, tree, env) for c in cmds]
-                outs = [_finish(proc, probe.timeout_s) for proc in procs]
             else:
-                for i, c in enumerate(cmds):
-                    if probe.edit and i == len(cmds) - 1:
-                        _edit_model(tree)
-                    outs.append(_finish(_start(c, tree, env), probe.timeout_s))
-            res.rc = [rc for rc, _, _ in outs]
-            res.message = f"{_summary(probe, outs)} ({time.monotonic() - t0:.0f} s)"
-            if probe.inspect:
-                res.message += "; " + _describe(Path(probe.inspect.replace("R/", f"{scratch}/")))
+                try:
+                    with around(probe, tree, scratch, lock_dir) as ctx:
+                        res = _run_probe(probe, ctx, before)
+                except NotRun as e:
+                    res.rc, res.message = ["not run"], str(e)
             # no machine paths in the table: the scratch folder reads R, the copy's root .
             res.message = res.message.replace(str(scratch), "R").replace(str(tree), ".")
             out[probe.name] = res
@@ -327,6 +304,54 @@ def _run_side(rev: str, probes: list[Probe], before: bool) -> dict[str, Outcome]
     finally:
         shutil.rmtree(base, ignore_errors=True)
     return out
+
+
+def _arg(a: str, tree: Path, scratch: Path) -> str:
+    """A step's argument in the copy: ``R/`` is the scratch folder, the entry an absolute path
+    (a probe may run in another working folder)."""
+    if a == "repro/run.py":
+        return str(tree / a)
+    return a.replace("R/", f"{scratch}/")
+
+
+def _run_probe(probe: Probe, ctx, before: bool) -> Outcome:
+    tree, scratch = ctx.tree, ctx.scratch
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(tree),
+        "OMP_NUM_THREADS": "1",
+        "WANDB_MODE": "disabled",
+        "COLUMNS": "200",
+        **(probe.env or {}),
+    }
+    steps = probe.old_steps if before and probe.old_steps else probe.steps
+    cwd = Path(probe.cwd.replace("R/", f"{scratch}/")) if probe.cwd else tree
+    cmds = [[_arg(a, tree, scratch) for a in c] for c in steps]
+    started_s, t0 = time.time(), time.monotonic()
+    res = Outcome()
+    if probe.signal:
+        rc, what, text = signal_step(probe, cmds[0], cwd, env)
+        res.rc, res.message = [rc], f"{what} ({time.monotonic() - t0:.0f} s)"
+        return res
+    outs = []
+    if probe.concurrent:
+        procs = [_start(c, cwd, env) for c in cmds]
+        outs = [_finish(proc, probe.timeout_s) for proc in procs]
+    else:
+        for i, c in enumerate(cmds):
+            if probe.edit and i >= 1:
+                _edit(tree, scratch, probe.edit, i, len(cmds))
+            outs.append(_finish(_start(c, cwd, env), probe.timeout_s))
+    res.rc = [rc for rc, _, _ in outs]
+    res.message = f"{_summary(probe, outs)} ({time.monotonic() - t0:.0f} s)"
+    extra = after(probe, ctx, started_s)
+    if "hydra folders" in probe.note:
+        extra = f"{len(list(cwd.glob('outputs/*/multirun/*')))} Hydra sweep folders"
+    if extra:
+        res.message += "; " + extra
+    if probe.inspect:
+        res.message += "; " + _describe(Path(probe.inspect.replace("R/", f"{scratch}/")))
+    return res
 
 
 def _describe(folder: Path) -> str:
@@ -344,8 +369,8 @@ def _cell(text: str) -> str:
 def run(cfg: ProbeInputsConfig) -> dict:
     probes = [pr for pr in PROBES if cfg.only is None or cfg.only in pr.name]
     revs = [short_rev(r) for r in (cfg.before, cfg.after)]
-    before = _run_side(revs[0], probes, before=True)
-    after = _run_side(revs[1], probes, before=False)
+    old = _run_side(revs[0], probes, before=True, lock_dir=cfg.lock_dir)
+    new = _run_side(revs[1], probes, before=False, lock_dir=cfg.lock_dir)
     lines = [
         f"# Bad and edge inputs: {revs[0]} (before) vs {revs[1]} (after)",
         "",
@@ -358,7 +383,7 @@ def run(cfg: ProbeInputsConfig) -> dict:
         "|---|---|---|---|---|",
     ]
     for pr in probes:
-        b, f = before[pr.name], after[pr.name]
+        b, f = old[pr.name], new[pr.name]
         lines.append(
             f"| {_cell(pr.name)} | {', '.join(b.rc)} | {_cell(b.message)} | "
             f"{', '.join(f.rc)} | {_cell(f.message)} |"

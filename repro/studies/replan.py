@@ -31,30 +31,13 @@ from system.cluster import Cluster
 from system.results import atomic_write_text
 from system.scheduler import schedule
 from system.scheduler.replan import moved_tasklets, replan
+from system.scheduler.replan import spot_trace as trace
 from system.simulator import simulate_ours
 from system.workload import Workload, get_model, tasklet_sizes
 
 log = logging.getLogger(__name__)
 
 __all__ = ["trace", "replay", "run"]
-
-
-def trace(num_devices: int, events: int, step: int, seed: int) -> list[list[int]]:
-    """Present device ids after each event (entry 0: all devices)."""
-    rng = np.random.default_rng(seed)
-    present = list(range(num_devices))
-    out = [list(present)]
-    for _ in range(events):
-        absent = sorted(set(range(num_devices)) - set(present))
-        leave = len(present) - step >= num_devices // 2 and (not absent or rng.random() < 0.5)
-        if leave:
-            gone = set(rng.choice(present, step, replace=False).tolist())
-            present = [d for d in present if d not in gone]
-        else:
-            back = rng.choice(absent, min(step, len(absent)), replace=False).tolist()
-            present = sorted(present + back)
-        out.append(list(present))
-    return out
 
 
 def _layers(stage: int, pp: int, num_layers: int) -> set[int]:
@@ -143,6 +126,8 @@ def replay(
             )
             held[plan] = need
             sim = simulate_ours(sub, a, work)
+            if sim.status != "ok":  # the config checks every layout of the trace up front
+                raise ValueError(f"event {k}: {len(present)} devices, pp={pp}: {sim.status}")
             rows.append(
                 {
                     "event": k,

@@ -13,27 +13,30 @@ Layout for an :class:`~system.emulation.plan.EmulationPlan` with tag T and D dev
   for the pair's one-way delay. Never on the sender's own output path (TCP collapses there).
 
 Nothing is created in the host's namespace; all names start with ``dtfm-``. :class:`Emulation`
-removes everything on exit, error, Ctrl-C, SIGTERM and at interpreter exit.
+records its ownership before it creates anything, removes what a dead owner left behind
+(:func:`system.emulation.cleanup.reap_dead`), and removes everything it built on exit, error,
+Ctrl-C, SIGTERM, SIGHUP and at interpreter exit; a guard process removes it after a SIGKILL
+(:mod:`system.lifeline`).
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 from pathlib import Path
 
 from system.emulation import tc
+from system.emulation.cleanup import STATE_ROOT, kill_netns_pids, owners, reap_dead, write_state
 from system.emulation.plan import DEVICE_IFNAME, FRAME_BYTES, MTU, PREFIX, EmulationPlan
-from system.emulation.shell import EmulationError, missing_tools, run_batch, run_cmd
+from system.emulation.shell import EmulationError, missing_tools, ns_prefix, run_batch, run_cmd
+from system.lifeline import cancel, exit_on_signals, on_death
 
 log = logging.getLogger(__name__)
 
@@ -52,14 +55,13 @@ __all__ = [
 BURST_S = tc.BURST_S
 BACKENDS = ("auto", "netem", "nfqueue")  # auto: netem where the kernel has it, else nfqueue
 
-STATE_ROOT = Path(tempfile.gettempdir())  # run state lives in <tmp>/dtfm-<tag>/
 # Per-namespace TCP settings of every emulated device (the real-host scripts set the same)
 _DEVICE_SYSCTLS = tc.TCP_SYSCTLS
 
 
-def has_netem() -> bool:
-    """Whether the kernel offers sch_netem (tried on ``lo`` of a scratch namespace)."""
-    ns = f"{PREFIX}probe{os.getpid()}"
+def has_netem(ns: str | None = None) -> bool:
+    """Whether the kernel offers sch_netem (tried on ``lo`` of a scratch namespace ``ns``)."""
+    ns = ns or f"{PREFIX}probe{os.getpid()}"
     run_cmd(["ip", "netns", "add", ns])
     try:
         p = run_cmd(
@@ -158,13 +160,14 @@ class Emulation:
         self._delayers: list[subprocess.Popen] = []
         self.tcp_congestion_control: str | None = None  # set by setup()
         self._created: list[str] = []
-        self._old_sigterm = None
+        self._signals: contextlib.ExitStack | None = None
+        self._guard: int | None = None
         self._closed = True
         self.setup_s = 0.0
 
     # ---- public helpers ---------------------------------------------------------------------
     def exec_prefix(self, i: int) -> list[str]:
-        return ["ip", "netns", "exec", self.plan.device_ns(i)]
+        return ns_prefix(self.plan.device_ns(i))
 
     def rank_env(self, i: int) -> dict[str, str]:
         return {"GLOO_SOCKET_IFNAME": DEVICE_IFNAME, "TP_SOCKET_IFNAME": DEVICE_IFNAME}
@@ -235,14 +238,28 @@ class Emulation:
         if missing:
             raise EmulationError(f"network emulation needs {', '.join(missing)} on PATH")
         t0 = time.perf_counter()
+        reap_dead()  # earlier runs killed before they could clean up (their guard too)
+        taken = [o for o in owners(self.plan.tag) if o.tag == self.plan.tag and o.alive]
+        if taken:
+            raise EmulationError(
+                f"emulation tag {self.plan.tag!r} is in use by the live process {taken[0].pid}"
+            )
         self._closed = False
         atexit.register(self.close)
-        if threading.current_thread() is threading.main_thread():
-            self._old_sigterm = signal.signal(signal.SIGTERM, _raise_exit)
+        self._signals = contextlib.ExitStack()
+        self._signals.enter_context(exit_on_signals())  # SIGTERM/SIGHUP: close() runs
         try:
+            write_state(
+                self.state_dir,
+                tag=self.plan.tag,
+                namespaces=[*self.plan.namespaces, self._probe_ns],
+                backend=None,
+            )
+            self._guard = on_death(
+                "run",
+                [sys.executable, "-m", "system.emulation", "cleanup", "--tag", self.plan.tag],
+            )
             self.backend = self._pick_backend()
-            self.state_dir.mkdir(parents=True, exist_ok=True)
-            self._write_state()
             self._build()
         except BaseException:
             self.close()
@@ -258,19 +275,14 @@ class Emulation:
             self.setup_s,
         )
 
+    @property
+    def _probe_ns(self) -> str:
+        return f"{PREFIX}{self.plan.tag}-probe"
+
     def _pick_backend(self) -> str:
         if self.requested_backend != "auto":
             return self.requested_backend
-        return "netem" if has_netem() else "nfqueue"
-
-    def _write_state(self) -> None:
-        state = {
-            "owner_pid": os.getpid(),
-            "tag": self.plan.tag,
-            "namespaces": self.plan.namespaces,
-            "backend": self.backend,
-        }
-        (self.state_dir / "state.json").write_text(json.dumps(state))
+        return "netem" if has_netem(self._probe_ns) else "nfqueue"
 
     def _build(self) -> None:
         p, br = self.plan, self.plan.bridge_ns
@@ -387,7 +399,7 @@ class Emulation:
                 proc.kill()
                 proc.wait(timeout=5)
         for ns in reversed(self._created):
-            _kill_netns_pids(ns)
+            kill_netns_pids(ns)
             try:
                 run_cmd(["ip", "netns", "del", ns], check=True, timeout_s=15)
             except EmulationError as e:
@@ -400,23 +412,13 @@ class Emulation:
             shutil.rmtree(self.state_dir, ignore_errors=True)
         except OSError:
             pass
-        if self._old_sigterm is not None and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._old_sigterm)
-            self._old_sigterm = None
+        if self._guard is not None:
+            cancel(self._guard)
+            self._guard = None
+        if self._signals is not None:
+            self._signals.close()
+            self._signals = None
         atexit.unregister(self.close)
-
-
-def _raise_exit(signum, frame) -> None:  # noqa: ARG001
-    raise SystemExit(128 + signum)
-
-
-def _kill_netns_pids(ns: str) -> None:
-    p = run_cmd(["ip", "netns", "pids", ns], check=False, timeout_s=10)
-    for tok in p.stdout.split():
-        try:
-            os.kill(int(tok), signal.SIGKILL)
-        except (ValueError, ProcessLookupError, PermissionError):
-            pass
 
 
 def _project_root() -> str:

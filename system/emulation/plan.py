@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import os
+import secrets
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,7 +29,14 @@ from system.cluster import Cluster
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PREFIX", "EmulationPlan", "make_plan", "FRAME_OVERHEAD", "DELAYER_CAPACITY_GBPS"]
+__all__ = [
+    "PREFIX",
+    "EmulationPlan",
+    "make_plan",
+    "check_tag",
+    "FRAME_OVERHEAD",
+    "DELAYER_CAPACITY_GBPS",
+]
 
 PREFIX = "dtfm-"  # every namespace, file and process title we create starts with this
 SUBNET = ipaddress.ip_network("198.18.0.0/16")  # inside 198.18.0.0/15 (RFC 2544 benchmarking)
@@ -44,6 +51,13 @@ FRAME_OVERHEAD = FRAME_BYTES / TCP_PAYLOAD_BYTES
 # Measured capacity of the userspace NFQUEUE delayer at MTU 9000, on an idle core.
 DELAYER_CAPACITY_GBPS = 2.1
 DEVICE_IFNAME = "eth0"  # the veth end inside each device namespace
+
+
+def check_tag(tag: str) -> str:
+    """``tag`` if it is 1-12 ASCII letters and digits (it becomes namespace and folder names)."""
+    if not isinstance(tag, str) or not (0 < len(tag) <= 12 and tag.isascii() and tag.isalnum()):
+        raise ValueError(f"emulation tag {tag!r} must be 1-12 letters/digits")
+    return tag
 
 
 @dataclass(frozen=True)
@@ -62,8 +76,7 @@ class EmulationPlan:
     meta: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not self.tag or not all(c.isalnum() for c in self.tag) or len(self.tag) > 12:
-            raise ValueError(f"emulation tag {self.tag!r} must be 1-12 letters/digits")
+        check_tag(self.tag)
         if not (self.bandwidth_scale > 0 and np.isfinite(self.bandwidth_scale)):
             raise ValueError(f"bandwidth_scale must be > 0, got {self.bandwidth_scale}")
         if not (self.delay_scale >= 0 and np.isfinite(self.delay_scale)):
@@ -71,6 +84,27 @@ class EmulationPlan:
         if self.cluster.num_devices > 250:
             raise ValueError(
                 f"emulation supports at most 250 devices, got {self.cluster.num_devices}"
+            )
+        self._check_links()
+
+    def _check_links(self) -> None:
+        """Every scaled link within what tc can shape (:func:`system.emulation.tc.check_link`):
+        a bandwidth or delay scale that overflows or underflows a link is refused here, before
+        any namespace exists, naming the pair and the scales."""
+        from system.emulation.tc import MAX_DELAY_S, MAX_RATE_BPS, MIN_RATE_BPS
+
+        rate, delay = self.rate_bps, self.delay_s
+        off = ~np.eye(self.num_devices, dtype=bool)
+        bad = off & ~(
+            (rate >= MIN_RATE_BPS) & (rate <= MAX_RATE_BPS) & (delay >= 0) & (delay <= MAX_DELAY_S)
+        )
+        if bad.any():
+            i, j = (int(x) for x in np.argwhere(bad)[0])
+            raise ValueError(
+                f"emulated link {i}->{j}: {rate[i, j]:g} bit/s and {delay[i, j] * 1e3:g} ms after "
+                f"bandwidth_scale={self.bandwidth_scale:g}, delay_scale={self.delay_scale:g}; "
+                f"tc shapes {MIN_RATE_BPS}..{MAX_RATE_BPS:g} bit/s and delays up to "
+                f"{MAX_DELAY_S:g} s"
             )
 
     # ---- names ----------------------------------------------------------------------------
@@ -177,13 +211,19 @@ def make_plan(
     tag: str | None = None,
     max_rate_gbps: float = 10.0,
 ) -> EmulationPlan:
-    """A plan with a fresh tag (pid-based unless given), validated."""
+    """A plan with a fresh tag (random unless given), validated.
+
+    The default tag is 10 random hex digits, unique to this run: a tag derived from the pid
+    repeats when the pid is reused, and a run would then meet a killed run's namespaces under
+    its own names. A given tag is the caller's to keep unique (the emulation refuses a tag a
+    live run holds).
+    """
     if cluster.host_nic_gbps is not None and len(set(cluster.host_of)) < cluster.num_devices:
         log.warning(
             "emulation: devices sharing a host NIC are emulated with separate links "
             "(NIC sharing is not modelled); pick one device per host"
         )
-    tag = tag or f"{os.getpid() % 100000:x}"
+    tag = tag or secrets.token_hex(5)
     return EmulationPlan(
         cluster=cluster,
         tag=tag,

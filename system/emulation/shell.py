@@ -2,27 +2,48 @@
 
 Every command that changes network state goes through :func:`run_cmd` or :func:`run_batch`, so a
 dry run can record the commands instead of executing them (the tc-script tests use that).
+Commands are argument lists (never a shell), and a namespace name is checked against
+:data:`NS_NAME` before it reaches one (``ip netns`` turns it into a path under /run/netns).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Sequence
 
 log = logging.getLogger(__name__)
 
-__all__ = ["run_cmd", "run_batch", "ns_prefix", "missing_tools", "netns_list", "EmulationError"]
+__all__ = [
+    "run_cmd",
+    "run_batch",
+    "ns_prefix",
+    "check_ns_name",
+    "missing_tools",
+    "netns_list",
+    "EmulationError",
+    "NS_NAME",
+]
+
+NS_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")  # no '/', '.', space or quote
 
 
 class EmulationError(RuntimeError):
     """A network-emulation command failed (message names the command and its stderr)."""
 
 
+def check_ns_name(ns: str) -> str:
+    """``ns`` if it is a plain namespace name (:data:`NS_NAME`), else ValueError."""
+    if not isinstance(ns, str) or not NS_NAME.fullmatch(ns):
+        raise ValueError(f"network namespace name {ns!r} is not a plain name ({NS_NAME.pattern})")
+    return ns
+
+
 def ns_prefix(ns: str | None) -> list[str]:
-    return [] if ns is None else ["ip", "netns", "exec", ns]
+    return [] if ns is None else ["ip", "netns", "exec", check_ns_name(ns)]
 
 
 def run_cmd(

@@ -17,11 +17,17 @@ lines, so a real host gets what the emulation was validated with:
 - per destination, a host route with a TCP window clamp of 1.25 × BDP + 64 KiB and CUBIC
   (:func:`route_lines`).
 
-Lines are in ``tc -batch`` / ``ip -batch`` syntax (no leading ``tc``/``ip``).
+Lines are in ``tc -batch`` / ``ip -batch`` syntax (no leading ``tc``/``ip``). They reach root
+shells (the real-host scripts run with sudo), so every name in them is checked first: a device
+is an interface name (:func:`check_ifname`) or the scripts' quoted ``"$DEV"``, an address is an
+IPv4 address (:func:`check_ipv4`), every rate and delay a finite number.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -35,6 +41,12 @@ __all__ = [
     "frame_overhead",
     "tcp_window_bytes",
     "TCP_SYSCTLS",
+    "check_ifname",
+    "check_ipv4",
+    "check_link",
+    "SCRIPT_DEV",
+    "MIN_MTU",
+    "MAX_MTU",
 ]
 
 DEFAULT_CLASS = 9999  # HTB class (decimal id 1:9999) of unmatched traffic
@@ -57,12 +69,58 @@ TCP_SYSCTLS = (
 )
 _TCP_IP_HEADERS = 52  # IP 20 + TCP 20 + timestamp option 12
 _ETHERNET_HEADER = 14
+# IPv4's minimum datagram every host must accept (RFC 791) up to the largest jumbo frame Linux
+# drivers accept (9216 bytes of payload on common NICs; 9000 is the usual jumbo MTU).
+MIN_MTU, MAX_MTU = 576, 9216
+# A shaped class's rate and a leaf's delay: at least the ACK class's floor (8 kbit/s) and at most
+# 1 Tbit/s; delays at most a minute (one-way, what a WAN emulation can mean).
+MIN_RATE_BPS, MAX_RATE_BPS = 8000, 10**12
+MAX_DELAY_S = 60.0
+SCRIPT_DEV = '"$DEV"'  # the device as the real-host scripts name it (set at run time, quoted)
+# Linux interface names: at most 15 bytes (IFNAMSIZ - 1), no '/', ':' or whitespace; we also
+# keep to letters, digits, '_', '.' and '-' (what ip-link prints for real devices).
+_IFNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,14}")
+
+
+def check_ifname(dev: str) -> str:
+    """``dev`` if it is a plain interface name (``eth0``, ``ens5``, ``br-lan.10``), else
+    ValueError."""
+    if not isinstance(dev, str) or not _IFNAME.fullmatch(dev):
+        raise ValueError(
+            f"network device {dev!r} is not an interface name (1-15 letters, digits, '_.-')"
+        )
+    return dev
+
+
+def check_ipv4(ip: str, what: str = "address") -> str:
+    """``ip`` if it is a dotted IPv4 address, else ValueError naming ``what``."""
+    try:
+        ipaddress.IPv4Address(ip)
+    except (ipaddress.AddressValueError, ValueError, TypeError):
+        raise ValueError(f"{what} {ip!r} is not an IPv4 address") from None
+    return ip
+
+
+def check_link(p: Peer) -> Peer:
+    """``p`` if its rate is in :data:`MIN_RATE_BPS`..:data:`MAX_RATE_BPS` and its delay in
+    0..:data:`MAX_DELAY_S` (finite), else ValueError naming the peer."""
+    if not (math.isfinite(p.rate_bps) and MIN_RATE_BPS <= p.rate_bps <= MAX_RATE_BPS):
+        raise ValueError(
+            f"link to {p.ip}: rate {p.rate_bps:g} bit/s is outside {MIN_RATE_BPS}..{MAX_RATE_BPS:g}"
+        )
+    if not (math.isfinite(p.delay_s) and 0 <= p.delay_s <= MAX_DELAY_S):
+        raise ValueError(f"link to {p.ip}: delay {p.delay_s:g} s is outside 0..{MAX_DELAY_S:g}")
+    return p
+
+
+def _check_dev(dev: str) -> str:
+    return dev if dev == SCRIPT_DEV else check_ifname(dev)
 
 
 def frame_overhead(mtu: int) -> float:
     """Frame bytes per TCP payload byte at ``mtu`` (HTB counts frames, the cost model payload)."""
-    if mtu < 576:
-        raise ValueError(f"mtu must be >= 576, got {mtu}")
+    if isinstance(mtu, bool) or not isinstance(mtu, int) or not MIN_MTU <= mtu <= MAX_MTU:
+        raise ValueError(f"mtu must be an integer in {MIN_MTU}..{MAX_MTU}, got {mtu!r}")
     return (mtu + _ETHERNET_HEADER) / (mtu - _TCP_IP_HEADERS)
 
 
@@ -84,6 +142,8 @@ def htb_burst_bytes(rate_bps: float, frame_bytes: int) -> int:
 
 def egress_lines(dev: str, peers: Sequence[Peer], *, netem: bool, mtu: int) -> list[str]:
     """``tc -batch`` lines that shape ``dev``'s egress towards ``peers`` (see the module doc)."""
+    _check_dev(dev)
+    frame_overhead(mtu)  # checks the MTU
     frame = mtu + _ETHERNET_HEADER
     if len({p.index for p in peers}) != len(peers) or any(not 0 <= p.index < 4095 for p in peers):
         raise ValueError("egress_lines: peer indices must be distinct and in 0..4094")
@@ -92,8 +152,8 @@ def egress_lines(dev: str, peers: Sequence[Peer], *, netem: bool, mtu: int) -> l
         f"class add dev {dev} parent 1: classid 1:{DEFAULT_CLASS} htb rate 10gbit quantum 65536",
     ]
     for p in peers:
-        if not p.rate_bps > 0:
-            raise ValueError(f"egress_lines: rate to {p.ip} must be > 0, got {p.rate_bps}")
+        check_ipv4(p.ip, "egress_lines: peer")
+        check_link(p)
         n = p.index + 1
         cid, ack, data = f"{n:x}", f"{0x1000 + n:x}", f"{0x2000 + n:x}"
         r = int(round(p.rate_bps))
@@ -155,8 +215,14 @@ def route_lines(
     64 KiB messages 4x slower than α + X/β on a 210 ms link), and its ProbeRTT stalls a transfer
     by an RTT every 10 s. ``via``: a gateway (real hosts behind a router); None = on-link.
     """
+    _check_dev(dev)
+    if congctl is not None and congctl not in ("cubic", "reno", "bbr"):
+        raise ValueError(f"route_lines: congctl must be cubic, reno or bbr, got {congctl!r}")
+    for p in peers:
+        check_ipv4(p.ip, "route_lines: peer")
+        check_link(p)
     cc = f" congctl {congctl}" if congctl else ""
-    gw = f" via {via}" if via else ""
+    gw = f" via {check_ipv4(via, 'route_lines: gateway')}" if via else ""
     return [
         f"route add {p.ip}/32{gw} dev {dev} window {tcp_window_bytes(p.goodput_bps, p.delay_s)}{cc}"
         for p in peers

@@ -14,11 +14,16 @@ Environment of the scripts: ``DTFM_DEV`` the egress device; ``DTFM_DELAY=netem``
 ``sch_netem``); ``DTFM_STATE`` the folder of the saved sysctls (default ``/run``);
 ``DTFM_TC=echo`` a dry run printing every command and changing nothing. :func:`parse_script`
 reads the shaping back (the tests use both).
+
+The scripts run as root on every host, so nothing reaches them unchecked: the cluster's name
+(written into a comment) is a plain name, the device an interface name, every address an IPv4
+address, every scale, rate and delay a finite number in range, the MTU in
+:data:`system.emulation.tc.MIN_MTU`..:data:`~system.emulation.tc.MAX_MTU` (one ValueError line
+otherwise, before any file is written).
 """
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import math
 import re
@@ -70,14 +75,10 @@ def host_links(
             f"{cluster.num_hosts} hosts"
         )
     for h in hosts:
-        try:
-            ipaddress.IPv4Address(h)
-        except ValueError as e:
-            raise ValueError(f"host list: {h!r} is not an IPv4 address") from e
+        tc.check_ipv4(h, "host list:")
     if len(set(hosts)) != len(hosts):
         raise ValueError("host list: addresses must be distinct")
-    if bandwidth_scale <= 0 or delay_scale < 0:
-        raise ValueError("tc script: bandwidth_scale must be > 0 and delay_scale >= 0")
+    check_scales(bandwidth_scale, delay_scale)
     overhead = tc.frame_overhead(mtu)
     host_of = np.array(cluster.host_of)
     out: list[list[tc.Peer]] = []
@@ -86,22 +87,47 @@ def host_links(
         da = np.flatnonzero(host_of == a)
         for b in range(cluster.num_hosts):
             db = np.flatnonzero(host_of == b)
-            goodput_bps = (
-                float(cluster.bandwidth_gbps[np.ix_(da, db)].min()) * bandwidth_scale * 1e9
-            )
+            gbps = float(cluster.bandwidth_gbps[np.ix_(da, db)].min())
+            goodput_bps = gbps * bandwidth_scale * 1e9  # inf when a huge scale overflows: refused
             delay_s = float(cluster.delay_ms[np.ix_(da, db)].max()) * delay_scale / 1e3
-            if a != b and math.isfinite(goodput_bps):
-                links.append(
-                    tc.Peer(
-                        index=b,
-                        ip=hosts[b],
-                        rate_bps=goodput_bps * overhead,
-                        delay_s=delay_s,
-                        goodput_bps=goodput_bps,
-                    )
+            if a != b and math.isfinite(gbps):
+                peer = tc.Peer(
+                    index=b,
+                    ip=hosts[b],
+                    rate_bps=goodput_bps * overhead,
+                    delay_s=delay_s,
+                    goodput_bps=goodput_bps,
                 )
+                try:
+                    links.append(tc.check_link(peer))
+                except ValueError as e:
+                    raise ValueError(
+                        f"tc script: host {a} -> host {b}: {e} (bandwidth_scale="
+                        f"{bandwidth_scale:g}, delay_scale={delay_scale:g})"
+                    ) from None
         out.append(links)
     return out
+
+
+def check_scales(bandwidth_scale: float, delay_scale: float) -> None:
+    """ValueError unless ``bandwidth_scale`` is finite and > 0 and ``delay_scale`` finite >= 0
+    (an infinite bandwidth would drop every link from the shaping, silently)."""
+    for name, v, low_ok in (
+        ("bandwidth_scale", bandwidth_scale, False),
+        ("delay_scale", delay_scale, True),
+    ):
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, (int, float))
+            or not math.isfinite(v)
+            or v < 0
+            or (v == 0 and not low_ok)
+        ):
+            need = ">= 0" if low_ok else "> 0"
+            raise ValueError(f"tc script: {name} must be a finite number {need}, got {v!r}")
+
+
+_COMMENT_SAFE = re.compile(r"[\w.()\[\],=+-]+(?: [\w.()\[\],=+-]+)*")
 
 
 def _commands(prefix: str, lines: list[str]) -> list[str]:
@@ -118,7 +144,10 @@ def render_host_script(
     scales: dict | None = None,
 ) -> str:
     """The bash script for one host (apply / show / clear)."""
-    d = '"$DEV"'
+    if not _COMMENT_SAFE.fullmatch(cluster.name):
+        raise ValueError(f"tc script: cluster name {cluster.name!r} is not a plain name")
+    tc.check_ifname(dev)
+    d = tc.SCRIPT_DEV
     routes = []
     for ln in tc.route_lines(d, links, congctl=None):  # congctl and gateway decided at apply
         dst = ln.split()[2]
@@ -128,7 +157,7 @@ def render_host_script(
         )
     unroutes = [f"  $IP route del {p.ip}/32 2>/dev/null || true" for p in links]
     sysctls = " ".join(f'"{kv}"' for kv in tc.TCP_SYSCTLS)
-    scale_txt = ", ".join(f"{k}={v}" for k, v in (scales or {}).items()) or "none"
+    scale_txt = ", ".join(f"{k}={float(v):g}" for k, v in (scales or {}).items()) or "none"
     return "\n".join(
         [
             "#!/usr/bin/env bash",

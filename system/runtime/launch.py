@@ -19,6 +19,13 @@ If any rank fails, the time runs out, or the caller presses Ctrl-C, every rank i
 :class:`LaunchError` (or :class:`LaunchTimeout`) names the failing rank with its log tail.
 :func:`launch` runs a :class:`RunSpec` of our runtime and returns rank 0's metrics.
 
+No rank outlives its launcher (:mod:`system.lifeline`): SIGTERM and SIGHUP to the launcher (what
+``timeout``, Slurm and a closed terminal send) unwind it like Ctrl-C, killing every rank; the
+ranks and the torchrun agent get a signal from the kernel when their parent dies (the agent
+SIGTERM, so it stops its workers; a worker SIGKILL); and a guard process kills every rank's
+process tree and removes :func:`launch`'s temporary folder when the launcher dies even by
+SIGKILL.
+
 Several hosts: start one torchrun agent per host yourself, with the same worker and spec::
 
     python -m system.runtime.torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d \\
@@ -49,6 +56,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from system.lifeline import cancel, child_env, descendants, exit_on_signals, on_death
 from system.runtime.spec import RunSpec
 
 log = logging.getLogger(__name__)
@@ -93,29 +101,14 @@ class LaunchTimeout(LaunchError, TimeoutError):
     """The ranks were still running when the launcher's time limit passed."""
 
 
-def _descendants(pid: int) -> list[int]:
-    """Every live descendant of ``pid`` (from /proc; torchrun's workers leave its group)."""
-    children: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(d.name))
-    out, todo = [], [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
+_guarded: dict[int, int] = {}  # pid of a started rank or agent -> its lifeline action
 
 
 def kill_all(procs: list[subprocess.Popen]) -> None:
     """SIGKILL every process of ``procs`` that still runs, its process group and descendants."""
     for p in procs:
         if p.poll() is None:
-            for pid in _descendants(p.pid):
+            for pid in descendants(p.pid):
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
@@ -129,6 +122,9 @@ def kill_all(procs: list[subprocess.Popen]) -> None:
             p.wait(timeout=10)
         except subprocess.TimeoutExpired:  # pragma: no cover
             log.warning("rank process %d did not exit after SIGKILL", p.pid)
+            continue
+        if p.pid in _guarded:
+            cancel(_guarded.pop(p.pid))
 
 
 def _tail(path: Path, n: int = 3000) -> str:
@@ -147,6 +143,7 @@ def _base_env(world_size: int, master_addr: str, port: int) -> dict[str, str]:
         MASTER_ADDR=master_addr,
         MASTER_PORT=str(port),
         WORLD_SIZE=str(world_size),
+        **child_env(),
     )
     env["PYTHONPATH"] = os.pathsep.join(
         [str(_REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -158,7 +155,7 @@ def _start_logged(cmd: list[str], env: dict[str, str], log_path: Path) -> subpro
     """Start ``cmd`` from the repository root in its own session, stdout+stderr to ``log_path``
     (the child keeps its copy of the file descriptor; ours closes here)."""
     with open(log_path, "wb") as out:
-        return subprocess.Popen(
+        p = subprocess.Popen(
             cmd,
             env=env,
             stdout=out,
@@ -166,6 +163,8 @@ def _start_logged(cmd: list[str], env: dict[str, str], log_path: Path) -> subpro
             cwd=str(_REPO_ROOT),
             start_new_session=True,
         )
+    _guarded[p.pid] = on_death("kill", p.pid)  # killed with its tree if we are SIGKILLed
+    return p
 
 
 def _wait(procs, logs, deadline_s, t0, describe) -> None:
@@ -281,69 +280,72 @@ def run_ranks(
         port = free_port()
     env = _base_env(world_size, master_addr, port)
     logs = [run_dir / f"rank{r}.log" for r in range(world_size)]
-    procs: list[subprocess.Popen] = []
-    t0 = time.monotonic()
-    try:
-        if rank_prefix is None:
-            procs.append(_start_torchrun(module, args, world_size, master_addr, port, env, run_dir))
-            log.info(
-                "torchrun: %d ranks of %s (rendezvous %s:%d), logs in %s",
-                world_size,
-                module,
-                master_addr,
-                port,
-                run_dir,
-            )
+    with exit_on_signals():  # SIGTERM/SIGHUP unwind through the finally below
+        procs: list[subprocess.Popen] = []
+        t0 = time.monotonic()
+        try:
+            if rank_prefix is None:
+                procs.append(
+                    _start_torchrun(module, args, world_size, master_addr, port, env, run_dir)
+                )
+                log.info(
+                    "torchrun: %d ranks of %s (rendezvous %s:%d), logs in %s",
+                    world_size,
+                    module,
+                    master_addr,
+                    port,
+                    run_dir,
+                )
 
-            def describe(_i, code):  # torchrun's summary names the first failing rank
-                text = _tail(run_dir / "torchrun.log", 20000)
-                m = _ROOT_CAUSE.search(text.split("Root Cause", 1)[-1])
-                return (int(m.group(1)), int(m.group(2))) if m else (None, code)
+                def describe(_i, code):  # torchrun's summary names the first failing rank
+                    text = _tail(run_dir / "torchrun.log", 20000)
+                    m = _ROOT_CAUSE.search(text.split("Root Cause", 1)[-1])
+                    return (int(m.group(1)), int(m.group(2))) if m else (None, code)
 
-            try:
-                _wait(procs, [run_dir / "torchrun.log"], timeout_s, t0, describe)
-            except LaunchError as e:
-                kill_all(procs)
-                _collect_torchrun_logs(run_dir, world_size)
-                r = e.rank if e.rank is not None and not isinstance(e, LaunchTimeout) else 0
-                tail = _tail(logs[r]) or e.log_tail
-                if isinstance(e, LaunchTimeout):
-                    raise LaunchTimeout(
-                        f"run timed out after {timeout_s:.0f} s; ranks still running: "
-                        f"{list(range(world_size))}; rank 0 log ends:\n{tail}",
-                        rank=0,
+                try:
+                    _wait(procs, [run_dir / "torchrun.log"], timeout_s, t0, describe)
+                except LaunchError as e:
+                    kill_all(procs)
+                    _collect_torchrun_logs(run_dir, world_size)
+                    r = e.rank if e.rank is not None and not isinstance(e, LaunchTimeout) else 0
+                    tail = _tail(logs[r]) or e.log_tail
+                    if isinstance(e, LaunchTimeout):
+                        raise LaunchTimeout(
+                            f"run timed out after {timeout_s:.0f} s; ranks still running: "
+                            f"{list(range(world_size))}; rank 0 log ends:\n{tail}",
+                            rank=0,
+                            log_tail=tail,
+                        ) from None
+                    raise LaunchError(
+                        f"rank {e.rank} exited with code {e.returncode}; its log ends:\n{tail}",
+                        rank=e.rank,
+                        returncode=e.returncode,
                         log_tail=tail,
                     ) from None
-                raise LaunchError(
-                    f"rank {e.rank} exited with code {e.returncode}; its log ends:\n{tail}",
-                    rank=e.rank,
-                    returncode=e.returncode,
-                    log_tail=tail,
-                ) from None
-            finally:
-                kill_all(procs)
-                _collect_torchrun_logs(run_dir, world_size)
-            return
-        for r in range(world_size):
-            dev = devices[r]  # global rank r runs where device rank_map[r] is
-            renv = dict(
-                env, RANK=str(r), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="1", GROUP_RANK=str(r)
+                finally:
+                    kill_all(procs)
+                    _collect_torchrun_logs(run_dir, world_size)
+                return
+            for r in range(world_size):
+                dev = devices[r]  # global rank r runs where device rank_map[r] is
+                renv = dict(
+                    env, RANK=str(r), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="1", GROUP_RANK=str(r)
+                )
+                if rank_env is not None:
+                    renv.update({k: str(v) for k, v in rank_env[dev].items()})
+                cmd = [*rank_prefix[dev], sys.executable, "-m", module, *args]
+                procs.append(_start_logged(cmd, renv, logs[r]))
+            log.info(
+                "launched %d ranks of %s (port %d, rank -> device %s), logs in %s",
+                world_size,
+                module,
+                port,
+                devices,
+                run_dir,
             )
-            if rank_env is not None:
-                renv.update({k: str(v) for k, v in rank_env[dev].items()})
-            cmd = [*rank_prefix[dev], sys.executable, "-m", module, *args]
-            procs.append(_start_logged(cmd, renv, logs[r]))
-        log.info(
-            "launched %d ranks of %s (port %d, rank -> device %s), logs in %s",
-            world_size,
-            module,
-            port,
-            devices,
-            run_dir,
-        )
-        _wait(procs, logs, timeout_s, t0, lambda r, c: (r, c))
-    finally:  # error, timeout, Ctrl-C: no rank survives its launcher
-        kill_all(procs)
+            _wait(procs, logs, timeout_s, t0, lambda r, c: (r, c))
+        finally:  # error, timeout, Ctrl-C: no rank survives its launcher
+            kill_all(procs)
 
 
 def _start_torchrun(module, args, world_size, master_addr, port, env, run_dir) -> subprocess.Popen:
@@ -389,6 +391,7 @@ def _collect_torchrun_logs(run_dir: Path, world_size: int) -> None:
         (run_dir / f"rank{r}.log").write_text(text)
 
 
+@exit_on_signals()  # SIGTERM/SIGHUP: the temporary folder goes in the finally below
 def launch(
     spec: RunSpec,
     *,
@@ -416,6 +419,7 @@ def launch(
     spec.validate(world_size)
     tmp = tempfile.TemporaryDirectory(prefix="dtfm-run-") if log_dir is None else None
     run_dir = Path(tmp.name if tmp else log_dir)
+    guard = on_death("rmtree", run_dir) if tmp else None  # removed even if we are SIGKILLed
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         metrics_path = Path(spec.metrics_out) if spec.metrics_out else run_dir / "metrics.json"
@@ -448,3 +452,4 @@ def launch(
     finally:
         if tmp is not None:
             tmp.cleanup()
+            cancel(guard)

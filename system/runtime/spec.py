@@ -42,6 +42,7 @@ STARTS = ("barrier", "clock", "free")
 DATASETS = ("synthetic", "kjv")  # system.runtime.data.make_data
 LAYOUTS = ("identity", "random")
 OPTIMIZERS = ("adamw", "sgd")
+MAX_LR = 10.0  # far above any rate AdamW or SGD trains a transformer with
 
 
 @dataclass(frozen=True, kw_only=True)  # no slots: callers read defaults as BaselineSpec.lr
@@ -99,8 +100,19 @@ class SpecBase:
             raise ValueError(f"{where}: device {self.device!r} is not one of {DEVICES}")
         if self.start not in STARTS:
             raise ValueError(f"{where}: start {self.start!r} is not one of {STARTS}")
-        if not self.start_margin_s > 0:
-            raise ValueError(f"{where}: start_margin_s must be > 0, got {self.start_margin_s}")
+        if not 0 < self.start_margin_s <= 3600:
+            raise ValueError(
+                f"{where}: start_margin_s must be in (0, 3600], got {self.start_margin_s}"
+            )
+        # a rate that is not finite, or one so large that the first step overflows fp32, gives
+        # NaN losses from the first iteration: refused here, and a run that diverges anyway
+        # stops at its first non-finite loss (the worker raises)
+        if not (isinstance(self.lr, (int, float)) and 0 < self.lr <= MAX_LR):
+            raise ValueError(
+                f"{where}: lr must be a finite number in (0, {MAX_LR:g}], got {self.lr!r}"
+            )
+        if not 0 <= self.seed < 2**63:
+            raise ValueError(f"{where}: seed must be in 0..2**63-1, got {self.seed}")
         self.check_data(where)
 
     def check_data(self, where: str) -> None:
@@ -256,8 +268,17 @@ class RunSpec(SpecBase):
             )
         if self.recv_ahead is not None and self.recv_ahead < 1:
             raise ValueError(f"RunSpec: recv_ahead must be None or >= 1, got {self.recv_ahead}")
-        if self.bucket_mb <= 0:
-            raise ValueError(f"RunSpec: bucket_mb must be > 0, got {self.bucket_mb}")
+        for name, value, high in (
+            ("bucket_mb", self.bucket_mb, 2.0**20),
+            ("pg_timeout_s", self.pg_timeout_s, 7 * 86400.0),
+            ("loss_scale", 1.0 if self.loss_scale is None else self.loss_scale, 2.0**64),
+        ):
+            if not 0 < value <= high:  # NaN fails too
+                raise ValueError(f"RunSpec: {name} must be in (0, {high:g}], got {value}")
+        for name in ("metrics_out", "trace_path"):
+            out = getattr(self, name)
+            if out is not None and (not str(out).strip() or Path(out).is_dir()):
+                raise ValueError(f"RunSpec: {name}={out!r} must name a file, not a folder")
         self.compression().check("RunSpec", dp_mode=self.dp_mode)
         if self.pipe_compress == "aq_sgd" and self.amp:
             raise ValueError("RunSpec: pipe_compress='aq_sgd' keeps fp32 buffers; use amp=False")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+import math
 import os
 import statistics
 import sys
@@ -29,6 +30,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from system.lifeline import die_with_parent
 from system.runtime.data import make_data, micro_batches, micro_samples
 from system.runtime.data_parallel import GradBuckets
 from system.runtime.diloco import DiLoCo
@@ -298,6 +300,11 @@ def _train(spec: RunSpec, rank: int, world: int, device: torch.device) -> dict |
         losses.append(float(lsum[0] / lsum[1]))
         if rank == 0:
             log.info("step %d | loss %.4f | iter %.3f s", it, losses[-1], t1 - t0)
+        if not math.isfinite(losses[-1]):  # every rank holds the reduced loss: all stop here
+            raise FloatingPointError(
+                f"training diverged: the mean loss of iteration {it} is {losses[-1]} "
+                f"(lr={spec.lr:g}); a result with this loss would be meaningless"
+            )
 
     # gather (world, iters, fields) timings and link probes to rank 0
     mine = torch.tensor(rows, dtype=torch.float64).to(device)
@@ -402,6 +409,7 @@ def _metrics(spec, assign, wl, losses, scales, skipped, timings, probes) -> dict
 
 
 def main(argv: list[str] | None = None) -> int:
+    die_with_parent()  # the launcher or torchrun agent gone: so is this rank
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         sys.stderr.write("usage: python -m system.runtime.worker SPEC.json\n")

@@ -36,7 +36,7 @@ from system.workload import TaskletSizes
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ReplanResult", "replan", "moved_tasklets", "warm_partition"]
+__all__ = ["ReplanResult", "replan", "moved_tasklets", "warm_partition", "spot_trace"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,3 +180,23 @@ def replan(
         warm_cost_s=warm,
         search_time_s=elapsed,
     )
+
+
+def spot_trace(num_devices: int, events: int, step: int, seed: int) -> list[list[int]]:
+    """A seeded spot pre-emption trace: the present device ids after each event (entry 0: all
+    devices). An event takes ``step`` devices away (never below half the cluster) or brings up
+    to ``step`` absent ones back, each with probability 1/2 when both are possible."""
+    rng = np.random.default_rng(seed)
+    present = list(range(num_devices))
+    out = [list(present)]
+    for _ in range(events):
+        absent = sorted(set(range(num_devices)) - set(present))
+        leave = len(present) - step >= num_devices // 2 and (not absent or rng.random() < 0.5)
+        if leave:
+            gone = set(rng.choice(present, step, replace=False).tolist())
+            present = [d for d in present if d not in gone]
+        else:
+            back = rng.choice(absent, min(step, len(absent)), replace=False).tolist()
+            present = sorted(present + back)
+        out.append(list(present))
+    return out

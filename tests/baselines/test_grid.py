@@ -282,3 +282,23 @@ def test_place_spec_launch_and_topology():
         assert rm.devices != (0, 1, 2, 3) and topo < launch, (spec.label(), rm, topo, launch)
     with pytest.raises(ValueError, match="placement must be one of"):
         place_spec(spec, cluster, "random")
+
+
+def test_a_diverged_baseline_run_is_a_failure_and_its_folder_goes(monkeypatch, tmp_path):
+    """A result whose losses are not finite is not a time (status failed, the loss named), and
+    a run without a work folder leaves no temporary folder behind."""
+    import baselines.grid as grid
+
+    seen = []
+
+    def fake_ranks(module, args, **kw):
+        spec = json.loads(open(args[0]).read())
+        seen.append(kw["log_dir"])
+        with open(spec["result_path"], "w") as f:
+            json.dump({"losses": [6.2, float("nan")], "iter_times_s": [0.1, 0.1]}, f)
+
+    monkeypatch.setattr(grid, "run_ranks", fake_ranks)
+    res = run_point(BaselineSpec(system="megatron", pp=1, dp=1))
+    assert res["status"] == "failed"
+    assert "training diverged: loss nan at iteration 1" in res["error"]
+    assert seen and not seen[0].exists()

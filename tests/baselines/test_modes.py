@@ -42,7 +42,11 @@ def test_deepspeed_zero_defaults_follow_the_pipeline():
     assert _spec("system=deepspeed", "model=debug", "dp=4").zero == 3
     spec = _spec("system=deepspeed", "model=debug", "pp=2", "dp=2")
     assert (spec.zero, spec.pp, spec.dp, spec.global_batch_size) == (1, 2, 2, 8)
-    assert _spec("system=megatron", "model=debug", "zero=1").zero is None
+    assert _spec("system=megatron", "model=debug").zero is None
+    from repro.config import ConfigError
+
+    with pytest.raises(ConfigError, match="zero=1: applies to system=deepspeed only"):
+        _spec("system=megatron", "model=debug", "zero=1")
 
 
 def test_bad_layout_is_one_value_error(tmp_path):

@@ -159,3 +159,29 @@ def test_train_mode_writes_a_row(tmp_path):
     df = read_rows(tmp_path)
     assert len(df) == 1 and df.iloc[0]["status"] == "ok" and row["iter_time_s"] > 0
     assert len(row["losses"]) == 2 and row["layout"] == "random"
+
+
+def test_a_diverging_run_fails_instead_of_reporting_nan():
+    """SGD at lr=10 turns the debug model's loss into NaN within a few steps: every rank stops
+    at the first non-finite loss and the launcher names it; no metrics with a NaN loss."""
+    from system.runtime.launch import LaunchError
+
+    with pytest.raises(LaunchError, match="training diverged: the mean loss of iteration"):
+        launch(RunSpec(pp=1, dp=2, iters=40, lr=10.0, optimizer="sgd"), timeout_s=300)
+
+
+@pytest.mark.parametrize(
+    "field,value,message",
+    [
+        ("lr", 1e30, "lr must be a finite number in (0, 10]"),
+        ("lr", float("nan"), "lr must be a finite number"),
+        ("seed", 2**63, "seed must be in 0..2**63-1"),
+        ("bucket_mb", float("inf"), "bucket_mb must be in (0,"),
+        ("start_margin_s", float("inf"), "start_margin_s must be in (0, 3600]"),
+        ("metrics_out", str(Path(__file__).parent), "metrics_out="),
+    ],
+)
+def test_numbers_a_run_cannot_use_are_refused_before_it_starts(field, value, message):
+    with pytest.raises(ValueError) as e:
+        RunSpec(pp=1, dp=1, **{field: value}).validate(1)
+    assert message in str(e.value)

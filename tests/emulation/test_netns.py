@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import signal
 import subprocess
 import sys
@@ -9,8 +11,9 @@ import textwrap
 
 import pytest
 
+from repro.studies.leftovers import guard_of
 from system.cases import get_case
-from system.emulation.cleanup import cleanup
+from system.emulation.cleanup import STATE_ROOT
 from system.emulation.netns import Emulation
 from system.emulation.plan import make_plan
 from system.emulation.shell import netns_list
@@ -74,27 +77,21 @@ def _start_child(tag: str) -> subprocess.Popen:
     return p
 
 
-def test_sigterm_and_ctrl_c_clean_up():
-    for tag, sig in (("tterm", signal.SIGTERM), ("tint", signal.SIGINT)):
+def test_sigterm_sighup_and_ctrl_c_clean_up():
+    for tag, sig in (("tterm", signal.SIGTERM), ("thup", signal.SIGHUP), ("tint", signal.SIGINT)):
         p = _start_child(tag)
         p.send_signal(sig)
         p.wait(timeout=30)
         assert not _ours(tag), f"{sig!r} left namespaces behind"
 
 
-def test_cleanup_command_removes_leftovers_of_a_killed_run():
+def test_a_sigkilled_run_is_cleaned_up_by_its_guard():
     p = _start_child("tkill")
-    p.kill()  # SIGKILL: no handler runs, the namespaces stay behind
+    state = STATE_ROOT / "dtfm-tkill"
+    assert state.is_dir()
+    p.kill()  # SIGKILL: no handler runs; the guard removes the network
     p.wait(timeout=10)
-    assert len(_ours("tkill")) == 3
-    out = subprocess.run(
-        [sys.executable, "-m", "system.emulation", "cleanup"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert out.returncode == 0, out.stderr
-    assert not _ours("tkill")
+    assert wait_for(lambda: not _ours("tkill") and not state.exists(), 30), _ours("tkill")
     # the delayer died with its parent (PR_SET_PDEATHSIG) or with its namespace
     assert wait_for(
         lambda: (
@@ -102,4 +99,45 @@ def test_cleanup_command_removes_leftovers_of_a_killed_run():
         ),
         5,
     )
-    assert not [ns for ns in cleanup(dry_run=True)["namespaces"] if ns.startswith("dtfm-tkill")]
+
+
+def test_the_next_run_removes_a_dead_owners_leftovers_and_leaves_a_live_ones(caplog):
+    live = _start_child("tlive")
+    dead = _start_child("tdead")
+    os.kill(guard_of(dead.pid), signal.SIGKILL)  # the guard dies first: nothing cleans up
+    dead.kill()
+    dead.wait(timeout=10)
+    assert len(_ours("tdead")) == 3
+    try:
+        with caplog.at_level(logging.WARNING, logger="system.emulation.cleanup"):
+            with Emulation(make_plan(get_case("debug").subset([0, 2]), tag="tnext")):
+                assert len(_ours("tnext")) == 3
+        assert not _ours("tdead") and not (STATE_ROOT / "dtfm-tdead").exists()
+        assert len(_ours("tlive")) == 3, "a live owner's namespaces were removed"
+        said = " ".join(r.getMessage() for r in caplog.records)
+        assert "removed the leftovers of earlier runs whose owner is dead (tags tdead)" in said
+        # the same tag as a live run is refused, not shared
+        with pytest.raises(RuntimeError, match="'tlive' is in use by the live process"):
+            with Emulation(make_plan(get_case("debug").subset([0, 2]), tag="tlive")):
+                pass
+        assert len(_ours("tlive")) == 3
+    finally:
+        live.terminate()
+        live.wait(timeout=30)
+    assert not _ours("tlive")
+
+
+def test_cleanup_command_touches_only_dead_owners():
+    live = _start_child("tcmd")
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "system.emulation", "cleanup"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        assert len(_ours("tcmd")) == 3
+    finally:
+        live.terminate()
+        live.wait(timeout=30)

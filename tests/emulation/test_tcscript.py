@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from system.cases import get_case
 from system.emulation import tc
+from system.emulation.shell import ns_prefix
 from system.emulation.tcscript import host_links, parse_script, read_hosts, write_scripts
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _hosts(n: int) -> list[str]:
@@ -123,3 +131,106 @@ def test_scripts_shape_like_the_emulation(tmp_path):
         assert f"$TC {line}" in text
     burst = tc.htb_burst_bytes(plan.rate_bps[0, 1], 9014)
     assert f"burst {burst} cburst {burst}" in text and "prio 0" in text
+
+
+# ---- hostile input: nothing unchecked reaches a script that runs as root -----------------------
+PAYLOADS = {
+    "newline": "innocent\ntouch {marker} #",
+    "semicolon": "x; touch {marker}",
+    "command substitution": "x$(touch {marker})",
+    "backticks": "x`touch {marker}`",
+    "double quote": 'x"; touch {marker}; "',
+    "single quote": "x'; touch {marker}; '",
+}
+
+
+def _cli(*args, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "system.emulation", "tc-script", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
+@pytest.mark.parametrize("what", sorted(PAYLOADS))
+def test_a_hostile_topology_name_never_reaches_a_script(tmp_path, what):
+    marker = tmp_path / "INJECTED"
+    name = PAYLOADS[what].format(marker=marker)
+    topo = tmp_path / "inject.yaml"
+    topo.write_text(
+        json.dumps(
+            {
+                "name": name,
+                "devices": ["a", "b"],
+                "pairs": [{"region_a": "a", "region_b": "b", "delay_ms": 10, "bandwidth_gbps": 1}],
+            }
+        )
+    )
+    (tmp_path / "hosts.txt").write_text("198.18.1.1\n198.18.1.2\n")
+    out = tmp_path / "out"
+    got = _cli("--case", str(topo), "--hosts", "hosts.txt", "--out", str(out), cwd=tmp_path)
+    for script in sorted(out.glob("*.sh")):  # whatever was written: its dry run must be inert
+        for cmd in ("show", "apply", "clear"):
+            subprocess.run(
+                ["bash", str(script), cmd],
+                capture_output=True,
+                timeout=10,
+                env={"DTFM_TC": "echo", "DTFM_STATE": str(tmp_path), "PATH": "/usr/bin:/bin"},
+            )
+    assert not marker.exists(), f"the {what} in the topology name ran as a command"
+    assert got.returncode == 2 and got.stderr.count("\n") == 1, got.stderr
+    assert "is not a plain name" in got.stderr and not list(out.glob("*.sh"))
+
+
+@pytest.mark.parametrize("what", sorted(PAYLOADS))
+def test_hostile_names_in_code_are_refused_too(tmp_path, what):
+    """The checks hold below the file reader: a cluster, device or address built in code."""
+    bad = PAYLOADS[what].format(marker=tmp_path / "INJECTED")
+    c = get_case("5").subset([0, 8])
+    with pytest.raises(ValueError, match="not a plain name"):
+        write_scripts(dataclasses.replace(c, name=bad), _hosts(2), tmp_path)
+    with pytest.raises(ValueError, match="not an interface name"):
+        write_scripts(c, _hosts(2), tmp_path, dev=bad)
+    with pytest.raises(ValueError, match="not an IPv4 address"):
+        write_scripts(c, ["198.18.1.1", f"198.18.1.2{bad}"], tmp_path)
+    peer = tc.Peer(index=1, ip=f"198.18.1.2{bad}", rate_bps=1e6, delay_s=0.01, goodput_bps=1e6)
+    with pytest.raises(ValueError, match="not an IPv4 address"):
+        tc.egress_lines("eth0", [peer], netem=True, mtu=1500)
+    with pytest.raises(ValueError, match="not an IPv4 address"):
+        tc.route_lines("eth0", [peer])
+    with pytest.raises(ValueError, match="not a plain name"):
+        ns_prefix(f"dtfm-{bad}")
+    assert not list(tmp_path.glob("*.sh")) and not (tmp_path / "INJECTED").exists()
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--delay-scale", "inf"], "--delay-scale: 'inf' is not a finite number"),
+        (["--delay-scale", "nan"], "--delay-scale: 'nan' is not a finite number"),
+        (["--delay-scale", "-1"], "--delay-scale: '-1' is not a finite number in [0, inf)"),
+        (["--bandwidth-scale", "inf"], "--bandwidth-scale: 'inf' is not a finite number"),
+        (["--bandwidth-scale", "0"], "--bandwidth-scale: '0' is not a finite number in (0, inf)"),
+        (["--bandwidth-scale", "1e-12"], "rate 0.000826008 bit/s is outside 8000..1e+12"),
+        (["--bandwidth-scale", "1e300"], "is outside 8000..1e+12"),
+        (["--delay-scale", "1e6"], "delay 67000 s is outside 0..60"),
+        (["--mtu", "100000"], "--mtu: '100000' is not an integer in [576, 9216]"),
+        (["--mtu", "100"], "--mtu: '100' is not an integer in [576, 9216]"),
+        (["--mtu", "1500.5"], "--mtu: '1500.5' is not an integer"),
+        (["--dev", "eth0;reboot"], "--dev: network device 'eth0;reboot' is not an interface"),
+        (["--devices", "0,x"], "--devices '0,x': expected device ids"),
+        (["--devices", "0,99"], "--devices '0,99': need distinct ids in 0..7"),
+    ],
+)
+def test_bad_numbers_and_names_on_the_command_line_are_one_line(tmp_path, args, message):
+    (tmp_path / "hosts.txt").write_text("198.18.1.1\n198.18.1.2\n")
+    devices = [] if "--devices" in args else ["--devices", "0,2"]
+    got = _cli(
+        "--case", "debug", *devices, "--hosts", "hosts.txt", "--out", "out", *args, cwd=tmp_path
+    )
+    assert got.returncode == 2, got
+    assert got.stderr.count("\n") == 1 and message in got.stderr, got.stderr
+    assert not (tmp_path / "out").exists()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from repro.studies.leftovers import guard_of
 from repro.studies.validation.predict import predict_setting
 from repro.studies.validation.profile import shape_key
 from repro.studies.validation.settings import Setting
@@ -129,10 +130,13 @@ def test_sigterm_leaves_nothing(tmp_path, clean):
 
 
 def test_sigkill_leftovers_are_removed_by_the_next_start(tmp_path, clean):
+    """A driver SIGKILLed together with its guard (the guard alone cleans up a SIGKILLed
+    driver): the driver's own cleanup removes what is left."""
     p = _start(tmp_path, _predictions(tmp_path))
     try:
         assert wait_for(lambda: len(_mine()) == 3, 90), "the driver built no namespaces"
         time.sleep(3)
+        os.kill(guard_of(p.pid), signal.SIGKILL)  # its guard first: nothing cleans up after it
         p.kill()  # no handler runs: the namespaces outlive the driver
         p.wait(timeout=30)
     finally:

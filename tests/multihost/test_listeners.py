@@ -12,11 +12,12 @@ import importlib.util
 import os
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
-from system.runtime.launch import _descendants, launch
+from repro.studies.leftovers import listening, socket_inodes
+from system.lifeline import descendants
+from system.runtime.launch import launch
 from system.runtime.spec import RunSpec
 
 pytestmark = [pytest.mark.dist, pytest.mark.slow]
@@ -35,36 +36,6 @@ TINY_RUN = dict(
 _LOOPBACK = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1, ::1 as /proc shows them
 
 
-def _listening() -> dict[int, str]:
-    """{socket inode: hex local address} of every LISTEN TCP socket in this network namespace."""
-    out = {}
-    for name in ("tcp", "tcp6"):
-        try:
-            lines = Path(f"/proc/net/{name}").read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for ln in lines:
-            cols = ln.split()
-            if cols[3] == "0A":  # TCP_LISTEN
-                out[int(cols[9])] = cols[1]
-    return out
-
-
-def _socket_inodes(pid: int) -> set[int]:
-    inodes = set()
-    try:
-        for fd in Path(f"/proc/{pid}/fd").iterdir():
-            try:
-                target = os.readlink(fd)
-            except OSError:
-                continue
-            if target.startswith("socket:["):
-                inodes.add(int(target[8:-1]))
-    except OSError:
-        pass
-    return inodes
-
-
 class _Sampler(threading.Thread):
     """Collects (pid, address) of LISTEN sockets owned by this process's descendants."""
 
@@ -77,9 +48,9 @@ class _Sampler(threading.Thread):
     def run(self) -> None:
         t0 = time.monotonic()
         while not self._stop_event.is_set() and time.monotonic() - t0 < self._limit_s:
-            listen = _listening()
-            for pid in _descendants(os.getpid()):
-                for inode in _socket_inodes(pid) & listen.keys():
+            listen = listening()
+            for pid in descendants(os.getpid()):
+                for inode in socket_inodes(pid) & listen.keys():
                     self.seen.add((pid, listen[inode]))
             time.sleep(self._period_s)
 

@@ -145,11 +145,12 @@ def test_a_case_alias_is_its_number_everywhere(mode):
 def test_limits_can_be_raised_explicitly():
     from repro.config import validate
 
-    cfg = validate(
-        _cfg(
-            "mode=train", "model=debug", "pp=2", "dp=100", "batch=200", "limits.max_local_ranks=200"
-        )
-    )
+    over = ("mode=train", "model=debug", "pp=2", "dp=100", "batch=200")
+    with pytest.raises(ValueError, match=r"over limits.max_local_ranks=\d+ "):
+        validate(_cfg(*over))
+    with pytest.raises(ValueError, match=r"200 ranks on this machine: over limits.max_memory_gib"):
+        validate(_cfg(*over, "limits.max_local_ranks=200"))  # 200 interpreters: ~75 GiB
+    cfg = validate(_cfg(*over, "limits.max_local_ranks=200", "limits.max_memory_gib=100"))
     assert cfg.dp == 100
 
 

@@ -27,3 +27,36 @@ def test_table_and_parts_are_counted_together(tmp_path):
     (tmp_path / "REPORT.md").write_text("# report\n")
     assert (tmp_path / "runs.parquet").exists() and any((tmp_path / PARTS).iterdir())
     assert _describe(tmp_path) == "left 3 rows, REPORT.md: yes"
+
+
+def test_every_file_a_hostile_probe_reads_is_written(tmp_path):
+    """A probe naming a scratch file that setup() does not write would test a missing file
+    instead of the bad one; only the probes about missing things name absent files."""
+    import re
+
+    from repro.studies.hostile import HOSTILE, setup
+
+    setup(tmp_path)
+    absent = {"missing.yaml", "none.json", "nope", "tc"}  # and the probes' results folders:
+    absent |= {"a", "b", "e", "g", "m", "p", "s", "t", "w"}
+    for probe in HOSTILE:
+        for step in probe.steps:
+            for arg in step:
+                for name in re.findall(r"R/([\w.]+)", arg):
+                    if name in absent or name.startswith(("sw", "ro", "full", "INJECTED")):
+                        continue
+                    assert (tmp_path / name).exists(), (probe.name, name)
+
+
+def test_a_traceback_shows_as_its_exception_line():
+    from repro.studies.probe_inputs import _traceback
+
+    text = (
+        'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\n'
+        "yaml.constructor.ConstructorError: could not determine a constructor\n"
+        '  in "x", line 1, column 10\n    ^\n'
+    )
+    assert _traceback(text) == (
+        "traceback: yaml.constructor.ConstructorError: could not determine a constructor"
+    )
+    assert _traceback("error: one line\n") is None

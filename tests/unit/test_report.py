@@ -150,3 +150,39 @@ def test_ablation_is_derived_from_scheduled_rows(tmp_path):
     claims = pd.read_csv(paths.claims).set_index("claim_id")
     assert claims.verdict["local_search_vs_kl"] == "PASS"
     assert any(p.name == "fig4.png" for p in paths.figures)
+
+
+@pytest.mark.slow
+def test_wandb_offline_mirrors_an_ordinary_simulate_run(tmp_path):
+    """A simulate run's rows hold pandas' NA in nullable columns: the mirror logs them as
+    missing values instead of failing on them."""
+    pytest.importorskip("wandb")
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [
+            sys.executable,
+            "repro/run.py",
+            "logger=wandb",
+            "case=debug",
+            "model=debug",
+            "system=ours",
+            f"results_dir={tmp_path}",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(root),
+            "WANDB_MODE": "offline",
+            "WANDB_SILENT": "true",
+        },
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert list((tmp_path / "wandb").glob("offline-run-*"))

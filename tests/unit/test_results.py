@@ -172,3 +172,97 @@ def test_a_held_lock_times_out_with_its_name(tmp_path):
     with study_lock(tmp_path), pytest.raises(TimeoutError, match=r"\.lock is held"):
         with study_lock(tmp_path, timeout_s=0.2):
             pass
+
+
+def test_written_files_are_readable_by_the_team(tmp_path):
+    """Atomic writes give a file the mode an ordinary write would (0644 under umask 022), not
+    the temporary file's 0600: a study on a shared filesystem is read by others."""
+    import os
+    import stat
+
+    from system.results import atomic_write_text
+
+    old = os.umask(0o022)
+    try:
+        write_rows(tmp_path, [make_row(KEY, iter_time_s=1.0)])
+        atomic_write_text(tmp_path / "summary.md", "x\n")
+        files = [p for p in tmp_path.rglob("*") if p.is_file() and p.name != ".lock"]
+        assert {p.name for p in files} >= {"runs.parquet", "runs.csv", "summary.md"}
+        for p in files:
+            assert stat.S_IMODE(p.stat().st_mode) == 0o644, p
+        (tmp_path / "summary.md").chmod(0o664)  # a replaced file keeps its mode
+        atomic_write_text(tmp_path / "summary.md", "y\n")
+        assert stat.S_IMODE((tmp_path / "summary.md").stat().st_mode) == 0o664
+    finally:
+        os.umask(old)
+
+
+@pytest.mark.parametrize("where", ["runs.parquet", "parts/0001-x.parquet"])
+@pytest.mark.parametrize("content", ["corrupt", "wrong schema"])
+def test_a_bad_table_is_one_line_naming_the_file(tmp_path, where, content):
+    f = tmp_path / where
+    f.parent.mkdir(parents=True, exist_ok=True)
+    if content == "corrupt":
+        f.write_bytes(b"PAR1 not really parquet")
+    else:
+        pd.DataFrame({"setting": ["a"], "iter_time_s": [1.0]}).to_parquet(f)
+    from system.results import run_ids
+
+    for read in (read_rows, run_ids, collect):
+        with pytest.raises(ValueError) as e:
+            read(tmp_path)
+        msg = str(e.value)
+        assert str(f) in msg and "\n" not in msg, msg
+        assert ("unreadable" if content == "corrupt" else "no run_id column") in msg
+
+
+def test_a_full_disk_is_one_line_naming_the_file_and_loses_no_row(tmpfs):
+    from repro.studies.probe_runs import fill
+
+    full_disk = tmpfs("small")
+    write_rows(full_disk, [make_row(KEY, iter_time_s=1.0)])
+    before = read_rows(full_disk, history=True)
+    fill(full_disk)
+    with pytest.raises(OSError) as e:
+        write_rows(full_disk, [make_row({**KEY, "repeat": 1}, iter_time_s=2.0)])
+    msg = str(e.value)
+    assert e.value.errno == 28 and "could not write" in msg and str(full_disk) in msg, msg
+    assert "\n" not in msg
+    assert not [p for p in full_disk.rglob("*.tmp")]
+    (full_disk / "filler").unlink()
+    after = read_rows(full_disk, history=True)
+    assert after.run_id.tolist() == before.run_id.tolist()
+
+
+def test_the_git_state_of_a_run_takes_no_lock(tmp_path):
+    """A stale index would be rewritten (under .git/index.lock) by a plain ``git status``; the
+    run's read of the git state leaves it alone, so it never collides with a commit."""
+    import os
+    import subprocess
+
+    from system.schema import git_state
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "a.txt").write_text("a\n")
+    git("add", "a.txt")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a")
+    index = tmp_path / ".git" / "index"
+    os.utime(tmp_path / "a.txt", (1, 1))  # the index's stat data is now stale
+    before = index.stat().st_mtime_ns
+    sha, dirty = git_state(tmp_path)
+    assert len(sha) >= 7 and dirty is False
+    assert index.stat().st_mtime_ns == before, "git status rewrote the index (took its lock)"
+    (tmp_path / ".git" / "index.lock").write_text("")  # a commit in progress elsewhere
+    assert git_state(tmp_path) == (sha, False)
+
+
+@pytest.mark.parametrize("name", ["/abs/x.json", "../x.json", "a/../../x.json", ".", ""])
+def test_a_results_file_name_cannot_leave_the_folder(tmp_path, name):
+    from system.results import path_in
+
+    with pytest.raises(ValueError, match="is not a file name inside the results folder"):
+        path_in(tmp_path / "R", name)
+    assert path_in(tmp_path / "R", "case5-genetic.json") == tmp_path / "R" / "case5-genetic.json"

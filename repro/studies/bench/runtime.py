@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import statistics
-from pathlib import Path
 
 from repro.config import BenchRuntimeConfig
 from system.runtime.ideal import gpipe_ideal_s
@@ -161,9 +160,9 @@ def run(cfg: BenchRuntimeConfig) -> dict:
     import pandas as pd
 
     from repro.report.tables import markdown_table
-    from system.results import atomic_write_text
+    from system.results import atomic_write_text, path_in
 
-    link_mbps, delay_ms, out = cfg.link_mbps, cfg.delay_ms, Path(cfg.results_dir) / cfg.table
+    link_mbps, delay_ms, out = cfg.link_mbps, cfg.delay_ms, path_in(cfg.results_dir, cfg.table)
     if link_mbps is None:
         rows = [bench_one(cfg, m) for m in cfg.micro]
     else:

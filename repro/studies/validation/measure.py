@@ -211,6 +211,8 @@ def measure(
         have = _read(out)
         if not have.empty:
             have = have[(have["setting"] == s.name) & (have["status"] == "ok")]
+            if "predictions_sha256" in have.columns:  # rows of these predictions' settings only
+                have = have[have["predictions_sha256"] == pred_sha]
         if len(have) >= repeats * len(s.systems):
             log.info("%s: all %d rows present, skipped", s.name, len(have))
             done.append(s.name)
