@@ -166,6 +166,9 @@ _SIMULATOR = {  # the simulator's breakdown (SimResult.breakdown, prefixed sim_)
     "sim_dp_span_s": "float",
     "sim_grad_norm_algo": "str",
     "sim_tied_embedding_s": "float",
+    "sim_dp_collective": "str",  # the DP gradient collective (ring, tree, two_level/…, sharded_ps)
+    "sim_flag_allreduce_s": "float",  # ours: the finite-gradient flag's all-reduce (loss scaling)
+    "sim_flag_allreduce_algo": "str",
 }
 _EMULATION = {
     "emu_bandwidth_scale": "float",

@@ -13,8 +13,11 @@
 - **Pipeline + ZeRO-1**: PipelineModule (rank = pipe·DP + data), 1F1B in ``TrainSchedule``'s
   order with separate blocking sends and receives
   (:func:`baselines.deepspeed.schedule.deepspeed_train_program`), gradient
-  reduce-scatter + parameter all-gather (= one all-reduce of volume) across replicas, optimizer
-  state sharded over DP (:func:`system.simulator.collective.simulate_1f1b_ring` with ``zero=1``).
+  reduce-scatter + parameter all-gather (= one all-reduce of volume) across replicas, or, with
+  ZeRO's ``"reduce_scatter": false``, a gradient all-reduce (NCCL's double binary tree) + the
+  all-gather, whichever the link model finds faster (``dp_collective``: ``ring`` or
+  ``tree+allgather``); optimizer state sharded over DP
+  (:func:`system.simulator.collective.simulate_1f1b_ring` with ``zero=1``).
 
 The grid search tries both (``baselines.space.deepspeed_space``) and reports the faster feasible
 configuration, as the paper did.
@@ -47,6 +50,9 @@ RING_KWARGS = {
     "system": "deepspeed",
     "schedule": deepspeed_train_program,  # TrainSchedule: separate blocking sends and receives
     "loss_broadcast": True,  # _aggregate_total_loss at the end of train_batch
+    # ZeRO-1's gradient sync on NCCL: reduce-scatter + all-gather (ring), or with
+    # "reduce_scatter": false an all-reduce (NCCL's tree) + all-gather, whichever is faster
+    "dp_collective": "best",
 }
 
 
@@ -99,6 +105,7 @@ def simulate_zero3(
             "micro_steps": int(steps),
             "zero3_comm_per_step_s": comm,
             "variant": "zero3",
+            "dp_collective": "ring",  # NCCL runs all-gather and reduce-scatter as rings only
         },
         status="ok" if memory <= hardware.usable_memory_bytes else "oom",
     )
