@@ -149,3 +149,58 @@ def test_baseline_dp_records_its_collective_and_best_is_never_slower():
     assert z.breakdown["dp_collective"] in ("ring", "tree+allgather")
     with pytest.raises(ValueError, match="dp_collective"):
         simulate_1f1b_ring(c, w, tp=1, pp=1, dp=4, dp_collective="butterfly")
+
+
+def test_ours_1f1b_on_free_links_and_the_flag_allreduce():
+    from system.assignment import identity_assignment
+    from system.simulator import StageCompute, simulate_ours
+
+    c = uniform(8, alpha=0.0, bw=1e15)
+    w = Workload(model=MODELS["gpt3_xl"].with_layers(4), global_batch_size=32)
+    comp = StageCompute(fwd_s=0.01, bwd_s=0.03)
+    a = identity_assignment(4, 2)  # p = 4, m = 16 micro-batches per replica
+    one = simulate_ours(c, a, w, compute=comp, schedule="1f1b")
+    gp = simulate_ours(c, a, w, compute=comp, schedule="gpipe", rounds=1)
+    for r in (one, gp):  # both (m + p − 1)(f + b) on free links
+        assert r.breakdown["pipeline_s"] == pytest.approx((16 + 4 - 1) * 0.04, rel=1e-5)
+    assert one.config["schedule"] == "1f1b" and one.breakdown["flag_allreduce_s"] == 0.0
+    # fp16 loss scaling: a one-float all-reduce over all 8 ranks before the step (tree, 6 hops)
+    slow = uniform(8, alpha=0.05)
+    flag = simulate_ours(slow, a, w, compute=comp, loss_scaling=True)
+    plain = simulate_ours(slow, a, w, compute=comp)
+    assert flag.breakdown["flag_allreduce_algo"] == "tree"
+    assert 0 < flag.breakdown["flag_allreduce_s"] <= 6 * (0.05 + 32 / BW) + 1e-9
+    assert flag.iter_time_s == pytest.approx(plain.iter_time_s + flag.breakdown["flag_allreduce_s"])
+    few = Workload(model=MODELS["gpt3_xl"].with_layers(4), global_batch_size=4)  # m = 2 < p
+    assert simulate_ours(c, a, few, compute=comp, schedule="1f1b").breakdown[
+        "pipeline_s"
+    ] == pytest.approx((2 + 4 - 1) * 0.04, rel=1e-5)
+    with pytest.raises(ValueError, match="schedule"):
+        simulate_ours(c, a, w, compute=comp, schedule="zb-v")
+
+
+@pytest.mark.parametrize("p,m", [(1, 3), (2, 1), (3, 2), (4, 4), (5, 17), (8, 3)])
+def test_ours_1f1b_program_never_deadlocks_and_keeps_its_order(p, m):
+    from system.simulator.ours import overlapped_1f1b_program
+    from system.simulator.replay import replay
+
+    rng = np.random.default_rng(p * 100 + m)
+    f, b = rng.uniform(0.01, 0.02, (p, 1)), rng.uniform(0.02, 0.04, (p, 1))
+    link = rng.uniform(0.0, 0.05, (max(p - 1, 0), 1))
+    ends = replay(
+        f,
+        b,
+        link,
+        link,
+        link / 2,
+        link / 2,
+        m,
+        schedule=overlapped_1f1b_program,
+        buffer_fwd_s=np.inf,
+        buffer_bwd_s=np.inf,
+    )
+    assert np.all(ends[:, 0] >= m * (f[:, 0] + b[:, 0]) - 1e-12)
+    for s in range(p):  # every forward and backward exactly once
+        ops = overlapped_1f1b_program(s, p, m)
+        assert sorted(o.arg for o in ops if o.kind == "F") == list(range(m))
+        assert sorted(o.arg for o in ops if o.kind == "B") == list(range(m))
