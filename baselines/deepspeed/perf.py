@@ -119,6 +119,7 @@ def simulate_deepspeed(
     transport: Transport = NCCL,
     *,
     rank_map=None,
+    dp_collective: str | None = None,
 ) -> SimResult:
     """One DeepSpeed iteration in ``config`` (ZeRO-3, or pipeline + ZeRO-1).
 
@@ -126,7 +127,8 @@ def simulate_deepspeed(
     are the textbook rings either way (see the module docstring). ``rank_map``: device of each
     rank (default launch order). The output head is untied (a ``PipelineModule`` of
     ``[Embedding, Block…, Head]``, as the project's DeepSpeed runs build it), so no tied-weight
-    all-reduce; its gradients join the last stage's DP all-reduce.
+    all-reduce; its gradients join the last stage's DP all-reduce. ``dp_collective``: ZeRO-1's
+    gradient sync, ``ring`` or ``tree`` (tree all-reduce + all-gather; default the faster).
     """
     if config.system != "deepspeed":
         raise ValueError(f"simulate_deepspeed: not a DeepSpeed configuration: {config}")
@@ -145,7 +147,7 @@ def simulate_deepspeed(
         hardware=hardware,
         transport=transport,
         rank_map=rank_map,
-        **RING_KWARGS,
+        **{**RING_KWARGS, **({"dp_collective": dp_collective} if dp_collective else {})},
         recompute=config.recompute,
     )
     res.breakdown["variant"] = config.variant

@@ -57,6 +57,7 @@ def simulate_megatron(
     *,
     rank_map=None,
     tied_embedding: bool | None = None,
+    dp_collective: str | None = None,
 ) -> SimResult:
     """One Megatron iteration in ``config`` (its micro-batch size replaces the workload's).
 
@@ -64,7 +65,8 @@ def simulate_megatron(
     ``rank_map``: device of each launch rank (default launch order). ``tied_embedding``: default
     True with NCCL (Megatron-LM's GPT ties its input and output embeddings unless
     ``--untie-embeddings-and-output-weights``) and False otherwise (the project's emulated runs
-    build megatron-core's GPTModel untied, ``baselines/megatron/train.py``).
+    build megatron-core's GPTModel untied, ``baselines/megatron/train.py``). ``dp_collective``:
+    the DP all-reduce (default: the fastest, :data:`RING_KWARGS`).
     """
     if tied_embedding is None:
         tied_embedding = transport.name.startswith("nccl")
@@ -80,7 +82,7 @@ def simulate_megatron(
         hardware=hardware,
         transport=transport,
         rank_map=rank_map,
-        **RING_KWARGS,
+        **{**RING_KWARGS, **({"dp_collective": dp_collective} if dp_collective else {})},
         recompute=config.recompute,
         tied_embedding=tied_embedding,
     )
