@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from system.gpus import DEFAULT_GPU, get_gpu
+from system.links import SizeDependentLinks
 
 __all__ = ["Cluster", "link_time_s"]
 
@@ -53,6 +54,9 @@ class Cluster:
     # GPU type per device (a :data:`system.gpus.GPU_TYPES` key); None: every device is a V100,
     # the paper's testbed.
     gpu_of: tuple[str, ...] | None = None
+    # Optional message-size-dependent bandwidth curves per host pair
+    # (:class:`system.links.SizeDependentLinks`); None: flat α-β links.
+    links: SizeDependentLinks | None = None
     description: str = ""
     meta: dict = field(default_factory=dict, compare=False)  # provenance (case, variant, scale)
 
@@ -167,6 +171,7 @@ class Cluster:
             bandwidth_gbps=self.bandwidth_gbps[np.ix_(idx, idx)],
             host_nic_gbps=nics,
             gpu_of=None if self.gpu_of is None else tuple(self.gpu_of[i] for i in idx),
+            links=None if self.links is None else self.links.subset(list(remap)),
             description=self.description,
             meta={**self.meta, "subset_of": self.name, "subset_devices": idx.tolist()},
         )
@@ -186,6 +191,7 @@ class Cluster:
             bandwidth_gbps=self.bandwidth_gbps * bandwidth_scale,
             host_nic_gbps=nics,
             gpu_of=self.gpu_of,
+            links=self.links,
             description=self.description,
             meta={
                 **self.meta,

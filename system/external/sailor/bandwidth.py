@@ -1,0 +1,189 @@
+"""Importer of Sailor's bandwidth fits, and the cluster they describe.
+
+Two files (units: the fit gives GB/s; ``x = log2(message_bytes / 1e6)``):
+
+- ``multizone_bandwidths_het.json``: ``[zone_s][gpu_s][count_s][zone_r][gpu_r][count_r] =
+  [[a, b, c], peak_bytes_per_s]`` — NCCL send/recv between two nodes, ``count`` GPUs of each node
+  sending at once (one pair per GPU), bandwidth = all pairs' bytes over the time;
+- ``intra_node_bandwidths.json``: ``[gpu][count] = [[a, b, c], peak_bytes_per_s]`` — the same
+  inside one node with ``count`` GPUs.
+
+:func:`load_bandwidth_fits` and :func:`load_intra_node_fits` return :class:`BandwidthFits` /
+a dict of :class:`~system.links.BandwidthCurve` (each curve's ``flows`` = the count, so one GPU's
+flow gets 1/count of the fitted total). :func:`cluster_from_nodes` builds a
+:class:`~system.cluster.Cluster` of whole nodes from them: one device per GPU, one host per node,
+each inter-node device pair's per-flow peak in ``bandwidth_gbps`` and the curves in ``links``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from system.cluster import Cluster
+from system.external.sailor.errors import SailorFormatError, number, positive_int
+from system.external.sailor.gpus import project_gpu
+from system.links import BandwidthCurve, SizeDependentLinks
+
+__all__ = [
+    "BandwidthFits",
+    "NodeSpec",
+    "load_bandwidth_fits",
+    "load_intra_node_fits",
+    "cluster_from_nodes",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    """One node: its zone, Sailor GPU type and how many of its GPUs the run uses."""
+
+    zone: str
+    gpu: str
+    gpus: int
+
+
+@dataclass(frozen=True, slots=True)
+class BandwidthFits:
+    """Inter-node fits by ``(zone_s, gpu_s, count_s, zone_r, gpu_r, count_r)`` (Sailor names)."""
+
+    source: str
+    curves: dict[tuple[str, str, int, str, str, int], BandwidthCurve] = field(repr=False)
+
+    def curve(self, src: NodeSpec, dst: NodeSpec) -> BandwidthCurve:
+        """The fit from ``src``'s node to ``dst``'s; SailorFormatError naming the missing key."""
+        key = (src.zone, src.gpu, src.gpus, dst.zone, dst.gpu, dst.gpus)
+        if key not in self.curves:
+            raise SailorFormatError(
+                self.source,
+                "[{}][{}][{}][{}][{}][{}]".format(*key),
+                "no bandwidth fit for this pair of nodes",
+            )
+        return self.curves[key]
+
+
+def _curve(entry, file, where: str, flows: int) -> BandwidthCurve:
+    if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], list)):
+        raise SailorFormatError(file, where, "expected [[a, b, c], peak_bytes_per_s]")
+    if len(entry[0]) != 3:
+        raise SailorFormatError(file, where, f"expected 3 coefficients, got {len(entry[0])}")
+    a, b, c = (number(v, file, f"{where}[0][{i}]", minimum=None) for i, v in enumerate(entry[0]))
+    peak = number(entry[1], file, f"{where}[1]", minimum=1e-300)
+    try:
+        return BandwidthCurve(a, b, c, peak_bps=8.0 * peak, flows=flows)
+    except ValueError as e:
+        raise SailorFormatError(file, where, str(e)) from None
+
+
+def _read(path) -> dict:
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError) as e:
+        raise SailorFormatError(p, "(file)", f"not readable JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise SailorFormatError(p, "(top level)", "expected a JSON object")
+    return data
+
+
+def _mapping(d, file, where: str) -> dict:
+    if not isinstance(d, dict) or not d:
+        raise SailorFormatError(file, where, "expected a non-empty JSON object")
+    return d
+
+
+def load_bandwidth_fits(path) -> BandwidthFits:
+    """All inter-node fits of ``multizone_bandwidths_het.json`` (every entry checked)."""
+    data = _read(path)
+    curves = {}
+    for zs, by_gs in data.items():
+        for gs, by_cs in _mapping(by_gs, path, f"[{zs}]").items():
+            project_gpu(gs, path, f"[{zs}][{gs}]")
+            for cs, by_zr in _mapping(by_cs, path, f"[{zs}][{gs}]").items():
+                n_s = positive_int(_int_key(cs, path, f"[{zs}][{gs}][{cs}]"), path, f"[{cs}]")
+                for zr, by_gr in _mapping(by_zr, path, f"[{zs}][{gs}][{cs}]").items():
+                    for gr, by_cr in _mapping(by_gr, path, f"[{zs}][{gs}][{cs}][{zr}]").items():
+                        where = f"[{zs}][{gs}][{cs}][{zr}][{gr}]"
+                        project_gpu(gr, path, where)
+                        for cr, entry in _mapping(by_cr, path, where).items():
+                            n_r = _int_key(cr, path, f"{where}[{cr}]")
+                            flows = min(n_s, n_r)
+                            key = (zs, gs, n_s, zr, gr, n_r)
+                            curves[key] = _curve(entry, path, f"{where}[{cr}]", flows)
+    return BandwidthFits(source=str(path), curves=curves)
+
+
+def _int_key(key: str, file, where: str) -> int:
+    try:
+        value = int(key)
+    except ValueError:
+        raise SailorFormatError(file, where, f"expected a GPU count, got {key!r}") from None
+    return positive_int(value, file, where)
+
+
+def load_intra_node_fits(path) -> dict[tuple[str, int], BandwidthCurve]:
+    """Intra-node fits of ``intra_node_bandwidths.json`` by (Sailor GPU name, count)."""
+    data = _read(path)
+    out = {}
+    for gpu, by_count in data.items():
+        project_gpu(gpu, path, f"[{gpu}]")
+        for count, entry in _mapping(by_count, path, f"[{gpu}]").items():
+            n = _int_key(count, path, f"[{gpu}][{count}]")
+            out[(gpu, n)] = _curve(entry, path, f"[{gpu}][{count}]", n)
+    return out
+
+
+def cluster_from_nodes(
+    nodes: Sequence[NodeSpec],
+    fits: BandwidthFits,
+    intra: dict[tuple[str, int], BandwidthCurve] | None = None,
+    *,
+    name: str = "sailor",
+) -> Cluster:
+    """A cluster of whole nodes: node k's GPUs are devices ``offset_k .. offset_k + gpus − 1``
+    on host k, typed by :func:`~system.external.sailor.gpus.project_gpu`, region = zone.
+
+    Inter-node device pairs get the pair's fitted per-flow peak (peak / flows); intra-node pairs
+    the intra-node fit's, or 1e4 Gbit/s (effectively free) for a node without one (a single GPU,
+    or a type Sailor did not profile inside a node). ``delay_ms`` is 0: latency is in the fits.
+    """
+    if not nodes:
+        raise ValueError("cluster_from_nodes: needs at least one node")
+    host_of, gpu_of, region_of = [], [], []
+    for k, n in enumerate(nodes):
+        g = project_gpu(n.gpu, fits.source, f"node {k} gpu")
+        host_of += [k] * n.gpus
+        gpu_of += [g] * n.gpus
+        region_of += [n.zone] * n.gpus
+    d = len(host_of)
+    host = np.asarray(host_of)
+    between, within = {}, {}
+    peak = np.zeros((len(nodes), len(nodes)))
+    for i, a in enumerate(nodes):
+        c = (intra or {}).get((a.gpu, a.gpus))
+        if c is not None:
+            within[i] = c
+        peak[i, i] = c.peak_bps / c.flows / 1e9 if c is not None else 1e4
+        for j, b in enumerate(nodes):
+            if i != j:
+                between[(i, j)] = fits.curve(a, b)
+                peak[i, j] = between[(i, j)].peak_bps / between[(i, j)].flows / 1e9
+    bw = peak[np.ix_(host, host)]
+    bw = np.minimum(bw, bw.T)  # the Cluster keeps one symmetric peak per pair
+    links = SizeDependentLinks(between=between, within=within)
+    return Cluster(
+        name=name,
+        region_of=tuple(region_of),
+        host_of=tuple(host_of),
+        delay_ms=np.zeros((d, d)),
+        bandwidth_gbps=bw,
+        gpu_of=tuple(gpu_of),
+        links=links,
+        meta={"source": "sailor", "nodes": [(n.zone, n.gpu, n.gpus) for n in nodes]},
+    )

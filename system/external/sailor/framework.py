@@ -1,0 +1,338 @@
+"""One iteration of Sailor's training framework on a plan: the model of the runs' own framework.
+
+The runs used Sailor's framework: Megatron-DeepSpeed with a modified DeepSpeed pipeline engine
+(``deepspeed/runtime/pipe/engine.py`` of Sailor's repository) in FP32 (its ``ds_config`` has no
+``fp16``/``bf16`` section and its launch scripts pass neither ``--fp16`` nor ``--bf16``). What one
+iteration (``train_batch``) does, in order, and how each part is timed here:
+
+1. **Pipeline** — DeepSpeed's 1F1B ``TrainSchedule`` on every replica, replayed event by event
+   (:func:`system.simulator.replay.replay_end_s` with the ``deepspeed`` program of
+   ``baselines/deepspeed/schedule.py``). Per stage and replica: forward and backward seconds
+   per micro-batch = the sum of its layers' profiled times at (GPU, mbs, tp)
+   (:mod:`~system.external.sailor.profile`); a model whose last profiled layer holds no output
+   projection (its head is tied to the embedding) gets the logit GEMM, 2·s·h·V/tp FLOPs per
+   sequence forward and twice that backward, at the FLOP rate its profiled transformer layer
+   reaches on that GPU at that shape. Stage boundaries: the engine partitions each activation
+   (and each input gradient) over the sending stage's TP group (DeepSpeed's
+   ``PartitionedTensor``), every TP rank sends its part and a small meta tensor to its peer,
+   and the receiving node all-gathers the parts (``reconstruct_tensor``) before using them —
+   fp32, ``act_output`` elements of the stage's last layer per sequence. The sends are NCCL
+   point-to-point over the fitted links (:mod:`system.links`), which moves data only into
+   receive buffers the receiver has posted (``rendezvous``; 4 MiB may leave early).
+2. **Tied gradients** — ``ReduceTiedGrads``: the first and last stage of each replica all-reduce
+   the tied word-embedding gradient (pipelines of more than one stage of a tied model), then
+   Sailor's engine calls ``dist.barrier()`` ("for measurements"): every rank waits for the
+   slowest pipeline.
+3. **Data parallel** — ``ReduceGrads``: each stage's gradients (fp32) are flattened into buckets
+   of 5e8 elements (DeepSpeed's ``MEMORY_OPT_ALLREDUCE_SIZE``) and all-reduced over the stage's
+   replicas, one NCCL all-reduce per TP rank index, all at once, after the pipeline: the
+   pipeline engine turns DeepSpeed's backward-overlapped reduction off, so nothing overlaps.
+   Timed by :func:`system.simulator.comm.nccl_allreduce_end_s` (ring or tree, as NCCL's tuner
+   would pick) on the fitted links, plus the bucket's flatten and unflatten copies at the GPU's
+   memory bandwidth.
+4. **Optimizer** — ``OptimizerStep``: AdamW over the stage's parameters. The profile's
+   optimizer time is that of the profiled model (embedding, two transformer layers and the last
+   layer, Sailor's ``profile.sh``), so a stage's step is that time scaled by its parameters over
+   the profiled model's — Adam is memory-bound, linear in the parameters it updates.
+
+Host-side framework overhead per micro-batch is taken as hidden: the engine's Python issues
+asynchronous CUDA work and none of its per-micro-batch instructions waits on the host, so the GPU
+timeline above is the iteration; the engine's per-micro-batch GPU work (meta tensors, partition
+and reconstruction) is charged. No constant of this model is fitted to measured iterations.
+The loss's all-reduce and broadcast at the end (one scalar each) are left out (tens of µs).
+
+Peak memory per GPU (:func:`peak_memory_bytes`): fp32 weights, gradients and Adam's two
+moments (16 bytes per parameter), the activations of ``min(p − s, m)`` micro-batches in flight
+on stage s (DeepSpeed's ``num_pipe_buffers``; ``act_mem`` elements per sequence), the flattened
+gradient bucket during the all-reduce, and 1 GiB for the CUDA context and allocator (assumed).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import baselines.deepspeed.schedule  # noqa: F401  (registers the "deepspeed" program)
+from system.cluster import Cluster
+from system.external.sailor.bandwidth import BandwidthFits, cluster_from_nodes
+from system.external.sailor.errors import Finding
+from system.external.sailor.gpus import project_gpu
+from system.external.sailor.plan import SailorPlan
+from system.external.sailor.profile import (
+    PROFILED_TRANSFORMER_LAYERS,
+    LayerSizes,
+    LayerTimes,
+    ModelShape,
+    ModelSizes,
+    Profiles,
+)
+from system.gpus import get_gpu
+from system.links import BandwidthCurve
+from system.simulator.comm import flow_time_s, nccl_allreduce_end_s, ring_collective_s
+from system.simulator.replay import replay_end_s
+
+__all__ = [
+    "PlanPrediction",
+    "SailorInputs",
+    "predict_plan",
+    "peak_memory_bytes",
+    "BYTES_PER_ELEMENT",
+]
+
+BYTES_PER_ELEMENT = 4  # fp32 training (module docstring)
+BUCKET_ELEMENTS = 500_000_000  # DeepSpeed MEMORY_OPT_ALLREDUCE_SIZE
+RECV_BUFFER_BYTES = 4 * 2**20  # NCCL's default channel buffer (NCCL_BUFFSIZE)
+META_BYTES = 256 * 4  # DeepSpeed's partition meta tensor (int32[<=256])
+CONTEXT_BYTES = 2**30  # CUDA context + allocator slack per GPU (assumption, not fitted)
+ADAM_STATE_BYTES_PER_PARAM = 16  # fp32 weight, gradient, exp_avg, exp_avg_sq
+
+
+@dataclass(frozen=True, slots=True)
+class SailorInputs:
+    """Everything a prediction reads besides the plan."""
+
+    profiles: Profiles
+    sizes: ModelSizes
+    shapes: dict[str, ModelShape]
+    fits: BandwidthFits
+    intra: dict[tuple[str, int], BandwidthCurve]
+
+
+@dataclass(frozen=True, slots=True)
+class PlanPrediction:
+    """One plan's predicted iteration and its parts (seconds; memory in bytes).
+
+    ``iter_time_s = pipeline_s + tied_s + dp_s + optimizer_s``: the pipeline until the
+    barrier, the tied-gradient all-reduce's share past the pipeline, the data-parallel
+    all-reduce, the optimizer step.
+    """
+
+    iter_time_s: float
+    pipeline_s: float
+    tied_s: float
+    dp_s: float
+    optimizer_s: float
+    peak_memory_bytes: float
+    micro_batches: int
+    compute_s: float  # the busiest stage's compute per iteration, m·(fwd + bwd)
+    dp_algorithm: str
+    findings: tuple[Finding, ...] = field(default=())
+
+
+def _ranges(plan: SailorPlan, cluster: Cluster) -> list[list[np.ndarray]]:
+    """Devices of node (s, r): its first ``tp`` GPUs, as [stage][replica] -> device array."""
+    host = np.asarray(cluster.host_of)
+    out = []
+    for s, st in enumerate(plan.stages):
+        row = []
+        for r, rep in enumerate(st.replicas):
+            devs = np.flatnonzero(host == s * plan.dp + r)
+            row.append(devs[: rep.tp])
+        out.append(row)
+    return out
+
+
+def _layer_flops_fwd(shape: ModelShape, mbs: int, tp: int) -> float:
+    """Forward FLOPs of one transformer layer per GPU: (24·s·h² + 4·s²·h)·mbs / tp."""
+    s, h = shape.seq_length, shape.hidden_size
+    return (24.0 * s * h * h + 4.0 * s * s * h) * mbs / tp
+
+
+def head_is_tied(sizes_tp1: LayerSizes, shape: ModelShape) -> bool:
+    """Whether the last layer holds no output projection (less than half of V·h parameters)."""
+    return bool(sizes_tp1.params[-1] < 0.5 * shape.vocab_size * shape.hidden_size)
+
+
+def tied_head_times_s(
+    times: LayerTimes, sizes: LayerSizes, shape: ModelShape, mbs: int, tp: int
+) -> tuple[float, float, float]:
+    """(fwd_s, bwd_s, FLOPs per GPU) of the logit GEMM a tied-head profile leaves out.
+
+    The padded vocabulary per GPU is the embedding's word rows: layer 0's parameters / h − s
+    (position embeddings). Rate: the first transformer layer's profiled FLOP rate.
+    """
+    h, s = shape.hidden_size, shape.seq_length
+    vocab_per_gpu = sizes.params[0] / h - s
+    flops = 2.0 * s * h * vocab_per_gpu * mbs
+    layer = _layer_flops_fwd(shape, mbs, tp)
+    fwd_rate = layer / times.fwd_s[1]
+    bwd_rate = 2.0 * layer / times.bwd_s[1]
+    return flops / fwd_rate, 2.0 * flops / bwd_rate, flops
+
+
+def _stage_times(plan, inputs, s, r, findings) -> tuple[float, float]:
+    st, rep = plan.stages[s], plan.stages[s].replicas[r]
+    times = inputs.profiles.get(plan.model, rep.gpu, plan.mbs, rep.tp)
+    if times.num_layers != inputs.shapes[plan.model].num_all_layers:
+        raise ValueError(
+            f"{inputs.profiles.source}: [{plan.model}][{rep.gpu}][{plan.mbs}][{rep.tp}]: "
+            f"{times.num_layers} layers, the model has {inputs.shapes[plan.model].num_all_layers}"
+        )
+    idx = np.asarray(st.layers)
+    f = float(times.fwd_s[idx].sum())
+    b = float(times.bwd_s[idx].sum())
+    shape = inputs.shapes[plan.model]
+    last = shape.num_all_layers - 1
+    if last in st.layers and head_is_tied(inputs.sizes.get(plan.model, 1), shape):
+        hf, hb, flops = tied_head_times_s(
+            times, inputs.sizes.get(plan.model, rep.tp), shape, plan.mbs, rep.tp
+        )
+        f, b = f + hf, b + hb
+        findings.add(
+            Finding(
+                inputs.profiles.source,
+                f"[{plan.model}][*][*][*][{last}]",
+                "the last layer holds no output projection (tied to the embedding) and its "
+                "profile leaves out the logit GEMM; added at the profiled transformer layer's "
+                f"FLOP rate ({flops / 1e9:.0f} GFLOP per GPU per micro-batch forward here)",
+            )
+        )
+    return f, b
+
+
+def _p2p(plan, inputs, cluster, devs, s, r) -> tuple[float, float, float]:
+    """(link busy s, sender-side buffer s, receiver all-gather s) of one boundary s -> s+1."""
+    rep = plan.stages[s].replicas[r]
+    nxt = plan.stages[s + 1].replicas[r]
+    sizes = inputs.sizes.get(plan.model, rep.tp)
+    last = plan.stages[s].layers[-1]
+    full = sizes.act_output[last] * plan.mbs * BYTES_PER_ELEMENT
+    part = full / rep.tp
+    src, dst = devs[s][r], devs[s + 1][r]
+    k = min(src.size, dst.size)
+    data = flow_time_s(cluster, src[:k], dst[:k], part).max()
+    meta = flow_time_s(cluster, src[:k], dst[:k], META_BYTES).max()
+    buffer = data * min(RECV_BUFFER_BYTES / part, 1.0)
+    gather = 0.0
+    if nxt.tp > 1:
+        gather = float(ring_collective_s(cluster, [dst], full, kind="allgather")[0])
+    return float(data + meta), float(buffer), gather
+
+
+def predict_plan(plan: SailorPlan, inputs: SailorInputs) -> PlanPrediction:
+    """One iteration of ``plan`` (module docstring)."""
+    cluster = cluster_from_nodes(plan.nodes(), inputs.fits, inputs.intra, name=plan.file)
+    devs = _ranges(plan, cluster)
+    p, dp, m = plan.pp, plan.dp, plan.micro_batches
+    findings: set[Finding] = set(plan.findings)
+    fwd = np.zeros((p, dp))
+    bwd = np.zeros((p, dp))
+    for s in range(p):
+        for r in range(dp):
+            fwd[s, r], bwd[s, r] = _stage_times(plan, inputs, s, r, findings)
+    compute_s = float((m * (fwd + bwd)).max())
+    busy = np.zeros((max(p - 1, 0), dp))
+    buf = np.zeros((max(p - 1, 0), dp))
+    for s in range(p - 1):
+        for r in range(dp):
+            busy[s, r], buf[s, r], gather = _p2p(plan, inputs, cluster, devs, s, r)
+            fwd[s + 1, r] += gather  # the receiver rebuilds the activation before its forward
+            bwd[s, r] += gather  # and the input gradient before its backward
+    ends = replay_end_s(
+        fwd,
+        bwd,
+        busy,
+        busy,
+        np.zeros_like(busy),
+        np.zeros_like(busy),
+        micro_batches=m,
+        schedule="deepspeed",
+        rendezvous=True,
+        buffer_fwd_s=buf,
+        buffer_bwd_s=buf,
+    )
+    pipeline_s = float(ends.max())
+    tied_end = _tied_grads_end_s(plan, inputs, cluster, devs, ends)
+    barrier_s = max(pipeline_s, tied_end)
+    dp_s, algo = _data_parallel_s(plan, inputs, cluster, devs)
+    opt_s = _optimizer_s(plan, inputs)
+    return PlanPrediction(
+        iter_time_s=barrier_s + dp_s + opt_s,
+        pipeline_s=pipeline_s,
+        tied_s=barrier_s - pipeline_s,
+        dp_s=dp_s,
+        optimizer_s=opt_s,
+        peak_memory_bytes=peak_memory_bytes(plan, inputs),
+        micro_batches=m,
+        compute_s=compute_s,
+        dp_algorithm=algo,
+        findings=tuple(sorted(findings, key=str)),
+    )
+
+
+def _tied_grads_end_s(plan, inputs, cluster, devs, ends) -> float:
+    """When the last replica's first/last stage pair has all-reduced the tied embedding."""
+    shape = inputs.shapes[plan.model]
+    if plan.pp == 1 or not head_is_tied(inputs.sizes.get(plan.model, 1), shape):
+        return 0.0
+    out = 0.0
+    for r in range(plan.dp):
+        a, b = devs[0][r], devs[-1][r]
+        k = min(a.size, b.size)
+        tp = plan.stages[0].replicas[r].tp
+        words = inputs.sizes.get(plan.model, tp).params[0] / shape.hidden_size - shape.seq_length
+        nbytes = words * shape.hidden_size * BYTES_PER_ELEMENT
+        groups = np.stack([a[:k], b[:k]], axis=1)
+        entry = np.tile([ends[0, r], ends[-1, r]], (k, 1))
+        done, _ = nccl_allreduce_end_s(cluster, groups, nbytes, entry)
+        out = max(out, float(done.max()))
+    return out
+
+
+def _stage_params(plan: SailorPlan, inputs: SailorInputs, s: int) -> float:
+    """Parameters per GPU of stage ``s`` (its TP degree)."""
+    tp = plan.stages[s].replicas[0].tp
+    return float(inputs.sizes.get(plan.model, tp).params[list(plan.stages[s].layers)].sum())
+
+
+def _data_parallel_s(plan, inputs, cluster, devs) -> tuple[float, str]:
+    """Longest stage all-reduce (fp32 buckets of 5e8 elements, one after the other)."""
+    if plan.dp == 1:
+        return 0.0, "none"
+    worst, algos = 0.0, set()
+    for s, st in enumerate(plan.stages):
+        params = _stage_params(plan, inputs, s)
+        buckets = max(1, math.ceil(params / BUCKET_ELEMENTS))
+        nbytes = params * BYTES_PER_ELEMENT / buckets
+        tp = st.replicas[0].tp
+        groups = np.array([[devs[s][r][t] for r in range(plan.dp)] for t in range(tp)])
+        done, used = nccl_allreduce_end_s(cluster, groups, nbytes, np.zeros(groups.shape))
+        hbm = min(
+            get_gpu(project_gpu(rep.gpu, plan.file, "gpu")).hbm_bandwidth_bps for rep in st.replicas
+        )
+        copies = 2 * 2 * 8.0 * nbytes / hbm  # flatten and unflatten, each a read and a write
+        worst = max(worst, buckets * (float(done.max()) + copies))
+        algos.update(used)
+    return worst, "+".join(sorted(algos))
+
+
+def _optimizer_s(plan: SailorPlan, inputs: SailorInputs) -> float:
+    """Slowest stage's AdamW step: the profiled model's step scaled by parameters."""
+    worst = 0.0
+    n = PROFILED_TRANSFORMER_LAYERS
+    for s, st in enumerate(plan.stages):
+        params = _stage_params(plan, inputs, s)
+        for rep in st.replicas:
+            times = inputs.profiles.get(plan.model, rep.gpu, plan.mbs, rep.tp)
+            sz = inputs.sizes.get(plan.model, rep.tp).params
+            profiled = sz[0] + n * sz[1] + sz[-1]
+            worst = max(worst, times.profiled_opt_s * params / profiled)
+    return worst
+
+
+def peak_memory_bytes(plan: SailorPlan, inputs: SailorInputs) -> float:
+    """Peak bytes on the fullest GPU (module docstring)."""
+    peak = 0.0
+    for s, st in enumerate(plan.stages):
+        tp = st.replicas[0].tp
+        sizes = inputs.sizes.get(plan.model, tp)
+        idx = list(st.layers)
+        params = float(sizes.params[idx].sum())
+        in_flight = min(plan.pp - s, plan.micro_batches)
+        acts = in_flight * plan.mbs * float(sizes.act_mem[idx].sum()) * BYTES_PER_ELEMENT
+        state = ADAM_STATE_BYTES_PER_PARAM * params
+        bucket = BYTES_PER_ELEMENT * min(params, BUCKET_ELEMENTS) if plan.dp > 1 else 0.0
+        peak = max(peak, state + max(acts, bucket) + CONTEXT_BYTES)
+    return peak
