@@ -52,6 +52,7 @@ __all__ = [
     "two_level_allreduce_end_s",
     "allreduce_end_s",
     "choose_allreduce",
+    "nccl_allreduce_end_s",
 ]
 
 ALGORITHMS = ("ring", "tree", "two_level")
@@ -247,3 +248,19 @@ def choose_allreduce(
     if best is None:
         raise ValueError(f"all-reduce: none of {tuple(candidates)} applies to these groups")
     return best
+
+
+def nccl_allreduce_end_s(
+    cluster: Cluster, groups: Sequence[Sequence[int]], nbytes, entry_s
+) -> tuple[np.ndarray, list[str]]:
+    """NCCL's all-reduce per group: each of G concurrent groups (a communicator each) takes
+    ring or tree, whichever ends first for it (:func:`choose_allreduce` on that group, with the
+    others' flows sharing the links as under the tree's choice); (G, n) end times and the
+    algorithm of each group."""
+    g, e, size = _groups_entries(groups, entry_s, nbytes)
+    ring, _ = allreduce_end_s(cluster, g, size, e, "ring")
+    if g.shape[1] < 3:
+        return ring, ["ring"] * g.shape[0]
+    tree, _ = allreduce_end_s(cluster, g, size, e, "tree")
+    use_tree = tree.max(axis=1) < ring.max(axis=1) - 1e-12
+    return np.where(use_tree[:, None], tree, ring), ["tree" if u else "ring" for u in use_tree]

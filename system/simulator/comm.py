@@ -89,14 +89,12 @@ def flow_bandwidth_bps(cluster: Cluster, src: Sequence[int], dst: Sequence[int])
     return shared_bandwidth_bps(cluster, src, dst)
 
 
-def flow_time_s(
-    cluster: Cluster, src: Sequence[int], dst: Sequence[int], nbytes, **sharing
-) -> np.ndarray:
+def flow_time_s(cluster: Cluster, src: Sequence[int], dst: Sequence[int], nbytes) -> np.ndarray:
     """Seconds for each concurrent flow to move ``nbytes`` (a float, or one per flow); zero for
     a device to itself. On a cluster with size-dependent ``links`` each flow reaches the fraction
     of its bandwidth its size allows (:meth:`system.links.SizeDependentLinks.efficiency`)."""
     src, dst = np.asarray(src, dtype=int), np.asarray(dst, dtype=int)
-    bw = flow_bandwidth_bps(cluster, src, dst, **sharing)
+    bw = flow_bandwidth_bps(cluster, src, dst)
     if cluster.links is not None:  # message-size-dependent links (system.links)
         host = np.asarray(cluster.host_of)
         bw = bw * cluster.links.efficiency(host[src], host[dst], nbytes)
