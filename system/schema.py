@@ -176,6 +176,7 @@ _EMULATION = {
     "emu_max_rate_gbps": "float",
     "emu_num_devices": "int",
     "emu_frame_overhead": "float",
+    "emu_egress_cap_gbps": "float",  # per-device egress cap of the emulation (scaled), if any
     "emu_backend": "str",
     "emu_tcp_congestion_control": "str",
     "measured_dp_s": "float",

@@ -7,8 +7,8 @@ model (``link_sharing=`` in every result row). Every model allocates rates max-m
 together, freeze the flows of each capacity that fills) over the capacities it names:
 
 - ``pair``: each ordered device pair's flows share its β; pairs are independent;
-- ``nic``: as ``pair``, plus every device's egress and ingress capped at
-  :data:`NIC_GBPS_OF` its fastest link (in cases 3–5 the within-region 2 Gbit/s, paper §4.1);
+- ``nic``: as ``pair``, plus every device's egress and ingress capped at its fastest link's
+  bandwidth (in cases 3–5 the within-region 2 Gbit/s, paper §4.1), or at ``nic_gbps``;
 - ``region``: as ``pair``, plus all flows from region A to region B share that region pair's β,
   as if the measured figure were the pipe between the regions (e.g. one VPN gateway each);
 - ``flow``: each TCP stream is limited by its path: the pair figures were measured by NCCL over
@@ -59,7 +59,6 @@ DEFAULT_LINK_SHARING = "tc_class"
 MEASURED_STREAMS = 16  # sockets per pair in the authors' NCCL benchmark (4 threads x 4 sockets)
 AWS_REGION_EGRESS_GBPS = 5.0  # EC2: traffic to other Regions, instances under 32 vCPUs
 INSTANCE_GBPS = 10.0  # EC2 p3.2xlarge: "up to 10 Gigabit", inbound and outbound each
-NIC_GBPS_OF = "fastest link"  # ``nic``: a device's cap is its fastest link's bandwidth
 _ALIASES = {"device_nic": "nic", "region_pair": "region"}  # earlier names of two models
 
 
@@ -69,20 +68,34 @@ def link_sharing_of(cluster: Cluster) -> str:
 
 
 def with_link_sharing(
-    cluster: Cluster, sharing: str, *, streams: int = MEASURED_STREAMS
+    cluster: Cluster,
+    sharing: str,
+    *,
+    streams: int = MEASURED_STREAMS,
+    nic_gbps: float | None = None,
 ) -> Cluster:
     """``cluster`` under one of :data:`LINK_SHARING`; ``streams``: sockets per connection under
-    ``flow`` (default: as many as the pair figures were measured with)."""
+    ``flow`` (default: as many as the pair figures were measured with); ``nic_gbps``: the
+    device cap under ``nic`` (default: each device's fastest link)."""
     name = _ALIASES.get(sharing, sharing)
     if name not in LINK_SHARING:
         raise ValueError(f"link sharing must be one of {', '.join(LINK_SHARING)}, got {sharing!r}")
     if int(streams) < 1:
         raise ValueError(f"link sharing: streams must be >= 1, got {streams}")
-    if name == link_sharing_of(cluster) and cluster.meta.get("flow_streams", streams) == streams:
+    if nic_gbps is not None and not nic_gbps > 0:
+        raise ValueError(f"link sharing: nic_gbps must be > 0, got {nic_gbps}")
+    if (
+        name == link_sharing_of(cluster)
+        and cluster.meta.get("flow_streams", streams) == streams
+        and cluster.meta.get("nic_gbps") == nic_gbps
+    ):
         return cluster
-    meta = {**cluster.meta, "link_sharing": name}
+    meta = {k: v for k, v in cluster.meta.items() if k not in ("flow_streams", "nic_gbps")}
+    meta["link_sharing"] = name
     if name == "flow":
         meta["flow_streams"] = int(streams)
+    if name == "nic" and nic_gbps is not None:
+        meta["nic_gbps"] = float(nic_gbps)
     return replace(cluster, meta=meta)
 
 
@@ -230,8 +243,10 @@ def shared_bandwidth_bps(cluster: Cluster, src: Sequence[int], dst: Sequence[int
         ra, rb = der.region[s], der.region[d]
         across = ra != rb
         if model == "nic" and single:
-            add(every, s, der.fastest_bps[s])
-            add(every, d, der.fastest_bps[d])
+            nic = cluster.meta.get("nic_gbps")
+            cap = der.fastest_bps if nic is None else np.full(n, float(nic) * 1e9)
+            add(every, s, cap[s])
+            add(every, d, cap[d])
         if model == "region":
             k = int(der.region.max()) + 1
             add(across, ra * k + rb, der.region_bps[ra, rb])
