@@ -144,6 +144,14 @@ class EmulationPlan:
         return self.scaled_cluster().bandwidth_bps
 
     @property
+    def single_flow_goodput_bps(self) -> np.ndarray:
+        """(D, D) payload rate one flow alone reaches: its link's, or the egress cap if lower
+        (what the link checks of :mod:`system.emulation.verify` expect)."""
+        cap = self.scaled_egress_cap_gbps
+        good = self.goodput_bps
+        return good if cap is None else np.minimum(good, cap * 1e9)
+
+    @property
     def rate_bps(self) -> np.ndarray:
         """(D, D) HTB rate per link, frames counted (target goodput × FRAME_OVERHEAD)."""
         return self.goodput_bps * FRAME_OVERHEAD

@@ -114,6 +114,8 @@ def test_egress_cap_sits_above_the_destination_classes():
         r = int(round(plan.rate_bps[0, j]))
         g = max(8000, min(r, cap // 3))  # guaranteed an equal share, up to its link
         assert f"htb rate {g}bit ceil {r}bit" in ln
+    # one flow alone reaches min(link, cap): what the link checks expect
+    assert plan.single_flow_goodput_bps[0, 1] == pytest.approx(min(plan.goodput_bps[0, 1], 0.1e9))
     # the simulator sees the cap as the nic model at the scaled cap
     sc = plan.scaled_cluster()
     assert link_sharing_of(sc) == "nic" and sc.meta["nic_gbps"] == pytest.approx(0.1)
