@@ -37,7 +37,13 @@ from pathlib import Path
 
 import numpy as np
 
-from baselines.placement import PLACEMENTS, RankMap, launch_map, search_placement
+from baselines.placement import (
+    Placement,
+    RankMap,
+    check_placement,
+    launch_map,
+    search_placement,
+)
 from baselines.spec import SYSTEMS, BaselineSpec, check_spec, metrics_from
 from system.cluster import Cluster
 from system.runtime.launch import LaunchError, LaunchTimeout, run_ranks  # torch-free
@@ -357,9 +363,7 @@ def place_spec(
     the same simulator, hardware and transport as :func:`predict_iter_time_s`, so a row's
     prediction and its measured run use one map). A point the simulator has no model for keeps
     launch order under ``topology`` too (``how`` says so)."""
-    if placement not in PLACEMENTS:
-        raise ValueError(f"baseline placement must be one of {PLACEMENTS}, got {placement!r}")
-    if placement == "launch":
+    if check_placement(placement) == Placement.launch:
         return launch_map(cluster)
     try:
         _, rm = search_placement(
@@ -370,5 +374,5 @@ def place_spec(
         )
     except ValueError as e:
         devices = launch_map(cluster).devices
-        return RankMap("topology", devices, f"launch order (no simulator model: {e})")
+        return RankMap(Placement.topology, devices, f"launch order (no simulator model: {e})")
     return rm

@@ -40,6 +40,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from enum import StrEnum
 
 import numpy as np
 
@@ -58,7 +59,8 @@ from system.simulator.result import SimResult
 from system.workload import Workload, stage_gradient_params
 
 __all__ = [
-    "PLACEMENTS",
+    "Placement",
+    "check_placement",
     "RankMap",
     "launch_map",
     "candidate_maps",
@@ -68,7 +70,24 @@ __all__ = [
     "proxy_cost_s",
 ]
 
-PLACEMENTS = ("launch", "topology")
+
+class Placement(StrEnum):
+    """Where a baseline's launch ranks run (module docstring)."""
+
+    launch = "launch"  # rank r on device r: the paper's protocol
+    topology = "topology"  # each configuration under its best topology-aware rank map
+
+
+def check_placement(placement: str) -> Placement:
+    """``placement`` as a :class:`Placement`, or one ValueError naming the choices."""
+    try:
+        return Placement(placement)
+    except ValueError:
+        raise ValueError(
+            f"baseline placement must be one of {', '.join(Placement)}, got {placement!r}"
+        ) from None
+
+
 MAX_RING_REGIONS = 9  # exhaustive bottleneck ring: (R − 1)! orders, 40,320 at 9
 SIMULATE_TOP = 2  # topology candidates simulated in full per configuration (besides launch)
 
@@ -84,7 +103,7 @@ class RankMap:
 
 def launch_map(cluster: Cluster) -> RankMap:
     """Rank r on device r: the order the devices were listed in (the paper's protocol)."""
-    return RankMap("launch", tuple(range(cluster.num_devices)), "launch order")
+    return RankMap(Placement.launch, tuple(range(cluster.num_devices)), "launch order")
 
 
 def _region_blocks(cluster: Cluster) -> tuple[list[str], list[np.ndarray]]:
@@ -170,7 +189,7 @@ def candidate_maps(cluster: Cluster, workload: Workload, config: BaselineConfig)
             if devices in seen or not _tp_inside_hosts(cluster, grid):
                 continue
             seen.add(devices)
-            out.append(RankMap("topology", devices, f"{layout}: {path}"))
+            out.append(RankMap(Placement.topology, devices, f"{layout}: {path}"))
     return out
 
 
@@ -215,8 +234,8 @@ def search_placement(
             best = (res, cand)
     assert best is not None
     res, cand = best
-    if cand.placement == "launch":  # the search kept launch order: record it as the search's pick
-        cand = RankMap("topology", cand.devices, "launch order (best of the search)")
+    if cand.placement == Placement.launch:  # the search kept launch order: record it as its pick
+        cand = RankMap(Placement.topology, cand.devices, "launch order (best of the search)")
     return res, cand
 
 
@@ -238,8 +257,7 @@ def place_and_simulate(
     between calls) keeps each (configuration, rank map)'s simulation, so the launch-order map
     is simulated once for both protocols.
     """
-    if placement not in PLACEMENTS:
-        raise ValueError(f"baseline_placement must be one of {PLACEMENTS}, got {placement!r}")
+    placement = check_placement(placement)
     if memory_bytes > usable_bytes:
         return SimResult(
             system=config.system,
@@ -264,7 +282,7 @@ def place_and_simulate(
         r = memo[key]
         return replace(r, config=dict(r.config), breakdown=dict(r.breakdown))
 
-    if placement == "launch":
+    if placement == Placement.launch:
         rm = launch_map(cluster)
         res = cached(rm)
     else:
@@ -283,7 +301,7 @@ def grid_search(
     workload: Workload,
     hardware: Hardware = V100,
     *,
-    placement: str = "launch",
+    placement: str = Placement.launch,
     recompute: tuple[str, ...] = RECOMPUTE_MODES,
     transport: Transport = NCCL,
     cache: dict | None = None,

@@ -1,58 +1,66 @@
-"""Main entry: ``python repro/run.py case=5 layers=40`` (Hydra; the only ``@hydra.main``).
+"""The entry: ``python repro/run.py [mode=NAME] [key=value ...]`` (also ``python -m repro``).
 
-``main()`` checks the config (:func:`repro.config.validate`: one line naming a bad key, exit 2,
-before any work), then runs the mode through the sweep ledger (:func:`repro.collect.run_job`).
-Inside a sweep a failing job is recorded in the ledger and the sweep goes on; the sweep's end
-(:mod:`repro.callbacks`) reports and fails the command. ``run(cfg)`` does the work and is what
-tests call. Modes are registered in :data:`repro.config.MODES` (``repro/modes/<mode>.py``).
+Hydra composes the chosen mode's typed config (:mod:`repro.config`; ``--help`` lists every mode
+and the options of one), :func:`repro.config.validate` checks it (one line naming a bad key,
+exit 2, before any work) and the mode runs through the sweep ledger (:func:`repro.sweep.run_job`).
+Inside a sweep (``-m sweep=NAME``) a failing job is recorded and the sweep goes on; the sweep's
+end (:class:`repro.sweep.WorkflowCallback`) reports and fails the command.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the checkout importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import hydra
+from omegaconf import DictConfig
 
-import hydra  # noqa: E402
-from omegaconf import DictConfig  # noqa: E402
-
-from repro.config import MODES, ConfigError, validate  # noqa: E402  (registers the schemas)
+from repro.config import MODES, ConfigError, RunConfig, validate
 
 log = logging.getLogger("repro.run")
 
-__all__ = ["MODES", "run", "dispatch", "main"]
+__all__ = ["run", "main", "setup_logging"]
+
+CONF = str(Path(__file__).resolve().parents[1] / "conf")
 
 # Errors of input or environment: one line, exit 2 (a bug elsewhere keeps its traceback).
 USER_ERRORS = (ConfigError, ValueError, FileNotFoundError, NotADirectoryError, RuntimeError)
 
 
-def dispatch(cfg: DictConfig) -> dict:
-    """Run an already validated config's mode; returns its summary dict."""
-    return MODES[str(cfg.mode)].runner()(cfg)
+def setup_logging(level: str | None = None) -> None:
+    """One rich logging handler on the root logger (Hydra installs its own; they go)."""
+    from rich.logging import RichHandler
+
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    root.addHandler(RichHandler(show_path=False, rich_tracebacks=False, markup=False))
+    root.setLevel(level or os.environ.get("DTFM_LOG_LEVEL", "INFO"))
 
 
-def run(cfg: DictConfig) -> dict:
-    """Validate ``cfg`` for its mode and run it; returns the mode's summary dict."""
-    return dispatch(validate(cfg))
+def run(cfg: DictConfig | dict | RunConfig) -> dict:
+    """Validate ``cfg`` for its mode and run the mode; returns its summary dict."""
+    typed = validate(cfg)
+    return dict(MODES[typed.mode].function()(typed) or {})
 
 
-@hydra.main(config_path="../conf", config_name="config", version_base="1.3")
+@hydra.main(config_path=CONF, config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    from repro.collect import is_multirun, record_failure, run_job
-    from repro.console import setup_logging
+    from repro.sweep import is_multirun, record_failure, run_job
 
     setup_logging()
     multirun = is_multirun()
+    typed = None
     try:
         typed = validate(cfg)
-        run_job(typed, dispatch, multirun=multirun)
+        run_job(typed, run, multirun=multirun)
     except Exception as e:  # noqa: BLE001 - a sweep records every failure and goes on
         if multirun:
             log.error("job failed: %s: %s", type(e).__name__, e)
-            record_failure(cfg, e)
+            if typed is not None:
+                record_failure(typed, e)
             return
         if not isinstance(e, USER_ERRORS):
             raise

@@ -42,7 +42,10 @@ __all__ = [
     "read_pair_table",
     "spot_cluster",
     "case_names",
+    "canonical_case",
     "load_topology",
+    "PAPER_CASES",
+    "ALIASES",
 ]
 
 VARIANTS = ("paper", "dtfm_code")
@@ -440,7 +443,8 @@ CASES: dict[str, Callable[[str], Cluster]] = {
     "debug": debug,
     "mixed": mixed,
 }
-_ALIASES = {"datacenter": "1", "spot": "2", "campus": "3", "regional": "4", "worldwide": "5"}
+PAPER_CASES = ("1", "2", "3", "4", "5")  # the paper's network settings (§4.1)
+ALIASES = {"datacenter": "1", "spot": "2", "campus": "3", "regional": "4", "worldwide": "5"}
 
 
 def case_names() -> tuple[str, ...]:
@@ -488,15 +492,30 @@ def load_topology(path: str | Path) -> Cluster:
     )
 
 
+def is_topology_file(name: str | int) -> bool:
+    return str(name).lower().endswith((".yaml", ".yml", ".json"))
+
+
+def canonical_case(name: str | int) -> str:
+    """The one name of a case: an alias becomes its number (``worldwide`` -> ``"5"``), an
+    integer its text; a topology file's path and unknown names are returned as given.
+
+    >>> canonical_case("worldwide"), canonical_case(5), canonical_case("debug")
+    ('5', '5', 'debug')
+    """
+    text = str(name)
+    return text if is_topology_file(text) else ALIASES.get(text, text)
+
+
 def get_case(name: str | int, variant: str = "paper") -> Cluster:
     """The cluster of a named case (``1``..``5``, ``debug``, an alias like ``worldwide``) or of
     a topology file (``.yaml``/``.yml``/``.json``, :func:`load_topology`)."""
-    if str(name).lower().endswith((".yaml", ".yml", ".json")):
+    if is_topology_file(name):
         return load_topology(name)
-    key = _ALIASES.get(str(name), str(name))
+    key = canonical_case(name)
     if key not in CASES:
         raise ValueError(
-            f"unknown case {name!r}; known: {', '.join(CASES)} (or {', '.join(_ALIASES)})"
+            f"unknown case {name!r}; known: {', '.join(CASES)} (or {', '.join(ALIASES)})"
         )
     if variant not in VARIANTS:
         raise ValueError(f"unknown case variant {variant!r}; known: {', '.join(VARIANTS)}")

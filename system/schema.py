@@ -109,6 +109,10 @@ _SETTING = {
     "is_best": "bool",
     "scheduler": "str",
     "scheduler_budget": "str",
+    # the search's other settings, recorded when not at their default
+    "scheduler_patience_trials": "int",
+    "scheduler_greedy_seeds": "bool",
+    "scheduler_objective": "str",
     "world_size": "int",
     # baselines' rank map (baselines/placement.py): launch | topology (ours: scheduled | random)
     "placement": "str",

@@ -14,6 +14,8 @@ __all__ = [
     "Workload",
     "TaskletSizes",
     "MODELS",
+    "PAPER_LAYERS",
+    "PAPER_BATCH_SIZES",
     "get_model",
     "tasklet_sizes",
     "stage_gradient_params",
@@ -65,8 +67,12 @@ class GPTConfig:
         return replace(self, num_layers=num_layers)
 
 
+# The paper's Fig. 3 grid: GPT3-XL at these depths and global batch sizes (sequences), §4.1.
+PAPER_LAYERS = (24, 32, 40)
+PAPER_BATCH_SIZES = (1024, 2048, 4096)
+
 MODELS: dict[str, GPTConfig] = {
-    # GPT3-1.3B (GPT3 "XL"): the paper's model; layers vary over {24, 32, 40}.
+    # GPT3-1.3B (GPT3 "XL"): the paper's model; layers vary over PAPER_LAYERS.
     "gpt3_xl": GPTConfig(
         name="gpt3_xl",
         num_layers=24,

@@ -1,18 +1,18 @@
-"""``mode=emulate``: our runtime on emulated WAN links, beside the simulator's prediction (§4).
+"""``mode=emulate``: training on emulated WAN links, beside the simulator's prediction (§4).
 
     python repro/run.py case=5 mode=emulate model=debug study=emulation
-    python repro/run.py case=4 mode=emulate model=debug batch=16 emulate.random_layouts=2
-    python repro/run.py case=5 mode=emulate system=megatron model=debug grid=true \
-        'emulate.devices=[0,8,24,40]' batch=8      # the baselines: repro/modes/train_baseline.py
+    python repro/run.py case=4 mode=emulate model=debug batch=16 random_layouts=2
+    python repro/run.py case=5 mode=emulate system=megatron grid=true \\
+        'devices=[0,8,24,40]' batch=8      # the baselines: repro/modes/baselines.py
 
 Steps: take a subset of the case's devices (default: the first device of each region, at most
-``emulate.max_devices``), scale bandwidths by ``emulate.bandwidth_scale`` (and delays by
-``emulate.delay_scale``), build the namespaces (:class:`system.emulation.netns.Emulation`),
-verify sampled links (stored with every row), then run the runtime with the scheduled layout and
-``emulate.random_layouts`` random layouts. Each run's row holds the measured median iteration
-time and :func:`system.simulator.simulate_ours` on the same scaled cluster and layout, fed with
-the per-stage forward/backward/optimizer seconds measured in that run (so the comparison tests
-the communication and pipeline model, not a CPU FLOP model), plus every scale factor.
+``max_devices``), scale bandwidths by ``bandwidth_scale`` (and delays by ``delay_scale``), build
+the namespaces (:class:`system.emulation.netns.Emulation`), verify sampled links (stored with
+every row), then run our runtime with the scheduled layout and ``random_layouts`` random layouts.
+Each run's row holds the measured median iteration time and
+:func:`system.simulator.simulate_ours` on the same scaled cluster and layout, fed with the
+per-stage forward/backward/optimizer seconds measured in that run (so the comparison tests the
+communication and pipeline model, not a CPU FLOP model), plus every scale factor.
 """
 
 from __future__ import annotations
@@ -23,12 +23,10 @@ import statistics
 from pathlib import Path
 
 import numpy as np
-from omegaconf import DictConfig
 
-from repro.modes import mode_options
-from repro.runtime_metrics import measured_compute
+from repro.config import EmulateConfig
+from repro.config.modes import fill_layout
 from system.assignment import Assignment, random_assignment
-from system.cases import get_case
 from system.emulation import netns
 from system.emulation.plan import make_plan
 from system.emulation.verify import verify_links
@@ -36,63 +34,57 @@ from system.results import atomic_write_text, make_row, write_rows
 
 log = logging.getLogger(__name__)
 
-DEFAULTS = {
-    "devices": None,
-    "max_devices": 8,
-    "bandwidth_scale": 0.1,
-    "delay_scale": 1.0,
-    "layouts": ["scheduled", "random"],
-    "random_layouts": 2,
-    "verify_pairs": 6,
-    "verify_tolerance": 0.10,
-    "on_verify_fail": "raise",
-    "backend": "auto",
-    "hidden_size": 256,
-    "seq_length": 64,
-    "vocab_size": 128,
-    "timeout_s": 600,
-    "schedule_trials": 300,
-    "warmup_iters": 2,
-    "baseline_placement": "launch",
-}
+__all__ = ["measured_compute", "run"]
+
+SCHEDULE_TRIALS, SCHEDULE_TIME_LIMIT_S = 300, 60.0  # scheduler.* left null
 
 
-def pick_devices(cluster, max_devices: int) -> list[int]:
-    """First device of each region (region order), at most ``max_devices``."""
-    first = {}
-    for d, r in enumerate(cluster.region_of):
-        first.setdefault(r, d)
-    return list(first.values())[:max_devices]
+def measured_compute(metrics: dict, pp: int, warmup: int):
+    """Per-stage compute measured by a runtime run, in the simulator's terms: medians (over the
+    ranks of the stage and the iterations after the ``warmup`` ones) of the forward/backward
+    micro-batch spans and the optimizer step."""
+    from system.simulator import StageCompute
+
+    stage_of = np.asarray(metrics["stage_of_rank"])
+    pr = metrics["per_rank"]
+    out = {}
+    for key, field in (("fwd_s", "fwd_mb_s"), ("bwd_s", "bwd_mb_s"), ("opt_s", "optim_s")):
+        arr = np.asarray(pr[field])  # [rank][iteration]
+        arr = arr[:, warmup:] if arr.shape[1] > warmup else arr[:, -1:]
+        out[key] = [float(np.median(arr[stage_of == s])) for s in range(pp)]
+    return StageCompute(**out)
 
 
 def _layouts(
-    o: dict, cluster, sizes, pp: int, dp: int, seed: int
+    cfg: EmulateConfig, cluster, sizes, pp: int, dp: int
 ) -> list[tuple[str, int, Assignment]]:
-    out = []
-    for name in o["layouts"]:
+    seed, out = cfg.seed, []
+    for name in cfg.layouts:
         if name == "scheduled":
             from system.scheduler import schedule
 
+            s = cfg.scheduler
             res = schedule(
                 cluster,
                 sizes,
                 pp=pp,
                 dp=dp,
-                method="genetic",
+                method=str(s.name),
                 seed=seed,
-                trials=int(o["schedule_trials"]),
-                time_limit_s=60,
+                trials=s.trials or SCHEDULE_TRIALS,
+                population=s.population,
+                time_limit_s=s.time_limit_s or SCHEDULE_TIME_LIMIT_S,
+                greedy_seeds=s.greedy_seeds,
+                patience_trials=s.patience_trials,
             )
             out.append(("scheduled", seed, res.assignment))
         elif name == "random":
             out += [
                 ("random", seed + k, random_assignment(pp, dp, seed + 1000 + k))
-                for k in range(int(o["random_layouts"]))
+                for k in range(cfg.random_layouts)
             ]
-        elif name == "identity":
-            out.append(("identity", 0, Assignment(np.arange(pp * dp).reshape(pp, dp))))
         else:
-            raise ValueError(f"mode=emulate: unknown layout {name!r} (scheduled, random, identity)")
+            out.append(("identity", 0, Assignment(np.arange(pp * dp).reshape(pp, dp))))
     return out
 
 
@@ -107,47 +99,38 @@ def _delayer_lag(before: dict, after: dict) -> dict:
     }
 
 
-def run(cfg: DictConfig) -> dict:
+def run(cfg: EmulateConfig) -> dict:
     from system.runtime.launch import launch
     from system.runtime.spec import RunSpec
     from system.simulator import simulate_ours
     from system.workload import Workload, tasklet_sizes
 
-    system = str(cfg.get("system", "all"))
-    if system in ("megatron", "deepspeed"):  # the real baselines in the same emulated network
-        from repro.modes.train_baseline import run as run_baseline
+    if cfg.system != "ours":  # the real baselines in the same emulated network
+        from repro.modes.baselines import run_emulated
 
-        return run_baseline(cfg)
-    if system not in ("all", "ours", "ours_random"):
-        raise ValueError(
-            f"mode=emulate: system must be ours, megatron or deepspeed, got {system!r}"
-        )
-    o = mode_options(cfg, "emulate", DEFAULTS, keep_none=("devices",))
-    full = get_case(str(cfg.case), str(cfg.get("case_variant", "paper")))
-    devices = list(o["devices"]) if o["devices"] else pick_devices(full, int(o["max_devices"]))
+        return run_emulated(cfg)
+    full = cfg.cluster()
+    devices = cfg.picked_devices(full)
     cluster = full.subset(devices)
     n = cluster.num_devices
-    dp = int(cfg.dp) if cfg.get("dp") is not None else 2
-    pp = int(cfg.pp) if cfg.get("pp") is not None else n // dp
+    pp, dp = fill_layout(n, cfg.pp, cfg.dp)
     if pp * dp != n:
         raise ValueError(
             f"mode=emulate: pp={pp} x dp={dp} must equal the {n} emulated devices {devices}"
         )
-    batch = int(cfg.batch) if cfg.get("batch") is not None else 4 * dp
-    warmup = int(o["warmup_iters"])
-    if warmup < 0:
-        raise ValueError(f"mode=emulate: emulate.warmup_iters must be >= 0, got {warmup}")
-    seed, iters = int(cfg.seed), max(warmup + 1, int(cfg.iters))
+    batch = cfg.batch or 4 * dp
+    warmup = cfg.warmup_iters
+    seed, iters = cfg.seed, max(warmup + 1, cfg.iters)
     base = RunSpec(
         model=str(cfg.model),
-        layers=None if cfg.get("layers") is None else int(cfg.layers),
-        hidden_size=int(o["hidden_size"]),
-        seq_length=int(o["seq_length"]),
-        vocab_size=int(o["vocab_size"]),
+        layers=cfg.layers,
+        hidden_size=cfg.hidden_size,
+        seq_length=cfg.seq_length,
+        vocab_size=cfg.vocab_size,
         pp=pp,
         dp=dp,
         global_batch_size=batch,
-        micro_batch_size=int(cfg.micro_batch_size),
+        micro_batch_size=cfg.micro_batch_size,
         iters=iters,
         seed=seed,
         warmup_iters=warmup,
@@ -162,20 +145,18 @@ def run(cfg: DictConfig) -> dict:
         gradient_bytes=4,
     )
     wl.check_layout(pp, dp)
-    plan = make_plan(
-        cluster, bandwidth_scale=float(o["bandwidth_scale"]), delay_scale=float(o["delay_scale"])
-    )
+    plan = make_plan(cluster, bandwidth_scale=cfg.bandwidth_scale, delay_scale=cfg.delay_scale)
     scaled = plan.scaled_cluster()
     sizes = tasklet_sizes(wl, pp, dp)
-    layouts = _layouts(o, scaled, sizes, pp, dp, seed)
-    out_dir = Path(str(cfg.results_dir))
+    layouts = _layouts(cfg, scaled, sizes, pp, dp)
+    out_dir = Path(cfg.results_dir)
     rows, summary = [], []
-    with netns.Emulation(plan, backend=str(o["backend"])) as emu:
+    with netns.Emulation(plan, backend=str(cfg.backend)) as emu:
         report = verify_links(
             plan,
-            pairs=int(o["verify_pairs"]),
-            tolerance=float(o["verify_tolerance"]),
-            on_fail=str(o["on_verify_fail"]),
+            pairs=cfg.verify_pairs,
+            tolerance=cfg.verify_tolerance,
+            on_fail=str(cfg.on_verify_fail),
             seed=seed,
         )
         report["backend"] = emu.backend
@@ -196,9 +177,9 @@ def run(cfg: DictConfig) -> dict:
                 }
             )
             key = {
-                "study": str(cfg.study),
+                "study": cfg.study,
                 "mode": "emulate",
-                "case": str(cfg.case),
+                "case": cfg.case,
                 "system": "ours" if layout == "scheduled" else f"ours_{layout}",
                 "layout": layout,
                 "layout_seed": lseed,
@@ -226,7 +207,7 @@ def run(cfg: DictConfig) -> dict:
                     rank_prefix=[emu.exec_prefix(i) for i in range(n)],
                     rank_env=[emu.rank_env(i) for i in range(n)],
                     master_addr=emu.master_addr,
-                    timeout_s=float(o["timeout_s"]),
+                    timeout_s=cfg.timeout_s,
                 )
             except RuntimeError as e:
                 log.error("emulated run %s failed: %s", layout, e)

@@ -5,20 +5,15 @@
     python repro/run.py -m sweep=paper                   # the full grid, one job per setting
 
 For every (case, layers, batch): schedule our layout (cached per case and tasklet sizes), simulate
-ours, ours with random layouts (max(3, repeats) seeded rank maps), Megatron's and DeepSpeed's whole
-configuration grids under the paper's protocol (ranks in launch order) and, with
-``baseline_placement=topology`` (the default), also under the fair protocol (each configuration
-with its best topology-aware rank map, :mod:`baselines.placement`); every baseline row records its
-``placement`` and ``rank_map``; print a table with ours' speed-up under both protocols; write one
-row per (system, layout/config, batch, repeat) with :func:`system.results.make_row`, then
-``fig3.png``, ``summary.csv`` and ``claims.md`` into ``results_dir``. Everything is computed before
-anything is written, so bad input (unknown case, layers not divisible into stages, nothing fits in
-memory) raises one ValueError and leaves no half-written output.
-No torch import.
-
-One module (~400 lines): the mode's settings and the per-setting simulation of every system are
-one pipeline whose order (compute everything, then write) the module enforces; the console
-tables live in :mod:`repro.report.summary`.
+ours, ours with random layouts (max(3, repeats) seeded rank maps), and Megatron's and DeepSpeed's
+whole configuration grids under each of ``baseline_placements``: ``launch`` (ranks in launch
+order, the paper's protocol) and ``topology`` (each configuration with its best topology-aware
+rank map, :mod:`baselines.placement`); every baseline row records its ``placement`` and
+``rank_map``. Prints ours' speed-up under each protocol and writes one row per (system,
+layout/config, batch, repeat) with :func:`system.results.make_row`, then ``fig3.png``,
+``summary.csv`` and ``claims.md`` into ``results_dir``. Everything is computed before anything is
+written, so an input found bad only when simulated (nothing fits in memory) raises one
+ValueError and leaves no half-written output. No torch import.
 """
 
 from __future__ import annotations
@@ -26,17 +21,17 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from omegaconf import DictConfig, ListConfig
 
 from baselines.deepspeed.perf import grid_search_deepspeed
 from baselines.megatron.perf import grid_search_megatron
-from baselines.placement import PLACEMENTS
-from repro.config import default_pp
+from baselines.placement import Placement
+from repro.config import SimulateConfig, default_of
+from repro.config.modes import fill_layout
 from repro.report.summary import (
     merge_summary,
     paper_ratios,
@@ -58,43 +53,50 @@ from system.results import (
     write_rows,
 )
 from system.simulator import V100, SimResult, simulate_ours
-from system.simulator.comm import LINK_SHARING, NCCL, NCCL_RENDEZVOUS, with_link_sharing
+from system.simulator.comm import TRANSPORTS, with_link_sharing
 from system.workload import Workload, get_model, tasklet_sizes
 
 log = logging.getLogger(__name__)
 
-SYSTEMS = SIMULATED_SYSTEMS
+__all__ = ["SIM_BUDGET", "MIN_RANDOM_LAYOUTS", "Schedules", "run"]
+
 # What a simulated "repeat" is (column ``repeat_kind``): the simulator is deterministic, so a
 # repeat of a fixed layout or configuration is an identical copy (run-to-run noise is measured
 # only in mode=emulate/train); ours_random's repeats are different random layouts.
 REPEAT_COPY = "deterministic copy"
-PAPER_LAYERS, PAPER_BATCHES = (24, 32, 40), (1024, 2048, 4096)
-SCHEDULER_METHODS = {
-    "genetic": "genetic",
-    "kl": "genetic_kl",
-    "genetic_kl": "genetic_kl",
-    "random": "random",
-}
-SIM_BUDGET = {"trials": 4, "population": 4, "time_limit_s": 1.0}  # keeps the full grid < 2 min
+SIM_BUDGET = {"trials": 4, "population": 4, "time_limit_s": 1.0}  # scheduler.* left null
 MIN_RANDOM_LAYOUTS = 3  # the paper's three random layouts per setting (appendix 10.1)
 
 
-def _as_list(value, default) -> list:
-    if value is None:
-        return list(default)
-    if isinstance(value, (list, tuple, ListConfig)):
-        return list(value)
-    if isinstance(value, str) and value.lower() == "all":
-        return list(default)
-    return [value]
+@dataclass
+class Schedules:
+    """Our scheduled layouts under ``cfg.scheduler``, cached per (case, variant, c_dp, c_pp, pp,
+    dp): a schedule depends on nothing else."""
 
+    cfg: SimulateConfig
+    cache: dict = field(default_factory=dict)
 
-class _Schedules:
-    """Our scheduled layouts, cached per (case, variant, c_dp, c_pp, pp, dp): schedules depend on
-    nothing else."""
+    @property
+    def method(self) -> str:
+        return str(self.cfg.scheduler.name)
 
-    def __init__(self, method: str, seed: int, budget: dict):
-        self.method, self.seed, self.budget, self.cache = method, seed, budget, {}
+    @property
+    def key(self) -> dict:
+        """The search's settings for a row's key: the budget, and what differs from default."""
+        s = self.cfg.scheduler
+        changed = {
+            "scheduler_patience_trials": s.patience_trials,
+            "scheduler_greedy_seeds": None if s.greedy_seeds else False,
+            "scheduler_objective": None if s.objective == "comm" else str(s.objective),
+        }
+        out = {"scheduler": self.method, "scheduler_budget": str(self.budget)}
+        return {**out, **{k: v for k, v in changed.items() if v is not None}}
+
+    @property
+    def budget(self) -> dict:
+        s = self.cfg.scheduler
+        given = {"trials": s.trials, "population": s.population, "time_limit_s": s.time_limit_s}
+        return {k: SIM_BUDGET[k] if v is None else v for k, v in given.items()}
 
     def get(self, case: str, cluster: Cluster, workload: Workload, pp: int, dp: int):
         from system.scheduler import schedule
@@ -102,66 +104,40 @@ class _Schedules:
         sizes = tasklet_sizes(workload, pp, dp)
         key = (case, cluster.meta.get("variant"), sizes.c_dp_bytes, sizes.c_pp_bytes, pp, dp)
         if key not in self.cache:
+            s = self.cfg.scheduler
             self.cache[key] = schedule(
                 cluster,
                 sizes,
                 pp=pp,
                 dp=dp,
                 method=self.method,
-                seed=self.seed,
-                greedy_seeds=True,
+                seed=self.cfg.seed,
+                greedy_seeds=s.greedy_seeds,
+                patience_trials=s.patience_trials,
+                objective=str(s.objective),
+                workload=workload if s.objective == "iteration_time" else None,
                 **self.budget,
             )
         return self.cache[key]
 
 
-def _budget(cfg: DictConfig) -> dict:
-    sch = cfg.get("scheduler") or {}
-    out = {}
-    for k, dflt in SIM_BUDGET.items():
-        v = sch.get(k)
-        out[k] = dflt if v is None else (float(v) if k == "time_limit_s" else int(v))
-    return out
+def _model_knobs(cfg: SimulateConfig) -> dict:
+    """The sensitivity knobs (null efficiency: the hardware model's)."""
+    return {
+        "compute_efficiency": cfg.compute_efficiency or V100.achievable_fraction,
+        "link_sharing": str(cfg.link_sharing),
+        "baseline_transport": str(cfg.baseline_transport),
+    }
 
 
-def _settings(cfg: DictConfig) -> list[tuple[str, int, int]]:
-    model = str(cfg.get("model", "gpt3_xl"))
-    base = get_model(model)
-    layers = _as_list(cfg.get("layers"), PAPER_LAYERS if model == "gpt3_xl" else [base.num_layers])
-    batches = _as_list(cfg.get("batch"), PAPER_BATCHES if model == "gpt3_xl" else [16])
-    cases = _as_list(cfg.get("case"), ["1", "2", "3", "4", "5"])
-    if str(cfg.get("case")).lower() == "all":
-        cases = ["1", "2", "3", "4", "5"]
-    return [(str(c), int(l), int(b)) for c in cases for l in layers for b in batches]
-
-
-MODEL_DEFAULTS = {
-    "compute_efficiency": V100.achievable_fraction,
-    "link_sharing": "pair",
-    "baseline_transport": "nccl",
-}
-TRANSPORTS = {"nccl": NCCL, "nccl_rendezvous": NCCL_RENDEZVOUS}
-
-
-def _model_knobs(cfg: DictConfig) -> dict:
-    """The sensitivity knobs (``compute_efficiency``, ``link_sharing``, ``baseline_transport``),
-    checked; null means the model's default."""
-    out = {}
-    for k, dflt in MODEL_DEFAULTS.items():
-        v = cfg.get(k)
-        out[k] = dflt if v is None else (float(v) if k == "compute_efficiency" else str(v))
-    if not 0 < out["compute_efficiency"] <= 1:
-        raise ValueError(f"compute_efficiency must be in (0, 1], got {out['compute_efficiency']}")
-    if out["link_sharing"] not in LINK_SHARING:
-        raise ValueError(
-            f"link_sharing must be one of {', '.join(LINK_SHARING)}, got {out['link_sharing']!r}"
-        )
-    if out["baseline_transport"] not in TRANSPORTS:
-        raise ValueError(
-            f"baseline_transport must be one of {', '.join(TRANSPORTS)}, "
-            f"got {out['baseline_transport']!r}"
-        )
-    return out
+def _changed_knobs(cfg: SimulateConfig) -> dict:
+    """The knobs set away from their default: they go into the rows' key (and run ids)."""
+    default = {
+        "compute_efficiency": V100.achievable_fraction,
+        "link_sharing": default_of(SimulateConfig, "link_sharing"),
+        "baseline_transport": default_of(SimulateConfig, "baseline_transport"),
+    }
+    return {k: v for k, v in _model_knobs(cfg).items() if v != default[k]}
 
 
 def _row(key: dict, res: SimResult, cluster: Cluster, **extra) -> dict:
@@ -193,34 +169,36 @@ def _row(key: dict, res: SimResult, cluster: Cluster, **extra) -> dict:
     )
 
 
-def _simulate_setting(cfg, case, layers, batch, systems, schedules, repeats, placement):
+def _headline(placements: list[Placement]) -> Placement:
+    """The protocol of the summary's headline baseline columns: the fair one when simulated."""
+    return Placement.topology if Placement.topology in placements else Placement.launch
+
+
+def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, schedules):
     """All rows of one (case, layers, batch) and a summary line. Raises ValueError on bad input.
 
-    ``placement``: ``launch`` (baselines in launch order only) or ``topology`` (both protocols;
-    the summary's headline baseline is the topology-aware one, launch order goes beside it)."""
-    variant = str(cfg.get("case_variant", "paper"))
-    plain = get_case(case, variant)  # what the scheduler sees (α, β only)
+    The summary's headline baseline columns are under :func:`_headline`'s protocol; the other
+    simulated protocol goes beside them with its name as a suffix (``megatron_launch``)."""
+    systems = SIMULATED_SYSTEMS if cfg.system == "all" else (str(cfg.system),)
+    repeats = cfg.repeats
+    plain = get_case(case, cfg.case_variant)  # what the scheduler sees (α, β only)
     knobs = _model_knobs(cfg)
     cluster = with_link_sharing(plain, knobs["link_sharing"])
     hw = replace(V100, achievable_fraction=knobs["compute_efficiency"])
-    model = get_model(str(cfg.get("model", "gpt3_xl")), layers)
-    workload = Workload(
-        model=model, global_batch_size=batch, micro_batch_size=int(cfg.get("micro_batch_size", 1))
-    )
-    d = cluster.num_devices
-    pp = int(cfg.pp) if cfg.get("pp") else default_pp(d)
-    dp = int(cfg.dp) if cfg.get("dp") else d // pp
+    model = get_model(cfg.model, layers)
+    workload = Workload(model=model, global_batch_size=batch, micro_batch_size=cfg.micro_batch_size)
+    pp, dp = fill_layout(cluster.num_devices, cfg.pp, cfg.dp)
     workload.check_layout(pp, dp)
-    seed = int(cfg.get("seed", 0))
+    seed = cfg.seed
     base = {
         "mode": "simulate",
         "case": case,
-        "case_variant": variant,
+        "case_variant": str(cfg.case_variant),
         "model": model.name,
         "num_layers": layers,
         "global_batch_size": batch,
         "seed": seed,
-        **{k: v for k, v in knobs.items() if v != MODEL_DEFAULTS[k]},  # in run ids if changed
+        **_changed_knobs(cfg),
     }
     rows, line = [], {"case": case, "num_layers": layers, "global_batch_size": batch}
     oom = ValueError(
@@ -244,8 +222,7 @@ def _simulate_setting(cfg, case, layers, batch, systems, schedules, repeats, pla
             key = {
                 **base,
                 "system": "ours",
-                "scheduler": schedules.method,
-                "scheduler_budget": str(schedules.budget),
+                **schedules.key,
                 "micro_batch_size": workload.micro_batch_size,
                 "pp": pp,
                 "dp": dp,
@@ -282,12 +259,12 @@ def _simulate_setting(cfg, case, layers, batch, systems, schedules, repeats, pla
                     repeat_kind="random layout",
                 )
             )
-    protocols = ["launch"] if placement == "launch" else ["launch", "topology"]
-    cache: dict = {}  # (config, rank map) -> simulation, shared by the two protocols
+    headline = _headline(cfg.baseline_placements)
+    cache: dict = {}  # (config, rank map) -> simulation, shared by the protocols
     for name, search in (("megatron", grid_search_megatron), ("deepspeed", grid_search_deepspeed)):
         if name not in systems:
             continue
-        for protocol in protocols:
+        for protocol in sorted(cfg.baseline_placements):  # launch first: its maps are cached
             grid = search(
                 cluster,
                 workload,
@@ -296,7 +273,7 @@ def _simulate_setting(cfg, case, layers, batch, systems, schedules, repeats, pla
                 cache=cache,
                 transport=TRANSPORTS[knobs["baseline_transport"]],
             )
-            suffix = "" if protocol == placement else f"_{protocol}"
+            suffix = "" if protocol == headline else f"_{protocol}"
             line[name + suffix], line[f"{name}{suffix}_why"] = grid.best, grid.why()
             for res in grid.results:
                 for r in range(repeats):
@@ -309,20 +286,11 @@ def _simulate_setting(cfg, case, layers, batch, systems, schedules, repeats, pla
                             is_best=res is grid.best,
                             repeat_kind=REPEAT_COPY,
                             variant=res.breakdown.get("variant", name),
-                            placement=protocol,
+                            placement=str(protocol),
                         )
                     )
+    line["baseline_placement"] = str(headline)
     return rows, line
-
-
-def _in_multirun() -> bool:
-    try:
-        from hydra.core.hydra_config import HydraConfig
-        from hydra.types import RunMode
-
-        return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-    except (ImportError, ValueError):
-        return False
 
 
 def merge_summary_file(results_dir: Path, summary: pd.DataFrame) -> pd.DataFrame:
@@ -337,48 +305,29 @@ def merge_summary_file(results_dir: Path, summary: pd.DataFrame) -> pd.DataFrame
     return merged
 
 
-def _write_reports(results_dir: Path, summary: pd.DataFrame, elapsed_s: float) -> None:
+def _write_reports(results_dir: Path, summary: pd.DataFrame) -> None:
     """fig3.png, summary.csv and claims.md from everything under ``results_dir``."""
     from repro.report.figures.fig3 import plot_fig3
     from repro.report.protocols import write_protocol_claims
     from repro.report.variance import best_configs
+    from repro.sweep import is_multirun
 
     merged = merge_summary_file(results_dir, summary)
-    if _in_multirun():  # the sweep's end-of-run report (repro/report.py) draws these once
+    if is_multirun():  # the sweep's end-of-run report draws these once
         return
     rows = read_rows(results_dir)
     plot_fig3(best_configs(rows), results_dir / "fig3.png")
     write_protocol_claims(results_dir, rows, merged)
 
 
-def run(cfg: DictConfig) -> dict:
+def run(cfg: SimulateConfig) -> dict:
     """Simulate the configured settings; returns a summary with the written ``run_ids``."""
     t0 = time.perf_counter()
-    system = str(cfg.get("system", "all"))
-    systems = SYSTEMS if system == "all" else (system,)
-    if system != "all" and system not in SYSTEMS:
-        raise ValueError(
-            f"mode=simulate: unknown system {system!r}; known: all, {', '.join(SYSTEMS)}"
-        )
-    method = SCHEDULER_METHODS.get(str((cfg.get("scheduler") or {}).get("name", "genetic")))
-    if method is None:
-        raise ValueError(
-            f"unknown scheduler.name {cfg.scheduler.name!r}; known: {', '.join(SCHEDULER_METHODS)}"
-        )
-    repeats = int(cfg.get("repeats", 1))
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}")
-    placement = str(cfg.baseline_placement)
-    if placement not in PLACEMENTS:
-        raise ValueError(
-            f"baseline_placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}"
-        )
-    results_dir = Path(str(cfg.results_dir))
-    schedules = _Schedules(method, int(cfg.get("seed", 0)), _budget(cfg))
+    results_dir = Path(cfg.results_dir)
+    schedules = Schedules(cfg)
     rows, lines = [], []
-    for case, layers, batch in _settings(cfg):
-        r, ln = _simulate_setting(cfg, case, layers, batch, systems, schedules, repeats, placement)
-        ln["baseline_placement"] = placement
+    for case, layers, batch in cfg.settings():
+        r, ln = _simulate_setting(cfg, case, layers, batch, schedules)
         rows += r
         lines.append(ln)
     elapsed = time.perf_counter() - t0
@@ -395,7 +344,7 @@ def run(cfg: DictConfig) -> dict:
     if new or not (results_dir / "runs.parquet").exists():
         write_rows(results_dir, new)
     summary = with_speedups(summary_frame(lines), paper_ratios())
-    _write_reports(results_dir, summary, elapsed)
+    _write_reports(results_dir, summary)
     if len(lines) <= 9:  # one case or fewer: the per-system rows too
         print_setting_rows(lines)
     print_summary_table(summary, elapsed)

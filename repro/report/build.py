@@ -1,6 +1,7 @@
 """Local report of a study (no wandb needed): ``results/<study>/REPORT.md`` with tables and PNGs.
 
-    python -m repro.report results/paper [--ablation results/scheduler/ablation.csv]
+    python repro/run.py mode=report results_dir=results/paper
+    python repro/run.py mode=report results_dir=results/paper workflow.ablation_csv=FILE.csv
 
 Reads only the study's ``runs.parquet`` (:func:`system.results.read_rows`: the newest row of
 each setting) and, for the scheduler claims, the ablation table. Writes next to them:
@@ -13,13 +14,13 @@ Every file is written atomically.
 
 from __future__ import annotations
 
-import argparse
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
+from repro.config import CollectConfig, ReportConfig
 from repro.report.claims import evaluate_claims
 from repro.report.figures.fig3 import plot_fig3
 from repro.report.figures.fig4 import plot_fig4
@@ -34,7 +35,8 @@ __all__ = [
     "build_report",
     "read_ablation",
     "ablation_from_rows",
-    "main",
+    "run",
+    "collect",
 ]
 
 
@@ -252,21 +254,28 @@ def _render(
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    from repro.console import setup_logging
-
-    setup_logging()
-    p = argparse.ArgumentParser(
-        prog="python -m repro.report", description="Build REPORT.md for a results folder"
+def run(cfg: ReportConfig) -> dict:
+    """``mode=report``: the study's report from its rows (``workflow.*``: ablation, tolerance)."""
+    paths = build_report(
+        cfg.results_dir,
+        ablation_path=cfg.workflow.ablation_csv,
+        tolerance=cfg.workflow.tolerance,
+        study=Path(cfg.results_dir).name,
     )
-    p.add_argument("results_dir")
-    p.add_argument("--ablation", default="results/scheduler/ablation.csv")
-    p.add_argument("--tolerance", type=float, default=0.25)
-    a = p.parse_args(argv)
-    paths = build_report(a.results_dir, ablation_path=a.ablation, tolerance=a.tolerance)
     print(f"report: {paths.report}")
-    return 0
+    return {"report": str(paths.report)}
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def collect(cfg: CollectConfig) -> dict:
+    """``mode=collect``: rewrite the study's runs.parquet (parts, old schema and old
+    ``rows/*.json`` folded in) and runs.csv; what a sweep killed before its end leaves to do."""
+    from system.results import collect as fold
+    from system.results import has_stored_rows
+
+    if not has_stored_rows(cfg.results_dir):
+        raise FileNotFoundError(
+            f"{cfg.results_dir} has no runs.parquet, parts/ or rows/: nothing ran there yet"
+        )
+    path = fold(cfg.results_dir)
+    print(f"collected: {path}")
+    return {"runs_csv": str(path)}

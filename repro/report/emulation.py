@@ -1,9 +1,9 @@
 """Simulator vs emulated runs: table + figure from ``mode=emulate`` rows (the simulator's
 validation).
 
-    python -m repro.report.emulation results/emulation
+    python repro/run.py mode=emulation_report results_dir=results/emulation
 
-Reads the rows under ``<dir>/rows``, and writes ``<dir>/validation.csv`` (one line per run),
+Reads the study's rows (``runs.parquet``), and writes ``<dir>/validation.csv`` (one line per run),
 ``<dir>/validation.md`` (MAPE, Kendall τ of the layout ranking, scheduled vs random, link
 verification) and ``<dir>/validation.png`` (simulated vs measured, ±10% band).
 
@@ -14,12 +14,12 @@ layout differs) with :func:`scipy.stats.kendalltau` and pooled over settings, we
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from repro.config import EmulationReportConfig
 from repro.report.figures import save_figure
 from repro.report.tables import markdown_table
 from system.results import atomic_write_text, read_rows
@@ -178,13 +178,11 @@ def figure(df: pd.DataFrame, path: Path, summary: dict | None = None) -> None:
     save_figure(fig, path, dpi=130)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    d = Path(argv[0] if argv else "results/emulation")
+def run(cfg: EmulationReportConfig) -> dict:
+    d = Path(cfg.results_dir)
     df = load(d)
     if df.empty:
-        print(f"error: no ok mode=emulate rows in {d}/runs.parquet", file=sys.stderr)
-        return 2
+        raise ValueError(f"no ok mode=emulate rows in {d}/runs.parquet")
     s = summarize(df)
     cols = [
         "case",
@@ -284,8 +282,4 @@ def main(argv: list[str] | None = None) -> int:
     atomic_write_text(d / "validation.md", "\n".join(lines) + "\n")
     figure(df, d / "validation.png", s)
     print("\n".join(lines))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return {"runs": s["runs"], "mape_pct": s["mape_pct"], "kendall_tau": s["kendall_tau"]}

@@ -13,25 +13,23 @@ from pathlib import Path
 
 import pandas as pd
 
+from baselines.placement import Placement, check_placement
 from repro.report.claims import BASELINES, evaluate_claims
 
-__all__ = ["PROTOCOLS", "protocol_rows", "evaluate_claims_by_protocol", "write_protocol_claims"]
-
-PROTOCOLS = ("launch", "topology")
+__all__ = ["protocol_rows", "evaluate_claims_by_protocol", "write_protocol_claims"]
 
 
 def protocol_rows(rows: pd.DataFrame, protocol: str) -> pd.DataFrame:
     """``rows`` with the baselines' rows of one placement protocol only (``launch`` or
     ``topology``); other systems' rows unchanged. Baseline rows without a ``placement`` are
     launch order."""
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
+    protocol = check_placement(protocol)
     if rows.empty or "system" not in rows.columns:
         return rows
     placement = (
-        rows["placement"].fillna("launch").astype(str)
+        rows["placement"].fillna(Placement.launch).astype(str)
         if "placement" in rows.columns
-        else pd.Series("launch", index=rows.index)
+        else pd.Series(Placement.launch.value, index=rows.index)
     )
     baseline = rows["system"].isin(BASELINES)
     return rows[~baseline | (placement == protocol)].reset_index(drop=True)
@@ -43,11 +41,11 @@ def evaluate_claims_by_protocol(
     """One line per claim with ours and the verdict under each protocol present in ``rows``:
     columns ``claim_id, statement, paper, tolerance, ours_<protocol>, verdict_<protocol>,
     note`` (a protocol without baseline rows is left out)."""
-    have = set(PROTOCOLS[:1])
+    have = {Placement.launch.value}
     if "placement" in rows.columns:
-        have |= set(rows["placement"].dropna().astype(str)) & set(PROTOCOLS)
+        have |= set(rows["placement"].dropna().astype(str))
     out = None
-    for protocol in (p for p in PROTOCOLS if p in have):
+    for protocol in (p for p in Placement if p in have):
         c = evaluate_claims(protocol_rows(rows, protocol), ablation, tolerance=tolerance)
         part = c.rename(columns={"ours": f"ours_{protocol}", "verdict": f"verdict_{protocol}"})
         if out is None:
@@ -70,8 +68,11 @@ def write_protocol_claims(
         path = results_dir / "summary.csv"
         summary = pd.read_csv(path) if path.exists() else pd.DataFrame()
     claims = evaluate_claims_by_protocol(rows)
-    protocols = [p for p in ("launch", "topology") if f"verdict_{p}" in claims.columns]
-    title = {"launch": "paper's protocol (launch order)", "topology": "fair (topology-aware)"}
+    protocols = [p for p in Placement if f"verdict_{p}" in claims.columns]
+    title = {
+        Placement.launch: "paper's protocol (launch order)",
+        Placement.topology: "fair (topology-aware)",
+    }
     lines = [
         "# Simulated results vs the paper's claims",
         "",
@@ -90,7 +91,7 @@ def write_protocol_claims(
     lines += [markdown_table(table)]
     lines += ["", "## Baseline grid picks (why)", ""]
     for r in summary.to_dict("records"):
-        head = r.get("baseline_placement", "launch")
+        head = r.get("baseline_placement", Placement.launch)
         for b, name in (("megatron", "Megatron"), ("deepspeed", "DeepSpeed")):
             lines.append(
                 f"- case {r['case']}, L{r['num_layers']}, B{r['global_batch_size']}, {name} "

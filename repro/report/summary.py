@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from baselines.placement import Placement
 from system.results import SIMULATED_SYSTEMS
 from system.simulator import V100
 
@@ -38,7 +39,7 @@ def summary_frame(lines: list[dict]) -> pd.DataFrame:
     out = []
     for ln in lines:
         row = {k: ln[k] for k in KEYS}
-        row["baseline_placement"] = ln.get("baseline_placement", "launch")
+        row["baseline_placement"] = ln.get("baseline_placement", Placement.launch)
         names = ["ours", "megatron", "deepspeed"]
         names += [f"{b}_launch" for b in ("megatron", "deepspeed") if f"{b}_launch" in ln]
         for name in names:
@@ -134,7 +135,7 @@ def print_summary_table(summary: pd.DataFrame, elapsed_s: float) -> None:
         t.add_column(c, justify=just)
     f = lambda v, p=3: "—" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{v:.{p}g}"  # noqa: E731
     for r in summary.to_dict("records"):
-        topo = r.get("baseline_placement") == "topology"
+        topo = r.get("baseline_placement") == Placement.topology
 
         def side(b: str, r=r, topo=topo) -> tuple[str, str, str, str]:
             """(launch s, topo s + config, x launch, x topo) of baseline ``b``."""
@@ -193,9 +194,9 @@ def print_setting_rows(lines: list[dict]) -> None:
         ours = ln.get("ours")
         entries = [("ours", "scheduled", ours)] if ours else []
         for b in ("megatron", "deepspeed"):
-            head = ln.get("baseline_placement", "launch")
+            head = ln.get("baseline_placement", Placement.launch)
             if f"{b}_launch" in ln:
-                entries.append((b, "launch", ln[f"{b}_launch"]))
+                entries.append((b, Placement.launch, ln[f"{b}_launch"]))
             if b in ln:
                 entries.append((b, head, ln[b]))
         for name, placement, res in entries:

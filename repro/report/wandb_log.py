@@ -23,42 +23,35 @@ import os
 from pathlib import Path
 
 import pandas as pd
-from omegaconf import DictConfig, OmegaConf
 
+from repro.config import RunConfig, as_dict
+from repro.config.base import WandbMode
 from repro.report.variance import SETTING_COLUMNS, best_configs, config_columns, variance_table
 
 log = logging.getLogger(__name__)
 
 __all__ = ["wandb_mode", "log_job", "log_comparison"]
 
-MODES = ("offline", "online", "disabled")
 
-
-def _wcfg(cfg) -> dict:
-    w = cfg.get("wandb") if hasattr(cfg, "get") else None
-    return OmegaConf.to_container(w, resolve=True) if isinstance(w, DictConfig) else dict(w or {})
-
-
-def wandb_mode(cfg) -> str:
-    """``WANDB_MODE`` if set, else ``cfg.wandb.mode``, else offline."""
-    mode = os.environ.get("WANDB_MODE") or _wcfg(cfg).get("mode") or "offline"
-    if mode not in MODES:
-        raise ValueError(f"wandb.mode must be one of {', '.join(MODES)}, got {mode!r}")
+def wandb_mode(cfg: RunConfig) -> str:
+    """``WANDB_MODE`` if set, else ``cfg.wandb.mode``."""
+    mode = os.environ.get("WANDB_MODE") or str(cfg.wandb.mode)
+    if mode not in {m.value for m in WandbMode}:
+        raise ValueError(f"WANDB_MODE must be one of {', '.join(WandbMode)}, got {mode!r}")
     return mode
 
 
-def _init(cfg, **kw):
+def _init(cfg: RunConfig, **kw):
     import wandb
 
-    w = _wcfg(cfg)
-    wdir = Path(str(w.get("dir") or cfg.results_dir))
+    wdir = Path(cfg.wandb.dir or cfg.results_dir)
     wdir.mkdir(parents=True, exist_ok=True)
     return wandb.init(
-        project=w.get("project") or "dtfm-repro",
-        entity=w.get("entity"),
+        project=cfg.wandb.project,
+        entity=cfg.wandb.entity,
         mode=wandb_mode(cfg),
         dir=str(wdir),
-        group=str(cfg.get("study", "adhoc")),
+        group=cfg.study,
         reinit="finish_previous",
         **kw,
     )
@@ -70,7 +63,7 @@ def _plain(v):
     return None if isinstance(v, float) and pd.isna(v) else v
 
 
-def log_job(cfg: DictConfig, rows: pd.DataFrame) -> list[str]:
+def log_job(cfg: RunConfig, rows: pd.DataFrame) -> list[str]:
     """One wandb run per setting (case, system, layers, batch) in ``rows``; returns the names.
 
     A baseline's grid search is one setting: the run's summary is its best configuration and
@@ -78,9 +71,7 @@ def log_job(cfg: DictConfig, rows: pd.DataFrame) -> list[str]:
     """
     if rows.empty or wandb_mode(cfg) == "disabled":
         return []
-    resolved = (
-        OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
-    )
+    resolved = as_dict(cfg)
     stats = variance_table(rows)
     best = best_configs(rows)
     keys = list(SETTING_COLUMNS)
@@ -95,7 +86,7 @@ def log_job(cfg: DictConfig, rows: pd.DataFrame) -> list[str]:
         run = _init(
             cfg,
             name=name,
-            job_type=str(cfg.get("mode", "simulate")),
+            job_type=cfg.mode,
             config={**resolved, "setting": setting, "best_config": best_cfg},
         )
         run.log({"grid": _table(grid)})
@@ -122,7 +113,7 @@ def _table(df: pd.DataFrame):
 
 
 def log_comparison(
-    cfg,
+    cfg: RunConfig,
     best: pd.DataFrame,
     variance: pd.DataFrame,
     claims: pd.DataFrame,
@@ -133,7 +124,7 @@ def log_comparison(
         return None
     import wandb
 
-    name = f"{cfg.get('study', 'adhoc')}-report"
+    name = f"{cfg.study}-report"
     run = _init(cfg, name=name, job_type="report")
     payload = {"best_configs": _table(best), "variance": _table(variance), "claims": _table(claims)}
     y = (

@@ -54,11 +54,13 @@ __all__ = [
     "device_route_lines",
     "htb_burst_bytes",
     "tcp_congestion_control",
+    "BACKENDS",
     "BURST_S",
     "STATE_ROOT",
 ]
 
 BURST_S = tc.BURST_S
+BACKENDS = ("auto", "netem", "nfqueue")  # auto: netem where the kernel has it, else nfqueue
 
 STATE_ROOT = Path(tempfile.gettempdir())  # run state lives in <tmp>/dtfm-<tag>/
 # Per-namespace TCP settings of every emulated device (the real-host scripts set the same)
@@ -151,8 +153,8 @@ class Emulation:
         delayer_workers: int | None = None,
         shape_egress: bool = True,
     ) -> None:
-        if backend not in ("auto", "netem", "nfqueue"):
-            raise ValueError(f"emulation backend must be auto, netem or nfqueue, got {backend!r}")
+        if backend not in BACKENDS:
+            raise ValueError(f"emulation backend must be one of {BACKENDS}, got {backend!r}")
         workers = min(2, os.cpu_count() or 1) if delayer_workers is None else delayer_workers
         if not 1 <= workers <= 16:
             raise ValueError(f"emulation delayer_workers must be 1..16, got {delayer_workers}")

@@ -38,7 +38,10 @@ __all__ = [
     "measure_tcp_s",
     "tcp_message_bytes",
     "verify_links",
+    "ON_FAIL",
 ]
+
+ON_FAIL = ("raise", "warn")  # what verify_links does when a link misses its target
 
 _TIME_RE = re.compile(r"time=([0-9.]+) ms")
 
@@ -185,8 +188,8 @@ def verify_links(
     retries: int = 1,
 ) -> dict:
     """Measure sampled pairs; return {"pairs": [...], "ok": bool, ...}; raise or warn on misses."""
-    if on_fail not in ("raise", "warn"):
-        raise ValueError(f"verify on_fail must be 'raise' or 'warn', got {on_fail!r}")
+    if on_fail not in ON_FAIL:
+        raise ValueError(f"verify on_fail must be one of {ON_FAIL}, got {on_fail!r}")
     checks: list[PairCheck] = []
     for i, j in sample_pairs(plan, pairs, np.random.default_rng(seed)):
         t_rtt = 2e3 * float(plan.delay_s[i, j])

@@ -1,4 +1,4 @@
-"""Placement: rank -> (stage, replica) from a scheduler assignment, and the per-stage DP groups.
+"""Rank positions: rank -> (stage, replica) from a scheduler assignment; per-stage DP groups.
 
 Rank ``d`` is device ``d`` of the :class:`~system.assignment.Assignment`; it runs stage
 ``stage_of[d]`` of replica ``replica_of[d]``. Its pipeline neighbours are the devices of the same
@@ -6,7 +6,7 @@ replica at the stages before and after; its data-parallel group (paper §2: "gro
 for every replica") is row ``stage_of[d]`` of the table. Example, ``stages=[[2, 0], [1, 3]]``:
 
     >>> from system.assignment import Assignment
-    >>> p = placement(Assignment.from_stages([[2, 0], [1, 3]]), rank=0)
+    >>> p = rank_position(Assignment.from_stages([[2, 0], [1, 3]]), rank=0)
     >>> (p.stage, p.replica, p.prev_rank, p.next_rank, p.dp_ranks)
     (0, 1, None, 3, (2, 0))
 """
@@ -17,11 +17,11 @@ from dataclasses import dataclass
 
 from system.assignment import Assignment
 
-__all__ = ["Placement", "placement", "make_stage_groups"]
+__all__ = ["RankPosition", "rank_position", "make_stage_groups"]
 
 
 @dataclass(frozen=True, slots=True)
-class Placement:
+class RankPosition:
     """Where one rank sits: its stage, replica, pipeline neighbours and DP group (global ranks)."""
 
     rank: int
@@ -42,17 +42,17 @@ class Placement:
         return self.stage == self.pp - 1
 
 
-def placement(assignment: Assignment, rank: int) -> Placement:
-    """The placement of ``rank`` (= device id) in ``assignment``."""
+def rank_position(assignment: Assignment, rank: int) -> RankPosition:
+    """The position of ``rank`` (= device id) in ``assignment``."""
     if not 0 <= rank < assignment.num_devices:
         raise ValueError(
-            f"placement: rank {rank} is not a device of the assignment "
+            f"rank_position: rank {rank} is not a device of the assignment "
             f"(0..{assignment.num_devices - 1})"
         )
     s = int(assignment.stage_of[rank])
     r = int(assignment.replica_of[rank])
     pipe = assignment.pipeline(r)
-    return Placement(
+    return RankPosition(
         rank=rank,
         stage=s,
         replica=r,

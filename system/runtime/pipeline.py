@@ -22,7 +22,7 @@ from contextlib import nullcontext
 
 import torch
 
-from system.runtime.groups import Placement
+from system.runtime.groups import RankPosition
 from system.runtime.model import Stage, lm_loss
 from system.runtime.p2p import P2P, Pending
 
@@ -31,7 +31,7 @@ __all__ = ["gpipe_iteration"]
 
 def gpipe_iteration(
     stage: Stage,
-    place: Placement,
+    place: RankPosition,
     comm: P2P,
     micro: list[tuple[torch.Tensor, torch.Tensor]],
     *,

@@ -18,8 +18,9 @@ from pathlib import Path
 from system.assignment import Assignment, identity_assignment, random_assignment
 from system.workload import GPTConfig, Workload, get_model
 
-__all__ = ["SpecBase", "RunSpec", "DP_MODES", "LAYOUTS", "STARTS"]
+__all__ = ["SpecBase", "RunSpec", "DEVICES", "DP_MODES", "LAYOUTS", "STARTS"]
 
+DEVICES = ("cpu", "cuda")  # gloo on CPU processes, NCCL on GPUs
 DP_MODES = ("sharded_ps", "allreduce")
 STARTS = ("barrier", "clock")
 LAYOUTS = ("identity", "random")
@@ -70,8 +71,8 @@ class SpecBase:
         for k in ("iters", "global_batch_size", "micro_batch_size"):
             if getattr(self, k) < 1:
                 raise ValueError(f"{where}: {k} must be >= 1, got {getattr(self, k)}")
-        if self.device not in ("cpu", "cuda"):
-            raise ValueError(f"{where}: device {self.device!r} must be 'cpu' or 'cuda'")
+        if self.device not in DEVICES:
+            raise ValueError(f"{where}: device {self.device!r} is not one of {DEVICES}")
         if self.start not in STARTS:
             raise ValueError(f"{where}: start {self.start!r} is not one of {STARTS}")
         if not self.start_margin_s > 0:

@@ -30,7 +30,7 @@ import torch.distributed as dist
 
 from system.runtime.data import SyntheticData, micro_batches
 from system.runtime.data_parallel import GradBuckets
-from system.runtime.groups import Placement, make_stage_groups, placement
+from system.runtime.groups import RankPosition, make_stage_groups, rank_position
 from system.runtime.model import build_stage
 from system.runtime.p2p import P2P
 from system.runtime.pipeline import gpipe_iteration
@@ -80,7 +80,7 @@ def start_together(device: torch.device, margin_s: float) -> tuple[float, float]
 
 
 def _probe_links(
-    comm: P2P, place: Placement, shape: tuple[int, ...], dtype: torch.dtype, repeats: int = 5
+    comm: P2P, place: RankPosition, shape: tuple[int, ...], dtype: torch.dtype, repeats: int = 5
 ) -> float | None:
     """Median one-way time (s) of one activation message to the next stage (sender's view:
     send + zero-byte ack). Every rank calls it; stage s probes the link s -> s+1 in two phases
@@ -137,7 +137,7 @@ def run_worker(spec: RunSpec, rank: int, world_size: int) -> dict | None:
 
 def _train(spec: RunSpec, rank: int, world: int, device: torch.device) -> dict | None:
     assign = spec.assignment()
-    place = placement(assign, rank)
+    place = rank_position(assign, rank)
     dp_group = make_stage_groups(assign, rank)
     cfg = spec.gpt_config()
     wl = spec.workload()

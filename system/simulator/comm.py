@@ -48,6 +48,7 @@ __all__ = [
     "flow_time_s",
     "with_link_sharing",
     "LINK_SHARING",
+    "TRANSPORTS",
     "ring_allreduce_end_s",
     "ring_allreduce_s",
     "ring_collective_s",
@@ -81,6 +82,8 @@ NCCL = Transport("nccl", rendezvous=False, send_buffer_bytes=4 * 2**20)
 # Sensitivity variant: NCCL with a send that waits for the receiver's posted receive (as gloo does)
 NCCL_RENDEZVOUS = Transport("nccl_rendezvous", rendezvous=True, send_buffer_bytes=4 * 2**20)
 GLOO = Transport("gloo", rendezvous=True, send_buffer_bytes=4 * 2**20, ring_segment_bytes=2**20)
+# the baselines' transports a simulation may pick by name (the sensitivity knob)
+TRANSPORTS = {t.name: t for t in (NCCL, NCCL_RENDEZVOUS)}
 
 
 def flow_bandwidth_bps(cluster: Cluster, src: Sequence[int], dst: Sequence[int]) -> np.ndarray:

@@ -158,7 +158,7 @@ def stage_compute(
 
 def hardware_from_profile(profile: dict, base: Hardware = V100) -> Hardware:
     """``base`` with the compute fraction (and optimizer bandwidth, if given) of a measured
-    hardware profile: the ``v100_equivalent`` block that ``repro/gpu_check.py`` writes to
+    hardware profile: the ``v100_equivalent`` block that ``mode=gpu_check`` writes to
     ``results/gpu/hardware_profile.json`` (GPU measurements carried to the V100 by datasheet
     peak ratios). Optional: the default V100 model needs no profile."""
     try:

@@ -1,4 +1,4 @@
-"""repro/modes/train_baseline.py without processes: config mapping, rows, the emulate path."""
+"""repro/modes/baselines.py without processes: config mapping, rows, the emulate path."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cfg(*overrides):
+    from repro.config import validate
+
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
+        return validate(compose("config", overrides=list(overrides)))
 
 
 def _fake_result(spec, **kw):
@@ -29,20 +31,27 @@ def _fake_result(spec, **kw):
     }
 
 
-def test_deepspeed_zero_defaults_follow_the_pipeline():
-    from repro.modes.train_baseline import _base_spec
+def _spec(*overrides):
+    from repro.modes.baselines import _base_spec
 
-    assert _base_spec(_cfg("system=deepspeed", "model=debug", "dp=4"), "deepspeed").zero == 3
-    spec = _base_spec(_cfg("system=deepspeed", "model=debug", "pp=2", "dp=2"), "deepspeed")
+    cfg = _cfg("mode=train", *overrides)
+    return _base_spec(cfg, cfg.runtime)
+
+
+def test_deepspeed_zero_defaults_follow_the_pipeline():
+    assert _spec("system=deepspeed", "model=debug", "dp=4").zero == 3
+    spec = _spec("system=deepspeed", "model=debug", "pp=2", "dp=2")
     assert (spec.zero, spec.pp, spec.dp, spec.global_batch_size) == (1, 2, 2, 8)
-    assert _base_spec(_cfg("system=megatron", "model=debug", "zero=1"), "megatron").zero is None
+    assert _spec("system=megatron", "model=debug", "zero=1").zero is None
 
 
 def test_bad_layout_is_one_value_error(tmp_path):
-    from repro.modes.train_baseline import run
+    from repro.modes.baselines import run_local
 
     with pytest.raises(ValueError, match="not divisible into pp=3"):
-        run(_cfg("mode=train", "system=megatron", "model=debug", "pp=3", f"results_dir={tmp_path}"))
+        run_local(
+            _cfg("mode=train", "system=megatron", "model=debug", "pp=3", f"results_dir={tmp_path}")
+        )
     assert not (tmp_path / "runs.csv").exists()
 
 
@@ -66,18 +75,18 @@ class FakeEmulation:
 def test_emulate_path_rows_carry_scales_and_prediction(tmp_path, monkeypatch):
     import system.emulation.netns as netns
     from baselines import worker
-    from repro.modes import train_baseline
+    from repro.modes import baselines
 
     monkeypatch.setattr(netns, "Emulation", FakeEmulation)
     monkeypatch.setattr(worker, "calibrated_cpu_hardware", lambda spec: None)  # V100 model
-    monkeypatch.setattr(train_baseline, "run_point", _fake_result)
-    out = train_baseline.run(
+    monkeypatch.setattr(baselines, "run_point", _fake_result)
+    out = baselines.run_emulated(
         _cfg(
             "mode=emulate",
             "system=megatron",
             "model=debug",
             "case=5",
-            "emulate.devices=[0,8,24,40]",
+            "devices=[0,8,24,40]",
             "pp=2",
             "dp=2",
             f"results_dir={tmp_path}",
@@ -96,20 +105,22 @@ def test_emulate_path_rows_carry_scales_and_prediction(tmp_path, monkeypatch):
 
 def test_emulate_mode_dispatches_the_baselines(monkeypatch):
     """``repro/run.py mode=emulate system=megatron|deepspeed`` runs the baseline, not ours."""
-    from repro.modes import emulate, train_baseline
+    from hydra.errors import ConfigCompositionException
+
+    from repro.modes import baselines, emulate
 
     seen = []
-    monkeypatch.setattr(train_baseline, "run", lambda cfg: seen.append(str(cfg.system)) or {})
+    monkeypatch.setattr(baselines, "run_emulated", lambda cfg: seen.append(str(cfg.system)) or {})
     for system in ("megatron", "deepspeed"):
         emulate.run(_cfg("mode=emulate", f"system={system}", "model=debug", "case=5"))
     assert seen == ["megatron", "deepspeed"]
-    with pytest.raises(ValueError, match="system must be ours, megatron or deepspeed"):
-        emulate.run(_cfg("mode=emulate", "system=gpipe", "model=debug", "case=5"))
+    with pytest.raises(ConfigCompositionException):
+        _cfg("mode=emulate", "system=gpipe", "model=debug", "case=5")
 
 
 @pytest.mark.parametrize("system", ["megatron", "deepspeed"])
 def test_emulated_topology_grid_runs_and_predicts_under_one_map(tmp_path, monkeypatch, system):
-    """emulate.baseline_placement=topology: each grid point runs under place_spec's map (the
+    """baseline_placements=[topology]: each grid point runs under place_spec's map (the
     launcher gets it), the row records it, and the row's prediction is the simulator's with that
     same map; points whose map is launch order are recorded as skipped, not run."""
     import json
@@ -117,7 +128,7 @@ def test_emulated_topology_grid_runs_and_predicts_under_one_map(tmp_path, monkey
     import system.emulation.netns as netns
     from baselines import worker as common
     from baselines.grid import BaselineSpec, place_spec, predict_iter_time_s
-    from repro.modes import train_baseline
+    from repro.modes import baselines
     from system.cases import get_case
     from system.emulation.plan import make_plan
     from system.simulator.comm import GLOO
@@ -130,18 +141,18 @@ def test_emulated_topology_grid_runs_and_predicts_under_one_map(tmp_path, monkey
         seen.append((spec.label(), kw["rank_map"], kw["device_addrs"]))
         return _fake_result(spec, **kw)
 
-    monkeypatch.setattr(train_baseline, "run_point", fake)
-    train_baseline.run(
+    monkeypatch.setattr(baselines, "run_point", fake)
+    baselines.run_emulated(
         _cfg(
             "mode=emulate",
             f"system={system}",
             "model=debug",
             "case=5",
-            "emulate.devices=[0,8,24,40]",
+            "devices=[0,8,24,40]",
             "grid=true",
             "batch=8",
             "grid_micro_batch_sizes=[2]",
-            "emulate.baseline_placement=topology",
+            "baseline_placements=[topology]",
             f"results_dir={tmp_path}",
         )
     )
@@ -174,7 +185,7 @@ def test_emulated_topology_grid_runs_and_predicts_under_one_map(tmp_path, monkey
         )
     skipped = rows[rows.status == "skipped"]
     assert all(json.loads(m) == [0, 1, 2, 3] for m in skipped.rank_map)
-    from repro.config import ConfigError, validate
+    from hydra.errors import ConfigCompositionException
 
-    with pytest.raises(ConfigError, match="emulate.baseline_placement"):
-        validate(_cfg("mode=emulate", "system=megatron", "emulate.baseline_placement=random"))
+    with pytest.raises(ConfigCompositionException):
+        _cfg("mode=emulate", "system=megatron", "baseline_placements=[random]")

@@ -110,7 +110,7 @@ def test_megatron_pp2_dp2_through_main_entry(tmp_path):
                 "dp=2",
                 f"iters={ITERS}",
                 f"results_dir={tmp_path}",
-                "baseline_timeout_s=240",
+                "timeout_s=240",
             ],
         )
     out = run(cfg)

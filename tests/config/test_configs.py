@@ -9,15 +9,14 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from repro.config import SYSTEMS as CONFIG_SYSTEMS
-from repro.config import validate
-from repro.run import MODES
+from repro.config import MODES, validate
+from repro.config.modes import SimulatedSystem
 from system.cases import CASES
 from system.workload import MODELS
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 SWEEPS = sorted(p.stem for p in (CONF / "sweep").glob("*.yaml"))
-SYSTEMS = set(CONFIG_SYSTEMS)
+SYSTEMS = {s.value for s in SimulatedSystem}
 
 
 def _compose(overrides, hydra: bool = True):
@@ -45,14 +44,15 @@ def _check_sweep(name: str, every_job: bool) -> None:
     cfg = _compose([f"sweep={name}"])
     assert str(cfg.hydra.mode) == "RunMode.MULTIRUN"
     assert cfg.study == name or name.startswith(f"{cfg.study}_")  # baselines_<part> -> baselines
-    assert cfg.hydra.callbacks.workflow._target_ == "repro.callbacks.WorkflowCallback"
+    assert cfg.hydra.callbacks.workflow._target_ == "repro.sweep.WorkflowCallback"
     jobs = _jobs(cfg)
     assert jobs
     picked = range(len(jobs)) if every_job else sorted({0, len(jobs) // 2, len(jobs) - 1})
     for i in picked:
         job = _compose([f"sweep={name}", *jobs[i]])
-        assert job.mode in MODES and str(job.case) in CASES and job.model in MODELS
+        assert job.mode in MODES and str(job.get("case", "5")) in CASES and job.model in MODELS
         assert str(job.system) in SYSTEMS
+        validate(_compose([f"sweep={name}", *jobs[i], "results_dir=elsewhere"], hydra=False))
 
 
 @pytest.mark.parametrize("name", SWEEPS)
@@ -77,8 +77,22 @@ def test_paper_sweep_is_the_fig3_grid():
 
 
 # option -> the other overrides it needs to make a valid run (the debug model has 4 layers, so it
-# takes the debug case's pipeline depth)
-NEEDS = {"model=debug": ["case=debug"]}
+# takes the debug case's pipeline depth; a report reads an existing folder; a validation step
+# names its input files)
+ROOT = CONF.parent
+VAL = "results/validation/round6"
+NEEDS = {
+    "model=debug": ["case=debug"],
+    **{
+        f"mode={m}": ["results_dir=results/smoke"]
+        for m in ("report", "collect", "emulation_report", "compare_baselines")
+    },
+    "mode=profile": [f"settings={VAL}/settings.json"],
+    "mode=calibrate": [f"settings={VAL}/settings.json"],
+    "mode=predict": [f"settings={VAL}/settings.json", f"profile={VAL}/compute_profile.json"],
+    "mode=measure": [f"predictions={VAL}/predictions.json"],
+    "mode=score": [f"predictions={VAL}/predictions.json", f"measured={VAL}/measured.csv"],
+}
 
 
 @pytest.mark.parametrize(
@@ -89,7 +103,7 @@ NEEDS = {"model=debug": ["case=debug"]}
         *(f"model={m}" for m in MODELS),
         *(f"system={s}" for s in sorted(SYSTEMS)),
         "scheduler.name=genetic",
-        "scheduler.name=kl",
+        "scheduler.name=genetic_kl",
         "scheduler.name=random",
         "case_variant=dtfm_code",
         "logger=wandb",
@@ -100,34 +114,43 @@ NEEDS = {"model=debug": ["case=debug"]}
         "batch=4096",
     ],
 )
-def test_every_option_passes_its_mode_checks(override):
+def test_every_option_passes_its_mode_checks(override, monkeypatch):
     """Each documented value composes and passes the typed checks of the mode it runs under
     (:func:`repro.config.validate`), which hold it under its own key."""
+    monkeypatch.chdir(ROOT)
     cfg = validate(_compose([override, *NEEDS.get(override, [])], hydra=False))
     key, value = override.split("=")
     node = cfg
     for part in key.split("."):
-        node = node[part]
-    assert str(node).lower() == value
+        node = getattr(node, part)
+    assert str(node[0] if isinstance(node, list) else node).lower() == value
 
 
 def test_results_dir_follows_the_study():
-    assert _compose(["study=xyz"]).results_dir == "results/xyz"
+    assert validate(_compose(["study=xyz"], hydra=False)).results_dir == "results/xyz"
 
 
-def test_every_script_the_readme_lists_imports_its_own_checkout():
-    """``python repro/X.py`` must import this checkout, not an installed copy of the package."""
+def test_every_command_the_readme_lists_is_one_entry():
+    """The README's commands go through ``repro/run.py`` (or ``python -m repro``, the same): no
+    second script, no module of its own with a hand-written argument parser."""
     import re
 
-    root = CONF.parent
-    text = (root / "README.md").read_text()
-    scripts = sorted(set(re.findall(r"python (repro/(?:\w+/)*\w+\.py)", text)))
-    assert "repro/schedule.py" in scripts and "repro/run.py" in scripts
-    imports_repo = re.compile(r"^\s*(from|import) (system|baselines|repro)\b", re.M)
-    missing = [
-        s
-        for s in scripts
-        if imports_repo.search((root / s).read_text())
-        and 'if __package__ in (None, ""):' not in (root / s).read_text()
-    ]
-    assert not missing, f"scripts without the checkout-path guard: {missing}"
+    text = (ROOT / "README.md").read_text()
+    scripts = set(re.findall(r"python (repro/(?:\w+/)*\w+\.py)", text))
+    assert scripts == {"repro/run.py"}, scripts
+    modules = set(re.findall(r"python -m (repro[\w.]*)", text))
+    assert modules <= {"repro"}, modules
+
+
+def test_every_mode_is_listed_by_help():
+    """``python repro/run.py --help`` lists every mode, and a mode's ``--help`` its options."""
+    from repro.config import SimulateConfig, mode_help
+
+    text = mode_help("simulate")
+    for name in MODES:
+        assert f"  {name} " in text, name
+    import dataclasses
+
+    for f in dataclasses.fields(SimulateConfig):
+        if not dataclasses.is_dataclass(f.default_factory) and f.name != "mode":
+            assert f"  {f.name} (" in text or f"  {f.name}." in text, f.name

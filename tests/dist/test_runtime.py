@@ -22,7 +22,7 @@ BASE = dict(model="debug", global_batch_size=8, micro_batch_size=1, iters=3, see
 # One launch each (torch start-up dominates on 2 busy cores, so options ride along):
 LAYOUTS = {
     "pp1_dp1": dict(pp=1, dp=1),
-    "pp2_dp2": dict(pp=2, dp=2),  # run through repro/train.py (the CLI users run), sharded PS
+    "pp2_dp2": dict(pp=2, dp=2),  # run through repro/run.py mode=train (what users run)
     "pp4_dp1": dict(pp=4, dp=1, probe_links=True, loss_scale=1024.0, recv_ahead=1),
     "pp1_dp4": dict(pp=1, dp=4, dp_mode="allreduce"),
     # point-to-point sharded PS over 4 replicas in a permuted order
@@ -35,7 +35,8 @@ LAYOUTS = {
 def _train_cli(tmp: Path, out: Path, trace: Path) -> dict:
     cmd = [
         sys.executable,
-        str(ROOT / "repro" / "train.py"),
+        str(ROOT / "repro" / "run.py"),
+        "mode=train",
         "model=debug",
         "pp=2",
         "dp=2",
@@ -123,22 +124,20 @@ def test_train_cli_writes_metrics_and_refuses_bad_input(runs, tmp_path):
     m = runs["pp2_dp2"]
     assert len(m["losses"]) == 3 and len(m["iter_time_s"]) == 3 and m["iter_time_median_s"] > 0
     bad = subprocess.run(
-        [sys.executable, str(ROOT / "repro" / "train.py"), "pp=3", "dp=1"],
+        [sys.executable, str(ROOT / "repro" / "run.py"), "mode=train", "pp=3", "dp=1"],
         capture_output=True,
         text=True,
         timeout=60,
         cwd=tmp_path,
     )
-    assert bad.returncode == 2 and "not divisible" in bad.stderr
+    assert bad.returncode == 2 and "pp=3 does not divide" in bad.stderr
 
 
 def test_train_mode_writes_a_row(tmp_path):
-    from omegaconf import OmegaConf
-
-    from repro.modes.train_ours import run
+    from repro.run import run
     from system.results import read_rows
 
-    cfg = OmegaConf.create(
+    cfg = (
         {
             "mode": "train",
             "system": "ours",

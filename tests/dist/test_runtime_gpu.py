@@ -14,7 +14,7 @@ pytestmark = [
     pytest.mark.skipif(
         not torch.cuda.is_available(),
         reason="needs a CUDA device (this machine has none); "
-        "repro/gpu_check.py is the full GPU check",
+        "mode=gpu_check is the full GPU check",
     ),
 ]
 

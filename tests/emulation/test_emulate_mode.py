@@ -40,12 +40,12 @@ def test_emulate_mode_writes_measured_and_simulated_rows(tmp_path):
                 "dp=1",
                 "batch=2",
                 "iters=2",
-                "emulate.devices=[0,24]",
-                "emulate.layouts=[identity,random]",
-                "emulate.random_layouts=1",
-                "emulate.verify_pairs=2",
-                "emulate.bandwidth_scale=0.1",
-                "emulate.timeout_s=240",
+                "devices=[0,24]",
+                "layouts=[identity,random]",
+                "random_layouts=1",
+                "verify_pairs=2",
+                "bandwidth_scale=0.1",
+                "timeout_s=240",
             ],
         )
     cfg = validate(cfg)

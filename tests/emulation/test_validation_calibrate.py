@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from repro.validation.calibrate import entry_key
-from repro.validation.predict import predict_setting
-from repro.validation.profile import load_profile
-from repro.validation.settings import Setting
+from repro.studies.validation.calibrate import entry_key
+from repro.studies.validation.predict import predict_setting
+from repro.studies.validation.profile import load_profile
+from repro.studies.validation.settings import Setting
 from system.emulation.shell import netns_list
 from tests.emulation._skip import _why_skip
 
@@ -45,9 +45,9 @@ def test_in_situ_calibration_runs_cleans_up_and_feeds_the_predictions(tmp_path):
     settings, out = tmp_path / "settings.json", tmp_path / "profile.json"
     settings.write_text(json.dumps({"settings": [s.to_dict()]}))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "repro.validation.calibrate", str(settings), str(out)]
+    cmd = [sys.executable, "repro/run.py", "mode=calibrate", f"settings={settings}", f"out={out}"]
     res = subprocess.run(
-        [*cmd, "--tag-prefix", PREFIX, "--timeout-s", "120"],
+        [*cmd, f"tag_prefix={PREFIX}", "timeout_s=120", f"results_dir={tmp_path}"],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from repro.validation.predict import predict_setting
-from repro.validation.profile import shape_key
-from repro.validation.settings import Setting
+from repro.studies.validation.predict import predict_setting
+from repro.studies.validation.profile import shape_key
+from repro.studies.validation.settings import Setting
 from system.emulation.netns import STATE_ROOT
 from system.emulation.shell import netns_list
 from tests.emulation._poll import wait_for
@@ -72,15 +72,14 @@ def _start(tmp_path: Path, pred: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [
             sys.executable,
-            "-m",
-            "repro.validation.measure",
-            str(pred),
-            "--out",
-            str(tmp_path / "m.csv"),
-            "--repeats",
-            "1",
-            "--tag-prefix",
-            PREFIX,
+            "repro/run.py",
+            "mode=measure",
+            f"predictions={pred}",
+            f"out={tmp_path / 'm.csv'}",
+            "repeats=1",
+            f"tag_prefix={PREFIX}",
+            f"results_dir={tmp_path}",
+            f"hydra.run.dir={tmp_path}/hydra",
         ],
         cwd=ROOT,
         env=env,
@@ -91,14 +90,17 @@ def _start(tmp_path: Path, pred: Path) -> subprocess.Popen:
 
 def _cleanup_own() -> None:
     """The driver's own cleanup of this test's tag prefix (what a user runs after a SIGKILL)."""
-    cmd = [sys.executable, "-m", "repro.validation.measure", "--cleanup-only"]
-    subprocess.run(
-        [*cmd, "--tag-prefix", PREFIX],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        timeout=60,
-    )
+    import tempfile
+
+    cmd = [sys.executable, "repro/run.py", "mode=measure", "cleanup_only=true"]
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(
+            [*cmd, f"tag_prefix={PREFIX}", f"results_dir={tmp}", f"hydra.run.dir={tmp}/hydra"],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            capture_output=True,
+            timeout=60,
+        )
 
 
 @pytest.fixture
@@ -140,11 +142,12 @@ def test_sigkill_leftovers_are_removed_by_the_next_start(tmp_path, clean):
     out = subprocess.run(
         [
             sys.executable,
-            "-m",
-            "repro.validation.measure",
-            "--cleanup-only",
-            "--tag-prefix",
-            PREFIX,
+            "repro/run.py",
+            "mode=measure",
+            "cleanup_only=true",
+            f"tag_prefix={PREFIX}",
+            f"results_dir={tmp_path}",
+            f"hydra.run.dir={tmp_path}/hydra",
         ],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},

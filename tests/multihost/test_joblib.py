@@ -1,6 +1,6 @@
 """Hydra's joblib launcher runs a sweep's jobs in parallel processes: same rows as the serial
 launcher, one ledger entry per job, the report built once at the end (the wall-time comparison
-is a benchmark: ``python repro/bench_launchers.py``)."""
+is a benchmark: ``python repro/run.py mode=bench_sweep``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import importlib.util
 import pandas as pd
 import pytest
 
-from repro.bench_launchers import run_sweep
+from repro.studies.bench.sweep import run_sweep
 
 pytestmark = [
     pytest.mark.slow,

@@ -3,9 +3,9 @@ the predictions document made from them."""
 
 from __future__ import annotations
 
-from repro.validation.predict import predict_setting
-from repro.validation.profile import shape_key
-from repro.validation.settings import Setting
+from repro.studies.validation.predict import predict_setting
+from repro.studies.validation.profile import shape_key
+from repro.studies.validation.settings import Setting
 
 BASE = {
     "name": "s1",

@@ -117,7 +117,7 @@ def test_claims_by_protocol_split_the_baselines_by_placement():
     assert line.verdict_launch == "PASS" and line.verdict_topology == "FAIL"
     med = {p: float(line[f"ours_{p}"].split()[1]) for p in ("launch", "topology")}
     assert med["launch"] > 3.0 and med["topology"] < 2.0
-    with pytest.raises(ValueError, match="protocol"):
+    with pytest.raises(ValueError, match="baseline placement must be one of launch, topology"):
         protocol_rows(rows, "best")
 
 

@@ -1,10 +1,10 @@
-"""repro/compare_baselines.py's tables from hand-made rows (no simulator, no processes)."""
+"""mode=compare_baselines' tables from hand-made rows (no simulator, no processes)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from repro import compare_baselines as cb
+from repro.report import baselines as cb
 from system.results import PARTS, make_row, write_rows
 
 SETTING = {

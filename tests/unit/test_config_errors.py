@@ -1,8 +1,7 @@
 """Every bad input of the command line is one clear error before any work (and wrote nothing).
 
-Each case goes through the public entry points that existed before the typed config
-(``repro.run.run``, ``repro.train.spec_from_args``, ``repro.schedule.main``), so each of them
-fails on code that accepted the input silently or crashed with a traceback.
+Each case goes through the entry's ``repro.run.run`` (validation, then the mode), so it fails
+on code that accepted the input silently or crashed with a traceback.
 """
 
 from __future__ import annotations
@@ -12,12 +11,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from repro.probe_inputs import TOPOLOGY
-
-try:  # the schema conf/config.yaml names (absent before the typed config: tests then fail)
-    import repro.config  # noqa: F401
-except ImportError:
-    pass
+import repro.config  # noqa: F401  (the schema conf/config.yaml names)
+from repro.studies.probe_inputs import TOPOLOGY
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,7 +35,6 @@ RUN_CASES = [
     (["results_dir=''"], "results_dir=''"),
     (["results_dir={file}"], "is a file"),
     (["results_dir={file}/sub"], "is a file"),
-    (["logger=bogus"], "logger='bogus': expected one of none, wandb"),
     (["case=5", "pp=3"], "pp=3 does not divide case 5's 64 devices"),
     (["case=5", "dp=3"], "dp=3 does not divide"),
     (["case=5", "pp=4", "dp=4"], "pp=4 x dp=4 = 16"),
@@ -51,22 +45,14 @@ RUN_CASES = [
         "limits.max_local_ranks",
     ),
     (["mode=train", "system=megatron", "grid=true", "grid_devices=500"], "limits.max_local_ranks"),
-    (["mode=train", "system=pytorch"], "system='pytorch'"),
-    (["mode=train", "system=ours_random"], "system='ours_random'"),
-    (["mode=bogus"], "mode='bogus'"),
-    (["model=gpt5"], "model='gpt5'"),
-    (["zero=5"], "zero=5"),
-    (["iters=0"], "iters=0"),
+    (["mode=train", "zero=5"], "zero=5"),
+    (["mode=train", "iters=0"], "iters=0"),
     (["micro_batch_size=0"], "micro_batch_size=0"),
     (["repeats=0"], "repeats=0"),
     (["study=''"], "study=''"),
-    (["scheduler.name=annealing"], "scheduler.name='annealing'"),
     (["scheduler.time_limit_s=-1"], "scheduler.time_limit_s=-1"),
-    (["case_variant=dtfm"], "case_variant='dtfm'"),
-    (["runtime.dp_mode=ring"], "runtime.dp_mode='ring'"),
-    (["wandb.mode=sometimes"], "wandb.mode='sometimes'"),
-    (["mode=emulate", "case=5", "emulate.devices=[0,99]"], "emulate.devices"),
-    (["mode=emulate", "case=5", "emulate.layouts=[best]"], "emulate.layouts"),
+    (["mode=emulate", "case=5", "devices=[0,99]"], "devices=[0, 99]"),
+    (["compute_efficiency=nan"], "compute_efficiency=nan: must be a finite number"),
     (["case=debug", "model=debug", "layers=3"], "not divisible into pp=2"),
     (["case={topo_extra}"], "unknown column(s) ['note']"),
     (["case={topo_bool}"], "bandwidth_gbps=True is not a number"),
@@ -100,20 +86,35 @@ def test_bad_run_input_is_one_error_naming_it(tmp_path, overrides, message):
 
 
 @pytest.mark.parametrize(
-    "override,message",
+    "overrides,message",
     [
-        ("layers=24.9", "layers"),
-        ("batch=1e9", "batch"),
-        ("scheduler=genetic", "scheduler"),
-        ("bogus_key=1", "bogus_key"),
-        ("runtime.lr=fast", "runtime.lr"),
+        (["layers=24.9"], "layers"),
+        (["batch=1e9"], "batch"),
+        (["scheduler=genetic"], "scheduler"),
+        (["bogus_key=1"], "bogus_key"),
+        (["mode=train", "runtime.lr=fast"], "runtime.lr"),
+        (["logger=bogus"], "Invalid value 'bogus', expected one of [none, wandb]"),
+        (
+            ["mode=train", "system=pytorch"],
+            "'pytorch', expected one of [ours, megatron, deepspeed]",
+        ),
+        (["mode=train", "system=ours_random"], "'ours_random'"),
+        (["mode=bogus"], "mode/bogus"),
+        (["model=gpt5"], "'gpt5'"),
+        (["scheduler.name=annealing"], "'annealing'"),
+        (["case_variant=dtfm"], "'dtfm'"),
+        (["mode=train", "runtime.dp_mode=ring"], "'ring'"),
+        (["wandb.mode=sometimes"], "'sometimes'"),
+        (["mode=emulate", "layouts=[best]"], "'best'"),
+        (["baseline_placements=[fair]"], "'fair', expected one of [launch, topology]"),
+        (["iters=3"], "Key 'iters' not in 'SimulateConfig'"),  # a key of mode=train only
     ],
 )
-def test_wrong_types_and_keys_stop_at_composition(override, message):
-    from hydra.errors import ConfigCompositionException
+def test_wrong_types_keys_and_choices_stop_at_composition(overrides, message):
+    from hydra.errors import ConfigCompositionException, MissingConfigException
 
-    with pytest.raises(ConfigCompositionException) as err:
-        _cfg(override)
+    with pytest.raises((ConfigCompositionException, MissingConfigException)) as err:
+        _cfg(*overrides)
     assert message in str(err.value) + str(err.value.__cause__)
 
 
@@ -125,10 +126,20 @@ def test_default_results_folders_are_per_mode():
     assert validate(_cfg("study=paper")).results_dir == "results/paper"
 
 
-def test_a_local_train_run_is_not_case_5():
+def test_a_local_train_run_has_no_case():
     from repro.config import validate
 
-    assert validate(_cfg("mode=train", "model=debug", "pp=2", "dp=2")).case == "local"
+    assert not hasattr(validate(_cfg("mode=train", "model=debug", "pp=2", "dp=2")), "case")
+
+
+@pytest.mark.parametrize("mode", ["simulate", "schedule", "emulate", "replan"])
+def test_a_case_alias_is_its_number_everywhere(mode):
+    """``case=worldwide`` is case 5 in every mode that takes a case (rows, claims, file names)."""
+    from repro.config import validate
+
+    cfg = validate(_cfg(f"mode={mode}", "case=worldwide", "results_dir=elsewhere"))
+    assert cfg.case == (["5"] if mode == "simulate" else "5")
+    assert validate(_cfg("case=[worldwide,1]")).case == ["5", "1"]
 
 
 def test_limits_can_be_raised_explicitly():
@@ -143,78 +154,56 @@ def test_limits_can_be_raised_explicitly():
 
 
 @pytest.mark.parametrize(
-    "args,message",
-    [
-        (["pp=2", "dp=100", "batch=200"], "max_local_ranks"),
-        (["pp=x"], "pp"),
-        (["layers=2.5"], "layers"),
-        (["bogus=1"], "unknown key 'bogus'"),
-        (["batch=1000000000"], "max_micro_batches"),
-    ],
-)
-def test_train_script_checks_its_arguments(args, message):
-    from repro.train import spec_from_args
-
-    with pytest.raises(ValueError, match=message):
-        spec_from_args(args)
-
-
-@pytest.mark.parametrize(
-    "args,message",
+    "overrides,message",
     [
         (["case=9"], "unknown case"),
-        (["time_limit_s=x"], "time_limit_s"),
         (["pp=3"], "pp=3"),
-        (["pp=abc"], "pp"),
-        (["workload=huge"], "workload='huge'"),
-        (["trials=0"], "trials=0"),
+        (["scheduler.trials=0"], "scheduler.trials=0"),
+        (["out="], "out=''"),
     ],
 )
-def test_schedule_script_bad_values_exit_2_with_one_line(capsys, args, message):
-    from repro.schedule import main
+def test_schedule_bad_values_are_one_line(tmp_path, overrides, message):
+    from repro.run import run
 
-    assert main(args) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err and message in err[-1]
+    with pytest.raises(ValueError) as err:
+        run(_cfg("mode=schedule", *overrides, f"results_dir={tmp_path}"))
+    assert message in str(err.value) and len(str(err.value).splitlines()) == 1
 
 
-def test_schedule_script_stops_on_convergence_by_default():
-    from repro.schedule import parse_args
+def test_schedule_stops_on_convergence_by_default():
+    from repro.config import validate
 
-    cfg = parse_args(["case=5"])
-    assert cfg.time_limit_s is None and cfg.trials is None  # the scheduler's convergence rule
-    assert parse_args(["case=5", "time_limit_s=3"]).time_limit_s == 3.0
+    cfg = validate(_cfg("mode=schedule", "case=5"))
+    s = cfg.scheduler
+    assert s.time_limit_s is None and s.trials is None  # the scheduler's convergence rule
+    assert validate(_cfg("mode=schedule", "scheduler.time_limit_s=3")).scheduler.time_limit_s == 3
 
 
 def test_a_new_mode_and_its_key_are_one_class(tmp_path):
     """A mode's own key composes, reaches that mode typed, and is refused for other modes."""
     from dataclasses import dataclass
 
-    from repro.config import MODES, ConfigError, RunConfig, register_mode, store_schemas, validate
+    from repro.config import MODES, RunConfig, option, register_mode, store_schemas, validate
+    from repro.run import run
 
-    @register_mode("probe", module="repro.modes.simulate")
     @dataclass
+    @register_mode("probe", "repro.modes.schedule:run")
     class ProbeConfig(RunConfig):
-        probe_objective: str = "comm"  # the new key
+        """A mode for this test."""
 
-        def __post_init__(self) -> None:
-            super().__post_init__()
-            if self.probe_objective not in ("comm", "iteration_time"):
-                raise ConfigError(
-                    f"probe_objective={self.probe_objective!r}: expected comm or iteration_time"
-                )
+        probe_trials: int = option(3, "the new key", ge=1)
 
     try:
         store_schemas()
         out = f"results_dir={tmp_path}"
-        assert validate(
-            _cfg("mode=probe", "probe_objective=iteration_time", out)
-        ).probe_objective == ("iteration_time")
-        with pytest.raises(ConfigError, match="probe_objective='x'"):
-            validate(_cfg("mode=probe", "probe_objective=x", out))
-        with pytest.raises(ConfigError, match="a mode=probe key; mode=simulate does not take it"):
-            validate(_cfg("probe_objective=iteration_time", out))
-        assert "probe_objective" not in validate(_cfg("case=debug", "model=debug", out))
+        assert validate(_cfg("mode=probe", "probe_trials=7", out)).probe_trials == 7
+        with pytest.raises(ValueError, match="probe_trials=0: must be >= 1"):
+            run(_cfg("mode=probe", "probe_trials=0", out))
+        from hydra.errors import ConfigCompositionException
+
+        with pytest.raises(ConfigCompositionException):
+            _cfg("probe_trials=7", out)  # not a key of mode=simulate
+        assert not hasattr(validate(_cfg("case=debug", "model=debug", out)), "probe_trials")
     finally:
         MODES.pop("probe")
         store_schemas()
@@ -251,38 +240,20 @@ def test_scheduling_is_a_mode_of_run_py(tmp_path):
     out = run(_cfg("mode=schedule", "case=debug", "scheduler.trials=2", f"results_dir={tmp_path}"))
     record = json.loads(Path(out["out"]).read_text())
     assert record["num_devices"] == 8 and record["time_limit_s"] is None
-    with pytest.raises(ValueError, match="workload='huge'"):
-        run(_cfg("mode=schedule", "case=debug", "workload=huge", f"results_dir={tmp_path}"))
 
 
-@pytest.mark.slow  # a fresh interpreter per script
-@pytest.mark.parametrize(
-    "script, arg, message",
-    [
-        ("ablation", "seeds=a,b", "seeds='a,b': expected comma-separated integers"),
-        ("ablation", "trials=0", "trials=0: must be >= 1"),
-        ("bench_scheduler", "per_regions=0", "per_regions='0'"),
-        ("bench_scheduler", "bogus=1", "unknown key 'bogus'"),
-        ("bench_hetero", "seeds=x", "seeds='x'"),
-        ("bench_runtime", "micro=a", "micro='a'"),
-        ("bench_runtime", "pp=x", "pp: Value 'x'"),
-        ("bench_launchers", "rounds=0", "rounds=0: must be >= 1"),
-    ],
-)
-def test_benchmark_scripts_share_the_typed_parser(script, arg, message):
-    """Every benchmark the README lists: a bad argument is one error line and exit 2, before
-    any work (no hand-written key=value parser of its own)."""
+@pytest.mark.slow  # a fresh interpreter
+def test_a_bad_value_on_the_command_line_is_one_line_and_exit_2(tmp_path):
+    """Through ``python repro/run.py``: one ``error:`` line and exit 2, before any work."""
     import subprocess
     import sys
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parents[2]
     p = subprocess.run(
-        [sys.executable, str(root / "repro" / f"{script}.py"), arg],
+        [sys.executable, "repro/run.py", "mode=bench_scheduler", "per_regions=[0]"],
         capture_output=True,
         text=True,
         timeout=120,
-        cwd=root,
+        cwd=ROOT,
     )
     assert p.returncode == 2, p.stdout + p.stderr
-    assert message in " ".join((p.stdout + p.stderr).split()), p.stdout + p.stderr
+    assert "error: per_regions[]=0: must be >= 1" in p.stderr, p.stderr

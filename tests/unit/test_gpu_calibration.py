@@ -7,15 +7,15 @@ import json
 
 import pytest
 
-from repro.gpu_calibration import datasheet, hardware_profile, sensitivity
-from repro.gpu_check import main
+from repro.run import run
+from repro.studies.gpu_calibration import datasheet, hardware_profile, sensitivity
 from system.simulator import V100
 from system.simulator.hardware import hardware_from_profile
 
 
 @pytest.mark.slow  # the whole dry run of the calibration script (2-3 s)
 def test_dry_run_writes_the_calibration_schema(tmp_path, capsys):
-    assert main(["dry=1", f"cal_out={tmp_path}"]) == 0
+    assert run({"mode": "gpu_check", "dry": True, "results_dir": str(tmp_path)}) == {"dry": True}
     cal = json.loads((tmp_path / "calibration.json").read_text())
     prof = json.loads((tmp_path / "hardware_profile.json").read_text())
     assert cal["dry"] and prof["dry"]
@@ -27,7 +27,9 @@ def test_dry_run_writes_the_calibration_schema(tmp_path, capsys):
     # no datasheet peak for a CPU: no V100 equivalent and no sensitivity rows
     assert "achievable_fraction" not in prof["v100_equivalent"]
     assert not (tmp_path / "sensitivity.json").exists()
-    assert main(["dry=2"]) == 2
+    with pytest.raises(ValueError, match="dry"):
+        run({"mode": "gpu_check", "dry": "maybe", "results_dir": str(tmp_path / "x")})
+    assert not (tmp_path / "x").exists()
 
 
 def test_datasheet_lookup():

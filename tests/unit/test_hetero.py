@@ -87,7 +87,7 @@ def test_iteration_time_objective_separates_fast_and_slow_gpus():
 
 
 def test_stage_compute_runs_each_stage_at_its_slowest_gpu():
-    from repro.bench_hetero import stage_compute_for
+    from repro.studies.bench.hetero import stage_compute_for
     from system.assignment import Assignment
 
     c = get_case("mixed").subset([0, 16, 32, 48])  # A100, V100, T4, L4
@@ -102,12 +102,14 @@ def test_stage_compute_runs_each_stage_at_its_slowest_gpu():
 
 
 def test_bench_scheduler_spot_variants_and_sections():
-    from repro import bench_scheduler
+    from repro.config import validate
+    from repro.studies.bench import scheduler as bench_scheduler
 
     for name in bench_scheduler.SPOT_VARIANTS:
         assert bench_scheduler.spot_variant(name).num_devices == 64
-    with pytest.raises(ValueError, match="unknown"):
-        bench_scheduler.run({**bench_scheduler.DEFAULTS, "sections": "plateau,speed"})
+    assert set(bench_scheduler.SECTIONS) == {"plateau", "gaps", "quality", "scaling", "scale"}
+    with pytest.raises(ValueError, match="sections.1.: Invalid value 'speed'"):
+        validate({"mode": "bench_scheduler", "sections": ["plateau", "speed"]})
 
 
 @settings(max_examples=20, deadline=None)

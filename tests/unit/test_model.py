@@ -11,7 +11,7 @@ import torch
 from system.assignment import Assignment
 from system.runtime.data import SyntheticData, entropy_floor, micro_batches
 from system.runtime.data_parallel import GradBuckets
-from system.runtime.groups import placement
+from system.runtime.groups import rank_position
 from system.runtime.model import build_model, build_stage, layer_list, lm_loss, stage_layers
 from system.runtime.spec import RunSpec
 from system.workload import MODELS
@@ -132,7 +132,7 @@ def test_gpipe_single_stage_equals_full_batch_gradient():
     ref = build_model(CFG, seed=0)
     lm_loss(ref(b[:, :-1]), b[:, 1:]).backward()
     m = build_model(CFG, seed=0)
-    place = placement(Assignment.from_stages([[0]]), 0)
+    place = rank_position(Assignment.from_stages([[0]]), 0)
     comm = P2P(torch.device("cpu"), Timeline(0))
     losses = gpipe_iteration(
         m,
@@ -192,21 +192,22 @@ def test_launch_refuses_bad_input_before_starting_anything(monkeypatch):
         L.launch(RunSpec(pp=2, dp=1), rank_prefix=[["env"]])
 
 
-def test_train_cli_parses_key_values(tmp_path):
-    from repro.train import spec_from_args
+def test_train_mode_maps_its_config_to_a_run_spec(tmp_path):
+    from repro.config import validate
+    from repro.modes.train import run_spec
 
     (tmp_path / "a.json").write_text(json.dumps({"stages": [[3, 1], [0, 2]]}))
-    spec, opts = spec_from_args(
-        [
-            "model=debug",
-            f"assignment={tmp_path / 'a.json'}",
-            "batch=4",
-            "checkpointing=true",
-            "lr=0.01",
-            "timeout_s=30",
-            "layers=null",
-        ]
+    cfg = validate(
+        {
+            "mode": "train",
+            "model": "debug",
+            "runtime": {"assignment": str(tmp_path / "a.json"), "checkpointing": True, "lr": 0.01},
+            "batch": 4,
+            "timeout_s": 30,
+            "results_dir": str(tmp_path),
+        }
     )
+    spec = run_spec(cfg)
     assert (spec.pp, spec.dp, spec.global_batch_size, spec.checkpointing, spec.lr) == (
         2,
         2,
@@ -214,11 +215,11 @@ def test_train_cli_parses_key_values(tmp_path):
         True,
         0.01,
     )
-    assert spec.stages == [[3, 1], [0, 2]] and opts == {"timeout_s": 30.0}
-    with pytest.raises(ValueError, match="unknown key"):
-        spec_from_args(["ppp=2"])
-    with pytest.raises(ValueError, match="pp: .*'two'"):
-        spec_from_args(["pp=two"])
+    assert spec.stages == [[3, 1], [0, 2]] and cfg.timeout_s == 30.0
+    with pytest.raises(ValueError, match="ppp"):
+        validate({"mode": "train", "ppp": 2})
+    with pytest.raises(ValueError, match="pp"):
+        validate({"mode": "train", "pp": "two"})
 
 
 def test_gpipe_ideal_time_bounds():
@@ -235,9 +236,10 @@ def test_gpipe_ideal_time_bounds():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message only")
-def test_gpu_check_explains_itself_without_cuda(capsys):
-    from repro.gpu_check import main
+def test_gpu_check_explains_itself_without_cuda(capsys, tmp_path):
+    from repro.run import run
 
-    assert main([]) == 0
+    assert run({"mode": "gpu_check", "results_dir": str(tmp_path)}) == {"cuda": False}
     assert "CUDA is not available" in capsys.readouterr().out
-    assert main(["bogus=1"]) == 2
+    with pytest.raises(ValueError, match="bogus"):
+        run({"mode": "gpu_check", "bogus": 1})

@@ -1,8 +1,8 @@
-"""repro/probe_inputs.py's description of the results folder a probe left behind."""
+"""mode=probe_inputs' description of the results folder a probe left behind."""
 
 from __future__ import annotations
 
-from repro.probe_inputs import _describe
+from repro.studies.probe_inputs import _describe
 from system.results import PARTS, make_row, write_rows
 
 KEY = {"mode": "simulate", "case": "5", "system": "ours"}

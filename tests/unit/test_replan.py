@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from repro.modes import replan as replan_mode
+from repro.config import validate
+from repro.studies import replan as replan_mode
 from system.cases import get_case
 from system.cost.partition import PartitionEvaluator
 from system.scheduler import schedule
@@ -56,14 +57,18 @@ def test_trace_stays_between_half_and_all_devices():
 
 def test_replan_mode_writes_rows_and_figure(tmp_path):
     cfg = {
+        "mode": "replan",
         "case": "debug",
         "results_dir": str(tmp_path),
-        "replan": {"events": 2, "step_devices": 2, "dp": 2, "time_limit_s": 0.3},
+        "events": 2,
+        "step_devices": 2,
+        "dp": 2,
+        "time_limit_s": 0.3,
     }
-    summary = replan_mode.run(cfg)
+    summary = replan_mode.run(validate(cfg))
     assert set(summary) == {"warm", "scratch"}
     rows = (tmp_path / "replan.csv").read_text().splitlines()
     assert len(rows) == 1 + 2 * 3  # header + (warm, scratch) per trace point
     assert (tmp_path / "replan.png").stat().st_size > 0
     with pytest.raises(ValueError, match="multiple of"):
-        replan_mode.run({**cfg, "replan": {"step_devices": 3, "dp": 2}})
+        validate({**cfg, "step_devices": 3})

@@ -6,17 +6,17 @@ import doctest
 
 import pandas as pd
 import pytest
-from omegaconf import OmegaConf
 
-import repro.report
+import repro.report.tables
 import repro.report.variance
-from repro.report import build_report
+from repro.config import validate
+from repro.report.build import build_report
 from system.results import read_rows, write_rows
 from tests.unit._workflow_rows import synthetic_rows
 
 
 def test_doctests_of_the_workflow_modules():
-    for mod in (repro.report, repro.report.variance):
+    for mod in (repro.report.tables, repro.report.variance):
         assert doctest.testmod(mod).failed == 0
 
 
@@ -82,10 +82,12 @@ def test_wandb_offline_one_run_per_configuration(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_SILENT", "true")
     write_rows(tmp_path, synthetic_rows(cases=("5",), layers=(24,), batches=(1024,), repeats=2))
     rows = read_rows(tmp_path)
-    cfg = OmegaConf.create(
+    cfg = validate(
         {
             "study": "t",
             "mode": "simulate",
+            "case": "debug",
+            "model": "debug",
             "results_dir": str(tmp_path),
             "wandb": {"project": "p", "entity": None, "mode": "offline", "dir": str(tmp_path)},
         }
@@ -111,13 +113,16 @@ def test_wandb_disabled_logs_nothing(tmp_path, monkeypatch):
     from repro.report.wandb_log import log_job, wandb_mode
 
     monkeypatch.setenv("WANDB_MODE", "disabled")
-    cfg = OmegaConf.create({"results_dir": str(tmp_path), "wandb": {"mode": "offline"}})
+    cfg = validate({"case": "debug", "model": "debug", "results_dir": str(tmp_path)})
     assert wandb_mode(cfg) == "disabled"
     write_rows(tmp_path, synthetic_rows(cases=("5",), layers=(24,), batches=(1024,), repeats=1))
     assert log_job(cfg, read_rows(tmp_path)) == [] and not (tmp_path / "wandb").exists()
+    monkeypatch.setenv("WANDB_MODE", "cloud")
+    with pytest.raises(ValueError, match="WANDB_MODE"):
+        wandb_mode(cfg)
     monkeypatch.delenv("WANDB_MODE")
-    with pytest.raises(ValueError, match="wandb.mode"):
-        wandb_mode(OmegaConf.create({"wandb": {"mode": "cloud"}}))
+    with pytest.raises(ValueError, match="wandb.mode: Invalid value 'cloud'"):
+        validate({"wandb": {"mode": "cloud"}})
 
 
 def test_ablation_is_derived_from_scheduled_rows(tmp_path):

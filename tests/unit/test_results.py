@@ -155,7 +155,7 @@ def test_a_file_as_results_folder_is_one_clear_error(tmp_path):
 
 
 def test_a_fresh_clone_rebuilds_the_report_from_runs_parquet_alone(tmp_path):
-    from repro.report import build_report
+    from repro.report.build import build_report
 
     src = ROOT / "results" / "smoke" / "runs.parquet"
     if not src.exists():

@@ -1,4 +1,4 @@
-"""repro/schedule.py, repro/bench_scheduler.py and repro/ablation.py on tiny settings."""
+"""mode=schedule, mode=bench_scheduler and mode=scheduler_ablation on tiny settings."""
 
 from __future__ import annotations
 
@@ -9,10 +9,13 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
-from repro import ablation, bench_scheduler
-from repro.schedule import default_layout, main, parse_args, run
+from repro.config import validate
+from repro.modes.schedule import schedule_case
+from repro.studies import scheduler_ablation
+from repro.studies.bench import scheduler as bench_scheduler
 from system.assignment import Assignment
 from system.cases import get_case
 from system.cost.model import assignment_cost
@@ -21,14 +24,21 @@ from system.workload import DTFM_REFERENCE
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _schedule(**kw):
+    scheduler = {k: kw.pop(k) for k in ("name", "trials", "population") if k in kw}
+    return validate({"mode": "schedule", "scheduler": scheduler, **kw})
+
+
 def test_schedule_writes_the_promised_json(tmp_path):
+    from repro.run import run
+
     out = tmp_path / "a.json"
-    cfg = parse_args(
-        ["case=debug", "scheduler=genetic", "seed=3", "trials=4", "population=4", f"out={out}"]
-    )
-    record = run(cfg)
+    cfg = _schedule(case="debug", name="genetic", seed=3, trials=4, population=4, out=str(out))
+    run(cfg)
+    record = schedule_case(cfg)
     data = json.loads(out.read_text())
-    assert data == json.loads(json.dumps(record))
+    assert data.keys() == json.loads(json.dumps(record)).keys()
+    assert data["stages"] == record["stages"]  # same seed, same layout
     for key in (
         "case",
         "num_devices",
@@ -45,34 +55,25 @@ def test_schedule_writes_the_promised_json(tmp_path):
         "history",
     ):
         assert key in data, key
-    assert (data["pp"], data["dp"], data["num_devices"]) == (4, 2, 8)
+    assert (data["pp"], data["dp"], data["num_devices"]) == (2, 4, 8)  # default_layout
     a = Assignment.from_stages(data["stages"])
     cost = assignment_cost(get_case("debug"), a, DTFM_REFERENCE)
     assert data["total_cost_s"] == cost.total_cost_s == data["dp_cost_s"] + 2 * data["pp_cost_s"]
 
 
 def test_schedule_derived_workload_and_layout_flags(tmp_path):
-    record = run(
-        parse_args(["case=debug", "workload=debug", "pp=2", "scheduler=random", "trials=10"])
+    record = schedule_case(
+        _schedule(case="debug", workload="debug", pp=4, name="random", trials=10)
     )
-    assert (record["pp"], record["dp"]) == (2, 4)
+    assert (record["pp"], record["dp"]) == (4, 2)
     assert record["c_pp_bytes"] > 0 and record["workload"] == "debug"
 
 
-def test_default_layout():
-    assert default_layout(64) == (8, 8)
-    assert default_layout(8) == (4, 2)
-    assert default_layout(12) == (4, 3)
-
-
 def test_bad_arguments_are_reported():
-    with pytest.raises(ValueError, match="unknown key"):
-        parse_args(["cases=5"])
-    with pytest.raises(ValueError, match="key=value"):
-        parse_args(["5"])
-    with pytest.raises(ValueError, match="scheduler"):
-        run(parse_args(["case=debug", "scheduler=annealing"]))
-    assert main(["nonsense"]) == 2
+    with pytest.raises(ValueError, match="cases"):
+        validate({"mode": "schedule", "cases": "5"})
+    with pytest.raises(ValueError, match="annealing"):
+        _schedule(case="debug", name="annealing")
 
 
 @pytest.mark.slow
@@ -82,11 +83,13 @@ def test_schedule_command_line(tmp_path):
     proc = subprocess.run(
         [
             sys.executable,
-            "repro/schedule.py",
+            "repro/run.py",
+            "mode=schedule",
             "case=debug",
-            "trials=2",
-            "population=4",
+            "scheduler.trials=2",
+            "scheduler.population=4",
             f"out={out}",
+            f"hydra.run.dir={tmp_path}/hydra",
         ],
         cwd=ROOT,
         env=env,
@@ -108,16 +111,20 @@ def test_replicated_case5_keeps_the_region_links():
 
 
 def test_ablation_tables_and_figure(tmp_path):
-    cfg = {
-        **ablation.DEFAULTS,
-        "cases": "debug",
-        "seeds": "0,1",
-        "trials": "2",
-        "population": "4",
-        "random_layouts": "20",
-        "out_dir": str(tmp_path),
-    }
-    long, summary = ablation.run(cfg)
+    cfg = validate(
+        {
+            "mode": "scheduler_ablation",
+            "cases": ["debug"],
+            "seeds": [0, 1],
+            "trials": 2,
+            "population": 4,
+            "random_layouts": 20,
+            "results_dir": str(tmp_path),
+        }
+    )
+    scheduler_ablation.run(cfg)
+    long = pd.read_csv(tmp_path / "ablation.csv")
+    summary = pd.read_csv(tmp_path / "ablation_summary.csv")
     assert set(long.method) == {"tailored", "kl", "random"}
     assert list(long.columns[:5]) == ["case", "method", "seed", "trial", "best_total_cost_s"]
     assert not list(tmp_path.glob("*.png"))  # Fig. 4 is drawn by the study report only

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
 
-from repro.modes.simulate import default_pp
-from repro.modes.simulate import run as simulate
+from repro.config import default_layout
+from repro.run import run as simulate
 from system.results import COLUMNS as SCHEMA_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,7 +84,6 @@ def test_one_system_and_repeats(tmp_path):
     [
         ("case=nope", "unknown case"),
         ("layers=3", "not divisible"),
-        ("system=pytorch", "unknown system"),
         ("batch=6", "not divisible"),
     ],
 )
@@ -95,8 +94,12 @@ def test_bad_input_raises_and_writes_nothing(tmp_path, override, match):
     assert not target.exists()
 
 
-def test_default_stages():
-    assert default_pp(64) == 8 and default_pp(8) == 2 and default_pp(1) == 1
+def test_default_layout_is_one_function():
+    """Every mode and study that needs a layout takes :func:`repro.config.default_layout`:
+    the divisor nearest the square root as pp, so the paper's layer counts divide."""
+    assert default_layout(64) == (8, 8) and default_layout(8) == (2, 4)
+    assert default_layout(32) == (4, 8) and default_layout(128) == (8, 16)
+    assert default_layout(1) == (1, 1)
 
 
 @pytest.mark.slow
@@ -127,6 +130,17 @@ def test_case_list(tmp_path):
     assert len(out["summary"]) == 2
 
 
+def test_an_alias_is_stored_as_its_case(tmp_path):
+    """``case=worldwide`` writes rows of case 5 and prints the case-5 claims beside them."""
+    out = simulate(
+        _cfg(tmp_path, "case=worldwide", "model=gpt3_xl", "layers=24", "batch=1024", "system=ours")
+    )
+    rows = pd.read_csv(tmp_path / "runs.csv", dtype={"case": str})
+    assert set(rows.case) == {"5"}
+    (line,) = out["summary"]
+    assert line["case"] == "5" and "(best baseline)" not in line["paper_vs_megatron"]
+
+
 def test_summary_merges_jobs_of_one_setting(tmp_path):
     simulate(_cfg(tmp_path, "system=ours"))
     simulate(_cfg(tmp_path, "system=megatron"))
@@ -138,7 +152,7 @@ def test_summary_merges_jobs_of_one_setting(tmp_path):
 
 
 def test_both_protocols_rows_and_summary(tmp_path):
-    out = simulate(_cfg(tmp_path, "baseline_placement=topology"))
+    out = simulate(_cfg(tmp_path, "baseline_placements=[launch,topology]"))
     rows = pd.read_csv(tmp_path / "runs.csv")
     base = rows[rows.system.isin(["megatron", "deepspeed"])]
     assert set(base.placement) == {"launch", "topology"}
@@ -154,22 +168,22 @@ def test_both_protocols_rows_and_summary(tmp_path):
     assert "launch: verdict" in text and "topology: verdict" in text
 
 
-def test_launch_only_and_bad_placement(tmp_path):
-    simulate(_cfg(tmp_path / "a", "baseline_placement=launch", "system=megatron"))
+def test_launch_only_and_no_placement(tmp_path):
+    simulate(_cfg(tmp_path / "a", "baseline_placements=[launch]", "system=megatron"))
     rows = pd.read_csv(tmp_path / "a" / "runs.csv")
     assert set(rows.placement) == {"launch"}
-    with pytest.raises(ValueError, match="baseline_placement"):
-        simulate(_cfg(tmp_path / "b", "baseline_placement=nope"))
+    with pytest.raises(ValueError, match="baseline_placements"):
+        simulate(_cfg(tmp_path / "b", "baseline_placements=[]"))
     assert not (tmp_path / "b").exists()
 
 
 def test_sensitivity_knobs(tmp_path):
-    base = simulate(_cfg(tmp_path / "a", "system=megatron", "baseline_placement=launch"))
+    base = simulate(_cfg(tmp_path / "a", "system=megatron", "baseline_placements=[launch]"))
     slow = simulate(
         _cfg(
             tmp_path / "b",
             "system=megatron",
-            "baseline_placement=launch",
+            "baseline_placements=[launch]",
             "compute_efficiency=0.2",
             "link_sharing=region_pair",
             "baseline_transport=nccl_rendezvous",
@@ -179,11 +193,6 @@ def test_sensitivity_knobs(tmp_path):
     assert slow["summary"][0]["megatron_iter_time_s"] > t0
     rows = pd.read_csv(tmp_path / "b" / "runs.csv")
     assert set(rows.link_sharing) == {"region_pair"} and set(rows.compute_efficiency) == {0.2}
-    for bad, match in (
-        ("compute_efficiency=1.5", "compute_efficiency"),
-        ("link_sharing=x", "link_sharing"),
-        ("baseline_transport=x", "baseline_transport"),
-    ):
-        with pytest.raises(ValueError, match=match):
-            simulate(_cfg(tmp_path / "c", bad))
+    with pytest.raises(ValueError, match="compute_efficiency=1.5: must be <= 1"):
+        simulate(_cfg(tmp_path / "c", "compute_efficiency=1.5"))
     assert not (tmp_path / "c").exists()

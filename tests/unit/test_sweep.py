@@ -1,13 +1,12 @@
-"""Sweeps: finished jobs are skipped by resolved config; a sweep killed half-way loses nothing.
+"""Sweeps: finished jobs are skipped by typed config; a sweep killed half-way loses nothing.
 
-One file (~380 lines): every test here shares the smoke sweep composed once per module
-(:func:`_composed`) and the stand-in task that writes its rows; splitting it would compose the
-sweep again per file.
+Every test here shares the smoke sweep composed once per module (:func:`_composed`) and the
+stand-in task that writes its rows.
 """
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import functools
 import importlib.util
 import itertools
@@ -24,7 +23,8 @@ import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
 
-from repro.collect import finished_job, job_key, ledger_path, record_failure, run_job
+from repro.config import validate
+from repro.sweep import finished_job, job_key, ledger_path, record_failure, run_job
 from system.results import collect, make_row, read_rows, write_rows
 from tests.unit._workflow_rows import TWO_DEBUG_JOBS
 
@@ -35,30 +35,31 @@ N_SMOKE = 10  # jobs in conf/sweep/smoke.yaml (checked in test_smoke_has_ten_job
 
 @functools.lru_cache(maxsize=8)
 def _composed(overrides: tuple[str, ...], jobs: int | None = None):
-    """The first ``jobs`` (default all) jobs of the smoke sweep with ``overrides``."""
+    """The first ``jobs`` (default all) jobs of the smoke sweep with ``overrides``, typed."""
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         base = compose("config", overrides=["sweep=smoke"], return_hydra_config=True)
         params = {k: str(v).split(",") for k, v in base.hydra.sweeper.params.items()}
         return [
-            compose(
-                "config",
-                overrides=[
-                    "sweep=smoke",
-                    "results_dir=PLACEHOLDER",
-                    *overrides,
-                    *(f"{k}={v}" for k, v in zip(params, combo, strict=True)),
-                ],
+            validate(
+                compose(
+                    "config",
+                    overrides=[
+                        "sweep=smoke",
+                        "results_dir=PLACEHOLDER",
+                        *overrides,
+                        *(f"{k}={v}" for k, v in zip(params, combo, strict=True)),
+                    ],
+                )
             )
             for combo in itertools.islice(itertools.product(*params.values()), jobs)
         ]
 
 
 def _configs(tmp_path, overrides=(), jobs=None):
-    """The smoke sweep's jobs, composed as Hydra would (one config per job)."""
-    out = [copy.deepcopy(c) for c in _composed(tuple(overrides), jobs)]
-    for c in out:
-        c.results_dir = str(tmp_path)
-    return out
+    """The smoke sweep's jobs, as Hydra composes and the entry types them (one per job)."""
+    return [
+        dataclasses.replace(c, results_dir=str(tmp_path)) for c in _composed(tuple(overrides), jobs)
+    ]
 
 
 def _fake_task(calls):
@@ -70,7 +71,7 @@ def _fake_task(calls):
             make_row(
                 {
                     "mode": cfg.mode,
-                    "case": str(cfg.case),
+                    "case": cfg.case[0],
                     "system": str(cfg.system),
                     "num_layers": cfg.layers,
                     "global_batch_size": cfg.batch,
@@ -105,7 +106,7 @@ def test_interrupted_sweep_restarts_without_loss_or_duplicates(tmp_path):
         if len(calls) == half:  # killed while running this job: its rows half-written, no ledger
             write_rows(
                 cfg.results_dir,
-                [make_row({"partial": True, "case": str(cfg.case)})],
+                [make_row({"partial": True, "case": cfg.case[0]})],
                 collect_after=False,
             )
             raise KeyboardInterrupt
@@ -151,7 +152,7 @@ def test_a_model_change_reruns_the_job(tmp_path, monkeypatch):
     run_job(cfg, _fake_task(calls), multirun=True)
     run_job(cfg, _fake_task(calls), multirun=True)
     assert len(calls) == 1
-    monkeypatch.setattr("repro.collect.model_version", lambda: "changed-model")
+    monkeypatch.setattr("repro.sweep.model_version", lambda: "changed-model")
     run_job(cfg, _fake_task(calls), multirun=True)
     assert len(calls) == 2
 
@@ -161,7 +162,7 @@ def test_a_failed_job_is_recorded_and_runs_again(tmp_path):
     record_failure(cfg, RuntimeError("boom"))
     rec = json.loads(ledger_path(tmp_path, job_key(cfg)).read_text())
     assert rec["status"] == "error" and "boom" in rec["error"]
-    from repro.callbacks import count_outcomes  # what a sweep's summary counts
+    from repro.sweep import count_outcomes  # what a sweep's summary counts
 
     assert count_outcomes(tmp_path, {job_key(cfg): None}, None).failed
     assert finished_job(tmp_path, job_key(cfg)) is None
@@ -171,7 +172,7 @@ def test_a_failed_job_is_recorded_and_runs_again(tmp_path):
 
 
 def test_every_sweep_point_is_checked_before_the_first_job():
-    from repro.callbacks import check_jobs
+    from repro.sweep import check_jobs
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=["sweep=smoke"], return_hydra_config=True)
@@ -265,7 +266,7 @@ def test_smoke_sweep_killed_resumed_and_rerun(tmp_path):
 
 
 def test_count_jobs_matches_the_sweep_and_command_line():
-    from repro.callbacks import count_jobs
+    from repro.sweep import count_jobs
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         paper = compose("config", overrides=["sweep=paper"], return_hydra_config=True)
@@ -279,18 +280,17 @@ def test_smoke_has_ten_jobs(tmp_path):
 
 
 def test_finish_study_collects_and_reports(tmp_path):
-    from omegaconf import OmegaConf
-
-    from repro.callbacks import finish_study
+    from repro.sweep import finish_study
 
     cfg = _configs(tmp_path)[0]
     run_job(cfg, _fake_task([]))
-    OmegaConf.update(cfg, "workflow.ablation_csv", str(tmp_path / "none.csv"))
+    cfg = dataclasses.replace(
+        cfg, workflow=dataclasses.replace(cfg.workflow, ablation_csv=str(tmp_path / "none.csv"))
+    )
     out = finish_study(cfg, elapsed_s=1.0, sweep_dir="mr")
     assert Path(out["report"]).exists() and len(pd.read_csv(out["runs_csv"])) == 3
-    assert finish_study(
-        OmegaConf.create({"results_dir": str(tmp_path / "empty"), "study": "e"})
-    ) == {"results_dir": str(tmp_path / "empty")}
+    empty = dataclasses.replace(cfg, results_dir=str(tmp_path / "empty"))
+    assert finish_study(empty) == {"results_dir": str(tmp_path / "empty")}
 
 
 def _run(*args, timeout=240):

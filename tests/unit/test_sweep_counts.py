@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.callbacks import count_outcomes, ledger_stamps
-from repro.collect import ledger_path
+from repro.sweep import count_outcomes, ledger_path, ledger_stamps
 from tests.unit._workflow_rows import TWO_DEBUG_JOBS
 
 ROOT = Path(__file__).resolve().parents[2]

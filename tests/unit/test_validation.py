@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from repro.validation.predict import baseline_kwargs, predict_setting, scaled_cluster
-from repro.validation.settings import Setting, load_settings
+from repro.studies.validation.predict import baseline_kwargs, predict_setting, scaled_cluster
+from repro.studies.validation.settings import Setting, load_settings
 from tests.unit._validation import BASE
 from tests.unit._validation import profile as _profile
 from tests.unit._validation import setting as _setting
@@ -156,7 +156,7 @@ def test_missing_profile_entry_is_one_clear_error():
 
 
 def test_baseline_placement_names():
-    from repro.validation.settings import baseline_placement
+    from repro.studies.validation.settings import baseline_placement
 
     assert baseline_placement("megatron") == ("megatron", "launch")
     assert baseline_placement("deepspeed_topology") == ("deepspeed", "topology")
@@ -190,8 +190,8 @@ def test_topology_prediction_is_the_searched_map_and_never_slower_than_launch():
         assert topo["zero"] == launch["zero"] == (1 if fw == "deepspeed" else None)
 
         def sim(rank_map, fw=fw):
-            from repro.validation.predict import _compute
-            from repro.validation.profile import stage_times
+            from repro.studies.validation.predict import _compute
+            from repro.studies.validation.profile import stage_times
 
             c = _compute(stage_times(_profile(s), s), 2, opt_shards=2 if fw == "deepspeed" else 1)
             return simulate_1f1b_ring(

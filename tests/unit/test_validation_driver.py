@@ -9,9 +9,9 @@ import json
 import pandas as pd
 import pytest
 
-import repro.validation.calibrate as cal
-from repro.validation.predict import predict_setting
-from repro.validation.profile import load_profile, shape_key
+import repro.studies.validation.calibrate as cal
+from repro.studies.validation.predict import predict_setting
+from repro.studies.validation.profile import load_profile, shape_key
 from tests.unit._validation import predictions, setting
 
 # ---------------------------------------------------------------- measurement driver
@@ -38,7 +38,7 @@ class _FakeEmulation:
 
 
 def _fake_driver(monkeypatch, calls):
-    import repro.validation.measure as meas
+    import repro.studies.validation.measure as meas
     import system.emulation.netns as netns
     import system.emulation.verify as verify
 
@@ -103,7 +103,7 @@ def test_driver_deadline_skips_whole_settings(tmp_path, monkeypatch):
 
 @pytest.mark.dist
 def test_profile_runs_every_stage_shape_with_a_process_cap():
-    from repro.validation.profile import profile_setting
+    from repro.studies.validation.profile import profile_setting
 
     s = setting(hidden_size=32, seq_length=16, vocab_size=64)
     e = profile_setting(s, repeats=2, warmup=1, max_s=20.0, max_procs=1)
@@ -118,7 +118,7 @@ def test_profile_runs_every_stage_shape_with_a_process_cap():
 
 @pytest.fixture
 def fake_runs(monkeypatch):
-    import repro.validation.measure as meas
+    import repro.studies.validation.measure as meas
     import system.emulation.netns as netns
 
     _FakeEmulation.made = []
@@ -181,22 +181,27 @@ def test_merge_keeps_old_entries_and_runs_only_new_shapes(fake_runs):
     assert merged["entries"][cal.entry_key(a)] == first["entries"][cal.entry_key(a)]
 
 
-def test_cli_needs_root_and_known_names(tmp_path, monkeypatch):
+def test_calibrate_needs_root_and_known_names(tmp_path, monkeypatch):
+    import repro.studies.validation.measure as meas
+    from repro.run import run
+
     settings = tmp_path / "s.json"
     settings.write_text(json.dumps({"settings": [setting().to_dict()]}))
-    monkeypatch.setattr(cal.os, "geteuid", lambda: 1000)
-    assert cal.main([str(settings), str(tmp_path / "o.json")]) == 2
-    monkeypatch.setattr(cal.os, "geteuid", lambda: 0)
-    with pytest.raises(SystemExit):
-        cal.main([str(settings), str(tmp_path / "o.json"), "--only", "nope"])
-    assert not (tmp_path / "o.json").exists()
+    cfg = {"mode": "calibrate", "settings": str(settings), "results_dir": str(tmp_path)}
+    monkeypatch.setattr(meas.os, "geteuid", lambda: 1000)
+    with pytest.raises(RuntimeError, match="needs root"):
+        run(cfg)
+    monkeypatch.setattr(meas.os, "geteuid", lambda: 0)
+    with pytest.raises(ValueError, match="unknown setting name"):
+        run({**cfg, "only": ["nope"]})
+    assert not (tmp_path / "compute_profile.json").exists()
 
 
 def test_baseline_runs_with_the_registered_rank_map(monkeypatch):
     """A topology row runs the framework with the predictions' rank map; a launch row with
     none; a topology prediction without a map is refused before anything starts."""
     import baselines.grid as grid
-    import repro.validation.measure as meas
+    import repro.studies.validation.measure as meas
 
     seen = []
 

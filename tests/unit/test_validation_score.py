@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from repro.validation.score import kendall_tau_b, score
+from repro.studies.validation.score import kendall_tau_b, score
 from tests.unit._validation import predictions as _predictions
 from tests.unit._validation import profile as _profile
 from tests.unit._validation import setting as _setting
@@ -52,7 +52,7 @@ def _head(root) -> str:
 
 
 def _rows(doc: dict, pred_file: Path, sha: str, when: str, scale=1.1) -> pd.DataFrame:
-    from repro.validation.predict import sha256_file
+    from repro.studies.validation.predict import sha256_file
 
     out = []
     for p in doc["predictions"]:
@@ -114,7 +114,7 @@ def test_score_registered_in_order(repo):
     assert all(abs(r["error"]) < 1e-9 for r in summ["ratio_errors"])
     assert res["table"]["cv"].between(0.005, 0.02).all() and not res["table"]["cv_flagged"].any()
     assert summ["variance_verdict"] == "PASS" and summ["variance_configurations"] == 4
-    from repro.validation.score import _markdown
+    from repro.studies.validation.score import _markdown
 
     md = _markdown(res)
     assert reg[:10] in md and "PASS" in md and md.count("| s1 |") == 4 + 2  # 4 systems, 2 ratios
@@ -179,7 +179,7 @@ def test_score_flags_a_large_spread_and_names_its_cause(repo):
 
 
 def test_tied_ranks_anchor_at_the_group_minimum():
-    from repro.validation.score import tied_ranks
+    from repro.studies.validation.score import tied_ranks
 
     assert tied_ranks([2.0, 1.0, 1.04], 0.05) == [1, 0, 0]
     assert tied_ranks([1.0, 1.04, 1.08, 1.12], 0.05) == [0, 0, 1, 1]  # no chaining
@@ -190,7 +190,7 @@ def test_registered_tie_rule_scores_a_secondary_tau_beside_the_plain_one(tmp_pat
     """Megatron and DeepSpeed predicted 2% apart and measured in the other order: the plain τ
     counts the swap, the registered 5% tie rule does not; without a rule there is no
     secondary τ. The predictions' rules are what the score reads."""
-    from repro.validation.score import _markdown
+    from repro.studies.validation.score import _markdown
 
     doc = _predictions(_setting())
     pred = {"ours": 1.0, "ours_random": 1.5, "megatron": 2.0, "deepspeed": 2.04}
@@ -214,8 +214,8 @@ def test_registered_tie_rule_scores_a_secondary_tau_beside_the_plain_one(tmp_pat
 
 
 def test_settings_rules_are_checked_and_registered(tmp_path):
-    from repro.validation.predict import predict_file
-    from repro.validation.settings import load_rules
+    from repro.studies.validation.predict import predict_file
+    from repro.studies.validation.settings import load_rules
 
     s = _setting()
     sf, prof = tmp_path / "s.json", tmp_path / "prof.json"

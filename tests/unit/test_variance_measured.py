@@ -55,7 +55,7 @@ def test_mixed_rows_use_only_the_measured_ones():
 
 
 def test_simulated_repeats_are_named_for_what_they_are(tmp_path):
-    from repro.modes.simulate import run as simulate
+    from repro.run import run as simulate
     from tests.unit.test_simulate_mode import _cfg
 
     simulate(_cfg(tmp_path, "system=all", "repeats=2"))

@@ -1,0 +1,349 @@
+"""The keys every mode shares (:class:`RunConfig`), the mode registry and :func:`validate`.
+
+A mode is one dataclass deriving from :class:`RunConfig`, registered with
+:func:`register_mode`; Hydra composes ``conf/config.yaml`` with the registered class of the
+chosen ``mode`` (a config group, :func:`store_schemas`), so a key another mode owns, a wrong
+type or an enum value outside its choices stops at composition with Hydra's message naming the
+key. :func:`validate` then builds the dataclass: its field ranges and its :meth:`check` run,
+and a bad value is one :class:`ConfigError` line naming the key, before any work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from repro.config.options import (
+    ConfigError,
+    Options,
+    choice,
+    cpu_cores,
+    describe_type,
+    group,
+    option,
+)
+
+__all__ = [
+    "Logger",
+    "WandbMode",
+    "WandbConfig",
+    "WorkflowConfig",
+    "LimitsConfig",
+    "RunConfig",
+    "ModeSpec",
+    "MODES",
+    "register_mode",
+    "validate",
+    "as_dict",
+    "default_of",
+    "store_schemas",
+    "default_results_dir",
+    "mode_help",
+]
+
+Logger = choice("Logger", ("none", "wandb"), module=__name__)
+WandbMode = choice("WandbMode", ("offline", "online", "disabled"), module=__name__)
+
+
+@dataclass
+class WandbConfig(Options):
+    """The wandb mirror of a study (``logger=wandb``)."""
+
+    KEY = "wandb"
+    project: str = option("dtfm-repro", "wandb project")
+    entity: str | None = option(None, "your wandb team or user (mode=online)")
+    mode: WandbMode = option(WandbMode.offline, "offline needs no account; WANDB_MODE wins")
+    dir: str | None = option(None, "folder of the wandb/ run folders (null: results_dir)")
+
+
+@dataclass
+class WorkflowConfig(Options):
+    """What a sweep does around its jobs, and the report's settings."""
+
+    KEY = "workflow"
+    skip_finished: bool = option(True, "a restarted sweep skips the jobs that finished")
+    report: bool = option(True, "build REPORT.md (variance, claims, figures) after the jobs")
+    tolerance: float = option(
+        0.25, "claims: relative tolerance around the paper's ranges", ge=0, lt=1
+    )
+    ablation_csv: str | None = option(
+        "results/scheduler/ablation.csv", "scheduler ablation table for Fig. 4 and its claim"
+    )
+
+
+@dataclass
+class LimitsConfig(Options):
+    """What one machine can hold; raise a limit explicitly to go past it."""
+
+    KEY = "limits"
+    max_local_ranks: int | None = option(
+        None, "processes started on this machine (null: 4 per CPU core)", ge=1
+    )
+    max_micro_batches: int = option(
+        32768, "micro-batches per iteration (each is simulated or computed)", ge=1
+    )
+
+    def local_ranks(self) -> int:
+        return self.max_local_ranks if self.max_local_ranks is not None else 4 * cpu_cores()
+
+    def check_ranks(self, ranks: int, what: str) -> None:
+        limit, key = self.local_ranks(), "limits.max_local_ranks"
+        if ranks > limit:
+            raise ConfigError(
+                f"{what} = {ranks} processes on this machine's {cpu_cores()} CPU core(s): over "
+                f"{key}={limit} (set {key}={ranks} to run anyway)"
+            )
+
+    def check_micro_batches(self, batch: int, micro_batch_size: int) -> None:
+        n, key = batch // micro_batch_size, "limits.max_micro_batches"
+        if n > self.max_micro_batches:
+            raise ConfigError(
+                f"batch={batch} with micro_batch_size={micro_batch_size} is {n} micro-batches per "
+                f"iteration: over {key}={self.max_micro_batches} (each is simulated or "
+                f"computed; set {key}={n} to run anyway)"
+            )
+
+
+def default_results_dir(study: str, mode: str) -> str:
+    """``results/<study>``; ad-hoc runs go to ``results/adhoc/<mode>`` so modes never mix."""
+    return f"results/adhoc/{mode}" if study == "adhoc" else f"results/{study}"
+
+
+def _check_folder(key: str, value: str) -> None:
+    """A usable folder: not empty, not a file, its first existing ancestor writable."""
+    if not value.strip():
+        raise ConfigError(f"{key}='': give a folder (or leave it unset for the mode's default)")
+    q = Path(value)
+    if q.exists() and not q.is_dir():
+        raise ConfigError(f"{key}={value!r}: is a file, not a folder")
+    while not q.exists():
+        q = q.parent
+    if not q.is_dir():
+        raise ConfigError(f"{key}={value!r}: {q} is a file, not a folder")
+    if not os.access(q, os.W_OK):
+        raise ConfigError(f"{key}={value!r}: {q} is not writable")
+
+
+@dataclass
+class RunConfig(Options):
+    """Keys of every mode. ``python repro/run.py mode=NAME --help`` lists a mode's own."""
+
+    mode: str = option("", "the mode to run (a config group: mode=NAME)")
+    study: str = option("adhoc", "the study's name: results go to results/<study>")
+    results_dir: str | None = option(
+        None, "the results folder (null: results/<study>, or results/adhoc/<mode>)"
+    )
+    seed: int = option(0, "seed of every random choice", ge=0)
+    logger: Logger = option(Logger.none, "wandb: one wandb run per configuration")
+    wandb: WandbConfig = group(WandbConfig, "wandb.*")
+    workflow: WorkflowConfig = group(WorkflowConfig, "workflow.*")
+    limits: LimitsConfig = group(LimitsConfig, "limits.*")
+
+    def check(self) -> None:
+        super().check()
+        if self.mode not in MODES or not isinstance(self, MODES[self.mode].schema):
+            raise ConfigError(f"mode={self.mode!r}: expected one of {', '.join(MODES)}")
+        if not self.study.strip() or "/" in self.study:
+            raise ConfigError(f"study={self.study!r}: a non-empty name without '/'")
+        if self.results_dir is None:
+            self.results_dir = default_results_dir(self.study, self.mode)
+        _check_folder("results_dir", self.results_dir)
+
+
+# ---- the registry ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ModeSpec:
+    """A registered mode: its config class, what runs it and whether it writes result rows."""
+
+    name: str
+    schema: type
+    runner: str  # "package.module:function"
+    rows: bool  # writes rows into results_dir (a ledger entry per job, a report after it)
+
+    @property
+    def summary(self) -> str:
+        return (self.schema.__doc__ or "").strip().splitlines()[0]
+
+    def function(self) -> Callable[[RunConfig], dict | None]:
+        module, _, name = self.runner.partition(":")
+        return getattr(importlib.import_module(module), name or "run")
+
+
+MODES: dict[str, ModeSpec] = {}
+
+
+def register_mode(name: str, runner: str, *, rows: bool = False):
+    """Class decorator, placed below ``@dataclass``: ``name`` is a mode, configured by the class
+    and run by ``runner`` (``"package.module:function"``, the function taking the class)."""
+
+    def wrap(cls):
+        if "__dataclass_fields__" in cls.__dict__:
+            raise TypeError(f"@register_mode({name!r}) goes below @dataclass")
+        cls.__annotations__ = {**cls.__dict__.get("__annotations__", {}), "mode": str}
+        cls.mode = dataclasses.field(default=name, metadata={"help": "this mode"})
+        MODES[name] = ModeSpec(name, cls, runner, rows)
+        return cls
+
+    return wrap
+
+
+def store_schemas() -> None:
+    """Register the shared schema (``config_schema``) and every mode (group ``mode``) with
+    Hydra's ConfigStore; ``conf/config.yaml`` composes them.
+
+    Every Hydra composition deep-copies the whole ConfigStore (``CachingConfigRepository``),
+    which with one schema per mode costs about a second; a stored schema is never changed
+    (``ConfigStore.load`` hands out a copy of it), so the copies share it instead.
+    """
+    from hydra.core.config_store import ConfigNode, ConfigStore
+
+    class SharedNode(ConfigNode):
+        def __deepcopy__(self, memo):
+            return self
+
+    cs = ConfigStore.instance()
+    cs.store(name="config_schema", node=RunConfig)
+    stored = [(cs.repo, "config_schema.yaml")]
+    for spec in MODES.values():
+        cs.store(group="mode", name=spec.name, node=spec.schema, package="_global_")
+        stored.append((cs.repo["mode"], f"{spec.name}.yaml"))
+    for folder, name in stored:
+        folder[name] = SharedNode(**vars(folder[name]))
+
+
+# ---- building the typed config -----------------------------------------------------------------
+def _one_line(e: Exception) -> str:
+    text = str(e).strip().splitlines()
+    msg = text[0] if text else type(e).__name__
+    key = next(
+        (ln.split(":", 1)[1].strip() for ln in text if ln.strip().startswith("full_key:")), None
+    )
+    return f"{key}: {msg}" if key and key not in msg else msg
+
+
+def _plain(cfg: DictConfig | dict) -> dict:
+    try:
+        if isinstance(cfg, DictConfig):
+            c = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+        else:
+            c = dict(cfg)
+    except OmegaConfBaseException as e:
+        raise ConfigError(_one_line(e)) from None
+    c.pop("hydra", None)
+    return c
+
+
+def validate(cfg: DictConfig | dict | RunConfig) -> RunConfig:
+    """The checked config of ``cfg``'s mode (its registered dataclass); a Hydra config, a dict
+    (``mode`` defaults to simulate) or an already built config (returned as it is)."""
+    if isinstance(cfg, RunConfig):
+        return cfg
+    raw = _plain(cfg)
+    mode = raw.setdefault("mode", "simulate")
+    if mode not in MODES:
+        raise ConfigError(f"mode={mode!r}: expected one of {', '.join(MODES)}")
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(MODES[mode].schema), raw))
+    except ConfigError:
+        raise
+    except OmegaConfBaseException as e:
+        cause = e.__cause__ or e.__context__
+        if isinstance(cause, ConfigError):
+            raise cause from None
+        raise ConfigError(_one_line(e)) from None
+
+
+def default_of(cls: type, name: str):
+    """The default of option ``name`` of the dataclass ``cls``."""
+    f = next(f for f in dataclasses.fields(cls) if f.name == name)
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+def as_dict(cfg: RunConfig) -> dict:
+    """``cfg`` as plain data (enums as their text): what a ledger entry and a job key hold."""
+
+    def plain(v):
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [plain(x) for x in v]
+        return str(v) if isinstance(v, str) else v
+
+    return plain(dataclasses.asdict(cfg))
+
+
+# ---- help --------------------------------------------------------------------------------------
+def _options(cls: type, prefix: str = "") -> list[tuple[str, str, str, str]]:
+    """(key, type, default, help) of every option of ``cls``, groups flattened."""
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        if not prefix and f.name == "mode":
+            continue
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if dataclasses.is_dataclass(default):
+            out += _options(type(default), f"{prefix}{f.name}.")
+            continue
+        if isinstance(default, list):
+            shown = "[" + ",".join(str(x) for x in default) + "]"
+        else:
+            shown = "null" if default is None else str(default)
+        typ = describe_type(hints[f.name])
+        out.append((prefix + f.name, typ, shown, f.metadata.get("help", "")))
+    return out
+
+
+SECTIONS = (("repro.modes", "Modes"), ("repro.studies", "Studies"), ("repro.report", "Reports"))
+
+
+def mode_help(mode: str) -> str:
+    """The ``--help`` text: every mode in one line, then the options of ``mode``."""
+    import textwrap
+
+    width = max(len(n) for n in MODES)
+    lines = [
+        "python repro/run.py [mode=NAME] [key=value ...]    (the same: python -m repro ...)",
+        "python repro/run.py -m sweep=NAME [key=value ...]  (a sweep: one job per setting)",
+    ]
+    for package, title in SECTIONS:
+        lines += ["", f"{title} (mode=NAME; python repro/run.py mode=NAME --help: its options):"]
+        lines += [
+            f"  {n:<{width}}  {s.summary}"
+            for n, s in MODES.items()
+            if s.runner.startswith(package + ".")
+        ]
+    spec = MODES.get(mode)
+    if spec is not None:
+        shared = {f.name for f in dataclasses.fields(RunConfig)}
+        opts = _options(spec.schema)
+        lines += ["", f"Options of mode={mode}: key (type, default): meaning"]
+        for title, own in (("", True), ("shared by every mode:", False)):
+            if title:
+                lines.append(f"  {title}")
+            for key, typ, default, text in opts:
+                if (key.split(".")[0] not in shared) == own:
+                    entry = f"{key} ({typ}, default {default}): {text}"
+                    lines += textwrap.wrap(
+                        entry, 98, initial_indent="  ", subsequent_indent="      "
+                    )
+    conf = Path(__file__).resolve().parents[2] / "conf"
+    for folder, title in (
+        ("sweep", "Sweeps (-m sweep=NAME)"),
+        ("setting", "Settings (setting=NAME)"),
+    ):
+        names = ", ".join(sorted(p.stem for p in (conf / folder).glob("*.yaml")))
+        lines += [""] + textwrap.wrap(f"{title}: {names}", 98, subsequent_indent="  ")
+    lines += ["", "Hydra's own options: --hydra-help"]
+    return "\n".join(lines)
+
+
+if not OmegaConf.has_resolver("repro_help"):
+    OmegaConf.register_new_resolver("repro_help", mode_help)

@@ -1,0 +1,426 @@
+"""The modes that run a model: simulate, schedule, train and emulate, and the options they share.
+
+Shared blocks of options are mixins (:class:`CaseOptions`, :class:`ModelOptions`,
+:class:`LayoutOptions`, :class:`LocalRunOptions`) and groups (``scheduler.*``, ``runtime.*``); a
+mode's class lists the mixins it takes, so a mode has exactly the keys it uses.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from baselines.placement import Placement
+from repro.config.base import RunConfig, register_mode
+from repro.config.options import ConfigError, Options, choice, group, option
+from system.cases import PAPER_CASES, VARIANTS, canonical_case
+from system.emulation.netns import BACKENDS
+from system.emulation.verify import ON_FAIL
+from system.results import SIMULATED_SYSTEMS, TRAINED_SYSTEMS
+from system.runtime.spec import DEVICES, DP_MODES, LAYOUTS
+from system.scheduler.api import OBJECTIVES, SCHEDULERS
+from system.simulator.comm import LINK_SHARING, TRANSPORTS
+from system.workload import MODELS, PAPER_BATCH_SIZES, PAPER_LAYERS, WORKLOADS
+
+__all__ = [
+    "CaseVariant",
+    "ModelName",
+    "SchedulerName",
+    "Objective",
+    "SimulatedSystem",
+    "TrainedSystem",
+    "LinkSharing",
+    "Transport",
+    "EmulateLayout",
+    "default_layout",
+    "CaseOptions",
+    "ModelOptions",
+    "LayoutOptions",
+    "SchedulerOptions",
+    "RuntimeOptions",
+    "LocalRunOptions",
+    "SimulateConfig",
+    "ScheduleConfig",
+    "TrainConfig",
+    "EmulateConfig",
+]
+
+CaseVariant = choice("CaseVariant", VARIANTS, module=__name__)
+ModelName = choice("ModelName", MODELS, module=__name__)
+WorkloadName = choice("WorkloadName", WORKLOADS, module=__name__)
+SchedulerName = choice("SchedulerName", SCHEDULERS, module=__name__)
+Objective = choice("Objective", OBJECTIVES, module=__name__)
+SimulatedSystem = choice("SimulatedSystem", ("all", *SIMULATED_SYSTEMS), module=__name__)
+TrainedSystem = choice("TrainedSystem", TRAINED_SYSTEMS, module=__name__)
+LinkSharing = choice("LinkSharing", LINK_SHARING, module=__name__)
+Transport = choice("Transport", TRANSPORTS, module=__name__)
+DpMode = choice("DpMode", DP_MODES, module=__name__)
+RankLayout = choice("RankLayout", LAYOUTS, module=__name__)
+Device = choice("Device", DEVICES, module=__name__)
+EmulateLayout = choice("EmulateLayout", ("scheduled", "random", "identity"), module=__name__)
+Backend = choice("Backend", BACKENDS, module=__name__)
+OnFail = choice("OnFail", ON_FAIL, module=__name__)
+
+
+def default_layout(num_devices: int) -> tuple[int, int]:
+    """(pp, dp) when neither is given: the divisor of the device count nearest its square root
+    as pp, ties to the smaller (64 -> 8 x 8, 8 -> 2 x 4, 128 -> 8 x 16), so pp stays small
+    enough to divide the paper's layer counts.
+
+    >>> default_layout(64), default_layout(8), default_layout(12), default_layout(1)
+    ((8, 8), (2, 4), (3, 4), (1, 1))
+    """
+    divisors = [k for k in range(1, num_devices + 1) if num_devices % k == 0]
+    pp = min(divisors, key=lambda k: (abs(k - math.sqrt(num_devices)), k))
+    return pp, num_devices // pp
+
+
+def fill_layout(num_devices: int, pp: int | None, dp: int | None) -> tuple[int, int]:
+    """``pp`` and ``dp`` with the one missing derived from the other (both: the default)."""
+    if pp is None and dp is None:
+        return default_layout(num_devices)
+    if pp is None:
+        return num_devices // dp, dp
+    return pp, dp if dp is not None else num_devices // pp
+
+
+def check_layout(where: str, num_devices: int, pp: int | None, dp: int | None) -> None:
+    """``pp`` and ``dp`` (None = derived) fit ``num_devices`` devices of ``where``."""
+    for key, v in (("pp", pp), ("dp", dp)):
+        if v is not None and num_devices % v:
+            raise ConfigError(f"{key}={v} does not divide {where}'s {num_devices} devices")
+    if pp and dp and pp * dp != num_devices:
+        raise ConfigError(f"pp={pp} x dp={dp} = {pp * dp}, but {where} has {num_devices} devices")
+
+
+def load_case(case: str, variant: str):
+    """The cluster of ``case`` (a ConfigError naming it when there is none)."""
+    from system.cases import get_case
+
+    try:
+        return get_case(case, variant)
+    except (ValueError, FileNotFoundError) as e:
+        raise ConfigError(f"case={case!r}: {e}") from None
+
+
+# ---- shared options ----------------------------------------------------------------------------
+@dataclass
+class CaseOptions(Options):
+    """The network: one case."""
+
+    case: str = option(
+        "5", "paper case 1..5, an alias (worldwide = 5), debug, mixed, or a topology .yaml/.json"
+    )
+    case_variant: CaseVariant = option(CaseVariant.paper, "dtfm_code: the authors' code's numbers")
+
+    def check(self) -> None:
+        super().check()
+        self.case = self._canonical(self.case)
+        for case in self.cases():
+            load_case(case, self.case_variant)
+
+    def _canonical(self, case) -> Any:
+        if case is None or isinstance(case, (bool, float, dict, list, tuple)):
+            raise ConfigError(f"case={case!r}: expected 1..5, an alias, debug, mixed or a file")
+        return canonical_case(case)
+
+    def cases(self) -> list[str]:
+        """The cases this run covers."""
+        return [self.case]
+
+    def cluster(self):
+        """The case's :class:`system.cluster.Cluster`."""
+        return load_case(self.case, self.case_variant)
+
+
+@dataclass
+class ModelOptions(Options):
+    """The model and its batch."""
+
+    model: ModelName = option(ModelName.gpt3_xl, "system/workload.py MODELS")
+    layers: int | None = option(None, "number of layers (null: the model's or the mode's)", ge=1)
+    batch: int | None = option(None, "global batch in sequences (null: the mode's default)", ge=1)
+    micro_batch_size: int = option(1, "sequences per micro-batch", ge=1)
+
+    def check(self) -> None:
+        super().check()
+        if self.batch is not None:
+            self.limits.check_micro_batches(self.batch, self.micro_batch_size)
+
+    def model_layers(self) -> int:
+        from system.workload import get_model
+
+        return self.layers or get_model(self.model).num_layers
+
+
+@dataclass
+class LayoutOptions(Options):
+    """The parallel layout (null: derived, :func:`default_layout`)."""
+
+    pp: int | None = option(None, "pipeline stages (null: from dp, or the default layout)", ge=1)
+    dp: int | None = option(None, "data-parallel replicas (null: from pp, or the default)", ge=1)
+
+
+@dataclass
+class SchedulerOptions(Options):
+    """The layout search of ours (paper §3.4)."""
+
+    KEY = "scheduler"
+    name: SchedulerName = option(SchedulerName.genetic, "the search method")
+    trials: int | None = option(None, "GA trials (null: the mode's budget)", ge=1)
+    population: int | None = option(None, "GA population (null: the mode's budget)", ge=2)
+    time_limit_s: float | None = option(None, "wall-time cap of one search", gt=0)
+    patience_trials: int | None = option(
+        None, "stop after this many trials without a better layout (null: 20)", ge=1
+    )
+    greedy_seeds: bool = option(True, "two greedy layouts in the GA's first population")
+    objective: Objective = option(
+        Objective.comm, "comm: the paper's TOTAL; iteration_time adds compute by GPU type"
+    )
+
+
+@dataclass
+class RuntimeOptions(Options):
+    """Our runtime's knobs (system/runtime)."""
+
+    KEY = "runtime"
+    layout: RankLayout = option(RankLayout.identity, "rank map when no assignment file is given")
+    assignment: str | None = option(None, "a schedule's JSON {stages: [[...], ...]}")
+    dp_mode: DpMode = option(DpMode.sharded_ps, "gradient exchange")
+    checkpointing: bool = option(False, "recompute block activations in backward")
+    lr: float = option(0.003, "learning rate (ours and the baselines)", gt=0)
+    device: Device = option(Device.cpu, "cpu (gloo) | cuda (NCCL)")
+    amp: bool = option(False, "fp16 autocast + loss scaling (device=cuda)")
+
+    def check(self) -> None:
+        super().check()
+        from pathlib import Path
+
+        if self.assignment is not None and not Path(self.assignment).is_file():
+            raise ConfigError(f"runtime.assignment={self.assignment!r}: no such file")
+
+
+@dataclass
+class LocalRunOptions(Options):
+    """Real training runs on this machine (ours and the baselines): mode=train, mode=emulate."""
+
+    system: TrainedSystem = option(TrainedSystem.ours, "ours (our runtime) or a real baseline")
+    iters: int = option(3, "training iterations", ge=1)
+    tp: int = option(1, "tensor-parallel degree (baselines)", ge=1)
+    zero: int | None = option(
+        None, "DeepSpeed ZeRO stage (null: 3 without a pipeline, else 1)", ge=0, le=3
+    )
+    grid: bool = option(False, "baselines: run the configuration grid instead of one point")
+    grid_micro_batch_sizes: list[int] | None = option(
+        None, "grid: micro-batch sizes (null: all)", ge=1
+    )
+    baseline_recompute: bool = option(False, "baselines: full activation recomputation")
+    timeout_s: float = option(
+        600.0, "wall-clock limit of one run (all its ranks killed after it)", gt=0
+    )
+
+
+# ---- modes -------------------------------------------------------------------------------------
+@dataclass
+@register_mode("simulate", "repro.modes.simulate:run", rows=True)
+class SimulateConfig(LayoutOptions, ModelOptions, CaseOptions, RunConfig):
+    """The paper's Fig. 3 experiment in the performance simulator: every system, no GPU."""
+
+    case: Any = option("5", "a case, a list of cases, or all (1..5); aliases as their number")
+    system: SimulatedSystem = option(SimulatedSystem.all, "all, or one system")
+    repeats: int = option(1, "repeats per setting (ours_random: at least 3 random layouts)", ge=1)
+    scheduler: SchedulerOptions = group(
+        SchedulerOptions, "scheduler.* (null budget: 4 trials, population 4, 1 s)"
+    )
+    baseline_placements: list[Placement] = option(
+        [Placement.launch, Placement.topology],
+        "the baselines' rank placements: launch (the paper's protocol), topology (fair)",
+    )
+    compute_efficiency: float | None = option(
+        None, "fraction of V100 peak (null: the hardware model's 0.30)", gt=0, le=1
+    )
+    link_sharing: LinkSharing = option(LinkSharing.pair, "pair | device_nic | region_pair")
+    baseline_transport: Transport = option(Transport.nccl, "the baselines' transport model")
+
+    def _canonical(self, case) -> list[str]:
+        items = list(case) if isinstance(case, (list, tuple)) else [case]
+        if not items or any(c is None or isinstance(c, (bool, float, dict, list)) for c in items):
+            raise ConfigError(f"case={case!r}: expected 1..5, all, debug, an alias or a file")
+        if [str(c).lower() for c in items] == ["all"]:
+            return list(PAPER_CASES)
+        return [canonical_case(c) for c in items]
+
+    def cases(self) -> list[str]:
+        return list(self.case)
+
+    def check(self) -> None:
+        super().check()
+        if not self.baseline_placements:
+            raise ConfigError("baseline_placements=[]: name launch, topology or both")
+        self.baseline_placements = list(dict.fromkeys(self.baseline_placements))
+        for case in self.cases():
+            n = load_case(case, self.case_variant).num_devices
+            check_layout(f"case {case}", n, self.pp, self.dp)
+            pp, dp = fill_layout(n, self.pp, self.dp)
+            for layers, batch in self.grid():
+                self._check_setting(case, layers, batch, pp, dp)
+
+    def settings(self) -> list[tuple[str, int, int]]:
+        """Every (case, layers, batch) this run simulates."""
+        return [(c, layers, batch) for c in self.cases() for layers, batch in self.grid()]
+
+    def grid(self) -> list[tuple[int, int]]:
+        """(layers, batch) pairs: the given ones, else the paper's for gpt3_xl."""
+        paper = self.model == ModelName.gpt3_xl
+        layers = (
+            [self.layers] if self.layers else list(PAPER_LAYERS if paper else [self.model_layers()])
+        )
+        batches = [self.batch] if self.batch else list(PAPER_BATCH_SIZES if paper else [16])
+        return [(layer, b) for layer in layers for b in batches]
+
+    def _check_setting(self, case: str, layers: int, batch: int, pp: int, dp: int) -> None:
+        from system.workload import Workload, get_model
+
+        self.limits.check_micro_batches(batch, self.micro_batch_size)
+        try:
+            Workload(
+                model=get_model(self.model, layers),
+                global_batch_size=batch,
+                micro_batch_size=self.micro_batch_size,
+            ).check_layout(pp, dp)
+        except ValueError as e:
+            raise ConfigError(f"case {case}, layers={layers}, batch={batch}: {e}") from None
+
+
+@dataclass
+@register_mode("schedule", "repro.modes.schedule:run")
+class ScheduleConfig(LayoutOptions, CaseOptions, RunConfig):
+    """Schedule one case (paper §3.4) and write the layout as JSON."""
+
+    scheduler: SchedulerOptions = group(
+        SchedulerOptions, "scheduler.* (null budget: until 20 trials bring nothing, 60 s at most)"
+    )
+    workload: WorkloadName = option(
+        WorkloadName.dtfm_reference, "tasklet sizes: system/workload.py WORKLOADS"
+    )
+    out: str | None = option(
+        None, "the JSON file (null: results_dir/case<case>-<method>-seed<seed>.json)"
+    )
+    verbose: bool = option(False, "show the search's progress")
+
+    def check(self) -> None:
+        super().check()
+        check_layout(f"case {self.case}", self.cluster().num_devices, self.pp, self.dp)
+        if self.out is not None and (not self.out.strip() or self.out.endswith("/")):
+            raise ConfigError(f"out={self.out!r}: not a file path")
+
+
+def _check_local_ranks(cfg, ranks: int) -> None:
+    cfg.limits.check_ranks(ranks, f"tp*pp*dp = {cfg.tp}*{cfg.pp or 1}*{cfg.dp or 1}")
+
+
+@dataclass
+@register_mode("train", "repro.modes.train:run", rows=True)
+class TrainConfig(LocalRunOptions, LayoutOptions, ModelOptions, RunConfig):
+    """Train on this machine's processes: our runtime, or real Megatron / DeepSpeed."""
+
+    model: ModelName = option(ModelName.debug, "system/workload.py MODELS")
+    runtime: RuntimeOptions = group(RuntimeOptions, "runtime.*")
+    metrics_out: str | None = option(None, "system=ours: a JSON file of per-iteration metrics")
+    trace: str | None = option(None, "system=ours: a Chrome trace file of every rank")
+    log_dir: str | None = option(None, "system=ours: keep the run's spec.json and rank logs here")
+    grid_devices: int | None = option(None, "grid: ranks to search over (null: tp*pp*dp)", ge=1)
+
+    def check(self) -> None:
+        super().check()
+        if self.runtime.assignment is not None:
+            from system.assignment import Assignment
+
+            try:
+                a = Assignment.load(self.runtime.assignment)
+            except (ValueError, KeyError, OSError) as e:
+                raise ConfigError(f"runtime.assignment={self.runtime.assignment!r}: {e}") from None
+            self.limits.check_ranks(a.pp * a.dp, f"runtime.assignment's {a.pp}x{a.dp} ranks")
+            return
+        if self.grid:
+            ranks = self.grid_devices or self.tp * (self.pp or 1) * (self.dp or 1)
+            self.limits.check_ranks(ranks, f"grid over grid_devices={ranks}")
+        else:
+            _check_local_ranks(self, self.tp * (self.pp or 1) * (self.dp or 1))
+        if self.system == TrainedSystem.ours:
+            pp, dp, batch = self.pp or 1, self.dp or 1, self.batch or 8
+            if batch % (dp * self.micro_batch_size):
+                raise ConfigError(
+                    f"batch={batch} is not divisible by dp={dp} x "
+                    f"micro_batch_size={self.micro_batch_size}"
+                )
+            if self.model_layers() % pp:
+                raise ConfigError(
+                    f"pp={pp} does not divide the model's {self.model_layers()} layers"
+                )
+
+
+@dataclass
+@register_mode("emulate", "repro.modes.emulate:run", rows=True)
+class EmulateConfig(LocalRunOptions, LayoutOptions, ModelOptions, CaseOptions, RunConfig):
+    """Train on emulated WAN links of a case (needs root), each run beside its prediction."""
+
+    model: ModelName = option(ModelName.debug, "system/workload.py MODELS")
+    devices: list[int] | None = option(
+        None, "device ids of the case (null: first of each region)", ge=0
+    )
+    max_devices: int = option(8, "at most this many devices in the default pick", ge=1)
+    bandwidth_scale: float = option(
+        0.1, "every bandwidth x this (the delayer tops ~1.1 Gbit/s)", gt=0
+    )
+    delay_scale: float = option(1.0, "every one-way delay x this", gt=0)
+    hidden_size: int = option(256, "the emulated model's hidden size", ge=1)
+    seq_length: int = option(64, "the emulated model's sequence length", ge=1)
+    vocab_size: int = option(128, "the emulated model's vocabulary", ge=1)
+    layouts: list[EmulateLayout] = option(
+        [EmulateLayout.scheduled, EmulateLayout.random], "system=ours: the layouts run"
+    )
+    random_layouts: int = option(2, "system=ours: random layouts per setting", ge=0)
+    scheduler: SchedulerOptions = group(
+        SchedulerOptions, "scheduler.* (null budget: 300 trials, 60 s)"
+    )
+    baseline_placements: list[Placement] = option(
+        [Placement.launch], "baselines: launch (the paper's protocol) and/or topology"
+    )
+    warmup_iters: int = option(2, "iterations left out of the medians", ge=0)
+    verify_pairs: int = option(6, "sampled links checked (RTT, capacity) before the runs", ge=0)
+    verify_tolerance: float = option(0.1, "relative error a verified link may have", gt=0)
+    on_verify_fail: OnFail = option(OnFail["raise"], "what a link off target does")
+    backend: Backend = option(
+        Backend.auto, "netem, or the NFQUEUE delayer (auto: netem if present)"
+    )
+
+    def check(self) -> None:
+        super().check()
+        if not self.baseline_placements:
+            raise ConfigError("baseline_placements=[]: name launch, topology or both")
+        n_case = self.cluster().num_devices
+        if self.devices is not None:
+            bad = [d for d in self.devices if d >= n_case]
+            if bad or len(set(self.devices)) != len(self.devices):
+                raise ConfigError(
+                    f"devices={self.devices}: ids must be distinct, in 0..{n_case - 1}"
+                )
+        n = len(self.devices) if self.devices else min(self.max_devices, n_case)
+        if self.grid:
+            _check_local_ranks(self, self.tp * (self.pp or 1) * (self.dp or 1))
+        else:
+            self.limits.check_ranks(n, f"{n} emulated devices")
+            if self.system == TrainedSystem.ours:
+                check_layout(f"the {n} emulated devices", n, self.pp, self.dp)
+
+    def picked_devices(self, cluster) -> list[int]:
+        """The emulated devices of ``cluster``: ``devices``, else the first device of each region
+        (region order), at most ``max_devices``."""
+        if self.devices:
+            return list(self.devices)
+        first: dict = {}
+        for d, r in enumerate(cluster.region_of):
+            first.setdefault(r, d)
+        return list(first.values())[: self.max_devices]

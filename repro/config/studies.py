@@ -1,0 +1,328 @@
+"""The studies: benchmarks, attribution, sensitivity, the scheduler's studies, the registered
+validation's steps and the checks that need a GPU. Each is a mode of ``repro/run.py``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from repro.config.base import RunConfig, register_mode
+from repro.config.modes import CaseOptions, ModelName, ModelOptions, WorkloadName, load_case
+from repro.config.options import ConfigError, choice, option
+from system.cases import PAPER_CASES, canonical_case
+from system.workload import PAPER_BATCH_SIZES
+
+__all__ = [
+    "AttributionConfig",
+    "SensitivityConfig",
+    "SchedulerAblationConfig",
+    "ReplanConfig",
+    "BenchSchedulerConfig",
+    "BenchHeteroConfig",
+    "BenchRuntimeConfig",
+    "BenchStoreConfig",
+    "BenchSweepConfig",
+    "GpuCheckConfig",
+    "ProbeInputsConfig",
+    "ProfileConfig",
+    "CalibrateConfig",
+    "PredictConfig",
+    "MeasureConfig",
+    "ScoreConfig",
+]
+
+MEASURE_TAG_PREFIX = "v14m"  # namespaces of the measurement: dtfm-v14m<setting>r<repeat>-*
+CALIBRATE_TAG_PREFIX = "v4c"  # namespaces of the in-situ calibration
+BenchSection = choice(
+    "BenchSection", ("plateau", "gaps", "quality", "scaling", "scale"), module=__name__
+)
+
+
+def _check_cases(key: str, cases: list[str]) -> list[str]:
+    out = [canonical_case(c) for c in cases]
+    if not out:
+        raise ConfigError(f"{key}=[]: name at least one case")
+    for c in out:
+        load_case(c, "paper")
+    return out
+
+
+def _required(key: str, value, what: str) -> None:
+    if value is None or not str(value).strip():
+        raise ConfigError(f"{key}: give {what}")
+
+
+def _file(key: str, value: str | None) -> None:
+    if value is not None and not Path(value).is_file():
+        raise ConfigError(f"{key}={value!r}: no such file")
+
+
+# ---- simulator studies -------------------------------------------------------------------------
+@dataclass
+@register_mode("attribution", "repro.studies.attribution:run")
+class AttributionConfig(RunConfig):
+    """Speed-up attribution: a ladder of simulations from Megatron as launched to ours."""
+
+    cases: list[str] = option(["4", "5"], "the cases of the ladder")
+    layers: list[int] = option([40], "model depths", ge=1)
+    batches: list[int] = option(list(PAPER_BATCH_SIZES), "global batch sizes", ge=1)
+
+    def check(self) -> None:
+        super().check()
+        self.cases = _check_cases("cases", self.cases)
+
+
+@dataclass
+@register_mode("sensitivity", "repro.studies.sensitivity:run")
+class SensitivityConfig(RunConfig):
+    """How the case-5 claims move with the simulator's untested assumptions, one at a time."""
+
+
+@dataclass
+@register_mode("scheduler_ablation", "repro.studies.scheduler_ablation:run")
+class SchedulerAblationConfig(RunConfig):
+    """Fig. 4 data: best TOTAL vs trials for the tailored local search, Kernighan-Lin, random."""
+
+    cases: list[str] = option(list(PAPER_CASES), "the cases")
+    seeds: list[int] = option([0, 1, 2], "search seeds", ge=0)
+    trials: int = option(10, "GA trials per run", ge=1)
+    population: int = option(16, "GA population", ge=2)
+    random_layouts: int = option(5000, "random layouts per seed (the random baseline)", ge=1)
+
+    def check(self) -> None:
+        super().check()
+        self.cases = _check_cases("cases", self.cases)
+
+
+@dataclass
+@register_mode("replan", "repro.studies.replan:run")
+class ReplanConfig(ModelOptions, CaseOptions, RunConfig):
+    """Replay a spot pre-emption trace on a case, re-planning warm vs from scratch."""
+
+    events: int = option(8, "trace events (devices leave or come back)", ge=1)
+    step_devices: int = option(16, "devices per event (a multiple of dp)", ge=1)
+    interval_s: float = option(3600.0, "simulated seconds between events", gt=0)
+    time_limit_s: float = option(1.0, "warm re-planning budget per event", gt=0)
+    dp: int = option(8, "replicas, kept fixed (pp = present devices / dp)", ge=1)
+
+    def check(self) -> None:
+        super().check()
+        if self.step_devices % self.dp:
+            raise ConfigError(
+                f"step_devices={self.step_devices} must be a multiple of dp={self.dp}"
+            )
+
+    def global_batch(self) -> int:
+        return self.batch or PAPER_BATCH_SIZES[0]
+
+
+# ---- benchmarks --------------------------------------------------------------------------------
+@dataclass
+@register_mode("bench_scheduler", "repro.studies.bench.scheduler:run")
+class BenchSchedulerConfig(RunConfig):
+    """Scheduler benchmark: plateaus, certified gaps, quality on cases 4-5, scaling."""
+
+    sections: list[BenchSection] = option(
+        ["plateau", "gaps", "quality", "scaling"], "sections to run (scale: hierarchical search)"
+    )
+    seeds: list[int] = option([0, 1, 2], "seeds of the plateau section", ge=0)
+    big_time_limit_s: float = option(30.0, "search time limit at scale", gt=0)
+    per_regions: list[int] = option([32, 128], "devices per region at scale (x 8 regions)", ge=1)
+    random_layouts: int = option(5000, "random layouts of the quality section", ge=1)
+    big_random_layouts: int = option(200, "random layouts at scale", ge=1)
+    scale_per_regions: list[int] = option([128, 512], "section scale: devices per region", ge=1)
+    scale_time_limit_s: float = option(60.0, "section scale: hierarchical search limit", gt=0)
+
+
+@dataclass
+@register_mode("bench_hetero", "repro.studies.bench.hetero:run")
+class BenchHeteroConfig(CaseOptions, RunConfig):
+    """Mixed GPU fleet: the iteration_time objective against the paper's comm objective."""
+
+    case: str = option("mixed", "a case with GPU types (mixed: 4 GPU types in 4 regions)")
+    workload: WorkloadName = option(WorkloadName.gpt3_xl_b1024, "a model workload")
+    seeds: list[int] = option([0, 1], "search seeds", ge=0)
+
+    def check(self) -> None:
+        super().check()
+        from system.workload import Workload, get_workload
+
+        if not isinstance(get_workload(self.workload), Workload):
+            raise ConfigError(f"workload={self.workload!r}: a model workload, not tasklet sizes")
+
+
+@dataclass
+@register_mode("bench_runtime", "repro.studies.bench.runtime:run")
+class BenchRuntimeConfig(RunConfig):
+    """Pipeline efficiency of our runtime: measured iteration time vs the ideal GPipe time."""
+
+    micro: list[int] = option([4, 8, 16], "micro-batches per iteration, one run each", ge=1)
+    table: str = option("bench.csv", "the CSV written into results_dir")
+    link_mbps: float | None = option(None, "emulated links of this rate (needs root)", gt=0)
+    delay_ms: float = option(0.0, "one-way delay of the emulated links", ge=0)
+    model: ModelName = option(ModelName.debug, "system/workload.py MODELS")
+    layers: int = option(4, "layers", ge=1)
+    hidden_size: int = option(256, "hidden size", ge=1)
+    seq_length: int = option(128, "sequence length", ge=1)
+    pp: int = option(2, "pipeline stages (one process each; at most the free cores)", ge=1)
+    dp: int = option(1, "data-parallel replicas", ge=1)
+    micro_batch_size: int = option(1, "sequences per micro-batch", ge=1)
+    iters: int = option(6, "iterations per run (the first is left out)", ge=1)
+
+    def check(self) -> None:
+        super().check()
+        if Path(self.table).name != self.table:
+            raise ConfigError(f"table={self.table!r}: a file name (it goes into results_dir)")
+        if self.delay_ms and self.link_mbps is None:
+            raise ConfigError(f"delay_ms={self.delay_ms}: needs link_mbps (emulated links)")
+        self.limits.check_ranks(self.pp * self.dp, f"pp*dp = {self.pp}*{self.dp}")
+
+
+@dataclass
+@register_mode("bench_store", "repro.studies.bench.store:run")
+class BenchStoreConfig(RunConfig):
+    """The results store: one job's write as a part vs as a rewrite of the whole table."""
+
+    sizes: list[int] = option([1000, 4000, 8000], "rows already in the study", ge=0)
+    job_rows: int = option(654, "rows one job writes", ge=1)
+    rounds: int = option(3, "rounds (medians are printed)", ge=1)
+
+
+@dataclass
+@register_mode("bench_sweep", "repro.studies.bench.sweep:run")
+class BenchSweepConfig(RunConfig):
+    """Wall time of a sweep under the serial launcher and joblib, side by side."""
+
+    sweep: str = option("smoke", "conf/sweep/<name>.yaml")
+    rounds: int = option(2, "rounds; the launchers alternate their order", ge=1)
+    n_jobs: int | None = option(None, "joblib workers (null: the launcher config's)", ge=1)
+
+    def check(self) -> None:
+        super().check()
+        conf = Path(__file__).resolve().parents[2] / "conf" / "sweep"
+        if not (conf / f"{self.sweep}.yaml").is_file():
+            known = ", ".join(sorted(p.stem for p in conf.glob("*.yaml")))
+            raise ConfigError(f"sweep={self.sweep!r}: expected one of {known}")
+
+
+# ---- GPU and inputs ----------------------------------------------------------------------------
+@dataclass
+@register_mode("gpu_check", "repro.studies.gpu_check:run")
+class GpuCheckConfig(RunConfig):
+    """Our runtime on CUDA: correctness, mixed precision, throughput; the GPU calibration."""
+
+    check_runtime: bool = option(True, "the correctness and throughput checks")
+    calibrate: bool | None = option(None, "the performance model's calibration (null: on a GPU)")
+    dry: bool = option(False, "the calibration's code on the CPU with a tiny model")
+    calibration_dir: str | None = option(None, "calibration files (null: results_dir)")
+
+
+@dataclass
+@register_mode("probe_inputs", "repro.studies.probe_inputs:run")
+class ProbeInputsConfig(RunConfig):
+    """Every bad or edge input of the review on two commits; the table of what each did."""
+
+    before: str = option("9287ca2", "the commit before")
+    after: str = option("HEAD", "the commit after")
+    only: str | None = option(None, "run the probes whose name contains this")
+
+
+# ---- registered validation (calibrate -> predict -> commit -> measure -> score) ----------------
+@dataclass
+@register_mode("profile", "repro.studies.validation.profile:run")
+class ProfileConfig(RunConfig):
+    """Validation step 1: a compute profile of every stage shape, in a run of its own."""
+
+    settings: str | None = option(None, "the settings file (JSON)")
+    out: str | None = option(None, "the profile (null: results_dir/compute_profile.json)")
+    repeats: int = option(6, "timed repeats per stage", ge=1)
+    only: list[str] | None = option(None, "setting names (null: all)")
+    max_procs: int | None = option(None, "profile processes at once (null: all)", ge=1)
+    merge: bool = option(False, "keep the profile's entries, profile only shapes it lacks")
+    nice: int = option(0, "niceness increment (as the measurement's)", ge=-20, le=19)
+
+    def check(self) -> None:
+        super().check()
+        _required("settings", self.settings, "the settings file")
+        _file("settings", self.settings)
+
+
+@dataclass
+@register_mode("calibrate", "repro.studies.validation.calibrate:run")
+class CalibrateConfig(RunConfig):
+    """Validation step 1, in situ: one short run per setting on its emulated links (root)."""
+
+    settings: str | None = option(None, "the settings file (JSON)")
+    out: str | None = option(None, "the profile (null: results_dir/compute_profile.json)")
+    only: list[str] | None = option(None, "setting names (null: all)")
+    merge: bool = option(False, "keep the profile's entries, run only the new ones")
+    nice: int = option(0, "niceness increment (as the measurement's)", ge=-20, le=19)
+    tag_prefix: str = option(CALIBRATE_TAG_PREFIX, "namespace tag prefix of this driver")
+    timeout_s: float = option(300.0, "wall-clock limit of one calibration run", gt=0)
+
+    def check(self) -> None:
+        super().check()
+        _required("settings", self.settings, "the settings file")
+        _file("settings", self.settings)
+
+
+@dataclass
+@register_mode("predict", "repro.studies.validation.predict:run")
+class PredictConfig(RunConfig):
+    """Validation step 2: the simulator's registered predictions (commit them before measuring)."""
+
+    settings: str | None = option(None, "the settings file (JSON)")
+    profile: str | None = option(None, "the compute profile (JSON)")
+    out: str | None = option(None, "the predictions (null: results_dir/predictions.json)")
+    only: list[str] | None = option(None, "setting names (null: all)")
+    schedule_trials: int = option(300, "GA trials for the scheduled layout", ge=1)
+
+    def check(self) -> None:
+        super().check()
+        for key in ("settings", "profile"):
+            _required(key, getattr(self, key), f"the {key} file")
+            _file(key, getattr(self, key))
+
+
+@dataclass
+@register_mode("measure", "repro.studies.validation.measure:run")
+class MeasureConfig(RunConfig):
+    """Validation step 3: the registered settings on emulated links, repeated (root)."""
+
+    predictions: str | None = option(None, "the registered predictions (JSON)")
+    out: str | None = option(None, "the measured rows (null: results_dir/measured.csv)")
+    repeats: int = option(3, "fresh emulated networks per setting", ge=1)
+    only: list[str] | None = option(None, "setting names (null: all)")
+    deadline: str | None = option(None, "HH:MM UTC: start no setting after it")
+    timeout_s: float = option(300.0, "wall-clock limit of one run", gt=0)
+    nice: int = option(0, "niceness increment for the driver and its processes", ge=-20, le=19)
+    tag_prefix: str = option(
+        MEASURE_TAG_PREFIX, "namespace tag prefix (cleanup touches only these)"
+    )
+    cleanup_only: bool = option(False, "remove this driver's leftovers of a killed run, then exit")
+
+    def check(self) -> None:
+        super().check()
+        if not self.cleanup_only:
+            _required("predictions", self.predictions, "the predictions file")
+            _file("predictions", self.predictions)
+        if self.deadline is not None:
+            import re
+
+            if not re.fullmatch(r"([01]\d|2[0-3]):[0-5]\d", self.deadline):
+                raise ConfigError(f"deadline={self.deadline!r}: expected HH:MM (UTC)")
+
+
+@dataclass
+@register_mode("score", "repro.studies.validation.score:run")
+class ScoreConfig(RunConfig):
+    """Validation step 4: score registered predictions against the measurements."""
+
+    predictions: str | None = option(None, "the registered predictions (JSON)")
+    measured: str | None = option(None, "the measured rows (CSV)")
+
+    def check(self) -> None:
+        super().check()
+        for key in ("predictions", "measured"):
+            _required(key, getattr(self, key), f"the {key} file")
+            _file(key, getattr(self, key))

@@ -1,0 +1,1 @@
+"""Studies: each a mode of ``repro/run.py`` (its config in :mod:`repro.config.studies`)."""

@@ -1,0 +1,1 @@
+"""Benchmarks: each prints a table measured side by side in one run."""

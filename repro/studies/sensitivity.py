@@ -1,0 +1,154 @@
+"""How the case-5 claims move with the simulator's untested assumptions (one at a time).
+
+    python repro/run.py mode=sensitivity results_dir=results/paper    # sensitivity.{csv,md}
+
+Around the default model (30% of V100 peak, every device pair at its full measured bandwidth,
+NCCL's eager sends), one knob at a time:
+
+- compute efficiency 0.2, 0.3, 0.4, 0.5 of peak (``Hardware.achievable_fraction``, every system);
+- link sharing (:func:`system.simulator.comm.with_link_sharing`): ``pair`` (default),
+  ``device_nic`` (a device's concurrent flows share one NIC as fast as its fastest link) and
+  ``region_pair`` (concurrent flows between two regions share the pair's bandwidth);
+- the baselines' transport: NCCL eager (default) or NCCL with a rendezvous (a send waits for
+  the receiver's posted receive, as gloo's does; :data:`system.simulator.comm.NCCL_RENDEZVOUS`).
+  Ours' timeline always waits for the receiver's notice, as its runtime does.
+
+For every variant and each of the 9 case-5 settings it simulates ours (the scheduled layout, the
+same for every variant: the scheduler sees only α and β), 3 random layouts, and Megatron's and
+DeepSpeed's grids under both placement protocols; each claim is the median over the settings as
+in ``repro/report/claims.py``. The report gives each claim's value per variant and its range.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from baselines.deepspeed.perf import grid_search_deepspeed
+from baselines.megatron.perf import grid_search_megatron
+from baselines.placement import Placement
+from repro.config import SensitivityConfig, default_layout
+from system.cases import get_case
+from system.scheduler.assignment import random_assignment
+from system.simulator import V100, simulate_ours
+from system.simulator.comm import NCCL, NCCL_RENDEZVOUS, with_link_sharing
+from system.workload import PAPER_BATCH_SIZES, PAPER_LAYERS, Workload, get_model, tasklet_sizes
+
+__all__ = ["VARIANTS", "sensitivity_table", "claim_ranges", "run"]
+
+# (name, compute efficiency, link sharing, baselines' transport); the first is the default model
+VARIANTS = (
+    ("default", 0.30, "pair", NCCL),
+    ("efficiency 0.2", 0.20, "pair", NCCL),
+    ("efficiency 0.4", 0.40, "pair", NCCL),
+    ("efficiency 0.5", 0.50, "pair", NCCL),
+    ("sharing device_nic", 0.30, "device_nic", NCCL),
+    ("sharing region_pair", 0.30, "region_pair", NCCL),
+    ("nccl rendezvous", 0.30, "pair", NCCL_RENDEZVOUS),
+)
+CLAIMS = {  # claim id -> (numerator column, denominator column): ratio = den time / num time
+    "c5_vs_megatron (launch)": "megatron_launch",
+    "c5_vs_megatron (topology)": "megatron_topology",
+    "c5_vs_deepspeed (launch)": "deepspeed_launch",
+    "c5_vs_deepspeed (topology)": "deepspeed_topology",
+    "scheduler_vs_random": "ours_random",
+    "deepspeed / megatron time (launch)": None,
+    "deepspeed / megatron time (topology)": None,
+}
+
+
+def sensitivity_table(
+    seed: int = 0, layers=PAPER_LAYERS, batches=PAPER_BATCH_SIZES
+) -> pd.DataFrame:
+    """One row per (variant, layers, batch): every system's iteration time (s)."""
+    from repro.modes.simulate import MIN_RANDOM_LAYOUTS, SIM_BUDGET
+    from system.scheduler import schedule
+
+    base = get_case("5")
+    pp, dp = default_layout(base.num_devices)
+    rows, schedules = [], {}
+    for name, eff, sharing, transport in VARIANTS:
+        cluster = with_link_sharing(base, sharing)
+        hw = replace(V100, achievable_fraction=eff)
+        for layers_ in layers:
+            for batch in batches:
+                w = Workload(model=get_model("gpt3_xl", layers_), global_batch_size=batch)
+                key = (layers_, batch)
+                if key not in schedules:  # the scheduler sees α and β only: one per setting
+                    schedules[key] = schedule(
+                        base,
+                        tasklet_sizes(w, pp, dp),
+                        pp=pp,
+                        dp=dp,
+                        method="genetic",
+                        seed=seed,
+                        greedy_seeds=True,
+                        **SIM_BUDGET,
+                    ).assignment
+                row = {"variant": name, "num_layers": layers_, "global_batch_size": batch}
+                row["ours"] = simulate_ours(cluster, schedules[key], w, hardware=hw).iter_time_s
+                rnd = [
+                    simulate_ours(
+                        cluster,
+                        random_assignment(pp, dp, np.random.default_rng([seed, k])),
+                        w,
+                        hardware=hw,
+                    ).iter_time_s
+                    for k in range(MIN_RANDOM_LAYOUTS)
+                ]
+                row["ours_random"] = float(np.mean(rnd))
+                cache_m: dict = {}
+                cache_d: dict = {}
+                for placement in Placement:
+                    kw = dict(hardware=hw, placement=placement, transport=transport)
+                    m = grid_search_megatron(cluster, w, cache=cache_m, **kw).best
+                    d = grid_search_deepspeed(cluster, w, cache=cache_d, **kw).best
+                    row[f"megatron_{placement}"] = m.iter_time_s
+                    row[f"deepspeed_{placement}"] = d.iter_time_s
+                rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def claim_ranges(table: pd.DataFrame) -> pd.DataFrame:
+    """Per claim and variant, the median over settings; plus min/max over variants."""
+    out = []
+    for claim, den in CLAIMS.items():
+        per = {}
+        for variant, g in table.groupby("variant", sort=False):
+            if den is None:
+                p = claim.split("(")[1].rstrip(")")
+                ratio = g[f"deepspeed_{p}"] / g[f"megatron_{p}"]
+            else:
+                ratio = g[den] / g["ours"]
+            per[variant] = float(np.median(ratio))
+        vals = np.array(list(per.values()))
+        out.append({"claim": claim, **per, "min": vals.min(), "max": vals.max()})
+    return pd.DataFrame(out)
+
+
+def _markdown(ranges: pd.DataFrame) -> str:
+    from repro.report.tables import markdown_table
+
+    variants = [v for v, *_ in VARIANTS]
+    table = ranges[["claim", *variants]].assign(
+        range=[f"{lo:.2f}–{hi:.2f}" for lo, hi in zip(ranges["min"], ranges["max"], strict=True)]
+    )
+    return markdown_table(
+        table, floatfmt=".2f", headers={"claim": "claim (median over the 9 case-5 settings)"}
+    )
+
+
+def run(cfg: SensitivityConfig) -> dict:
+    from system.results import atomic_write_text
+
+    table = sensitivity_table(cfg.seed)
+    ranges = claim_ranges(table)
+    out = Path(cfg.results_dir)
+    atomic_write_text(out / "sensitivity.csv", table.to_csv(index=False))
+    text = _markdown(ranges)
+    atomic_write_text(out / "sensitivity.md", text + "\n")
+    print(text)
+    return {"variants": len(VARIANTS), "results_dir": str(out)}

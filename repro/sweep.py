@@ -1,0 +1,493 @@
+"""Sweeps: every job checked before the first, finished jobs skipped, one report at the end.
+
+A sweep file (``conf/sweep/*.yaml``) registers :class:`WorkflowCallback`::
+
+    hydra:
+      callbacks:
+        workflow:
+          _target_: repro.sweep.WorkflowCallback
+
+Before the first job the callback composes and validates every job (:func:`check_jobs`); one
+bad point stops the sweep with every bad point listed and nothing run (exit 2). Each job runs
+through :func:`run_job`: it writes a ledger entry ``<results_dir>/jobs/<job_key>.json``
+(atomically, after the mode wrote its rows) naming its rows, or, when it raised, an entry with
+``status: error`` (:func:`record_failure`) and the sweep goes on. A sweep started again skips
+every job whose entry is finished and whose rows are all stored. ``job_key`` hashes the typed
+config without the keys that do not change results (:data:`NON_RESULT_KEYS`) together with the
+performance model's version, so a sweep rerun after a model change recomputes. While a job
+runs it holds ``jobs/<job_key>.lock``: a second sweep into the same folder waits and then skips.
+
+A sweep's jobs write part files only (:func:`system.results.deferred_collect`); at the end
+:func:`finish_study` folds them into ``runs.parquet`` once, builds the report
+(:mod:`repro.report.build`), mirrors it to wandb when ``logger=wandb`` and logs one line saying
+where everything is. The command exits 1 when the report or a job failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import logging
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from repro.config import RunConfig, as_dict, validate
+from system.results import (
+    atomic_write_text,
+    deferred_collect,
+    model_version,
+    read_rows,
+    run_id_for,
+    study_lock,
+)
+from system.results import run_ids as stored_run_ids
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "NON_RESULT_KEYS",
+    "job_key",
+    "ledger_path",
+    "finished_job",
+    "is_multirun",
+    "run_job",
+    "record_failure",
+    "WorkflowCallback",
+    "Outcome",
+    "count_jobs",
+    "job_overrides",
+    "check_jobs",
+    "ledger_stamps",
+    "count_outcomes",
+    "finish_study",
+]
+
+# Keys that only change how a run is reported (or how long it may take), never its rows.
+NON_RESULT_KEYS = ("logger", "wandb", "workflow", "metrics_out", "limits")
+JOB_LOCK_TIMEOUT_S = 24 * 3600.0
+
+
+# ---- the ledger --------------------------------------------------------------------------------
+def job_key(cfg: RunConfig) -> str:
+    """Stable 16-hex key of a job: its typed config less :data:`NON_RESULT_KEYS`, and the model."""
+    c = as_dict(cfg)
+    for k in NON_RESULT_KEYS:
+        c.pop(k, None)
+    c["model_version"] = model_version()
+    return run_id_for(c)
+
+
+def ledger_path(results_dir: str | Path, key: str) -> Path:
+    return Path(results_dir) / "jobs" / f"{key}.json"
+
+
+def finished_job(results_dir: str | Path, key: str) -> dict | None:
+    """The ledger entry of a finished job whose rows are all stored, else None."""
+    p = ledger_path(results_dir, key)
+    if not p.exists():
+        return None
+    try:
+        rec = json.loads(p.read_text())
+    except json.JSONDecodeError:
+        log.warning("ledger entry %s is unreadable: running the job again", p)
+        return None
+    if rec.get("status", "ok") != "ok":
+        return None
+    missing = set(rec.get("run_ids", [])) - stored_run_ids(results_dir)
+    if missing:
+        log.warning("job %s lost %d of its rows: running it again", key, len(missing))
+        return None
+    return rec
+
+
+def _output_dir() -> str | None:
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return str(HydraConfig.get().runtime.output_dir)
+    except (ImportError, ValueError):  # not under Hydra (tests call run_job directly)
+        return None
+
+
+def is_multirun() -> bool:
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+    except (ImportError, ValueError):
+        return False
+
+
+def _write_ledger(cfg: RunConfig, key: str, **fields) -> None:
+    rec = {
+        "job_key": key,
+        "model_version": model_version(),
+        "finished_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "output_dir": _output_dir(),
+        "config": as_dict(cfg),
+        **fields,
+    }
+    path = ledger_path(cfg.results_dir, key)
+    atomic_write_text(path, json.dumps(rec, indent=1, default=str) + "\n")
+
+
+def run_job(
+    cfg: RunConfig, task: Callable[[RunConfig], dict | None], *, multirun: bool | None = None
+) -> dict:
+    """Run ``task(cfg)`` unless this config already finished in ``cfg.results_dir``.
+
+    Skipping applies to sweep jobs only (``multirun=None``: ask Hydra), so a single
+    ``python repro/run.py ...`` always runs; every finished job writes its ledger entry.
+    Returns the task's summary dict (or the stored one when skipped, with ``skipped: True``).
+    """
+    results_dir = Path(cfg.results_dir)
+    key = job_key(cfg)
+    multirun = is_multirun() if multirun is None else multirun
+    # another sweep running this job: wait for it (at most a day, the longest job we run)
+    with study_lock(results_dir / "jobs", f"{key}.lock", timeout_s=JOB_LOCK_TIMEOUT_S):
+        if multirun and cfg.workflow.skip_finished:
+            rec = finished_job(results_dir, key)
+            if rec is not None:
+                log.info(
+                    "skip job %s: finished at %s (%d rows)",
+                    key,
+                    rec.get("finished_utc"),
+                    len(rec.get("run_ids", [])),
+                )
+                return {**rec.get("summary", {}), "skipped": True, "job_key": key}
+        before = stored_run_ids(results_dir)
+        # a sweep's jobs add part files only; the sweep compacts them once (finish_study)
+        with deferred_collect() if multirun else contextlib.nullcontext():
+            summary = dict(task(cfg) or {})
+        run_ids = summary.get("run_ids") or sorted(stored_run_ids(results_dir) - before)
+        summary = json.loads(json.dumps(summary, default=str))
+        _write_ledger(cfg, key, status="ok", run_ids=list(run_ids), summary=summary)
+    if cfg.logger == "wandb" and run_ids:
+        from repro.report.wandb_log import log_job
+
+        rows = read_rows(results_dir)
+        log_job(cfg, rows[rows.run_id.isin(run_ids)])
+    return {**summary, "skipped": False, "job_key": key}
+
+
+def record_failure(cfg: RunConfig, error: BaseException) -> None:
+    """Write a failed sweep job's ledger entry (``status: error``, what the sweep counts)."""
+    try:
+        _write_ledger(
+            cfg,
+            job_key(cfg),
+            status="error",
+            error=f"{type(error).__name__}: {error}"[:4000],
+            run_ids=[],
+        )
+    except Exception as e:  # noqa: BLE001 - the folder itself may be what failed
+        log.warning("could not record the failed job in its ledger: %s", e)
+
+
+# ---- the sweep's jobs --------------------------------------------------------------------------
+def _sweep_overrides(config: DictConfig) -> list:
+    """The basic sweeper's overrides: sweep-file params, then the command line (which wins)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = dict(config.hydra.sweeper.get("params") or {})
+    lines = [f"{k}={v}" for k, v in params.items()] + list(config.hydra.overrides.task)
+    by_key = {o.get_key_element(): o for o in OverridesParser.create().parse_overrides(lines)}
+    return list(by_key.values())
+
+
+def count_jobs(config: DictConfig) -> int | None:
+    """How many jobs the basic sweeper will launch (sweep-file params + command-line overrides)."""
+    try:
+        sizes = [
+            len(list(o.sweep_string_iterator()))
+            for o in _sweep_overrides(config)
+            if o.is_sweep_override()
+        ]
+        return math.prod(sizes)
+    except Exception as e:  # a custom sweeper: progress without a total
+        log.debug("cannot count jobs: %s", e)
+        return None
+
+
+def job_overrides(config: DictConfig) -> list[list[str]]:
+    """One override list per job, in the basic sweeper's order."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    batches = BasicSweeper.split_arguments(_sweep_overrides(config), None)
+    return [list(job) for batch in batches for job in batch]
+
+
+def _check(config: DictConfig) -> tuple[list[str], list[RunConfig]]:
+    """(one line per bad job, the typed config of every good job), one composition each."""
+    from hydra import compose
+
+    bad, jobs = [], []
+    for n, overrides in enumerate(job_overrides(config)):
+        try:
+            jobs.append(
+                validate(compose(config_name=config.hydra.job.config_name, overrides=overrides))
+            )
+        except Exception as e:  # noqa: BLE001 - every kind of bad point is reported, none run
+            shown = " ".join(o for o in overrides if not o.startswith("hydra"))
+            bad.append(f"job {n} ({shown}): {str(e).strip().splitlines()[0]}")
+    return bad, jobs
+
+
+def check_jobs(config: DictConfig) -> list[str]:
+    """Compose and validate every job of the sweep; returns one line per bad job."""
+    return _check(config)[0]
+
+
+@dataclass
+class Outcome:
+    """What became of a sweep's jobs, read from the study's ledger (``results_dir/jobs/``).
+
+    Launchers that run jobs in other processes (joblib's workers, Slurm jobs) return nothing
+    this process could count, so the ledger, which every job writes whether it ran or failed,
+    is the one source: an entry rewritten during this sweep by one of this sweep's job folders
+    ran (or failed); an untouched finished entry was skipped; a missing entry never finished.
+    """
+
+    ran: int = 0
+    skipped: int = 0
+    failed: list = field(default_factory=list)
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
+def ledger_stamps(results_dir: str | Path, keys: list[str]) -> dict[str, tuple[int, int] | None]:
+    """Each job's ledger entry (mtime, size) now, or None where it has none."""
+    return {k: _stamp(ledger_path(results_dir, k)) for k in keys}
+
+
+def count_outcomes(results_dir: str | Path, before: dict, sweep_dir: str | None) -> Outcome:
+    """Count ran / skipped / failed jobs of a sweep from the ledger (see :class:`Outcome`).
+
+    ``before`` is :func:`ledger_stamps` taken when the sweep started; ``sweep_dir`` is this
+    sweep's Hydra folder, so a job another sweep ran into the same study meanwhile counts as
+    skipped here, not ran.
+    """
+    out = Outcome()
+    root = Path(sweep_dir).resolve() if sweep_dir else None
+    for key, was in before.items():
+        path = ledger_path(results_dir, key)
+        now = _stamp(path)
+        if now is None:
+            out.failed.append({"job_key": key, "error": "no ledger entry: the job did not finish"})
+            continue
+        try:
+            rec = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            out.failed.append({"job_key": key, "error": f"unreadable ledger entry: {e}"})
+            continue
+        job_dir = rec.get("output_dir")
+        ours = root is None or job_dir is None or Path(job_dir).resolve().is_relative_to(root)
+        touched = now != was and ours
+        if rec.get("status", "ok") != "ok":
+            out.failed.append({"job_key": key, "error": rec.get("error", "?")})
+        elif touched:
+            out.ran += 1
+        else:
+            out.skipped += 1
+    return out
+
+
+# ---- the end of a sweep ------------------------------------------------------------------------
+def finish_study(
+    cfg: RunConfig,
+    *,
+    elapsed_s: float | None = None,
+    sweep_dir: str | None = None,
+    outcome: Outcome | None = None,
+    check_s: float | None = None,
+) -> dict:
+    """Collect, report and (optionally) mirror to wandb; returns where the outputs are.
+
+    ``outcome`` (:func:`count_outcomes`) is what the summary line counts; without it the line
+    says the counts are unknown. The line also gives the seconds spent checking the jobs
+    (``check_s``) and building the report: with the jobs' own time (``elapsed_s``), where a
+    sweep's wall time goes (``mode=bench_sweep`` prints them per launcher).
+    """
+    from system.results import has_stored_rows
+
+    results_dir = Path(cfg.results_dir)
+    if not has_stored_rows(results_dir):
+        log.warning("no rows under %s: nothing to report", results_dir)
+        return {"results_dir": str(results_dir)}
+    with study_lock(results_dir, ".report.lock"):
+        return _finish(cfg, results_dir, elapsed_s, sweep_dir, outcome, check_s)
+
+
+def _finish(cfg: RunConfig, results_dir: Path, elapsed_s, sweep_dir, outcome, check_s) -> dict:
+    import pandas as pd
+
+    from system.results import compact
+
+    t0 = time.monotonic()
+    runs_csv = compact(results_dir)  # the jobs' parts folded in once (nothing new: no rewrite)
+    out = {"results_dir": str(results_dir), "runs_csv": str(runs_csv)}
+    if cfg.workflow.report:
+        from repro.report.build import build_report
+
+        paths = build_report(
+            results_dir,
+            ablation_path=cfg.workflow.ablation_csv,
+            tolerance=cfg.workflow.tolerance,
+            study=cfg.study,
+        )
+        out["report"] = str(paths.report)
+        if cfg.logger == "wandb":
+            from repro.report.wandb_log import log_comparison
+
+            log_comparison(
+                cfg,
+                pd.read_csv(paths.best),
+                pd.read_csv(paths.variance),
+                pd.read_csv(paths.claims),
+                paths.figures,
+            )
+    n_rows = len(pd.read_csv(runs_csv, usecols=["run_id"]))  # runs.csv: newest row per setting
+    took = f" in {elapsed_s:.1f} s" if elapsed_s is not None else ""
+    check = f"check {check_s:.1f} s, " if check_s is not None else ""
+    took += f" ({check}report {time.monotonic() - t0:.1f} s)"
+    if outcome is None:
+        counts = "jobs ran/skipped/failed not counted"
+    else:
+        counts = (
+            f"{outcome.ran} jobs ran, {outcome.skipped} skipped (already finished), "
+            f"{len(outcome.failed)} failed"
+        )
+    log.info(
+        "sweep %s: %s%s; %d rows -> %s; report %s; job folders %s",
+        cfg.study,
+        counts,
+        took,
+        n_rows,
+        runs_csv,
+        out.get("report", "off"),
+        sweep_dir or "-",
+    )
+    return out
+
+
+class WorkflowCallback(Callback):
+    """Check every job first, show progress, collect and report when the sweep ends."""
+
+    def __init__(self, progress: bool = True) -> None:
+        self.progress = progress
+        self._bar = None
+        self._task = None
+        self._t0 = 0.0
+        self._done = 0
+        self._total: int | None = None
+        self._studies: dict[str, tuple[RunConfig, dict]] = {}  # results_dir -> (a job, stamps)
+        self._check_s: float | None = None
+        self._pid = os.getpid()  # the submitting process
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        t0 = time.monotonic()
+        bad, jobs = _check(config)
+        self._check_s = time.monotonic() - t0
+        if bad:
+            for line in bad:
+                log.error("%s", line)
+            print(
+                f"error: {len(bad)} of {count_jobs(config) or '?'} sweep jobs are invalid; "
+                f"nothing ran. First: {bad[0]}",
+                file=sys.stderr,
+            )
+            raise SystemExit(2)  # not an Exception: Hydra's callback wrapper lets it through
+        by_dir: dict[str, list[RunConfig]] = {}
+        for job in jobs:
+            by_dir.setdefault(job.results_dir, []).append(job)
+        self._studies = {
+            d: (js[0], ledger_stamps(d, [job_key(j) for j in js])) for d, js in by_dir.items()
+        }
+        self._pid = os.getpid()
+        self._t0, self._done, self._total = time.monotonic(), 0, len(jobs)
+        if self.progress and sys.stdout.isatty():
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            self._bar = Progress(
+                "[progress.description]{task.description}",
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                "eta",
+                TimeRemainingColumn(),
+                transient=False,
+            )
+            self._bar.start()
+            self._task = self._bar.add_task(f"sweep {config.study}", total=self._total)
+
+    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
+        status = getattr(getattr(job_return, "status", None), "name", "?")
+        if os.getpid() != self._pid:  # a launcher's worker (joblib, Slurm): no shared count here
+            log.info("job %s in worker process %d", status, os.getpid())
+            return
+        self._done += 1
+        if self._bar is not None:
+            self._bar.advance(self._task)
+            return
+        elapsed = time.monotonic() - self._t0
+        left = ""
+        if self._total:
+            left = f", about {elapsed / self._done * (self._total - self._done):.0f} s left"
+        log.info(
+            "job %d/%s %s (%.0f s elapsed%s)", self._done, self._total or "?", status, elapsed, left
+        )
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+        sweep_dir = str(config.hydra.sweep.dir)
+        failed = 0
+        for results_dir, (job, before) in self._studies.items():
+            outcome = count_outcomes(results_dir, before, sweep_dir)
+            try:
+                finish_study(
+                    job,
+                    elapsed_s=time.monotonic() - self._t0,
+                    sweep_dir=sweep_dir,
+                    outcome=outcome,
+                    check_s=self._check_s,
+                )
+            except Exception as e:  # noqa: BLE001 - any report failure fails the command
+                log.exception("the report of study %s failed", job.study)
+                print(f"error: report failed: {type(e).__name__}: {e}", file=sys.stderr)
+                raise SystemExit(1) from None
+            for f in outcome.failed:
+                log.error("failed job %s: %s", f["job_key"], f["error"])
+            if outcome.failed:
+                print(
+                    f"error: {len(outcome.failed)} sweep job(s) failed (recorded under "
+                    f"{results_dir}/jobs/; the report covers the others)",
+                    file=sys.stderr,
+                )
+            failed += len(outcome.failed)
+        if failed:
+            raise SystemExit(1)

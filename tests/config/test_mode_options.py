@@ -1,0 +1,57 @@
+"""One bad value per mode: every mode's typed options refuse it with one line naming the key,
+before any work (a new mode adds its line to :data:`BAD`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from repro.config import MODES, ConfigError, validate
+
+VAL = "results/validation/round6"
+# mode -> (a bad option, the other options its check needs, what the error line says)
+BAD = {
+    "simulate": ({"repeats": 0}, {"case": "debug", "model": "debug"}, "repeats=0: must be >= 1"),
+    "schedule": ({"scheduler": {"population": 1}}, {}, "scheduler.population=1: must be >= 2"),
+    "train": ({"timeout_s": 0.0}, {}, "timeout_s=0.0: must be > 0"),
+    "emulate": ({"bandwidth_scale": -1.0}, {}, "bandwidth_scale=-1.0: must be > 0"),
+    "report": ({"results_dir": "no/such/study"}, {}, "no such results folder"),
+    "collect": ({"results_dir": "no/such/study"}, {}, "no such results folder"),
+    "emulation_report": ({"results_dir": "no/such/study"}, {}, "no such results folder"),
+    "compare_baselines": ({"results_dir": "no/such/study"}, {}, "no such results folder"),
+    "attribution": ({"cases": ["7"]}, {}, "case='7'"),
+    "sensitivity": ({"seed": -1}, {}, "seed=-1: must be >= 0"),
+    "scheduler_ablation": ({"population": 1}, {}, "population=1: must be >= 2"),
+    "replan": ({"step_devices": 3}, {"dp": 2, "case": "debug"}, "multiple of dp=2"),
+    "bench_scheduler": ({"per_regions": [0]}, {}, "per_regions[]=0: must be >= 1"),
+    "bench_hetero": ({"workload": "dtfm_reference"}, {}, "a model workload"),
+    "bench_runtime": ({"table": "../x.csv"}, {}, "table='../x.csv': a file name"),
+    "bench_store": ({"rounds": 0}, {}, "rounds=0: must be >= 1"),
+    "bench_sweep": ({"sweep": "nope"}, {}, "sweep='nope': expected one of"),
+    "gpu_check": ({"dry": "maybe"}, {}, "dry"),
+    "probe_inputs": ({"limits": {"max_micro_batches": 0}}, {}, "max_micro_batches=0"),
+    "profile": ({"repeats": 0}, {"settings": f"{VAL}/settings.json"}, "repeats=0: must be >= 1"),
+    "calibrate": ({"settings": "none.json"}, {}, "settings='none.json': no such file"),
+    "predict": ({"schedule_trials": 0}, {}, "schedule_trials=0: must be >= 1"),
+    "measure": (
+        {"deadline": "25:00"},
+        {"predictions": f"{VAL}/predictions.json"},
+        "deadline='25:00': expected HH:MM",
+    ),
+    "score": ({"measured": None}, {"predictions": f"{VAL}/predictions.json"}, "measured: give"),
+}
+
+
+def test_every_mode_has_its_bad_value():
+    assert set(BAD) == set(MODES)
+
+
+@pytest.mark.parametrize("mode", sorted(BAD))
+def test_one_bad_value_is_one_line_naming_it(mode, monkeypatch, tmp_path):
+    from pathlib import Path
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    bad, needs, message = BAD[mode]
+    cfg = {"mode": mode, "results_dir": str(tmp_path), **needs, **bad}
+    with pytest.raises(ConfigError) as err:
+        validate(cfg)
+    assert message in str(err.value) and len(str(err.value).splitlines()) == 1, str(err.value)
