@@ -27,12 +27,13 @@ caller may share between settings with the same tasklet sizes).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from system.assignment import Assignment
 from system.cluster import Cluster
 from system.simulator import V100, Hardware, SimResult, simulate_ours, stage_compute
-from system.simulator.ours import SCHEDULES
+from system.simulator.ours import SCHEDULES, accumulation_rounds, ours_memory_bytes
 from system.workload import Workload, stage_gradient_params, tasklet_sizes
 
 __all__ = [
@@ -46,8 +47,11 @@ __all__ = [
 ]
 
 MICRO_BATCH_SIZES = (1, 2, 4, 8)  # the baselines' grid's micro-batch sizes
+# the scheduler's layout for (pp, dp, workload), when the caller keeps its own schedules
+ScheduledLayout = Callable[[int, int, Workload], Assignment]
 SEARCH_LAYOUTS = ("scheduled", "one_pipeline_per_region", "greedy_region_fill")
 RUNTIME_SUPPORTED = {("gpipe", "full"), ("gpipe", "none")}  # what system/runtime implements
+RECOMPUTE_ORDER = ("none", "selective", "full")  # least recomputation first
 
 
 def paper_pp(num_devices: int) -> int:
@@ -92,7 +96,6 @@ class OursSearch:
     best: SimResult
     paper: SimResult
     results: list[SimResult] = field(default_factory=list)
-    skipped: int = 0  # candidates the lower bound ruled out without a simulation
 
     @property
     def best_supported(self) -> SimResult:
@@ -121,12 +124,15 @@ def _layout(
     seed: int,
     budget: dict,
     layouts: dict,
+    scheduled: ScheduledLayout | None,
 ) -> Assignment | None:
     from system.scheduler import schedule
     from system.scheduler.heuristics import heuristic_assignment
 
     if name != "scheduled":
         return heuristic_assignment(cluster, pp, dp, name)
+    if scheduled is not None:
+        return scheduled(pp, dp, workload)
     sizes = tasklet_sizes(workload, pp, dp)
     key = (cluster.name, cluster.meta.get("variant"), pp, dp, sizes, seed, tuple(budget.items()))
     if key not in layouts:
@@ -178,47 +184,60 @@ def _simulate(
 
 
 def _grid(
-    cluster: Cluster,
     workload: Workload,
     pp: int,
     dp: int,
-    layout: Assignment,
     kind: str,
+    simulate: Callable[[OursConfig], SimResult],
     *,
     hardware: Hardware,
-    loss_scaling: bool,
     best_s: float,
     space: tuple[tuple[int, ...], tuple[str, ...], tuple[str, ...]],
 ) -> tuple[list[SimResult], int]:
-    """Every (micro-batch, recomputation, schedule) of one shape on one layout, cheapest lower
-    bound first; returns the results and how many candidates the bound skipped. For 1F1B (one
-    pass, no accumulation rounds) less recomputation never slows a pass down — every event time
-    is monotone in the compute times — so only the least recomputation that fits is tried."""
+    """Every (micro-batch, recomputation, schedule) of one shape on one layout worth running,
+    cheapest lower bound first; returns the results and how many candidates the bound skipped.
+
+    Dominance: with the same number of passes (accumulation rounds; 1F1B always one) less
+    recomputation never slows an iteration down — every event time of the GPipe and 1F1B
+    timelines is monotone in the compute times, and the exchange does not depend on them — so
+    per micro-batch size a recomputation mode is tried only where it needs fewer passes than
+    every mode with less recomputation (1F1B: only the least one that fits)."""
     micro_batch_sizes, recompute, schedules = space
     per_replica = workload.global_batch_size // dp
     todo = []
     for mbs in micro_batch_sizes:
         if per_replica % mbs:
             continue
+        w = replace(workload, micro_batch_size=mbs)
         for sch in schedules:
-            for rc in recompute:
-                todo.append(OursConfig(pp, dp, mbs, rc, sch, kind))
+            fewest = math.inf  # passes of the modes with less recomputation
+            for rc in sorted(recompute, key=RECOMPUTE_ORDER.index):
+                if sch == "1f1b":
+                    passes = 1 if _fits_1f1b(w, pp, dp, rc, hardware) else 0
+                else:
+                    passes = accumulation_rounds(w, pp, dp, hardware, recompute=rc)
+                if passes and passes < fewest:
+                    todo.append(OursConfig(pp, dp, mbs, rc, sch, kind))
+                    fewest = passes
     bound = {c: _lower_bound_s(workload, c, hardware) for c in todo}
     todo.sort(key=lambda c: (bound[c], c.label()))
-    results, skipped, fitted_1f1b = [], 0, set()
+    results, skipped = [], 0
     for c in todo:
         if bound[c] >= best_s:
             skipped += 1
             continue
-        if c.schedule == "1f1b" and c.micro_batch_size in fitted_1f1b:
-            continue  # a cheaper recomputation of this micro-batch already fitted
-        res = _simulate(cluster, workload, c, layout, hardware, loss_scaling)
+        res = simulate(c)
         results.append(res)
         if res.status == "ok":
             best_s = min(best_s, res.iter_time_s)
-            if c.schedule == "1f1b":
-                fitted_1f1b.add(c.micro_batch_size)
     return results, skipped
+
+
+def _fits_1f1b(workload: Workload, pp: int, dp: int, recompute: str, hardware: Hardware) -> bool:
+    """Whether a 1F1B pass (at most pp micro-batches in flight) fits in memory."""
+    in_flight = min(pp, workload.micro_batches(dp))
+    mem = ours_memory_bytes(workload, pp, in_flight, recompute=recompute, last_in_flight=1)
+    return mem <= hardware.usable_memory_bytes
 
 
 def search_ours(
@@ -230,6 +249,7 @@ def search_ours(
     budget: dict | None = None,
     loss_scaling: bool = True,
     layouts: dict | None = None,
+    scheduled: ScheduledLayout | None = None,
     micro_batch_sizes: tuple[int, ...] = MICRO_BATCH_SIZES,
     recompute: tuple[str, ...] = ("none", "selective", "full"),
     schedules: tuple[str, ...] = SCHEDULES,
@@ -243,28 +263,58 @@ def search_ours(
     listed least recomputation first (the order 1F1B tries them in).
 
     ``budget``: the scheduler's (``trials``, ``population``, ``time_limit_s``, …; default its
-    own). ``loss_scaling``: charge fp16's finite-flag all-reduce (the paper ran fp16).
+    own); ``scheduled``: the caller's scheduler instead (``budget`` then unused).
+    ``loss_scaling``: charge fp16's finite-flag all-reduce (the paper ran fp16).
     ValueError when even the paper's configuration does not fit in memory.
     """
     budget = dict(budget or {})
     layouts = {} if layouts is None else layouts
     space = (tuple(micro_batch_sizes), tuple(recompute), tuple(schedules))
-    kw = dict(hardware=hardware, loss_scaling=loss_scaling, space=space)
     paper = paper_config(cluster.num_devices, workload.micro_batch_size)
+    memo: dict[OursConfig, SimResult] = {}  # each configuration simulated once
 
     def layout_of(pp: int, dp: int, kind: str) -> Assignment | None:
-        return _layout(cluster, workload, pp, dp, kind, seed=seed, budget=budget, layouts=layouts)
+        return _layout(
+            cluster,
+            workload,
+            pp,
+            dp,
+            kind,
+            seed=seed,
+            budget=budget,
+            layouts=layouts,
+            scheduled=scheduled,
+        )
 
-    paper_layout = layout_of(paper.pp, paper.dp, "scheduled")
-    paper_res = _simulate(cluster, workload, paper, paper_layout, hardware, loss_scaling)
+    def simulate_on(layout: Assignment) -> Callable[[OursConfig], SimResult]:
+        def sim(c: OursConfig) -> SimResult:
+            if c not in memo:
+                memo[c] = _simulate(cluster, workload, c, layout, hardware, loss_scaling)
+            return memo[c]
+
+        return sim
+
+    def grid(pp: int, dp: int, kind: str, layout: Assignment, best_s: float) -> SimResult | None:
+        got, _ = _grid(
+            workload,
+            pp,
+            dp,
+            kind,
+            simulate_on(layout),
+            hardware=hardware,
+            best_s=best_s,
+            space=space,
+        )
+        ok = [r for r in got if r.status == "ok"]
+        return min(ok, key=lambda r: r.iter_time_s) if ok else None
+
+    paper_res = simulate_on(layout_of(paper.pp, paper.dp, "scheduled"))(paper)
     if paper_res.status != "ok":
         raise ValueError(
             f"ours on {cluster.name}: the paper's configuration {paper.label()} does not fit in "
             f"{hardware.name} memory"
         )
-    results, skipped = [paper_res], 0
     best = paper_res
-    shape_best: dict[tuple[int, int], SimResult] = {}
     for pp, dp in _shapes(cluster, workload):
         kinds = [k for k in SEARCH_LAYOUTS if k != "scheduled"]
         if (pp, dp) == (paper.pp, paper.dp):
@@ -276,8 +326,7 @@ def search_ours(
                 continue
             for sch in ("gpipe", "1f1b"):
                 probe = OursConfig(pp, dp, workload.micro_batch_size, "full", sch, kind)
-                res = _simulate(cluster, workload, probe, layout, hardware, loss_scaling)
-                results.append(res)
+                res = simulate_on(layout)(probe)
                 if res.status == "ok":
                     break
             if res.status == "ok" and (picked is None or res.iter_time_s < picked[2]):
@@ -285,25 +334,13 @@ def search_ours(
         if picked is None:
             continue  # nothing fits in this shape
         kind, layout, _ = picked
-        got, skip = _grid(cluster, workload, pp, dp, layout, kind, best_s=best.iter_time_s, **kw)
-        results += got
-        skipped += skip
-        for res in got:
-            if res.status == "ok":
-                if res.iter_time_s < best.iter_time_s - 1e-12:
-                    best = res
-                if (pp, dp) not in shape_best or res.iter_time_s < shape_best[(pp, dp)].iter_time_s:
-                    shape_best[(pp, dp)] = res
+        got = grid(pp, dp, kind, layout, best.iter_time_s)
+        if got is not None and got.iter_time_s < best.iter_time_s - 1e-12:
+            best = got
     top = best.config
     if top["layout"] != "scheduled":  # the winning shape on the scheduler's layout as well
         pp, dp = top["pp"], top["dp"]
-        layout = layout_of(pp, dp, "scheduled")
-        got, skip = _grid(
-            cluster, workload, pp, dp, layout, "scheduled", best_s=best.iter_time_s, **kw
-        )
-        results += got
-        skipped += skip
-        for res in got:
-            if res.status == "ok" and res.iter_time_s < best.iter_time_s - 1e-12:
-                best = res
-    return OursSearch(best=best, paper=paper_res, results=results, skipped=skipped)
+        got = grid(pp, dp, "scheduled", layout_of(pp, dp, "scheduled"), best.iter_time_s)
+        if got is not None and got.iter_time_s < best.iter_time_s - 1e-12:
+            best = got
+    return OursSearch(best=best, paper=paper_res, results=list(memo.values()))

@@ -41,6 +41,7 @@ def summary_frame(lines: list[dict]) -> pd.DataFrame:
         row = {k: ln[k] for k in KEYS}
         row["baseline_placement"] = ln.get("baseline_placement", Placement.launch)
         names = ["ours", "megatron", "deepspeed"]
+        names += ["ours_search"] if "ours_search" in ln else []  # ours' best configuration
         names += [f"{b}_launch" for b in ("megatron", "deepspeed") if f"{b}_launch" in ln]
         for name in names:
             res = ln.get(name)
@@ -61,7 +62,11 @@ def summary_frame(lines: list[dict]) -> pd.DataFrame:
 def with_speedups(df: pd.DataFrame, paper: dict[str, str]) -> pd.DataFrame:
     """Add speed-ups and the paper's ratios (``paper``: claim_id -> text, paper_claims.csv)."""
     df = df.copy()
-    t = {k: pd.to_numeric(df[f"{k}_iter_time_s"], errors="coerce") for k in SYSTEMS}
+    t = {
+        k: pd.to_numeric(df[f"{k}_iter_time_s"], errors="coerce")
+        for k in SYSTEMS
+        if f"{k}_iter_time_s" in df.columns
+    }
     df["speedup_vs_megatron"] = t["megatron"] / t["ours"]
     df["speedup_vs_deepspeed"] = t["deepspeed"] / t["ours"]
     df["speedup_vs_best_baseline"] = np.fmin(t["megatron"], t["deepspeed"]) / t["ours"]
@@ -70,6 +75,10 @@ def with_speedups(df: pd.DataFrame, paper: dict[str, str]) -> pd.DataFrame:
         if f"{b}_launch_iter_time_s" in df.columns:
             launch = pd.to_numeric(df[f"{b}_launch_iter_time_s"], errors="coerce")
             df[f"speedup_vs_{b}_launch"] = launch / t["ours"]
+            if "ours_search" in t:
+                df[f"speedup_best_vs_{b}_launch"] = launch / t["ours_search"]
+        if "ours_search" in t:  # the best of each system: ours' search against each grid's best
+            df[f"speedup_best_vs_{b}"] = t[b] / t["ours_search"]
     five = df["case"].astype(str) == "5"
     rest = paper.get("c1to4_vs_baselines", "")
     df["paper_vs_megatron"] = np.where(
@@ -177,7 +186,12 @@ def print_setting_rows(lines: list[dict]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title="per system and placement (best configuration of each grid)")
+    sharing = {ln.get("link_sharing") for ln in lines} - {None}
+    t = Table(
+        title="per system and placement (best configuration of each grid; ours = the paper's "
+        "configuration, ours best = ours' configuration search; link sharing: "
+        f"{', '.join(sorted(sharing)) or 'pair'})"
+    )
     for c in (
         "case",
         "L",
@@ -187,12 +201,17 @@ def print_setting_rows(lines: list[dict]) -> None:
         "config",
         "rank map",
         "iter s",
-        "ours x",
+        "x ours",
     ):
-        t.add_column(c, justify="right" if c in ("L", "batch", "iter s", "ours x") else "left")
+        t.add_column(c, justify="right" if c in ("L", "batch", "iter s", "x ours") else "left")
+    t.add_column("collective")
+    t.add_column("x ours best", justify="right")
     for ln in lines:
         ours = ln.get("ours")
+        best = ln.get("ours_search")
         entries = [("ours", "scheduled", ours)] if ours else []
+        if best is not None:
+            entries.append(("ours best", best.config.get("layout", ""), best))
         for b in ("megatron", "deepspeed"):
             head = ln.get("baseline_placement", Placement.launch)
             if f"{b}_launch" in ln:
@@ -200,8 +219,11 @@ def print_setting_rows(lines: list[dict]) -> None:
             if b in ln:
                 entries.append((b, head, ln[b]))
         for name, placement, res in entries:
-            how = res.breakdown.get("placement_how", "scheduler layout" if name == "ours" else "")
-            x = f"{res.iter_time_s / ours.iter_time_s:.2f}" if ours and name != "ours" else ""
+            mine = name.startswith("ours")
+            layout = f"layout: {res.config.get('layout', 'scheduled')}"
+            how = res.breakdown.get("placement_how", layout if mine else "")
+            x = f"{res.iter_time_s / ours.iter_time_s:.2f}" if ours and not mine else ""
+            xb = f"{res.iter_time_s / best.iter_time_s:.2f}" if best and not mine else ""
             t.add_row(
                 str(ln["case"]),
                 str(ln["num_layers"]),
@@ -212,5 +234,7 @@ def print_setting_rows(lines: list[dict]) -> None:
                 how,
                 f"{res.iter_time_s:.1f}",
                 x,
+                res.breakdown.get("dp_collective", ""),
+                xb,
             )
     Console(width=200, highlight=False).print(t)

@@ -33,11 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from system.cluster import Cluster
-from system.simulator.sharing import LINK_SHARING as _MODELS
-from system.simulator.sharing import shared_bandwidth_bps, with_link_sharing
-
-# The models' names and, until the harness speaks them, their two earlier spellings.
-LINK_SHARING = (*_MODELS, "device_nic", "region_pair")
+from system.simulator.sharing import LINK_SHARING, shared_bandwidth_bps, with_link_sharing
 
 __all__ = [
     "GLOO",

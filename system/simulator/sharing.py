@@ -59,7 +59,6 @@ DEFAULT_LINK_SHARING = "tc_class"
 MEASURED_STREAMS = 16  # sockets per pair in the authors' NCCL benchmark (4 threads x 4 sockets)
 AWS_REGION_EGRESS_GBPS = 5.0  # EC2: traffic to other Regions, instances under 32 vCPUs
 INSTANCE_GBPS = 10.0  # EC2 p3.2xlarge: "up to 10 Gigabit", inbound and outbound each
-_ALIASES = {"device_nic": "nic", "region_pair": "region"}  # earlier names of two models
 
 
 def link_sharing_of(cluster: Cluster) -> str:
@@ -77,7 +76,7 @@ def with_link_sharing(
     """``cluster`` under one of :data:`LINK_SHARING`; ``streams``: sockets per connection under
     ``flow`` (default: as many as the pair figures were measured with); ``nic_gbps``: the
     device cap under ``nic`` (default: each device's fastest link)."""
-    name = _ALIASES.get(sharing, sharing)
+    name = str(sharing)
     if name not in LINK_SHARING:
         raise ValueError(f"link sharing must be one of {', '.join(LINK_SHARING)}, got {sharing!r}")
     if int(streams) < 1:

@@ -75,3 +75,33 @@ def test_heuristics_on_uneven_regions():
         "launch_order",
         "random",
     }
+
+
+def test_dominance_pruning_keeps_the_best_of_a_layout():
+    # on one layout, the pruned grid's best equals the best of every (mbs, rc, schedule)
+    from system.config_search import OursConfig, _grid, _simulate
+    from system.simulator import V100
+
+    c = with_link_sharing(get_case("debug"), "pair")
+    w = Workload(model=MODELS["gpt3_xl"].with_layers(8), global_batch_size=64)
+    layout = heuristic_assignment(c, 2, 4, "one_pipeline_per_region")
+    space = ((1, 2, 4, 8), ("none", "selective", "full"), ("gpipe", "1f1b"))
+    got, _ = _grid(
+        w,
+        2,
+        4,
+        "x",
+        lambda cfg: _simulate(c, w, cfg, layout, V100, True),
+        hardware=V100,
+        best_s=np.inf,
+        space=space,
+    )
+    every = [
+        _simulate(c, w, OursConfig(2, 4, mbs, rc, sch, "x"), layout, V100, True)
+        for mbs in space[0]
+        for rc in space[1]
+        for sch in space[2]
+    ]
+    best = min(r.iter_time_s for r in every if r.status == "ok")
+    assert min(r.iter_time_s for r in got if r.status == "ok") == pytest.approx(best)
+    assert len(got) < len(every)

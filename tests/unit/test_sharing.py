@@ -99,10 +99,8 @@ def test_max_min_gives_the_leftover_to_the_unconstrained_flow():
     assert rates.tolist() == pytest.approx([2.0, 1.0])
 
 
-def test_bad_model_and_old_names():
+def test_bad_model():
     c = three_devices()
     with pytest.raises(ValueError, match="link sharing must be one of"):
-        with_link_sharing(c, "bogus")
-    assert link_sharing_of(with_link_sharing(c, "device_nic")) == "nic"
-    assert link_sharing_of(with_link_sharing(c, "region_pair")) == "region"
+        with_link_sharing(c, "device_nic")
     assert with_link_sharing(c, "pair") is c
