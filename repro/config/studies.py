@@ -7,9 +7,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from repro.config.base import RunConfig, register_mode
-from repro.config.modes import CaseOptions, ModelName, ModelOptions, WorkloadName, load_case
+from repro.config.modes import (
+    CaseOptions,
+    LinkSharing,
+    ModelName,
+    ModelOptions,
+    WorkloadName,
+    load_case,
+)
 from repro.config.options import ConfigError, choice, option
 from system.cases import PAPER_CASES, canonical_case
+from system.simulator.sharing import DEFAULT_LINK_SHARING
 from system.workload import PAPER_BATCH_SIZES
 
 __all__ = [
@@ -66,6 +74,9 @@ class AttributionConfig(RunConfig):
     cases: list[str] = option(["4", "5"], "the cases of the ladder")
     layers: list[int] = option([40], "model depths", ge=1)
     batches: list[int] = option(list(PAPER_BATCH_SIZES), "global batch sizes", ge=1)
+    link_sharing: LinkSharing = option(
+        LinkSharing(DEFAULT_LINK_SHARING), "how concurrent flows share links (every rung)"
+    )
 
     def check(self) -> None:
         super().check()

@@ -101,8 +101,10 @@ def pipeline_memory_bytes(
     *,
     optimizer_shards: int = 1,
     recompute: str = "full",
+    in_flight: int | None = None,
 ) -> float:
-    """Peak device memory of a 1F1B stage: stage 0 holds up to ``pp`` micro-batches in flight."""
+    """Peak device memory of a 1F1B stage: stage 0 holds up to ``pp`` micro-batches in flight
+    (``in_flight``: a GPipe pass's count instead, on every stage)."""
     model = workload.model
     kw = dict(
         layers=model.num_layers // pp,
@@ -111,8 +113,9 @@ def pipeline_memory_bytes(
         optimizer_shards=optimizer_shards,
         recompute=recompute,
     )
-    first = training_memory(model, in_flight=pp, embedding=True, logits=pp == 1, **kw)
-    last = training_memory(model, in_flight=1, embedding=True, logits=True, **kw)
+    first_n, last_n = (pp, 1) if in_flight is None else (in_flight, in_flight)
+    first = training_memory(model, in_flight=first_n, embedding=True, logits=pp == 1, **kw)
+    last = training_memory(model, in_flight=last_n, embedding=True, logits=True, **kw)
     return max(first.total_bytes, last.total_bytes)
 
 
@@ -170,6 +173,7 @@ def simulate_1f1b_ring(
     dp_protocol: str = "ring",
     dp_collective: str = "best",
     compute: StageCompute | None = None,
+    rounds: int = 1,
 ) -> SimResult:
     """One iteration of 1F1B pipelines + ring all-reduce DP in launch order (module docstring).
 
@@ -199,6 +203,9 @@ def simulate_1f1b_ring(
     runs its own ring only. The result records the one used as ``dp_collective``.
     ``compute``: per-stage compute seconds (e.g. profiled on the machine that runs the
     baseline) used instead of ``hardware``'s FLOP model; ``hardware`` still sets the memory check.
+    ``rounds`` (``schedule="gpipe"`` only): gradient-accumulation passes of m/rounds micro-batches,
+    back to back — each pass starts when stage 0, the last to finish the previous one, is free,
+    so the passes are identical and shifted by one pass time; memory holds one pass's.
     Raises ValueError for layouts the cluster or workload cannot hold (sizes, TP across hosts).
     """
     model = workload.model
@@ -215,6 +222,12 @@ def simulate_1f1b_ring(
     if model.num_attention_heads % tp or model.hidden_size % tp:
         raise ValueError(f"tp={tp} does not divide the model's heads/hidden size")
     workload.check_layout(pp, dp)
+    m_all = workload.micro_batches(dp)
+    if rounds < 1 or m_all % rounds or (rounds > 1 and schedule != "gpipe"):
+        raise ValueError(
+            f"rounds={rounds}: accumulation passes are for schedule='gpipe' and must divide the "
+            f"{m_all} micro-batches per replica"
+        )
     grid = device_grid(tp, pp, dp, rank_map)
     host = np.asarray(cluster.host_of)
     if np.any(host[grid] != host[grid[..., :1]]):
@@ -267,12 +280,13 @@ def simulate_1f1b_ring(
         occupy[1],
         delay[0],
         delay[1],
-        micro_batches=m,
+        micro_batches=m // rounds,
         rendezvous=transport.rendezvous,
         schedule=schedule,
         buffer_fwd_s=buffer_s[0],
         buffer_bwd_s=buffer_s[1],
     )  # (pp, dp): when each stage of each replica leaves the pipeline
+    ends = ends + (rounds - 1) * ends.max(axis=0, keepdims=True)  # passes back to back
     pipeline_s = float(ends.max())
     grad_bytes = np.repeat(workload.gradient_bytes * stage_params, tp)  # one per ring (s, t)
     rings = grid.transpose(0, 2, 1).reshape(-1, dp)  # (pp·tp, dp): one DP ring per (s, t)
@@ -346,7 +360,13 @@ def simulate_1f1b_ring(
             step_at[-1, d, :] = agg[d]
     iter_s = float(step_at.max())
     memory = pipeline_memory_bytes(
-        workload, tp, pp, dp, optimizer_shards=shards, recompute=recompute
+        workload,
+        tp,
+        pp,
+        dp,
+        optimizer_shards=shards,
+        recompute=recompute,
+        in_flight=m // rounds if schedule == "gpipe" else None,
     )
     return SimResult(
         system=system,
@@ -374,6 +394,7 @@ def simulate_1f1b_ring(
             "tied_embedding_s": tied_s,
             "zero1_gather_s": float(gather.max()),
             "micro_batches": int(m),
+            "rounds": int(rounds),
         },
         status="ok" if memory <= hardware.usable_memory_bytes else "oom",
     )
