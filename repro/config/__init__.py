@@ -52,6 +52,7 @@ from repro.config.studies import (
     ProfileConfig,
     ReplanConfig,
     SchedulerAblationConfig,
+    SchedulerWorthConfig,
     ScoreConfig,
     SensitivityConfig,
 )
@@ -80,6 +81,7 @@ __all__ = [
     "TrainConfig",
     "EmulateConfig",
     "AttributionConfig",
+    "SchedulerWorthConfig",
     "SensitivityConfig",
     "SchedulerAblationConfig",
     "ReplanConfig",
