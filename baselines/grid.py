@@ -362,6 +362,10 @@ def _simulate(spec: BaselineSpec, cluster: Cluster, hardware, transport, rank_ma
         kw["transport"] = transport
     cfg = _baseline_config(spec)
     rm = None if rank_map is None else [int(d) for d in rank_map]
+    if cfg.zero != 3:  # the spec's DP collective (the launcher passes its NCCL/framework flags)
+        kw["dp_collective"] = (
+            "tree" if spec.dp_collective.startswith("tree") else spec.dp_collective
+        )
     if spec.system == "megatron":
         from baselines.megatron.perf import simulate_megatron
 

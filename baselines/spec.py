@@ -16,9 +16,19 @@ from system.results import BASELINE_SYSTEMS
 from system.runtime.spec import SpecBase  # torch-free
 from system.workload import Workload
 
-__all__ = ["SYSTEMS", "BaselineSpec", "check_spec", "metrics_from"]
+__all__ = ["SYSTEMS", "DP_COLLECTIVES", "BaselineSpec", "check_spec", "metrics_from", "nccl_algo"]
 
 SYSTEMS = BASELINE_SYSTEMS  # the systems this package launches
+# The DP gradient collective each framework can be told to use (the simulator's dp_collective):
+# Megatron: NCCL's ring or double binary tree (NCCL_ALGO), or megatron-core's partial
+# distributed optimizer (reduce-scatter inside blocks of consecutive DP ranks, all-reduce across
+# them, all-gather inside; ``num_distributed_optimizer_instances``). DeepSpeed ZeRO-1/2:
+# reduce-scatter + all-gather (its default) or, with ``"reduce_scatter": false``, an all-reduce
+# (NCCL's tree) + all-gather.
+DP_COLLECTIVES = {
+    "megatron": ("ring", "tree", "two_level"),
+    "deepspeed": ("ring", "tree+allgather"),
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,6 +47,8 @@ class BaselineSpec(SpecBase):
     tp: int = 1
     zero: int | None = None
     recompute: bool = False
+    dp_collective: str = "ring"  # one of DP_COLLECTIVES[system]
+    dist_opt_instances: int = 1  # Megatron two_level: DP ranks in this many blocks
     timeout_s: float = 120.0  # collective timeout inside the workers
     result_path: str | None = None  # rank 0 writes its metrics here (set by run_point)
 
@@ -85,7 +97,30 @@ def check_spec(spec: BaselineSpec) -> None:
             f"baseline spec: tp={spec.tp} does not divide num_attention_heads="
             f"{m.num_attention_heads} and hidden_size={m.hidden_size}"
         )
+    allowed = DP_COLLECTIVES[spec.system]
+    if spec.dp_collective not in allowed:
+        raise ValueError(
+            f"baseline spec: {spec.system} dp_collective must be one of {allowed}, "
+            f"got {spec.dp_collective!r}"
+        )
+    if spec.dp_collective != "ring" and spec.device != "cuda":
+        raise ValueError(
+            f"baseline spec: dp_collective={spec.dp_collective} needs device=cuda (gloo runs "
+            "its own ring all-reduce and exposes no choice; megatron-core's distributed "
+            "optimizer, the two-level path, accepts CUDA tensors only)"
+        )
+    blocks = spec.dist_opt_instances
+    if spec.dp_collective == "two_level":
+        if blocks < 2 or spec.dp % blocks or spec.dp // blocks < 2:
+            raise ValueError(
+                f"baseline spec: two_level needs dist_opt_instances >= 2 dividing dp={spec.dp} "
+                f"into blocks of >= 2 ranks, got {blocks}"
+            )
+    elif blocks != 1:
+        raise ValueError("baseline spec: dist_opt_instances is for dp_collective=two_level only")
     if spec.system == "deepspeed":
+        if spec.dp_collective == "tree+allgather" and spec.zero not in (1, 2):
+            raise ValueError("baseline spec: tree+allgather is ZeRO-1/2's all-reduce path")
         if spec.tp != 1:
             raise ValueError("baseline spec: deepspeed runs with tp=1 (no tensor parallelism)")
         if spec.zero is None or spec.zero not in (0, 1, 2, 3):
@@ -95,6 +130,13 @@ def check_spec(spec: BaselineSpec) -> None:
                 f"baseline spec: deepspeed pipeline (pp={spec.pp}) supports ZeRO "
                 f"stage 0 or 1 only, got zero={spec.zero}"
             )
+
+
+def nccl_algo(spec: BaselineSpec) -> str | None:
+    """The ``NCCL_ALGO`` a worker sets for ``spec`` (NCCL environment-variable documentation):
+    ``Tree`` for the tree collectives; None (NCCL's own per-size choice, which takes the ring
+    for gradient-sized messages) otherwise."""
+    return "Tree" if spec.dp_collective.startswith("tree") else None
 
 
 def metrics_from(

@@ -65,6 +65,11 @@ def init_distributed(spec: BaselineSpec) -> torch.device:
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     torch.manual_seed(spec.seed)
     if spec.device == "cuda":
+        from baselines.spec import nccl_algo
+
+        algo = nccl_algo(spec)
+        if algo is not None:  # read by NCCL when the communicators are created
+            os.environ["NCCL_ALGO"] = algo
         local = int(os.environ.get("LOCAL_RANK", "0"))
         torch.cuda.set_device(local)
         device, backend = torch.device("cuda", local), "nccl"

@@ -125,9 +125,14 @@ _SETTING = {
     "repeat_kind": "str",
     "rank_map": "json",
     "placement_how": "str",
-    # sensitivity knobs of the performance model, in a row only when changed from the default
+    # sensitivity knobs of the performance model (link_sharing: in every simulated row)
     "compute_efficiency": "float",
-    "link_sharing": "str",
+    "link_sharing": "str",  # how concurrent flows share links (system/simulator/sharing.py)
+    # the DP gradient collective: ring | tree | two_level/… | tree+allgather (baselines),
+    # sharded_ps (ours)
+    "dp_collective": "str",
+    "schedule": "str",  # pipeline schedule: gpipe | 1f1b
+    "runtime_supported": "bool",  # ours: a configuration our runtime implements today
     "baseline_transport": "str",
 }
 _MEASURED = {
@@ -175,6 +180,8 @@ _SIMULATOR = {  # the simulator's breakdown (SimResult.breakdown, prefixed sim_)
     "sim_dp_span_s": "float",
     "sim_grad_norm_algo": "str",
     "sim_tied_embedding_s": "float",
+    "sim_flag_allreduce_s": "float",  # ours: the finite-gradient flag's all-reduce (loss scaling)
+    "sim_flag_allreduce_algo": "str",
 }
 _EMULATION = {
     "emu_bandwidth_scale": "float",
@@ -182,6 +189,7 @@ _EMULATION = {
     "emu_max_rate_gbps": "float",
     "emu_num_devices": "int",
     "emu_frame_overhead": "float",
+    "emu_egress_cap_gbps": "float",  # per-device egress cap of the emulation (scaled), if any
     "emu_backend": "str",
     "emu_tcp_congestion_control": "str",
     "measured_dp_s": "float",
@@ -271,7 +279,9 @@ STATUSES = ("ok", "error", "timeout", "oom", "invalid", "skipped")
 # system, and ours with uniformly random layouts (the paper's "random" bars; simulated only).
 BASELINE_SYSTEMS = ("megatron", "deepspeed")
 TRAINED_SYSTEMS = ("ours", *BASELINE_SYSTEMS)
-SIMULATED_SYSTEMS = ("ours", "ours_random", *BASELINE_SYSTEMS)
+# ours: the paper's fixed configuration; ours_search: ours' configuration search (is_best marks
+# the best this design reaches, system/config_search.py)
+SIMULATED_SYSTEMS = ("ours", "ours_search", "ours_random", *BASELINE_SYSTEMS)
 
 # The performance model: whatever can change a simulated number (globs relative to the repo).
 MODEL_SOURCES = (

@@ -13,8 +13,11 @@
 - **Pipeline + ZeRO-1**: PipelineModule (rank = pipe·DP + data), 1F1B in ``TrainSchedule``'s
   order with separate blocking sends and receives
   (:func:`baselines.deepspeed.schedule.deepspeed_train_program`), gradient
-  reduce-scatter + parameter all-gather (= one all-reduce of volume) across replicas, optimizer
-  state sharded over DP (:func:`system.simulator.collective.simulate_1f1b_ring` with ``zero=1``).
+  reduce-scatter + parameter all-gather (= one all-reduce of volume) across replicas, or, with
+  ZeRO's ``"reduce_scatter": false``, a gradient all-reduce (NCCL's double binary tree) + the
+  all-gather, whichever the link model finds faster (``dp_collective``: ``ring`` or
+  ``tree+allgather``); optimizer state sharded over DP
+  (:func:`system.simulator.collective.simulate_1f1b_ring` with ``zero=1``).
 
 The grid search tries both (``baselines.space.deepspeed_space``) and reports the faster feasible
 configuration, as the paper did.
@@ -47,6 +50,9 @@ RING_KWARGS = {
     "system": "deepspeed",
     "schedule": deepspeed_train_program,  # TrainSchedule: separate blocking sends and receives
     "loss_broadcast": True,  # _aggregate_total_loss at the end of train_batch
+    # ZeRO-1's gradient sync on NCCL: reduce-scatter + all-gather (ring), or with
+    # "reduce_scatter": false an all-reduce (NCCL's tree) + all-gather, whichever is faster
+    "dp_collective": "best",
 }
 
 
@@ -99,6 +105,7 @@ def simulate_zero3(
             "micro_steps": int(steps),
             "zero3_comm_per_step_s": comm,
             "variant": "zero3",
+            "dp_collective": "ring",  # NCCL runs all-gather and reduce-scatter as rings only
         },
         status="ok" if memory <= hardware.usable_memory_bytes else "oom",
     )
@@ -112,6 +119,7 @@ def simulate_deepspeed(
     transport: Transport = NCCL,
     *,
     rank_map=None,
+    dp_collective: str | None = None,
 ) -> SimResult:
     """One DeepSpeed iteration in ``config`` (ZeRO-3, or pipeline + ZeRO-1).
 
@@ -119,7 +127,8 @@ def simulate_deepspeed(
     are the textbook rings either way (see the module docstring). ``rank_map``: device of each
     rank (default launch order). The output head is untied (a ``PipelineModule`` of
     ``[Embedding, Block…, Head]``, as the project's DeepSpeed runs build it), so no tied-weight
-    all-reduce; its gradients join the last stage's DP all-reduce.
+    all-reduce; its gradients join the last stage's DP all-reduce. ``dp_collective``: ZeRO-1's
+    gradient sync, ``ring`` or ``tree`` (tree all-reduce + all-gather; default the faster).
     """
     if config.system != "deepspeed":
         raise ValueError(f"simulate_deepspeed: not a DeepSpeed configuration: {config}")
@@ -138,7 +147,7 @@ def simulate_deepspeed(
         hardware=hardware,
         transport=transport,
         rank_map=rank_map,
-        **RING_KWARGS,
+        **{**RING_KWARGS, **({"dp_collective": dp_collective} if dp_collective else {})},
         recompute=config.recompute,
     )
     res.breakdown["variant"] = config.variant

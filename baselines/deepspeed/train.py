@@ -49,6 +49,8 @@ def ds_config(spec: BaselineSpec) -> dict:
         "zero_allow_untested_optimizer": True,
         "zero_optimization": {"stage": int(spec.zero)},
     }
+    if spec.dp_collective == "tree+allgather":  # all-reduce the gradients, then all-gather
+        cfg["zero_optimization"]["reduce_scatter"] = False
     if spec.zero == 3:
         # small models: keep every parameter partitioned (no persistence threshold shortcut)
         cfg["zero_optimization"].update({"stage3_param_persistence_threshold": 0})

@@ -1,7 +1,11 @@
 """Megatron-LM's iteration time in the simulator, and its grid search (paper §4.1, app. 10.2).
 
-Megatron = 1F1B pipelines with blocking p2p, tensor-parallel all-reduces per layer, ring
-all-reduce data parallelism after the flush, the tied word embedding's gradient all-reduced
+Megatron = 1F1B pipelines with blocking p2p, tensor-parallel all-reduces per layer, the data-
+parallel all-reduce after the flush (NCCL's ring or double binary tree, or megatron-core's
+two-level partial distributed optimizer where the rank map puts k >= 2 consecutive DP ranks in
+one region; the fastest under the link model, recorded as ``dp_collective``; the memory check
+keeps the replicated optimizer, which the two-level variant would shard k ways — conservative),
+the tied word embedding's gradient all-reduced
 between the first and last stage, the gradient-norm all-reduce; ranks
 ``rank = tp + TP·(dp + DP·pp)`` placed on devices in launch order or by a topology-aware rank
 map (:mod:`baselines.placement`); the shared model is
@@ -38,6 +42,9 @@ RING_KWARGS = {
     "system": "megatron",
     "grad_norm": True,  # megatron-core's optimizer step all-reduces the gradient norm
     "schedule": megatron_1f1b_program,  # batched blocking send + receive calls
+    # the DP all-reduce a careful user sets on NCCL: ring, tree (NCCL_ALGO) or two-level (the
+    # partial distributed optimizer), whichever the link model finds fastest
+    "dp_collective": "best",
 }
 
 
@@ -50,6 +57,7 @@ def simulate_megatron(
     *,
     rank_map=None,
     tied_embedding: bool | None = None,
+    dp_collective: str | None = None,
 ) -> SimResult:
     """One Megatron iteration in ``config`` (its micro-batch size replaces the workload's).
 
@@ -57,7 +65,8 @@ def simulate_megatron(
     ``rank_map``: device of each launch rank (default launch order). ``tied_embedding``: default
     True with NCCL (Megatron-LM's GPT ties its input and output embeddings unless
     ``--untie-embeddings-and-output-weights``) and False otherwise (the project's emulated runs
-    build megatron-core's GPTModel untied, ``baselines/megatron/train.py``).
+    build megatron-core's GPTModel untied, ``baselines/megatron/train.py``). ``dp_collective``:
+    the DP all-reduce (default: the fastest, :data:`RING_KWARGS`).
     """
     if tied_embedding is None:
         tied_embedding = transport.name.startswith("nccl")
@@ -73,7 +82,7 @@ def simulate_megatron(
         hardware=hardware,
         transport=transport,
         rank_map=rank_map,
-        **RING_KWARGS,
+        **{**RING_KWARGS, **({"dp_collective": dp_collective} if dp_collective else {})},
         recompute=config.recompute,
         tied_embedding=tied_embedding,
     )

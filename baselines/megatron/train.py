@@ -44,8 +44,11 @@ def _build(spec: BaselineSpec, device: torch.device):
 
     from baselines.megatron import cpu_shim
 
+    two_level = spec.dp_collective == "two_level"  # megatron-core's partial distributed optimizer
     ps.initialize_model_parallel(
-        tensor_model_parallel_size=spec.tp, pipeline_model_parallel_size=spec.pp
+        tensor_model_parallel_size=spec.tp,
+        pipeline_model_parallel_size=spec.pp,
+        num_distributed_optimizer_instances=spec.dist_opt_instances,
     )
     cpu_shim.install(spec.seed, use_cpu=device.type == "cpu")
     m = spec.gpt_config()
@@ -84,7 +87,10 @@ def _build(spec: BaselineSpec, device: torch.device):
         position_embedding_type="learned_absolute",
     ).to(device)
     ddp_config = DistributedDataParallelConfig(
-        grad_reduce_in_fp32=True, overlap_grad_reduce=False, use_distributed_optimizer=False
+        grad_reduce_in_fp32=True,
+        overlap_grad_reduce=False,
+        use_distributed_optimizer=two_level,
+        num_distributed_optimizer_instances=spec.dist_opt_instances,
     )
     model = DistributedDataParallel(config=config, ddp_config=ddp_config, module=model)
     config.finalize_model_grads_func = finalize_model_grads
@@ -97,7 +103,7 @@ def _build(spec: BaselineSpec, device: torch.device):
         clip_grad=0.0,
         fp16=False,
         bf16=False,
-        use_distributed_optimizer=False,
+        use_distributed_optimizer=two_level,
     )
     optimizer = get_megatron_optimizer(opt_config, [model])
     return model, optimizer, config

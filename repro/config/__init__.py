@@ -53,6 +53,7 @@ from repro.config.studies import (
     ProfileConfig,
     ReplanConfig,
     SchedulerAblationConfig,
+    SchedulerWorthConfig,
     ScoreConfig,
     SensitivityConfig,
 )
@@ -81,6 +82,7 @@ __all__ = [
     "TrainConfig",
     "EmulateConfig",
     "AttributionConfig",
+    "SchedulerWorthConfig",
     "SensitivityConfig",
     "SchedulerAblationConfig",
     "ReplanConfig",

@@ -8,7 +8,6 @@ mode's class lists the mixins it takes, so a mode has exactly the keys it uses.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,8 @@ from system.emulation.verify import ON_FAIL
 from system.results import SIMULATED_SYSTEMS, TRAINED_SYSTEMS
 from system.runtime.spec import DEVICES, DP_MODES, LAYOUTS, MAX_LR
 from system.scheduler.api import OBJECTIVES, SCHEDULERS
-from system.simulator.comm import LINK_SHARING, TRANSPORTS
+from system.simulator.comm import TRANSPORTS
+from system.simulator.sharing import DEFAULT_LINK_SHARING, LINK_SHARING
 from system.workload import MODELS, PAPER_BATCH_SIZES, PAPER_LAYERS, WORKLOADS
 
 __all__ = [
@@ -74,8 +74,9 @@ def default_layout(num_devices: int) -> tuple[int, int]:
     >>> default_layout(64), default_layout(8), default_layout(12), default_layout(1)
     ((8, 8), (2, 4), (3, 4), (1, 1))
     """
-    divisors = [k for k in range(1, num_devices + 1) if num_devices % k == 0]
-    pp = min(divisors, key=lambda k: (abs(k - math.sqrt(num_devices)), k))
+    from system.config_search import paper_pp
+
+    pp = paper_pp(num_devices)
     return pp, num_devices // pp
 
 
@@ -297,7 +298,11 @@ class SimulateConfig(LayoutOptions, ModelOptions, CaseOptions, RunConfig):
     compute_efficiency: float | None = option(
         None, "fraction of V100 peak (null: the hardware model's 0.30)", gt=0, le=1
     )
-    link_sharing: LinkSharing = option(LinkSharing.pair, "pair | device_nic | region_pair")
+    link_sharing: LinkSharing = option(
+        LinkSharing(DEFAULT_LINK_SHARING),
+        "how concurrent flows share links: pair | nic | region | flow | tc_class (the paper's "
+        "tc emulation, the default; system/simulator/sharing.py)",
+    )
     baseline_transport: Transport = option(Transport.nccl, "the baselines' transport model")
     tables: Tables = option(Tables.compact, "console: one 100-column table, or the wide ones")
 

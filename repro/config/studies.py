@@ -10,6 +10,7 @@ from repro.config.base import RunConfig, register_mode
 from repro.config.modes import (
     Backend,
     CaseOptions,
+    LinkSharing,
     ModelName,
     ModelOptions,
     WorkloadName,
@@ -19,11 +20,13 @@ from repro.config.options import ConfigError, choice, option
 from system.cases import PAPER_CASES, canonical_case
 from system.external import SOURCES
 from system.external.sailor.predict import DATA_FILES
+from system.simulator.sharing import DEFAULT_LINK_SHARING
 from system.workload import PAPER_BATCH_SIZES
 
 __all__ = [
     "AttributionConfig",
     "SensitivityConfig",
+    "SchedulerWorthConfig",
     "SchedulerAblationConfig",
     "ReplanConfig",
     "BenchSchedulerConfig",
@@ -96,10 +99,46 @@ class AttributionConfig(RunConfig):
     cases: list[str] = option(["4", "5"], "the cases of the ladder")
     layers: list[int] = option([40], "model depths", ge=1)
     batches: list[int] = option(list(PAPER_BATCH_SIZES), "global batch sizes", ge=1)
+    link_sharing: LinkSharing = option(
+        LinkSharing(DEFAULT_LINK_SHARING), "how concurrent flows share links (every rung)"
+    )
 
     def check(self) -> None:
         super().check()
         self.cases = _check_cases("cases", self.cases)
+
+
+@dataclass
+@register_mode("scheduler_worth", "repro.studies.scheduler_worth:run")
+class SchedulerWorthConfig(RunConfig):
+    """The scheduler's layout against the layouts a user would try first, setting by setting."""
+
+    sailor_dir: str | None = option(
+        None,
+        "folder of Sailor's bandwidth fits (multizone_bandwidths_het.json, "
+        "intra_node_bandwidths.json) for the multi-zone setting; null: that setting is left out",
+    )
+    spot_seeds: list[int] = option([0, 1, 2], "pre-emption draws per spot variant", ge=0)
+    trials: int = option(1000, "the scheduler's GA trials per setting", ge=1)
+    patience_trials: int = option(200, "stop after this many trials without a better TOTAL", ge=1)
+    time_limit_s: float = option(
+        900.0,
+        "a safety limit on the scheduler per setting (trials and patience stop it first)",
+        gt=0,
+    )
+    random_layouts: int = option(5, "random rank maps per setting (the median is reported)", ge=1)
+    link_sharing: list[LinkSharing] = option(
+        [LinkSharing(DEFAULT_LINK_SHARING), LinkSharing.pair, LinkSharing.nic],
+        "link-sharing models each layout is simulated under (the first is the table's)",
+    )
+
+    def check(self) -> None:
+        super().check()
+        if not self.link_sharing:
+            raise ConfigError("link_sharing=[]: name at least one model")
+        if self.sailor_dir is not None:
+            for name in ("multizone_bandwidths_het.json", "intra_node_bandwidths.json"):
+                _file("sailor_dir", str(Path(self.sailor_dir) / name))
 
 
 @dataclass

@@ -37,6 +37,8 @@ from repro.sweep import is_multirun
 from system.assignment import random_assignment
 from system.cases import get_case
 from system.cluster import Cluster
+from system.config_search import search_ours
+from system.lifeline import die_with_parent
 from system.results import (
     SIMULATED_SYSTEMS,
     current_run_ids,
@@ -44,7 +46,8 @@ from system.results import (
     write_rows,
 )
 from system.simulator import V100, SimResult, simulate_ours
-from system.simulator.comm import TRANSPORTS, with_link_sharing
+from system.simulator.comm import TRANSPORTS
+from system.simulator.sharing import with_link_sharing
 from system.workload import Workload, get_model, tasklet_sizes
 
 log = logging.getLogger(__name__)
@@ -145,17 +148,6 @@ def _schedule(cluster: Cluster, sizes, kwargs: dict):
     return schedule(cluster, sizes, **kwargs)
 
 
-def _die_with_parent() -> None:
-    """A helper process ends when the sweep's process does, whatever killed it (Linux)."""
-    import ctypes
-    import signal
-
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:  # pragma: no cover - not Linux
-        pass
-
-
 def prefetch(jobs: list[SimulateConfig]):
     """Start every job's schedules in one helper process (the serial launcher leaves a core idle);
     a job takes its schedule from :data:`SCHEDULE_CACHE` when it gets there. Returns the function
@@ -163,7 +155,7 @@ def prefetch(jobs: list[SimulateConfig]):
     import multiprocessing
 
     pool = ProcessPoolExecutor(
-        max_workers=1, mp_context=multiprocessing.get_context("fork"), initializer=_die_with_parent
+        max_workers=1, mp_context=multiprocessing.get_context("fork"), initializer=die_with_parent
     )
     for cfg in jobs:
         schedules = Schedules(cfg.scheduler, cfg.seed)
@@ -191,19 +183,25 @@ def _model_knobs(cfg: SimulateConfig) -> dict:
 
 
 def _changed_knobs(cfg: SimulateConfig) -> dict:
-    """The knobs set away from their default: they go into the rows' key (and run ids)."""
+    """The knobs that go into the rows' key (and run ids): the link-sharing model always (every
+    row says which model it ran under), the others when set away from their default."""
     default = {
         "compute_efficiency": V100.achievable_fraction,
-        "link_sharing": default_of(SimulateConfig, "link_sharing"),
         "baseline_transport": default_of(SimulateConfig, "baseline_transport"),
     }
-    return {k: v for k, v in _model_knobs(cfg).items() if v != default[k]}
+    knobs = _model_knobs(cfg)
+    return {k: v for k, v in knobs.items() if k == "link_sharing" or v != default[k]}
 
 
 def _row(key: dict, res: SimResult, cluster: Cluster, **extra) -> dict:
     c = res.config
     ok = res.status == "ok"
-    breakdown = {k: v for k, v in res.breakdown.items() if k not in ("rank_map", "placement_how")}
+    own = ("rank_map", "placement_how", "dp_collective", "layout_table")  # row columns
+    breakdown = {k: v for k, v in res.breakdown.items() if k not in own}
+    extra.setdefault("dp_collective", res.breakdown.get("dp_collective"))
+    extra.setdefault("schedule", c.get("schedule", "1f1b"))  # the baselines run 1F1B
+    if "runtime_supported" in c:
+        extra.setdefault("runtime_supported", c["runtime_supported"])
     if "rank_map" in res.breakdown:  # baselines: where each launch rank ran
         extra["rank_map"] = json.dumps(res.breakdown["rank_map"])
         extra["placement_how"] = res.breakdown.get("placement_how")
@@ -268,9 +266,9 @@ def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, s
         f"case {case}, {layers} layers: not even one micro-batch of "
         f"{workload.micro_batch_size} fits in {V100.name} memory with pp={pp}"
     )
-    if "ours" in systems:
+    if "ours" in systems:  # the paper's system: its fixed configuration on the scheduled layout
         sched = schedules.get(case, plain, workload, pp, dp)
-        ours = simulate_ours(cluster, sched.assignment, workload, hardware=hw)
+        ours = simulate_ours(cluster, sched.assignment, workload, hardware=hw, loss_scaling=True)
         if ours.status != "ok":
             raise oom
         info = {
@@ -291,12 +289,54 @@ def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, s
                 "repeat": r,
             }
             rows.append(
-                _row(key, ours, cluster, placement="scheduled", repeat_kind=REPEAT_COPY, **info)
+                _row(
+                    key,
+                    ours,
+                    cluster,
+                    placement="scheduled",
+                    repeat_kind=REPEAT_COPY,
+                    variant="paper",
+                    runtime_supported=True,
+                    **info,
+                )
             )
+    if "ours_search" in systems:  # the best this design can do (system/config_search.py)
+        found = search_ours(
+            cluster,
+            workload,
+            hardware=hw,
+            seed=seed,
+            loss_scaling=True,
+            scheduled=lambda p, d, w: schedules.get(case, plain, w, p, d).assignment,
+        )
+        for res in found.results:
+            c = res.config
+            for r in range(repeats):
+                key = {
+                    **base,
+                    "system": "ours_search",
+                    **schedules.key,
+                    **{k: c[k] for k in ("pp", "dp", "micro_batch_size", "recompute", "schedule")},
+                    "placement": c["layout"],
+                    "repeat": r,
+                }
+                rows.append(
+                    _row(
+                        key,
+                        res,
+                        cluster,
+                        is_best=res is found.best,
+                        repeat_kind=REPEAT_COPY,
+                        variant="paper" if res is found.paper else "search",
+                        layout=res.breakdown["layout_table"],
+                    )
+                )
     if "ours_random" in systems:  # the paper's random layouts: a new seeded rank map per run
         for k in range(max(MIN_RANDOM_LAYOUTS, repeats)):
             a = random_assignment(pp, dp, np.random.default_rng([seed, k]))
-            res = simulate_ours(cluster, a, workload, system="ours_random", hardware=hw)
+            res = simulate_ours(
+                cluster, a, workload, system="ours_random", hardware=hw, loss_scaling=True
+            )
             if res.status != "ok":
                 raise oom
             key = {

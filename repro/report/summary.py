@@ -1,13 +1,15 @@
 """Per-setting summary of a simulated study: each system's seconds and PFLOPS, picks, speed-ups.
 
 One line per (case, num_layers, global_batch_size), built from the study's rows alone
-(:func:`summary_from_rows`): ours (the scheduled layout; the paper's genetic scheduler where a
-study compares schedulers, the mean over seeds), ours with random layouts (their mean),
-and each baseline's best configuration under every placement protocol its rows carry. The
-headline baseline columns (``megatron_*``) are under the fair protocol (``topology``) when the
-rows have it, else under the paper's (``launch``); the other protocol goes beside them as
-``<baseline>_launch_*``. Speed-ups are iteration-time ratios in the same setting (same FLOPs),
-``baseline / ours``; the paper's claimed ratio is put beside them. :func:`print_compact` shows
+(:func:`summary_from_rows`): ours (the paper's configuration on the scheduled layout; the
+paper's genetic scheduler where a study compares schedulers, the mean over seeds), ours' best
+configuration when the study searched it (``ours_search_*``: its ``is_best`` row), ours with
+random layouts (their mean), and each baseline's best configuration under every placement
+protocol its rows carry. The headline baseline columns (``megatron_*``) are under the fair
+protocol (``topology``) when the rows have it, else under the paper's (``launch``); the other
+protocol goes beside them as ``<baseline>_launch_*``. Speed-ups are iteration-time ratios in
+the same setting (same FLOPs), ``baseline / ours``; the paper's claimed ratio is put beside
+them. :func:`print_compact` shows
 the summary on a console in at most 100 columns, :func:`print_wide` every column.
 """
 
@@ -103,6 +105,13 @@ def summary_from_rows(rows: pd.DataFrame) -> pd.DataFrame:
                 ok = ok[ok["scheduler"] == "genetic"]  # the paper's scheduler, in an ablation
             line[f"{name}_pflops"] = ok["pflops"].mean() if len(ok) else None
             line[f"{name}_iter_time_s"] = ok["iter_time_s"].mean() if len(ok) else None
+        search = g[g["system"] == "ours_search"]
+        if len(search):  # ours' configuration search: its best (is_best) configuration
+            best = _best(search)
+            line["ours_search_pflops"] = None if best is None else best["pflops"]
+            line["ours_search_iter_time_s"] = None if best is None else best["iter_time_s"]
+            line["ours_search_config"] = None if best is None else best["config"]
+            line["ours_search_layout"] = None if best is None else best["placement"]
         for b in BASELINE_SYSTEMS:
             for p in [headline, *sorted(have - {headline})]:
                 name = b if p == headline else f"{b}_{p}"
@@ -123,7 +132,11 @@ def summary_from_rows(rows: pd.DataFrame) -> pd.DataFrame:
 def with_speedups(df: pd.DataFrame, paper: dict[str, str]) -> pd.DataFrame:
     """Add speed-ups and the paper's ratios (``paper``: claim_id -> text, paper_claims.csv)."""
     df = df.copy()
-    t = {k: pd.to_numeric(df[f"{k}_iter_time_s"], errors="coerce") for k in SYSTEMS}
+    t = {
+        k: pd.to_numeric(df[f"{k}_iter_time_s"], errors="coerce")
+        for k in SYSTEMS
+        if f"{k}_iter_time_s" in df.columns
+    }
     df["speedup_vs_megatron"] = t["megatron"] / t["ours"]
     df["speedup_vs_deepspeed"] = t["deepspeed"] / t["ours"]
     df["speedup_vs_best_baseline"] = np.fmin(t["megatron"], t["deepspeed"]) / t["ours"]
@@ -132,6 +145,10 @@ def with_speedups(df: pd.DataFrame, paper: dict[str, str]) -> pd.DataFrame:
         if f"{b}_launch_iter_time_s" in df.columns:
             launch = pd.to_numeric(df[f"{b}_launch_iter_time_s"], errors="coerce")
             df[f"speedup_vs_{b}_launch"] = launch / t["ours"]
+            if "ours_search" in t:
+                df[f"speedup_best_vs_{b}_launch"] = launch / t["ours_search"]
+        if "ours_search" in t:  # the best of each system: ours' search against each grid's best
+            df[f"speedup_best_vs_{b}"] = t[b] / t["ours_search"]
     five = df["case"].astype(str) == "5"
     rest = paper.get("c1to4_vs_baselines", "")
     df["paper_vs_megatron"] = np.where(
@@ -201,6 +218,16 @@ def print_compact(summary: pd.DataFrame, elapsed_s: float, *, width: int = 100) 
             ("ours", "scheduled", "", ours),
             ("ours_random", "random", "mean of 3+", r.get("ours_random_iter_time_s")),
         ]
+        if r.get("ours_search_iter_time_s") is not None:
+            entries.insert(
+                1,
+                (
+                    "ours best",
+                    str(r.get("ours_search_layout") or ""),
+                    r.get("ours_search_config") or "",
+                    r.get("ours_search_iter_time_s"),
+                ),
+            )
         head = r.get("baseline_placement", "launch")
         for b in BASELINE_SYSTEMS:
             for name, placement in ((f"{b}_launch", "launch"), (b, head)):
@@ -222,8 +249,10 @@ def print_compact(summary: pd.DataFrame, elapsed_s: float, *, width: int = 100) 
 
 
 def print_wide(summary: pd.DataFrame, elapsed_s: float) -> None:
-    """One line per setting: ours, then each baseline under the paper's protocol (launch order)
-    and, when simulated, the fair one (topology-aware placement), ours' speed-up beside each."""
+    """One line per setting: ours (and ours' best configuration when searched), then each
+    baseline under the paper's protocol (launch order) and, when simulated, the fair one
+    (topology-aware placement), ours' speed-up beside each; "best x" is ours' best over each
+    baseline's best (headline placement)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -237,6 +266,7 @@ def print_wide(summary: pd.DataFrame, elapsed_s: float) -> None:
         ("L", "right"),
         ("batch", "right"),
         ("ours s", "right"),
+        ("ours best s (config)", "left"),
         ("random s", "right"),
         ("Meg launch s", "right"),
         ("Meg topo s (config)", "left"),
@@ -247,6 +277,8 @@ def print_wide(summary: pd.DataFrame, elapsed_s: float) -> None:
         ("x DS launch", "right"),
         ("x DS topo", "right"),
         ("x rand", "right"),
+        ("best x Meg", "right"),
+        ("best x DS", "right"),
         ("paper x Meg", "right"),
         ("paper x DS", "right"),
     ]
@@ -274,6 +306,7 @@ def print_wide(summary: pd.DataFrame, elapsed_s: float) -> None:
             str(r["num_layers"]),
             str(r["global_batch_size"]),
             f(r.get("ours_iter_time_s")),
+            f"{f(r.get('ours_search_iter_time_s'))} ({r.get('ours_search_config') or '—'})",
             f(r.get("ours_random_iter_time_s")),
             meg[0],
             meg[1],
@@ -284,6 +317,8 @@ def print_wide(summary: pd.DataFrame, elapsed_s: float) -> None:
             ds[2],
             ds[3],
             f(r.get("speedup_vs_random"), 2),
+            f(r.get("speedup_best_vs_megatron"), 2),
+            f(r.get("speedup_best_vs_deepspeed"), 2),
             r.get("paper_vs_megatron", ""),
             r.get("paper_vs_deepspeed", ""),
         )

@@ -1,33 +1,39 @@
-"""Speed-up attribution: a ladder of simulations from Megatron as launched to ours.
+"""Speed-up attribution: a ladder of simulations from Megatron as launched to ours at its best.
 
     python repro/run.py mode=attribution results_dir=results/attribution     # cases 4, 5; L40
     python repro/run.py mode=attribution cases=[5] layers=[24] batches=[1024] results_dir=DIR
 
-Each rung changes one design choice and is simulated in full (no rung is derived from another);
-the speed-up of a rung is the previous rung's iteration time over its own, so the rungs multiply
-up to Megatron-as-launched / ours exactly:
+Each rung changes exactly one thing and is simulated in full (no rung is derived from another),
+every rung fits in device memory, and the speed-up of a rung is the previous rung's iteration
+time over its own, so the rungs multiply up to Megatron-as-launched / ours exactly. Where memory
+forces a choice (GPipe keeps a whole pass's micro-batches: as many accumulation passes as the
+16 GB need), the rung says so in ``constraint``. All rungs run under the ``link_sharing`` given.
 
-0. ``megatron_launch``: Megatron's grid best with ranks in launch order (the paper's protocol);
-1. ``topology``: Megatron's grid best with topology-aware rank maps (:mod:`baselines.placement`);
-2. ``no_extra_syncs``: that configuration and rank map without the tied-embedding and
-   gradient-norm all-reduces (ours' runtime has an untied head and no norm clipping);
-3. ``sharded_ps``: the DP ring all-reduce replaced by the paper's sharded parameter server
-   (§3.2), each member entering when its own pass ends;
-4. ``gpipe``: 1F1B replaced by GPipe with the same blocking p2p calls;
-5. ``overlap``: GPipe with receive, compute and send on separate streams, messages streamed —
-   our runtime's timeline (:func:`system.simulator.simulate_ours` on the same layout,
-   micro-batch size and recomputation, all micro-batches in one pass);
-6. ``ours_shape``: our runtime's own choices — pp and dp as ``mode=simulate`` sets them
-   (:func:`repro.config.default_layout`, 8 × 8 on 64 devices), micro-batch 1, full
-   recomputation, the accumulation rounds memory forces — on the best of the baselines'
-   topology-aware rank maps for that shape (:func:`baselines.placement.candidate_maps`, each
-   simulated);
-7. ``ours``: our system as ``mode=simulate`` runs it: the same, on the scheduler's layout (same
-   budget).
-
-Rungs 4–5 ignore the activation memory of keeping every micro-batch in flight (GPipe needs
-accumulation rounds for that; rung 6 has them), so they show what the schedule and overlap buy
-on links, not whether the layout fits.
+0. ``megatron_launch``: Megatron's grid best with ranks in launch order (the paper's protocol)
+   — configuration C0 with its DP collective (ring, tree or two-level, the fastest);
+1. ``topology``: the same C0 on its best topology-aware rank map (:mod:`baselines.placement`);
+2. ``retune``: Megatron's grid best for topology-aware maps, C1 (the grid re-picks the
+   configuration for that placement; 1.00× when C1 = C0);
+3. ``untie``: without the tied-embedding all-reduce (an untied output head, as ours has; its
+   gradients join the last stage's DP payload);
+4. ``no_grad_norm``: without the gradient-norm all-reduce (ours clips nothing);
+5. ``sharded_ps``: the DP all-reduce replaced by the paper's sharded parameter server (§3.2),
+   each member entering when its own pass ends;
+6. ``gpipe``: 1F1B replaced by GPipe with the same blocking p2p calls, in the fewest
+   accumulation passes that fit (1F1B keeps ≤ pp micro-batches, GPipe a whole pass);
+7. ``overlap``: receive, compute and send on separate streams, messages streamed — our
+   runtime's timeline (:func:`system.simulator.simulate_ours`), same layout, passes, micro-batch
+   size and recomputation;
+8. ``flag``: + ours' fp16 finite-flag all-reduce over all ranks (its loss scaling);
+9. ``full_recompute``: full activation recomputation (ours' runtime default), passes re-derived;
+10. ``micro_batch``: the paper's micro-batch size, passes re-derived;
+11. ``ours_shape``: the paper's pp × dp (:func:`repro.config.default_layout`), on the best of
+    the baselines' topology-aware rank maps for that shape, each simulated — the paper's
+    configuration on a heuristic layout;
+12. ``ours``: the scheduler's layout — our system as the paper ran it (``mode=simulate``'s
+    ``ours``);
+13. ``ours_best``: ours' configuration search (:func:`system.config_search.search_ours`: shape,
+    micro-batch, recomputation, schedule and layout together) — the best this design can do.
 """
 
 from __future__ import annotations
@@ -39,14 +45,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from baselines.megatron.perf import grid_search_megatron
-from baselines.placement import Placement, candidate_maps
+from baselines.megatron.perf import RING_KWARGS, grid_search_megatron
+from baselines.placement import Placement, candidate_maps, search_placement
 from baselines.space import BaselineConfig
 from repro.config import AttributionConfig, default_layout
-from system.assignment import Assignment
 from system.cases import get_case
-from system.simulator import simulate_1f1b_ring, simulate_ours, stage_compute
+from system.config_search import search_ours
+from system.scheduler.assignment import Assignment
+from system.simulator import V100, SimResult, simulate_1f1b_ring, simulate_ours
 from system.simulator.collective import device_grid
+from system.simulator.ours import accumulation_rounds
+from system.simulator.sharing import DEFAULT_LINK_SHARING, with_link_sharing
 from system.workload import Workload, get_model
 
 log = logging.getLogger(__name__)
@@ -55,84 +64,164 @@ __all__ = ["STEPS", "ladder", "ladder_table", "plot_attribution", "run"]
 
 STEPS = (
     ("megatron_launch", "Megatron, launch order"),
-    ("topology", "+ topology-aware placement"),
-    ("no_extra_syncs", "- tied-embedding + grad-norm all-reduces"),
-    ("sharded_ps", "DP ring -> sharded PS"),
+    ("topology", "+ topology-aware rank map"),
+    ("retune", "+ grid re-picked for it"),
+    ("untie", "- tied-embedding all-reduce"),
+    ("no_grad_norm", "- grad-norm all-reduce"),
+    ("sharded_ps", "DP all-reduce -> sharded PS"),
     ("gpipe", "1F1B -> GPipe (blocking)"),
-    ("overlap", "+ overlap (separate streams)"),
-    ("ours_shape", "ours' pp/dp, mbs 1, full rc, rounds"),
+    ("overlap", "+ overlapped streams"),
+    ("flag", "+ fp16 finite-flag all-reduce"),
+    ("full_recompute", "full recomputation"),
+    ("micro_batch", "paper's micro-batch"),
+    ("ours_shape", "paper's pp x dp (heuristic layout)"),
     ("ours", "scheduler's layout = ours"),
+    ("ours_best", "ours' configuration search"),
 )
 
 
-def ladder(case: str, layers: int, batch: int, *, seed: int = 0) -> list[dict]:
-    """The rungs of one setting: one dict per rung (module docstring)."""
-    from repro.modes.simulate import scheduled_layout
+def _passes(w: Workload, pp: int, dp: int, rc: str) -> tuple[int, str]:
+    """Fewest GPipe accumulation passes that fit, and the constraint in words."""
+    m = w.micro_batches(dp)
+    r = accumulation_rounds(w, pp, dp, V100, recompute=rc)
+    if r == 0:
+        raise ValueError(f"not one micro-batch of {w.micro_batch_size} fits with pp={pp}, {rc}")
+    if r == 1:
+        return 1, f"all {m} micro-batches of a pass fit"
+    return r, f"16 GB holds {m // r} of {m} micro-batches in flight: {r} passes"
 
-    cluster = get_case(case)
+
+def _row(step: str, label: str, res: SimResult, constraint: str) -> dict:
+    if res.status != "ok":
+        raise ValueError(f"attribution rung {step} does not fit in memory: {res.label()}")
+    return {
+        "step": step,
+        "label": label,
+        "iter_time_s": float(res.iter_time_s),
+        "config": res.label(),
+        "pipeline_s": float(res.breakdown.get("pipeline_s", np.nan)),
+        "dp_sync_s": float(res.breakdown.get("dp_sync_s", np.nan)),
+        "memory_gib": res.memory_bytes / 2**30,
+        "rounds": int(res.breakdown.get("rounds", res.config.get("rounds", 1))),
+        "dp_collective": res.breakdown.get("dp_collective", ""),
+        "constraint": constraint,
+    }
+
+
+def ladder(
+    case: str, layers: int, batch: int, *, seed: int = 0, link_sharing: str = DEFAULT_LINK_SHARING
+) -> list[dict]:
+    """The rungs of one setting: one dict per rung (module docstring)."""
+    from repro.modes.simulate import SIM_BUDGET, scheduled_layout
+
+    plain = get_case(case)
+    cluster = with_link_sharing(plain, link_sharing)
     workload = Workload(model=get_model("gpt3_xl", layers), global_batch_size=batch)
     cache: dict = {}
     launch = grid_search_megatron(cluster, workload, placement=Placement.launch, cache=cache).best
     topo = grid_search_megatron(cluster, workload, placement=Placement.topology, cache=cache).best
-    c = topo.config
-    if c["tp"] != 1:
-        raise ValueError(
-            f"case {case}: Megatron's best uses tp={c['tp']}; the ladder's GPipe rungs need tp=1"
+    for res in (launch, topo):
+        if res.config["tp"] != 1:
+            raise ValueError(
+                f"case {case}: Megatron's best uses tp={res.config['tp']}; the ladder's GPipe "
+                "rungs need tp=1"
+            )
+
+    def megatron(res: SimResult, rank_map, **kw) -> SimResult:
+        c = res.config
+        w = replace(workload, micro_batch_size=c["micro_batch_size"])
+        args = {**RING_KWARGS, "recompute": c["recompute"], "tied_embedding": True, **kw}
+        return simulate_1f1b_ring(
+            cluster, w, tp=1, pp=c["pp"], dp=c["dp"], rank_map=rank_map, **args
         )
-    pp, dp, rc = c["pp"], c["dp"], c["recompute"]
+
+    c0 = BaselineConfig(system="megatron", **{k: launch.config[k] for k in _CONFIG_KEYS})
+    moved, _ = search_placement(cluster, workload, c0, lambda rm: megatron(launch, rm.devices))
     rank_map = topo.breakdown["rank_map"]
+    c = topo.config
     w = replace(workload, micro_batch_size=c["micro_batch_size"])
-    common = dict(tp=1, pp=pp, dp=dp, rank_map=rank_map, recompute=rc)
-    plain = simulate_1f1b_ring(cluster, w, **common)  # untied, no grad-norm all-reduce
-    ps = simulate_1f1b_ring(cluster, w, **common, dp_protocol="sharded_ps")
-    gpipe = simulate_1f1b_ring(cluster, w, **common, dp_protocol="sharded_ps", schedule="gpipe")
-    stages = device_grid(1, pp, dp, rank_map)[:, :, 0]
-    compute = stage_compute(w.model, pp, w.micro_batch_size, recompute=rc)
-    overlap = simulate_ours(cluster, Assignment(stages), w, compute=compute, rounds=1)
-    opp, odp = default_layout(cluster.num_devices)
-    ours = simulate_ours(
-        cluster, scheduled_layout(case, cluster, workload, opp, odp, seed), workload
+    pp, dp, rc = c["pp"], c["dp"], c["recompute"]
+    untied = megatron(topo, rank_map, tied_embedding=False)
+    no_norm = megatron(topo, rank_map, tied_embedding=False, grad_norm=False)
+    ps = megatron(topo, rank_map, tied_embedding=False, grad_norm=False, dp_protocol="sharded_ps")
+    passes, why = _passes(w, pp, dp, rc)
+    gp = megatron(
+        topo,
+        rank_map,
+        tied_embedding=False,
+        grad_norm=False,
+        dp_protocol="sharded_ps",
+        schedule="gpipe",
+        rounds=passes,
     )
+    stages = Assignment(device_grid(1, pp, dp, rank_map)[:, :, 0])
+
+    def ours_on(a: Assignment, wl: Workload, rc_: str, flag: bool) -> tuple[SimResult, str]:
+        r, text = _passes(wl, a.pp, a.dp, rc_)
+        return simulate_ours(cluster, a, wl, rounds=r, recompute=rc_, loss_scaling=flag), text
+
+    overlap, _ = ours_on(stages, w, rc, False)
+    flag, _ = ours_on(stages, w, rc, True)
+    full, why_full = ours_on(stages, w, "full", True)
+    w1 = replace(w, micro_batch_size=workload.micro_batch_size)
+    mbs1, why_mbs = ours_on(stages, w1, "full", True)
+    opp, odp = default_layout(cluster.num_devices)
     shape = BaselineConfig(
         system="megatron", tp=1, pp=opp, dp=odp, micro_batch_size=workload.micro_batch_size
     )
     heuristic = min(
         (
-            simulate_ours(
-                cluster, Assignment(device_grid(1, opp, odp, rm.devices)[:, :, 0]), workload
-            )
-            for rm in candidate_maps(cluster, workload, shape)
+            ours_on(Assignment(device_grid(1, opp, odp, rm.devices)[:, :, 0]), w1, "full", True)
+            for rm in candidate_maps(plain, workload, shape)
         ),
-        key=lambda r: r.iter_time_s,
+        key=lambda pair: pair[0].iter_time_s,
     )
-    results = [launch, topo, plain, ps, gpipe, overlap, heuristic, ours]
+    layout = scheduled_layout(case, plain, workload, opp, odp, seed)
+    ours, why_ours = ours_on(layout, workload, "full", True)
+    best = search_ours(cluster, workload, seed=seed, budget=SIM_BUDGET).best
+    rungs = [
+        (launch, "the grid's best in launch order"),
+        (moved, "same configuration"),
+        (topo, "the grid's best for topology-aware maps"),
+        (untied, "same memory (the model counts the head's weights either way)"),
+        (no_norm, ""),
+        (ps, ""),
+        (gp, why),
+        (overlap, why),
+        (flag, why),
+        (full, why_full),
+        (mbs1, why_mbs),
+        (heuristic[0], f"{heuristic[1]}; the best of the baselines' topology-aware maps"),
+        (ours, why_ours),
+        (best, f"searched: {best.label()}, {best.config.get('layout', '')}"),
+    ]
     base = {"case": case, "num_layers": layers, "global_batch_size": batch}
+    base["link_sharing"] = link_sharing
     out, prev = [], None
-    for (step, label), res in zip(STEPS, results, strict=True):
-        t = float(res.iter_time_s)
-        out.append(
-            {
-                **base,
-                "rung": len(out),
-                "step": step,
-                "label": label,
-                "iter_time_s": t,
-                "speedup_step": (prev / t) if prev else 1.0,
-                "speedup_cumulative": float(results[0].iter_time_s) / t,
-                "config": res.label(),
-                "pipeline_s": float(res.breakdown.get("pipeline_s", np.nan)),
-                "dp_sync_s": float(res.breakdown.get("dp_sync_s", np.nan)),
-            }
-        )
+    for k, ((step, label), (res, constraint)) in enumerate(zip(STEPS, rungs, strict=True)):
+        row = {**base, "rung": k, **_row(step, label, res, constraint)}
+        t = row["iter_time_s"]
+        row["speedup_step"] = (prev / t) if prev else 1.0
+        row["speedup_cumulative"] = float(launch.iter_time_s) / t
+        out.append(row)
         prev = t
     total = float(np.prod([r["speedup_step"] for r in out]))
     assert abs(total - out[-1]["speedup_cumulative"]) < 1e-9 * total
     return out
 
 
-def ladder_table(cases, layers, batches, seed: int = 0) -> pd.DataFrame:
+_CONFIG_KEYS = ("tp", "pp", "dp", "micro_batch_size", "recompute")
+
+
+def ladder_table(
+    cases, layers, batches, seed: int = 0, link_sharing: str = DEFAULT_LINK_SHARING
+) -> pd.DataFrame:
     rows = [
-        r for c in cases for L in layers for b in batches for r in ladder(str(c), L, b, seed=seed)
+        r
+        for c in cases
+        for L in layers
+        for b in batches
+        for r in ladder(str(c), L, b, seed=seed, link_sharing=link_sharing)
     ]
     return pd.DataFrame(rows)
 
@@ -168,7 +257,8 @@ def plot_attribution(table: pd.DataFrame, path: str | Path) -> Path:
 
 
 def _markdown(table: pd.DataFrame) -> str:
-    """One line per setting: each rung's time and its step speed-up, then the total speed-up."""
+    """One line per setting: each rung's time and its step speed-up, then the total speed-up;
+    then per setting every rung's configuration, passes, memory and constraint."""
     from repro.report.tables import markdown_table
 
     keys = ["case", "num_layers", "global_batch_size"]
@@ -181,14 +271,20 @@ def _markdown(table: pd.DataFrame) -> str:
             line[label] = f"{t:.1f} s ({f:.2f}x)"
         line["total"] = f"{g.speedup_cumulative.iloc[-1]:.2f}x"
         lines.append(line)
-    return markdown_table(pd.DataFrame(lines))
+    text = markdown_table(pd.DataFrame(lines))
+    cols = ["rung", "label", "config", "dp_collective", "rounds", "memory_gib", "constraint"]
+    for (case, layers, batch), g in table.groupby(keys, sort=True):
+        sharing = ", ".join(sorted(set(g.get("link_sharing", pd.Series(["?"])))))
+        text += f"\n\n### case {case}, L{layers}, B{batch} (link sharing {sharing})\n\n"
+        text += markdown_table(g.sort_values("rung")[cols], floatfmt=".1f")
+    return text
 
 
 def run(cfg: AttributionConfig) -> dict:
     from system.results import atomic_write_text
 
     out = Path(cfg.results_dir)
-    table = ladder_table(cfg.cases, cfg.layers, cfg.batches, cfg.seed)
+    table = ladder_table(cfg.cases, cfg.layers, cfg.batches, cfg.seed, str(cfg.link_sharing))
     atomic_write_text(out / "ladder.csv", table.to_csv(index=False))
     atomic_write_text(out / "ladder.md", _markdown(table) + "\n")
     plot_attribution(table, out / "attribution.png")

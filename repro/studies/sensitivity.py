@@ -2,21 +2,25 @@
 
     python repro/run.py mode=sensitivity results_dir=results/paper    # sensitivity.{csv,md}
 
-Around the default model (30% of V100 peak, every device pair at its full measured bandwidth,
-NCCL's eager sends), one knob at a time:
+Around the default model (30% of V100 peak, links shared as the authors' tc emulation shared
+them, NCCL's eager sends), one knob at a time:
 
 - compute efficiency 0.2, 0.3, 0.4, 0.5 of peak (``Hardware.achievable_fraction``, every system);
-- link sharing (:func:`system.simulator.comm.with_link_sharing`): ``pair`` (default),
-  ``device_nic`` (a device's concurrent flows share one NIC as fast as its fastest link) and
-  ``region_pair`` (concurrent flows between two regions share the pair's bandwidth);
+- link sharing (:mod:`system.simulator.sharing`): ``tc_class`` (default: a device's flows to one
+  region share that region's rate), ``pair`` (every device pair its own measured bandwidth),
+  ``nic`` (a device's concurrent flows share one NIC as fast as its fastest link), ``region``
+  (concurrent flows between two regions share the pair's bandwidth) and ``flow`` (16 streams per
+  NCCL connection as measured, AWS's 5 Gbit/s cross-region quota per instance);
 - the baselines' transport: NCCL eager (default) or NCCL with a rendezvous (a send waits for
   the receiver's posted receive, as gloo's does; :data:`system.simulator.comm.NCCL_RENDEZVOUS`).
   Ours' timeline always waits for the receiver's notice, as its runtime does.
 
-For every variant and each of the 9 case-5 settings it simulates ours (the scheduled layout, the
-same for every variant: the scheduler sees only α and β), 3 random layouts, and Megatron's and
-DeepSpeed's grids under both placement protocols; each claim is the median over the settings as
-in ``repro/report/claims.py``. The report gives each claim's value per variant and its range.
+For every variant and each of the 9 case-5 settings it simulates ours (the paper's configuration
+on the scheduled layout, the same for every variant: the scheduler sees only α and β), ours'
+best configuration (:func:`system.config_search.search_ours`), 3 random layouts, and Megatron's
+and DeepSpeed's grids under both placement protocols; each claim is the median over the
+settings as in ``repro/report/claims.py``, for ours as the paper ran it and for ours at its best.
+The report gives each claim's value per variant and its range.
 """
 
 from __future__ import annotations
@@ -32,29 +36,40 @@ from baselines.megatron.perf import grid_search_megatron
 from baselines.placement import Placement
 from repro.config import SensitivityConfig, default_layout
 from system.cases import get_case
+from system.config_search import search_ours
 from system.scheduler.assignment import random_assignment
 from system.simulator import V100, simulate_ours
-from system.simulator.comm import NCCL, NCCL_RENDEZVOUS, with_link_sharing
+from system.simulator.comm import NCCL, NCCL_RENDEZVOUS
+from system.simulator.sharing import DEFAULT_LINK_SHARING, with_link_sharing
 from system.workload import PAPER_BATCH_SIZES, PAPER_LAYERS, Workload, get_model
 
 __all__ = ["VARIANTS", "sensitivity_table", "claim_ranges", "run"]
 
 # (name, compute efficiency, link sharing, baselines' transport); the first is the default model
 VARIANTS = (
-    ("default", 0.30, "pair", NCCL),
-    ("efficiency 0.2", 0.20, "pair", NCCL),
-    ("efficiency 0.4", 0.40, "pair", NCCL),
-    ("efficiency 0.5", 0.50, "pair", NCCL),
-    ("sharing device_nic", 0.30, "device_nic", NCCL),
-    ("sharing region_pair", 0.30, "region_pair", NCCL),
-    ("nccl rendezvous", 0.30, "pair", NCCL_RENDEZVOUS),
+    ("default", 0.30, DEFAULT_LINK_SHARING, NCCL),
+    ("efficiency 0.2", 0.20, DEFAULT_LINK_SHARING, NCCL),
+    ("efficiency 0.4", 0.40, DEFAULT_LINK_SHARING, NCCL),
+    ("efficiency 0.5", 0.50, DEFAULT_LINK_SHARING, NCCL),
+    *(
+        (f"sharing {m}", 0.30, m, NCCL)
+        for m in ("pair", "nic", "region", "flow")
+        if m != DEFAULT_LINK_SHARING
+    ),
+    ("nccl rendezvous", 0.30, DEFAULT_LINK_SHARING, NCCL_RENDEZVOUS),
 )
-CLAIMS = {  # claim id -> (numerator column, denominator column): ratio = den time / num time
-    "c5_vs_megatron (launch)": "megatron_launch",
-    "c5_vs_megatron (topology)": "megatron_topology",
-    "c5_vs_deepspeed (launch)": "deepspeed_launch",
-    "c5_vs_deepspeed (topology)": "deepspeed_topology",
-    "scheduler_vs_random": "ours_random",
+# claim id -> (ours' column, the baseline's column): ratio = baseline time / ours' time; None:
+# DeepSpeed's time over Megatron's under the protocol in brackets
+CLAIMS = {
+    "c5_vs_megatron (launch)": ("ours", "megatron_launch"),
+    "c5_vs_megatron (topology)": ("ours", "megatron_topology"),
+    "c5_vs_deepspeed (launch)": ("ours", "deepspeed_launch"),
+    "c5_vs_deepspeed (topology)": ("ours", "deepspeed_topology"),
+    "c5 best vs megatron (launch)": ("ours_best", "megatron_launch"),
+    "c5 best vs megatron (topology)": ("ours_best", "megatron_topology"),
+    "c5 best vs deepspeed (launch)": ("ours_best", "deepspeed_launch"),
+    "c5 best vs deepspeed (topology)": ("ours_best", "deepspeed_topology"),
+    "scheduler_vs_random": ("ours", "ours_random"),
     "deepspeed / megatron time (launch)": None,
     "deepspeed / megatron time (topology)": None,
 }
@@ -64,27 +79,35 @@ def sensitivity_table(
     seed: int = 0, layers=PAPER_LAYERS, batches=PAPER_BATCH_SIZES
 ) -> pd.DataFrame:
     """One row per (variant, layers, batch): every system's iteration time (s)."""
-    from repro.modes.simulate import MIN_RANDOM_LAYOUTS, scheduled_layout
+    from repro.modes.simulate import MIN_RANDOM_LAYOUTS, SIM_BUDGET, scheduled_layout
 
     base = get_case("5")
     pp, dp = default_layout(base.num_devices)
-    rows = []
+    rows, schedules, layouts = [], {}, {}
     for name, eff, sharing, transport in VARIANTS:
         cluster = with_link_sharing(base, sharing)
         hw = replace(V100, achievable_fraction=eff)
         for layers_ in layers:
             for batch in batches:
                 w = Workload(model=get_model("gpt3_xl", layers_), global_batch_size=batch)
-                # the scheduler sees α and β only: one layout per setting for every variant
-                layout = scheduled_layout("5", base, w, pp, dp, seed)
+                key = (layers_, batch)
+                if key not in schedules:  # the scheduler sees α and β only: one per setting
+                    schedules[key] = scheduled_layout("5", base, w, pp, dp, seed)
                 row = {"variant": name, "num_layers": layers_, "global_batch_size": batch}
-                row["ours"] = simulate_ours(cluster, layout, w, hardware=hw).iter_time_s
+                row["link_sharing"] = sharing
+                row["ours"] = simulate_ours(
+                    cluster, schedules[key], w, hardware=hw, loss_scaling=True
+                ).iter_time_s
+                row["ours_best"] = search_ours(
+                    cluster, w, hardware=hw, seed=seed, budget=SIM_BUDGET, layouts=layouts
+                ).best.iter_time_s
                 rnd = [
                     simulate_ours(
                         cluster,
                         random_assignment(pp, dp, np.random.default_rng([seed, k])),
                         w,
                         hardware=hw,
+                        loss_scaling=True,
                     ).iter_time_s
                     for k in range(MIN_RANDOM_LAYOUTS)
                 ]
@@ -104,14 +127,14 @@ def sensitivity_table(
 def claim_ranges(table: pd.DataFrame) -> pd.DataFrame:
     """Per claim and variant, the median over settings; plus min/max over variants."""
     out = []
-    for claim, den in CLAIMS.items():
+    for claim, cols in CLAIMS.items():
         per = {}
         for variant, g in table.groupby("variant", sort=False):
-            if den is None:
+            if cols is None:
                 p = claim.split("(")[1].rstrip(")")
                 ratio = g[f"deepspeed_{p}"] / g[f"megatron_{p}"]
             else:
-                ratio = g[den] / g["ours"]
+                ratio = g[cols[1]] / g[cols[0]]
             per[variant] = float(np.median(ratio))
         vals = np.array(list(per.values()))
         out.append({"claim": claim, **per, "min": vals.min(), "max": vals.max()})

@@ -34,7 +34,14 @@ from pathlib import Path
 
 from system.emulation import tc
 from system.emulation.cleanup import STATE_ROOT, kill_netns_pids, owners, reap_dead, write_state
-from system.emulation.plan import DEVICE_IFNAME, FRAME_BYTES, MTU, PREFIX, EmulationPlan
+from system.emulation.plan import (
+    DEVICE_IFNAME,
+    FRAME_BYTES,
+    FRAME_OVERHEAD,
+    MTU,
+    PREFIX,
+    EmulationPlan,
+)
 from system.emulation.shell import EmulationError, missing_tools, ns_prefix, run_batch, run_cmd
 from system.lifeline import cancel, exit_on_signals, on_death
 
@@ -97,9 +104,12 @@ def device_tc_lines(
 ) -> list[str]:
     """``tc -batch`` lines shaping device i's egress: one HTB class per destination, ACK and
     data leaves, netem (backend ``netem``) or FIFO leaves (``nfqueue``: the bridge adds the
-    delay). The builder is shared with the real-host scripts (:func:`.tc.egress_lines`).
+    delay), under the plan's egress cap if it has one. The builder is shared with the real-host
+    scripts (:func:`.tc.egress_lines`).
     """
-    return tc.egress_lines(dev, _peers(plan, i), netem=netem, mtu=MTU)
+    cap = plan.scaled_egress_cap_gbps
+    cap_bps = None if cap is None else cap * 1e9 * FRAME_OVERHEAD
+    return tc.egress_lines(dev, _peers(plan, i), netem=netem, mtu=MTU, cap_bps=cap_bps)
 
 
 def tcp_congestion_control() -> str | None:

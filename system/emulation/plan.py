@@ -73,6 +73,9 @@ class EmulationPlan:
     bandwidth_scale: float = 1.0
     delay_scale: float = 1.0
     max_rate_gbps: float = 10.0  # cap for "infinite"/very fast links (NVLink in cases 1-2)
+    # per-device egress cap above the per-destination classes (Gbit/s of goodput, before
+    # scaling; None: no cap, each pair independent). The simulator sees it as the ``nic`` model.
+    egress_cap_gbps: float | None = None
     meta: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -81,6 +84,10 @@ class EmulationPlan:
             raise ValueError(f"bandwidth_scale must be > 0, got {self.bandwidth_scale}")
         if not (self.delay_scale >= 0 and np.isfinite(self.delay_scale)):
             raise ValueError(f"delay_scale must be >= 0, got {self.delay_scale}")
+        if self.egress_cap_gbps is not None and not (
+            self.egress_cap_gbps > 0 and np.isfinite(self.egress_cap_gbps)
+        ):
+            raise ValueError(f"egress_cap_gbps must be > 0, got {self.egress_cap_gbps}")
         if self.cluster.num_devices > 250:
             raise ValueError(
                 f"emulation supports at most 250 devices, got {self.cluster.num_devices}"
@@ -132,10 +139,23 @@ class EmulationPlan:
         return SUBNET.prefixlen
 
     # ---- links ----------------------------------------------------------------------------
+    @property
+    def scaled_egress_cap_gbps(self) -> float | None:
+        """The per-device egress cap the emulation realises (goodput, Gbit/s), or None."""
+        if self.egress_cap_gbps is None:
+            return None
+        return self.egress_cap_gbps * self.bandwidth_scale
+
     def scaled_cluster(self) -> Cluster:
-        """The cluster the emulation actually realises (feed this to the simulator)."""
+        """The cluster the emulation actually realises (feed this to the simulator): its links
+        scaled, and with an egress cap the ``nic`` sharing model at that cap (each destination
+        class is its own pipe otherwise: the ``pair`` model)."""
         c = self.cluster.scaled(bandwidth_scale=self.bandwidth_scale, delay_scale=self.delay_scale)
         bw = np.minimum(c.bandwidth_gbps, self.max_rate_gbps)
+        cap = self.scaled_egress_cap_gbps
+        sharing = {"link_sharing": "pair"}
+        if cap is not None:
+            sharing = {"link_sharing": "nic", "nic_gbps": cap}
         return Cluster(
             name=c.name,
             region_of=c.region_of,
@@ -144,13 +164,26 @@ class EmulationPlan:
             bandwidth_gbps=bw,
             host_nic_gbps=None,
             description=c.description,
-            meta={**c.meta, "emulated": True, "max_rate_gbps": self.max_rate_gbps},
+            meta={
+                **c.meta,
+                "emulated": True,
+                "max_rate_gbps": self.max_rate_gbps,
+                **sharing,
+            },
         )
 
     @property
     def goodput_bps(self) -> np.ndarray:
         """(D, D) target payload rate per link (bit/s), diagonal inf."""
         return self.scaled_cluster().bandwidth_bps
+
+    @property
+    def single_flow_goodput_bps(self) -> np.ndarray:
+        """(D, D) payload rate one flow alone reaches: its link's, or the egress cap if lower
+        (what the link checks of :mod:`system.emulation.verify` expect)."""
+        cap = self.scaled_egress_cap_gbps
+        good = self.goodput_bps
+        return good if cap is None else np.minimum(good, cap * 1e9)
 
     @property
     def rate_bps(self) -> np.ndarray:
@@ -179,6 +212,7 @@ class EmulationPlan:
             "emu_max_rate_gbps": self.max_rate_gbps,
             "emu_num_devices": self.num_devices,
             "emu_frame_overhead": FRAME_OVERHEAD,
+            "emu_egress_cap_gbps": self.scaled_egress_cap_gbps,
         }
 
     def check_capacity(self, capacity_gbps: float = DELAYER_CAPACITY_GBPS) -> float:
@@ -210,6 +244,7 @@ def make_plan(
     delay_scale: float = 1.0,
     tag: str | None = None,
     max_rate_gbps: float = 10.0,
+    egress_cap_gbps: float | None = None,
 ) -> EmulationPlan:
     """A plan with a fresh tag (random unless given), validated.
 
@@ -230,4 +265,5 @@ def make_plan(
         bandwidth_scale=bandwidth_scale,
         delay_scale=delay_scale,
         max_rate_gbps=max_rate_gbps,
+        egress_cap_gbps=egress_cap_gbps,
     )

@@ -15,7 +15,13 @@ lines, so a real host gets what the emulation was validated with:
   deep FIFO (the delay is added on the path, e.g. by the emulation's bridge), so TCP fills the
   pipe without tail drops;
 - per destination, a host route with a TCP window clamp of 1.25 × BDP + 64 KiB and CUBIC
-  (:func:`route_lines`).
+  (:func:`route_lines`);
+- optionally (``cap_bps``, a link-sharing experiment) one HTB class above all destination
+  classes at the sender's egress cap: each destination class is then guaranteed cap / k (k
+  destinations, at most its link rate) and borrows up to its link rate from the cap, so
+  concurrent flows split the cap max-min fairly (HTB shares what they borrow in proportion to
+  their equal quanta) — a per-device NIC (the ``nic`` model of
+  :mod:`system.simulator.sharing`).
 
 Lines are in ``tc -batch`` / ``ip -batch`` syntax (no leading ``tc``/``ip``). They reach root
 shells (the real-host scripts run with sudo), so every name in them is checked first: a device
@@ -35,6 +41,7 @@ __all__ = [
     "Peer",
     "BURST_S",
     "DEFAULT_CLASS",
+    "CAP_CLASS",
     "egress_lines",
     "route_lines",
     "htb_burst_bytes",
@@ -49,7 +56,8 @@ __all__ = [
     "MAX_MTU",
 ]
 
-DEFAULT_CLASS = 9999  # HTB class (decimal id 1:9999) of unmatched traffic
+DEFAULT_CLASS = 9999  # HTB class (id 1:9999) of unmatched traffic
+CAP_CLASS = 0x8000  # HTB class of the optional egress cap (destination ids stay below 0x4000)
 LEAF_QUEUE_PACKETS = 50_000  # per-destination FIFO (450 MB of jumbo frames): no tail drops
 # HTB token bucket depth of every shaped class, in seconds at the class rate. tc's default
 # (about one timer tick of bytes) loses rate whenever the qdisc watchdog fires late, which an
@@ -140,28 +148,44 @@ def htb_burst_bytes(rate_bps: float, frame_bytes: int) -> int:
     return max(int(rate_bps * BURST_S / 8), 2 * frame_bytes)
 
 
-def egress_lines(dev: str, peers: Sequence[Peer], *, netem: bool, mtu: int) -> list[str]:
-    """``tc -batch`` lines that shape ``dev``'s egress towards ``peers`` (see the module doc)."""
+def egress_lines(
+    dev: str, peers: Sequence[Peer], *, netem: bool, mtu: int, cap_bps: float | None = None
+) -> list[str]:
+    """``tc -batch`` lines that shape ``dev``'s egress towards ``peers`` (see the module doc);
+    ``cap_bps``: the sender's total egress cap (frames counted), None for none."""
     _check_dev(dev)
     frame_overhead(mtu)  # checks the MTU
     frame = mtu + _ETHERNET_HEADER
     if len({p.index for p in peers}) != len(peers) or any(not 0 <= p.index < 4095 for p in peers):
         raise ValueError("egress_lines: peer indices must be distinct and in 0..4094")
+    if cap_bps is not None and not 0 < cap_bps < float("inf"):
+        raise ValueError(f"egress_lines: the egress cap must be finite and > 0, got {cap_bps}")
     lines = [
         f"qdisc add dev {dev} root handle 1: htb default {DEFAULT_CLASS}",
         f"class add dev {dev} parent 1: classid 1:{DEFAULT_CLASS} htb rate 10gbit quantum 65536",
     ]
+    parent = "1:"
+    if cap_bps is not None:
+        cap = int(round(cap_bps))
+        b = htb_burst_bytes(cap, frame)
+        parent = f"1:{CAP_CLASS:x}"
+        lines.append(
+            f"class add dev {dev} parent 1: classid {parent} htb rate {cap}bit ceil {cap}bit "
+            f"burst {b} cburst {b} quantum 65536"
+        )
     for p in peers:
         check_ipv4(p.ip, "egress_lines: peer")
         check_link(p)
         n = p.index + 1
         cid, ack, data = f"{n:x}", f"{0x1000 + n:x}", f"{0x2000 + n:x}"
         r = int(round(p.rate_bps))
-        r_ack = max(8000, r // 20)
+        # guaranteed rate: the link's, or under a cap an equal share of it (borrowing up to r)
+        g = r if cap_bps is None else max(8000, min(r, int(cap_bps / len(peers))))
+        r_ack = max(8000, g // 20)
         b = htb_burst_bytes(r, frame)
         burst = f"burst {b} cburst {b}"
         lines.append(
-            f"class add dev {dev} parent 1: classid 1:{cid} htb rate {r}bit ceil {r}bit "
+            f"class add dev {dev} parent {parent} classid 1:{cid} htb rate {g}bit ceil {r}bit "
             f"{burst} quantum 65536"
         )
         lines.append(
@@ -169,7 +193,7 @@ def egress_lines(dev: str, peers: Sequence[Peer], *, netem: bool, mtu: int) -> l
             f"ceil {r}bit prio 0 quantum {frame}"
         )
         lines.append(
-            f"class add dev {dev} parent 1:{cid} classid 1:{data} htb rate {r}bit "
+            f"class add dev {dev} parent 1:{cid} classid 1:{data} htb rate {g}bit "
             f"ceil {r}bit {burst} prio 1 quantum 65536"
         )
         for leaf in (ack, data):

@@ -133,7 +133,7 @@ def measure_capacity_gbps(
     plan: EmulationPlan, i: int, j: int, *, port: int = 47000, min_bytes: float = 1e6
 ) -> float:
     """Capacity of link i→j as TCP goodput (Gbit/s), from a UDP flood's arrival rate."""
-    target = float(plan.goodput_bps[i, j])
+    target = float(plan.single_flow_goodput_bps[i, j])
     duration = float(np.clip(min_bytes * 8 / target, 0.3, 2.0))
     with _receiver(plan, j, "udp-recv", "--port", str(port), "--duration-s", str(duration)) as recv:
         subprocess.run(
@@ -153,7 +153,7 @@ def measure_capacity_gbps(
 
 def tcp_message_bytes(plan: EmulationPlan, i: int, j: int) -> int:
     """Size of the TCP check's message: 0.1 s of the link's goodput, at least 64 KiB."""
-    return int(max(65536, min(16 * 2**20, 0.1 * float(plan.goodput_bps[i, j]) / 8)))
+    return int(max(65536, min(16 * 2**20, 0.1 * float(plan.single_flow_goodput_bps[i, j]) / 8)))
 
 
 def measure_tcp_s(
@@ -314,9 +314,11 @@ def _check_pair(
     """Measure pair (i, j) up to ``tries`` times until it is within tolerance (busy cores make
     the probes miss); every attempt is kept (after ``earlier``'s), the last one decides."""
     t_rtt = 2e3 * float(plan.delay_s[i, j])
-    t_bw = float(plan.goodput_bps[i, j]) / 1e9
+    t_bw = float(plan.single_flow_goodput_bps[i, j]) / 1e9
     nbytes = tcp_message_bytes(plan, i, j)
-    t_tcp = float(plan.delay_s[i, j] + plan.delay_s[j, i] + 8.0 * nbytes / plan.goodput_bps[i, j])
+    t_tcp = float(
+        plan.delay_s[i, j] + plan.delay_s[j, i] + 8.0 * nbytes / plan.single_flow_goodput_bps[i, j]
+    )
     attempts = list(earlier.attempts) if earlier is not None else []
     for _ in range(tries):
         rtt = measure_rtt_ms(plan, i, j)

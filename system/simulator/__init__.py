@@ -4,10 +4,14 @@ Pure Python + NumPy (no torch). Entry points:
 
 - :func:`simulate_ours` — our runtime on any (cluster, assignment, workload), with the V100
   compute model or measured :class:`StageCompute` times;
-- :func:`simulate_1f1b_ring` — 1F1B pipelines + ring all-reduce (Megatron, DeepSpeed pipe+ZeRO-1);
-  the baselines' grid search lives in ``baselines/``;
+- :func:`simulate_1f1b_ring` — 1F1B pipelines + the DP all-reduce the framework would run
+  (Megatron, DeepSpeed pipe+ZeRO-1); the baselines' grid search lives in ``baselines/``;
 - :func:`replay` / :func:`replay_end_s` — the event replay of a pipeline from an op-order
   program (:mod:`system.simulator.replay`); the frameworks' programs live in ``baselines/``.
+
+Links are shared as the cluster's link-sharing model says (:mod:`system.simulator.sharing`);
+the all-reduce algorithms and NCCL's choice between them are in
+:mod:`system.simulator.allreduce`.
 """
 
 from system.simulator.collective import rank_grid, simulate_1f1b_ring

@@ -42,11 +42,11 @@ from __future__ import annotations
 import numpy as np
 
 from system.cluster import Cluster
+from system.simulator.allreduce import ALGORITHMS, allreduce_end_s, choose_allreduce
 from system.simulator.comm import (
     NCCL,
     Transport,
     flow_bandwidth_bps,
-    nccl_allreduce_end_s,
     ring_allreduce_end_s,
     ring_allreduce_s,
     ring_collective_s,
@@ -58,7 +58,15 @@ from system.simulator.replay import ProgramFn, replay_end_s
 from system.simulator.result import SimResult
 from system.workload import Workload, stage_gradient_params
 
-__all__ = ["rank_grid", "device_grid", "simulate_1f1b_ring", "pipeline_memory_bytes"]
+__all__ = [
+    "DP_COLLECTIVES",
+    "rank_grid",
+    "device_grid",
+    "simulate_1f1b_ring",
+    "pipeline_memory_bytes",
+]
+
+DP_COLLECTIVES = (*ALGORITHMS, "best")  # what simulate_1f1b_ring's dp_collective accepts
 
 
 def rank_grid(tp: int, pp: int, dp: int) -> np.ndarray:
@@ -90,8 +98,10 @@ def pipeline_memory_bytes(
     *,
     optimizer_shards: int = 1,
     recompute: str = "full",
+    in_flight: int | None = None,
 ) -> float:
-    """Peak device memory of a 1F1B stage: stage 0 holds up to ``pp`` micro-batches in flight."""
+    """Peak device memory of a 1F1B stage: stage 0 holds up to ``pp`` micro-batches in flight
+    (``in_flight``: a GPipe pass's count instead, on every stage)."""
     model = workload.model
     kw = dict(
         layers=model.num_layers // pp,
@@ -100,9 +110,43 @@ def pipeline_memory_bytes(
         optimizer_shards=optimizer_shards,
         recompute=recompute,
     )
-    first = training_memory(model, in_flight=pp, embedding=True, logits=pp == 1, **kw)
-    last = training_memory(model, in_flight=1, embedding=True, logits=True, **kw)
+    first_n, last_n = (pp, 1) if in_flight is None else (in_flight, in_flight)
+    first = training_memory(model, in_flight=first_n, embedding=True, logits=pp == 1, **kw)
+    last = training_memory(model, in_flight=last_n, embedding=True, logits=True, **kw)
     return max(first.total_bytes, last.total_bytes)
+
+
+def _dp_allreduce(
+    cluster: Cluster,
+    rings: np.ndarray,
+    grad_bytes: np.ndarray,
+    entry: np.ndarray,
+    transport: Transport,
+    *,
+    zero: int,
+    dp_collective: str,
+) -> tuple[np.ndarray, str]:
+    """End times (G, dp) of the DP gradient synchronisation and the collective used (see
+    :func:`simulate_1f1b_ring`'s ``dp_collective``)."""
+    if transport.rendezvous or transport.ring_segment_bytes is not None:  # gloo: its own ring,
+        # starting when the ring's last member is done (each size timed apart)
+        took = ring_allreduce_s(cluster, rings, grad_bytes, transport)
+        return np.broadcast_to((entry.max(axis=1) + took)[:, None], rings.shape).copy(), "ring"
+    if zero == 1:  # reduce-scatter + all-gather (ring volume), or all-reduce + all-gather
+        ring, _ = allreduce_end_s(cluster, rings, grad_bytes, entry, "ring")
+        if dp_collective == "ring" or rings.shape[1] < 3:
+            return ring, "ring"
+        tree, _ = allreduce_end_s(cluster, rings, grad_bytes, entry, "tree")
+        gather = ring_collective_s(cluster, rings, grad_bytes, kind="allgather")
+        tree = tree + gather[:, None]
+        if dp_collective == "tree" or tree.max() < ring.max() - 1e-12:
+            return tree, "tree+allgather"
+        if dp_collective not in ("best", "ring"):
+            raise ValueError(f"ZeRO-1: dp_collective {dp_collective!r} is not offered")
+        return ring, "ring"
+    if dp_collective == "best":
+        return choose_allreduce(cluster, rings, grad_bytes, entry)
+    return allreduce_end_s(cluster, rings, grad_bytes, entry, dp_collective)
 
 
 def simulate_1f1b_ring(
@@ -124,7 +168,9 @@ def simulate_1f1b_ring(
     recompute: str = "full",
     tied_embedding: bool = False,
     dp_protocol: str = "ring",
+    dp_collective: str = "best",
     compute: StageCompute | None = None,
+    rounds: int = 1,
 ) -> SimResult:
     """One iteration of 1F1B pipelines + ring all-reduce DP in launch order (module docstring).
 
@@ -146,8 +192,17 @@ def simulate_1f1b_ring(
     sharded parameter server, :func:`system.simulator.comm.sharded_ps_p2p_s`, each member
     entering when its own pass ends; for the speed-up attribution). ``schedule`` may also be
     ``gpipe`` (all forwards, then all backwards, with the same blocking p2p calls).
+    ``dp_collective`` (with ``dp_protocol="ring"``): the all-reduce algorithm of the DP gradients
+    on NCCL, one of :data:`DP_COLLECTIVES` — ``ring``, ``tree``, ``two_level`` (where the rank
+    map allows it) or ``best`` (the fastest of those, :func:`choose_allreduce`); with ZeRO-1 the
+    candidates are reduce-scatter + all-gather (``ring``) and a tree all-reduce + all-gather
+    (``tree+allgather``, DeepSpeed's ``reduce_scatter: false``). A rendezvous transport (gloo)
+    runs its own ring only. The result records the one used as ``dp_collective``.
     ``compute``: per-stage compute seconds (e.g. profiled on the machine that runs the
     baseline) used instead of ``hardware``'s FLOP model; ``hardware`` still sets the memory check.
+    ``rounds`` (``schedule="gpipe"`` only): gradient-accumulation passes of m/rounds micro-batches,
+    back to back — each pass starts when stage 0, the last to finish the previous one, is free,
+    so the passes are identical and shifted by one pass time; memory holds one pass's.
     Raises ValueError for layouts the cluster or workload cannot hold (sizes, TP across hosts).
     """
     model = workload.model
@@ -159,9 +214,17 @@ def simulate_1f1b_ring(
         raise ValueError(f"simulate_1f1b_ring: zero must be 0 or 1, got {zero}")
     if dp_protocol not in ("ring", "sharded_ps"):
         raise ValueError(f"dp_protocol must be ring or sharded_ps, got {dp_protocol!r}")
+    if dp_collective not in DP_COLLECTIVES:
+        raise ValueError(f"dp_collective must be one of {DP_COLLECTIVES}, got {dp_collective!r}")
     if model.num_attention_heads % tp or model.hidden_size % tp:
         raise ValueError(f"tp={tp} does not divide the model's heads/hidden size")
     workload.check_layout(pp, dp)
+    m_all = workload.micro_batches(dp)
+    if rounds < 1 or m_all % rounds or (rounds > 1 and schedule != "gpipe"):
+        raise ValueError(
+            f"rounds={rounds}: accumulation passes are for schedule='gpipe' and must divide the "
+            f"{m_all} micro-batches per replica"
+        )
     grid = device_grid(tp, pp, dp, rank_map)
     host = np.asarray(cluster.host_of)
     if np.any(host[grid] != host[grid[..., :1]]):
@@ -196,12 +259,14 @@ def simulate_1f1b_ring(
     occupy = np.zeros((2, max(pp - 1, 0), dp))
     delay = np.zeros((2, max(pp - 1, 0), dp))
     buffer_s = np.zeros((2, max(pp - 1, 0), dp))
-    if pp > 1:  # activations forward and gradients backward, all links' flows counted at once
+    if pp > 1:  # activations forward, gradients backward: each direction's flows at once
         send = act / tp if p2p_scatter else act
         src, dst = grid[:-1].ravel(), grid[1:].ravel()
-        both_src, both_dst = np.concatenate([src, dst]), np.concatenate([dst, src])
-        bw = flow_bandwidth_bps(cluster, both_src, both_dst).reshape(2, pp - 1, dp, tp)
-        lat = cluster.delay_s[both_src, both_dst].reshape(2, pp - 1, dp, tp)
+        bw = np.stack(
+            [flow_bandwidth_bps(cluster, src, dst), flow_bandwidth_bps(cluster, dst, src)]
+        ).reshape(2, pp - 1, dp, tp)
+        lat = np.stack([cluster.delay_s[src, dst], cluster.delay_s[dst, src]])
+        lat = lat.reshape(2, pp - 1, dp, tp)
         occupy = (8.0 * send / bw).max(axis=3)  # the slowest tensor rank's copy
         delay = lat.max(axis=3)
         buffer_s = (8.0 * transport.send_buffer_bytes / bw).min(axis=3)
@@ -212,29 +277,30 @@ def simulate_1f1b_ring(
         occupy[1],
         delay[0],
         delay[1],
-        micro_batches=m,
+        micro_batches=m // rounds,
         rendezvous=transport.rendezvous,
         schedule=schedule,
         buffer_fwd_s=buffer_s[0],
         buffer_bwd_s=buffer_s[1],
     )  # (pp, dp): when each stage of each replica leaves the pipeline
+    ends = ends + (rounds - 1) * ends.max(axis=0, keepdims=True)  # passes back to back
     pipeline_s = float(ends.max())
     grad_bytes = np.repeat(workload.gradient_bytes * stage_params, tp)  # one per ring (s, t)
     rings = grid.transpose(0, 2, 1).reshape(-1, dp)  # (pp·tp, dp): one DP ring per (s, t)
-    dp_each = (
-        ring_allreduce_s(cluster, rings, grad_bytes, transport).reshape(pp, tp).max(axis=1)
-        if dp > 1 and dp_protocol == "ring"
-        else np.zeros(pp)
-    )
-    if dp_protocol == "sharded_ps" and dp > 1:  # each member enters when its own pass ends
-        entry = np.repeat(ends, tp, axis=0)  # rows (s, t) like ``rings``
+    entry = np.repeat(ends, tp, axis=0)  # rows (s, t) like ``rings``: each member's pass end
+    collective = "none"
+    if dp > 1 and dp_protocol == "sharded_ps":  # each member enters when its own pass ends
         done = sharded_ps_p2p_s(cluster, rings, grad_bytes, entry)
-        step_at = done.reshape(pp, tp, dp).transpose(0, 2, 1).copy()  # (pp, dp, tp)
-        stage_done = step_at.max(axis=(1, 2))
-        dp_each = stage_done - ends.max(axis=1)
+        collective = "sharded_ps"
+    elif dp > 1:
+        done, collective = _dp_allreduce(
+            cluster, rings, grad_bytes, entry, transport, zero=zero, dp_collective=dp_collective
+        )
     else:
-        stage_done = ends.max(axis=1) + dp_each  # a ring starts when its last replica is done
-        step_at = np.broadcast_to(stage_done[:, None, None], grid.shape).copy()  # (pp, dp, tp)
+        done = entry.copy()
+    step_at = done.reshape(pp, tp, dp).transpose(0, 2, 1).copy()  # (pp, dp, tp)
+    stage_done = step_at.max(axis=(1, 2))
+    dp_each = stage_done - ends.max(axis=1)
     dp_s = float(dp_each.max())
     tied_s = 0.0
     if tied_embedding and pp > 1:  # first and last stage of each (replica, tensor rank)
@@ -251,8 +317,7 @@ def simulate_1f1b_ring(
         groups = grid.transpose(1, 0, 2).reshape(dp, pp * tp)  # rank order: stage, then tensor
         entry = step_at.transpose(1, 0, 2).reshape(dp, pp * tp)
         if transport.ring_segment_bytes is None and not transport.rendezvous:
-            norm_end, algos = nccl_allreduce_end_s(cluster, groups, 4.0, entry)
-            norm_algo = "tree" if "tree" in algos else "ring"
+            norm_end, norm_algo = choose_allreduce(cluster, groups, 4.0, entry, ("ring", "tree"))
         else:
             norm_end = ring_allreduce_end_s(cluster, groups, 4.0, entry, transport)
             norm_algo = "ring"
@@ -292,7 +357,13 @@ def simulate_1f1b_ring(
             step_at[-1, d, :] = agg[d]
     iter_s = float(step_at.max())
     memory = pipeline_memory_bytes(
-        workload, tp, pp, dp, optimizer_shards=shards, recompute=recompute
+        workload,
+        tp,
+        pp,
+        dp,
+        optimizer_shards=shards,
+        recompute=recompute,
+        in_flight=m // rounds if schedule == "gpipe" else None,
     )
     return SimResult(
         system=system,
@@ -316,9 +387,11 @@ def simulate_1f1b_ring(
             "dp_span_s": float(stage_done.max() - pipeline_s),
             "grad_norm_s": norm_s,
             "grad_norm_algo": norm_algo,
+            "dp_collective": collective,
             "tied_embedding_s": tied_s,
             "zero1_gather_s": float(gather.max()),
             "micro_batches": int(m),
+            "rounds": int(rounds),
         },
         status="ok" if memory <= hardware.usable_memory_bytes else "oom",
     )

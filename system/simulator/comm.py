@@ -1,33 +1,22 @@
-"""Transfer and collective times on a case's links, with link and NIC sharing (α-β model;
-ring all-reduce 2·(n−1)/n · S/β + 2·(n−1)·α, Thakur et al., IJHPCA 2005).
+"""Transfer and collective times on a case's links (α-β model; ring all-reduce
+2·(n−1)/n · S/β + 2·(n−1)·α, Thakur et al., IJHPCA 2005).
 
 Every transfer of X bytes over link (a, b) takes ``α_ab + 8·X / β_eff`` seconds (paper §2), where
-``β_eff`` is the link bandwidth shared fairly among the flows that run at the same time:
+``β_eff`` is what the flow gets among the flows that run at the same time under the cluster's
+link-sharing model (``pair``, ``nic``, ``region``, ``flow``, ``tc_class``; max-min fair;
+:mod:`system.simulator.sharing`). Hosts with a NIC of their own (cases 1–2) share it under every
+model.
 
-- flows on the same ordered device pair split that link's bandwidth;
-- flows that leave (or enter) a host through its NIC (``Cluster.host_nic_gbps``, cases 1–2) split
-  the NIC: each gets at most NIC / (number of concurrent cross-host flows out of / into the host).
-  NICs are full duplex, so outgoing and incoming flows are counted separately;
-- optionally (``cluster.meta["link_sharing"] == "region_pair"``, a sensitivity setting, see
-  :func:`with_link_sharing`) flows between two different regions split that region pair's
-  bandwidth, as if the measured value were the pair's aggregate pipe rather than each device
-  pair's own. A per-device NIC is the ``host_nic_gbps`` rule with one device per host.
+Collectives here (the all-reduce algorithms NCCL and the frameworks choose between, tree and
+two-level included, are in :mod:`system.simulator.allreduce`):
 
-Collectives:
-
-- NCCL all-reduce: NCCL's tuner predicts each algorithm's time from the message size and picks
-  the fastest (NCCL ``src/graph/tuning.cc``; the double binary tree of NCCL 2.4 gives small
-  messages a latency logarithmic in the group size, NVIDIA's "Massively Scale Your Deep Learning
-  Training with NCCL 2.4", 2019). :func:`nccl_allreduce_end_s` does the same with this module's
-  link model: the ring below and a binary tree over the ranks (NCCL's ``ncclGetBtree``), reduce
-  up then broadcast down, each hop α + 8·S/β; per group the one that ends first;
 - ring all-reduce over n devices in the given order: 2·(n−1) synchronous steps, each moving S/n
   bytes on every ring edge at once, a step lasting as long as the slowest edge — on uniform links
   this is the textbook ``2·(n−1)/n · S/β + 2·(n−1)·α``; reduce-scatter and all-gather take n−1
-  steps (half);
+  steps (half); gloo's segmented ring event by event (:func:`ring_allreduce_end_s`);
 - sharded parameter server (the paper's DP, §3.2) as our runtime runs it
   (:mod:`system.runtime.data_parallel`): point-to-point and concurrent, one connection per
-  peer, so a device's n−1 shards travel at once (sharing only its host NIC, where it has one).
+  peer, so a device's n−1 shards travel at once, sharing what the model shares.
   Each member enters when its own last backward ends; see :func:`sharded_ps_p2p_s` for the
   events. The scheduler's cost model (:mod:`system.cost.model`) keeps the paper's serialised
   charge ``Σ_{d'} 2·(α + 8·S/(n·β))`` — an upper bound of this exchange for synchronised entry.
@@ -36,11 +25,12 @@ Collectives:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
 from system.cluster import Cluster
+from system.simulator.sharing import LINK_SHARING, shared_bandwidth_bps, with_link_sharing
 
 __all__ = [
     "GLOO",
@@ -49,7 +39,6 @@ __all__ = [
     "NCCL_RENDEZVOUS",
     "flow_bandwidth_bps",
     "flow_time_s",
-    "nccl_allreduce_end_s",
     "with_link_sharing",
     "LINK_SHARING",
     "TRANSPORTS",
@@ -90,85 +79,18 @@ GLOO = Transport("gloo", rendezvous=True, send_buffer_bytes=4 * 2**20, ring_segm
 TRANSPORTS = {t.name: t for t in (NCCL, NCCL_RENDEZVOUS)}
 
 
-def flow_bandwidth_bps(
-    cluster: Cluster,
-    src: Sequence[int],
-    dst: Sequence[int],
-    host_flows_out: np.ndarray | None = None,
-    host_flows_in: np.ndarray | None = None,
-) -> np.ndarray:
-    """Bandwidth (bit/s) each of a set of concurrent flows ``src[i] -> dst[i]`` gets.
-
-    ``host_flows_out/in`` (per host) override how many concurrent cross-host flows share each NIC
-    (default: counted from the given flows).
-    """
-    src, dst = np.asarray(src, dtype=int), np.asarray(dst, dtype=int)
-    if src.shape != dst.shape:
-        raise ValueError(f"flows: src {src.shape} and dst {dst.shape} differ in shape")
-    if src.size == 0:
-        return np.zeros(0)
-    d = cluster.num_devices
-    bw = cluster.bandwidth_bps[src, dst].astype(float)
-    pair = src * d + dst
-    same_pair = np.bincount(pair, minlength=d * d)[pair]
-    bw = bw / same_pair
-    if cluster.meta.get("link_sharing") == "region_pair":
-        region = np.unique(np.asarray(cluster.region_of), return_inverse=True)[1].ravel()
-        ra, rb = region[src], region[dst]
-        across = ra != rb
-        k = int(region.max()) + 1
-        flows = np.bincount(ra * k + rb, minlength=k * k)[ra * k + rb]
-        bw = np.where(across, cluster.bandwidth_bps[src, dst] / flows, bw)
-    if cluster.host_nic_gbps is None:
-        return bw
-    host = np.asarray(cluster.host_of)
-    hs, hd = host[src], host[dst]
-    cross = hs != hd
-    h = cluster.num_hosts
-    n_out = np.bincount(hs[cross], minlength=h) if host_flows_out is None else host_flows_out
-    n_in = np.bincount(hd[cross], minlength=h) if host_flows_in is None else host_flows_in
-    nic = np.asarray(cluster.host_nic_gbps) * 1e9
-    share = np.minimum(nic[hs] / np.maximum(n_out[hs], 1), nic[hd] / np.maximum(n_in[hd], 1))
-    return np.where(cross, np.minimum(bw, share), bw)
+def flow_bandwidth_bps(cluster: Cluster, src: Sequence[int], dst: Sequence[int]) -> np.ndarray:
+    """Bandwidth (bit/s) each of a set of concurrent flows ``src[i] -> dst[i]`` gets under the
+    cluster's link-sharing model (:func:`system.simulator.sharing.shared_bandwidth_bps`)."""
+    return shared_bandwidth_bps(cluster, src, dst)
 
 
-LINK_SHARING = ("pair", "device_nic", "region_pair")
-
-
-def with_link_sharing(cluster: Cluster, sharing: str) -> Cluster:
-    """``cluster`` under one of :data:`LINK_SHARING` (a sensitivity setting):
-
-    - ``pair``: the cluster as given (each device pair gets its full measured bandwidth; host
-      NICs where the case has them);
-    - ``device_nic``: every device has its own NIC as fast as its fastest link, shared by all its
-      concurrent flows (in and out counted separately); cases with hosts keep their host NICs;
-    - ``region_pair``: concurrent flows between two regions share that pair's bandwidth.
-    """
-    if sharing not in LINK_SHARING:
-        raise ValueError(f"link sharing must be one of {LINK_SHARING}, got {sharing!r}")
-    if sharing == "pair":
-        return cluster
-    if sharing == "region_pair":
-        return replace(cluster, meta={**cluster.meta, "link_sharing": "region_pair"})
-    if cluster.host_nic_gbps is not None:
-        return cluster
-    bw = np.where(np.isfinite(cluster.bandwidth_gbps), cluster.bandwidth_gbps, 0.0)
-    return replace(
-        cluster,
-        host_of=tuple(range(cluster.num_devices)),
-        host_nic_gbps=tuple(float(x) for x in bw.max(axis=1)),
-        meta={**cluster.meta, "link_sharing": "device_nic"},
-    )
-
-
-def flow_time_s(
-    cluster: Cluster, src: Sequence[int], dst: Sequence[int], nbytes, **sharing
-) -> np.ndarray:
+def flow_time_s(cluster: Cluster, src: Sequence[int], dst: Sequence[int], nbytes) -> np.ndarray:
     """Seconds for each concurrent flow to move ``nbytes`` (a float, or one per flow); zero for
     a device to itself. On a cluster with size-dependent ``links`` each flow reaches the fraction
     of its bandwidth its size allows (:meth:`system.links.SizeDependentLinks.efficiency`)."""
     src, dst = np.asarray(src, dtype=int), np.asarray(dst, dtype=int)
-    bw = flow_bandwidth_bps(cluster, src, dst, **sharing)
+    bw = flow_bandwidth_bps(cluster, src, dst)
     if cluster.links is not None:  # message-size-dependent links (system.links)
         host = np.asarray(cluster.host_of)
         bw = bw * cluster.links.efficiency(host[src], host[dst], nbytes)
@@ -343,64 +265,3 @@ def ring_allreduce_end_s(
                 arrive = np.where(on, start + busy + alpha, -np.inf)
                 landed.append(np.roll(arrive, -1, axis=1))  # q's send lands at q-1
     return t
-
-
-def _btree_parent(rank: int, n: int) -> int:
-    """Parent of ``rank`` in NCCL's binary tree over ranks 0..n−1 (``ncclGetBtree``): clear the
-    lowest set bit b and set 2b (or only clear b when that leaves the range); rank 0 is the root.
-
-    >>> [_btree_parent(r, 8) for r in range(8)]
-    [-1, 2, 4, 2, 0, 6, 4, 6]
-    """
-    if rank == 0:
-        return -1
-    bit = 1
-    while not bit & rank:
-        bit <<= 1
-    up = (rank ^ bit) | (bit << 1)
-    return up if up < n else rank ^ bit
-
-
-def _tree_allreduce_end_s(cluster: Cluster, group: np.ndarray, nbytes: float, entry: np.ndarray):
-    """One binary-tree all-reduce (reduce to rank 0, broadcast back), hop = α + 8·S/β."""
-    n = group.size
-    parent = [_btree_parent(r, n) for r in range(n)]
-    depth = [0] * n
-    for r in range(1, n):
-        q, d = r, 0
-        while q:
-            q, d = parent[q], d + 1
-        depth[r] = d
-    hop = flow_time_s(cluster, group[1:], group[[parent[r] for r in range(1, n)]], nbytes)
-    down = flow_time_s(cluster, group[[parent[r] for r in range(1, n)]], group[1:], nbytes)
-    reduced = entry.astype(float).copy()
-    for r in sorted(range(1, n), key=lambda r: -depth[r]):  # leaves first
-        reduced[parent[r]] = max(reduced[parent[r]], reduced[r] + hop[r - 1])
-    done = np.empty(n)
-    done[0] = reduced[0]
-    for r in sorted(range(1, n), key=lambda r: depth[r]):  # root first
-        done[r] = done[parent[r]] + down[r - 1]
-    return done
-
-
-def nccl_allreduce_end_s(
-    cluster: Cluster, groups: Sequence[Sequence[int]], nbytes: float, entry_s: np.ndarray
-) -> tuple[np.ndarray, list[str]]:
-    """When each member of several concurrent NCCL all-reduces is done, and which algorithm
-    (``ring`` / ``tree``) each group used: the one whose last member finishes first, as NCCL's
-    tuner picks the algorithm predicted fastest for the size (module docstring). Ranks in the
-    order given; ``entry_s`` (G, n) when each member enters.
-    """
-    g, e = _groups_and_entries(groups, entry_s, "nccl all-reduce")
-    ring = ring_allreduce_end_s(cluster, g, nbytes, e, NCCL)
-    if g.shape[1] < 3:  # a tree of two ranks is the ring
-        return ring, ["ring"] * g.shape[0]
-    out, algo = ring.copy(), []
-    for k in range(g.shape[0]):
-        tree = _tree_allreduce_end_s(cluster, g[k], nbytes, e[k])
-        if tree.max() < ring[k].max():
-            out[k] = tree
-            algo.append("tree")
-        else:
-            algo.append("ring")
-    return out, algo

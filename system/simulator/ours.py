@@ -14,7 +14,13 @@ One iteration of the runtime:
 3. Sharded-parameter-server data parallelism (§3.2) over each stage's group, point-to-point and
    concurrent (:func:`system.simulator.comm.sharded_ps_p2p_s`): each device enters when its own
    last backward ends, so an early replica's shards travel while its peers still compute.
-4. The optimizer step on each device after its exchange; the iteration ends with the last.
+4. With fp16 loss scaling (``loss_scaling``, the paper's setting), a one-float all-reduce over
+   all ranks of a finite-gradient flag, as the runtime does inside its timed iteration.
+5. The optimizer step on each device after its exchange; the iteration ends with the last.
+
+Beyond the paper's runtime (options the configuration search explores, labelled as such): a
+1F1B order of the same overlapped streams (``schedule="1f1b"``: at most p micro-batches in flight,
+so no accumulation rounds) and selective or no activation recomputation (``recompute``).
 
 Use it with the V100 model (default) or with measured compute times::
 
@@ -45,38 +51,107 @@ from system.assignment import Assignment
 from system.cluster import Cluster
 from system.compression import Compression
 from system.cost.model import check_sizes
+from system.simulator.allreduce import choose_allreduce
 from system.simulator.comm import flow_time_s, ring_collective_s, sharded_ps_p2p_s
 from system.simulator.compression import codec_overhead_s
 from system.simulator.hardware import V100, Hardware, StageCompute, stage_compute
-from system.simulator.memory import training_memory
+from system.simulator.memory import RECOMPUTE_MODES, training_memory
+from system.simulator.replay import Key, Msg, Op, backward, call, forward, replay_end_s
 from system.simulator.result import SimResult
 from system.simulator.timeline import gpipe_timeline
 from system.workload import Workload, stage_gradient_params
 
 log = logging.getLogger(__name__)
 
-__all__ = ["simulate_ours", "ours_memory_bytes", "accumulation_rounds"]
+__all__ = [
+    "SCHEDULES",
+    "simulate_ours",
+    "ours_memory_bytes",
+    "accumulation_rounds",
+    "overlapped_1f1b_program",
+]
+
+SCHEDULES = ("gpipe", "1f1b")  # ours' pipeline schedules (the runtime runs GPipe)
 
 
-def ours_memory_bytes(workload: Workload, pp: int, in_flight: int) -> float:
-    """Peak device memory (bytes) of our runtime with ``in_flight`` micro-batches per pass."""
+def ours_memory_bytes(
+    workload: Workload,
+    pp: int,
+    in_flight: int,
+    *,
+    recompute: str = "full",
+    last_in_flight: int | None = None,
+) -> float:
+    """Peak device memory (bytes) of our runtime with ``in_flight`` micro-batches per pass on
+    the first stage and ``last_in_flight`` (default the same; 1F1B: 1) on the last."""
     layers = workload.model.num_layers // pp
-    kw = dict(layers=layers, micro_batch_size=workload.micro_batch_size, in_flight=in_flight)
-    first = training_memory(workload.model, embedding=True, logits=pp == 1, **kw)
-    last = training_memory(workload.model, embedding=True, logits=True, **kw)
+    kw = dict(layers=layers, micro_batch_size=workload.micro_batch_size, recompute=recompute)
+    last_n = in_flight if last_in_flight is None else last_in_flight
+    first = training_memory(
+        workload.model, embedding=True, logits=pp == 1, in_flight=in_flight, **kw
+    )
+    last = training_memory(workload.model, embedding=True, logits=True, in_flight=last_n, **kw)
     return max(first.total_bytes, last.total_bytes)
 
 
-def accumulation_rounds(workload: Workload, pp: int, dp: int, hardware: Hardware = V100) -> int:
+def accumulation_rounds(
+    workload: Workload, pp: int, dp: int, hardware: Hardware = V100, *, recompute: str = "full"
+) -> int:
     """Fewest equal rounds whose micro-batches fit in memory; 0 if even one micro-batch does not."""
     m = workload.micro_batches(dp)
     for rounds in range(1, m + 1):
         if (
             m % rounds == 0
-            and ours_memory_bytes(workload, pp, m // rounds) <= hardware.usable_memory_bytes
+            and ours_memory_bytes(workload, pp, m // rounds, recompute=recompute)
+            <= hardware.usable_memory_bytes
         ):
             return rounds
     return 0
+
+
+def overlapped_1f1b_program(stage: int, p: int, m: int) -> list[Op]:
+    """1F1B (PipeDream-flush: warm-up forwards, one forward one backward, cool-down backwards)
+    as our runtime's separate streams would run it: every send goes out together with the
+    receive the stage needs next (its receives are posted ahead, so no send waits for a
+    partner's call). Replayed with unbounded send buffers: a send holds the stage only until the
+    link has taken the previous message; a receive holds it until the data landed."""
+    s = stage
+
+    def recv_f(i: int) -> list[Msg]:
+        return [Msg("recv", Key("f", i, s - 1))] if s > 0 and i < m else []
+
+    def recv_b(i: int) -> list[Msg]:
+        return [Msg("recv", Key("b", i, s))] if s < p - 1 and i < m else []
+
+    def send_f(i: int) -> list[Msg]:
+        return [Msg("send", Key("f", i, s))] if s < p - 1 else []
+
+    def send_b(i: int) -> list[Msg]:
+        return [Msg("send", Key("b", i, s - 1))] if s > 0 else []
+
+    ops: list[Op] = []
+
+    def calls(msgs: list[Msg]) -> None:
+        if msgs:
+            ops.append(call(*msgs))
+
+    warm = min(p - s - 1, m)
+    steady = m - warm
+    calls(recv_f(0))
+    for i in range(warm):
+        ops.append(forward(i))
+        calls(send_f(i) + (recv_f(i + 1) if i + 1 < warm or steady else []))
+    for j in range(steady):
+        ops.append(forward(warm + j))
+        calls(send_f(warm + j) + recv_b(j))
+        ops.append(backward(j))
+        calls(send_b(j) + (recv_f(warm + j + 1) if j + 1 < steady else recv_b(steady)))
+    for i in range(steady, m):
+        if i > steady or steady == 0:  # the steady phase's last call posted recv_b(steady)
+            calls(recv_b(i))
+        ops.append(backward(i))
+        calls(send_b(i))
+    return ops
 
 
 def _pipeline_links(
@@ -130,41 +205,75 @@ def simulate_ours(
     system: str = "ours",
     compression: Compression | None = None,
     dp_mode: str = "sharded_ps",
+    recompute: str = "full",
+    schedule: str = "gpipe",
+    loss_scaling: bool = False,
 ) -> SimResult:
     """Predict one training iteration of our runtime (see the module docstring).
 
     Args:
-        cluster: devices and links.
+        cluster: devices and links (and the link-sharing model they run under).
         assignment: the layout; its pp × dp must equal the cluster's device count.
         workload: model, global batch, micro-batch size.
         compute: per-stage compute seconds per micro-batch; default: the V100 model.
         hardware: accelerator for the default compute model and the memory check.
-        rounds: gradient-accumulation rounds (default: fewest that fit in memory).
+        rounds: GPipe's gradient-accumulation rounds (default: fewest that fit in memory).
         system: name recorded in the result (``ours``, ``ours_random``).
         compression: communication-reducing options (module docstring); None: none.
         dp_mode: ``sharded_ps``, or ``ring`` (the compressed ring all-gather baseline).
+        recompute: activation recomputation, ``full`` (the paper's runtime), ``selective`` or
+            ``none`` (compute and memory; the runtime implements ``full`` and ``none``).
+        schedule: ``gpipe`` (the paper's runtime) or ``1f1b`` (the same overlapped streams in
+            1F1B order, :func:`overlapped_1f1b_program`; at most p micro-batches in flight; a
+            design option the runtime does not implement).
+        loss_scaling: fp16 with loss scaling, as the paper ran: before its optimizer step every
+            device all-reduces a finite-gradient flag (one float) over all ranks, the runtime's
+            ``all_reduce(flag, MAX)`` (NCCL's ring or tree, whichever ends first; ranks are
+            devices). False for fp32 runs (the CPU runs), which skip it.
 
     Returns:
         A SimResult (status ``oom`` with ``iter_time_s`` NaN when nothing fits).
 
     Raises:
-        ValueError: layout and cluster/workload disagree.
+        ValueError: layout and cluster/workload disagree, or an unknown option.
     """
     pp, dp = assignment.pp, assignment.dp
     check_sizes(cluster, pp, dp)
     workload.check_layout(pp, dp)
+    if recompute not in RECOMPUTE_MODES:
+        raise ValueError(
+            f"simulate_ours: recompute must be one of {RECOMPUTE_MODES}, got {recompute!r}"
+        )
+    if schedule not in SCHEDULES:
+        raise ValueError(f"simulate_ours: schedule must be one of {SCHEDULES}, got {schedule!r}")
     model = workload.model
     m = workload.micro_batches(dp)
     flops = workload.model_flops(recompute=True)
-    config = {"tp": 1, "pp": pp, "dp": dp, "micro_batch_size": workload.micro_batch_size, "zero": 0}
-    if rounds is None:
-        rounds = accumulation_rounds(workload, pp, dp, hardware)
-    elif rounds < 1 or m % rounds:
-        raise ValueError(
-            f"rounds={rounds} must be >= 1 and divide the {m} micro-batches per replica"
-        )
-    in_flight = m // rounds if rounds else 1
-    memory = ours_memory_bytes(workload, pp, in_flight)
+    config = {
+        "tp": 1,
+        "pp": pp,
+        "dp": dp,
+        "micro_batch_size": workload.micro_batch_size,
+        "zero": 0,
+        "recompute": recompute,
+        "schedule": schedule,
+    }
+    usable = hardware.usable_memory_bytes
+    if schedule == "1f1b":
+        if rounds not in (None, 1):
+            raise ValueError("simulate_ours: 1F1B runs one pass (rounds must be None or 1)")
+        in_flight = min(pp, m)
+        memory = ours_memory_bytes(workload, pp, in_flight, recompute=recompute, last_in_flight=1)
+        rounds = 1 if memory <= usable else 0
+    else:
+        if rounds is None:
+            rounds = accumulation_rounds(workload, pp, dp, hardware, recompute=recompute)
+        elif rounds < 1 or m % rounds:
+            raise ValueError(
+                f"rounds={rounds} must be >= 1 and divide the {m} micro-batches per replica"
+            )
+        in_flight = m // rounds if rounds else 1
+        memory = ours_memory_bytes(workload, pp, in_flight, recompute=recompute)
     if rounds == 0:
         return SimResult(
             system=system,
@@ -175,7 +284,9 @@ def simulate_ours(
             config=config,
             status="oom",
         )
-    compute = compute or stage_compute(model, pp, workload.micro_batch_size, hardware=hardware)
+    compute = compute or stage_compute(
+        model, pp, workload.micro_batch_size, hardware=hardware, recompute=recompute
+    )
     f, b, opt = compute.per_stage(pp)
     options = compression or Compression()
     options.check("simulate_ours", dp_mode=dp_mode)
@@ -186,26 +297,48 @@ def simulate_ours(
     act_b = options.pipe.backward_nbytes(act, workload.activation_bytes)
     links = _pipeline_links(cluster, assignment.stages, act_f, act_b)
     link_f, link_b = links["fwd"], links["bwd"]
-
-    free = np.zeros((pp, dp))
-    for _ in range(rounds):
-        times = gpipe_timeline(
-            f,
-            b,
-            link_f,
-            link_b,
-            in_flight,
-            start_s=free,
-            notice_fwd_s=links["lat_b"],
-            notice_bwd_s=links["lat_f"],
-            latency_fwd_s=links["lat_f"],
-            latency_bwd_s=links["lat_b"],
+    if schedule == "1f1b":
+        free = replay_end_s(
+            np.broadcast_to(f[:, None], (pp, dp)),
+            np.broadcast_to(b[:, None], (pp, dp)),
+            link_f - links["lat_f"],
+            link_b - links["lat_b"],
+            links["lat_f"],
+            links["lat_b"],
+            micro_batches=m,
+            schedule=overlapped_1f1b_program,
+            buffer_fwd_s=np.inf,
+            buffer_bwd_s=np.inf,
         )
-        free = times.bwd_end_s  # (pp, dp): each device's last backward
+    else:
+        free = np.zeros((pp, dp))
+        for _ in range(rounds):
+            times = gpipe_timeline(
+                f,
+                b,
+                link_f,
+                link_b,
+                in_flight,
+                start_s=free,
+                notice_fwd_s=links["lat_b"],
+                notice_bwd_s=links["lat_f"],
+                latency_fwd_s=links["lat_f"],
+                latency_bwd_s=links["lat_b"],
+            )
+            free = times.bwd_end_s  # (pp, dp): each device's last backward
     pipeline_s = free.max(axis=1)  # (pp,) when every replica of the stage is done
 
     done = _dp_exchange_end_s(cluster, assignment.stages, workload, options, dp_mode, free)
     done = done + overhead["dp_s"][:, None]
+    flag_s, flag_algo = 0.0, "none"
+    if loss_scaling and cluster.num_devices > 1:
+        ranks = np.argsort(assignment.stages.ravel())  # device d's position in stages.ravel()
+        entry = done.ravel()[ranks][None, :]  # per rank = device, in rank order
+        flag_end, flag_algo = choose_allreduce(
+            cluster, [list(range(cluster.num_devices))], 4.0, entry, ("ring", "tree")
+        )
+        flag_s = float(flag_end.max() - done.max())
+        done = flag_end[0][assignment.stages.ravel()].reshape(pp, dp)
     end = done + opt[:, None]
     iter_s = float(end.max())
     if options.local.active:  # H − 1 iterations without an exchange, one with the outer step
@@ -226,6 +359,9 @@ def simulate_ours(
         "bwd_s": float(b.max()),
         "pp_link_max_s": float(max(link_f.max(initial=0.0), link_b.max(initial=0.0))),
         "fwd_slot_max_s": float(slot.max()),
+        "flag_allreduce_s": flag_s,
+        "flag_allreduce_algo": flag_algo,
+        "dp_collective": dp_mode,
     }
     config["rounds"] = int(rounds)
     log.debug(

@@ -49,4 +49,6 @@ class SimResult:
             text += f" zero{c['zero']}"
         if c.get("recompute", "full") != "full":
             text += f" rc-{c['recompute']}"
+        if c.get("schedule", "gpipe") != "gpipe" and self.system.startswith("ours"):
+            text += f" {c['schedule']}"  # ours runs GPipe unless told otherwise
         return text

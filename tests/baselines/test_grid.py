@@ -51,11 +51,64 @@ def test_spec_json_round_trip():
         (dict(system="megatron", device="tpu"), "device"),
         (dict(system="megatron", start="now"), "start 'now' is not one of"),
         (dict(system="megatron", start="clock", start_margin_s=0.0), "start_margin_s"),
+        (dict(system="megatron", dp_collective="tree+allgather"), "dp_collective must be one"),
+        (dict(system="megatron", dp_collective="tree"), "needs device=cuda"),
+        (dict(system="megatron", dp=4, global_batch_size=8, dp_collective="two_level"), "cuda"),
+        (
+            dict(system="megatron", dp=2, device="cuda", dp_collective="two_level"),
+            "dist_opt_instances",
+        ),
+        (dict(system="megatron", dist_opt_instances=2), "two_level only"),
+        (dict(system="deepspeed", zero=3, dp_collective="two_level"), "dp_collective must be"),
+        (
+            dict(system="deepspeed", zero=3, device="cuda", dp_collective="tree+allgather"),
+            "ZeRO-1/2",
+        ),
     ],
 )
 def test_check_spec_rejects(kw, match):
     with pytest.raises(ValueError, match=match):
         check_spec(BaselineSpec(**kw))
+
+
+def test_dp_collective_reaches_nccl_deepspeed_and_the_prediction():
+    from baselines.deepspeed.train import ds_config
+    from baselines.grid import predict_iter_time_s
+    from baselines.spec import nccl_algo
+    from system.cases import get_case
+
+    tree = BaselineSpec(system="megatron", dp=2, device="cuda", dp_collective="tree")
+    check_spec(tree)
+    assert nccl_algo(tree) == "Tree"
+    assert nccl_algo(BaselineSpec(system="megatron")) is None  # NCCL's own per-size choice
+    two = BaselineSpec(
+        system="megatron",
+        dp=4,
+        global_batch_size=8,
+        device="cuda",
+        dp_collective="two_level",
+        dist_opt_instances=2,
+    )
+    check_spec(two)
+    ds = BaselineSpec(
+        system="deepspeed", zero=1, dp=2, device="cuda", dp_collective="tree+allgather"
+    )
+    check_spec(ds)
+    assert ds_config(ds)["zero_optimization"]["reduce_scatter"] is False
+    assert (
+        "reduce_scatter"
+        not in ds_config(BaselineSpec(system="deepspeed", zero=1))["zero_optimization"]
+    )
+    # the prediction follows the spec's collective: two regions, the tree and the ring differ
+    c = get_case("debug").subset([0, 2, 4, 6])
+    ring = predict_iter_time_s(BaselineSpec(system="megatron", dp=4, global_batch_size=8), c)
+    via_tree = predict_iter_time_s(
+        BaselineSpec(
+            system="megatron", dp=4, global_batch_size=8, device="cuda", dp_collective="tree"
+        ),
+        c,
+    )
+    assert ring is not None and via_tree is not None and ring != via_tree
 
 
 def test_invalid_point_is_a_row_not_a_process(tmp_path):

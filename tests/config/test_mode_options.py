@@ -20,6 +20,7 @@ BAD = {
     "compare_baselines": ({"results_dir": "no/such/study"}, {}, "no such results folder"),
     "attribution": ({"cases": ["7"]}, {}, "case='7'"),
     "sensitivity": ({"seed": -1}, {}, "seed=-1: must be >= 0"),
+    "scheduler_worth": ({"sailor_dir": "no/such/folder"}, {}, "no such file"),
     "scheduler_ablation": ({"population": 1}, {}, "population=1: must be >= 2"),
     "replan": ({"step_devices": 3}, {"dp": 2, "case": "debug"}, "multiple of dp=2"),
     "bench_scheduler": ({"per_regions": [0]}, {}, "per_regions[]=0: must be >= 1"),

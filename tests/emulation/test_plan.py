@@ -94,3 +94,31 @@ def test_udp_steady_rate_leaves_out_the_initial_burst():
     naive = 8 * sum(sizes[1:]) / times[-1]
     assert naive > 8.3e6  # what counting the burst would report
     assert steady_rate([0.0, 1.0], [1, 1])["rate_bps"] == 0.0  # too few arrivals: no estimate
+
+
+def test_egress_cap_sits_above_the_destination_classes():
+    from system.emulation import tc
+    from system.emulation.netns import device_tc_lines
+    from system.emulation.plan import FRAME_OVERHEAD
+    from system.simulator.sharing import link_sharing_of
+
+    c = get_case("debug").subset([0, 2, 4, 6])
+    plan = make_plan(c, bandwidth_scale=0.1, tag="tcap", egress_cap_gbps=1.0)
+    lines = device_tc_lines(plan, 0, netem=False)
+    cap = int(round(0.1e9 * FRAME_OVERHEAD))
+    parent = f"1:{tc.CAP_CLASS:x}"
+    assert f"parent 1: classid {parent} htb rate {cap}bit ceil {cap}bit" in "\n".join(lines)
+    dest = [ln for ln in lines if f"parent {parent} classid" in ln]
+    assert len(dest) == 3  # every destination class borrows from the cap
+    for j, ln in zip((1, 2, 3), dest, strict=True):
+        r = int(round(plan.rate_bps[0, j]))
+        g = max(8000, min(r, cap // 3))  # guaranteed an equal share, up to its link
+        assert f"htb rate {g}bit ceil {r}bit" in ln
+    # one flow alone reaches min(link, cap): what the link checks expect
+    assert plan.single_flow_goodput_bps[0, 1] == pytest.approx(min(plan.goodput_bps[0, 1], 0.1e9))
+    # the simulator sees the cap as the nic model at the scaled cap
+    sc = plan.scaled_cluster()
+    assert link_sharing_of(sc) == "nic" and sc.meta["nic_gbps"] == pytest.approx(0.1)
+    assert link_sharing_of(make_plan(c, tag="tnocap").scaled_cluster()) == "pair"
+    with pytest.raises(ValueError, match="egress_cap_gbps"):
+        make_plan(c, tag="tbad", egress_cap_gbps=0.0)

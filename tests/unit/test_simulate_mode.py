@@ -44,7 +44,20 @@ def test_debug_end_to_end_and_rerun_skips_rows(tmp_path):
     out = simulate(_cfg(tmp_path))
     rows = pd.read_csv(tmp_path / "runs.csv")
     assert set(COLUMNS) <= set(rows.columns)
-    assert set(rows.system) == {"ours", "ours_random", "megatron", "deepspeed"}
+    assert set(rows.system) == {"ours", "ours_search", "ours_random", "megatron", "deepspeed"}
+    # every row names its link-sharing model; the baselines' their DP collective; ours' search
+    # its configuration, with the paper's fixed one labelled and one best
+    assert set(rows.link_sharing) == {"tc_class"}
+    assert (
+        rows[rows.system.isin(["megatron", "deepspeed"]) & (rows.status == "ok")]["dp_collective"]
+        .notna()
+        .all()
+    )
+    search = rows[rows.system == "ours_search"]
+    assert (search.variant == "paper").sum() == 1 and search.is_best.sum() == 1
+    assert search[["schedule", "recompute", "micro_batch_size", "pp", "dp"]].notna().all().all()
+    best = search[search.is_best].iloc[0]
+    assert best.iter_time_s <= search[search.variant == "paper"].iter_time_s.iloc[0] + 1e-9
     assert (rows.system == "ours_random").sum() == 3  # three seeded random layouts
     ok = rows[rows.status == "ok"]
     assert (ok.iter_time_s > 0).all() and (ok.pflops > 0).all()
@@ -259,14 +272,14 @@ def test_sensitivity_knobs(tmp_path):
             "system=megatron",
             "baseline_placements=[launch]",
             "compute_efficiency=0.2",
-            "link_sharing=region_pair",
+            "link_sharing=region",
             "baseline_transport=nccl_rendezvous",
         )
     )
     t0 = base["summary"][0]["megatron_iter_time_s"]
     assert slow["summary"][0]["megatron_iter_time_s"] > t0
     rows = pd.read_csv(tmp_path / "b" / "runs.csv")
-    assert set(rows.link_sharing) == {"region_pair"} and set(rows.compute_efficiency) == {0.2}
+    assert set(rows.link_sharing) == {"region"} and set(rows.compute_efficiency) == {0.2}
     with pytest.raises(ValueError, match="compute_efficiency=1.5: must be <= 1"):
         simulate(_cfg(tmp_path / "c", "compute_efficiency=1.5"))
     assert not (tmp_path / "c").exists()

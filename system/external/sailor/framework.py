@@ -28,7 +28,7 @@ iteration (``train_batch``) does, in order, and how each part is timed here:
    of 5e8 elements (DeepSpeed's ``MEMORY_OPT_ALLREDUCE_SIZE``) and all-reduced over the stage's
    replicas, one NCCL all-reduce per TP rank index, all at once, after the pipeline: the
    pipeline engine turns DeepSpeed's backward-overlapped reduction off, so nothing overlaps.
-   Timed by :func:`system.simulator.comm.nccl_allreduce_end_s` (ring or tree, as NCCL's tuner
+   Timed by :func:`system.simulator.allreduce.nccl_allreduce_end_s` (ring or tree, as NCCL's tuner
    would pick) on the fitted links, plus the bucket's flatten and unflatten copies at the GPU's
    memory bandwidth.
 4. **Optimizer** — ``OptimizerStep``: AdamW over the stage's parameters. The profile's
@@ -70,7 +70,8 @@ from system.external.sailor.profile import (
 )
 from system.gpus import get_gpu
 from system.links import BandwidthCurve
-from system.simulator.comm import flow_time_s, nccl_allreduce_end_s, ring_collective_s
+from system.simulator.allreduce import nccl_allreduce_end_s
+from system.simulator.comm import flow_time_s, ring_collective_s
 from system.simulator.replay import replay_end_s
 
 __all__ = [

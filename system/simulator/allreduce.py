@@ -1,0 +1,266 @@
+"""All-reduce as NCCL and the frameworks run it — ring, double binary tree, two-level — and the
+choice between them, on the project's link model (:mod:`system.simulator.comm`).
+
+Algorithms, for G concurrent groups (``groups[g]`` lists a group's devices in rank order), each
+member of group g entering at ``entry_s[g][k]``:
+
+- ``ring``: NCCL's streamed ring, 2·(n−1) steps of α + 8·S/(n·β) on every ring edge at once
+  (:func:`system.simulator.comm.ring_collective_s`), starting when the last member entered;
+- ``tree``: NCCL's double binary tree (NCCL 2.4+, ``src/graph/trees.cc`` ``ncclGetDtree``: the
+  binary tree of ``ncclGetBtree`` and its mirror for an even rank count, or a copy shifted by one
+  rank for an odd one; a message of one chunk runs on one channel, so on the first tree only,
+  as NCCL lowers the channel count for small sizes). Each tree carries half of the message,
+  reduced up to its root and broadcast back down, pipelined in chunks of
+  :data:`TREE_CHUNK_BYTES`: the first chunk climbs
+  and descends the tree hop by hop (α + 8·chunk/r per hop, each member joining when it entered),
+  the rest streams behind it at the tree's slowest edge rate. All edges of both trees, up and
+  down, of every group are concurrent flows, so they share links as the sharing model says
+  (:mod:`system.simulator.sharing`): under ``pair`` a parent receives from its two children at
+  two links' rates, under ``nic`` it shares its one NIC;
+- ``two_level``: reduce-scatter inside blocks of k consecutive ranks that share a region, an
+  all-reduce of the 1/k shards across the blocks (k concurrent groups, ring or tree, whichever
+  ends first), all-gather inside the blocks — megatron-core's partial distributed optimizer
+  (``num_distributed_optimizer_instances``: reduce-scatter over the intra-instance group,
+  all-reduce over the inter-instance group, parameter all-gather over the intra-instance group).
+  Available when every group splits into at least two such blocks of one size k ≥ 2
+  (:func:`two_level_block`).
+
+Choice (:func:`choose_allreduce`): NCCL's tuner predicts each enabled algorithm's time for the
+message size and runs the fastest (``src/graph/tuning.cc``, ``ncclTopoGetAlgoTime``; the tree is
+offered for all-reduce only). NCCL's own prediction uses its bus-bandwidth table, which knows
+neither WAN delays nor per-pair rates; here the prediction is the project's link model, the
+choice a careful user makes and enforces with ``NCCL_ALGO`` (or the framework's flag for
+``two_level``). One algorithm for all groups of a call, the one whose last member finishes first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from system.cluster import Cluster
+from system.simulator.comm import flow_bandwidth_bps, ring_collective_s
+
+__all__ = [
+    "ALGORITHMS",
+    "TREE_CHUNK_BYTES",
+    "btree_parents",
+    "dtree_parents",
+    "tree_allreduce_end_s",
+    "two_level_block",
+    "two_level_allreduce_end_s",
+    "allreduce_end_s",
+    "choose_allreduce",
+    "nccl_allreduce_end_s",
+]
+
+ALGORITHMS = ("ring", "tree", "two_level")
+# Pipelining grain of the tree: NCCL's Simple protocol moves its 4 MiB buffer (NCCL_BUFFSIZE's
+# default) in NCCL_STEPS = 8 slots of 512 KiB.
+TREE_CHUNK_BYTES = 512 * 1024
+
+
+def _groups_entries(groups, entry_s, nbytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    g = np.asarray([list(r) for r in groups], dtype=int)
+    e = np.asarray(entry_s, dtype=float)
+    if g.ndim != 2 or e.shape != g.shape:
+        raise ValueError(f"all-reduce: groups {g.shape} and entry_s {e.shape} must be (G, n)")
+    size = np.broadcast_to(np.asarray(nbytes, dtype=float), (g.shape[0],)).copy()
+    if np.any(size < 0) or not np.all(np.isfinite(size)):
+        raise ValueError(f"all-reduce: message bytes must be finite and >= 0, got {nbytes}")
+    return g, e, size
+
+
+def btree_parents(n: int) -> list[int]:
+    """Parent of every rank in NCCL's binary tree over ranks 0..n−1 (``ncclGetBtree``): clear
+    the lowest set bit b and set 2b, or only clear b when that leaves the range; rank 0 is the
+    root (−1).
+
+    >>> btree_parents(8)
+    [-1, 2, 4, 2, 0, 6, 4, 6]
+    """
+    out = [-1]
+    for rank in range(1, n):
+        bit = rank & -rank
+        up = (rank ^ bit) | (bit << 1)
+        out.append(up if up < n else rank ^ bit)
+    return out
+
+
+def dtree_parents(n: int) -> tuple[list[int], list[int]]:
+    """The two trees of NCCL's double binary tree (``ncclGetDtree``): the binary tree, and its
+    mirror (rank r ↔ n−1−r) for even n or its copy shifted by one rank for odd n.
+
+    >>> dtree_parents(4)
+    ([-1, 2, 0, 2], [1, 3, 1, -1])
+    """
+    first = btree_parents(n)
+    if n % 2 == 0:
+        second = [-1 if first[n - 1 - r] < 0 else n - 1 - first[n - 1 - r] for r in range(n)]
+    else:
+        second = [-1 if first[(r - 1) % n] < 0 else (first[(r - 1) % n] + 1) % n for r in range(n)]
+    return first, second
+
+
+def _depth_order(parent: list[int]) -> list[int]:
+    """Non-root ranks, deepest first."""
+    depth = []
+    for r in range(len(parent)):
+        d, q = 0, r
+        while parent[q] >= 0:
+            q, d = parent[q], d + 1
+        depth.append(d)
+    return sorted((r for r in range(len(parent)) if parent[r] >= 0), key=lambda r: -depth[r])
+
+
+def tree_allreduce_end_s(
+    cluster: Cluster, groups: Sequence[Sequence[int]], nbytes, entry_s
+) -> np.ndarray:
+    """When each member of G concurrent double-binary-tree all-reduces is done (module
+    docstring); ``nbytes`` a float or one per group. Returns (G, n)."""
+    g, e, size = _groups_entries(groups, entry_s, nbytes)
+    n = g.shape[1]
+    if n == 1:
+        return e.copy()
+    trees = dtree_parents(n)
+    if size.max() <= TREE_CHUNK_BYTES:  # one chunk: one channel, so one tree carries it all
+        trees = trees[:1]
+    child = np.array([r for p in trees for r in range(n) if p[r] >= 0])
+    par = np.array([p[r] for p in trees for r in range(n) if p[r] >= 0])
+    src = np.concatenate([g[:, child], g[:, par]], axis=1)  # up, then down, per group
+    dst = np.concatenate([g[:, par], g[:, child]], axis=1)
+    rate = flow_bandwidth_bps(cluster, src.ravel(), dst.ravel()).reshape(src.shape)
+    alpha = cluster.delay_s[src, dst]
+    half = size / len(trees)
+    chunk = np.minimum(half, TREE_CHUNK_BYTES)
+    hop = alpha + 8.0 * chunk[:, None] / rate  # (G, 2·edges): first chunk per hop
+    edges = n - 1
+    out = np.full(g.shape, -np.inf)
+    for t, parent in enumerate(trees):
+        cols = np.arange(t * edges, (t + 1) * edges)  # this tree's edges among the up flows
+        rank_col = {int(child[c]): int(c) for c in cols}
+        up, down = hop[:, cols], hop[:, cols + child.size]
+        slowest = np.minimum(rate[:, cols], rate[:, cols + child.size]).min(axis=1)
+        stream = 8.0 * (half - chunk) / slowest
+        reduced = e.copy()
+        order = _depth_order(parent)
+        for r in order:  # leaves first: a parent holds the first chunk once all children sent
+            k = rank_col[r] - t * edges
+            reduced[:, parent[r]] = np.maximum(reduced[:, parent[r]], reduced[:, r] + up[:, k])
+        done = reduced.copy()  # the root's value is final; the others are set on the way down
+        for r in reversed(order):  # root first
+            k = rank_col[r] - t * edges
+            done[:, r] = done[:, parent[r]] + down[:, k]
+        out = np.maximum(out, done + stream[:, None])
+    return out
+
+
+def two_level_block(cluster: Cluster, groups: Sequence[Sequence[int]]) -> int:
+    """The block size k of a two-level all-reduce over ``groups``, or 0 where the rank map does
+    not allow one: every group must split into n/k ≥ 2 runs of k ≥ 2 consecutive ranks, each run
+    inside one region, with one k for all groups.
+
+    >>> from system.cases import get_case
+    >>> two_level_block(get_case("debug"), [[0, 1, 2, 3]])   # 2 devices per region
+    2
+    >>> two_level_block(get_case("debug"), [[0, 2, 4, 6]])   # one per region
+    0
+    """
+    region = np.asarray(cluster.region_of)
+    ks = set()
+    for grp in groups:
+        r = region[np.asarray(list(grp), dtype=int)]
+        n = r.size
+        k = int(np.argmax(r != r[0])) if np.any(r != r[0]) else n
+        if k < 2 or n % k or n // k < 2:
+            return 0
+        blocks = r.reshape(n // k, k)
+        if np.any(blocks != blocks[:, :1]):
+            return 0
+        ks.add(k)
+    return ks.pop() if len(ks) == 1 else 0
+
+
+def two_level_allreduce_end_s(
+    cluster: Cluster, groups: Sequence[Sequence[int]], nbytes, entry_s, k: int
+) -> tuple[np.ndarray, str]:
+    """(G, n) end times of a two-level all-reduce with blocks of ``k`` (module docstring), and
+    the inner algorithm that crossed the blocks (``ring`` or ``tree``)."""
+    g, e, size = _groups_entries(groups, entry_s, nbytes)
+    n = g.shape[1]
+    if k < 2 or n % k or n // k < 2:
+        raise ValueError(f"two-level all-reduce: block size {k} does not split groups of {n}")
+    blocks = g.reshape(g.shape[0], n // k, k)
+    inner = blocks.reshape(-1, k)
+    inner_bytes = np.repeat(size, n // k)
+    rs = ring_collective_s(cluster, inner, inner_bytes, kind="reducescatter").reshape(-1, n // k)
+    ag = ring_collective_s(cluster, inner, inner_bytes, kind="allgather").reshape(-1, n // k)
+    across = blocks.transpose(0, 2, 1).reshape(-1, n // k)  # (G·k, n/k): same position per block
+    zero = np.zeros(across.shape)
+    mid, how = choose_allreduce(cluster, across, np.repeat(size / k, k), zero, ("ring", "tree"))
+    mid = mid.max(axis=1).reshape(-1, k).max(axis=1)  # per group
+    total = rs.max(axis=1) + mid + ag.max(axis=1)
+    return np.broadcast_to((e.max(axis=1) + total)[:, None], g.shape).copy(), how
+
+
+def allreduce_end_s(
+    cluster: Cluster, groups: Sequence[Sequence[int]], nbytes, entry_s, algorithm: str
+) -> tuple[np.ndarray, str]:
+    """(G, n) end times of ``algorithm`` (one of :data:`ALGORITHMS`) and its full name
+    (``two_level/ring`` or ``two_level/tree`` for the two-level one). ValueError when the rank
+    map does not allow a two-level all-reduce."""
+    g, e, size = _groups_entries(groups, entry_s, nbytes)
+    if algorithm == "ring":
+        t = ring_collective_s(cluster, g, size) if g.shape[1] > 1 else np.zeros(g.shape[0])
+        return np.broadcast_to((e.max(axis=1) + t)[:, None], g.shape).copy(), "ring"
+    if algorithm == "tree":
+        return tree_allreduce_end_s(cluster, g, size, e), "tree"
+    if algorithm == "two_level":
+        k = two_level_block(cluster, g)
+        if not k:
+            raise ValueError("two-level all-reduce: the groups do not split into region blocks")
+        end, how = two_level_allreduce_end_s(cluster, g, size, e, k)
+        return end, f"two_level/{how}"
+    raise ValueError(f"all-reduce algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+
+
+def choose_allreduce(
+    cluster: Cluster,
+    groups: Sequence[Sequence[int]],
+    nbytes,
+    entry_s,
+    candidates: Sequence[str] = ALGORITHMS,
+) -> tuple[np.ndarray, str]:
+    """The candidate whose last member finishes first (module docstring): its (G, n) end times
+    and name. ``two_level`` is skipped where the rank map does not allow it; a tree of two ranks
+    is the ring (ties go to the earlier candidate)."""
+    g = np.asarray([list(r) for r in groups], dtype=int)
+    best: tuple[np.ndarray, str] | None = None
+    for algo in candidates:
+        if algo == "two_level" and not two_level_block(cluster, g):
+            continue
+        if algo == "tree" and g.shape[1] < 3:
+            continue
+        end, name = allreduce_end_s(cluster, g, nbytes, entry_s, algo)
+        if best is None or end.max() < best[0].max() - 1e-12:
+            best = (end, name)
+    if best is None:
+        raise ValueError(f"all-reduce: none of {tuple(candidates)} applies to these groups")
+    return best
+
+
+def nccl_allreduce_end_s(
+    cluster: Cluster, groups: Sequence[Sequence[int]], nbytes, entry_s
+) -> tuple[np.ndarray, list[str]]:
+    """NCCL's all-reduce per group: each of G concurrent groups (a communicator each) takes
+    ring or tree, whichever ends first for it (:func:`choose_allreduce` on that group, with the
+    others' flows sharing the links as under the tree's choice); (G, n) end times and the
+    algorithm of each group."""
+    g, e, size = _groups_entries(groups, entry_s, nbytes)
+    ring, _ = allreduce_end_s(cluster, g, size, e, "ring")
+    if g.shape[1] < 3:
+        return ring, ["ring"] * g.shape[0]
+    tree, _ = allreduce_end_s(cluster, g, size, e, "tree")
+    use_tree = tree.max(axis=1) < ring.max(axis=1) - 1e-12
+    return np.where(use_tree[:, None], tree, ring), ["tree" if u else "ring" for u in use_tree]

@@ -1,0 +1,106 @@
+"""Link-sharing models on a 3-device example computed by hand (system/simulator/sharing.py).
+
+Devices 0 and 1 in region A, device 2 in region B; 0↔1 8 Gbit/s, 5 ms; A↔B 4 Gbit/s, 50 ms.
+Five concurrent flows: a = 0→1, b = 0→2, c = 1→2, d = 2→0, e = 2→1. The hand computation of
+each model (max-min fair: all flows rise together; a full capacity freezes its flows):
+
+- pair: every flow alone on its pair: a 8, the rest 4;
+- nic (cap = each device's fastest link: 8, 8, 4): device 2's egress (d, e) and ingress (b, c)
+  fill at 2 each; then a rises alone until device 0's egress (a + b ≤ 8) and device 1's ingress
+  (a + e ≤ 8) fill at a = 6;
+- region (A→B carries b, c; B→A carries d, e; 4 Gbit/s each): 2 each, a keeps 8;
+- flow (16 streams, as measured: pair rates unchanged; AWS quotas 5 Gbit/s to other regions,
+  10 Gbit/s per instance): device 2's cross-region egress (d, e) fills at 2.5; b and c reach
+  their pairs' 4; a stops at 6 where device 0's instance egress (a + b ≤ 10) fills;
+- tc_class (device 2 sees 0 and 1 with the same 50 ms / 4 Gbit/s setting: one netem rate): d, e
+  share 4 → 2 each; b, c 4; a stops at 6 (device 0's instance egress, a + b ≤ 10).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from system.cluster import Cluster
+from system.simulator.sharing import (
+    LINK_SHARING,
+    link_sharing_of,
+    max_min_rates,
+    shared_bandwidth_bps,
+    with_link_sharing,
+)
+
+SRC = np.array([0, 0, 1, 2, 2])
+DST = np.array([1, 2, 2, 0, 1])
+EXPECTED_GBPS = {
+    "pair": [8, 4, 4, 4, 4],
+    "nic": [6, 2, 2, 2, 2],
+    "region": [8, 2, 2, 2, 2],
+    "flow": [6, 4, 4, 2.5, 2.5],
+    "tc_class": [6, 4, 4, 2, 2],
+}
+
+
+def three_devices() -> Cluster:
+    bw = np.array([[0, 8.0, 4.0], [8.0, 0, 4.0], [4.0, 4.0, 0]])
+    delay = np.array([[0, 5.0, 50.0], [5.0, 0, 50.0], [50.0, 50.0, 0]])
+    return Cluster(
+        name="three",
+        region_of=("A", "A", "B"),
+        host_of=(0, 1, 2),
+        delay_ms=delay,
+        bandwidth_gbps=bw,
+    )
+
+
+@pytest.mark.parametrize("model", LINK_SHARING)
+def test_each_model_on_three_devices_by_hand(model):
+    c = with_link_sharing(three_devices(), model)
+    assert link_sharing_of(c) == model
+    got = shared_bandwidth_bps(c, SRC, DST) / 1e9
+    assert got == pytest.approx(EXPECTED_GBPS[model], rel=1e-9)
+
+
+def test_every_model_is_tested_by_hand():
+    assert set(EXPECTED_GBPS) == set(LINK_SHARING)
+
+
+def test_flow_model_scales_with_streams_per_connection():
+    # one socket instead of the measured 16: each pair gives a sixteenth; no quota binds then
+    c = with_link_sharing(three_devices(), "flow", streams=1)
+    got = shared_bandwidth_bps(c, SRC, DST) / 1e9
+    assert got == pytest.approx(np.array([8, 4, 4, 4, 4]) / 16)
+
+
+def test_flows_on_one_pair_split_it_and_self_flows_are_free():
+    c = three_devices()
+    got = shared_bandwidth_bps(c, [0, 0, 1], [1, 1, 1]) / 1e9
+    assert got[:2] == pytest.approx([4, 4]) and np.isinf(got[2])
+
+
+def test_host_nics_bind_under_every_model():
+    # two devices on host 0 (NIC 1 Gbit/s) send to a third host at once: 0.5 each
+    c = Cluster(
+        name="hosts",
+        region_of=("r",) * 3,
+        host_of=(0, 0, 1),
+        delay_ms=np.zeros((3, 3)),
+        bandwidth_gbps=np.full((3, 3), 10.0),
+        host_nic_gbps=(1.0, 10.0),
+    )
+    for model in LINK_SHARING:
+        got = shared_bandwidth_bps(with_link_sharing(c, model), [0, 1], [2, 2]) / 1e9
+        assert got == pytest.approx([0.5, 0.5]), model
+
+
+def test_max_min_gives_the_leftover_to_the_unconstrained_flow():
+    # resource 0 (cap 3) holds flows 0, 1; resource 1 (cap 1) holds flow 1 only
+    rates = max_min_rates(np.array([3.0, 1.0]), np.array([0, 1, 1]), np.array([0, 0, 1]), 2)
+    assert rates.tolist() == pytest.approx([2.0, 1.0])
+
+
+def test_bad_model():
+    c = three_devices()
+    with pytest.raises(ValueError, match="link sharing must be one of"):
+        with_link_sharing(c, "device_nic")
+    assert with_link_sharing(c, "pair") is c
