@@ -211,6 +211,39 @@ def check_rank_map(rank_map, world_size: int) -> list[int]:
     return devices
 
 
+def check_run_args(
+    world_size: int,
+    *,
+    rank_prefix=None,
+    rank_env=None,
+    device_addrs=None,
+    rank_map=None,
+    timeout_s: float = 600.0,
+) -> list[int]:
+    """The checks :func:`run_ranks` makes before it starts anything (ValueError naming the
+    argument); returns the device of each rank (:func:`check_rank_map`)."""
+    for name, lst in (
+        ("rank_prefix", rank_prefix),
+        ("rank_env", rank_env),
+        ("device_addrs", device_addrs),
+    ):
+        if lst is not None and len(lst) != world_size:
+            raise ValueError(f"launch: {name} has {len(lst)} entries, world_size is {world_size}")
+    if rank_env is not None and rank_prefix is None:
+        raise ValueError("launch: rank_env needs rank_prefix (torchrun gives all ranks one env)")
+    devices = check_rank_map(rank_map, world_size)
+    if devices != list(range(world_size)) and rank_prefix is None:
+        raise ValueError(
+            "launch: a rank_map other than launch order needs rank_prefix (one process per "
+            "rank); torchrun starts local rank r in its slot r"
+        )
+    if not 0 < timeout_s < float("inf"):  # NaN fails too: every run ends
+        raise ValueError(f"launch: timeout_s must be finite and > 0, got {timeout_s}")
+    if world_size < 1:
+        raise ValueError(f"launch: world_size must be >= 1, got {world_size}")
+    return devices
+
+
 _ROOT_CAUSE = re.compile(r"rank\s*:\s*(\d+).*?\n\s*exitcode\s*:\s*(-?\d+)", re.S)
 
 
@@ -251,27 +284,16 @@ def run_ranks(
             permutation, a bad timeout.
         LaunchError: a rank failed; LaunchTimeout: the time ran out.
     """
-    for name, lst in (
-        ("rank_prefix", rank_prefix),
-        ("rank_env", rank_env),
-        ("device_addrs", device_addrs),
-    ):
-        if lst is not None and len(lst) != world_size:
-            raise ValueError(f"launch: {name} has {len(lst)} entries, world_size is {world_size}")
-    if rank_env is not None and rank_prefix is None:
-        raise ValueError("launch: rank_env needs rank_prefix (torchrun gives all ranks one env)")
-    devices = check_rank_map(rank_map, world_size)
-    if devices != list(range(world_size)) and rank_prefix is None:
-        raise ValueError(
-            "launch: a rank_map other than launch order needs rank_prefix (one process per "
-            "rank); torchrun starts local rank r in its slot r"
-        )
+    devices = check_run_args(
+        world_size,
+        rank_prefix=rank_prefix,
+        rank_env=rank_env,
+        device_addrs=device_addrs,
+        rank_map=rank_map,
+        timeout_s=timeout_s,
+    )
     if device_addrs is not None:
         master_addr = str(device_addrs[devices[0]])
-    if not timeout_s > 0:
-        raise ValueError(f"launch: timeout_s must be > 0, got {timeout_s}")
-    if world_size < 1:
-        raise ValueError(f"launch: world_size must be >= 1, got {world_size}")
     run_dir = Path(log_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     try:  # a port free on the rendezvous address (a namespace's address is not local here)
@@ -417,6 +439,7 @@ def launch(
     """
     world_size = spec.world_size if world_size is None else int(world_size)
     spec.validate(world_size)
+    check_run_args(world_size, rank_prefix=rank_prefix, rank_env=rank_env, timeout_s=timeout_s)
     tmp = tempfile.TemporaryDirectory(prefix="dtfm-run-") if log_dir is None else None
     run_dir = Path(tmp.name if tmp else log_dir)
     guard = on_death("rmtree", run_dir) if tmp else None  # removed even if we are SIGKILLed
