@@ -116,7 +116,10 @@ class Schedules:
             bound=False,
             **self.budget,
         )
-        key = (case, cluster.meta.get("variant"), sizes.c_dp_bytes, sizes.c_pp_bytes)
+        # a topology file's content, not only its path: an edited file is another cluster
+        meta = cluster.meta
+        key = (case, meta.get("variant"), meta.get("source_sha256"), sizes.c_dp_bytes)
+        key = (*key, sizes.c_pp_bytes)
         return (*key, json.dumps({**kwargs, "workload": str(kwargs["workload"])})), (
             cluster,
             sizes,

@@ -156,6 +156,7 @@ def test_study_dot_dot_writes_nothing_outside_results(tmp_path):
     assert not list(tmp_path.rglob("runs.parquet"))
 
 
+@pytest.mark.slow  # two whole sweeps side by side
 def test_two_sweeps_started_in_the_same_second_get_their_own_hydra_folders(tmp_path):
     args = [
         sys.executable,

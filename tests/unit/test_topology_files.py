@@ -32,6 +32,7 @@ def _simulate(case: Path, results: Path) -> subprocess.CompletedProcess:
             "model=debug",
             "system=ours",
             f"results_dir={results}",
+            "workflow.report=false",  # the rows are what is checked here
         ],
         cwd=ROOT,
         capture_output=True,
@@ -46,30 +47,59 @@ def _ours(results: Path) -> list[float]:
     return sorted(rows[rows.system == "ours"].iter_time_s.astype(float))
 
 
+def _simulate_here(case: Path, results: Path) -> None:
+    """The same run in this process (its schedule and replay caches live on between runs)."""
+    from repro.run import run
+
+    run(
+        {
+            "mode": "simulate",
+            "case": str(case),
+            "model": "debug",
+            "system": "ours",
+            "results_dir": str(results),
+            "workflow": {"report": False},
+        }
+    )
+
+
 def test_editing_a_topology_file_gives_new_rows_that_supersede_the_old(tmp_path):
     topo, results = tmp_path / "edit.yaml", tmp_path / "R"
     topo.write_text(TOPOLOGY.format(bw=1))
-    first = _simulate(topo, results)
+    first = _simulate(topo, results)  # the command line once; in this process after that
     assert first.returncode == 0, first.stderr[-2000:]
     before = _ours(results)
     history = len(read_rows(results, history=True))
     topo.write_text(TOPOLOGY.format(bw=0.01))  # 100x slower link between the two sites
-    second = _simulate(topo, results)
-    assert second.returncode == 0, second.stderr[-2000:]
+    _simulate_here(topo, results)
     assert len(read_rows(results, history=True)) > history, "the edited file added no rows"
     after = _ours(results)
     assert after and after[0] > before[0], (before, after)  # the slower link shows
     # the file's own simulation (a fresh store) gives the numbers the shared store now reports
     fresh = tmp_path / "fresh"
-    assert _simulate(topo, fresh).returncode == 0
+    _simulate_here(topo, fresh)
     assert _ours(fresh) == pytest.approx(after)
     # edited back: its rows are stored already, but superseded; the rerun makes them current
     topo.write_text(TOPOLOGY.format(bw=1))
-    third = _simulate(topo, results)
-    assert third.returncode == 0, third.stderr[-2000:]
+    _simulate_here(topo, results)
     assert _ours(results) == pytest.approx(before)
 
 
+def test_a_schedule_is_kept_for_a_topology_files_content_not_its_path(tmp_path):
+    from repro.config.modes import SchedulerOptions
+    from repro.modes.simulate import Schedules
+    from system.workload import Workload, get_model
+
+    topo, keys = tmp_path / "edit.yaml", []
+    work = Workload(model=get_model("debug", 4), global_batch_size=16, micro_batch_size=1)
+    for bw in (1, 0.01):
+        topo.write_text(TOPOLOGY.format(bw=bw))
+        cluster = get_case(str(topo))
+        keys.append(Schedules(SchedulerOptions(), 0).call(str(topo), cluster, work, 2, 2)[0])
+    assert keys[0] != keys[1]
+
+
+@pytest.mark.slow  # four sweeps, each a Hydra process of its own
 def test_a_sweep_reruns_a_finished_job_whose_topology_file_changed(tmp_path):
     topo, results = tmp_path / "edit.yaml", tmp_path / "R"
     topo.write_text(TOPOLOGY.format(bw=1))
@@ -88,6 +118,7 @@ def test_a_sweep_reruns_a_finished_job_whose_topology_file_changed(tmp_path):
                 f"results_dir={results}",
                 f"hydra.sweep.dir={tmp_path / 'mr'}",
                 "workflow.ablation_csv=null",
+                "workflow.report=false",
             ],
             cwd=ROOT,
             capture_output=True,

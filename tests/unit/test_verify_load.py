@@ -37,8 +37,21 @@ def _fake(monkeypatch, plan, *, good_after: int, busy: list[float]):
     )
     loads = iter(busy)
     monkeypatch.setattr(verify, "busy_cpus", lambda window_s=1.0: (next(loads, busy[-1]), 2))
-    monkeypatch.setattr(verify.time, "sleep", lambda s: None)
+    monkeypatch.setattr(verify, "time", _Clock())
     return n
+
+
+class _Clock:
+    """A clock that a sleep moves forward: waits cost no wall time."""
+
+    def __init__(self) -> None:
+        self.now_s = 0.0
+
+    def monotonic(self) -> float:
+        return self.now_s
+
+    def sleep(self, seconds: float) -> None:
+        self.now_s += seconds
 
 
 def test_a_miss_under_load_is_measured_again_after_the_load_falls(monkeypatch, plan):
@@ -55,6 +68,7 @@ def test_a_miss_that_stays_under_load_says_so_with_the_load(monkeypatch, plan):
     msg = str(e.value)
     assert "off target by more than 10%" in msg
     assert "while this machine was loaded by other work (1.9 of 2 CPUs busy" in msg
+    assert "after waiting 10 s for it to fall" in msg
 
 
 def test_a_miss_on_an_idle_machine_is_a_broken_emulator(monkeypatch, plan):
