@@ -187,6 +187,28 @@ def test_a_prefetched_schedule_is_the_one_a_job_makes(tmp_path):
     assert layouts(tmp_path / "prefetched") == made
 
 
+def test_the_default_search_runs_its_whole_budget_on_a_slow_machine(monkeypatch):
+    """Ours' layout must not depend on the machine's load: on a clock that runs 100 s per
+    reading (a very slow machine) the default search still runs all its trials."""
+    from repro.config.modes import SchedulerOptions
+    from repro.modes import simulate as sim
+    from system.cases import get_case
+    from system.scheduler import genetic
+    from system.workload import Workload, get_model
+
+    class Slow:
+        now_s = 0.0
+
+        def perf_counter(self) -> float:
+            self.now_s += 100.0
+            return self.now_s
+
+    monkeypatch.setattr(genetic, "time", Slow())
+    work = Workload(model=get_model("debug", 4), global_batch_size=16, micro_batch_size=1)
+    got = sim.Schedules(SchedulerOptions(), 0, cache={}).get("debug", get_case("debug"), work, 2, 4)
+    assert got.trials == sim.SIM_BUDGET["trials"]
+
+
 def test_nothing_fits_in_memory_raises(tmp_path):
     target = tmp_path / "out"
     with pytest.raises(ValueError, match="fits"):
