@@ -450,8 +450,14 @@ def _is_missing(v) -> bool:
 RECOMPUTE = ("full", "selective", "none")
 
 
+# (kind, Python type) whose values are stored as they are: the common case, checked first
+_AS_IS = {("float", float), ("str", str), ("json", str), ("int", int), ("bool", bool)}
+
+
 def _coerce(column: str, kind: str, v):
     """``v`` as the column's kind, or ValueError naming the column and value."""
+    if v is None or (kind, type(v)) in _AS_IS:
+        return v
     v = _scalar(v)
     if _is_missing(v) or (kind != "float" and isinstance(v, float) and math.isnan(v)):
         return None
