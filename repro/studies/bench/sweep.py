@@ -18,9 +18,11 @@ jobs and w workers (1 serial; joblib: ``n_jobs`` or the cores):
   per-job set-up; the earlier commit also merged a summary and drew figures per job);
 - ``report`` = report / n.
 
-They add up to wall / n. Both trees must write the same rows (same seeds, same run ids unless
-the performance model's source differs, then the same iteration times are checked); a timing
-quoted from this table needs the machine to itself (``flock -x`` on a shared one).
+They add up to wall / n. Every run of one tree must write the same iteration times (same
+seeds); whether the two trees agree is a line of the table (a commit that changes the model or
+ours' search budget changes them). A timing quoted from this table needs the machine to itself
+(``flock -x`` on a shared one). The table, with the command, the commits and the load, is also
+written to ``<results_dir>/sweep_<sweep>.md``.
 """
 
 from __future__ import annotations
@@ -126,10 +128,9 @@ def run(cfg: BenchSweepConfig) -> dict:
             materialise(base, Path(tmp) / "base")
             trees = {base: Path(tmp) / "base", **trees}
         workers = {"serial": 1, "joblib": cfg.n_jobs or os.cpu_count() or 1}
-        print(
-            f"sweep={cfg.sweep_name}, {os.cpu_count()} cores, load before {os.getloadavg()[0]:.2f}"
-        )
-        seen: dict[str, list[float]] = {}
+        load_before = os.getloadavg()[0]
+        print(f"sweep={cfg.sweep_name}, {os.cpu_count()} cores, load before {load_before:.2f}")
+        seen: dict[str, list[float]] = {}  # tree -> its first run's iteration times
         for r in range(cfg.rounds):
             order = [(t, la) for t in trees for la in cfg.launchers]
             for name, launcher in order if r % 2 == 0 else order[::-1]:
@@ -137,29 +138,36 @@ def run(cfg: BenchSweepConfig) -> dict:
                 wall_s, _ = run_sweep(
                     cfg.sweep_name, str(launcher), d, tree=trees[name], n_jobs=cfg.n_jobs
                 )
-                times = _iter_times(d)
-                if seen.setdefault(cfg.sweep_name, times) != times:
+                if seen.setdefault(name, _iter_times(d)) != _iter_times(d):
                     raise RuntimeError(
-                        f"{name} {launcher}: other iteration times than the first run"
+                        f"{name} {launcher}: other iteration times than its first run"
                     )
                 row = split(d, wall_s, workers[str(launcher)])
                 out.setdefault((name, str(launcher)), []).append(row)
                 print(f"round {r}: {name} {launcher}: {wall_s:.1f} s", flush=True)
-    print(f"load after {os.getloadavg()[0]:.2f}")
-    return _table(out)
+    load_after = os.getloadavg()[0]
+    print(f"load after {load_after:.2f}")
+    lines = _table(out)
+    if len(seen) == 2:
+        (a, ta), (b, tb) = seen.items()
+        lines.append(f"{a} and {b} wrote {'the same' if ta == tb else 'other'} iteration times")
+    print("\n".join(lines))
+    _write(cfg, lines, load_before, load_after)
+    return {" ".join(k): statistics.median(r["wall_s"] for r in v) for k, v in out.items()}
 
 
-def _table(out: dict) -> dict:
+def _table(out: dict) -> list[str]:
+    """The medians of each (tree, launcher) as text lines, and each launcher's ratio."""
     cols = ("wall_s", "start", "simulation", "store", "report")
-    print(
+    lines = [
         f"{'tree':>10} {'launcher':>8} {'jobs':>4} {'wall s':>7} | per job: "
         f"{'start':>6} {'sim':>6} {'store':>6} {'report':>6}"
-    )
+    ]
     med = {}
     for (name, launcher), rows in out.items():
         m = {k: statistics.median(r[k] for r in rows) for k in cols}
         med[(name, launcher)] = m
-        print(
+        lines.append(
             f"{name:>10} {launcher:>8} {rows[0]['jobs']:>4} {m['wall_s']:7.1f} |          "
             f"{m['start']:6.2f} {m['simulation']:6.2f} {m['store']:6.2f} {m['report']:6.2f}"
         )
@@ -167,5 +175,47 @@ def _table(out: dict) -> dict:
     for launcher in dict.fromkeys(la for _, la in out):
         if len(names) == 2 and (names[0], launcher) in med and (names[1], launcher) in med:
             a, b = med[(names[0], launcher)]["wall_s"], med[(names[1], launcher)]["wall_s"]
-            print(f"{launcher}: {names[0]} {a:.1f} s / {names[1]} {b:.1f} s = {a / b:.2f}x")
-    return {f"{n} {la}": m for (n, la), m in med.items()}
+            lines.append(f"{launcher}: {names[0]} {a:.1f} s / {names[1]} {b:.1f} s = {a / b:.2f}x")
+    return lines
+
+
+_COLUMNS = (
+    "seconds per job: start (Python, Hydra, the pre-check, the sweep's end), sim (the jobs' "
+    "own time over the workers), store (the rest of the jobs phase: rows typed and written, "
+    "Hydra's per-job set-up), report (the report at the end); they add up to wall / jobs"
+)
+
+
+def _write(cfg: BenchSweepConfig, lines: list[str], load_before: float, load_after: float):
+    """The table as Markdown, with what produced it, in ``results_dir``."""
+    from system.results import atomic_write_text
+
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    command = (
+        f"python repro/run.py mode=bench_sweep sweep_name={cfg.sweep_name} "
+        f"launchers=[{','.join(map(str, cfg.launchers))}] rounds={cfg.rounds}"
+        + (f" base={cfg.base}" if cfg.base else "")
+        + f" results_dir={cfg.results_dir}"
+    )
+    text = [
+        f"# sweep={cfg.sweep_name}: wall time per job",
+        "",
+        f"`{command}` at {short_rev('HEAD')}{' (uncommitted changes)' if dirty else ''}, "
+        f"{os.cpu_count()} cores, 1-minute load {load_before:.2f} before, {load_after:.2f} "
+        f"after; medians of {cfg.rounds} round(s). Columns: {_COLUMNS}.",
+        "",
+        "```",
+        *lines,
+        "```",
+        "",
+    ]
+    path = Path(cfg.results_dir) / f"sweep_{cfg.sweep_name}.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, "\n".join(text))
+    print(f"table -> {path}")

@@ -1,0 +1,34 @@
+"""mode=bench_sweep: a sweep timed per job, its split adding up, the table written with its
+command."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from repro.config import validate
+
+
+@pytest.mark.slow  # a whole sweep (sweep=smoke, 10 jobs)
+def test_the_table_splits_each_job_and_names_its_command(tmp_path):
+    from repro.studies.bench.sweep import run
+
+    cfg = validate(
+        {
+            "mode": "bench_sweep",
+            "sweep_name": "smoke",
+            "launchers": ["serial"],
+            "results_dir": str(tmp_path),
+        }
+    )
+    walls = run(cfg)
+    assert list(walls) == ["this tree serial"] and walls["this tree serial"] > 0
+    text = (tmp_path / "sweep_smoke.md").read_text()
+    assert "python repro/run.py mode=bench_sweep sweep_name=smoke launchers=[serial]" in text
+    row = re.search(
+        r"this tree +serial +(\d+) +([\d.]+) \| +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+)", text
+    )
+    assert row is not None, text
+    jobs, wall, *split = (float(x) for x in row.groups())
+    assert jobs == 10 and sum(split) == pytest.approx(wall / jobs, abs=0.02)
