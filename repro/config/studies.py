@@ -345,16 +345,12 @@ class ProbeInputsConfig(RunConfig):
 
 # ---- registered validation (calibrate -> predict -> commit -> measure -> score) ----------------
 @dataclass
-@register_mode("profile", "repro.studies.validation.profile:run")
-class ProfileConfig(RunConfig):
-    """Validation step 1: a compute profile of every stage shape, in a run of its own."""
+class _ComputeProfileStep(RunConfig):
+    """Validation step 1, either way: the settings file in, a compute profile out."""
 
     settings: str | None = option(None, "the settings file (JSON)")
     out: str | None = option(None, "the profile (null: results_dir/compute_profile.json)")
-    repeats: int = option(6, "timed repeats per stage", ge=1)
     only: list[str] | None = option(None, "setting names (null: all)")
-    max_procs: int | None = option(None, "profile processes at once (null: all)", ge=1)
-    merge: bool = option(False, "keep the profile's entries, profile only shapes it lacks")
     nice: int = option(0, "niceness increment (as the measurement's)", ge=-20, le=19)
 
     def check(self) -> None:
@@ -364,22 +360,23 @@ class ProfileConfig(RunConfig):
 
 
 @dataclass
+@register_mode("profile", "repro.studies.validation.profile:run")
+class ProfileConfig(_ComputeProfileStep):
+    """Validation step 1: a compute profile of every stage shape, in a run of its own."""
+
+    repeats: int = option(6, "timed repeats per stage", ge=1)
+    max_procs: int | None = option(None, "profile processes at once (null: all)", ge=1)
+    merge: bool = option(False, "keep the profile's entries, profile only shapes it lacks")
+
+
+@dataclass
 @register_mode("calibrate", "repro.studies.validation.calibrate:run")
-class CalibrateConfig(RunConfig):
+class CalibrateConfig(_ComputeProfileStep):
     """Validation step 1, in situ: one short run per setting on its emulated links (root)."""
 
-    settings: str | None = option(None, "the settings file (JSON)")
-    out: str | None = option(None, "the profile (null: results_dir/compute_profile.json)")
-    only: list[str] | None = option(None, "setting names (null: all)")
     merge: bool = option(False, "keep the profile's entries, run only the new ones")
-    nice: int = option(0, "niceness increment (as the measurement's)", ge=-20, le=19)
     tag_prefix: str = option(CALIBRATE_TAG_PREFIX, "namespace tag prefix of this driver")
     timeout_s: float = option(300.0, "wall-clock limit of one calibration run", gt=0)
-
-    def check(self) -> None:
-        super().check()
-        _required("settings", self.settings, "the settings file")
-        _file("settings", self.settings)
 
 
 @dataclass
