@@ -184,6 +184,21 @@ class SchedulerOptions(Options):
         Objective.comm, "comm: the paper's TOTAL; iteration_time adds compute by GPU type"
     )
 
+    def search_kwargs(self, workload=None, **budget) -> dict:
+        """Keyword arguments of :func:`system.scheduler.schedule` for this search: a budget
+        option left null takes ``budget``'s value (the mode's); the iteration_time objective
+        gets ``workload`` (it prices compute by GPU type), the comm objective needs none."""
+        given = {"trials": self.trials, "population": self.population}
+        given["time_limit_s"] = self.time_limit_s
+        return dict(
+            method=str(self.name),
+            **{k: budget.get(k) if v is None else v for k, v in given.items()},
+            greedy_seeds=self.greedy_seeds,
+            patience_trials=self.patience_trials,
+            objective=str(self.objective),
+            workload=workload if self.objective == Objective.iteration_time else None,
+        )
+
 
 @dataclass
 class RuntimeOptions(Options):
@@ -484,6 +499,11 @@ class EmulateConfig(LocalRunOptions, LayoutOptions, ModelOptions, CaseOptions, R
         super().check()
         if not self.baseline_placements:
             raise ConfigError("baseline_placements=[]: name launch, topology or both")
+        if self.scheduler.objective != Objective.comm:
+            raise ConfigError(
+                f"scheduler.objective={self.scheduler.objective}: mode=emulate schedules on "
+                "the comm objective (its links and tasklet sizes)"
+            )
         n_case = self.cluster().num_devices
         if self.devices is not None:
             bad = [d for d in self.devices if d >= n_case]

@@ -64,20 +64,9 @@ def _layouts(
         if name == "scheduled":
             from system.scheduler import schedule
 
-            s = cfg.scheduler
-            res = schedule(
-                cluster,
-                sizes,
-                pp=pp,
-                dp=dp,
-                method=str(s.name),
-                seed=seed,
-                trials=s.trials or SCHEDULE_TRIALS,
-                population=s.population,
-                time_limit_s=s.time_limit_s or SCHEDULE_TIME_LIMIT_S,
-                greedy_seeds=s.greedy_seeds,
-                patience_trials=s.patience_trials,
-            )
+            budget = {"trials": SCHEDULE_TRIALS, "time_limit_s": SCHEDULE_TIME_LIMIT_S}
+            kwargs = cfg.scheduler.search_kwargs(**budget)
+            res = schedule(cluster, sizes, pp=pp, dp=dp, seed=seed, **kwargs)
             out.append(("scheduled", seed, res.assignment))
         elif name == "random":
             out += [

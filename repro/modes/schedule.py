@@ -37,22 +37,14 @@ def schedule_case(cfg: ScheduleConfig, on_progress=None) -> dict:
     pp, dp = fill_layout(cluster.num_devices, cfg.pp, cfg.dp)
     work = get_workload(cfg.workload)
     sizes = tasklet_sizes(work, pp, dp) if isinstance(work, Workload) else work
-    s = cfg.scheduler
     result = schedule(
         cluster,
         sizes,
         pp=pp,
         dp=dp,
-        method=str(s.name),
         seed=cfg.seed,
-        trials=s.trials,
-        population=s.population,
-        time_limit_s=s.time_limit_s,
-        greedy_seeds=s.greedy_seeds,
-        patience_trials=s.patience_trials,
-        objective=str(s.objective),
-        workload=work if isinstance(work, Workload) else None,
         on_progress=on_progress,
+        **cfg.scheduler.search_kwargs(work if isinstance(work, Workload) else None),
     )
     return {
         "case": cfg.case,
@@ -62,7 +54,7 @@ def schedule_case(cfg: ScheduleConfig, on_progress=None) -> dict:
         "workload": str(cfg.workload),
         "c_dp_bytes": sizes.c_dp_bytes,
         "c_pp_bytes": sizes.c_pp_bytes,
-        "time_limit_s": s.time_limit_s,
+        "time_limit_s": cfg.scheduler.time_limit_s,
         **result.to_dict(),
     }
 

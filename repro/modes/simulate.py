@@ -104,20 +104,8 @@ class Schedules:
     def call(self, case: str, cluster: Cluster, workload: Workload, pp: int, dp: int):
         """(cache key, keyword arguments of :func:`system.scheduler.schedule`)."""
         sizes = tasklet_sizes(workload, pp, dp)
-        s = self.search
-        timed = s.objective == "iteration_time"  # the search then sees the compute too
-        kwargs = dict(
-            pp=pp,
-            dp=dp,
-            method=self.method,
-            seed=self.seed,
-            greedy_seeds=s.greedy_seeds,
-            patience_trials=s.patience_trials,
-            objective=str(s.objective),
-            workload=workload if timed else None,
-            bound=False,
-            **self.budget,
-        )
+        search = self.search.search_kwargs(workload, **SIM_BUDGET)
+        kwargs = dict(pp=pp, dp=dp, seed=self.seed, bound=False, **search)
         # a topology file's content, not only its path: an edited file is another cluster
         meta = cluster.meta
         key = (case, meta.get("variant"), meta.get("source_sha256"), sizes.c_dp_bytes)

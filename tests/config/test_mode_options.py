@@ -58,3 +58,20 @@ def test_one_bad_value_is_one_line_naming_it(mode, monkeypatch, tmp_path):
     with pytest.raises(ConfigError) as err:
         validate(cfg)
     assert message in str(err.value) and len(str(err.value).splitlines()) == 1, str(err.value)
+
+
+def test_emulate_refuses_an_objective_it_would_not_use(tmp_path):
+    cfg = {"mode": "emulate", "results_dir": str(tmp_path)}
+    with pytest.raises(ConfigError, match="scheduler.objective=iteration_time: mode=emulate"):
+        validate({**cfg, "scheduler": {"objective": "iteration_time"}})
+
+
+def test_one_search_spelling_for_every_mode_that_schedules():
+    from repro.config.modes import SchedulerOptions
+
+    s = SchedulerOptions(trials=7)
+    got = s.search_kwargs("W", trials=300, time_limit_s=60.0)
+    assert got["trials"] == 7 and got["time_limit_s"] == 60.0 and got["population"] is None
+    assert got["method"] == "genetic" and got["objective"] == "comm" and got["workload"] is None
+    timed = SchedulerOptions(objective="iteration_time").search_kwargs("W")
+    assert timed["workload"] == "W" and timed["trials"] is None
