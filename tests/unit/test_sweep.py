@@ -381,3 +381,24 @@ def test_two_sweeps_into_one_folder_run_each_job_once(tmp_path):
     ran = sum(int(o.split(" jobs ran")[0].split()[-1]) for o in outs)
     assert ran == 2, outs
     assert len(read_rows(tmp_path, history=True)) == len(read_rows(tmp_path))
+
+
+def test_off_a_terminal_each_job_is_one_line_with_the_time_left(caplog, monkeypatch):
+    import logging
+    import types
+
+    from repro.sweep import WorkflowCallback
+
+    cb = WorkflowCallback()
+    clock = iter([10.0, 30.0])
+    monkeypatch.setattr("repro.sweep.time", types.SimpleNamespace(monotonic=lambda: next(clock)))
+    cb._t0, cb._total = 0.0, 4
+    done = types.SimpleNamespace(status=types.SimpleNamespace(name="COMPLETED"))
+    with caplog.at_level(logging.INFO, logger="repro.sweep"):
+        cb.on_job_end(None, done)
+        cb.on_job_end(None, done)
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        "job 1/4 COMPLETED (10 s elapsed, about 30 s left)",
+        "job 2/4 COMPLETED (30 s elapsed, about 30 s left)",
+    ]
