@@ -100,17 +100,32 @@ def test_bad_topology_files_and_limits_through_the_config(tmp_path):
         validate({"mode": "train", "metrics_out": str(p)})
 
 
+def _error_here(mode: str, results_dir: Path, monkeypatch) -> str:
+    """What the command line would print for ``mode=MODE results_dir=...``, run in this
+    process: the error the entry turns into its one ``error:`` line (exit 2)."""
+    from repro.run import USER_ERRORS, run
+
+    monkeypatch.chdir(results_dir.parent)
+    with pytest.raises(USER_ERRORS) as e:
+        run({"mode": mode, "results_dir": results_dir.name})
+    assert len(str(e.value).splitlines()) == 1, str(e.value)
+    return f"error: {e.value}"
+
+
 @pytest.mark.parametrize("mode", ["report", "collect", "emulation_report"])
-def test_a_report_of_a_folder_without_rows_fails(tmp_path, mode):
+def test_a_report_of_a_folder_without_rows_fails(tmp_path, mode, monkeypatch):
     (tmp_path / "empty").mkdir()
-    line = _one_error_line(_entry(f"mode={mode}", "results_dir=empty", cwd=tmp_path))
+    if mode == "report":  # the command line once; the same error in this process otherwise
+        line = _one_error_line(_entry(f"mode={mode}", "results_dir=empty", cwd=tmp_path))
+    else:
+        line = _error_here(mode, tmp_path / "empty", monkeypatch)
     assert "no rows" in line
     assert not (tmp_path / "empty" / "REPORT.md").exists()
 
 
 @pytest.mark.parametrize("mode", ["report", "collect"])
 @pytest.mark.parametrize("what", ["corrupt", "wrong schema"])
-def test_a_report_of_a_bad_table_names_the_file(tmp_path, mode, what):
+def test_a_report_of_a_bad_table_names_the_file(tmp_path, mode, what, monkeypatch):
     import pandas as pd
 
     d = tmp_path / "study"
@@ -119,7 +134,10 @@ def test_a_report_of_a_bad_table_names_the_file(tmp_path, mode, what):
         (d / "runs.parquet").write_bytes(b"not parquet")
     else:
         pd.DataFrame({"setting": ["a"]}).to_parquet(d / "runs.parquet")
-    line = _one_error_line(_entry(f"mode={mode}", "results_dir=study", cwd=tmp_path))
+    if (mode, what) == ("collect", "corrupt"):  # the command line once
+        line = _one_error_line(_entry(f"mode={mode}", "results_dir=study", cwd=tmp_path))
+    else:
+        line = _error_here(mode, d, monkeypatch)
     assert "study/runs.parquet" in line
     assert ("unreadable" if what == "corrupt" else "no run_id column") in line
 
