@@ -1,10 +1,19 @@
-"""The claims under each placement protocol of the baselines, and ``claims.md`` (paper §4).
+"""The claims under each placement protocol × link-sharing model, in one table (paper §4).
 
-Two protocols: ``launch``, the paper's (baseline ranks in the order the devices were listed), and
-``topology``, the fair one (each baseline configuration with its best topology-aware rank map,
-:mod:`baselines.placement`). Rows say which in their ``placement`` column; baseline rows without
-one are launch order. :func:`evaluate_claims_by_protocol` runs
-:func:`repro.report.claims.evaluate_claims` once per protocol present in the rows.
+Two placement protocols of the baselines: ``launch``, the paper's (baseline ranks in the order the
+devices were listed), and ``topology``, the fair one (each baseline configuration with its best
+topology-aware rank map, :mod:`baselines.placement`). Rows say which in their ``placement``
+column; baseline rows without one are launch order.
+
+Link-sharing models (:mod:`system.simulator.sharing`): every simulated row says which model it ran
+under (``link_sharing``; a simulated row without the column predates the models and ran under
+``pair``). Rows of one model are never mixed with another's: each model is its own group, and
+rows that are not simulated (measured runs) belong to every group.
+
+:func:`evaluate_claims_by_protocol` runs :func:`repro.report.claims.evaluate_claims` once per
+(protocol, model) present in the rows and returns one long table; ``claims.csv``, ``claims.md``
+and the claims of ``REPORT.md`` are all written from that one table
+(:func:`claims_markdown`), so they cannot disagree.
 """
 
 from __future__ import annotations
@@ -14,9 +23,45 @@ from pathlib import Path
 import pandas as pd
 
 from baselines.placement import Placement, check_placement
-from repro.report.claims import BASELINES, evaluate_claims
+from repro.report.claims import BASELINES, evaluate_claims, load_paper_claims
+from system.simulator.sharing import DEFAULT_LINK_SHARING, LINK_SHARING
 
-__all__ = ["protocol_rows", "evaluate_claims_by_protocol", "write_protocol_claims"]
+__all__ = [
+    "CLAIM_COLUMNS",
+    "PROTOCOL_TITLES",
+    "protocol_rows",
+    "sharing_models",
+    "sharing_rows",
+    "headline_rows",
+    "best_as_ours",
+    "evaluate_claims_by_protocol",
+    "claims_markdown",
+    "write_protocol_claims",
+]
+
+# the long table's columns, in order (claims.csv)
+CLAIM_COLUMNS = [
+    "claim_id",
+    "statement",
+    "paper",
+    "protocol",
+    "link_sharing",
+    "ours",
+    "tolerance",
+    "verdict",
+    "detail",
+]
+PROTOCOL_TITLES = {
+    Placement.launch: "paper's protocol (launch order)",
+    Placement.topology: "fair (topology-aware)",
+}
+# a simulated row without a link_sharing column ran before the models existed: pairs independent
+UNRECORDED_SHARING = "pair"
+# the speed-up claims asked again of ours at its best configuration (system ``ours_search``, its
+# ``is_best`` row: :mod:`system.config_search`) in place of the paper's fixed shape; their ids
+# carry :data:`BEST_SUFFIX`
+BEST_OF = ("c5_vs_megatron", "c5_vs_deepspeed", "c1to4_vs_baselines")
+BEST_SUFFIX = "_ours_best"
 
 
 def protocol_rows(rows: pd.DataFrame, protocol: str) -> pd.DataFrame:
@@ -35,65 +80,159 @@ def protocol_rows(rows: pd.DataFrame, protocol: str) -> pd.DataFrame:
     return rows[~baseline | (placement == protocol)].reset_index(drop=True)
 
 
+def _simulated(rows: pd.DataFrame) -> pd.Series:
+    if "mode" not in rows.columns:
+        return pd.Series(True, index=rows.index)
+    return rows["mode"].astype(str) == "simulate"
+
+
+def _sharing(rows: pd.DataFrame) -> pd.Series:
+    if "link_sharing" not in rows.columns:
+        return pd.Series(UNRECORDED_SHARING, index=rows.index)
+    return rows["link_sharing"].fillna(UNRECORDED_SHARING).astype(str)
+
+
+def sharing_models(rows: pd.DataFrame) -> list[str]:
+    """The link-sharing models of the simulated rows: the default first, then in the order of
+    :data:`LINK_SHARING` (one group even when there are no simulated rows)."""
+    have = set(_sharing(rows[_simulated(rows)])) if not rows.empty else set()
+    order = [DEFAULT_LINK_SHARING, *(m for m in LINK_SHARING if m != DEFAULT_LINK_SHARING)]
+    models = [m for m in order if m in have] + sorted(have - set(order))
+    return models or [DEFAULT_LINK_SHARING]
+
+
+def sharing_rows(rows: pd.DataFrame, model: str) -> pd.DataFrame:
+    """The simulated rows of one link-sharing model, and every row that is not simulated."""
+    if rows.empty:
+        return rows
+    keep = ~_simulated(rows) | (_sharing(rows) == model)
+    return rows[keep].reset_index(drop=True)
+
+
+def headline_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the headline link-sharing model (the default when present): what the
+    per-setting tables and Fig. 3 show; the other models are in the claims and summary."""
+    return sharing_rows(rows, sharing_models(rows)[0])
+
+
+def best_as_ours(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` with ours' best configuration (``ours_search``, ``is_best``) as system ``ours``
+    and the paper-shape ``ours`` rows left out; empty when there is no such row."""
+    if rows.empty or "is_best" not in rows.columns or "system" not in rows.columns:
+        return rows.iloc[:0]
+    best = (rows["system"] == "ours_search") & rows["is_best"].fillna(False).astype(bool)
+    if not best.any():
+        return rows.iloc[:0]
+    keep = best | ~rows["system"].isin(["ours", "ours_search"])
+    out = rows[keep].copy()
+    out.loc[best[keep], "system"] = "ours"
+    return out.reset_index(drop=True)
+
+
 def evaluate_claims_by_protocol(
     rows: pd.DataFrame, ablation: pd.DataFrame | None = None, *, tolerance: float = 0.25
 ) -> pd.DataFrame:
-    """One line per claim with ours and the verdict under each protocol present in ``rows``:
-    columns ``claim_id, statement, paper, tolerance, ours_<protocol>, verdict_<protocol>,
-    note`` (a protocol without baseline rows is left out)."""
-    have = {Placement.launch.value}
-    if "placement" in rows.columns:
-        have |= set(rows["placement"].dropna().astype(str))
-    out = None
-    for protocol in (p for p in Placement if p in have):
-        c = evaluate_claims(protocol_rows(rows, protocol), ablation, tolerance=tolerance)
-        part = c.rename(columns={"ours": f"ours_{protocol}", "verdict": f"verdict_{protocol}"})
-        if out is None:
-            out = part.rename(columns={"detail": "note"})
-        else:
-            out[f"ours_{protocol}"] = part[f"ours_{protocol}"].to_numpy()
-            out[f"verdict_{protocol}"] = part[f"verdict_{protocol}"].to_numpy()
-    return out
+    """One line per (link-sharing model, protocol, claim) present in ``rows``, with our number
+    and verdict: columns :data:`CLAIM_COLUMNS`. Models in :func:`sharing_models` order, within
+    each the protocols with baseline rows (launch always)."""
+    parts = []
+    for model in sharing_models(rows):
+        group = sharing_rows(rows, model)
+        have = {Placement.launch.value}
+        if "placement" in group.columns and "system" in group.columns:
+            have |= set(
+                group.loc[group["system"].isin(BASELINES), "placement"].dropna().astype(str)
+            )
+        best = best_as_ours(group)
+        for protocol in (p for p in Placement if p in have):
+            c = evaluate_claims(protocol_rows(group, protocol), ablation, tolerance=tolerance)
+            parts.append(c.assign(protocol=str(protocol), link_sharing=model))
+            if best.empty:
+                continue
+            c = evaluate_claims(
+                protocol_rows(best, protocol), tolerance=tolerance, claims=_best_claims()
+            )
+            c["claim_id"] = c["claim_id"] + BEST_SUFFIX
+            c["statement"] = "Ours at its best configuration: " + c["statement"]
+            parts.append(c.assign(protocol=str(protocol), link_sharing=model))
+    # per model and protocol: the paper's claims in their order, then ours-at-its-best's
+    return pd.concat(parts, ignore_index=True)[CLAIM_COLUMNS]
 
 
-def write_protocol_claims(results_dir: Path, rows: pd.DataFrame, summary: pd.DataFrame) -> Path:
-    """``claims.md``: every claim under each placement protocol of the baselines, and why each
-    baseline configuration won (``summary``: :func:`repro.report.summary.summary_from_rows`)."""
+def _best_claims() -> pd.DataFrame:
+    claims = load_paper_claims()
+    return claims[claims["claim_id"].isin(BEST_OF)].reset_index(drop=True)
+
+
+def claims_markdown(claims: pd.DataFrame, *, only: str | None = None) -> list[str]:
+    """Markdown of the long claims table: per link-sharing model (or ``only`` that one) a table,
+    one line per claim, ours and the verdict under each protocol side by side."""
     from repro.report.tables import markdown_table
+
+    lines: list[str] = []
+    models = list(dict.fromkeys(claims["link_sharing"]))
+    for model in models if only is None else [only]:
+        part = claims[claims["link_sharing"] == model]
+        protocols = list(dict.fromkeys(part["protocol"]))
+        first = part[part["protocol"] == protocols[0]]
+        table = first[["claim_id", "paper"]].rename(columns={"claim_id": "claim"})
+        table = table.reset_index(drop=True)
+        notes = first["detail"].reset_index(drop=True)
+        for p in protocols:
+            mine = part[part["protocol"] == p].reset_index(drop=True)
+            table[f"{p}: ours"] = mine["ours"]
+            table[f"{p}: verdict"] = mine["verdict"]
+            # a note per protocol only where the protocols' reasons differ
+            differ = mine["detail"] != notes
+            notes = notes.where(~differ, notes + f" ({p}: " + mine["detail"] + ")")
+        table["note"] = notes
+        default = " (the default)" if model == DEFAULT_LINK_SHARING else ""
+        lines += [f"### Link sharing `{model}`{default}", "", markdown_table(table), ""]
+    return lines
+
+
+def write_protocol_claims(
+    results_dir: Path, rows: pd.DataFrame, claims: pd.DataFrame, summary: pd.DataFrame
+) -> Path:
+    """``claims.md``: the long claims table (:func:`evaluate_claims_by_protocol`) per link-sharing
+    model, and why each baseline configuration won (``summary``:
+    :func:`repro.report.summary.summary_from_rows`)."""
     from system.results import atomic_write_text
 
-    claims = evaluate_claims_by_protocol(rows)
-    protocols = [p for p in Placement if f"verdict_{p}" in claims.columns]
-    title = {
-        Placement.launch: "paper's protocol (launch order)",
-        Placement.topology: "fair (topology-aware)",
-    }
+    protocols = list(dict.fromkeys(claims["protocol"]))
+    models = list(dict.fromkeys(claims["link_sharing"]))
     lines = [
         "# Simulated results vs the paper's claims",
         "",
-        f"{len(rows)} rows. Verdicts: `repro/report/claims.py` (tolerance 25%), once per "
-        "protocol of "
-        "the baselines' rank placement: "
-        + "; ".join(f"{p} = {title[p]}" for p in protocols)
-        + ". `fig3.png` shows each baseline's best over all placements.",
+        f"{len(rows)} rows. Verdicts: `repro/report/claims.py` (tolerance "
+        f"{_tolerance_text(claims)}), once per protocol of the baselines' rank placement ("
+        + "; ".join(f"{p} = {PROTOCOL_TITLES[Placement(p)]}" for p in protocols)
+        + ") and per link-sharing model of the simulator ("
+        + ", ".join(f"`{m}`" for m in models)
+        + ", `system/simulator/sharing.py`); a model simulated on some cases only leaves the "
+        "claims about the others INCONCLUSIVE. The same table is `claims.csv` (one line per "
+        "model, protocol and claim) and the claims of `REPORT.md`. `fig3.png` shows each "
+        "baseline's best over all placements under the first model.",
+        "",
+        *claims_markdown(claims),
+        "## Baseline grid picks (why)",
         "",
     ]
-    table = claims[["claim_id", "paper"]].rename(columns={"claim_id": "claim"})
-    for p in protocols:
-        table[f"{p}: ours"] = claims[f"ours_{p}"]
-        table[f"{p}: verdict"] = claims[f"verdict_{p}"]
-    table["note"] = claims["note"]
-    lines += [markdown_table(table)]
-    lines += ["", "## Baseline grid picks (why)", ""]
     for r in summary.to_dict("records"):
         head = r.get("baseline_placement", Placement.launch)
+        sharing = r.get("link_sharing") or DEFAULT_LINK_SHARING
         for b, name in (("megatron", "Megatron"), ("deepspeed", "DeepSpeed")):
             lines.append(
-                f"- case {r['case']}, L{r['num_layers']}, B{r['global_batch_size']}, {name} "
-                f"({head}): {r.get(f'{b}_why')}"
+                f"- case {r['case']}, L{r['num_layers']}, B{r['global_batch_size']}, "
+                f"{sharing}, {name} ({head}): {r.get(f'{b}_why')}"
             )
             if isinstance(r.get(f"{b}_launch_why"), str) and r[f"{b}_launch_why"]:
                 lines.append(f"  - {name} (launch): {r[f'{b}_launch_why']}")
     out = results_dir / "claims.md"
     atomic_write_text(out, "\n".join(lines) + "\n")
     return out
+
+
+def _tolerance_text(claims: pd.DataFrame) -> str:
+    ranges = claims.loc[claims["tolerance"].astype(str).str.startswith("±"), "tolerance"]
+    return str(ranges.iloc[0]).split(" ")[0] if len(ranges) else "—"

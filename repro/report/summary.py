@@ -40,6 +40,8 @@ COLUMNS = [
     *KEYS,
     "system",
     "placement",
+    "link_sharing",
+    "dp_collective",
     "status",
     "repeat",
     "is_best",
@@ -92,10 +94,17 @@ def summary_from_rows(rows: pd.DataFrame) -> pd.DataFrame:
         first = sim["repeat"].fillna(0) == 0
         sim = sim[first | (sim["system"] == "ours_random")]
     sim["placement"] = sim["placement"].fillna(Placement.launch.value)
-    grids = {k: g for k, g in sim.groupby([*KEYS, "system", "placement"], sort=False)}
+    # each link-sharing model is its own setting (rows from before the models: pair)
+    if "link_sharing" not in sim:
+        sim["link_sharing"] = "pair"
+    sim["link_sharing"] = sim["link_sharing"].fillna("pair").astype(str)
+    if "dp_collective" not in sim:
+        sim["dp_collective"] = None
+    by = [*KEYS, "link_sharing"]
+    grids = {k: g for k, g in sim.groupby([*by, "system", "placement"], sort=False)}
     out = []
-    for key, g in sim.groupby(KEYS, sort=True):
-        line: dict = dict(zip(KEYS, key, strict=True))
+    for key, g in sim.groupby(by, sort=True):
+        line: dict = dict(zip(by, key, strict=True))
         have = set(g.loc[g["system"].isin(BASELINE_SYSTEMS), "placement"])
         headline = Placement.topology if Placement.topology in have else Placement.launch
         line["baseline_placement"] = str(headline)
@@ -112,6 +121,7 @@ def summary_from_rows(rows: pd.DataFrame) -> pd.DataFrame:
             line["ours_search_iter_time_s"] = None if best is None else best["iter_time_s"]
             line["ours_search_config"] = None if best is None else best["config"]
             line["ours_search_layout"] = None if best is None else best["placement"]
+            line["ours_search_dp_collective"] = None if best is None else best["dp_collective"]
         for b in BASELINE_SYSTEMS:
             for p in [headline, *sorted(have - {headline})]:
                 name = b if p == headline else f"{b}_{p}"
@@ -120,6 +130,7 @@ def summary_from_rows(rows: pd.DataFrame) -> pd.DataFrame:
                 line[f"{name}_pflops"] = None if best is None else best["pflops"]
                 line[f"{name}_iter_time_s"] = None if best is None else best["iter_time_s"]
                 line[f"{name}_config"] = None if best is None else best["config"]
+                line[f"{name}_dp_collective"] = None if best is None else best["dp_collective"]
                 line[f"{name}_why"] = (
                     None
                     if best is None
@@ -189,61 +200,111 @@ def _fmt(v, digits: int = 3) -> str:
     return "—" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{v:.{digits}g}"
 
 
+# short names for the compact table (a cell is never cut)
+SHORT_PLACEMENT = {
+    "scheduled": "sched",
+    "one_pipeline_per_region": "pipe/region",
+    "greedy_region_fill": "greedy",
+    "launch": "launch",
+    "topology": "topo",
+    "random": "random",
+}
+SHORT_SYSTEM = {"megatron": "Megatron", "deepspeed": "DeepSpeed"}
+
+
+def _ascii_head():
+    """Rich's SIMPLE_HEAD box drawn in ASCII: a line counts its bytes as its columns."""
+    from rich.box import Box
+
+    return Box("    \n    \n -- \n    \n    \n    \n    \n    \n", ascii=True)
+
+
+def _compact_entries(r: dict) -> list[tuple[str, str, str, object]]:
+    """(system, placement, configuration and DP collective, seconds) of one summary line."""
+
+    def config(name: str) -> str:
+        text = str(r.get(f"{name}_config") or "")
+        coll = r.get(f"{name}_dp_collective")
+        return f"{text}; {coll}" if isinstance(coll, str) and coll else text
+
+    out: list[tuple[str, str, str, object]] = [
+        ("ours", "sched", "paper's shape", r.get("ours_iter_time_s"))
+    ]
+    if r.get("ours_search_iter_time_s") is not None:
+        layout = str(r.get("ours_search_layout") or "scheduled")
+        out.append(
+            (
+                "ours best",
+                SHORT_PLACEMENT.get(layout, layout),
+                config("ours_search").replace(f" [{layout}]", ""),
+                r.get("ours_search_iter_time_s"),
+            )
+        )
+    out.append(("random", "random", "paper's shape, mean of 3+", r.get("ours_random_iter_time_s")))
+    head = str(r.get("baseline_placement", "launch"))
+    for b in BASELINE_SYSTEMS:
+        for name, placement in ((f"{b}_launch", "launch"), (b, head)):
+            if f"{name}_iter_time_s" in r and not (name.endswith("_launch") and head == "launch"):
+                short = SHORT_PLACEMENT.get(placement, placement)
+                out.append(
+                    (SHORT_SYSTEM.get(b, b), short, config(name), r.get(f"{name}_iter_time_s"))
+                )
+    return [e for e in out if e[3] is not None and not pd.isna(e[3])]
+
+
+def _ratio_text(r: dict, key: str) -> str:
+    v = r.get(key)
+    return "-" if v is None or pd.isna(v) else f"{v:.2f}x"
+
+
 def print_compact(summary: pd.DataFrame, elapsed_s: float, *, width: int = 100) -> None:
-    """One table, at most ``width`` columns: per setting, each system and placement with its
-    configuration, seconds per iteration and ours' speed-up over it; the paper's claims below."""
-    from rich import box
+    """Per setting a header line and a table in at most ``width`` columns (no cell is cut): each
+    system and placement with its configuration (and DP collective), seconds per iteration and
+    the paper-shape ours' speed-up over it; below it ours over each baseline for the paper's
+    shape and for the best of each (ours' searched configuration against each grid's best),
+    then the paper's claims."""
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(
-        title=f"simulated seconds per iteration (V100 model, {V100.achievable_fraction:.0%} of "
-        f"peak; {elapsed_s:.1f} s)",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-    )
-    for c, just in (
-        ("setting", "left"),
-        ("system", "left"),
-        ("placement", "left"),
-        ("configuration", "left"),
-        ("s/iter", "right"),
-        ("ours x", "right"),
-    ):
-        t.add_column(c, justify=just, no_wrap=True)
-    for r in summary.to_dict("records"):
-        setting = f"{r['case']} L{r['num_layers']} B{r['global_batch_size']}"
-        ours = r.get("ours_iter_time_s")
-        entries = [
-            ("ours", "scheduled", "", ours),
-            ("ours_random", "random", "mean of 3+", r.get("ours_random_iter_time_s")),
-        ]
-        if r.get("ours_search_iter_time_s") is not None:
-            entries.insert(
-                1,
-                (
-                    "ours best",
-                    str(r.get("ours_search_layout") or ""),
-                    r.get("ours_search_config") or "",
-                    r.get("ours_search_iter_time_s"),
-                ),
-            )
-        head = r.get("baseline_placement", "launch")
-        for b in BASELINE_SYSTEMS:
-            for name, placement in ((f"{b}_launch", "launch"), (b, head)):
-                if f"{name}_iter_time_s" in r and not (
-                    name.endswith("_launch") and head == "launch"
-                ):
-                    entries.append(
-                        (b, placement, r.get(f"{name}_config") or "", r.get(f"{name}_iter_time_s"))
-                    )
-        entries = [e for e in entries if e[3] is not None and not pd.isna(e[3])]
-        for k, (system, placement, config, s) in enumerate(entries):
-            x = "" if system == "ours" or ours is None or s is None else _fmt(s / ours, 3) + "x"
-            t.add_row(setting if k == 0 else "", system, placement, str(config), _fmt(s), x)
-        t.add_section()
     console = Console(width=width, highlight=False)
-    console.print(t)
+    console.print(
+        f"simulated s/iteration, V100 model at {V100.achievable_fraction:.0%} of peak "
+        f"({elapsed_s:.1f} s); x: ours (paper's shape) over the row"
+    )
+    for r in summary.to_dict("records"):
+        t = Table(box=_ascii_head(), pad_edge=False)
+        for c, just in (
+            ("system", "left"),
+            ("layout", "left"),
+            ("configuration; DP collective", "left"),
+            ("s/iter", "right"),
+            ("x", "right"),
+        ):
+            t.add_column(c, justify=just, no_wrap=True)
+        ours = r.get("ours_iter_time_s")
+        for system, placement, config, sec in _compact_entries(r):
+            x = "" if system == "ours" or ours is None else f"{sec / ours:.2f}"
+            t.add_row(system, placement, config, _fmt(sec), x)
+        sharing = r.get("link_sharing", "?")
+        console.print(
+            f"\ncase {r['case']}, {r['num_layers']} layers, batch {r['global_batch_size']}, "
+            f"link sharing {sharing}"
+        )
+        console.print(t)
+        head = "topo" if r.get("baseline_placement") == Placement.topology else "launch"
+        for b, name in (("megatron", "Megatron"), ("deepspeed", "DeepSpeed")):
+            parts = []
+            for what, key in (
+                ("paper's shape", f"speedup_vs_{b}"),
+                ("best vs best", f"speedup_best_vs_{b}"),
+            ):
+                if key not in r:
+                    continue
+                text = f"{what} {_ratio_text(r, key)} {head}"
+                if head != "launch" and f"{key}_launch" in r:
+                    text += f", {_ratio_text(r, f'{key}_launch')} launch"
+                parts.append(text)
+            console.print(f"ours/{name:<9}  " + " | ".join(parts))
     for case in dict.fromkeys(str(c) for c in summary["case"]):
         console.print(case_claims(case))
 
@@ -265,6 +326,7 @@ def print_wide(summary: pd.DataFrame, elapsed_s: float) -> None:
         ("case", "right"),
         ("L", "right"),
         ("batch", "right"),
+        ("sharing", "left"),
         ("ours s", "right"),
         ("ours best s (config)", "left"),
         ("random s", "right"),
@@ -305,6 +367,7 @@ def print_wide(summary: pd.DataFrame, elapsed_s: float) -> None:
             str(r["case"]),
             str(r["num_layers"]),
             str(r["global_batch_size"]),
+            str(r.get("link_sharing", "—")),
             f(r.get("ours_iter_time_s")),
             f"{f(r.get('ours_search_iter_time_s'))} ({r.get('ours_search_config') or '—'})",
             f(r.get("ours_random_iter_time_s")),

@@ -19,7 +19,8 @@ For every variant and each of the 9 case-5 settings it simulates ours (the paper
 on the scheduled layout, the same for every variant: the scheduler sees only α and β), ours'
 best configuration (:func:`system.config_search.search_ours`), 3 random layouts, and Megatron's
 and DeepSpeed's grids under both placement protocols; each claim is the median over the
-settings as in ``repro/report/claims.py``, for ours as the paper ran it and for ours at its best.
+settings as in ``repro/report/claims.py`` (the maximum for the paper's "up to 2.7×" over random
+layouts), for ours as the paper ran it and for ours at its best.
 The report gives each claim's value per variant and its range.
 """
 
@@ -69,7 +70,7 @@ CLAIMS = {
     "c5 best vs megatron (topology)": ("ours_best", "megatron_topology"),
     "c5 best vs deepspeed (launch)": ("ours_best", "deepspeed_launch"),
     "c5 best vs deepspeed (topology)": ("ours_best", "deepspeed_topology"),
-    "scheduler_vs_random": ("ours", "ours_random"),
+    "scheduler_vs_random (max)": ("ours", "ours_random"),
     "deepspeed / megatron time (launch)": None,
     "deepspeed / megatron time (topology)": None,
 }
@@ -135,7 +136,8 @@ def claim_ranges(table: pd.DataFrame) -> pd.DataFrame:
                 ratio = g[f"deepspeed_{p}"] / g[f"megatron_{p}"]
             else:
                 ratio = g[cols[1]] / g[cols[0]]
-            per[variant] = float(np.median(ratio))
+            # the paper's "up to X" claims are about the largest ratio (claims.UP_TO_CLAIMS)
+            per[variant] = float(ratio.max() if claim.endswith("(max)") else np.median(ratio))
         vals = np.array(list(per.values()))
         out.append({"claim": claim, **per, "min": vals.min(), "max": vals.max()})
     return pd.DataFrame(out)
@@ -149,7 +151,9 @@ def _markdown(ranges: pd.DataFrame) -> str:
         range=[f"{lo:.2f}–{hi:.2f}" for lo, hi in zip(ranges["min"], ranges["max"], strict=True)]
     )
     return markdown_table(
-        table, floatfmt=".2f", headers={"claim": "claim (median over the 9 case-5 settings)"}
+        table,
+        floatfmt=".2f",
+        headers={"claim": "claim (median over the 9 case-5 settings; (max): their maximum)"},
     )
 
 

@@ -71,9 +71,20 @@ def test_every_job_of_every_sweep_composes(name):
 def test_paper_sweep_is_the_fig3_grid():
     cfg = _compose(["sweep=paper"])
     jobs = _jobs(cfg)
-    assert len(jobs) == 5 * 3 * 3 and cfg.repeats == 3 and cfg.mode == "simulate"
-    assert cfg.system == "all"  # each job simulates all four systems
-    assert {j[0] for j in jobs} == {f"case={c}" for c in range(1, 6)}
+    # the 45 settings of Fig. 3, and case 5's 9 again under link_sharing pair and nic
+    assert len(jobs) == 7 * 3 * 3 and cfg.repeats == 3 and cfg.mode == "simulate"
+    assert cfg.system == "all"  # each job simulates all systems
+    cases, sharing = [], []
+    for setting in sorted({j[0] for j in jobs}):
+        job = _compose(["sweep=paper", setting], hydra=False)
+        cases.append(str(job.case))
+        sharing.append(str(job.link_sharing))
+    assert sorted(zip(cases, sharing, strict=True)) == [
+        *((str(c), "tc_class") for c in range(1, 5)),
+        ("5", "nic"),
+        ("5", "pair"),
+        ("5", "tc_class"),
+    ]
 
 
 # option -> the other overrides it needs to make a valid run (the debug and small models have 4

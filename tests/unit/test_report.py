@@ -51,6 +51,67 @@ def test_report_has_claims_variance_and_figures(tmp_path):
     assert "Flagged configurations" in text
 
 
+def _verdicts_in_markdown(text: str) -> dict[tuple[str, str, str], str]:
+    """(link sharing, protocol, claim) -> verdict from the claims tables of a markdown file."""
+    out, model, protocols = {}, None, []
+    for line in text.splitlines():
+        if line.startswith("### Link sharing `"):
+            model = line.split("`")[1]
+        elif line.startswith("| claim |"):
+            head = [c.strip() for c in line.strip("|").split("|")]
+            protocols = [(i, h.split(":")[0]) for i, h in enumerate(head) if h.endswith("verdict")]
+        elif model and protocols and line.startswith("| ") and not line.startswith("|--"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            for i, protocol in protocols:
+                out[(model, protocol, cells[0])] = cells[i]
+        elif not line.strip():
+            protocols = []
+    return out
+
+
+def test_claims_csv_claims_md_and_report_are_one_table(tmp_path):
+    """Every (model, protocol, claim) verdict of claims.csv is the one claims.md and REPORT.md
+    show, including a claim only the ablation table can test."""
+    launch = pd.DataFrame(synthetic_rows(cases=("1", "5"), speedup=4.0)).assign(
+        placement="launch", link_sharing="tc_class"
+    )
+    topo = pd.DataFrame(synthetic_rows(cases=("1", "5"), speedup=1.6)).assign(
+        placement="topology", link_sharing="tc_class"
+    )
+    topo = topo[topo.system.isin(["megatron", "deepspeed"])]
+    nic = pd.DataFrame(synthetic_rows(cases=("5",), speedup=1.1)).assign(
+        placement="launch", link_sharing="nic"
+    )
+    rows = pd.concat([launch, topo, nic], ignore_index=True)
+    # each row its own run (the synthetic keys do not cover placement and link sharing)
+    for key in ("run_id", "setting_id"):
+        rows[key] = rows[key] + "-" + rows.index.astype(str)
+    write_rows(tmp_path, rows.to_dict("records"))
+    abl = pd.DataFrame(
+        [
+            {"case": 5, "method": m, "seed": 0, "trial": 0, "best_total_cost_s": c}
+            for m, c in (("tailored", 50.0), ("kl", 60.0))
+        ]
+    )
+    abl.to_csv(tmp_path / "ablation.csv", index=False)
+    build_report(tmp_path, ablation_path=tmp_path / "ablation.csv")
+    csv = pd.read_csv(tmp_path / "claims.csv")
+    want = {
+        (r.link_sharing, r.protocol, r.claim_id): r.verdict for r in csv.itertuples(index=False)
+    }
+    assert {(m, p) for m, p, _ in want} == {
+        ("tc_class", "launch"),
+        ("tc_class", "topology"),
+        ("nic", "launch"),
+    }
+    assert want[("tc_class", "topology", "local_search_vs_kl")] == "PASS"
+    assert want[("tc_class", "launch", "c5_vs_megatron")] == "PASS"
+    assert want[("tc_class", "topology", "c5_vs_megatron")] == "FAIL"
+    assert want[("nic", "launch", "c5_vs_megatron")] == "FAIL"
+    for name in ("claims.md", "REPORT.md"):
+        assert _verdicts_in_markdown((tmp_path / name).read_text()) == want, name
+
+
 def test_fig4_is_drawn_by_the_study_that_compares_schedulers(tmp_path):
     rows = synthetic_rows(cases=("5",), noise=0.0, seed=1)
     ours = [r for r in rows if r["system"] == "ours"][:3]

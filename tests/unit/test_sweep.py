@@ -270,9 +270,9 @@ def test_count_jobs_matches_the_sweep_and_command_line():
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         paper = compose("config", overrides=["sweep=paper"], return_hydra_config=True)
-    assert count_jobs(paper) == 45
-    paper.hydra.overrides.task = ["sweep=paper", "case=1,5", "results_dir=x"]
-    assert count_jobs(paper) == 18  # the command line's case=1,5 replaces the file's 1..5
+    assert count_jobs(paper) == 63  # 5 cases x 9 settings, and case 5's 9 under pair and nic
+    paper.hydra.overrides.task = ["sweep=paper", "setting=paper_c1,paper_c5", "results_dir=x"]
+    assert count_jobs(paper) == 18  # the command line's two settings replace the file's seven
 
 
 def test_smoke_has_ten_jobs(tmp_path):
