@@ -45,6 +45,18 @@ def _s(*args: str) -> list[str]:
     return [PY, "repro/schedule.py", *args]
 
 
+def _library_call(function: str, path: str) -> list[str]:
+    """A call of ``system.cases.<function>(path)`` that prints what it returns (exit 0) or the
+    exception it raises as one line (exit 1): a library function answers bad input by raising,
+    and its caller decides how to show it."""
+    code = (
+        f"import sys\nfrom system.cases import {function} as f\n"
+        f"try:\n    print(f({path!r}))\nexcept Exception as e:\n"
+        "    sys.exit(f'raises {type(e).__name__}: {e}')\n"
+    )
+    return [PY, "-c", code]
+
+
 DBG = ["case=debug", "model=debug"]
 SMALL_SWEEP = ["-m", "sweep=smoke", *DBG, "system=ours", "workflow.ablation_csv=null"]
 
@@ -81,12 +93,14 @@ PROBES = [
         [_r("case=R/bool.yaml", "model=debug", "results_dir=R/a")],
     ),
     Probe(
-        "pair table CSV with an extra cell (system.cases.read_pair_table)",
-        [[PY, "-c", "from system.cases import read_pair_table as r; print(r('R/extra.csv'))"]],
+        "pair table CSV with an extra cell (system.cases.read_pair_table: what it returns or "
+        "raises)",
+        [_library_call("read_pair_table", "R/extra.csv")],
     ),
     Probe(
-        "pair table with bandwidth_gbps: true (system.cases.read_pair_table)",
-        [[PY, "-c", "from system.cases import read_pair_table as r; print(r('R/pairs.yaml'))"]],
+        "pair table with bandwidth_gbps: true (system.cases.read_pair_table: what it returns or "
+        "raises)",
+        [_library_call("read_pair_table", "R/pairs.yaml")],
     ),
     Probe("batch=1e9", [_r(*DBG, "batch=1e9", "results_dir=R/a")], timeout_s=20),
     Probe("batch=1000000000", [_r(*DBG, "batch=1000000000", "results_dir=R/a")], timeout_s=20),
