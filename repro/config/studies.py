@@ -335,7 +335,9 @@ class GpuCheckConfig(RunConfig):
 class ProbeInputsConfig(RunConfig):
     """Every bad or edge input of the review on two commits; the table of what each did."""
 
-    before: str = option("258260b", "the commit before")
+    before: str = option(
+        "370986d", "the commit before (the main commit the hostile-input review was run on)"
+    )
     after: str = option("HEAD", "the commit after")
     only: str | None = option(None, "run the probes whose name contains this")
     lock_dir: str | None = option(

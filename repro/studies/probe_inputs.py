@@ -1,7 +1,12 @@
 """Run every bad or edge input of the config/results review on two commits; write a table.
 
-    python repro/run.py mode=probe_inputs results_dir=results/config    # 9287ca2 vs HEAD
+    python repro/run.py mode=probe_inputs results_dir=results/config    # 370986d vs HEAD
     python repro/run.py mode=probe_inputs before=REV after=REV results_dir=DIR
+    python repro/run.py mode=probe_inputs results_dir=results/config lock_dir=DIR
+
+On a machine shared under the team's locks, ``lock_dir`` names the folder of
+``dtfm-cpu.lock`` and ``dtfm-netns.lock``: each probe holds the CPU lock shared while it runs,
+an emulating probe the namespace lock (exclusive) first.
 
 Each side is a fresh copy of the commit (``git archive``) in a temporary folder, so default
 results folders and committed studies are those of a clone; every command runs there with
