@@ -563,7 +563,10 @@ class WorkflowCallback(Callback):
                     check_s=self._check_s,
                 )
             except Exception as e:  # noqa: BLE001 - any report failure fails the command
-                log.exception("the report of study %s failed", job.study)
+                if isinstance(e, (ValueError, OSError)):  # a bad input file: its one line
+                    log.error("the report of study %s failed", job.study)
+                else:  # anything else is a bug: its traceback
+                    log.exception("the report of study %s failed", job.study)
                 print(f"error: report failed: {type(e).__name__}: {e}", file=sys.stderr)
                 raise SystemExit(1) from None
             for f in outcome.failed:

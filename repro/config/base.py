@@ -87,6 +87,12 @@ class WorkflowConfig(Options):
         "results/scheduler/ablation.csv", "scheduler ablation table for Fig. 4 and its claim"
     )
 
+    def check(self) -> None:
+        super().check()
+        path = self.ablation_csv
+        if path is not None and Path(path).exists() and not Path(path).is_file():
+            raise ConfigError(f"workflow.ablation_csv={path!r}: not a file")
+
 
 @dataclass
 class LimitsConfig(Options):

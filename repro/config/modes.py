@@ -46,6 +46,7 @@ __all__ = [
     "ScheduleConfig",
     "TrainConfig",
     "EmulateConfig",
+    "check_emulated_links",
 ]
 
 CaseVariant = choice("CaseVariant", VARIANTS, module=__name__)
@@ -460,6 +461,17 @@ class TrainConfig(LocalRunOptions, LayoutOptions, ModelOptions, RunConfig):
             )
 
 
+def check_emulated_links(cluster, bandwidth_scale: float, delay_scale: float) -> None:
+    """The scaled links of ``cluster`` are ones tc can shape: a pure check (nothing is built),
+    one ConfigError naming the scales and the first link out of range."""
+    from system.emulation.plan import make_plan
+
+    try:
+        make_plan(cluster, bandwidth_scale=bandwidth_scale, delay_scale=delay_scale, tag="check")
+    except ValueError as e:
+        raise ConfigError(f"bandwidth_scale/delay_scale: {e}") from None
+
+
 @dataclass
 @register_mode("emulate", "repro.modes.emulate:run", rows=True)
 class EmulateConfig(LocalRunOptions, LayoutOptions, ModelOptions, CaseOptions, RunConfig):
@@ -512,17 +524,11 @@ class EmulateConfig(LocalRunOptions, LayoutOptions, ModelOptions, CaseOptions, R
                     f"devices={self.devices}: ids must be distinct, in 0..{n_case - 1}"
                 )
         n = len(self.devices) if self.devices else min(self.max_devices, n_case)
-        from system.emulation.plan import make_plan
-
-        try:  # the scaled links are ones tc can shape (a pure check: nothing is built)
-            make_plan(
-                self.cluster().subset(self.picked_devices(self.cluster())),
-                bandwidth_scale=self.bandwidth_scale,
-                delay_scale=self.delay_scale,
-                tag="check",
-            )
-        except ValueError as e:
-            raise ConfigError(f"bandwidth_scale/delay_scale: {e}") from None
+        check_emulated_links(
+            self.cluster().subset(self.picked_devices(self.cluster())),
+            self.bandwidth_scale,
+            self.delay_scale,
+        )
         if self.grid:
             _check_local_ranks(self, self.tp * (self.pp or 1) * (self.dp or 1))
         else:

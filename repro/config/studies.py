@@ -3,6 +3,7 @@ validation's steps and the checks that need a GPU. Each is a mode of ``repro/run
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from repro.config.modes import (
     ModelName,
     ModelOptions,
     WorkloadName,
+    check_emulated_links,
     load_case,
 )
 from repro.config.options import ConfigError, choice, option
@@ -333,7 +335,9 @@ class GpuCheckConfig(RunConfig):
 class ProbeInputsConfig(RunConfig):
     """Every bad or edge input of the review on two commits; the table of what each did."""
 
-    before: str = option("258260b", "the commit before")
+    before: str = option(
+        "370986d", "the commit before (the main commit the hostile-input review was run on)"
+    )
     after: str = option("HEAD", "the commit after")
     only: str | None = option(None, "run the probes whose name contains this")
     lock_dir: str | None = option(
@@ -477,7 +481,7 @@ class QualityConfig(ModelOptions, CaseOptions, RunConfig):
 
     case: str = option("5", "the paper case whose links are emulated (4 and 5 in the sweep)")
     model: ModelName = option(ModelName.debug, "the GPT trained (debug or small on 2 cores)")
-    batch: int | None = option(32, "global batch in sequences", ge=1)
+    batch: int = option(32, "global batch in sequences", ge=1)
     micro_batch_size: int = option(8, "sequences per micro-batch", ge=1)
     seq_length: int = option(64, "tokens per sequence (characters of the corpus)", ge=1)
     vocab_size: int = option(64, "the model's vocabulary (the corpus has 63 symbols)", ge=1)
@@ -493,8 +497,8 @@ class QualityConfig(ModelOptions, CaseOptions, RunConfig):
     devices: list[int] | None = option(
         None, "device ids of the case (null: the first of each region)", ge=0
     )
-    bandwidth_scale: float = option(0.1, "every bandwidth x this (as mode=emulate)", gt=0)
-    delay_scale: float = option(1.0, "every one-way delay x this", gt=0)
+    bandwidth_scale: float = option(0.1, "every bandwidth x this (as mode=emulate)", gt=0, le=100)
+    delay_scale: float = option(1.0, "every one-way delay x this", gt=0, le=100)
     backend: Backend = option(Backend.auto, "netem, or the NFQUEUE delayer (auto: netem if any)")
     timeout_s: float = option(900.0, "wall-clock limit of one run (its ranks killed after)", gt=0)
 
@@ -530,3 +534,33 @@ class QualityConfig(ModelOptions, CaseOptions, RunConfig):
             raise ConfigError(f"case={self.case}: {regions} regions < pp x dp = {n}; give devices")
         if not self.systems:
             raise ConfigError("systems=[]: name at least one system")
+        check_emulated_links(
+            self.cluster().subset(self.picked_devices()), self.bandwidth_scale, self.delay_scale
+        )
+        self.limits.check_memory(
+            self.model_config(),
+            pp=self.pp,
+            dp=self.dp,
+            micro_batch_size=self.micro_batch_size,
+            batch=self.batch,
+        )
+
+    def picked_devices(self) -> list[int]:
+        """The case's devices the job emulates: ``devices``, else the first device of each
+        region (region order), one per rank (pp x dp)."""
+        if self.devices:
+            return list(self.devices)
+        first: dict = {}
+        for d, region in enumerate(self.cluster().region_of):
+            first.setdefault(region, d)
+        return list(first.values())[: self.pp * self.dp]
+
+    def model_config(self):
+        """The GPT every system of the job trains (the mode's sequence length and vocabulary)."""
+        from system.workload import get_model
+
+        return dataclasses.replace(
+            get_model(self.model, self.layers),
+            seq_length=self.seq_length,
+            vocab_size=self.vocab_size,
+        )

@@ -66,7 +66,11 @@ def read_ablation(path: str | Path | None) -> pd.DataFrame | None:
     if not path.exists():
         log.info("no ablation table at %s: the scheduler claims will be INCONCLUSIVE", path)
         return None
-    return pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+    try:
+        return pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+    except (OSError, ValueError) as e:  # pyarrow's and pandas' parser errors are ValueErrors
+        lines = str(e).strip().splitlines() or [type(e).__name__]
+        raise ValueError(f"ablation table {path} is unreadable: {lines[0]}") from None
 
 
 def ablation_from_rows(rows: pd.DataFrame) -> pd.DataFrame | None:

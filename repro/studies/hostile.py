@@ -198,6 +198,30 @@ def setup(scratch: Path) -> None:
     (scratch / "hosts_bad.txt").write_text(f"198.18.1.1\n198.18.1.2; touch {marker}\n")
     (scratch / "assignment_bad.json").write_text('{"stages": [[0, 1], [2]]')
     _stores(scratch)
+    _sharing(scratch)
+
+
+def _sharing(scratch: Path) -> None:
+    """Link-sharing experiment folders: registrations a user edited, measured rows without
+    times (the experiment's values are its defaults otherwise)."""
+    base = {"case": "debug", "devices": [0, 1, 2, 3], "bandwidth_scale": 0.05}
+    registrations = {
+        "sharing_repeats": {"experiment": {**base, "repeats": 10**9}},
+        "sharing_cap": {"experiment": {**base, "egress_cap_gbps": 1e-9}},
+        "sharing_bad": None,
+        "sharing_rows": {
+            "experiment": base,
+            "tolerance": 0.2,
+            "predictions": [
+                {"exchange": "ring", "capped": False, "model": "pair", "predicted_s": 1.0}
+            ],
+        },
+    }
+    for folder, reg in registrations.items():
+        (scratch / folder).mkdir(exist_ok=True)
+        text = '{"experiment": {' if reg is None else json.dumps(reg)
+        (scratch / folder / "predictions.json").write_text(text)
+    (scratch / "sharing_rows" / "measured.csv").write_text("exchange,capped\nring,False\n")
 
 
 def _stores(scratch: Path) -> None:
@@ -353,6 +377,19 @@ TC_SCRIPTS = [
     ),
     Probe("emulation check --pairs 0", [_emu("check", "--case", "debug", "--pairs", "0")]),
     Probe("emulation cleanup --tag 'x;y'", [_emu("cleanup", "--dry-run", "--tag", "x;y")]),
+    *[
+        Probe(
+            f"link-sharing experiment: {what}",
+            [_emu("sharing", step, f"R/{folder}")],
+            netns=step == "measure",
+        )
+        for what, step, folder in (
+            ("measure a registration of 10^9 repeats", "measure", "sharing_repeats"),
+            ("measure a registration with an egress cap of 1 bit/s", "measure", "sharing_cap"),
+            ("verdict on a registration that is not JSON", "verdict", "sharing_bad"),
+            ("verdict on measured rows without times", "verdict", "sharing_rows"),
+        )
+    ],
 ]
 
 STORES = [
@@ -481,6 +518,15 @@ NUMBERS = [
     Probe(
         "emulate delay_scale=1e6", [_r(*EMULATE, "delay_scale=1e6", "results_dir=R/m")], netns=True
     ),
+    *[
+        Probe(f"quality {arg}", [_r("mode=quality", arg, "results_dir=R/q")], netns=True)
+        for arg in (
+            "bandwidth_scale=1e300",
+            "bandwidth_scale=1e-12",
+            "delay_scale=1e6",
+            "layers=100000",
+        )
+    ],
     Probe(
         "emulate delay_scale=nan", [_r(*EMULATE, "delay_scale=nan", "results_dir=R/m")], netns=True
     ),

@@ -9,6 +9,7 @@ snapshot's processes listened on that something still listens on, folders that s
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -27,6 +28,7 @@ __all__ = [
     "listening",
     "socket_inodes",
     "start_job",
+    "as_a_job",
 ]
 
 
@@ -144,6 +146,14 @@ def guard_of(pid: int) -> int:
     return guards[0]
 
 
+def as_a_job() -> None:
+    """``preexec_fn`` of a job under test: SIGTERM, SIGHUP and SIGINT at their defaults, as a
+    job started from a terminal or by Slurm has them. A job inherits ignored signals, so a test
+    run under ``nohup`` would otherwise start jobs that a hang-up cannot stop."""
+    for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(s, signal.SIG_DFL)
+
+
 def start_job(*overrides: str) -> subprocess.Popen:
     """``python repro/run.py *overrides`` as a job would run: in its own process group (which
     the tests never signal), this checkout on the path, output collected."""
@@ -156,4 +166,5 @@ def start_job(*overrides: str) -> subprocess.Popen:
         text=True,
         env={**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"},
         start_new_session=True,
+        preexec_fn=as_a_job,
     )

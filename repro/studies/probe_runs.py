@@ -192,13 +192,19 @@ def _namespaces(tag: str | None) -> list[str]:
 def signal_step(probe: Probe, cmd: list[str], tree: Path, env: dict) -> tuple[str, str, str]:
     """Start ``cmd``, wait for its ``probe.ranks`` ranks, send ``probe.signal``, and return
     (exit code, a description of what was left, its output); whatever was left is removed."""
-    from repro.studies.leftovers import cmdline, left_after, snapshot, stop
+    from repro.studies.leftovers import as_a_job, cmdline, left_after, snapshot, stop
     from system.lifeline import descendants
 
     sig = getattr(signal, probe.signal)
     with tempfile.TemporaryFile("w+") as log:
         p = subprocess.Popen(
-            cmd, cwd=tree, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            cmd,
+            cwd=tree,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=as_a_job,
         )
         snap, tag = None, None
         try:

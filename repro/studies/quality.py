@@ -46,13 +46,6 @@ log = logging.getLogger(__name__)
 __all__ = ["run"]
 
 
-def _first_of_each_region(cluster, n: int) -> list[int]:
-    first: dict = {}
-    for d, region in enumerate(cluster.region_of):
-        first.setdefault(region, d)
-    return list(first.values())[:n]
-
-
 def _common(cfg) -> dict:
     """The spec fields every system of the job shares (ours' RunSpec and BaselineSpec)."""
     return dict(
@@ -180,7 +173,7 @@ def run(cfg) -> dict:
     from system.workload import tasklet_sizes
 
     full = cfg.cluster()
-    devices = list(cfg.devices) if cfg.devices else _first_of_each_region(full, cfg.pp * cfg.dp)
+    devices = cfg.picked_devices()
     plan = make_plan(
         full.subset(devices), bandwidth_scale=cfg.bandwidth_scale, delay_scale=cfg.delay_scale
     )

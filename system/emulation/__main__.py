@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{r['gbps']:8.4f} {r['target_gbps']:8.4f} {r['ok']}"
                 )
             return 0 if rep["ok"] else 1
-    except (ValueError, FileNotFoundError, RuntimeError) as e:
+    except (ValueError, OSError, RuntimeError) as e:  # a missing or unwritable file too
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0
@@ -178,18 +178,14 @@ def _sharing(step: str, folder: str) -> int:
         atomic_write_text(reg_path, json.dumps(reg, indent=1) + "\n")
         print(reg_path)
         return 0
-    reg = json.loads(reg_path.read_text())
-    exp = reg["experiment"]
-    exp = sc.SharingExperiment(
-        **{**exp, "devices": tuple(exp["devices"]), "models": tuple(exp["models"])}
-    )
+    reg, exp = sc.read_registration(reg_path)
     if step == "measure":
         sha, dirty = git_state()
         rows = [{**r, "git_sha": sha, "git_dirty": dirty} for r in sc.measure(exp)]
         atomic_write_text(out / "measured.csv", pd.DataFrame(rows).to_csv(index=False))
         print(out / "measured.csv")
         return 0
-    table = sc.verdict(reg, pd.read_csv(out / "measured.csv"))
+    table = sc.verdict(reg, sc.read_measured(out / "measured.csv"))
     atomic_write_text(out / "verdict.csv", table.to_csv(index=False, float_format="%.4g"))
     atomic_write_text(out / "verdict.md", sc.verdict_markdown(table) + "\n")
     print(sc.verdict_markdown(table))

@@ -95,9 +95,10 @@ class EmulationPlan:
         self._check_links()
 
     def _check_links(self) -> None:
-        """Every scaled link within what tc can shape (:func:`system.emulation.tc.check_link`):
-        a bandwidth or delay scale that overflows or underflows a link is refused here, before
-        any namespace exists, naming the pair and the scales."""
+        """Every scaled link, and the egress cap, within what tc can shape
+        (:func:`system.emulation.tc.check_link`): a bandwidth or delay scale that overflows or
+        underflows a link is refused here, before any namespace exists, naming the pair and the
+        scales."""
         from system.emulation.tc import MAX_DELAY_S, MAX_RATE_BPS, MIN_RATE_BPS
 
         rate, delay = self.rate_bps, self.delay_s
@@ -105,6 +106,13 @@ class EmulationPlan:
         bad = off & ~(
             (rate >= MIN_RATE_BPS) & (rate <= MAX_RATE_BPS) & (delay >= 0) & (delay <= MAX_DELAY_S)
         )
+        cap = self.scaled_egress_cap_gbps
+        if cap is not None and not MIN_RATE_BPS <= cap * 1e9 * FRAME_OVERHEAD <= MAX_RATE_BPS:
+            raise ValueError(
+                f"egress cap: {cap * 1e9 * FRAME_OVERHEAD:g} bit/s after "
+                f"bandwidth_scale={self.bandwidth_scale:g}; tc shapes {MIN_RATE_BPS}.."
+                f"{MAX_RATE_BPS:g} bit/s"
+            )
         if bad.any():
             i, j = (int(x) for x in np.argwhere(bad)[0])
             raise ValueError(

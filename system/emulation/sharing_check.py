@@ -31,15 +31,16 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import statistics
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from system.cases import get_case
+from system.cases import get_case, is_topology_file
 from system.emulation.plan import EmulationPlan, make_plan
 from system.simulator.comm import GLOO, ring_allreduce_end_s, sharded_ps_p2p_s
 from system.simulator.sharing import LINK_SHARING, with_link_sharing
@@ -59,6 +60,8 @@ __all__ = [
 TOLERANCE = 0.20  # a model predicts a run when |measured / predicted − 1| <= this
 RUNS = (("sharded_ps", False), ("sharded_ps", True), ("ring", False), ("ring", True))
 GLOO_STREAMS = 1  # gloo opens one connection per pair
+MAX_DEVICES = 16  # emulated devices (each a namespace and a rank on this machine)
+MAX_NBYTES = 2**30  # gradient bytes per device (each rank holds a few copies)
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,52 @@ class SharingExperiment:
     warmup: int = 1
     models: tuple[str, ...] = field(default=LINK_SHARING)
 
-    def plan(self, capped: bool, tag: str = "shr") -> EmulationPlan:
+    def __post_init__(self) -> None:
+        """Every value in range (a registration is a file a user can edit): one ValueError
+        naming the key, before any emulation is built."""
+        if is_topology_file(self.case):
+            raise ValueError(f"case={self.case!r}: a named case, not a topology file")
+        n = get_case(self.case).num_devices  # an unknown case is its own one-line error
+        devices = self.devices
+        if (
+            not 2 <= len(devices) <= MAX_DEVICES
+            or any(isinstance(d, bool) or not isinstance(d, int) for d in devices)
+            or len(set(devices)) != len(devices)
+            or not all(0 <= d < n for d in devices)
+        ):
+            raise ValueError(
+                f"devices={list(devices)}: 2..{MAX_DEVICES} distinct ids of case "
+                f"{self.case}'s 0..{n - 1}"
+            )
+        for key in ("bandwidth_scale", "delay_scale", "egress_cap_gbps"):
+            v = getattr(self, key)
+            if not _is_number(v) or not 0 < v <= 100:
+                raise ValueError(f"{key}={v!r}: a finite number in (0, 100]")
+        for key, low, high in (("nbytes", 1, MAX_NBYTES), ("repeats", 1, 100), ("warmup", 0, 100)):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
+                raise ValueError(f"{key}={v!r}: an integer in {low}..{high}")
+        if not self.models or any(m not in LINK_SHARING for m in self.models):
+            raise ValueError(
+                f"models={list(self.models)}: one or more of {', '.join(LINK_SHARING)}"
+            )
+        for capped in (False, True):  # the scales and the cap: links tc can shape
+            self.plan(capped, tag="check")
+
+    @classmethod
+    def from_registration(cls, reg) -> SharingExperiment:
+        """The experiment a registration (``predictions.json``) names; ValueError when it is
+        not one."""
+        exp = reg.get("experiment") if isinstance(reg, dict) else None
+        if not isinstance(exp, dict):
+            raise ValueError("no 'experiment' mapping")
+        unknown = sorted(set(exp) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ValueError(f"experiment: unknown key(s) {unknown}")
+        lists = {k: tuple(exp[k]) for k in ("devices", "models") if isinstance(exp.get(k), list)}
+        return cls(**{**exp, **lists})
+
+    def plan(self, capped: bool, tag: str | None = None) -> EmulationPlan:
         cluster = get_case(self.case).subset(list(self.devices))
         return make_plan(
             cluster,
@@ -171,6 +219,49 @@ def measure(exp: SharingExperiment, *, verify_pairs: int = 3) -> list[dict]:
                     )
                 log.info("%s capped=%s: %s", exchange, capped, got["times_s"])
     return rows
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def read_registration(path: Path) -> tuple[dict, SharingExperiment]:
+    """The registration at ``path`` and its experiment; one ValueError naming the file when it
+    is not JSON, lacks a part or holds a value out of range."""
+    try:
+        reg = json.loads(Path(path).read_text())
+        exp = SharingExperiment.from_registration(reg)
+        tol = reg.get("tolerance")
+        if not _is_number(tol) or not 0 < tol <= 1:
+            raise ValueError(f"tolerance={tol!r}: a number in (0, 1]")
+        rows = reg.get("predictions")
+        keys = {"exchange", "capped", "model", "predicted_s"}
+        if not isinstance(rows, list) or not rows:
+            raise ValueError("no 'predictions' list")
+        for r in rows:
+            if not isinstance(r, dict) or not keys <= set(r):
+                raise ValueError(f"a prediction without {sorted(keys)}: {str(r)[:80]}")
+            if not _is_number(r["predicted_s"]) or not r["predicted_s"] > 0:
+                raise ValueError(f"predicted_s={r['predicted_s']!r}: a finite number > 0")
+    except ValueError as e:  # a JSONDecodeError is one too
+        raise ValueError(f"registration {path}: {e}") from None
+    return reg, exp
+
+
+def read_measured(path: Path) -> pd.DataFrame:
+    """The measured rows at ``path``; one ValueError naming the file when they are not ones
+    :func:`measure` writes."""
+    try:
+        df = pd.read_csv(path)
+        missing = sorted({"exchange", "capped", "measured_s"} - set(df.columns))
+        if missing:
+            raise ValueError(f"no column(s) {missing}")
+        t = pd.to_numeric(df["measured_s"], errors="coerce")
+        if df.empty or not (np.isfinite(t) & (t > 0)).all():
+            raise ValueError("measured_s: no rows, or a value that is not a finite time > 0")
+    except ValueError as e:  # pandas' parser errors are ValueErrors
+        raise ValueError(f"measured rows {path}: {e}") from None
+    return df
 
 
 def verdict(registration: dict, measured: pd.DataFrame) -> pd.DataFrame:

@@ -158,8 +158,11 @@ def egress_lines(
     frame = mtu + _ETHERNET_HEADER
     if len({p.index for p in peers}) != len(peers) or any(not 0 <= p.index < 4095 for p in peers):
         raise ValueError("egress_lines: peer indices must be distinct and in 0..4094")
-    if cap_bps is not None and not 0 < cap_bps < float("inf"):
-        raise ValueError(f"egress_lines: the egress cap must be finite and > 0, got {cap_bps}")
+    if cap_bps is not None and not MIN_RATE_BPS <= cap_bps <= MAX_RATE_BPS:  # NaN fails too
+        raise ValueError(
+            f"egress_lines: the egress cap {cap_bps:g} bit/s is outside "
+            f"{MIN_RATE_BPS}..{MAX_RATE_BPS:g}"
+        )
     lines = [
         f"qdisc add dev {dev} root handle 1: htb default {DEFAULT_CLASS}",
         f"class add dev {dev} parent 1: classid 1:{DEFAULT_CLASS} htb rate 10gbit quantum 65536",

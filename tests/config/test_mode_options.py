@@ -75,3 +75,28 @@ def test_one_search_spelling_for_every_mode_that_schedules():
     assert got["method"] == "genetic" and got["objective"] == "comm" and got["workload"] is None
     timed = SchedulerOptions(objective="iteration_time").search_kwargs("W")
     assert timed["workload"] == "W" and timed["trials"] is None
+
+
+# mode=quality builds an emulation and trains every system: each of these used to pass the
+# check and fail (or silently run on other links) only after the scheduling and the namespaces
+QUALITY_BAD = [
+    ({"bandwidth_scale": 1e300}, "bandwidth_scale=1e+300: must be <= 100"),
+    ({"delay_scale": 1e6}, "delay_scale=1000000.0: must be <= 100"),
+    ({"bandwidth_scale": 1e-12}, "bandwidth_scale/delay_scale: emulated link 0->1"),
+    ({"layers": 100000}, "limits.max_memory_gib"),
+    ({"batch": None}, "batch"),
+]
+
+
+@pytest.mark.parametrize("bad,message", QUALITY_BAD, ids=[str(b) for b, _ in QUALITY_BAD])
+def test_quality_refuses_links_and_models_it_cannot_run(bad, message, tmp_path):
+    with pytest.raises(ConfigError) as err:
+        validate({"mode": "quality", "results_dir": str(tmp_path), **bad})
+    assert message in str(err.value) and len(str(err.value).splitlines()) == 1, str(err.value)
+
+
+def test_quality_emulates_the_first_device_of_each_region(tmp_path):
+    cfg = validate({"mode": "quality", "results_dir": str(tmp_path)})
+    assert cfg.picked_devices() == [0, 8, 16, 24]  # case 5: 8 regions of 8 devices
+    cfg = validate({"mode": "quality", "results_dir": str(tmp_path), "devices": [3, 1, 2, 0]})
+    assert cfg.picked_devices() == [3, 1, 2, 0]

@@ -122,3 +122,19 @@ def test_egress_cap_sits_above_the_destination_classes():
     assert link_sharing_of(make_plan(c, tag="tnocap").scaled_cluster()) == "pair"
     with pytest.raises(ValueError, match="egress_cap_gbps"):
         make_plan(c, tag="tbad", egress_cap_gbps=0.0)
+
+
+@pytest.mark.parametrize("cap_gbps", [1e-9, 1e6])
+def test_an_egress_cap_tc_cannot_shape_is_refused_before_any_namespace(cap_gbps):
+    """A cap below tc's slowest rate used to become ``htb rate 0bit`` (every packet held), one
+    above its fastest an HTB rate tc refuses only once the namespaces exist."""
+    from system.emulation import tc
+    from system.emulation.tc import Peer
+
+    c = get_case("debug").subset([0, 2])
+    with pytest.raises(ValueError, match=r"egress cap: .* bit/s after bandwidth_scale=0.1"):
+        make_plan(c, bandwidth_scale=0.1, tag="tcap2", egress_cap_gbps=cap_gbps)
+    peer = Peer(index=0, ip="198.18.0.2", rate_bps=1e6, delay_s=0.0, goodput_bps=1e6)
+    for cap_bps in (1.0, 1e13, float("nan")):
+        with pytest.raises(ValueError, match="egress cap .* is outside 8000"):
+            tc.egress_lines("veth0", [peer], netem=False, mtu=1500, cap_bps=cap_bps)

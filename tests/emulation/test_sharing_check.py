@@ -31,3 +31,81 @@ def test_predictions_separate_the_models_and_the_verdict_names_the_right_one():
     assert table.loc[("sharded_ps", False), "closest"] == "pair"
     assert "flow" not in table.loc[("ring", False), "within_tolerance"]
     assert table.loc[("ring", True), "err_nic"] == pytest.approx(0.0)
+
+
+def _main(*argv: str) -> int:
+    from system.emulation.__main__ import main
+
+    return main(list(argv))
+
+
+# a registration as a user could edit it: (what is changed, what the error line says)
+BAD_REGISTRATIONS = [
+    ("not json", "registration"),
+    ("[1]", "no 'experiment' mapping"),
+    ({"bogus": 1}, "unknown key(s) ['bogus']"),
+    ({"repeats": 1000000000}, "repeats=1000000000: an integer in 1..100"),
+    ({"nbytes": 2**40}, "nbytes=1099511627776"),
+    ({"devices": [0, 0]}, "devices=[0, 0]"),
+    ({"devices": [0, 99]}, "devices=[0, 99]"),
+    ({"case": "R/x.yaml"}, "a named case, not a topology file"),
+    ({"case": "9"}, "unknown case '9'"),
+    ({"models": ["bogus"]}, "models=['bogus']"),
+    ({"bandwidth_scale": "x"}, "bandwidth_scale='x'"),
+    ({"egress_cap_gbps": 1e-9}, "egress cap:"),
+    ({"tolerance": float("nan")}, "tolerance=nan"),
+    ({"predictions": [{"model": "pair"}]}, "a prediction without"),
+]
+
+
+@pytest.mark.parametrize("change,message", BAD_REGISTRATIONS, ids=[m for _, m in BAD_REGISTRATIONS])
+def test_a_bad_registration_is_one_line_naming_it_before_any_emulation(
+    tmp_path, capsys, monkeypatch, change, message
+):
+    """``sharing measure`` and ``verdict`` read the registration a user may have edited; each
+    bad one is one line (exit 2), not a traceback or a run of a billion repeats."""
+    import json
+
+    from system.emulation import sharing_check
+
+    reg = predict(SharingExperiment())
+    if isinstance(change, str):
+        text = change
+    else:
+        for key, value in change.items():
+            target = reg if key in ("tolerance", "predictions") else reg["experiment"]
+            target[key] = value
+        text = json.dumps(reg)
+    (tmp_path / "predictions.json").write_text(text)
+    called = []
+    monkeypatch.setattr(sharing_check, "measure", lambda *a, **k: called.append(1) or [])
+    for step in ("measure", "verdict"):
+        assert _main("sharing", step, str(tmp_path)) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1, err
+        assert "predictions.json" in err
+    assert called == []
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("exchange,capped\nring,False\n", "no column(s) ['measured_s']"),
+        ("exchange,capped,measured_s\nring,False,nan\n", "measured_s: no rows"),
+        ("exchange,capped,measured_s\n", "measured_s: no rows"),
+    ],
+)
+def test_bad_measured_rows_are_one_line_naming_the_file(tmp_path, capsys, text, message):
+    import json
+
+    (tmp_path / "predictions.json").write_text(json.dumps(predict(SharingExperiment())))
+    (tmp_path / "measured.csv").write_text(text)
+    assert _main("sharing", "verdict", str(tmp_path)) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "measured.csv" in err and len(err.splitlines()) == 1, err
+
+
+def test_a_missing_folder_is_one_line(tmp_path, capsys):
+    assert _main("sharing", "verdict", str(tmp_path / "none")) == 2
+    err = capsys.readouterr().err.strip()
+    assert "predictions.json" in err and len(err.splitlines()) == 1, err

@@ -57,6 +57,8 @@ RUN_CASES = [
     (["case={topo_extra}"], "unknown column(s) ['note']"),
     (["case={topo_bool}"], "bandwidth_gbps=True is not a number"),
     (["case={tmp}/missing.yaml"], "does not exist"),
+    # the report's ablation table: a folder failed the report after the run
+    (["case=debug", "model=debug", "workflow.ablation_csv={tmp}"], "not a file"),
 ]
 
 

@@ -38,7 +38,7 @@ def test_every_file_a_hostile_probe_reads_is_written(tmp_path):
 
     setup(tmp_path)
     absent = {"missing.yaml", "none.json", "nope", "tc"}  # and the probes' results folders:
-    absent |= {"a", "b", "e", "g", "m", "p", "s", "t", "w"}
+    absent |= {"a", "b", "e", "g", "m", "p", "q", "s", "t", "w"}
     for probe in HOSTILE:
         for step in probe.steps:
             for arg in step:
@@ -60,3 +60,18 @@ def test_a_traceback_shows_as_its_exception_line():
         "traceback: yaml.constructor.ConstructorError: could not determine a constructor"
     )
     assert _traceback("error: one line\n") is None
+
+
+def test_hydra_refusing_an_unknown_key_shows_the_key_and_the_mode():
+    """Hydra's key check prints its reason above four lines of context; the table shows the
+    reason, not the last context line."""
+    from repro.studies.hostile import Probe
+    from repro.studies.probe_inputs import _summary
+
+    err = (
+        "Could not override 'tp'.\nTo append to your config use +tp=2\n"
+        "Key 'tp' not in 'SimulateConfig'\n    full_key: tp\n    object_type=SimulateConfig\n\n"
+        "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.\n"
+    )
+    got = _summary(Probe("simulate tp=2", [["x"]]), [("1", "", err)])
+    assert got == "Could not override 'tp'. Key 'tp' not in 'SimulateConfig'"

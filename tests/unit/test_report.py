@@ -247,3 +247,13 @@ def test_wandb_offline_mirrors_an_ordinary_simulate_run(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert list((tmp_path / "wandb").glob("offline-run-*"))
+
+
+def test_an_unreadable_ablation_table_is_one_line_naming_it(tmp_path):
+    from repro.report.build import read_ablation
+
+    bad = tmp_path / "ablation.parquet"
+    bad.write_bytes(b"PAR1 not parquet")
+    with pytest.raises(ValueError) as err:
+        read_ablation(bad)
+    assert str(bad) in str(err.value) and len(str(err.value).splitlines()) == 1, str(err.value)
