@@ -40,6 +40,7 @@ from repro.studies.hostile import (  # noqa: F401 (TOPOLOGY: the tests write its
 )
 from repro.studies.probe_runs import NotRun, after, around, signal_step
 from repro.studies.tree import materialise, short_rev
+from system.lifeline import cancel, exit_on_signals, on_death
 from system.results import atomic_write_text, has_stored_rows, read_rows
 
 PY = sys.executable
@@ -303,28 +304,31 @@ def _run_side(
 ) -> dict[str, Outcome]:
     out: dict[str, Outcome] = {}
     base = Path(tempfile.mkdtemp(prefix="probe-"))
+    guard = on_death("rmtree", base)  # the copies go even if this process is SIGKILLed
     try:
-        for probe in probes:
-            tree = base / f"t{len(out)}"
-            materialise(rev, tree)
-            scratch = tree / "R"
-            setup(scratch)
-            res = Outcome()
-            if before and probe.not_before:
-                res.rc, res.message = ["not run"], probe.not_before
-            else:
-                try:
-                    with around(probe, tree, scratch, lock_dir) as ctx:
-                        res = _run_probe(probe, ctx, before)
-                except NotRun as e:
-                    res.rc, res.message = ["not run"], str(e)
-            # no machine paths in the table: the scratch folder reads R, the copy's root .
-            res.message = res.message.replace(str(scratch), "R").replace(str(tree), ".")
-            out[probe.name] = res
-            print(f"[{rev[:7]}] {probe.name}: {res.rc} {res.message}", flush=True)
-            shutil.rmtree(tree, ignore_errors=True)
+        with exit_on_signals():  # SIGTERM/SIGHUP: the finally below still runs
+            for probe in probes:
+                tree = base / f"t{len(out)}"
+                materialise(rev, tree)
+                scratch = tree / "R"
+                setup(scratch)
+                res = Outcome()
+                if before and probe.not_before:
+                    res.rc, res.message = ["not run"], probe.not_before
+                else:
+                    try:
+                        with around(probe, tree, scratch, lock_dir) as ctx:
+                            res = _run_probe(probe, ctx, before)
+                    except NotRun as e:
+                        res.rc, res.message = ["not run"], str(e)
+                # no machine paths in the table: the scratch folder reads R, the copy's root .
+                res.message = res.message.replace(str(scratch), "R").replace(str(tree), ".")
+                out[probe.name] = res
+                print(f"[{rev[:7]}] {probe.name}: {res.rc} {res.message}", flush=True)
+                shutil.rmtree(tree, ignore_errors=True)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+        cancel(guard)
     return out
 
 

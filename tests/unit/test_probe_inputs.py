@@ -75,3 +75,28 @@ def test_hydra_refusing_an_unknown_key_shows_the_key_and_the_mode():
     )
     got = _summary(Probe("simulate tp=2", [["x"]]), [("1", "", err)])
     assert got == "Could not override 'tp'. Key 'tp' not in 'SimulateConfig'"
+
+
+def test_a_terminated_probe_run_removes_its_copies(tmp_path, monkeypatch):
+    """SIGTERM while a side is being probed: SystemExit, and no probe-* folder left behind."""
+    import os
+    import signal
+    import tempfile
+
+    import pytest
+
+    from repro.studies import probe_inputs as pi
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+    def materialise(rev, into):
+        into.mkdir(parents=True)
+        (into / "file").write_text("a copy\n")
+        os.kill(os.getpid(), signal.SIGTERM)  # as `kill PID` would, in the middle of the side
+
+    monkeypatch.setattr(pi, "materialise", materialise)
+    monkeypatch.setattr(signal, "getsignal", lambda s: signal.SIG_DFL)  # as in a plain shell
+    with pytest.raises(SystemExit) as e:
+        pi._run_side("HEAD", pi.PROBES[:1], before=False)
+    assert e.value.code == 128 + signal.SIGTERM
+    assert not list(tmp_path.glob("probe-*"))
