@@ -1,7 +1,10 @@
 """The scheduler's worth: its layout against the layouts a user would try first.
 
-    python repro/run.py mode=scheduler_worth sailor_dir=../shared/reference/external/sailor \
-        results_dir=results/scheduler                                         # worth.{csv,md}
+    python repro/run.py mode=scheduler_worth sailor_dir=DIR results_dir=results/scheduler
+
+``DIR`` holds Sailor's published bandwidth fits (eth-easl/sailor, MIT License:
+``multizone_bandwidths_het.json``, ``intra_node_bandwidths.json``) for the multi-zone setting;
+without it that setting is left out. The table is written to ``worth.{csv,md}``.
 
 Per setting, ours runs in the paper's configuration (pp × dp as listed, micro-batch 1, full
 recomputation, GPipe, fp16 loss scaling; :func:`system.simulator.simulate_ours`) on:

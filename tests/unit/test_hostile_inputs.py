@@ -153,8 +153,8 @@ def test_a_path_case_writes_inside_the_results_folder_only(tmp_path):
         "  - {region_a: A, region_b: A, delay_ms: 0.1, bandwidth_gbps: 10}\n"
         "  - {region_a: B, region_b: B, delay_ms: 0.1, bandwidth_gbps: 10}\n"
     )
-    (tmp_path / "work").mkdir()
-    sneaky = f"{tmp_path}/work/../deep/./up/t.yaml"
+    (tmp_path / "sub").mkdir()
+    sneaky = f"{tmp_path}/sub/../deep/./up/t.yaml"
     for case in (str(topo), sneaky):
         out = _entry(
             "mode=schedule", f"case={case}", "scheduler.trials=2", "results_dir=R", cwd=tmp_path

@@ -341,23 +341,28 @@ def test_a_failing_job_is_recorded_the_sweep_reports_and_fails(tmp_path):
     assert sorted(rec["status"] for rec in ledger) == ["error", "ok"]
 
 
-@pytest.mark.slow
-def test_a_failed_report_fails_the_command(tmp_path):
-    """An ablation table that is not one fails the report after the jobs (its content is read
-    only then): exit 1 with one line naming the file, no traceback."""
-    bad = tmp_path / "ablation.parquet"
-    bad.write_bytes(b"PAR1 not parquet")
-    r = _run(
+def _smoke_sweep_with_ablation(tmp_path, ablation):
+    """A one-job debug sweep whose report reads ``ablation`` as its ablation table."""
+    return _run(
         "-m",
         "sweep=smoke",
         "case=debug",
         "model=debug",
         "batch=16",
         "system=ours",
-        f"workflow.ablation_csv={bad}",
+        f"workflow.ablation_csv={ablation}",
         f"results_dir={tmp_path / 's'}",
         f"hydra.sweep.dir={tmp_path}/mr",
     )
+
+
+@pytest.mark.slow
+def test_a_failed_report_fails_the_command(tmp_path):
+    """An ablation table that is not one fails the report after the jobs (its content is read
+    only then): exit 1 with one line naming the file, no traceback."""
+    bad = tmp_path / "ablation.parquet"
+    bad.write_bytes(b"PAR1 not parquet")
+    r = _smoke_sweep_with_ablation(tmp_path, bad)
     assert r.returncode == 1 and "report failed" in r.stderr, r.stderr[-2000:]
     assert f"ablation table {bad} is unreadable" in r.stderr, r.stderr[-2000:]
     assert "Traceback" not in r.stderr, r.stderr[-2000:]
@@ -366,17 +371,7 @@ def test_a_failed_report_fails_the_command(tmp_path):
 @pytest.mark.slow
 def test_an_ablation_table_that_is_a_folder_stops_the_sweep_before_any_job(tmp_path):
     (tmp_path / "adir").mkdir()
-    r = _run(
-        "-m",
-        "sweep=smoke",
-        "case=debug",
-        "model=debug",
-        "batch=16",
-        "system=ours",
-        f"workflow.ablation_csv={tmp_path / 'adir'}",
-        f"results_dir={tmp_path / 's'}",
-        f"hydra.sweep.dir={tmp_path}/mr",
-    )
+    r = _smoke_sweep_with_ablation(tmp_path, tmp_path / "adir")
     assert r.returncode == 2 and "workflow.ablation_csv=" in r.stderr, r.stderr[-2000:]
     assert "not a file" in r.stderr and not (tmp_path / "s").exists()
 
