@@ -104,3 +104,17 @@ def test_bad_model():
     with pytest.raises(ValueError, match="link sharing must be one of"):
         with_link_sharing(c, "device_nic")
     assert with_link_sharing(c, "pair") is c
+
+
+def test_a_repeated_flow_set_is_answered_as_computed_and_stays_private():
+    from system.simulator import sharing
+
+    c = with_link_sharing(three_devices(), "nic")
+    first = shared_bandwidth_bps(c, SRC, DST)
+    first[:] = 0.0  # the caller's copy: the memo keeps its own
+    again = shared_bandwidth_bps(c, SRC, DST)
+    assert again == pytest.approx(np.array(EXPECTED_GBPS["nic"]) * 1e9, rel=1e-9)
+    assert np.array_equal(again, sharing._allocate(c, SRC, DST))
+    # the same devices under another model are another cluster: not the nic answer
+    other = shared_bandwidth_bps(with_link_sharing(c, "pair"), SRC, DST)
+    assert other / 1e9 == pytest.approx(EXPECTED_GBPS["pair"], rel=1e-9)
