@@ -46,7 +46,12 @@ def _check_square(m: np.ndarray, name: str) -> np.ndarray:
 
 def _perfect_matching(allowed: np.ndarray) -> np.ndarray | None:
     """Hopcroft–Karp on a boolean (n, n) matrix: column per row, or None if not perfect."""
-    match = maximum_bipartite_matching(csr_matrix(allowed), perm_type="column")
+    n = allowed.shape[0]
+    _, cols = np.nonzero(allowed)  # row-major: each row's columns in order, as csr wants them
+    indptr = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(allowed.sum(axis=1), out=indptr[1:])
+    graph = csr_matrix((np.ones(cols.size, dtype=bool), cols.astype(np.int32), indptr), (n, n))
+    match = maximum_bipartite_matching(graph, perm_type="column")
     return None if np.any(match < 0) else match
 
 
@@ -65,20 +70,21 @@ def bottleneck_matching(cost: np.ndarray) -> tuple[float, np.ndarray]:
     lower = max(m.min(axis=1).max(), m.min(axis=0).max())
     values = np.unique(m)
     values = values[values >= lower]
-    lo, hi = 0, len(values) - 1
-    best = _perfect_matching(m <= values[hi])  # the largest value always admits a matching
-    assert best is not None
     first = _perfect_matching(m <= values[0])
     if first is not None:
         return float(values[0]), first.astype(np.int64)
-    lo = 1
-    while lo < hi:  # invariant: values[lo-1] fails, values[hi] succeeds with matching ``best``
+    lo, hi = 1, len(values) - 1
+    best = None  # the matching at values[hi] once one was found; the largest value always has one
+    while lo < hi:  # invariant: values[lo-1] fails, values[hi] succeeds
         mid = (lo + hi) // 2
         got = _perfect_matching(m <= values[mid])
         if got is None:
             lo = mid + 1
         else:
             hi, best = mid, got
+    if best is None:
+        best = _perfect_matching(m <= values[hi])
+        assert best is not None
     return float(values[hi]), best.astype(np.int64)
 
 
