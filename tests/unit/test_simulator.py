@@ -526,3 +526,27 @@ def test_link_sharing_variants():
     assert with_link_sharing(c, "pair") is c
     with pytest.raises(ValueError, match="link sharing"):
         with_link_sharing(c, "bogus")
+
+
+def test_ours_accumulation_passes_added_in_one_step_equal_the_pass_by_pass_chain(monkeypatch):
+    # GPipe passes chained with start times: once one pass shifts every device equally, the rest
+    # are added at once; against the pass-by-pass chain (the shortcut off) within 1e-12
+    from system.simulator import ours
+
+    w = Workload(model=MODELS["gpt3_xl"].with_layers(24), global_batch_size=1024)
+    a = identity_assignment(8, 8)  # its passes settle at once (a random layout's need not)
+    calls = {"n": 0}
+    real = ours.gpipe_timeline
+
+    def counted(*args, **kw):
+        calls["n"] += 1
+        return real(*args, **kw)
+
+    monkeypatch.setattr(ours, "gpipe_timeline", counted)
+    fast = simulate_ours(get_case("5"), a, w, recompute="none")
+    fast_calls, calls["n"] = calls["n"], 0
+    monkeypatch.setattr(ours, "UNIFORM_SHIFT_RTOL", -1.0)
+    slow = simulate_ours(get_case("5"), a, w, recompute="none")
+    assert fast.breakdown["rounds"] > 2 and calls["n"] == fast.breakdown["rounds"]
+    assert fast_calls < calls["n"]
+    assert fast.iter_time_s == pytest.approx(slow.iter_time_s, rel=1e-12, abs=0)
