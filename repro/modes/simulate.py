@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import BrokenExecutor, CancelledError, Future, ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -30,14 +30,14 @@ import pandas as pd
 
 from baselines.deepspeed.perf import grid_search_deepspeed
 from baselines.megatron.perf import grid_search_megatron
-from repro.config import SimulateConfig, default_of
+from repro.config import SimulateConfig, as_dict, default_of
 from repro.config.modes import SchedulerOptions, fill_layout
 from repro.report.summary import print_compact, print_wide, summary_from_rows
 from repro.sweep import is_multirun
 from system.assignment import random_assignment
 from system.cases import get_case
 from system.cluster import Cluster
-from system.config_search import search_ours
+from system.config_search import OursSearch, search_ours
 from system.lifeline import die_with_parent
 from system.results import (
     SIMULATED_SYSTEMS,
@@ -65,9 +65,14 @@ MIN_RANDOM_LAYOUTS = 3  # the paper's three random layouts per setting (appendix
 
 
 # Every schedule this process made or was handed, by everything it depends on
-# (:meth:`Schedules.key_of`): the jobs of a sweep that one process runs (the serial launcher, a
+# (:meth:`Schedules.call`): the jobs of a sweep that one process runs (the serial launcher, a
 # joblib worker) share them; a value may be a Future of a helper process (:func:`prefetch`).
 SCHEDULE_CACHE: dict[tuple, object] = {}
+# Ours' configuration searches a helper process runs ahead of the jobs (:func:`prefetch`), by the
+# job's whole config and setting (:func:`_search_key`): Futures of OursSearch.
+SEARCH_CACHE: dict[tuple, Future] = {}
+# The schedules a helper process made itself (its searches reuse them): never a Future.
+_HELPER_SCHEDULES: dict[tuple, object] = {}
 
 
 @dataclass
@@ -120,13 +125,23 @@ class Schedules:
         from system.scheduler import schedule
 
         key, (cl, sizes, kwargs) = self.call(case, cluster, workload, pp, dp)
-        value = self.cache.get(key)
+        value = _ahead(self.cache.get(key))
         if value is None:
             value = schedule(cl, sizes, **kwargs)
-        elif isinstance(value, Future):
-            value = value.result()
         self.cache[key] = value
         return value
+
+
+def _ahead(value):
+    """A cached value, a helper's Future's result, or None where the helper is gone (stopped or
+    killed: the caller computes it); an error the work itself raised is raised here."""
+    if not isinstance(value, Future):
+        return value
+    try:
+        return value.result()
+    except (CancelledError, BrokenExecutor) as e:
+        log.warning("the helper process did not finish this work (%s): computing it here", e)
+        return None
 
 
 def scheduled_layout(case: str, cluster: Cluster, workload: Workload, pp: int, dp: int, seed: int):
@@ -135,33 +150,60 @@ def scheduled_layout(case: str, cluster: Cluster, workload: Workload, pp: int, d
     return Schedules(SchedulerOptions(), seed).get(case, cluster, workload, pp, dp).assignment
 
 
-def _schedule(cluster: Cluster, sizes, kwargs: dict):
+def _schedule(key: tuple, cluster: Cluster, sizes, kwargs: dict):
+    """A helper process's schedule, also kept for its own searches."""
     from system.scheduler import schedule
 
-    return schedule(cluster, sizes, **kwargs)
+    _HELPER_SCHEDULES[key] = schedule(cluster, sizes, **kwargs)
+    return _HELPER_SCHEDULES[key]
+
+
+def _helper_search(cfg: SimulateConfig, case: str, layers: int, batch: int):
+    """A helper process's :func:`_search` of one setting, on the schedules it made itself."""
+    return _search(cfg, case, layers, batch, Schedules(cfg.scheduler, cfg.seed, _HELPER_SCHEDULES))
+
+
+def _search_key(cfg: SimulateConfig, case: str, layers: int, batch: int) -> tuple:
+    """Everything ours' configuration search of one setting depends on: the job's whole config
+    (a topology file also by its content, read when the key is made)."""
+    sha = get_case(case, cfg.case_variant).meta.get("source_sha256")
+    return json.dumps(as_dict(cfg), sort_keys=True, default=str), case, layers, batch, sha
+
+
+def _helper_start() -> None:
+    die_with_parent()
+    _HELPER_SCHEDULES.clear()
 
 
 def prefetch(jobs: list[SimulateConfig]):
-    """Start every job's schedules in one helper process (the serial launcher leaves a core idle);
-    a job takes its schedule from :data:`SCHEDULE_CACHE` when it gets there. Returns the function
-    that stops the helper."""
+    """Run the jobs' schedules and configuration searches ahead of them in one helper process
+    (the serial launcher leaves a core idle), in job order; a job takes them from
+    :data:`SCHEDULE_CACHE` and :data:`SEARCH_CACHE` when it gets there. Deterministic work
+    (:data:`SIM_BUDGET` has no wall-time cap), so a job stores what it would have computed.
+    Returns the function that stops the helper."""
     import multiprocessing
 
     pool = ProcessPoolExecutor(
-        max_workers=1, mp_context=multiprocessing.get_context("fork"), initializer=die_with_parent
+        max_workers=1, mp_context=multiprocessing.get_context("fork"), initializer=_helper_start
     )
     for cfg in jobs:
         schedules = Schedules(cfg.scheduler, cfg.seed)
-        if cfg.system not in ("all", "ours"):
+        if cfg.system not in ("all", "ours", "ours_search"):
             continue
         for case, layers, batch in cfg.settings():
             plain, _, _, workload, pp, dp = _setting(cfg, case, layers, batch)
             key, (cl, sizes, kwargs) = schedules.call(case, plain, workload, pp, dp)
             if key not in SCHEDULE_CACHE:
-                SCHEDULE_CACHE[key] = pool.submit(_schedule, cl, sizes, kwargs)
+                SCHEDULE_CACHE[key] = pool.submit(_schedule, key, cl, sizes, kwargs)
+            search = _search_key(cfg, case, layers, batch)
+            if cfg.system in ("all", "ours_search") and search not in SEARCH_CACHE:
+                SEARCH_CACHE[search] = pool.submit(_helper_search, cfg, case, layers, batch)
 
     def stop() -> None:
         pool.shutdown(wait=False, cancel_futures=True)
+        SEARCH_CACHE.clear()
+        for key in [k for k, v in SCHEDULE_CACHE.items() if isinstance(v, Future) and not v.done()]:
+            del SCHEDULE_CACHE[key]  # cancelled: a later job in this process makes its own
 
     return stop
 
@@ -236,6 +278,20 @@ def _setting(cfg: SimulateConfig, case: str, layers: int, batch: int):
     return plain, cluster, hw, workload, pp, dp
 
 
+def _search(cfg: SimulateConfig, case: str, layers: int, batch: int, schedules) -> OursSearch:
+    """Ours' configuration search of one setting (:func:`system.config_search.search_ours`) on
+    the scheduled layouts of ``schedules``."""
+    plain, cluster, hw, workload, _, _ = _setting(cfg, case, layers, batch)
+    return search_ours(
+        cluster,
+        workload,
+        hardware=hw,
+        seed=cfg.seed,
+        loss_scaling=True,
+        scheduled=lambda p, d, w: schedules.get(case, plain, w, p, d).assignment,
+    )
+
+
 def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, schedules):
     """All rows of one (case, layers, batch). Raises ValueError on bad input."""
     systems = SIMULATED_SYSTEMS if cfg.system == "all" else (str(cfg.system),)
@@ -254,6 +310,36 @@ def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, s
         "seed": seed,
         **_changed_knobs(cfg),
     }
+    # the baselines first: a helper process may meanwhile finish this setting's schedules and
+    # search (:func:`prefetch`); their rows still come after ours'
+    baseline_rows = []
+    cache: dict = {}  # (config, rank map) -> simulation, shared by the protocols
+    for name, search in (("megatron", grid_search_megatron), ("deepspeed", grid_search_deepspeed)):
+        if name not in systems:
+            continue
+        for protocol in sorted(cfg.baseline_placements):  # launch first: its maps are cached
+            grid = search(
+                cluster,
+                workload,
+                hw,
+                placement=protocol,
+                cache=cache,
+                transport=TRANSPORTS[knobs["baseline_transport"]],
+            )
+            for res in grid.results:
+                for r in range(repeats):
+                    key = {**base, "system": name, **res.config, "repeat": r}
+                    baseline_rows.append(
+                        _row(
+                            key,
+                            res,
+                            cluster,
+                            is_best=res is grid.best,
+                            repeat_kind=REPEAT_COPY,
+                            variant=res.breakdown.get("variant", name),
+                            placement=str(protocol),
+                        )
+                    )
     rows = []
     oom = ValueError(
         f"case {case}, {layers} layers: not even one micro-batch of "
@@ -294,14 +380,9 @@ def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, s
                 )
             )
     if "ours_search" in systems:  # the best this design can do (system/config_search.py)
-        found = search_ours(
-            cluster,
-            workload,
-            hardware=hw,
-            seed=seed,
-            loss_scaling=True,
-            scheduled=lambda p, d, w: schedules.get(case, plain, w, p, d).assignment,
-        )
+        found = _ahead(SEARCH_CACHE.pop(_search_key(cfg, case, layers, batch), None))
+        if found is None:
+            found = _search(cfg, case, layers, batch, schedules)
         for res in found.results:
             c = res.config
             for r in range(repeats):
@@ -352,33 +433,7 @@ def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, s
                     repeat_kind="random layout",
                 )
             )
-    cache: dict = {}  # (config, rank map) -> simulation, shared by the protocols
-    for name, search in (("megatron", grid_search_megatron), ("deepspeed", grid_search_deepspeed)):
-        if name not in systems:
-            continue
-        for protocol in sorted(cfg.baseline_placements):  # launch first: its maps are cached
-            grid = search(
-                cluster,
-                workload,
-                hw,
-                placement=protocol,
-                cache=cache,
-                transport=TRANSPORTS[knobs["baseline_transport"]],
-            )
-            for res in grid.results:
-                for r in range(repeats):
-                    key = {**base, "system": name, **res.config, "repeat": r}
-                    rows.append(
-                        _row(
-                            key,
-                            res,
-                            cluster,
-                            is_best=res is grid.best,
-                            repeat_kind=REPEAT_COPY,
-                            variant=res.breakdown.get("variant", name),
-                            placement=str(protocol),
-                        )
-                    )
+    rows += baseline_rows
     return rows
 
 

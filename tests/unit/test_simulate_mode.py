@@ -187,6 +187,40 @@ def test_a_prefetched_schedule_is_the_one_a_job_makes(tmp_path):
     assert layouts(tmp_path / "prefetched") == made
 
 
+def test_a_search_run_ahead_is_the_one_a_job_makes(tmp_path):
+    """A serial sweep also runs its jobs' configuration searches in the helper process: the job
+    stores the same configurations and times as when it searches itself; a helper stopped before
+    it got there leaves the job to search itself."""
+    from concurrent.futures import Future
+
+    from repro.config import validate
+    from repro.modes import simulate as sim
+
+    def rows(d, ahead):
+        cfg = validate(_cfg(d, "system=ours_search", "batch=16"))
+        stop = sim.prefetch([cfg]) if ahead is True else (lambda: None)
+        try:
+            if ahead == "cancelled":  # what a stopped helper leaves
+                gone = Future()
+                gone.cancel()
+                sim.SEARCH_CACHE[sim._search_key(cfg, "debug", 4, 16)] = gone
+            assert bool(ahead) == bool(sim.SEARCH_CACHE)
+            simulate(cfg)
+            assert not sim.SEARCH_CACHE  # taken by the job (or dropped with the helper)
+        finally:
+            stop()
+        got = pd.read_csv(d / "runs.csv")
+        return got[["config", "placement", "schedule", "iter_time_s", "is_best"]].to_dict("list")
+
+    sim.SCHEDULE_CACHE.clear()
+    made = rows(tmp_path / "made", False)
+    sim.SCHEDULE_CACHE.clear()
+    assert rows(tmp_path / "ahead", True) == made
+    sim.SCHEDULE_CACHE.clear()
+    assert rows(tmp_path / "cancelled", "cancelled") == made
+    sim.SCHEDULE_CACHE.clear()
+
+
 def test_the_default_search_runs_its_whole_budget_on_a_slow_machine(monkeypatch):
     """Ours' layout must not depend on the machine's load: on a clock that runs 100 s per
     reading (a very slow machine) the default search still runs all its trials."""
