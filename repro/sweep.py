@@ -26,7 +26,9 @@ where everything is. The command exits 1 when the report or a job failed.
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime as _dt
+import functools
 import json
 import logging
 import math
@@ -264,44 +266,131 @@ def job_overrides(config: DictConfig) -> list[list[str]]:
     return [list(job) for batch in batches for job in batch]
 
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+class SweepComposer:
+    """The configs of a sweep's jobs as Hydra's ``load_sweep_config`` composes them, each job once.
 
+    Hydra composes every job twice (the sweeper checks that each can be composed, then the
+    launcher composes it to run it), and each composition walks the whole defaults list again,
+    though a sweep mostly varies plain values. Here the defaults are composed once per distinct
+    choice of config groups (with the sweep's Hydra overrides), then a job's value overrides are
+    applied and Hydra's bookkeeping of them redone: the override lists, ``override_dirname``, the
+    master config's resolver cache. Which override names a group is decided as Hydra decides it
+    (the config repository's groups; a dict value is always a value). Every job's config is kept,
+    and each call returns a fresh copy. A test compares every job of the sweep files with
+    Hydra's own composition.
 
-def _is_group(key: str) -> bool:
-    """Whether an override's key names a config group (``mode``, ``sweep``, ``hydra/...``)."""
-    return key == "mode" or key.startswith("hydra") or (CONF / key).is_dir()
+    :meth:`install` puts it in place of the config loader's ``load_sweep_config`` for the rest
+    of the sweep (the basic launcher composes in this process; the sweeper's check always does).
+    """
 
+    def __init__(self, loader, master: DictConfig) -> None:
+        from hydra.core.override_parser.overrides_parser import OverridesParser
 
-def _composer(config_name: str) -> Callable[[list[str]], DictConfig]:
-    """A job's config from its overrides, as Hydra composes it: the config groups chosen by its
-    group overrides (composed once per distinct choice: a sweep varies values, seldom groups),
-    then its value overrides applied the way Hydra applies them."""
-    from hydra import compose
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
-    from hydra.core.override_parser.overrides_parser import OverridesParser
+        self.loader, self.master = loader, master
+        self.config_name = master.hydra.job.config_name
+        self._parser = OverridesParser.create()
+        self._repo = None
+        self._bases: dict[tuple[str, ...], DictConfig] = {}
+        self._jobs: dict[tuple[str, ...], DictConfig] = {}
 
-    parser, bases = OverridesParser.create(), {}
+    def _is_group(self, override) -> bool:
+        if self._repo is None:  # the search path is the sweep's: its Hydra overrides decide it
+            hydra_lines = list(self.master.hydra.overrides.hydra)
+            _, self._repo = self.loader._parse_overrides_and_create_caching_repo(
+                self.config_name, hydra_lines
+            )
+        return not isinstance(override.value(), dict) and self._repo.group_exists(
+            override.key_or_group
+        )
 
-    def job(overrides: list[str]) -> DictConfig:
-        parsed = parser.parse_overrides(overrides)
-        groups = tuple(o.input_line for o in parsed if _is_group(o.get_key_element().lstrip("+~")))
-        if groups not in bases:
-            bases[groups] = compose(config_name=config_name, overrides=list(groups))
-        cfg = bases[groups].copy()
-        values = [o for o in parsed if o.input_line not in groups]
+    def _compose(self, lines: tuple[str, ...]) -> DictConfig:
+        from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
+        from hydra.types import RunMode
+        from omegaconf import OmegaConf
+
+        parsed = self._parser.parse_overrides(list(lines))
+        fixed = tuple(o.input_line for o in parsed if o.is_hydra_override() or self._is_group(o))
+        if fixed not in self._bases:
+            self._bases[fixed] = self.loader.load_configuration(
+                config_name=self.config_name, overrides=list(fixed), run_mode=RunMode.RUN
+            )
+        cfg = copy.deepcopy(self._bases[fixed])
+        # every value override, the sweep's Hydra ones again too, in order, as Hydra applies them
+        values = [o for o in parsed if not self._is_group(o)]
         ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
+        task = [o for o in parsed if not o.is_hydra_override()]
+        cfg.hydra.overrides.hydra = [o.input_line for o in parsed if o.is_hydra_override()]
+        cfg.hydra.overrides.task = [o.input_line for o in task]
+        names = cfg.hydra.job.config.override_dirname
+        cfg.hydra.job.override_dirname = get_overrides_dirname(
+            overrides=task,
+            kv_sep=names.kv_sep,
+            item_sep=names.item_sep,
+            exclude_keys=names.exclude_keys,
+        )
+        OmegaConf.copy_cache(from_config=self.master, to_config=cfg)
         return cfg
 
-    return job
+    def job(self, overrides: list[str]) -> DictConfig:
+        """One job's config (with its ``hydra`` node), as ``load_sweep_config`` returns it."""
+        lines = (*self.master.hydra.overrides.hydra, *overrides)
+        if lines not in self._jobs:
+            self._jobs[lines] = self._compose(lines)
+        return copy.deepcopy(self._jobs[lines])
+
+    def task(self, overrides: list[str]) -> DictConfig:
+        """One job's task config: :meth:`job` without the ``hydra`` node, as a job sees it."""
+        from omegaconf import open_dict
+
+        cfg = self.job(overrides)
+        with open_dict(cfg):
+            del cfg["hydra"]
+        return cfg
+
+    def install(self) -> Callable[[], None]:
+        """Answer the config loader's ``load_sweep_config`` calls for this sweep; returns the
+        function that takes it away again."""
+        self.loader.load_sweep_config = _SweepLoad(self)
+
+        def remove() -> None:
+            self.loader.__dict__.pop("load_sweep_config", None)
+
+        return remove
 
 
-def _check(config: DictConfig) -> tuple[list[str], list[RunConfig]]:
+class _SweepLoad:
+    """The config loader's ``load_sweep_config`` while a :class:`SweepComposer` is installed.
+    A launcher that ships the loader to other processes (joblib, Slurm) pickles it: there it is
+    Hydra's own method again (the kept configs stay here)."""
+
+    def __init__(self, composer: SweepComposer) -> None:
+        self.composer = composer
+
+    def __call__(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
+        loader = self.composer.loader
+        if master_config is not self.composer.master:
+            return type(loader).load_sweep_config(loader, master_config, sweep_overrides)
+        return self.composer.job(list(sweep_overrides))
+
+    def __reduce__(self):
+        loader = self.composer.loader
+        return functools.partial, (type(loader).load_sweep_config, loader)
+
+
+def _loader():
+    """The running Hydra's config loader (the app's, or the compose API's)."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    return GlobalHydra.instance().hydra.config_loader
+
+
+def _check(config: DictConfig, composer: SweepComposer | None = None):
     """(one line per bad job, the typed config of every good job)."""
-    compose = _composer(config.hydra.job.config_name)
+    composer = composer or SweepComposer(_loader(), config)
     bad, jobs = [], []
     for n, overrides in enumerate(job_overrides(config)):
         try:
-            jobs.append(validate(compose(overrides)))
+            jobs.append(validate(composer.task(overrides)))
         except Exception as e:  # noqa: BLE001 - every kind of bad point is reported, none run
             shown = " ".join(o for o in overrides if not o.startswith("hydra"))
             bad.append(f"job {n} ({shown}): {str(e).strip().splitlines()[0]}")
@@ -468,12 +557,13 @@ class WorkflowCallback(Callback):
         self._total: int | None = None
         self._studies: dict[str, tuple[RunConfig, dict]] = {}  # results_dir -> (a job, stamps)
         self._check_s: float | None = None
-        self._stops: list = []  # what stops each mode's prefetch
+        self._stops: list = []  # what undoes the composer and stops each mode's prefetch
         self._pid = os.getpid()  # the submitting process
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         t0 = time.monotonic()
-        bad, jobs = _check(config)
+        composer = SweepComposer(_loader(), config)
+        bad, jobs = _check(config, composer)
         self._check_s = time.monotonic() - t0
         if bad:
             for line in bad:
@@ -490,7 +580,7 @@ class WorkflowCallback(Callback):
         self._studies = {
             d: (js[0], ledger_stamps(d, [job_key(j) for j in js])) for d, js in by_dir.items()
         }
-        self._stops = self._prefetch(config, jobs)
+        self._stops = [composer.install(), *self._prefetch(config, jobs)]
         self._pid = os.getpid()
         self._t0, self._done, self._total = time.monotonic(), 0, len(jobs)
         if self.progress and sys.stdout.isatty():

@@ -420,3 +420,71 @@ def test_off_a_terminal_each_job_is_one_line_with_the_time_left(caplog, monkeypa
         "job 1/4 COMPLETED (10 s elapsed, about 30 s left)",
         "job 2/4 COMPLETED (30 s elapsed, about 30 s left)",
     ]
+
+
+@pytest.mark.parametrize(
+    "sweep, extra",
+    [
+        ("paper", []),
+        ("smoke", ["hydra/launcher=joblib", "hydra.sweep.dir=x/y", "study=probe"]),
+        ("quality", []),
+        ("ablation", ["logger=wandb"]),
+    ],
+)
+def test_the_sweep_composer_gives_every_job_hydras_own_config(sweep, extra):
+    """Each job composed once per choice of groups, its values applied after: the same config,
+    hydra node included, as Hydra's load_sweep_config; and a job's task config as it sees it."""
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    from repro.sweep import SweepComposer, job_overrides
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        master = compose("config", overrides=[f"sweep={sweep}", *extra], return_hydra_config=True)
+        task = [f"sweep={sweep}", *[o for o in extra if not o.startswith("hydra")]]
+        master.hydra.overrides.task = task
+        master.hydra.overrides.hydra = [o for o in extra if o.startswith("hydra")]
+        loader = GlobalHydra.instance().hydra.config_loader
+        composer = SweepComposer(loader, master)
+        jobs = job_overrides(master)
+        assert jobs
+        for overrides in jobs[:: max(1, len(jobs) // 12)]:
+            hydras = loader.load_sweep_config(master, list(overrides))
+            ours = composer.job(list(overrides))
+            assert OmegaConf.to_container(ours) == OmegaConf.to_container(hydras), overrides
+            assert OmegaConf.is_struct(ours) and OmegaConf.is_struct(hydras)
+            ours.hydra.job.id = 7  # a copy per call: the launcher sets its job number
+            assert OmegaConf.is_missing(composer.job(list(overrides)).hydra.job, "id")
+            assert "hydra" not in composer.task(list(overrides))
+        remove = composer.install()
+        try:
+            got = loader.load_sweep_config(master_config=master, sweep_overrides=list(jobs[0]))
+            assert OmegaConf.to_container(got) == OmegaConf.to_container(composer.job(jobs[0]))
+        finally:
+            remove()
+        assert "load_sweep_config" not in vars(loader)
+
+
+def test_a_shipped_config_loader_composes_as_hydra_does():
+    """The joblib and Slurm launchers pickle the config loader into their workers: there it is
+    Hydra's own method again."""
+    cloudpickle = pytest.importorskip("cloudpickle", reason="the launchers' pickler")
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    from repro.sweep import SweepComposer, job_overrides
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        master = compose("config", overrides=["sweep=smoke"], return_hydra_config=True)
+        master.hydra.overrides.task = ["sweep=smoke"]
+        loader = GlobalHydra.instance().hydra.config_loader
+        composer = SweepComposer(loader, master)
+        remove = composer.install()
+        try:
+            shipped = cloudpickle.loads(cloudpickle.dumps(loader))
+        finally:
+            remove()
+        job = list(job_overrides(master)[0])
+        assert not hasattr(shipped.load_sweep_config, "composer")
+        got = shipped.load_sweep_config(master, job)
+        assert OmegaConf.to_container(got) == OmegaConf.to_container(composer.job(job))
