@@ -165,9 +165,37 @@ def _tp_inside_hosts(cluster: Cluster, grid: np.ndarray) -> bool:
     return bool(np.all(host == host[..., :1]))
 
 
+# Candidate maps already made, by cluster and what they depend on (:func:`candidate_maps`): a grid
+# search asks again for every recomputation and ZeRO variant of one shape. The value holds its
+# cluster, so a cluster's id is never reused while its entries are kept.
+_CANDIDATES: dict[tuple, tuple[Cluster, tuple[RankMap, ...]]] = {}
+MAX_CANDIDATES = 4096
+
+
 def candidate_maps(cluster: Cluster, workload: Workload, config: BaselineConfig) -> list[RankMap]:
     """Launch order first, then the distinct topology-aware maps (module docstring), each a
-    valid layout (TP groups inside a host)."""
+    valid layout (TP groups inside a host). They depend on the shape, the micro-batch and the
+    model's sizes only; each is made once per cluster (:data:`_CANDIDATES`)."""
+    key = (
+        id(cluster),
+        workload.model,
+        workload.activation_bytes,
+        workload.gradient_bytes,
+        config.tp,
+        config.pp,
+        config.dp,
+        config.micro_batch_size,
+    )
+    hit = _CANDIDATES.get(key)
+    if hit is None or hit[0] is not cluster:
+        if len(_CANDIDATES) >= MAX_CANDIDATES:
+            _CANDIDATES.clear()
+        hit = _CANDIDATES[key] = (cluster, tuple(_candidate_maps(cluster, workload, config)))
+    return list(hit[1])
+
+
+def _candidate_maps(cluster: Cluster, workload: Workload, config: BaselineConfig) -> list[RankMap]:
+    """:func:`candidate_maps` without the memo."""
     tp, pp, dp = config.tp, config.pp, config.dp
     if tp * pp * dp != cluster.num_devices:
         raise ValueError(f"placement: tp={tp} x pp={pp} x dp={dp} != {cluster.num_devices} devices")

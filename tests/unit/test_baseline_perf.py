@@ -140,6 +140,21 @@ def test_candidate_maps_are_permutations_launch_first():
     assert (regions == regions[:1]).all()
 
 
+def test_candidate_maps_are_made_once_per_shape_and_cluster():
+    from dataclasses import replace
+
+    from baselines import placement
+
+    c = get_case("5")
+    cfg = BaselineConfig(system="megatron", tp=1, pp=8, dp=8, micro_batch_size=1)
+    first = placement.candidate_maps(c, GPT, cfg)
+    first.clear()  # the caller's list: the memo keeps its own
+    other = replace(cfg, recompute="none")  # the maps depend on the shape and micro-batch only
+    assert placement.candidate_maps(c, GPT, other) == placement._candidate_maps(c, GPT, cfg)
+    wide = replace(cfg, micro_batch_size=4)  # another ranking input: made again, as it would be
+    assert placement.candidate_maps(c, GPT, wide) == placement._candidate_maps(c, GPT, wide)
+
+
 def test_topology_never_slower_and_records_its_map():
     c = get_case("5")
     launch = grid_search_megatron(c, GPT, placement="launch")
