@@ -276,10 +276,8 @@ def _replay_one(programs, f, b, busy_f, busy_b, delay_f, delay_b, buf_f, buf_b, 
 def _cycle(increments: np.ndarray, longest: int) -> int | None:
     """Smallest c <= ``longest`` with increments[j] == increments[j − c] over the whole window."""
     scale = max(float(np.abs(increments).max()), 1e-30)
-    for c in range(1, longest + 1):
-        if c < increments.shape[0] and np.allclose(
-            increments[c:], increments[:-c], rtol=0.0, atol=1e-9 * scale
-        ):
+    for c in range(1, min(longest, increments.shape[0] - 1) + 1):
+        if (np.abs(increments[c:] - increments[:-c]) <= 1e-9 * scale).all():
             return c
     return None
 
