@@ -560,6 +560,12 @@ class WorkflowCallback(Callback):
         self._stops: list = []  # what undoes the composer and stops each mode's prefetch
         self._pid = os.getpid()  # the submitting process
 
+    def __getstate__(self) -> dict:
+        """What a launcher ships to its workers with Hydra's context (joblib, Slurm): a worker
+        only logs its job's end, so the sweep's own machinery (the composer and its configs, the
+        helper process, the progress bar) stays here."""
+        return {**self.__dict__, "_stops": [], "_bar": None, "_task": None, "_studies": {}}
+
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         t0 = time.monotonic()
         composer = SweepComposer(_loader(), config)

@@ -488,3 +488,19 @@ def test_a_shipped_config_loader_composes_as_hydra_does():
         assert not hasattr(shipped.load_sweep_config, "composer")
         got = shipped.load_sweep_config(master, job)
         assert OmegaConf.to_container(got) == OmegaConf.to_container(composer.job(job))
+
+
+def test_a_shipped_callback_leaves_the_sweeps_machinery_behind():
+    """Hydra's context goes to every joblib or Slurm task with the callbacks: the composer's
+    configs and the helper's stop functions stay in the submitting process."""
+    cloudpickle = pytest.importorskip("cloudpickle", reason="the launchers' pickler")
+    from repro.sweep import WorkflowCallback
+
+    cb = WorkflowCallback(progress=False)
+    heavy = list(range(200_000))
+    cb._stops = [lambda: heavy.clear()]
+    cb._studies = {"results/x": (None, {str(i): None for i in range(1000)})}
+    shipped = cloudpickle.loads(cloudpickle.dumps(cb))
+    assert shipped._stops == [] and shipped._studies == {} and shipped.progress is False
+    assert len(cloudpickle.dumps(cb)) < 10_000
+    assert cb._stops and cb._studies  # the submitting process keeps its own
