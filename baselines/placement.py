@@ -48,7 +48,7 @@ from baselines.space import (
     config_memory_bytes,
     pick_best,
 )
-from system.cluster import Cluster
+from system.cluster import Cluster, fingerprint
 from system.cost.tsp import open_tsp_path
 from system.simulator.comm import NCCL, Transport, ring_collective_s
 from system.simulator.hardware import V100, Hardware
@@ -165,19 +165,19 @@ def _tp_inside_hosts(cluster: Cluster, grid: np.ndarray) -> bool:
     return bool(np.all(host == host[..., :1]))
 
 
-# Candidate maps already made, by cluster and what they depend on (:func:`candidate_maps`): a grid
-# search asks again for every recomputation and ZeRO variant of one shape. The value holds its
-# cluster, so a cluster's id is never reused while its entries are kept.
-_CANDIDATES: dict[tuple, tuple[Cluster, tuple[RankMap, ...]]] = {}
+# Candidate maps already made, by the cluster's fingerprint and what else they depend on
+# (:func:`candidate_maps`): a grid search asks again for every recomputation and ZeRO variant of
+# one shape, and the settings of one case (other global batches) ask for the same shapes.
+_CANDIDATES: dict[tuple, tuple[RankMap, ...]] = {}
 MAX_CANDIDATES = 4096
 
 
 def candidate_maps(cluster: Cluster, workload: Workload, config: BaselineConfig) -> list[RankMap]:
     """Launch order first, then the distinct topology-aware maps (module docstring), each a
     valid layout (TP groups inside a host). They depend on the shape, the micro-batch and the
-    model's sizes only; each is made once per cluster (:data:`_CANDIDATES`)."""
+    model's sizes only; each is made once per cluster content (:data:`_CANDIDATES`)."""
     key = (
-        id(cluster),
+        fingerprint(cluster),
         workload.model,
         workload.activation_bytes,
         workload.gradient_bytes,
@@ -187,11 +187,11 @@ def candidate_maps(cluster: Cluster, workload: Workload, config: BaselineConfig)
         config.micro_batch_size,
     )
     hit = _CANDIDATES.get(key)
-    if hit is None or hit[0] is not cluster:
+    if hit is None:
         if len(_CANDIDATES) >= MAX_CANDIDATES:
             _CANDIDATES.clear()
-        hit = _CANDIDATES[key] = (cluster, tuple(_candidate_maps(cluster, workload, config)))
-    return list(hit[1])
+        hit = _CANDIDATES[key] = tuple(_candidate_maps(cluster, workload, config))
+    return list(hit)
 
 
 def _candidate_maps(cluster: Cluster, workload: Workload, config: BaselineConfig) -> list[RankMap]:

@@ -14,6 +14,8 @@ emulated devices shows RTT = 2·delay_ms.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,7 +24,7 @@ import numpy.typing as npt
 from system.gpus import DEFAULT_GPU, get_gpu
 from system.links import SizeDependentLinks
 
-__all__ = ["Cluster", "link_time_s"]
+__all__ = ["Cluster", "link_time_s", "fingerprint"]
 
 
 def link_time_s(delay_s: npt.ArrayLike, bandwidth_bps: npt.ArrayLike, nbytes: float) -> np.ndarray:
@@ -203,3 +205,30 @@ class Cluster:
     def permuted(self, perm: list[int] | np.ndarray) -> Cluster:
         """Relabel devices: new device i is old device ``perm[i]``."""
         return self.subset(list(perm), name=self.name)
+
+
+# Fingerprints already taken, by object id; the value holds its cluster, so an id is never reused
+# while its entry is kept.
+_FINGERPRINTS: dict[int, tuple[Cluster, str]] = {}
+MAX_FINGERPRINTS = 256
+
+
+def fingerprint(cluster: Cluster) -> str:
+    """SHA-256 of everything a cluster's links and devices are: regions, hosts, NICs, GPUs, both
+    matrices, size-dependent links and the link-sharing settings in ``meta`` — not its name or
+    provenance. Two clusters built apart from the same data (the jobs of a sweep each read their
+    case) have the same fingerprint, so work keyed by it is shared between them."""
+    hit = _FINGERPRINTS.get(id(cluster))
+    if hit is not None and hit[0] is cluster:
+        return hit[1]
+    h = hashlib.sha256()
+    sharing = {k: cluster.meta.get(k) for k in ("link_sharing", "flow_streams", "nic_gbps")}
+    plain = [cluster.region_of, cluster.host_of, cluster.host_nic_gbps, cluster.gpu_of, sharing]
+    h.update(json.dumps(plain, default=str).encode())
+    for m in (cluster.delay_ms, cluster.bandwidth_gbps):
+        h.update(np.ascontiguousarray(m, dtype=np.float64).tobytes())
+    h.update(repr(cluster.links).encode())
+    if len(_FINGERPRINTS) >= MAX_FINGERPRINTS:
+        _FINGERPRINTS.clear()
+    _FINGERPRINTS[id(cluster)] = (cluster, h.hexdigest())
+    return _FINGERPRINTS[id(cluster)][1]

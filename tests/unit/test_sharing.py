@@ -118,3 +118,18 @@ def test_a_repeated_flow_set_is_answered_as_computed_and_stays_private():
     # the same devices under another model are another cluster: not the nic answer
     other = shared_bandwidth_bps(with_link_sharing(c, "pair"), SRC, DST)
     assert other / 1e9 == pytest.approx(EXPECTED_GBPS["pair"], rel=1e-9)
+
+
+def test_a_fingerprint_is_the_clusters_content():
+    from dataclasses import replace
+
+    from system.cluster import fingerprint
+
+    a, b = three_devices(), three_devices()  # built apart from the same data
+    assert a is not b and fingerprint(a) == fingerprint(b)
+    faster = b.bandwidth_gbps.copy()
+    faster[0, 1] = faster[1, 0] = 9.0
+    assert fingerprint(replace(b, bandwidth_gbps=faster)) != fingerprint(a)
+    assert fingerprint(replace(b, host_of=(0, 0, 1))) != fingerprint(a)
+    assert fingerprint(with_link_sharing(b, "nic")) != fingerprint(with_link_sharing(b, "pair"))
+    assert fingerprint(replace(b, name="renamed", meta={"case": "x"})) == fingerprint(a)
