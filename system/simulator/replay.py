@@ -140,7 +140,7 @@ def program_for(schedule: str | ProgramFn) -> ProgramFn:
 _OTHER = {"send": "recv", "recv": "send"}
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=1024)  # a sweep of the paper's grid compiles about a hundred
 def _programs(p: int, m: int, fn: ProgramFn) -> tuple[tuple, ...]:
     """Each stage's program as the replay reads it: 0 a forward, 1 a backward, or a call as a
     tuple of its messages, each (its own end, its peer's end, key, is a send, direction, link)."""
