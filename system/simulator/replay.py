@@ -239,21 +239,26 @@ def _replay_one(programs, f, b, busy_f, busy_b, delay_f, delay_b, buf_f, buf_b, 
                         issued[mine] = t
                         if mine in waiting:
                             ready.append(waiting.pop(mine))
-                blocked = next((peer for _, peer, _, _, _, _ in o if peer not in issued), None)
+                blocked = None
+                for _, peer, _, _, _, _ in o:
+                    if peer not in issued:
+                        blocked = peer
+                        break
                 if blocked is not None:
                     waiting[blocked] = s
                     break
                 end = t
-                for _, _, key, is_send, d, k in o:
+                for mine, peer, key, is_send, d, k in o:
                     times = done.get(key)
                     if times is None:  # first time both ends are known: place it on its link
                         busy, delay, back, buf = links[d]
-                        start = issued[("send", key)]
+                        send, recv = (mine, peer) if is_send else (peer, mine)
+                        start = issued[send]
                         free = link_free.get((d, k), -math.inf)
                         if free > start:
                             start = free
                         if rendezvous:
-                            notice = issued[("recv", key)] + back[k]
+                            notice = issued[recv] + back[k]
                             if notice > start:
                                 start = notice
                         link_free[(d, k)] = start + busy[k]
