@@ -331,21 +331,23 @@ class SweepComposer:
         OmegaConf.copy_cache(from_config=self.master, to_config=cfg)
         return cfg
 
-    def job(self, overrides: list[str]) -> DictConfig:
-        """One job's config (with its ``hydra`` node), as ``load_sweep_config`` returns it."""
+    def _kept(self, overrides: list[str]) -> DictConfig:
         lines = (*self.master.hydra.overrides.hydra, *overrides)
         if lines not in self._jobs:
             self._jobs[lines] = self._compose(lines)
-        return copy.deepcopy(self._jobs[lines])
+        return self._jobs[lines]
+
+    def job(self, overrides: list[str]) -> DictConfig:
+        """One job's config (with its ``hydra`` node), as ``load_sweep_config`` returns it."""
+        return copy.deepcopy(self._kept(overrides))
 
     def task(self, overrides: list[str]) -> DictConfig:
-        """One job's task config: :meth:`job` without the ``hydra`` node, as a job sees it."""
-        from omegaconf import open_dict
+        """One job's task config: :meth:`job` without the ``hydra`` node, as a job sees it (a
+        copy of the task's keys only: the ``hydra`` node is most of a config)."""
+        from omegaconf import OmegaConf
 
-        cfg = self.job(overrides)
-        with open_dict(cfg):
-            del cfg["hydra"]
-        return cfg
+        cfg = self._kept(overrides)
+        return OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
 
     def install(self) -> Callable[[], None]:
         """Answer the config loader's ``load_sweep_config`` calls for this sweep; returns the

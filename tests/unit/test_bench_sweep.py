@@ -32,3 +32,12 @@ def test_the_table_splits_each_job_and_names_its_command(tmp_path):
     assert row is not None, text
     jobs, wall, *split = (float(x) for x in row.groups())
     assert jobs == 10 and sum(split) == pytest.approx(wall / jobs, abs=0.02)
+
+
+def test_two_trees_agree_within_floating_point_order_only():
+    from repro.studies.bench.sweep import agreement
+
+    a = [1.0, 2.0, 138.49711809590224]
+    assert agreement(a, [1.0, 2.0, 138.49711809590224 * (1 + 3e-14)]).startswith("the same")
+    assert agreement(a, [1.0, 2.0, 138.6]).startswith("other iteration times")
+    assert agreement(a, a[:2]).startswith("other iteration times (3 rows against 2)")

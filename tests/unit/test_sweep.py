@@ -455,7 +455,8 @@ def test_the_sweep_composer_gives_every_job_hydras_own_config(sweep, extra):
             assert OmegaConf.is_struct(ours) and OmegaConf.is_struct(hydras)
             ours.hydra.job.id = 7  # a copy per call: the launcher sets its job number
             assert OmegaConf.is_missing(composer.job(list(overrides)).hydra.job, "id")
-            assert "hydra" not in composer.task(list(overrides))
+            task = OmegaConf.to_container(composer.task(list(overrides)))
+            assert task == {k: v for k, v in OmegaConf.to_container(hydras).items() if k != "hydra"}
         remove = composer.install()
         try:
             got = loader.load_sweep_config(master_config=master, sweep_overrides=list(jobs[0]))

@@ -19,10 +19,12 @@ jobs and w workers (1 serial; joblib: ``n_jobs`` or the cores):
 - ``report`` = report / n.
 
 They add up to wall / n. Every run of one tree must write the same iteration times (same
-seeds); whether the two trees agree is a line of the table (a commit that changes the model or
-ours' search budget changes them). A timing quoted from this table needs the machine to itself
-(``flock -x`` on a shared one). The table, with the command, the commits and the load, is also
-written to ``<results_dir>/sweep_<sweep>.md``.
+seeds); whether the two trees agree is a line of the table, with their largest relative
+difference (:func:`agreement`: within 1e-9 they agree, as when only the order of floating-point
+operations changed; a commit that changes the model or ours' search budget changes them). A
+timing quoted from this table needs the machine to itself (``flock -x`` on a shared one). The
+table, with the command, the commits and the load, is also written to
+``<results_dir>/sweep_<sweep>.md``.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 from repro.config import BenchSweepConfig
 from repro.studies.tree import ROOT, materialise, short_rev
@@ -116,7 +120,19 @@ def _iter_times(results_dir: Path) -> list[float]:
     rows = read_rows(results_dir)
     keys = ["case", "system", "num_layers", "global_batch_size", "config", "placement", "repeat"]
     rows = rows.sort_values([k for k in keys if k in rows])
-    return rows["iter_time_s"].fillna(-1.0).round(9).tolist()
+    return rows["iter_time_s"].fillna(-1.0).tolist()
+
+
+def agreement(a: list[float], b: list[float]) -> str:
+    """How two trees' iteration times compare: the same within a relative 1e-9 (floating-point
+    order; the largest difference quoted) or other times."""
+    if len(a) != len(b):
+        return f"other iteration times ({len(a)} rows against {len(b)})"
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    rel = float((np.abs(x - y) / np.maximum(np.abs(y), 1e-30)).max()) if len(x) else 0.0
+    if rel <= 1e-9:
+        return f"the same iteration times (largest relative difference {rel:.1e})"
+    return f"other iteration times (largest relative difference {rel:.1e})"
 
 
 def run(cfg: BenchSweepConfig) -> dict:
@@ -150,7 +166,7 @@ def run(cfg: BenchSweepConfig) -> dict:
     lines = _table(out)
     if len(seen) == 2:
         (a, ta), (b, tb) = seen.items()
-        lines.append(f"{a} and {b} wrote {'the same' if ta == tb else 'other'} iteration times")
+        lines.append(f"{a} and {b} wrote {agreement(ta, tb)}")
     print("\n".join(lines))
     _write(cfg, lines, load_before, load_after)
     return {" ".join(k): statistics.median(r["wall_s"] for r in v) for k, v in out.items()}
