@@ -110,6 +110,18 @@ def ablation_from_rows(rows: pd.DataFrame) -> pd.DataFrame | None:
     return pd.DataFrame(out) if out else None
 
 
+def _python_strings(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` with Arrow-backed text columns held as Python strings: the same values and missing
+    marks, but the report selects rows hundreds of times and a Python-string column is copied
+    by one numpy take, where an Arrow one goes through a compute kernel per column."""
+    arrow = {
+        c: pd.StringDtype("python")
+        for c, t in rows.dtypes.items()
+        if isinstance(t, pd.StringDtype) and t.storage == "pyarrow"
+    }
+    return rows.astype(arrow) if arrow else rows
+
+
 def build_report(
     results_dir: str | Path,
     *,
@@ -122,7 +134,7 @@ def build_report(
     d = Path(results_dir)
     if not d.is_dir():
         raise FileNotFoundError(f"results_dir {d} does not exist")
-    rows = read_rows(d)
+    rows = _python_strings(read_rows(d))
     every = rows  # the claims and the summary: every link-sharing model, each on its own
     rows = headline_rows(rows)  # the tables and Fig. 3: the headline model's rows only
     ablation = read_ablation(ablation_path)
