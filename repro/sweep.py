@@ -51,6 +51,7 @@ from system.results import (
     model_version,
     read_rows,
     run_id_for,
+    run_id_sets,
     study_lock,
 )
 from system.results import run_ids as stored_run_ids
@@ -203,11 +204,13 @@ def run_job(
                     len(rec.get("run_ids", [])),
                 )
                 return {**rec.get("summary", {}), "skipped": True, "job_key": key}
-        before = stored_run_ids(results_dir)
+        before = run_id_sets(results_dir)  # joined only for a task that names no rows
         # a sweep's jobs add part files only; the sweep compacts them once (finish_study)
         with deferred_collect() if multirun else contextlib.nullcontext():
             summary = dict(task(cfg) or {})
-        run_ids = summary.get("run_ids") or sorted(stored_run_ids(results_dir) - before)
+        run_ids = summary.get("run_ids") or sorted(
+            stored_run_ids(results_dir) - set().union(*before)
+        )
         summary = json.loads(json.dumps(summary, default=str))
         if ledger or multirun:
             _write_ledger(cfg, key, status="ok", run_ids=list(run_ids), summary=summary)

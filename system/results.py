@@ -88,6 +88,8 @@ __all__ = [
     "read_rows",
     "run_ids",
     "current_run_ids",
+    "current_of",
+    "run_id_sets",
     "has_row",
     "has_stored_rows",
     "collect",
@@ -470,17 +472,21 @@ def _file_ids(f: Path) -> frozenset[str]:
         return frozenset()
 
 
+def run_id_sets(results_dir: str | Path) -> list[frozenset[str]]:
+    """:func:`run_ids` as one set per file, not joined (each read once per file version): what a
+    sweep job takes before it runs, at a cost that grows with the files, not the rows."""
+    d = Path(results_dir)
+    sets = [_file_ids(f) for f in _parts(d)]  # parts first, as in _load
+    sets.append(_file_ids(d / "runs.parquet"))
+    if (d / "rows").is_dir():  # the old store's row files
+        sets.append(frozenset(r["run_id"] for r in _load(d)))
+    return sets
+
+
 def run_ids(results_dir: str | Path) -> set[str]:
     """Every ``run_id`` stored in the study (any model version), parts included. Reads the
-    ``run_id`` column only, once per file version: a sweep job asks before and after it runs."""
-    d = Path(results_dir)
-    ids: set[str] = set()
-    for f in _parts(d):  # parts first, as in _load
-        ids |= _file_ids(f)
-    ids |= _file_ids(d / "runs.parquet")
-    if (d / "rows").is_dir():  # the old store's row files
-        ids |= {r["run_id"] for r in _load(d)}
-    return ids
+    ``run_id`` column only, once per file version."""
+    return set().union(*run_id_sets(results_dir))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -526,6 +532,49 @@ def current_run_ids(results_dir: str | Path) -> set[str]:
         if setting not in newest or (stamp, order) >= newest[setting][:2]:
             newest[setting] = (stamp, order, run)
     return {run for _, _, run in newest.values()}
+
+
+@functools.lru_cache(maxsize=4096)
+def _newest_in(path: str, stamp: tuple[int, int, int]) -> dict[str, tuple[str, int, str]]:
+    """Per setting of one parquet file: (timestamp, position, run id) of its newest row, ties to
+    the later row; cached like :func:`_keys_in`."""
+    out: dict[str, tuple[str, int, str]] = {}
+    for i, (run, setting, stamp_s) in enumerate(_keys_in(path, stamp)):
+        if setting not in out or (stamp_s, i) >= out[setting][:2]:
+            out[setting] = (stamp_s, i, run)
+    return out
+
+
+def current_of(results_dir: str | Path, settings) -> dict[str, str]:
+    """The run id of the row the study reports for each of ``settings`` (setting ids) that has a
+    stored row: the newest, as :func:`current_run_ids` decides. The work grows with the number
+    of settings asked and of files in the study, not with its rows: what a sweep job asks of a
+    large study."""
+    d = Path(results_dir)
+    if (d / "rows").is_dir():  # the old store's row files: the full read
+        current = current_run_ids(d)
+        rows = read_rows(d)
+        rows = rows[rows["run_id"].astype(str).isin(current)]
+        have = dict(zip(rows["setting_id"].astype(str), rows["run_id"].astype(str), strict=True))
+        return {s: have[s] for s in settings if s in have}
+
+    def index(f: Path) -> dict:
+        try:
+            st = f.stat()
+            return _newest_in(str(f), (st.st_ino, st.st_mtime_ns, st.st_size))
+        except FileNotFoundError:  # a part folded into runs.parquet meanwhile (read after)
+            return {}
+
+    # parts first, then the table, ranked table first: the order current_run_ids reads them in
+    parts = [index(f) for f in _parts(d)]
+    files = [index(d / "runs.parquet"), *parts]
+    newest: dict[str, tuple[str, int, int, str]] = {}
+    for s in set(settings):
+        for rank, idx in enumerate(files):
+            got = idx.get(s)
+            if got is not None and (s not in newest or (got[0], rank, got[1]) >= newest[s][:3]):
+                newest[s] = (got[0], rank, got[1], got[2])
+    return {s: v[3] for s, v in newest.items()}
 
 
 def has_row(results_dir: str | Path, run_id: str) -> bool:

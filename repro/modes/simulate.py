@@ -41,7 +41,7 @@ from system.config_search import OursSearch, search_ours
 from system.lifeline import die_with_parent
 from system.results import (
     SIMULATED_SYSTEMS,
-    current_run_ids,
+    current_of,
     make_row,
     write_rows,
 )
@@ -449,8 +449,8 @@ def run(cfg: SimulateConfig) -> dict:
     elapsed = time.perf_counter() - t0
     # same settings, model version and input files as the rows reported now: nothing to write
     # (a row stored but superseded, e.g. a topology file edited back, is written again)
-    stored = current_run_ids(results_dir)
-    new = [r for r in rows if r["run_id"] not in stored]
+    current = current_of(results_dir, [r["setting_id"] for r in rows])
+    new = [r for r in rows if current.get(r["setting_id"]) != r["run_id"]]
     log.info(
         "simulated %d settings in %.1f s: %d rows (%d new) -> %s",
         len(cfg.settings()),

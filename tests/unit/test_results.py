@@ -266,3 +266,38 @@ def test_a_results_file_name_cannot_leave_the_folder(tmp_path, name):
     with pytest.raises(ValueError, match="is not a file name inside the results folder"):
         path_in(tmp_path / "R", name)
     assert path_in(tmp_path / "R", "case5-genetic.json") == tmp_path / "R" / "case5-genetic.json"
+
+
+def test_current_of_answers_as_the_whole_study_does(tmp_path, monkeypatch):
+    """A sweep job asks only for its own settings: the same newest rows as current_run_ids finds
+    over the whole study, across the table and parts, a setting written again and ties."""
+    import system.results as store
+    from system.results import current_of, current_run_ids, deferred_collect
+
+    def rows(n, version, stamp=None):
+        out = []
+        for i in range(n):
+            r = make_row({**KEY, "repeat": i}, iter_time_s=float(version))
+            r["run_id"] = run_id_for({**KEY, "repeat": i, "v": version})
+            if stamp is not None:
+                r["timestamp_utc"] = stamp
+            out.append(r)
+        return out
+
+    write_rows(tmp_path, rows(6, 1))  # the table
+    with deferred_collect():  # parts, as a sweep's jobs write them
+        write_rows(tmp_path, rows(3, 2))  # settings 0-2 written again: newer
+        write_rows(tmp_path, rows(2, 3, stamp="1970-01-01T00:00:00+00:00"))  # older stamp
+        write_rows(tmp_path, rows(1, 4, stamp="2999-01-01T00:00:00+00:00"))
+        write_rows(tmp_path, rows(1, 5, stamp="2999-01-01T00:00:00+00:00"))  # a tie: later wins
+    assert store._parts(tmp_path)
+    current = current_run_ids(tmp_path)
+    every = read_rows(tmp_path, history=True)
+    settings = sorted(set(every["setting_id"].astype(str)))
+    got = current_of(tmp_path, [*settings, "no-such-setting"])
+    assert set(got) == set(settings) and set(got.values()) == current
+    assert (
+        got[every.loc[every.run_id == rows(1, 5)[0]["run_id"], "setting_id"].iloc[0]]
+        == (rows(1, 5)[0]["run_id"])
+    )
+    assert current_of(tmp_path, settings[:2]) == {s: got[s] for s in settings[:2]}
