@@ -138,11 +138,11 @@ class Cluster:
     # ---- SI views ------------------------------------------------------------------------------
     @property
     def delay_s(self) -> np.ndarray:
-        return self.delay_ms * 1e-3
+        return _si_view(self.delay_ms, 1e-3)
 
     @property
     def bandwidth_bps(self) -> np.ndarray:
-        return self.bandwidth_gbps * 1e9
+        return _si_view(self.bandwidth_gbps, 1e9)
 
     def link_time_s(self, nbytes: float) -> np.ndarray:
         """(D, D) seconds to move ``nbytes`` over each link; zero on the diagonal."""
@@ -205,6 +205,25 @@ class Cluster:
     def permuted(self, perm: list[int] | np.ndarray) -> Cluster:
         """Relabel devices: new device i is old device ``perm[i]``."""
         return self.subset(list(perm), name=self.name)
+
+
+# The SI views of the clusters' (read-only) matrices, by the matrix's id; the value holds the
+# matrix, so an id is never reused while its view is kept. A simulation reads them thousands of
+# times per configuration grid.
+_SI_VIEWS: dict[tuple[int, float], tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _si_view(matrix: np.ndarray, scale: float) -> np.ndarray:
+    """``matrix * scale``, read-only, computed once per matrix."""
+    hit = _SI_VIEWS.get((id(matrix), scale))
+    if hit is not None and hit[0] is matrix:
+        return hit[1]
+    view = matrix * scale
+    view.setflags(write=False)
+    if len(_SI_VIEWS) >= MAX_FINGERPRINTS:
+        _SI_VIEWS.clear()
+    _SI_VIEWS[(id(matrix), scale)] = (matrix, view)
+    return view
 
 
 # Fingerprints already taken, by object id; the value holds its cluster, so an id is never reused
