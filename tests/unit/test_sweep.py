@@ -427,7 +427,6 @@ def test_off_a_terminal_each_job_is_one_line_with_the_time_left(caplog, monkeypa
     [
         ("paper", []),
         ("smoke", ["hydra/launcher=joblib", "hydra.sweep.dir=x/y", "study=probe"]),
-        ("quality", []),
         ("ablation", ["logger=wandb"]),
     ],
 )
@@ -448,7 +447,7 @@ def test_the_sweep_composer_gives_every_job_hydras_own_config(sweep, extra):
         composer = SweepComposer(loader, master)
         jobs = job_overrides(master)
         assert jobs
-        for overrides in jobs[:: max(1, len(jobs) // 12)]:
+        for overrides in jobs[:: max(1, len(jobs) // 4)]:  # a sample: Hydra's way takes 0.1 s
             hydras = loader.load_sweep_config(master, list(overrides))
             ours = composer.job(list(overrides))
             assert OmegaConf.to_container(ours) == OmegaConf.to_container(hydras), overrides
