@@ -403,18 +403,36 @@ def _keys_of(df) -> list[tuple[str, str]]:
     return list(zip(df["run_id"].astype(str), stamps, strict=True))
 
 
+# The table this process last wrote per study, by the written file's stamp (inode, mtime,
+# size): a sweep's end folds its parts into runs.parquet and its report reads the rows at once.
+_WRITTEN: dict[str, tuple[tuple[int, int, int], object]] = {}
+
+
+def _stamp_of(f: Path) -> tuple[int, int, int] | None:
+    try:
+        st = f.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
 def _table(d: Path, parts: list[Path] | None = None):
     """Every stored row of a study as one typed frame, oldest first: what :func:`_load` reads,
-    without a Python object per value for tables in the current schema."""
+    without a Python object per value for tables in the current schema. A table this process
+    wrote and nobody changed since is not read back (a shallow copy: pandas copies on write)."""
     import pandas as pd
 
     if (d / "rows").is_dir():  # the old store's row files: the records path
         return _view(_load(d, parts))
+    pq = d / "runs.parquet"
+    written = _WRITTEN.get(str(pq))
+    if written is not None and not (_parts(d) if parts is None else parts):
+        if _stamp_of(pq) == written[0]:
+            return written[1].copy(deep=False)
     # Parts first: a part deleted after this read was folded into the table read below.
     from_parts = [_read_part(f) for f in (_parts(d) if parts is None else parts)]
     from_parts = [_as_typed(df) for df in from_parts if df is not None and len(df)]
     frames = []
-    pq = d / "runs.parquet"
     if pq.exists():
         frames.append(_as_typed(_read_table(pq)))
     if from_parts and frames:
@@ -622,7 +640,13 @@ def _write_csv(path: Path, frame) -> None:
 
 
 def _write_tables(d: Path, full) -> Path:
-    atomic_write(d / "runs.parquet", lambda tmp: full.to_parquet(tmp, index=False), durable=True)
+    pq = d / "runs.parquet"
+    _WRITTEN.pop(str(pq), None)
+    atomic_write(pq, lambda tmp: full.to_parquet(tmp, index=False), durable=True)
+    stamp = _stamp_of(pq)
+    if stamp is not None:
+        _WRITTEN.clear()  # one study's table kept: the one a report is about to read
+        _WRITTEN[str(pq)] = (stamp, full.copy(deep=False))
     _write_csv(d / "runs.csv", _latest_of(full))
     return d / "runs.csv"
 

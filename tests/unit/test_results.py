@@ -301,3 +301,29 @@ def test_current_of_answers_as_the_whole_study_does(tmp_path, monkeypatch):
         == (rows(1, 5)[0]["run_id"])
     )
     assert current_of(tmp_path, settings[:2]) == {s: got[s] for s in settings[:2]}
+
+
+def test_a_table_just_written_reads_as_the_file_does(tmp_path):
+    """A sweep's end writes runs.parquet and its report reads the rows: the rows kept from the
+    write equal the file read back, and a change to the file is read, not the kept rows."""
+    import system.results as store
+    from system.results import compact, deferred_collect
+
+    rows = [make_row({**KEY, "repeat": i}, iter_time_s=1.0 + i, stages=[[i]]) for i in range(5)]
+    with deferred_collect():
+        write_rows(tmp_path, rows[:3])
+        write_rows(tmp_path, rows[3:])
+    compact(tmp_path)
+    assert str(tmp_path / "runs.parquet") in store._WRITTEN
+    kept = read_rows(tmp_path, history=True)
+    changed = read_rows(tmp_path, history=True)
+    changed.loc[0, "iter_time_s"] = -1.0  # a caller's change stays in its frame
+    again = read_rows(tmp_path)
+    store._WRITTEN.clear()
+    pd.testing.assert_frame_equal(kept, read_rows(tmp_path, history=True))
+    pd.testing.assert_frame_equal(again, read_rows(tmp_path))
+    write_rows(tmp_path, [make_row({**KEY, "repeat": 9}, iter_time_s=9.0)])  # rewrites the table
+    kept_again = read_rows(tmp_path, history=True)
+    store._WRITTEN.clear()
+    pd.testing.assert_frame_equal(kept_again, read_rows(tmp_path, history=True))
+    assert len(kept_again) == 6 and (kept_again.iter_time_s > 0).all()
