@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from concurrent.futures import BrokenExecutor, CancelledError, Future, ProcessPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -32,6 +32,7 @@ from baselines.deepspeed.perf import grid_search_deepspeed
 from baselines.megatron.perf import grid_search_megatron
 from repro.config import SimulateConfig, as_dict, default_of
 from repro.config.modes import SchedulerOptions, fill_layout
+from repro.helper import Helper, take
 from repro.report.summary import print_compact, print_wide, summary_from_rows
 from repro.sweep import is_multirun
 from system.assignment import random_assignment
@@ -125,23 +126,11 @@ class Schedules:
         from system.scheduler import schedule
 
         key, (cl, sizes, kwargs) = self.call(case, cluster, workload, pp, dp)
-        value = _ahead(self.cache.get(key))
+        value = take(self.cache.get(key))
         if value is None:
             value = schedule(cl, sizes, **kwargs)
         self.cache[key] = value
         return value
-
-
-def _ahead(value):
-    """A cached value, a helper's Future's result, or None where the helper is gone (stopped or
-    killed: the caller computes it); an error the work itself raised is raised here."""
-    if not isinstance(value, Future):
-        return value
-    try:
-        return value.result()
-    except (CancelledError, BrokenExecutor) as e:
-        log.warning("the helper process did not finish this work (%s): computing it here", e)
-        return None
 
 
 def scheduled_layout(case: str, cluster: Cluster, workload: Workload, pp: int, dp: int, seed: int):
@@ -156,6 +145,18 @@ def _schedule(key: tuple, cluster: Cluster, sizes, kwargs: dict):
 
     _HELPER_SCHEDULES[key] = schedule(cluster, sizes, **kwargs)
     return _HELPER_SCHEDULES[key]
+
+
+def _schedule_here(key: tuple, cluster: Cluster, sizes, kwargs: dict):
+    """A queued schedule made in this process (a job took it from the helper's queue)."""
+    from system.scheduler import schedule
+
+    return schedule(cluster, sizes, **kwargs)
+
+
+def _search_here(cfg: SimulateConfig, case: str, layers: int, batch: int):
+    """A queued search made in this process, on this process's schedules."""
+    return _search(cfg, case, layers, batch, Schedules(cfg.scheduler, cfg.seed))
 
 
 def _helper_search(cfg: SimulateConfig, case: str, layers: int, batch: int):
@@ -176,16 +177,14 @@ def _helper_start() -> None:
 
 
 def prefetch(jobs: list[SimulateConfig]):
-    """Run the jobs' schedules and configuration searches ahead of them in one helper process
-    (the serial launcher leaves a core idle), in job order; a job takes them from
-    :data:`SCHEDULE_CACHE` and :data:`SEARCH_CACHE` when it gets there. Deterministic work
-    (:data:`SIM_BUDGET` has no wall-time cap), so a job stores what it would have computed.
-    Returns the function that stops the helper."""
-    import multiprocessing
-
-    pool = ProcessPoolExecutor(
-        max_workers=1, mp_context=multiprocessing.get_context("fork"), initializer=_helper_start
-    )
+    """Run the jobs' schedules and configuration searches in a helper process (the serial
+    launcher leaves a core idle), in job order; a job takes them from :data:`SCHEDULE_CACHE` and
+    :data:`SEARCH_CACHE` when it gets there, does them itself where the helper has not started
+    them yet, and does the queue's last ones while it waits (:func:`repro.helper.take`).
+    Deterministic work (:data:`SIM_BUDGET` has no
+    wall-time cap), so a job stores what it would have computed. Returns the function that
+    stops the helper."""
+    helper = Helper(_helper_start)
     for cfg in jobs:
         schedules = Schedules(cfg.scheduler, cfg.seed)
         if cfg.system not in ("all", "ours", "ours_search"):
@@ -194,16 +193,21 @@ def prefetch(jobs: list[SimulateConfig]):
             plain, _, _, workload, pp, dp = _setting(cfg, case, layers, batch)
             key, (cl, sizes, kwargs) = schedules.call(case, plain, workload, pp, dp)
             if key not in SCHEDULE_CACHE:
-                SCHEDULE_CACHE[key] = pool.submit(_schedule, key, cl, sizes, kwargs)
+                SCHEDULE_CACHE[key] = helper.submit(
+                    _schedule, _schedule_here, key, cl, sizes, kwargs
+                )
             search = _search_key(cfg, case, layers, batch)
             if cfg.system in ("all", "ours_search") and search not in SEARCH_CACHE:
-                SEARCH_CACHE[search] = pool.submit(_helper_search, cfg, case, layers, batch)
+                SEARCH_CACHE[search] = helper.submit(
+                    _helper_search, _search_here, cfg, case, layers, batch
+                )
+    helper.start()
 
     def stop() -> None:
-        pool.shutdown(wait=False, cancel_futures=True)
+        helper.stop()
         SEARCH_CACHE.clear()
         for key in [k for k, v in SCHEDULE_CACHE.items() if isinstance(v, Future) and not v.done()]:
-            del SCHEDULE_CACHE[key]  # cancelled: a later job in this process makes its own
+            del SCHEDULE_CACHE[key]  # never made: a later job in this process makes its own
 
     return stop
 
@@ -380,7 +384,7 @@ def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, s
                 )
             )
     if "ours_search" in systems:  # the best this design can do (system/config_search.py)
-        found = _ahead(SEARCH_CACHE.pop(_search_key(cfg, case, layers, batch), None))
+        found = take(SEARCH_CACHE.pop(_search_key(cfg, case, layers, batch), None))
         if found is None:
             found = _search(cfg, case, layers, batch, schedules)
         for res in found.results:

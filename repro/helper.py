@@ -1,0 +1,136 @@
+"""A helper process that runs a serial sweep's shared work ahead of its jobs, one task at a time.
+
+The serial launcher runs one job at a time and leaves a core idle; a mode's prefetch
+(:attr:`repro.config.ModeSpec.prefetch`) queues the work its jobs will ask for, in job order,
+and the helper process takes it from the head of the queue, one task at a time. The jobs take
+from both ends (:func:`take`): a job that needs a task the helper has not started does it
+itself; a job that would wait for the task the helper is running does the last queued task
+instead (each task has a version for this process), until its own is done. So neither side
+waits while work is left, however their speeds compare. The process dies with its parent
+(:func:`system.lifeline.die_with_parent`).
+
+    helper = Helper(initializer)
+    future = helper.submit(there, here, *args)   # there(*args) in the helper, here(*args) here
+    helper.start()
+    value = take(future)        # None: do it yourself
+    helper.stop()
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import multiprocessing
+import threading
+from collections.abc import Callable
+from concurrent.futures import BrokenExecutor, CancelledError, Future, ProcessPoolExecutor
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Helper", "take"]
+
+
+class Helper:
+    """One forked worker process and a thread that feeds it the queued tasks in order."""
+
+    def __init__(self, initializer: Callable[[], None]) -> None:
+        self._pool = ProcessPoolExecutor(
+            max_workers=1, mp_context=multiprocessing.get_context("fork"), initializer=initializer
+        )
+        self._queue: collections.deque = collections.deque()
+        self._lock = threading.Lock()
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+
+    def submit(self, there: Callable, here: Callable, *args) -> Future:
+        """Queue a task: ``there(*args)`` (picklable) in the worker, or ``here(*args)`` in this
+        process when a job takes it from the tail; a pending Future until one of them starts."""
+        ours = _Task()
+        ours.helper = self
+        with self._lock:
+            self._queue.append((ours, there, here, args))
+        return ours
+
+    def start(self) -> None:
+        """Start feeding the queue to the worker (a daemon thread: it never holds up an exit)."""
+        self._thread = threading.Thread(target=self._feed, name="helper-feeder", daemon=True)
+        self._thread.start()
+
+    def _pop(self, last: bool):
+        with self._lock:
+            while self._queue and not self._stopped:
+                item = self._queue.pop() if last else self._queue.popleft()
+                if item[0].set_running_or_notify_cancel():  # False: a job took it back
+                    return item
+        return None
+
+    def run_last_here(self) -> bool:
+        """Do the last queued task in this process; False when none is left."""
+        item = self._pop(last=True)
+        if item is None:
+            return False
+        ours, _, here, args = item
+        try:
+            ours.set_result(here(*args))
+        except BaseException as e:  # noqa: BLE001 - the task's own error, for its job
+            ours.set_exception(e)
+        return True
+
+    def _feed(self) -> None:
+        while (item := self._pop(last=False)) is not None:
+            ours, fn, _, args = item
+            try:
+                theirs = self._pool.submit(fn, *args)
+            except RuntimeError as e:  # the pool was shut down meanwhile
+                ours.set_exception(BrokenExecutor(f"the helper is stopped: {e}"))
+                continue
+            try:
+                ours.set_result(theirs.result())
+            except CancelledError:
+                ours.set_exception(BrokenExecutor("the helper was stopped"))
+            except BaseException as e:  # noqa: BLE001 - the task's own error, for its job
+                ours.set_exception(e)
+
+    def stop(self) -> None:
+        """Drop every task not started and let the worker go (it ends its task, then exits)."""
+        with self._lock:
+            self._stopped = True
+            for ours, *_ in self._queue:
+                ours.cancel()
+            self._queue.clear()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class _Task(Future):
+    """A queued task's Future, knowing its helper (whose queue a waiting job works on)."""
+
+    helper: Helper | None = None
+
+
+# a job doing a task from the tail may need another: it takes that one from the queue too, but
+# never waits by doing more tail tasks (one level is enough to keep both sides busy)
+_WORKING = threading.local()
+
+
+def take(value):
+    """``value`` as a job finds it in a cache: itself if it is not a Future; a Future's result;
+    or None where the job does the work itself — the helper has not started it (it is taken
+    back) or is gone (stopped or killed). While the helper runs it, the job does the queue's
+    last tasks here. An error the work itself raised is raised here."""
+    if not isinstance(value, Future):
+        return value
+    if value.cancel():  # still queued: this process does it now, the helper goes on
+        return None
+    helper = getattr(value, "helper", None)
+    if helper is not None and not getattr(_WORKING, "busy", False):
+        _WORKING.busy = True
+        try:
+            while not value.done() and helper.run_last_here():
+                pass
+        finally:
+            _WORKING.busy = False
+    try:
+        return value.result()
+    except (CancelledError, BrokenExecutor) as e:
+        log.warning("the helper process did not finish this work (%s): computing it here", e)
+        return None
