@@ -276,11 +276,11 @@ class SweepComposer:
     launcher composes it to run it), and each composition walks the whole defaults list again,
     though a sweep mostly varies plain values. Here the defaults are composed once per distinct
     choice of config groups (with the sweep's Hydra overrides), then a job's value overrides are
-    applied and Hydra's bookkeeping of them redone: the override lists, ``override_dirname``, the
-    master config's resolver cache. Which override names a group is decided as Hydra decides it
-    (the config repository's groups; a dict value is always a value). Every job's config is kept,
-    and each call returns a fresh copy. A test compares every job of the sweep files with
-    Hydra's own composition.
+    applied and Hydra's bookkeeping of them redone: the override lists, ``override_dirname``, and
+    (when a job's config is handed out) the master config's resolver cache. Which override names
+    a group is decided as Hydra decides it (the config repository's groups; a dict value is
+    always a value). Every job's config is kept, and each call returns a fresh copy. Tests
+    compare jobs of the sweep files with Hydra's own composition.
 
     :meth:`install` puts it in place of the config loader's ``load_sweep_config`` for the rest
     of the sweep (the basic launcher composes in this process; the sweeper's check always does).
@@ -309,7 +309,6 @@ class SweepComposer:
     def _compose(self, lines: tuple[str, ...]) -> DictConfig:
         from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
         from hydra.types import RunMode
-        from omegaconf import OmegaConf
 
         parsed = self._parser.parse_overrides(list(lines))
         fixed = tuple(o.input_line for o in parsed if o.is_hydra_override() or self._is_group(o))
@@ -331,7 +330,6 @@ class SweepComposer:
             item_sep=names.item_sep,
             exclude_keys=names.exclude_keys,
         )
-        OmegaConf.copy_cache(from_config=self.master, to_config=cfg)
         return cfg
 
     def _kept(self, overrides: list[str]) -> DictConfig:
@@ -341,8 +339,14 @@ class SweepComposer:
         return self._jobs[lines]
 
     def job(self, overrides: list[str]) -> DictConfig:
-        """One job's config (with its ``hydra`` node), as ``load_sweep_config`` returns it."""
-        return copy.deepcopy(self._kept(overrides))
+        """One job's config (with its ``hydra`` node), as ``load_sweep_config`` returns it: with
+        the master config's resolver cache as it is now (the sweep folder's ``${now:...}``,
+        resolved when the sweeper starts, is the same in every job)."""
+        from omegaconf import OmegaConf
+
+        cfg = copy.deepcopy(self._kept(overrides))
+        OmegaConf.copy_cache(from_config=self.master, to_config=cfg)
+        return cfg
 
     def task(self, overrides: list[str]) -> DictConfig:
         """One job's task config: :meth:`job` without the ``hydra`` node, as a job sees it (a

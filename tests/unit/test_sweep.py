@@ -504,3 +504,19 @@ def test_a_shipped_callback_leaves_the_sweeps_machinery_behind():
     assert shipped._stops == [] and shipped._studies == {} and shipped.progress is False
     assert len(cloudpickle.dumps(cb)) < 10_000
     assert cb._stops and cb._studies  # the submitting process keeps its own
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_SIMULATE, reason="needs repro/modes/simulate.py (mode=simulate)")
+def test_every_job_of_a_sweep_lands_in_the_one_sweep_folder(tmp_path):
+    """The default sweep folder is named by the time it starts (${now:...}, to the second):
+    the pre-check composes every job before the sweeper resolves it, and each job still gets
+    that folder (the resolver cache handed over with the job's config), so a sweep of several
+    seconds has one folder and counts every job as run."""
+    cmd = [sys.executable, str(ROOT / "repro" / "run.py"), "-m", "sweep=smoke", "study=once"]
+    cmd.append(f"results_dir={tmp_path / 'results'}")
+    r = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=150)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"{N_SMOKE} jobs ran, 0 skipped" in r.stdout + r.stderr
+    (folder,) = (tmp_path / "outputs" / "once" / "multirun").iterdir()
+    assert len([p for p in folder.iterdir() if p.name.isdigit()]) == N_SMOKE
