@@ -19,11 +19,14 @@ waits while work is left, however their speeds compare. The process dies with it
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import multiprocessing
 import threading
 from collections.abc import Callable
 from concurrent.futures import BrokenExecutor, CancelledError, Future, ProcessPoolExecutor
+
+from system.lifeline import die_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +38,9 @@ class Helper:
 
     def __init__(self, initializer: Callable[[], None]) -> None:
         self._pool = ProcessPoolExecutor(
-            max_workers=1, mp_context=multiprocessing.get_context("fork"), initializer=initializer
+            max_workers=1,
+            mp_context=multiprocessing.get_context("fork"),
+            initializer=functools.partial(_start, initializer),
         )
         self._queue: collections.deque = collections.deque()
         self._lock = threading.Lock()
@@ -99,6 +104,12 @@ class Helper:
                 ours.cancel()
             self._queue.clear()
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _start(initializer: Callable[[], None]) -> None:
+    """The worker's start: it dies with this process, then runs the caller's initializer."""
+    die_with_parent()
+    initializer()
 
 
 class _Task(Future):

@@ -39,7 +39,6 @@ from system.assignment import random_assignment
 from system.cases import get_case
 from system.cluster import Cluster
 from system.config_search import OursSearch, search_ours
-from system.lifeline import die_with_parent
 from system.results import (
     SIMULATED_SYSTEMS,
     current_of,
@@ -172,7 +171,6 @@ def _search_key(cfg: SimulateConfig, case: str, layers: int, batch: int) -> tupl
 
 
 def _helper_start() -> None:
-    die_with_parent()
     _HELPER_SCHEDULES.clear()
 
 
