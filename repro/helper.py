@@ -5,12 +5,12 @@ The serial launcher runs one job at a time and leaves a core idle; a mode's pref
 and the helper process takes it from the head of the queue, one task at a time. The jobs take
 from both ends (:func:`take`): a job that needs a task the helper has not started does it
 itself; a job that would wait for the task the helper is running does the last queued task
-instead (each task has a version for this process), until its own is done. So neither side
+instead, until its own is done (a task runs the same in either process). So neither side
 waits while work is left, however their speeds compare. The process dies with its parent
 (:func:`system.lifeline.die_with_parent`).
 
     helper = Helper(initializer)
-    future = helper.submit(there, here, *args)   # there(*args) in the helper, here(*args) here
+    future = helper.submit(fn, *args)   # fn(*args) in the helper, or here if a job takes it
     helper.start()
     value = take(future)        # None: do it yourself
     helper.stop()
@@ -47,13 +47,13 @@ class Helper:
         self._stopped = False
         self._thread: threading.Thread | None = None
 
-    def submit(self, there: Callable, here: Callable, *args) -> Future:
-        """Queue a task: ``there(*args)`` (picklable) in the worker, or ``here(*args)`` in this
-        process when a job takes it from the tail; a pending Future until one of them starts."""
+    def submit(self, fn: Callable, *args) -> Future:
+        """Queue ``fn(*args)`` (picklable): run in the worker, or in this process when a job takes
+        it; a pending Future until one of them starts it."""
         ours = _Task()
         ours.helper = self
         with self._lock:
-            self._queue.append((ours, there, here, args))
+            self._queue.append((ours, fn, args))
         return ours
 
     def start(self) -> None:
@@ -74,16 +74,16 @@ class Helper:
         item = self._pop(last=True)
         if item is None:
             return False
-        ours, _, here, args = item
+        ours, fn, args = item
         try:
-            ours.set_result(here(*args))
+            ours.set_result(fn(*args))
         except BaseException as e:  # noqa: BLE001 - the task's own error, for its job
             ours.set_exception(e)
         return True
 
     def _feed(self) -> None:
         while (item := self._pop(last=False)) is not None:
-            ours, fn, _, args = item
+            ours, fn, args = item
             try:
                 theirs = self._pool.submit(fn, *args)
             except RuntimeError as e:  # the pool was shut down meanwhile

@@ -71,8 +71,6 @@ SCHEDULE_CACHE: dict[tuple, object] = {}
 # Ours' configuration searches a helper process runs ahead of the jobs (:func:`prefetch`), by the
 # job's whole config and setting (:func:`_search_key`): Futures of OursSearch.
 SEARCH_CACHE: dict[tuple, Future] = {}
-# The schedules a helper process made itself (its searches reuse them): never a Future.
-_HELPER_SCHEDULES: dict[tuple, object] = {}
 
 
 @dataclass
@@ -139,28 +137,17 @@ def scheduled_layout(case: str, cluster: Cluster, workload: Workload, pp: int, d
 
 
 def _schedule(key: tuple, cluster: Cluster, sizes, kwargs: dict):
-    """A helper process's schedule, also kept for its own searches."""
+    """A queued schedule, kept in this process's :data:`SCHEDULE_CACHE` (the helper's searches
+    reuse the ones it made)."""
     from system.scheduler import schedule
 
-    _HELPER_SCHEDULES[key] = schedule(cluster, sizes, **kwargs)
-    return _HELPER_SCHEDULES[key]
+    SCHEDULE_CACHE[key] = schedule(cluster, sizes, **kwargs)
+    return SCHEDULE_CACHE[key]
 
 
-def _schedule_here(key: tuple, cluster: Cluster, sizes, kwargs: dict):
-    """A queued schedule made in this process (a job took it from the helper's queue)."""
-    from system.scheduler import schedule
-
-    return schedule(cluster, sizes, **kwargs)
-
-
-def _search_here(cfg: SimulateConfig, case: str, layers: int, batch: int):
-    """A queued search made in this process, on this process's schedules."""
+def _search_ahead(cfg: SimulateConfig, case: str, layers: int, batch: int):
+    """A queued :func:`_search` of one setting, on this process's schedules."""
     return _search(cfg, case, layers, batch, Schedules(cfg.scheduler, cfg.seed))
-
-
-def _helper_search(cfg: SimulateConfig, case: str, layers: int, batch: int):
-    """A helper process's :func:`_search` of one setting, on the schedules it made itself."""
-    return _search(cfg, case, layers, batch, Schedules(cfg.scheduler, cfg.seed, _HELPER_SCHEDULES))
 
 
 def _search_key(cfg: SimulateConfig, case: str, layers: int, batch: int) -> tuple:
@@ -171,7 +158,10 @@ def _search_key(cfg: SimulateConfig, case: str, layers: int, batch: int) -> tupl
 
 
 def _helper_start() -> None:
-    _HELPER_SCHEDULES.clear()
+    """The helper's caches start empty: the copies forked from its parent hold the parent's
+    queued tasks, which nothing in the helper would ever finish."""
+    SCHEDULE_CACHE.clear()
+    SEARCH_CACHE.clear()
 
 
 def prefetch(jobs: list[SimulateConfig]):
@@ -179,9 +169,8 @@ def prefetch(jobs: list[SimulateConfig]):
     launcher leaves a core idle), in job order; a job takes them from :data:`SCHEDULE_CACHE` and
     :data:`SEARCH_CACHE` when it gets there, does them itself where the helper has not started
     them yet, and does the queue's last ones while it waits (:func:`repro.helper.take`).
-    Deterministic work (:data:`SIM_BUDGET` has no
-    wall-time cap), so a job stores what it would have computed. Returns the function that
-    stops the helper."""
+    Deterministic work (:data:`SIM_BUDGET` has no wall-time cap), so a job stores what it would
+    have computed. Returns the function that stops the helper."""
     helper = Helper(_helper_start)
     for cfg in jobs:
         schedules = Schedules(cfg.scheduler, cfg.seed)
@@ -191,14 +180,10 @@ def prefetch(jobs: list[SimulateConfig]):
             plain, _, _, workload, pp, dp = _setting(cfg, case, layers, batch)
             key, (cl, sizes, kwargs) = schedules.call(case, plain, workload, pp, dp)
             if key not in SCHEDULE_CACHE:
-                SCHEDULE_CACHE[key] = helper.submit(
-                    _schedule, _schedule_here, key, cl, sizes, kwargs
-                )
+                SCHEDULE_CACHE[key] = helper.submit(_schedule, key, cl, sizes, kwargs)
             search = _search_key(cfg, case, layers, batch)
             if cfg.system in ("all", "ours_search") and search not in SEARCH_CACHE:
-                SEARCH_CACHE[search] = helper.submit(
-                    _helper_search, _search_here, cfg, case, layers, batch
-                )
+                SEARCH_CACHE[search] = helper.submit(_search_ahead, cfg, case, layers, batch)
     helper.start()
 
     def stop() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -14,25 +15,24 @@ def _nothing() -> None:
     pass
 
 
-def _there(i: int, gate: str) -> tuple[str, int]:
-    """In the helper: the first task holds it until ``gate`` exists (at most 30 s)."""
+def _task(i: int, gate: str, parent: int) -> tuple[str, int]:
+    """Where task ``i`` ran. In the helper the first task holds it until ``gate`` exists (at most
+    30 s); here, the last task the job takes from the tail (task 1) lets the helper go on."""
+    if os.getpid() == parent:
+        if i == 1:
+            Path(gate).touch()
+        return "here", i
     deadline = time.monotonic() + 30.0
     while i == 0 and not Path(gate).exists() and time.monotonic() < deadline:
         time.sleep(0.01)
     return "there", i
 
 
-def _here(i: int, gate: str) -> tuple[str, int]:
-    if i == 1:  # the last task the job takes from the tail lets the helper go on
-        Path(gate).touch()
-    return "here", i
-
-
 def test_a_waiting_job_does_the_queues_last_tasks_itself(tmp_path):
     gate = str(tmp_path / "gate")
     helper = Helper(_nothing)
     try:
-        tasks = [helper.submit(_there, _here, i, gate) for i in range(4)]
+        tasks = [helper.submit(_task, i, gate, os.getpid()) for i in range(4)]
         helper.start()
         deadline = time.monotonic() + 30.0
         while not tasks[0].running() and time.monotonic() < deadline:  # the helper has task 0
@@ -47,7 +47,7 @@ def test_a_waiting_job_does_the_queues_last_tasks_itself(tmp_path):
 
 def test_a_task_not_started_is_the_jobs_and_a_stopped_helper_leaves_none():
     helper = Helper(_nothing)
-    first, second = (helper.submit(_there, _here, i, "unused") for i in (5, 6))
+    first, second = (helper.submit(_task, i, "unused", os.getpid()) for i in (5, 6))
     assert take(first) is None and first.cancelled()  # not started: the job does it itself
     helper.stop()
     assert take(second) is None  # dropped with the helper: the job does it itself
@@ -57,7 +57,7 @@ def test_a_task_not_started_is_the_jobs_and_a_stopped_helper_leaves_none():
 def test_the_tasks_own_error_reaches_its_job():
     helper = Helper(_nothing)
     try:
-        task = helper.submit(_there, _fail, 3, "unused")
+        task = helper.submit(_fail, 3, "unused")
         helper.run_last_here()  # as a waiting job would
         with pytest.raises(ValueError, match="task 3"):
             take(task)
