@@ -207,29 +207,35 @@ class Cluster:
         return self.subset(list(perm), name=self.name)
 
 
-# The SI views of the clusters' (read-only) matrices, by the matrix's id; the value holds the
-# matrix, so an id is never reused while its view is kept. A simulation reads them thousands of
-# times per configuration grid.
+# Values computed once per object (a cluster or one of its read-only matrices), by the object's
+# id; each entry holds its object, so an id is never reused while the entry is kept.
 _SI_VIEWS: dict[tuple[int, float], tuple[np.ndarray, np.ndarray]] = {}
+_FINGERPRINTS: dict[int, tuple[Cluster, str]] = {}
+MAX_KEPT = 256  # entries per memo
+
+
+def _kept(memo: dict, key, obj, make):
+    """``memo``'s value for ``obj`` under ``key``, made by ``make()`` the first time."""
+    hit = memo.get(key)
+    if hit is not None and hit[0] is obj:
+        return hit[1]
+    value = make()
+    if len(memo) >= MAX_KEPT:
+        memo.clear()
+    memo[key] = (obj, value)
+    return value
 
 
 def _si_view(matrix: np.ndarray, scale: float) -> np.ndarray:
-    """``matrix * scale``, read-only, computed once per matrix."""
-    hit = _SI_VIEWS.get((id(matrix), scale))
-    if hit is not None and hit[0] is matrix:
-        return hit[1]
-    view = matrix * scale
-    view.setflags(write=False)
-    if len(_SI_VIEWS) >= MAX_FINGERPRINTS:
-        _SI_VIEWS.clear()
-    _SI_VIEWS[(id(matrix), scale)] = (matrix, view)
-    return view
+    """``matrix * scale``, read-only, computed once per matrix (a simulation reads the SI views
+    thousands of times per configuration grid)."""
 
+    def make() -> np.ndarray:
+        view = matrix * scale
+        view.setflags(write=False)
+        return view
 
-# Fingerprints already taken, by object id; the value holds its cluster, so an id is never reused
-# while its entry is kept.
-_FINGERPRINTS: dict[int, tuple[Cluster, str]] = {}
-MAX_FINGERPRINTS = 256
+    return _kept(_SI_VIEWS, (id(matrix), scale), matrix, make)
 
 
 def fingerprint(cluster: Cluster) -> str:
@@ -237,17 +243,15 @@ def fingerprint(cluster: Cluster) -> str:
     matrices, size-dependent links and the link-sharing settings in ``meta`` — not its name or
     provenance. Two clusters built apart from the same data (the jobs of a sweep each read their
     case) have the same fingerprint, so work keyed by it is shared between them."""
-    hit = _FINGERPRINTS.get(id(cluster))
-    if hit is not None and hit[0] is cluster:
-        return hit[1]
-    h = hashlib.sha256()
-    sharing = {k: cluster.meta.get(k) for k in ("link_sharing", "flow_streams", "nic_gbps")}
-    plain = [cluster.region_of, cluster.host_of, cluster.host_nic_gbps, cluster.gpu_of, sharing]
-    h.update(json.dumps(plain, default=str).encode())
-    for m in (cluster.delay_ms, cluster.bandwidth_gbps):
-        h.update(np.ascontiguousarray(m, dtype=np.float64).tobytes())
-    h.update(repr(cluster.links).encode())
-    if len(_FINGERPRINTS) >= MAX_FINGERPRINTS:
-        _FINGERPRINTS.clear()
-    _FINGERPRINTS[id(cluster)] = (cluster, h.hexdigest())
-    return _FINGERPRINTS[id(cluster)][1]
+
+    def make() -> str:
+        h = hashlib.sha256()
+        sharing = {k: cluster.meta.get(k) for k in ("link_sharing", "flow_streams", "nic_gbps")}
+        plain = [cluster.region_of, cluster.host_of, cluster.host_nic_gbps, cluster.gpu_of, sharing]
+        h.update(json.dumps(plain, default=str).encode())
+        for m in (cluster.delay_ms, cluster.bandwidth_gbps):
+            h.update(np.ascontiguousarray(m, dtype=np.float64).tobytes())
+        h.update(repr(cluster.links).encode())
+        return h.hexdigest()
+
+    return _kept(_FINGERPRINTS, id(cluster), cluster, make)
