@@ -393,7 +393,9 @@ def _loader():
     return GlobalHydra.instance().hydra.config_loader
 
 
-def _check(config: DictConfig, composer: SweepComposer | None = None):
+def _check(
+    config: DictConfig, composer: SweepComposer | None = None
+) -> tuple[list[str], list[RunConfig]]:
     """(one line per bad job, the typed config of every good job)."""
     composer = composer or SweepComposer(_loader(), config)
     bad, jobs = [], []
