@@ -6,9 +6,9 @@ is min over perfect matchings of the largest matched entry. Two exact routines:
 - :func:`bottleneck_matching`: binary search over the sorted distinct entries, testing each
   threshold for a perfect matching with Hopcroft–Karp (``scipy.sparse.csgraph``); returns the
   value *and* a matching that attains it. Any n.
-- :func:`bottleneck_values`: values only, for a batch of small matrices at once (n <= 12), by a
-  min-max dynamic program over column subsets, vectorized with numpy. This is the scheduler's
-  inner loop; tests check that both agree.
+- :func:`bottleneck_values`: values only, for a batch of matrices at once, by the same threshold
+  search with augmenting paths, compiled with numba. This is the scheduler's inner loop; tests
+  check that both agree.
 
 Example:
     >>> m = np.array([[1.0, 9.0], [2.0, 3.0]])
@@ -22,17 +22,15 @@ Example:
 from __future__ import annotations
 
 import logging
-from functools import cache
 
 import numpy as np
+from numba import njit
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import maximum_bipartite_matching
 
 log = logging.getLogger(__name__)
 
-__all__ = ["bottleneck_matching", "bottleneck_values", "MAX_DP_BATCH_N"]
-
-MAX_DP_BATCH_N = 12  # largest n for the subset DP (2^n · n work per matrix)
+__all__ = ["bottleneck_matching", "bottleneck_values"]
 
 
 def _check_square(m: np.ndarray, name: str) -> np.ndarray:
@@ -88,65 +86,85 @@ def bottleneck_matching(cost: np.ndarray) -> tuple[float, np.ndarray]:
     return float(values[hi]), best.astype(np.int64)
 
 
-@cache
-def _subset_tables(n: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
-    """Per popcount level L: valid transitions mask <- mask - c for c in mask, flattened.
+@njit(cache=True)
+def _has_perfect(c: np.ndarray, threshold: float, row_of: np.ndarray, col_of: np.ndarray) -> bool:
+    """Whether the bipartite graph {(i, j): c[i, j] <= threshold} has a perfect matching:
+    augmenting paths found breadth-first from each row in turn (O(n³))."""
+    n = c.shape[0]
+    row_of[:] = -1  # row matched to each column
+    col_of[:] = -1  # column matched to each row
+    parent = np.empty(n, dtype=np.int64)  # the row a column was reached from
+    queue = np.empty(n, dtype=np.int64)
+    for start in range(n):
+        parent[:] = -1
+        queue[0] = start
+        head, tail, free = 0, 1, -1
+        while head < tail and free < 0:
+            i = queue[head]
+            head += 1
+            for j in range(n):
+                if parent[j] < 0 and c[i, j] <= threshold:
+                    parent[j] = i
+                    if row_of[j] < 0:
+                        free = j
+                        break
+                    queue[tail] = row_of[j]
+                    tail += 1
+        if free < 0:
+            return False  # this row cannot be matched: no perfect matching
+        j = free
+        while j >= 0:  # flip the path back to the start row
+            i = parent[j]
+            nxt = col_of[i]
+            row_of[j] = i
+            col_of[i] = j
+            j = nxt
+    return True
 
-    Returns per level ``(tgt, src, col, starts)``: target masks (sorted, distinct), predecessor
-    masks and the column of each transition, and the first transition of each target (for
-    ``np.minimum.reduceat``).
-    """
-    masks = np.arange(1 << n, dtype=np.int64)
-    bits = (masks[:, None] >> np.arange(n)[None, :]) & 1 == 1
-    pop = bits.sum(axis=1)
-    levels = []
-    for level in range(1, n + 1):
-        s_idx, col = np.nonzero(bits[pop == level])
-        mask = masks[pop == level][s_idx]
-        tgt, starts = np.unique(mask, return_index=True)
-        levels.append((tgt, mask ^ (1 << col), col, starts))
-    return levels
 
-
-def _lower_bounds(c: np.ndarray) -> np.ndarray:
-    """Every row and column is matched: value >= max(largest row min, largest column min)."""
-    return np.maximum(c.min(axis=2).max(axis=1), c.min(axis=1).max(axis=1))
-
-
-def _reaches(allowed: np.ndarray) -> np.ndarray:
-    """Whether each boolean (n, n) matrix of a batch has a perfect matching (subset DP)."""
-    k, n, _ = allowed.shape
-    r = np.zeros((k, 1 << n), dtype=np.uint8)
-    r[:, 0] = 1
-    a = allowed.astype(np.uint8)
-    for level, (tgt, src, col, starts) in enumerate(_subset_tables(n)):
-        r[:, tgt] = np.maximum.reduceat(r[:, src] & a[:, level, col], starts, axis=1)
-    return r[:, -1] == 1
+@njit(cache=True)
+def _values(c: np.ndarray, out: np.ndarray) -> None:
+    """``out[k]`` = the bottleneck matching value of ``c[k]`` (see :func:`bottleneck_values`)."""
+    n = c.shape[1]
+    row_of = np.empty(n, dtype=np.int64)
+    col_of = np.empty(n, dtype=np.int64)
+    for k in range(c.shape[0]):
+        lower = -np.inf  # every row and column is matched: max(largest row min, column min)
+        for i in range(n):
+            row_min = np.inf
+            col_min = np.inf
+            for j in range(n):
+                row_min = min(row_min, c[k, i, j])
+                col_min = min(col_min, c[k, j, i])
+            lower = max(lower, row_min, col_min)
+        if _has_perfect(c[k], lower, row_of, col_of):
+            out[k] = lower
+            continue
+        values = np.unique(c[k])
+        lo = np.searchsorted(values, lower, side="right")  # values[lo - 1] == lower fails
+        hi = values.size - 1  # the largest entry admits every matching
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if _has_perfect(c[k], values[mid], row_of, col_of):
+                hi = mid
+            else:
+                lo = mid + 1
+        out[k] = values[hi]
 
 
 def bottleneck_values(costs: np.ndarray) -> np.ndarray:
-    """Bottleneck matching values of a batch ``(K, n, n)`` of matrices, n <= 12.
+    """Bottleneck matching values of a batch ``(K, n, n)`` of matrices.
 
-    Most matrices attain the lower bound max(row minima, column minima): test that threshold with
-    a boolean subset DP first. The rest run the min-max DP g[mask] = min over c in mask of
-    max(g[mask - c], cost[|mask| - 1, c]) (rows 0..|mask|-1 matched onto the columns in mask).
+    Most matrices attain the lower bound max(row minima, column minima): that threshold is tested
+    first; the rest binary-search the sorted distinct entries above it. Each threshold is tested
+    by augmenting paths, compiled (numba). Only comparisons: the values are exact, the same as
+    :func:`bottleneck_matching`'s.
     """
     c = np.asarray(costs, dtype=float)
     if c.ndim != 3 or c.shape[1] != c.shape[2] or c.shape[1] == 0:
         raise ValueError(f"bottleneck_values: need a (K, n, n) batch, got shape {c.shape}")
-    k, n, _ = c.shape
-    if n > MAX_DP_BATCH_N:
-        return np.array([bottleneck_matching(x)[0] for x in c])
-    if k == 0:
-        return np.zeros(0)
-    out = _lower_bounds(c)
-    rest = np.flatnonzero(~_reaches(c <= out[:, None, None]))
-    if rest.size:
-        cr = c[rest]
-        g = np.empty((rest.size, 1 << n))
-        g[:, 0] = -np.inf
-        for level, (tgt, src, col, starts) in enumerate(_subset_tables(n)):
-            cand = np.maximum(g[:, src], cr[:, level, col])
-            g[:, tgt] = np.minimum.reduceat(cand, starts, axis=1)
-        out[rest] = g[:, -1]
+    if np.isnan(c).any():
+        raise ValueError("bottleneck_values: entries must not be NaN")
+    out = np.empty(c.shape[0])
+    _values(np.ascontiguousarray(c), out)
     return out

@@ -28,10 +28,11 @@ import time
 from collections.abc import Sequence
 
 import numpy as np
+from numba import njit
 
 from system.assignment import Assignment
 from system.cluster import Cluster
-from system.cost.matching import MAX_DP_BATCH_N, bottleneck_matching, bottleneck_values
+from system.cost.matching import bottleneck_matching, bottleneck_values
 from system.cost.model import CostBreakdown, assignment_cost, check_sizes, dp_cost_matrix_s
 from system.cost.tsp import MAX_EXACT_TSP, open_tsp_path, open_tsp_values
 from system.workload import TaskletSizes
@@ -84,6 +85,29 @@ def check_groups(groups: np.ndarray, num_devices: int) -> np.ndarray:
     return g.astype(np.int64)
 
 
+@njit(cache=True)
+def _lower_edges(link: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """(K, pp, pp): for each pair of groups a, b of each partition, max(largest row minimum,
+    largest column minimum) of ``link`` between them, a lower bound of their bottleneck matching
+    value (every device is matched). Minima and maxima only: exact."""
+    k, m, d = groups.shape
+    w = np.zeros((k, m, m))
+    for p in range(k):
+        for a in range(m):
+            for b in range(a + 1, m):
+                lower = -np.inf
+                for x in range(d):
+                    row_min = np.inf
+                    col_min = np.inf
+                    for y in range(d):
+                        row_min = min(row_min, link[groups[p, a, x], groups[p, b, y]])
+                        col_min = min(col_min, link[groups[p, a, y], groups[p, b, x]])
+                    lower = max(lower, row_min, col_min)
+                w[p, a, b] = lower
+                w[p, b, a] = lower
+    return w
+
+
 class PartitionEvaluator:
     """Cached partition costs for one cluster, tasklet sizes and layout (the GA's inner loop).
 
@@ -104,11 +128,19 @@ class PartitionEvaluator:
     # ---- pieces --------------------------------------------------------------------------------
     def group_dp_cost(self, g: Group) -> float:
         got = self._dp_cache.get(g)
-        if got is None:
-            idx = np.asarray(g)
-            got = float(self.dp_pair_s[np.ix_(idx, idx)].sum(axis=1).max()) if len(g) > 1 else 0.0
-            self._dp_cache[g] = got
-        return got
+        return float(self._group_costs([[g]])[0, 0]) if got is None else got
+
+    def _group_costs(self, partitions: Sequence[Sequence[Group]]) -> np.ndarray:
+        """(K, pp) DP cost of every group of each partition; groups not cached yet in one batch
+        (a group's cost: the largest of its members' summed DP times to the others)."""
+        cache = self._dp_cache
+        new = list(dict.fromkeys(g for p in partitions for g in p if g not in cache))
+        if new:
+            idx = np.array(new, dtype=np.int64)  # (M, dp)
+            costs = self.dp_pair_s[idx[:, :, None], idx[:, None, :]].sum(axis=2).max(axis=1)
+            for g, c in zip(new, costs.tolist(), strict=True):
+                cache[g] = c if len(g) > 1 else 0.0
+        return np.array([[cache[g] for g in p] for p in partitions])
 
     def edges(self, pairs: Sequence[tuple[Group, Group]]) -> np.ndarray:
         """Bottleneck values of many (group, group) pairs; unseen ones in one batch."""
@@ -125,10 +157,7 @@ class PartitionEvaluator:
             rows = np.array([pairs[k][0] for k in todo])
             cols = np.array([pairs[k][1] for k in todo])
             mats = self.pp_link_s[rows[:, :, None], cols[:, None, :]]  # (K, dp, dp)
-            if self.dp <= MAX_DP_BATCH_N:
-                vals = bottleneck_values(mats)
-            else:
-                vals = np.array([bottleneck_matching(m)[0] for m in mats])
+            vals = bottleneck_values(mats)
             for k, v in zip(todo, vals, strict=True):
                 a, b = pairs[k]
                 self._edge_cache[(a, b) if a <= b else (b, a)] = float(v)
@@ -153,15 +182,8 @@ class PartitionEvaluator:
 
     def _lower_weights(self, partitions: Sequence[Sequence[Group]]) -> np.ndarray:
         """(K, pp, pp) lower bounds of the coarse edges (every row/column must be matched)."""
-        g = np.array([list(p) for p in partitions])  # (K, pp, dp)
-        m = self.pp
-        ii, jj = np.triu_indices(m, k=1)
-        sub = self.pp_link_s[g[:, ii, :, None], g[:, jj, None, :]]  # (K, E, dp, dp)
-        lb = np.maximum(sub.min(axis=3).max(axis=2), sub.min(axis=2).max(axis=2))
-        w = np.zeros((len(partitions), m, m))
-        w[:, ii, jj] = lb
-        w[:, jj, ii] = lb
-        return w
+        g = np.array([list(p) for p in partitions], dtype=np.int64)  # (K, pp, dp)
+        return _lower_edges(self.pp_link_s, g)
 
     # ---- whole partitions ----------------------------------------------------------------------
     def _extra(self, partitions: Sequence[Sequence[Group]]) -> np.ndarray:
@@ -211,7 +233,7 @@ class PartitionEvaluator:
         self.evaluations += n
         out = np.full(n, np.inf)
         extra = self._extra(partitions)
-        dps = np.array([max(self.group_dp_cost(g) for g in p) for p in partitions])
+        dps = self._group_costs(partitions).max(axis=1)
         keep = np.flatnonzero(dps + extra < bound)
         if keep.size == 0:
             return out
@@ -240,7 +262,7 @@ class PartitionEvaluator:
             return np.zeros(0)
         self.evaluations += len(partitions)
         extra = self._extra(partitions)
-        dps = np.array([max(self.group_dp_cost(g) for g in p) for p in partitions])
+        dps = self._group_costs(partitions).max(axis=1)
         out = np.full(len(partitions), np.inf)
         keep = (
             np.flatnonzero(dps + extra < bound) if bound is not None else np.arange(len(partitions))
@@ -266,7 +288,7 @@ class PartitionEvaluator:
         ws = self._weights(partitions)
         m = self.pp
         mean_edge = ws.sum(axis=(1, 2)) / max(1, m * (m - 1))
-        mean_dp = np.array([np.mean([self.group_dp_cost(g) for g in p]) for p in partitions])
+        mean_dp = self._group_costs(partitions).mean(axis=1)
         return mean_dp + 2.0 * (m - 1) * mean_edge
 
     def smooth_spread(self, partitions: Sequence[Sequence[Group]]) -> np.ndarray:
@@ -280,7 +302,7 @@ class PartitionEvaluator:
         """
         g = np.array([list(p) for p in partitions])  # (K, pp, dp)
         m = self.pp
-        mean_dp = np.array([np.mean([self.group_dp_cost(x) for x in p]) for p in partitions])
+        mean_dp = self._group_costs(partitions).mean(axis=1)
         if m == 1:
             return mean_dp
         ii, jj = np.triu_indices(m, k=1)

@@ -42,9 +42,10 @@ def test_bottleneck_matching_equals_brute_force(m):
     assert bottleneck_values(m[None])[0] == value
 
 
-def test_bottleneck_batch_agrees_with_hopcroft_karp_on_8x8():
-    rng = np.random.default_rng(3)
-    mats = np.concatenate([rng.random((40, 8, 8)), rng.integers(0, 3, (40, 8, 8)).astype(float)])
+@pytest.mark.parametrize("n", [8, 13, 16])
+def test_bottleneck_batch_agrees_with_hopcroft_karp(n):
+    rng = np.random.default_rng(n)
+    mats = np.concatenate([rng.random((40, n, n)), rng.integers(0, 3, (40, n, n)).astype(float)])
     got = bottleneck_values(mats)
     assert np.array_equal(got, [bottleneck_matching(x)[0] for x in mats])
 
@@ -54,6 +55,8 @@ def test_bottleneck_rejects_bad_input():
         bottleneck_matching(np.zeros((2, 3)))
     with pytest.raises(ValueError, match="finite"):
         bottleneck_matching(np.array([[np.inf]]))
+    with pytest.raises(ValueError, match="NaN"):
+        bottleneck_values(np.array([[[1.0, np.nan], [0.0, 2.0]]]))
 
 
 @given(st.integers(1, 7), seeds)
