@@ -23,11 +23,11 @@ steady state (:func:`replay_end_s`).
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
+from numba import njit
 
 __all__ = [
     "Key",
@@ -137,32 +137,69 @@ def program_for(schedule: str | ProgramFn) -> ProgramFn:
     return _PROGRAMS[schedule]
 
 
-_OTHER = {"send": "recv", "recv": "send"}
+class _Compiled(NamedTuple):
+    """Every stage's program as flat integer arrays, for :func:`_replay_kernel`.
+
+    Stage s's ops are ``ops[op_start[s]:op_start[s + 1]]``: 0 a forward, 1 a backward, c >= 2
+    the call ``c - 2``, whose messages are ``call_start[c - 2]`` .. + ``call_len[c - 2]`` of the
+    message arrays. A message's own end and its peer's are end ids (2·key + 1 for the send,
+    2·key for the receive); ``key`` numbers the messages' keys; ``send`` whether its own end is
+    the send; ``back`` 0 for an activation ("f"), 1 for a gradient ("b"); ``link`` its link."""
+
+    ops: np.ndarray
+    op_start: np.ndarray
+    call_start: np.ndarray
+    call_len: np.ndarray
+    mine: np.ndarray
+    peer: np.ndarray
+    key: np.ndarray
+    send: np.ndarray
+    back: np.ndarray
+    link: np.ndarray
+    keys: int
 
 
 @functools.lru_cache(maxsize=1024)  # a sweep of the paper's grid compiles about a hundred
-def _programs(p: int, m: int, fn: ProgramFn) -> tuple[tuple, ...]:
-    """Each stage's program as the replay reads it: 0 a forward, 1 a backward, or a call as a
-    tuple of its messages, each (its own end, its peer's end, key, is a send, direction, link)."""
-
-    def op(o: Op):
-        if o.kind in ("F", "B"):
-            return 0 if o.kind == "F" else 1
-        return tuple(
-            ((role, key), (_OTHER[role], key), key, role == "send", key[0], key[2])
-            for role, key in o.arg
-        )
-
-    return tuple(tuple(op(o) for o in fn(s, p, m)) for s in range(p))
+def _programs(p: int, m: int, fn: ProgramFn) -> _Compiled:
+    """Each stage's program of ``fn`` as the replay kernel reads it (:class:`_Compiled`)."""
+    key_ids: dict[tuple, int] = {}
+    ops: list[int] = []
+    op_start = [0]
+    call_start: list[int] = []
+    call_len: list[int] = []
+    msgs: list[tuple[int, int, int, int, int, int]] = []
+    for s in range(p):
+        for o in fn(s, p, m):
+            if o.kind in ("F", "B"):
+                ops.append(0 if o.kind == "F" else 1)
+                continue
+            ops.append(2 + len(call_start))
+            call_start.append(len(msgs))
+            call_len.append(len(o.arg))
+            for role, key in o.arg:
+                k = key_ids.setdefault(tuple(key), len(key_ids))
+                send = role == "send"
+                msgs.append((2 * k + send, 2 * k + (not send), k, send, key[0] == "b", key[2]))
+        op_start.append(len(ops))
+    cols = np.array(msgs, dtype=np.int64).reshape(-1, 6).T
+    return _Compiled(
+        *(np.array(x, dtype=np.int64) for x in (ops, op_start, call_start, call_len)),
+        *(np.ascontiguousarray(c) for c in cols),
+        len(key_ids),
+    )
 
 
 @functools.lru_cache(maxsize=1 << 14)
 def _replay_cached(p: int, m: int, fn: ProgramFn, args: tuple, rendezvous: bool) -> tuple:
-    """:func:`_replay_one` of one replica, kept for the process: the grid searches of one
+    """:func:`_replay_kernel` of one replica, kept for the process: the grid searches of one
     setting and its neighbours (another global batch: the same extrapolation window) replay the
     same pipelines again. A pure function of its arguments, so the results are the same."""
-    now, first = _replay_one(_programs(p, m, fn), *args, rendezvous=rendezvous)
-    return tuple(now), tuple(first)
+    prog = _programs(p, m, fn)
+    times = [np.array(x, dtype=float) for x in args]
+    now, first, ok = _replay_kernel(*prog, *times, rendezvous)
+    if not ok:
+        raise RuntimeError("replay: the programs deadlocked (a call never met its peer)")
+    return tuple(now.tolist()), tuple(first.tolist())
 
 
 def replay(
@@ -209,73 +246,93 @@ def replay(
     return out
 
 
-def _replay_one(programs, f, b, busy_f, busy_b, delay_f, delay_b, buf_f, buf_b, *, rendezvous):
-    """One replica of :func:`replay`: (end per stage, stage 0's backward ends). ``programs`` as
-    :func:`_programs` compiles them."""
-    p = len(programs)
-    links = {"f": (busy_f, delay_f, delay_b, buf_f), "b": (busy_b, delay_b, delay_f, buf_b)}
-    pc = [0] * p
-    now = [0.0] * p
-    issued: dict[tuple, float] = {}  # (role, key) -> issue time
-    done: dict[tuple, tuple[float, float]] = {}  # key -> (sender free, landing)
-    link_free: dict[tuple, float] = {}
-    first_bwd = []  # stage 0's end of each backward, in order: the steady state's clock
-    waiting: dict[tuple, int] = {}  # (role, key) a blocked stage needs issued -> that stage
-    ready = list(range(p))  # stages that can run until their next unmatched call
-    while ready:
-        s = ready.pop()
-        prog, i, t, n = programs[s], pc[s], now[s], len(programs[s])
+@njit(cache=True)
+def _replay_kernel(
+    ops, op_start, call_start, call_len, mine, peer, key, send, back, link, keys,
+    f, b, busy_f, busy_b, delay_f, delay_b, buf_f, buf_b, rendezvous,
+):  # fmt: skip
+    """One replica of :func:`replay`: (end per stage, stage 0's backward ends, whether every
+    program finished). Stages run until their next call whose peer has not been issued yet; a
+    stage blocked on an end is pushed back on the ready stack when that end is issued. A message
+    is placed on its link the first time both its ends are known."""
+    p = op_start.size - 1
+    pc = op_start[:-1].copy()
+    now = np.zeros(p)
+    issued = np.empty(2 * keys)  # issue time of each end
+    is_issued = np.zeros(2 * keys, dtype=np.bool_)
+    sender_free = np.empty(keys)  # per message: when its sender may return, when it lands
+    landing = np.empty(keys)
+    placed = np.zeros(keys, dtype=np.bool_)
+    link_free = np.full((2, max(p - 1, 1)), -np.inf)
+    waiting = np.full(2 * keys, -1)  # the stage blocked until this end is issued
+    first_bwd = np.empty(op_start[1] - op_start[0])
+    n_first = 0
+    ready = np.empty(p + 2 * keys, dtype=np.int64)
+    for s in range(p):
+        ready[s] = s
+    n_ready = p
+    while n_ready > 0:
+        n_ready -= 1
+        s = ready[n_ready]
+        i, t, n = pc[s], now[s], op_start[s + 1]
         while i < n:
-            o = prog[i]
+            o = ops[i]
             if o == 0:
                 t += f[s]
             elif o == 1:
                 t += b[s]
                 if s == 0:
-                    first_bwd.append(t)
+                    first_bwd[n_first] = t
+                    n_first += 1
             else:
-                for mine, _, _, _, _, _ in o:
-                    if mine not in issued:
-                        issued[mine] = t
-                        if mine in waiting:
-                            ready.append(waiting.pop(mine))
-                blocked = None
-                for _, peer, _, _, _, _ in o:
-                    if peer not in issued:
-                        blocked = peer
+                lo = call_start[o - 2]
+                hi = lo + call_len[o - 2]
+                for x in range(lo, hi):
+                    if not is_issued[mine[x]]:
+                        issued[mine[x]] = t
+                        is_issued[mine[x]] = True
+                        if waiting[mine[x]] >= 0:
+                            ready[n_ready] = waiting[mine[x]]
+                            n_ready += 1
+                            waiting[mine[x]] = -1
+                blocked = -1
+                for x in range(lo, hi):
+                    if not is_issued[peer[x]]:
+                        blocked = peer[x]
                         break
-                if blocked is not None:
+                if blocked >= 0:
                     waiting[blocked] = s
                     break
                 end = t
-                for mine, peer, key, is_send, d, k in o:
-                    times = done.get(key)
-                    if times is None:  # first time both ends are known: place it on its link
-                        busy, delay, back, buf = links[d]
-                        send, recv = (mine, peer) if is_send else (peer, mine)
-                        start = issued[send]
-                        free = link_free.get((d, k), -math.inf)
-                        if free > start:
-                            start = free
+                for x in range(lo, hi):
+                    k, d, j = key[x], back[x], link[x]
+                    if not placed[k]:  # first time both ends are known: place it on its link
+                        placed[k] = True
+                        busy = busy_b[j] if d else busy_f[j]
+                        delay = delay_b[j] if d else delay_f[j]
+                        buf = buf_b[j] if d else buf_f[j]
+                        start = issued[2 * k + 1]
+                        if link_free[d, j] > start:
+                            start = link_free[d, j]
                         if rendezvous:
-                            notice = issued[recv] + back[k]
+                            notice = issued[2 * k] + (delay_f[j] if d else delay_b[j])
                             if notice > start:
                                 start = notice
-                        link_free[(d, k)] = start + busy[k]
-                        left = busy[k] - buf[k]
-                        times = done[key] = (
-                            start + (left if left > 0.0 else 0.0),
-                            start + busy[k] + delay[k],
-                        )
-                    ready_at = times[0 if is_send else 1]
+                        link_free[d, j] = start + busy
+                        left = busy - buf
+                        sender_free[k] = start + (left if left > 0.0 else 0.0)
+                        landing[k] = start + busy + delay
+                    ready_at = sender_free[k] if send[x] else landing[k]
                     if ready_at > end:
                         end = ready_at
                 t = end
             i += 1
         pc[s], now[s] = i, t
-    if any(pc[s] < len(programs[s]) for s in range(p)):
-        raise RuntimeError("replay: the programs deadlocked (a call never met its peer)")
-    return now, first_bwd
+    ok = True
+    for s in range(p):
+        if pc[s] < op_start[s + 1]:
+            ok = False
+    return now, first_bwd[:n_first], ok
 
 
 def _cycle(increments: np.ndarray, longest: int) -> int | None:
