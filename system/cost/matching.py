@@ -24,9 +24,10 @@ from __future__ import annotations
 import logging
 
 import numpy as np
-from numba import njit
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import maximum_bipartite_matching
+
+from system.compiled import kernel
 
 log = logging.getLogger(__name__)
 
@@ -86,50 +87,21 @@ def bottleneck_matching(cost: np.ndarray) -> tuple[float, np.ndarray]:
     return float(values[hi]), best.astype(np.int64)
 
 
-@njit(cache=True)
-def _has_perfect(c: np.ndarray, threshold: float, row_of: np.ndarray, col_of: np.ndarray) -> bool:
-    """Whether the bipartite graph {(i, j): c[i, j] <= threshold} has a perfect matching:
-    augmenting paths found breadth-first from each row in turn (O(n³))."""
-    n = c.shape[0]
-    row_of[:] = -1  # row matched to each column
-    col_of[:] = -1  # column matched to each row
+@kernel
+def _values(c: np.ndarray, out: np.ndarray) -> None:
+    """``out[k]`` = the bottleneck matching value of ``c[k]`` (see :func:`bottleneck_values`).
+
+    The thresholds tried: first the lower bound max(largest row minimum, largest column
+    minimum) (every row and column is matched), then a binary search over the sorted distinct
+    entries above it. A threshold admits a perfect matching of {(i, j): c[i, j] <= it} when
+    augmenting paths, found breadth-first from each row in turn, match every row (O(n³))."""
+    n = c.shape[1]
+    row_of = np.empty(n, dtype=np.int64)  # row matched to each column
+    col_of = np.empty(n, dtype=np.int64)  # column matched to each row
     parent = np.empty(n, dtype=np.int64)  # the row a column was reached from
     queue = np.empty(n, dtype=np.int64)
-    for start in range(n):
-        parent[:] = -1
-        queue[0] = start
-        head, tail, free = 0, 1, -1
-        while head < tail and free < 0:
-            i = queue[head]
-            head += 1
-            for j in range(n):
-                if parent[j] < 0 and c[i, j] <= threshold:
-                    parent[j] = i
-                    if row_of[j] < 0:
-                        free = j
-                        break
-                    queue[tail] = row_of[j]
-                    tail += 1
-        if free < 0:
-            return False  # this row cannot be matched: no perfect matching
-        j = free
-        while j >= 0:  # flip the path back to the start row
-            i = parent[j]
-            nxt = col_of[i]
-            row_of[j] = i
-            col_of[i] = j
-            j = nxt
-    return True
-
-
-@njit(cache=True)
-def _values(c: np.ndarray, out: np.ndarray) -> None:
-    """``out[k]`` = the bottleneck matching value of ``c[k]`` (see :func:`bottleneck_values`)."""
-    n = c.shape[1]
-    row_of = np.empty(n, dtype=np.int64)
-    col_of = np.empty(n, dtype=np.int64)
     for k in range(c.shape[0]):
-        lower = -np.inf  # every row and column is matched: max(largest row min, column min)
+        lower = -np.inf
         for i in range(n):
             row_min = np.inf
             col_min = np.inf
@@ -137,19 +109,53 @@ def _values(c: np.ndarray, out: np.ndarray) -> None:
                 row_min = min(row_min, c[k, i, j])
                 col_min = min(col_min, c[k, j, i])
             lower = max(lower, row_min, col_min)
-        if _has_perfect(c[k], lower, row_of, col_of):
-            out[k] = lower
-            continue
-        values = np.unique(c[k])
-        lo = np.searchsorted(values, lower, side="right")  # values[lo - 1] == lower fails
-        hi = values.size - 1  # the largest entry admits every matching
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if _has_perfect(c[k], values[mid], row_of, col_of):
-                hi = mid
+        values = np.empty(0)
+        lo, hi = -1, -1  # -1: the lower bound is being tried; then values[lo - 1] fails
+        threshold = lower
+        while True:
+            row_of[:] = -1
+            col_of[:] = -1
+            perfect = True
+            for start in range(n):
+                parent[:] = -1
+                queue[0] = start
+                head, tail, free = 0, 1, -1
+                while head < tail and free < 0:
+                    i = queue[head]
+                    head += 1
+                    for j in range(n):
+                        if parent[j] < 0 and c[k, i, j] <= threshold:
+                            parent[j] = i
+                            if row_of[j] < 0:
+                                free = j
+                                break
+                            queue[tail] = row_of[j]
+                            tail += 1
+                if free < 0:
+                    perfect = False  # this row cannot be matched
+                    break
+                j = free
+                while j >= 0:  # flip the path back to the start row
+                    i = parent[j]
+                    nxt = col_of[i]
+                    row_of[j] = i
+                    col_of[i] = j
+                    j = nxt
+            if lo < 0:
+                if perfect:
+                    out[k] = lower
+                    break
+                values = np.unique(c[k])
+                lo = np.searchsorted(values, lower, side="right")
+                hi = values.size - 1  # the largest entry admits every matching
+            elif perfect:
+                hi = (lo + hi) // 2
             else:
-                lo = mid + 1
-        out[k] = values[hi]
+                lo = (lo + hi) // 2 + 1
+            if lo >= hi:
+                out[k] = values[hi]
+                break
+            threshold = values[(lo + hi) // 2]
 
 
 def bottleneck_values(costs: np.ndarray) -> np.ndarray:

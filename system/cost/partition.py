@@ -28,10 +28,10 @@ import time
 from collections.abc import Sequence
 
 import numpy as np
-from numba import njit
 
 from system.assignment import Assignment
 from system.cluster import Cluster
+from system.compiled import kernel
 from system.cost.matching import bottleneck_matching, bottleneck_values
 from system.cost.model import CostBreakdown, assignment_cost, check_sizes, dp_cost_matrix_s
 from system.cost.tsp import MAX_EXACT_TSP, open_tsp_path, open_tsp_values
@@ -85,7 +85,7 @@ def check_groups(groups: np.ndarray, num_devices: int) -> np.ndarray:
     return g.astype(np.int64)
 
 
-@njit(cache=True)
+@kernel
 def _lower_edges(link: np.ndarray, groups: np.ndarray) -> np.ndarray:
     """(K, pp, pp): for each pair of groups a, b of each partition, max(largest row minimum,
     largest column minimum) of ``link`` between them, a lower bound of their bottleneck matching

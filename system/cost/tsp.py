@@ -20,7 +20,8 @@ from __future__ import annotations
 import logging
 
 import numpy as np
-from numba import njit
+
+from system.compiled import kernel
 
 log = logging.getLogger(__name__)
 
@@ -29,45 +30,37 @@ __all__ = ["open_tsp_values", "open_tsp_path", "path_cost", "MAX_EXACT_TSP"]
 MAX_EXACT_TSP = 16  # largest group count solved exactly
 
 
-@njit(cache=True)
-def _held_karp(w: np.ndarray, dp: np.ndarray) -> None:
-    """Fill ``dp`` (2^m, m): cheapest path over the set S ending at j (any start), for one (m, m)
-    matrix. dp[S, j] = min over i in S - j of dp[S - j, i] + w[i, j]; sets in increasing order,
-    so S - j is done before S. Only additions and minima: the values do not depend on the order
+@kernel
+def _open_values(w: np.ndarray, out: np.ndarray, dp: np.ndarray) -> None:
+    """``out[k]`` = the cheapest open path of ``w[k]`` by Held–Karp; ``dp`` (2^m, m) is the
+    table, left holding the last matrix's: dp[S, j] = cheapest path over the set S ending at j
+    (any start) = min over i in S - j of dp[S - j, i] + w[i, j]. Sets in increasing order, so
+    S - j is done before S. Only additions and minima: the values do not depend on the order
     the candidates are visited in."""
-    m = w.shape[0]
-    n = 1 << m
-    dp[:, :] = np.inf
-    for j in range(m):
-        dp[1 << j, j] = 0.0
-    for s in range(3, n):
-        if s & (s - 1) == 0:
-            continue  # one member: set above
-        for j in range(m):
-            if not (s >> j) & 1:
-                continue
-            prev = s ^ (1 << j)
-            best = np.inf
-            for i in range(m):
-                if (prev >> i) & 1:
-                    c = dp[prev, i] + w[i, j]
-                    if c < best:
-                        best = c
-            dp[s, j] = best
-
-
-@njit(cache=True)
-def _open_values(w: np.ndarray, out: np.ndarray) -> None:
-    """``out[k]`` = the cheapest open path of ``w[k]``; one dp table reused across the batch."""
     m = w.shape[1]
-    full = (1 << m) - 1
-    dp = np.empty((1 << m, m))
+    n = 1 << m
     for k in range(w.shape[0]):
-        _held_karp(w[k], dp)
+        dp[:, :] = np.inf
+        for j in range(m):
+            dp[1 << j, j] = 0.0
+        for s in range(3, n):
+            if s & (s - 1) == 0:
+                continue  # one member: set above
+            for j in range(m):
+                if not (s >> j) & 1:
+                    continue
+                prev = s ^ (1 << j)
+                best = np.inf
+                for i in range(m):
+                    if (prev >> i) & 1:
+                        c = dp[prev, i] + w[k, i, j]
+                        if c < best:
+                            best = c
+                dp[s, j] = best
         best = np.inf
         for j in range(m):
-            if dp[full, j] < best:
-                best = dp[full, j]
+            if dp[n - 1, j] < best:
+                best = dp[n - 1, j]
         out[k] = best
 
 
@@ -91,7 +84,7 @@ def open_tsp_values(weights: np.ndarray) -> np.ndarray:
     if m == 1 or k == 0:
         return np.zeros(k)
     out = np.empty(k)
-    _open_values(np.ascontiguousarray(w), out)
+    _open_values(np.ascontiguousarray(w), out, np.empty((1 << m, m)))
     return out
 
 
@@ -103,7 +96,7 @@ def path_cost(weights: np.ndarray, order: list[int]) -> float:
 def _exact_path(w: np.ndarray) -> list[int]:
     m = w.shape[0]
     dp = np.empty((1 << m, m))
-    _held_karp(np.ascontiguousarray(w), dp)
+    _open_values(np.ascontiguousarray(w[None]), np.empty(1), dp)
     mask = (1 << m) - 1
     j = int(np.argmin(dp[mask]))
     order = [j]

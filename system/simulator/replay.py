@@ -27,7 +27,8 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
+
+from system.compiled import kernel
 
 __all__ = [
     "Key",
@@ -246,7 +247,7 @@ def replay(
     return out
 
 
-@njit(cache=True)
+@kernel
 def _replay_kernel(
     ops, op_start, call_start, call_len, mine, peer, key, send, back, link, keys,
     f, b, busy_f, busy_b, delay_f, delay_b, buf_f, buf_b, rendezvous,

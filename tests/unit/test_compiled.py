@@ -1,0 +1,75 @@
+"""The numba kernels: compiled at their first call only, and equal to their Python source."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from baselines.megatron.schedule import megatron_1f1b_program
+from system.cost.matching import _values
+from system.cost.partition import _lower_edges
+from system.cost.tsp import _open_values
+from system.simulator.replay import _programs, _replay_kernel
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_numba_is_imported_at_a_kernels_first_call_only():
+    code = (
+        "import sys, numpy as np\n"
+        "import repro.run, system.emulation, system.cost.tsp as t\n"
+        "assert 'numba' not in sys.modules, 'imported before any kernel ran'\n"
+        "t.open_tsp_values(np.ones((1, 3, 3)))\n"
+        "assert 'numba' in sys.modules\n"
+    )
+    env = {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+    r = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
+def _both(fn, *args):
+    """(compiled result, interpreted result) of a kernel writing into its last argument(s)."""
+    compiled = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args]
+    python = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args]
+    got = fn(*compiled)
+    want = fn.__wrapped__(*python)
+    return (got, compiled), (want, python)
+
+
+def test_held_karp_compiled_equals_its_source():
+    w = np.random.default_rng(0).random((6, 6, 6))
+    (_, c), (_, p) = _both(_open_values, w, np.empty(6), np.empty((64, 6)))
+    assert np.array_equal(c[1], p[1]) and np.array_equal(c[2], p[2])
+
+
+@pytest.mark.parametrize("n", [1, 4, 6])
+def test_bottleneck_values_compiled_equal_their_source(n):
+    rng = np.random.default_rng(n)
+    mats = np.concatenate([rng.random((5, n, n)), rng.integers(0, 3, (5, n, n)).astype(float)])
+    (_, c), (_, p) = _both(_values, mats, np.empty(len(mats)))
+    assert np.array_equal(c[1], p[1])
+
+
+def test_lower_edges_compiled_equal_their_source():
+    rng = np.random.default_rng(1)
+    link = rng.random((12, 12))
+    groups = np.array([rng.permutation(12).reshape(4, 3) for _ in range(5)])
+    (got, _), (want, _) = _both(_lower_edges, link, groups)
+    assert np.array_equal(got, want)
+
+
+def test_the_replay_compiled_equals_its_source():
+    p, m = 4, 7
+    rng = np.random.default_rng(2)
+    times = [rng.random(p), rng.random(p), *[rng.random(p - 1) for _ in range(6)]]
+    prog = _programs(p, m, megatron_1f1b_program)
+    for rendezvous in (False, True):
+        (got, _), (want, _) = _both(_replay_kernel, *prog, *times, rendezvous)
+        assert got[2] and want[2]
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
