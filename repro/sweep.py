@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import datetime as _dt
-import functools
 import json
 import logging
 import math
@@ -370,10 +369,12 @@ class SweepComposer:
 class _SweepLoad:
     """The config loader's ``load_sweep_config`` while a :class:`SweepComposer` is installed.
     A launcher that ships the loader to other processes (joblib, Slurm) pickles it: there it is
-    Hydra's own method again (the kept configs stay here)."""
+    a :class:`_ShippedLoad` that composes with a composer of its own (the kept configs stay
+    here)."""
 
     def __init__(self, composer: SweepComposer) -> None:
         self.composer = composer
+        self.token = os.urandom(8).hex()  # this sweep, as the other processes tell it apart
 
     def __call__(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
         loader = self.composer.loader
@@ -382,8 +383,32 @@ class _SweepLoad:
         return self.composer.job(list(sweep_overrides))
 
     def __reduce__(self):
-        loader = self.composer.loader
-        return functools.partial, (type(loader).load_sweep_config, loader)
+        return _ShippedLoad, (self.composer.loader, self.token)
+
+
+# A launcher's worker process (joblib's run many jobs each) keeps the composer of the sweep it
+# works for, so it composes the defaults once per choice of groups, as the submitting process
+# does; a new sweep's token replaces it.
+_SHIPPED: dict[str, SweepComposer] = {}
+
+
+class _ShippedLoad:
+    """``load_sweep_config`` of a config loader shipped to a launcher's worker: the master config
+    arrives with every job (a fresh copy each time); the composer is the worker's own."""
+
+    def __init__(self, loader, token: str) -> None:
+        self.loader, self.token = loader, token
+
+    def __call__(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
+        composer = _SHIPPED.get(self.token)
+        if composer is None:
+            _SHIPPED.clear()
+            composer = _SHIPPED[self.token] = SweepComposer(self.loader, master_config)
+        composer.master = master_config  # its Hydra overrides and resolver cache
+        return composer.job(list(sweep_overrides))
+
+    def __reduce__(self):
+        return _ShippedLoad, (self.loader, self.token)
 
 
 def _loader():

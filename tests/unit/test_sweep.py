@@ -466,12 +466,14 @@ def test_the_sweep_composer_gives_every_job_hydras_own_config(sweep, extra):
 
 
 def test_a_shipped_config_loader_composes_as_hydra_does():
-    """The joblib and Slurm launchers pickle the config loader into their workers: there it is
-    Hydra's own method again."""
+    """The joblib and Slurm launchers pickle the config loader into their workers: there it
+    composes each job as Hydra does, with a composer of the worker's own, kept for the sweep's
+    later jobs (and replaced by another sweep's)."""
     cloudpickle = pytest.importorskip("cloudpickle", reason="the launchers' pickler")
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
+    from repro import sweep
     from repro.sweep import SweepComposer, job_overrides
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
@@ -484,10 +486,22 @@ def test_a_shipped_config_loader_composes_as_hydra_does():
             shipped = cloudpickle.loads(cloudpickle.dumps(loader))
         finally:
             remove()
-        job = list(job_overrides(master)[0])
+        jobs = [list(j) for j in job_overrides(master)[:3]]
         assert not hasattr(shipped.load_sweep_config, "composer")
-        got = shipped.load_sweep_config(master, job)
-        assert OmegaConf.to_container(got) == OmegaConf.to_container(composer.job(job))
+        for job in jobs:
+            copy = cloudpickle.loads(cloudpickle.dumps(master))  # each job brings its own
+            got = shipped.load_sweep_config(copy, job)
+            hydras = type(loader).load_sweep_config(loader, master, job)
+            assert OmegaConf.to_container(got) == OmegaConf.to_container(hydras)
+        kept = sweep._SHIPPED[shipped.load_sweep_config.token]
+        assert len(kept._jobs) == 3 and len(kept._bases) == 1
+        remove = SweepComposer(loader, master).install()
+        try:
+            other = cloudpickle.loads(cloudpickle.dumps(loader))  # another sweep
+        finally:
+            remove()
+        other.load_sweep_config(master, jobs[0])
+        assert list(sweep._SHIPPED) == [other.load_sweep_config.token]
 
 
 def test_a_shipped_callback_leaves_the_sweeps_machinery_behind():
