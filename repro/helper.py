@@ -1,4 +1,5 @@
-"""A helper process that runs a serial sweep's shared work ahead of its jobs, one task at a time.
+"""A helper process that runs a serial sweep's shared work ahead of its jobs, one task at a time
+(and a large study's report beside its claims: :func:`repro.report.build.build_report`).
 
 The serial launcher runs one job at a time and leaves a core idle; a mode's prefetch
 (:attr:`repro.config.ModeSpec.prefetch`) queues the work its jobs will ask for, in job order,
@@ -36,7 +37,7 @@ __all__ = ["Helper", "take"]
 class Helper:
     """One forked worker process and a thread that feeds it the queued tasks in order."""
 
-    def __init__(self, initializer: Callable[[], None]) -> None:
+    def __init__(self, initializer: Callable[[], None] | None = None) -> None:
         self._pool = ProcessPoolExecutor(
             max_workers=1,
             mp_context=multiprocessing.get_context("fork"),
@@ -106,10 +107,11 @@ class Helper:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _start(initializer: Callable[[], None]) -> None:
+def _start(initializer: Callable[[], None] | None) -> None:
     """The worker's start: it dies with this process, then runs the caller's initializer."""
     die_with_parent()
-    initializer()
+    if initializer is not None:
+        initializer()
 
 
 class _Task(Future):

@@ -23,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from repro.config import CollectConfig, ReportConfig, RunConfig
+from repro.helper import Helper, take
 from repro.report.figures.fig3 import plot_fig3
 from repro.report.figures.fig4 import plot_fig4
 from repro.report.protocols import (
@@ -31,12 +32,17 @@ from repro.report.protocols import (
     headline_rows,
     write_protocol_claims,
 )
-from repro.report.summary import summary_from_rows
+from repro.report.summary import SUMMARY_INPUTS, summary_from_rows
 from repro.report.tables import markdown_table
 from repro.report.variance import CV_LIMIT, best_configs, variance_table
 from system.results import atomic_write_text, read_rows
 
 log = logging.getLogger(__name__)
+
+# A study of at least this many rows gets its summary and Fig. 3 from a helper process while
+# this one evaluates the claims (on the paper's grid each side takes seconds); a smaller study's
+# report is made here alone (a process costs more than it saves).
+SIDE_PROCESS_ROWS = 5000
 
 __all__ = [
     "ReportPaths",
@@ -152,26 +158,36 @@ def build_report(
         )
     )
     best = best_configs(rows) if not rows.empty else variance.assign(n_configs=pd.Series(dtype=int))
-    claims = evaluate_claims_by_protocol(every, ablation, tolerance=tolerance)
-    paths = ReportPaths(
-        report=d / "REPORT.md",
-        variance=d / "variance.csv",
-        claims=d / "claims.csv",
-        best=d / "best.csv",
-        figures=(),
-    )
-    for table, path in ((variance, paths.variance), (claims, paths.claims), (best, paths.best)):
-        atomic_write_text(path, table.to_csv(index=False))
-    # Fig. 4 belongs to the study that compares schedulers (sweep=ablation); the other studies
-    # use the ablation table for the scheduler claims only, so the figure exists once.
-    own = ablation_from_rows(rows)
-    fig4 = (
-        plot_fig4(ablation, d / "fig4.png")
-        if own is not None and own.method.nunique() > 1
-        else None
-    )
-    figs = tuple(p for p in (plot_fig3(best, d / "fig3.png"), fig4) if p)
-    summary = summary_from_rows(every)
+    side = Helper() if len(every) >= SIDE_PROCESS_ROWS else None
+    inputs = (every[[c for c in SUMMARY_INPUTS if c in every]], best, d / "fig3.png")
+    try:
+        if side is not None:
+            beside = side.submit(_summary_and_fig3, *inputs)
+            side.start()
+        claims = evaluate_claims_by_protocol(every, ablation, tolerance=tolerance)
+        paths = ReportPaths(
+            report=d / "REPORT.md",
+            variance=d / "variance.csv",
+            claims=d / "claims.csv",
+            best=d / "best.csv",
+            figures=(),
+        )
+        for table, path in ((variance, paths.variance), (claims, paths.claims), (best, paths.best)):
+            atomic_write_text(path, table.to_csv(index=False))
+        # Fig. 4 belongs to the study that compares schedulers (sweep=ablation); the other
+        # studies use the ablation table for the scheduler claims only, so it exists once.
+        own = ablation_from_rows(rows)
+        fig4 = (
+            plot_fig4(ablation, d / "fig4.png")
+            if own is not None and own.method.nunique() > 1
+            else None
+        )
+        made = take(beside) if side is not None else None  # None: not started there
+    finally:
+        if side is not None:
+            side.stop()
+    summary, fig3 = made if made is not None else _summary_and_fig3(*inputs)
+    figs = tuple(p for p in (fig3, fig4) if p)
     paths = ReportPaths(paths.report, paths.variance, paths.claims, paths.best, figs)
     atomic_write_text(
         paths.report,
@@ -194,6 +210,13 @@ def build_report(
     counts = claims.verdict.value_counts().to_dict()
     log.info("report %s: %d rows, claims %s", paths.report, len(rows), counts)
     return paths
+
+
+def _summary_and_fig3(
+    rows: pd.DataFrame, best: pd.DataFrame, fig3: Path
+) -> tuple[pd.DataFrame, Path | None]:
+    """The study's summary (of every row) and its Fig. 3 (of the best configurations)."""
+    return summary_from_rows(rows), plot_fig3(best, fig3)
 
 
 def _render(

@@ -25,6 +25,7 @@ from system.simulator import V100
 
 __all__ = [
     "KEYS",
+    "SUMMARY_INPUTS",
     "summary_from_rows",
     "with_speedups",
     "paper_ratios",
@@ -52,6 +53,7 @@ COLUMNS = [
     "sim_dp_sync_s",
     "scheduler",
 ]
+SUMMARY_INPUTS = ["mode", *COLUMNS]  # every column summary_from_rows reads
 
 
 def _points(grid: pd.DataFrame) -> list[GridPoint]:
