@@ -290,6 +290,7 @@ MODEL_SOURCES = (
     "system/assignment.py",
     "system/gpus.py",
     "system/workload.py",
+    "system/compiled.py",
     "system/data/*.csv",
     "system/cost/*.py",
     "system/scheduler/*.py",
