@@ -4,9 +4,11 @@ an earlier commit, under the serial launcher and joblib.
     python repro/run.py mode=bench_sweep sweep_name=paper base=370986d       # both launchers
     python repro/run.py mode=bench_sweep sweep_name=smoke launchers=[serial] base=HEAD~1
 
-Each (tree, launcher) runs ``python repro/run.py -m sweep=<sweep>`` once per round into a fresh
-folder (the earlier commit from a ``git archive`` copy of it), the rounds alternating the order,
-so both trees see the same machine load. The command's wall time comes from here; the jobs
+Each tree first runs one small simulation (:func:`warm_up`: its numeric kernels compiled and
+kept on disk before any timing); then each (tree, launcher) runs
+``python repro/run.py -m sweep=<sweep>`` once per round into a fresh folder (the earlier commit
+from a ``git archive`` copy of it), the rounds alternating the order, so both trees see the
+same machine load. The command's wall time comes from here; the jobs
 phase, the pre-check and the report from the sweep's own summary line; each job's simulation
 seconds from its ledger entry (``summary.elapsed_s``; both commits record it). Per job, with n
 jobs and w workers (1 serial; joblib: ``n_jobs`` or the cores):
@@ -46,7 +48,7 @@ from repro.studies.tree import ROOT, materialise, short_rev
 
 LAUNCHERS = {"serial": [], "joblib": ["hydra/launcher=joblib"]}
 
-__all__ = ["run_sweep", "run"]
+__all__ = ["run_sweep", "warm_up", "run"]
 
 _SPLIT = re.compile(
     r"sweep \S+: (\d+) jobs ran.* in ([\d.]+) s \(check ([\d.]+) s, report ([\d.]+) s\);"
@@ -90,6 +92,24 @@ def run_sweep(
     from system.results import read_rows
 
     return wall_s, set(read_rows(results_dir)["run_id"])
+
+
+def warm_up(tree: Path, results_dir: Path, timeout_s: float = 600.0) -> None:
+    """One small simulation of ``tree`` before the timed sweeps: the numeric kernels it compiles
+    at their first call (:mod:`system.compiled`) are then on disk, so no timed run pays for
+    compiling them (a fresh checkout's first run does, once: the table's note says how much)."""
+    cmd = [sys.executable, "repro/run.py", "mode=simulate", "case=debug", "model=debug"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "PYTHONPATH": str(tree)}
+    p = subprocess.run(
+        [*cmd, f"results_dir={results_dir}"],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+    if p.returncode != 0:
+        raise RuntimeError(f"warm-up in {tree} failed ({p.returncode}):\n{p.stderr[-2000:]}")
 
 
 def split(results_dir: Path, wall_s: float, workers: int) -> dict:
@@ -144,6 +164,8 @@ def run(cfg: BenchSweepConfig) -> dict:
             materialise(base, Path(tmp) / "base")
             trees = {base: Path(tmp) / "base", **trees}
         workers = {"serial": 1, "joblib": cfg.n_jobs or os.cpu_count() or 1}
+        for name, tree in trees.items():
+            warm_up(tree, Path(tmp) / f"warm-{name.replace(' ', '_')}")
         load_before = os.getloadavg()[0]
         print(f"sweep={cfg.sweep_name}, {os.cpu_count()} cores, load before {load_before:.2f}")
         seen: dict[str, list[float]] = {}  # tree -> its first run's iteration times
