@@ -257,3 +257,22 @@ def test_an_unreadable_ablation_table_is_one_line_naming_it(tmp_path):
     with pytest.raises(ValueError) as err:
         read_ablation(bad)
     assert str(bad) in str(err.value) and len(str(err.value).splitlines()) == 1, str(err.value)
+
+
+def test_a_report_made_with_a_helper_process_is_the_one_made_alone(tmp_path, monkeypatch):
+    """A large study's summary and Fig. 3 come from a helper process while the claims are
+    evaluated: every file is the same, byte for byte, as one process alone writes it."""
+    import repro.report.build as build
+
+    rows = synthetic_rows(cases=("1", "5"), noise=0.05, seed=3)
+    outputs = {}
+    for name, threshold in (("alone", 10**9), ("helper", 0)):
+        d = tmp_path / name / "study"  # the folder's name is the report's title
+        write_rows(d, rows)
+        monkeypatch.setattr(build, "SIDE_PROCESS_ROWS", threshold)
+        build_report(d)
+        outputs[name] = {
+            p.name: p.read_bytes() for p in d.iterdir() if p.suffix in (".md", ".csv", ".png")
+        }
+    assert {"summary.csv", "fig3.png", "REPORT.md", "claims.md"} <= set(outputs["alone"])
+    assert outputs["helper"] == outputs["alone"]
