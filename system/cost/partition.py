@@ -112,7 +112,7 @@ class PartitionEvaluator:
     """Cached partition costs for one cluster, tasklet sizes and layout (the GA's inner loop).
 
     Group DP costs are cached per sorted member tuple, coarse edges per (group, group) pair; new
-    edges are computed in one vectorized batch (:func:`bottleneck_values`), TSPs likewise.
+    edges are computed in one compiled batch (:func:`bottleneck_values`), TSPs likewise.
     ``evaluations`` counts partitions costed.
     """
 

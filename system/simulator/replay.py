@@ -236,7 +236,7 @@ def replay(
         cols.append(np.broadcast_to(np.asarray(x, float), (max(p - 1, 0), r)))
     fn = program_for(schedule)
     ends, firsts = [], []
-    for j in range(r):  # one scalar replay per distinct replica (plain floats: fast)
+    for j in range(r):  # one replay per replica, kept by its times (:func:`_replay_cached`)
         args = tuple(tuple(c[:, j].tolist()) for c in cols)
         end, first = _replay_cached(p, m, fn, args, bool(rendezvous))
         ends.append(end)
