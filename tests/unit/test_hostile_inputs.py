@@ -142,6 +142,7 @@ def test_a_report_of_a_bad_table_names_the_file(tmp_path, mode, what, monkeypatc
     assert ("unreadable" if what == "corrupt" else "no run_id column") in line
 
 
+@pytest.mark.slow  # two scheduler runs, each a process of its own
 def test_a_path_case_writes_inside_the_results_folder_only(tmp_path):
     """``case=/abs/path.yaml`` once wrote ``R/case/abs/path.yaml-...json`` and a ``../`` case
     left ``R``; the schedule's file is named by the file's stem and content."""

@@ -63,6 +63,7 @@ def _simulate_here(case: Path, results: Path) -> None:
     )
 
 
+@pytest.mark.slow  # four simulations of a topology file, one of them a process of its own
 def test_editing_a_topology_file_gives_new_rows_that_supersede_the_old(tmp_path):
     topo, results = tmp_path / "edit.yaml", tmp_path / "R"
     topo.write_text(TOPOLOGY.format(bw=1))
