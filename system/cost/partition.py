@@ -132,15 +132,21 @@ class PartitionEvaluator:
 
     def _group_costs(self, partitions: Sequence[Sequence[Group]]) -> np.ndarray:
         """(K, pp) DP cost of every group of each partition; groups not cached yet in one batch
-        (a group's cost: the largest of its members' summed DP times to the others)."""
+        (a group's cost: the largest of its members' summed DP times to the others). The values
+        are read once, so a cache that forgets entries while the new ones go in loses none."""
         cache = self._dp_cache
-        new = list(dict.fromkeys(g for p in partitions for g in p if g not in cache))
+        got: dict[Group, float | None] = {}
+        for p in partitions:
+            for g in p:
+                if g not in got:
+                    got[g] = cache.get(g)
+        new = [g for g, v in got.items() if v is None]
         if new:
             idx = np.array(new, dtype=np.int64)  # (M, dp)
             costs = self.dp_pair_s[idx[:, :, None], idx[:, None, :]].sum(axis=2).max(axis=1)
             for g, c in zip(new, costs.tolist(), strict=True):
-                cache[g] = c if len(g) > 1 else 0.0
-        return np.array([[cache[g] for g in p] for p in partitions])
+                got[g] = cache[g] = c if len(g) > 1 else 0.0
+        return np.array([[got[g] for g in p] for p in partitions])
 
     def edges(self, pairs: Sequence[tuple[Group, Group]]) -> np.ndarray:
         """Bottleneck values of many (group, group) pairs; unseen ones in one batch."""

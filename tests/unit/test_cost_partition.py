@@ -219,3 +219,20 @@ def test_pruned_totals_keep_the_argmin_and_every_value_within_the_bound(seed):
             assert np.array_equal(got[within], full[within])
             finite = np.isfinite(got)
             assert np.array_equal(got[finite], full[finite])
+
+
+def test_costs_are_the_same_when_the_caches_forget_entries_midway():
+    """Bounded caches drop their oldest half when full, also while one batch's new entries go
+    in: every partition still gets the value an unbounded evaluator gives it."""
+    from system.cost.partition import BoundedCache
+    from system.workload import get_workload, tasklet_sizes
+
+    c = get_case("mixed")
+    sizes = tasklet_sizes(get_workload("gpt3_xl_b1024"), 8, 8)
+    parts = _random_partitions(64, 8, 60, np.random.default_rng(4))
+    want = PartitionEvaluator(c, sizes, pp=8, dp=8).totals(parts)
+    small = PartitionEvaluator(c, sizes, pp=8, dp=8)
+    small._dp_cache, small._edge_cache = BoundedCache(3), BoundedCache(5)
+    for k in range(0, len(parts), 7):  # batches that cross the capacity many times
+        assert np.array_equal(small.totals(parts[k : k + 7]), want[k : k + 7])
+    assert small._dp_cache.evicted > 0 and small._edge_cache.evicted > 0
