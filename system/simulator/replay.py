@@ -160,6 +160,17 @@ class _Compiled(NamedTuple):
     keys: int
 
 
+def _check_message(role: str, key: tuple, p: int) -> None:
+    """ValueError unless ``(role, key)`` is a message end of a ``p``-stage pipeline (the kernel
+    indexes its arrays by the link without checking)."""
+    direction, _, link = key
+    if role not in ("send", "recv") or direction not in ("f", "b") or not 0 <= int(link) < p - 1:
+        raise ValueError(
+            f"replay: a program's message {role} {tuple(key)} is not one of a {p}-stage "
+            f"pipeline (role send/recv, direction f/b, link 0..{p - 2})"
+        )
+
+
 @functools.lru_cache(maxsize=1024)  # a sweep of the paper's grid compiles about a hundred
 def _programs(p: int, m: int, fn: ProgramFn) -> _Compiled:
     """Each stage's program of ``fn`` as the replay kernel reads it (:class:`_Compiled`)."""
@@ -178,6 +189,7 @@ def _programs(p: int, m: int, fn: ProgramFn) -> _Compiled:
             call_start.append(len(msgs))
             call_len.append(len(o.arg))
             for role, key in o.arg:
+                _check_message(role, key, p)
                 k = key_ids.setdefault(tuple(key), len(key_ids))
                 send = role == "send"
                 msgs.append((2 * k + send, 2 * k + (not send), k, send, key[0] == "b", key[2]))

@@ -86,6 +86,16 @@ def test_a_deadlocked_program_is_an_error():
         replay(np.zeros((2, 1)), np.zeros((2, 1)), z, z, z, z, 1, schedule=never_sent)
 
 
+@pytest.mark.parametrize("link", [-1, 1, 5])
+def test_a_message_on_a_link_the_pipeline_lacks_is_an_error(link):
+    def stray(stage, p, m):
+        return [forward(0), call(Msg("send" if stage == 0 else "recv", Key("f", 0, link)))]
+
+    z = np.zeros((1, 1))
+    with pytest.raises(ValueError, match="link 0..0"):
+        replay(np.zeros((2, 1)), np.zeros((2, 1)), z, z, z, z, 1, schedule=stray)
+
+
 def test_program_names_and_registration():
     assert program_for("gpipe") is gpipe_blocking_program
     assert program_for("megatron") is megatron_1f1b_program  # registered by importing baselines
