@@ -189,6 +189,9 @@ class PartitionEvaluator:
     def _lower_weights(self, partitions: Sequence[Sequence[Group]]) -> np.ndarray:
         """(K, pp, pp) lower bounds of the coarse edges (every row/column must be matched)."""
         g = np.array([list(p) for p in partitions], dtype=np.int64)  # (K, pp, dp)
+        n = self.pp_link_s.shape[0]
+        if g.size and (g.min() < 0 or g.max() >= n):  # the kernel indexes without checking
+            raise ValueError(f"partitions: device ids must lie in 0..{n - 1}")
         return _lower_edges(self.pp_link_s, g)
 
     # ---- whole partitions ----------------------------------------------------------------------

@@ -236,3 +236,16 @@ def test_costs_are_the_same_when_the_caches_forget_entries_midway():
     for k in range(0, len(parts), 7):  # batches that cross the capacity many times
         assert np.array_equal(small.totals(parts[k : k + 7]), want[k : k + 7])
     assert small._dp_cache.evicted > 0 and small._edge_cache.evicted > 0
+
+
+def test_the_compiled_lower_bounds_refuse_a_device_the_cluster_lacks():
+    """The kernel reads the link matrix without bounds checks: ids are checked before it."""
+    from system.workload import get_workload, tasklet_sizes
+
+    c = get_case("mixed")
+    ev = PartitionEvaluator(c, tasklet_sizes(get_workload("gpt3_xl_b1024"), 8, 8), pp=8, dp=8)
+    part = [tuple(range(8 * i, 8 * i + 8)) for i in range(8)]
+    for bad in (64, -1):
+        stray = [*part[:-1], (*part[-1][:-1], bad)]
+        with pytest.raises(ValueError, match="device ids must lie in 0..63"):
+            ev._lower_weights([stray])
