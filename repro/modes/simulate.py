@@ -150,10 +150,10 @@ def _search_ahead(cfg: SimulateConfig, case: str, layers: int, batch: int):
     return _search(cfg, case, layers, batch, Schedules(cfg.scheduler, cfg.seed))
 
 
-def _search_key(cfg: SimulateConfig, case: str, layers: int, batch: int) -> tuple:
+def _search_key(cfg: SimulateConfig, case: str, layers: int, batch: int, plain: Cluster) -> tuple:
     """Everything ours' configuration search of one setting depends on: the job's whole config
-    (a topology file also by its content, read when the key is made)."""
-    sha = get_case(case, cfg.case_variant).meta.get("source_sha256")
+    and the case as read (``plain``: a topology file also by its content)."""
+    sha = plain.meta.get("source_sha256")
     return json.dumps(as_dict(cfg), sort_keys=True, default=str), case, layers, batch, sha
 
 
@@ -181,7 +181,7 @@ def prefetch(jobs: list[SimulateConfig]):
             key, (cl, sizes, kwargs) = schedules.call(case, plain, workload, pp, dp)
             if key not in SCHEDULE_CACHE:
                 SCHEDULE_CACHE[key] = helper.submit(_schedule, key, cl, sizes, kwargs)
-            search = _search_key(cfg, case, layers, batch)
+            search = _search_key(cfg, case, layers, batch, plain)
             if cfg.system in ("all", "ours_search") and search not in SEARCH_CACHE:
                 SEARCH_CACHE[search] = helper.submit(_search_ahead, cfg, case, layers, batch)
     helper.start()
@@ -367,7 +367,7 @@ def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, s
                 )
             )
     if "ours_search" in systems:  # the best this design can do (system/config_search.py)
-        found = take(SEARCH_CACHE.pop(_search_key(cfg, case, layers, batch), None))
+        found = take(SEARCH_CACHE.pop(_search_key(cfg, case, layers, batch, plain), None))
         if found is None:
             found = _search(cfg, case, layers, batch, schedules)
         for res in found.results:
