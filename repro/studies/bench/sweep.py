@@ -55,6 +55,11 @@ _SPLIT = re.compile(
 )
 
 
+def _env(tree: Path) -> dict:
+    """The environment of a run of the repository copy ``tree``."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "PYTHONPATH": str(tree)}
+
+
 def run_sweep(
     sweep: str,
     launcher: str,
@@ -79,9 +84,10 @@ def run_sweep(
         f"hydra.sweep.dir={results_dir}/multirun",
         *extra,
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "PYTHONPATH": str(tree)}
     t0 = time.perf_counter()
-    p = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout_s)
+    p = subprocess.run(
+        cmd, cwd=tree, env=_env(tree), capture_output=True, text=True, timeout=timeout_s
+    )
     wall_s = time.perf_counter() - t0
     results_dir.mkdir(parents=True, exist_ok=True)
     (results_dir / "sweep.log").write_text(p.stdout + p.stderr)
@@ -97,13 +103,12 @@ def run_sweep(
 def warm_up(tree: Path, results_dir: Path, timeout_s: float = 600.0) -> None:
     """One small simulation of ``tree`` before the timed sweeps: the numeric kernels it compiles
     at their first call (:mod:`system.compiled`) are then on disk, so no timed run pays for
-    compiling them (a fresh checkout's first run does, once: the table's note says how much)."""
+    compiling them (a fresh checkout's first run does, once)."""
     cmd = [sys.executable, "repro/run.py", "mode=simulate", "case=debug", "model=debug"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "PYTHONPATH": str(tree)}
     p = subprocess.run(
         [*cmd, f"results_dir={results_dir}"],
         cwd=tree,
-        env=env,
+        env=_env(tree),
         capture_output=True,
         text=True,
         timeout=timeout_s,
