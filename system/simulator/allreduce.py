@@ -35,11 +35,14 @@ choice a careful user makes and enforces with ``NCCL_ALGO`` (or the framework's 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
 from system.cluster import Cluster
+from system.compiled import kernel
 from system.simulator.comm import flow_bandwidth_bps, ring_collective_s
 
 __all__ = [
@@ -114,6 +117,41 @@ def _depth_order(parent: list[int]) -> list[int]:
     return sorted((r for r in range(len(parent)) if parent[r] >= 0), key=lambda r: -depth[r])
 
 
+class _Trees(NamedTuple):
+    """The trees of an n-rank all-reduce as flat arrays: ``parents[t]`` of tree t, its non-root
+    ranks deepest first (``orders[t]``), and the flows: ``child``/``par`` list every tree's
+    edges, tree after tree, and ``cols[t][r]`` is rank r's edge (its column) in tree t."""
+
+    parents: np.ndarray  # (T, n) int, root −1
+    orders: np.ndarray  # (T, n − 1) int
+    cols: np.ndarray  # (T, n) int, root −1
+    child: np.ndarray  # (T·(n − 1),) int
+    par: np.ndarray  # (T·(n − 1),) int
+
+
+@functools.lru_cache(maxsize=256)
+def _trees(n: int, one: bool) -> _Trees:
+    """:class:`_Trees` of NCCL's double binary tree over n ranks (its first tree only when
+    ``one``)."""
+    parents = dtree_parents(n)[:1] if one else dtree_parents(n)
+    child = [r for p in parents for r in range(n) if p[r] >= 0]
+    par = [p[r] for p in parents for r in range(n) if p[r] >= 0]
+    cols = np.full((len(parents), n), -1, dtype=np.int64)
+    for t in range(len(parents)):
+        for c in range(t * (n - 1), (t + 1) * (n - 1)):
+            cols[t, child[c]] = c - t * (n - 1)
+    out = _Trees(
+        np.asarray(parents, dtype=np.int64),
+        np.asarray([_depth_order(p) for p in parents], dtype=np.int64),
+        cols,
+        np.asarray(child, dtype=np.int64),
+        np.asarray(par, dtype=np.int64),
+    )
+    for a in out:
+        a.flags.writeable = False
+    return out
+
+
 def tree_allreduce_end_s(
     cluster: Cluster, groups: Sequence[Sequence[int]], nbytes, entry_s
 ) -> np.ndarray:
@@ -123,37 +161,51 @@ def tree_allreduce_end_s(
     n = g.shape[1]
     if n == 1:
         return e.copy()
-    trees = dtree_parents(n)
-    if size.max() <= TREE_CHUNK_BYTES:  # one chunk: one channel, so one tree carries it all
-        trees = trees[:1]
-    child = np.array([r for p in trees for r in range(n) if p[r] >= 0])
-    par = np.array([p[r] for p in trees for r in range(n) if p[r] >= 0])
+    # one chunk: one channel, so one tree carries it all
+    trees = _trees(n, bool(size.max() <= TREE_CHUNK_BYTES))
+    child, par = trees.child, trees.par
     src = np.concatenate([g[:, child], g[:, par]], axis=1)  # up, then down, per group
     dst = np.concatenate([g[:, par], g[:, child]], axis=1)
     rate = flow_bandwidth_bps(cluster, src.ravel(), dst.ravel()).reshape(src.shape)
     alpha = cluster.delay_s[src, dst]
-    half = size / len(trees)
+    half = size / len(trees.parents)
     chunk = np.minimum(half, TREE_CHUNK_BYTES)
     hop = alpha + 8.0 * chunk[:, None] / rate  # (G, 2·edges): first chunk per hop
     edges = n - 1
     out = np.full(g.shape, -np.inf)
-    for t, parent in enumerate(trees):
+    for t in range(len(trees.parents)):
         cols = np.arange(t * edges, (t + 1) * edges)  # this tree's edges among the up flows
-        rank_col = {int(child[c]): int(c) for c in cols}
         up, down = hop[:, cols], hop[:, cols + child.size]
         slowest = np.minimum(rate[:, cols], rate[:, cols + child.size]).min(axis=1)
         stream = 8.0 * (half - chunk) / slowest
-        reduced = e.copy()
-        order = _depth_order(parent)
-        for r in order:  # leaves first: a parent holds the first chunk once all children sent
-            k = rank_col[r] - t * edges
-            reduced[:, parent[r]] = np.maximum(reduced[:, parent[r]], reduced[:, r] + up[:, k])
-        done = reduced.copy()  # the root's value is final; the others are set on the way down
-        for r in reversed(order):  # root first
-            k = rank_col[r] - t * edges
-            done[:, r] = done[:, parent[r]] + down[:, k]
+        done = _tree_pass(e, trees.parents[t], trees.orders[t], trees.cols[t], up, down)
         out = np.maximum(out, done + stream[:, None])
     return out
+
+
+@kernel
+def _tree_pass(e, parent, order, col, up, down):
+    """One tree's first chunk, (G, n) arrival times: up the tree leaves first (a parent holds
+    it once every child's has arrived, and it entered itself), then down from the root, each
+    hop taking ``up``/``down`` of the child's edge ``col[r]``. The maxima are numpy's (NaN
+    wins, then the first argument on a tie)."""
+    groups = e.shape[0]
+    reduced = e.copy()
+    for i in range(order.size):  # leaves first
+        r = order[i]
+        p = parent[r]
+        k = col[r]
+        for j in range(groups):
+            a = reduced[j, p]
+            b = reduced[j, r] + up[j, k]
+            reduced[j, p] = a if (a >= b or a != a) else b
+    done = reduced.copy()  # the root's value is final; the others are set on the way down
+    for i in range(order.size - 1, -1, -1):  # root first
+        r = order[i]
+        k = col[r]
+        for j in range(groups):
+            done[j, r] = done[j, parent[r]] + down[j, k]
+    return done
 
 
 def two_level_block(cluster: Cluster, groups: Sequence[Sequence[int]]) -> int:

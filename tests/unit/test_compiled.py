@@ -13,6 +13,7 @@ from baselines.megatron.schedule import megatron_1f1b_program
 from system.cost.matching import _values
 from system.cost.partition import _lower_edges
 from system.cost.tsp import _open_values
+from system.simulator.allreduce import _tree_pass, _trees
 from system.simulator.replay import _programs, _replay_kernel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,3 +74,18 @@ def test_the_replay_compiled_equals_its_source():
         (got, _), (want, _) = _both(_replay_kernel, *prog, *times, rendezvous)
         assert got[2] and want[2]
         assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+@pytest.mark.parametrize("n", [2, 5, 8])
+def test_the_tree_all_reduce_compiled_equals_its_source(n):
+    """Both trees, entry times with ties and a NaN (numpy's maximum: NaN wins)."""
+    rng = np.random.default_rng(n)
+    trees = _trees(n, False)
+    e = np.round(rng.random((3, n)), 1)
+    e[2, 0] = np.nan
+    up, down = rng.random((3, n - 1)), rng.random((3, n - 1))
+    for t in range(len(trees.parents)):
+        tree = (trees.parents[t], trees.orders[t], trees.cols[t])
+        (got, _), (want, _) = _both(_tree_pass, e, *tree, up, down)
+        assert np.array_equal(got, want, equal_nan=True)
+        assert np.isnan(got[2]).any() and not np.isnan(got[:2]).any()
