@@ -34,6 +34,7 @@ The topology search, per configuration (tp, pp, dp):
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -151,13 +152,21 @@ def _region_orders(
 def _bottleneck_ring(w: np.ndarray) -> list[int]:
     """The closed tour over all nodes whose largest edge weight is smallest (then the smallest
     sum), by enumerating the (R − 1)! tours that start at node 0."""
-    k = w.shape[0]
-    perms = np.array(list(itertools.permutations(range(1, k))), dtype=int)
-    tours = np.concatenate([np.zeros((len(perms), 1), dtype=int), perms], axis=1)
+    tours = _tours(w.shape[0])
     edges = w[tours, np.roll(tours, -1, axis=1)]
     worst, total = edges.max(axis=1), edges.sum(axis=1)
     best = np.lexsort((total, np.round(worst, 12)))[0]
     return [int(x) for x in tours[best]]
+
+
+@functools.lru_cache(maxsize=MAX_RING_REGIONS + 1)
+def _tours(k: int) -> np.ndarray:
+    """The (k − 1)! closed tours over nodes 0..k−1 that start at node 0, in lexicographic
+    order, one per row (read-only)."""
+    perms = np.array(list(itertools.permutations(range(1, k))), dtype=int)
+    tours = np.concatenate([np.zeros((len(perms), 1), dtype=int), perms], axis=1)
+    tours.flags.writeable = False
+    return tours
 
 
 def _tp_inside_hosts(cluster: Cluster, grid: np.ndarray) -> bool:
