@@ -43,10 +43,12 @@ __all__ = ["partition_cost", "PartitionEvaluator", "BoundedCache", "check_groups
 
 Group = tuple[int, ...]  # sorted device ids of one DP group
 
-# Cache capacities (entries). A key is one or two tuples of dp ints: about 0.2-0.5 kB per entry
-# at dp = 8, so the two caches stay below about 300 MB however long the search runs.
+# Cache capacities (entries). A group cost's key and a group id's are a tuple of dp ints (about
+# 0.2 kB per entry at dp = 8), an edge's key one int: the caches stay below about 400 MB however
+# long the search runs.
 MAX_GROUP_CACHE = 1 << 18
 MAX_EDGE_CACHE = 1 << 19
+MAX_GROUP_IDS = 1 << 20  # groups known by id (:meth:`PartitionEvaluator.edges`)
 TOTALS_CHUNK = 32  # partitions costed between two deadline checks
 
 
@@ -122,8 +124,12 @@ class PartitionEvaluator:
         self.dp_pair_s = dp_cost_matrix_s(cluster, sizes.c_dp_bytes, dp)  # (D, D) seconds
         self.pp_link_s = cluster.link_time_s(sizes.c_pp_bytes)  # (D, D) seconds
         self._dp_cache: dict[Group, float] = BoundedCache(MAX_GROUP_CACHE)
-        self._edge_cache: dict[tuple[Group, Group], float] = BoundedCache(MAX_EDGE_CACHE)
+        # coarse edges by the pair of their groups' ids (:meth:`_edge_values`)
+        self._edge_cache: dict[int, float] = {}
+        self._ids: dict[Group, int] = {}
+        self._groups: list[Group] = []
         self.evaluations = 0
+        self.forgotten = 0  # times the edge cache and group ids were dropped
 
     # ---- pieces --------------------------------------------------------------------------------
     def group_dp_cost(self, g: Group) -> float:
@@ -148,27 +154,56 @@ class PartitionEvaluator:
                 got[g] = cache[g] = c if len(g) > 1 else 0.0
         return np.array([[got[g] for g in p] for p in partitions])
 
-    def edges(self, pairs: Sequence[tuple[Group, Group]]) -> np.ndarray:
-        """Bottleneck values of many (group, group) pairs; unseen ones in one batch."""
-        out = np.empty(len(pairs))
-        todo: list[int] = []
-        for k, (a, b) in enumerate(pairs):
-            key = (a, b) if a <= b else (b, a)
-            got = self._edge_cache.get(key)
-            if got is None:
-                todo.append(k)
-            else:
-                out[k] = got
-        if todo:
-            rows = np.array([pairs[k][0] for k in todo])
-            cols = np.array([pairs[k][1] for k in todo])
-            mats = self.pp_link_s[rows[:, :, None], cols[:, None, :]]  # (K, dp, dp)
-            vals = bottleneck_values(mats)
-            for k, v in zip(todo, vals, strict=True):
-                a, b = pairs[k]
-                self._edge_cache[(a, b) if a <= b else (b, a)] = float(v)
-                out[k] = v
+    def _intern(self, groups: Sequence[Group]) -> list[int]:
+        """The id of each group (:meth:`edges` keys pairs of ids); new groups get new ids."""
+        ids, known = self._ids, self._groups
+        out = []
+        for g in groups:
+            i = ids.get(g)
+            if i is None:
+                i = ids[g] = len(known)
+                known.append(g)
+            out.append(i)
         return out
+
+    def _edge_values(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Bottleneck values of the pairs of groups with ids ``a[k]``, ``b[k]``; unseen pairs in
+        one batch. A value belongs to the unordered pair: it is computed with the
+        lexicographically smaller group's devices as rows, so it does not depend on the order
+        the pairs were asked in, and forgetting it (the caches' bound) changes nothing."""
+        keys = ((np.minimum(a, b) << 32) | np.maximum(a, b)).ravel().tolist()
+        cache = self._edge_cache
+        got = [cache.get(k) for k in keys]
+        todo = list(dict.fromkeys(k for k, v in zip(keys, got, strict=True) if v is None))
+        if todo:
+            groups = self._groups
+            pairs = [(groups[k >> 32], groups[k & 0xFFFFFFFF]) for k in todo]
+            rows = np.array([min(x, y) for x, y in pairs])
+            cols = np.array([max(x, y) for x, y in pairs])
+            mats = self.pp_link_s[rows[:, :, None], cols[:, None, :]]  # (K, dp, dp)
+            new = dict(zip(todo, bottleneck_values(mats).tolist(), strict=True))
+            got = [new[k] if v is None else v for k, v in zip(keys, got, strict=True)]
+            if len(cache) + len(new) > MAX_EDGE_CACHE or len(groups) > MAX_GROUP_IDS:
+                self._forget()  # the new values' keys name ids that are gone: not kept
+            else:
+                cache.update(new)
+        return np.array(got, dtype=float)
+
+    def _forget(self) -> None:
+        """Drop the edge cache and the group ids (bounded memory; every value is recomputed
+        the same)."""
+        self._edge_cache.clear()
+        self._ids.clear()
+        self._groups.clear()
+        self.forgotten += 1
+
+    def edges(self, pairs: Sequence[tuple[Group, Group]]) -> np.ndarray:
+        """Bottleneck values of many (group, group) pairs (sorted groups); unseen ones in one
+        batch (:meth:`_edge_values`)."""
+        if not pairs:
+            return np.zeros(0)
+        ids = np.array(self._intern([g for pair in pairs for g in pair]), dtype=np.int64)
+        return self._edge_values(ids[0::2], ids[1::2])
 
     def coarse_weights(self, groups: Sequence[Group]) -> np.ndarray:
         return self._weights([groups])[0]
@@ -177,10 +212,8 @@ class PartitionEvaluator:
         """(K, pp, pp) coarse edge weights of K partitions, all new edges in one batch."""
         m = self.pp
         ii, jj = np.triu_indices(m, k=1)
-        pairs = [
-            (p[i], p[j]) for p in partitions for i, j in zip(ii.tolist(), jj.tolist(), strict=True)
-        ]
-        vals = self.edges(pairs).reshape(len(partitions), len(ii))
+        ids = np.array([self._intern(p) for p in partitions], dtype=np.int64).reshape(-1, m)
+        vals = self._edge_values(ids[:, ii], ids[:, jj]).reshape(len(partitions), len(ii))
         w = np.zeros((len(partitions), m, m))
         w[:, ii, jj] = vals
         w[:, jj, ii] = vals

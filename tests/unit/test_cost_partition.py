@@ -221,9 +221,11 @@ def test_pruned_totals_keep_the_argmin_and_every_value_within_the_bound(seed):
             assert np.array_equal(got[finite], full[finite])
 
 
-def test_costs_are_the_same_when_the_caches_forget_entries_midway():
-    """Bounded caches drop their oldest half when full, also while one batch's new entries go
-    in: every partition still gets the value an unbounded evaluator gives it."""
+def test_costs_are_the_same_when_the_caches_forget_entries_midway(monkeypatch):
+    """The group-cost cache drops its oldest half when full, also while one batch's new entries
+    go in; the edge cache and the group ids are dropped together when either is full: every
+    partition still gets the value an unbounded evaluator gives it."""
+    import system.cost.partition as partition
     from system.cost.partition import BoundedCache
     from system.workload import get_workload, tasklet_sizes
 
@@ -231,11 +233,33 @@ def test_costs_are_the_same_when_the_caches_forget_entries_midway():
     sizes = tasklet_sizes(get_workload("gpt3_xl_b1024"), 8, 8)
     parts = _random_partitions(64, 8, 60, np.random.default_rng(4))
     want = PartitionEvaluator(c, sizes, pp=8, dp=8).totals(parts)
+    monkeypatch.setattr(partition, "MAX_EDGE_CACHE", 60)
+    monkeypatch.setattr(partition, "MAX_GROUP_IDS", 40)
     small = PartitionEvaluator(c, sizes, pp=8, dp=8)
-    small._dp_cache, small._edge_cache = BoundedCache(3), BoundedCache(5)
-    for k in range(0, len(parts), 7):  # batches that cross the capacity many times
+    small._dp_cache = BoundedCache(3)
+    for k in range(0, len(parts), 7):  # batches that cross the capacities many times
         assert np.array_equal(small.totals(parts[k : k + 7]), want[k : k + 7])
-    assert small._dp_cache.evicted > 0 and small._edge_cache.evicted > 0
+    assert small._dp_cache.evicted > 0 and small.forgotten > 1
+
+
+def test_an_edge_is_the_same_whichever_order_its_groups_are_asked_in():
+    """With one-way link times (a matrix that is not symmetric) the bottleneck value of
+    (a, b) and of (b, a) differ; the coarse edge is the unordered pair's: the value with the
+    lexicographically smaller group as rows, whatever the order of the questions."""
+    from system.cost.matching import bottleneck_values
+    from system.workload import get_workload, tasklet_sizes
+
+    c = get_case("mixed")
+    sizes = tasklet_sizes(get_workload("gpt3_xl_b1024"), 8, 8)
+    link = np.random.default_rng(5).random((64, 64))
+    a, b = tuple(range(0, 8)), tuple(range(8, 16))
+    ab = bottleneck_values(link[np.ix_(a, b)][None])[0]
+    ba = bottleneck_values(link[np.ix_(b, a)][None])[0]
+    assert ab != ba  # the test needs one-way links that matter
+    for pairs in ([(a, b), (b, a)], [(b, a), (a, b)], [(b, a)]):
+        ev = PartitionEvaluator(c, sizes, pp=8, dp=8)
+        ev.pp_link_s = link
+        assert np.array_equal(ev.edges(pairs), np.full(len(pairs), ab))
 
 
 def test_the_compiled_lower_bounds_refuse_a_device_the_cluster_lacks():
