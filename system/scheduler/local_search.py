@@ -72,6 +72,18 @@ class _Gains:
             return got
         return sorted(g)
 
+    def gains(self, v: int, src: set[int], dsts: list[set[int]]) -> list[float]:
+        """:meth:`gain` of moving v from ``src`` to each of ``dsts``, the same floats. Tailored
+        gains into groups of one size are taken in one batch: numpy's mean along the rows of a
+        matrix adds in the order and grouping of the mean of each row alone."""
+        sizes = {len(d) for d in dsts}
+        if self.rule != "tailored" or len(sizes) != 1 or 0 in sizes:
+            return [self.gain(v, src, d) for d in dsts]
+        others = [u for u in src if u != v]
+        inside = float(self.link[v, others].min()) if others else 0.0
+        means = self.link[v][np.array([list(d) for d in dsts])].mean(axis=1)
+        return [m - inside for m in means.tolist()]
+
     def gain(self, v: int, src: set[int], dst: set[int]) -> float:
         others = [u for u in src if u != v]
         dst_l = list(dst)
@@ -96,16 +108,13 @@ def _cycle_candidates(
     out: list[Partition] = []
     for _ in range(min(pp - 1, max_len)):
         best = None
-        for q in rng.permutation(pp):
-            q = int(q)
-            if q in visited:
-                continue
-            for v in gains.candidates(groups[cur]):
-                if v in locked:
-                    continue
-                g = gains.gain(v, groups[cur], groups[q])
-                if best is None or g > best[0]:
-                    best = (g, v, q)
+        order = [q for q in rng.permutation(pp).tolist() if q not in visited]
+        movers = [v for v in gains.candidates(groups[cur]) if v not in locked]
+        table = [gains.gains(v, groups[cur], [groups[q] for q in order]) for v in movers]
+        for i, q in enumerate(order):  # the first best in this order wins
+            for v, row in zip(movers, table, strict=True):
+                if best is None or row[i] > best[0]:
+                    best = (row[i], v, q)
         if best is None:
             break
         _, v, q = best
@@ -156,18 +165,19 @@ def _random_swaps(part: Partition, limit: int, rng: np.random.Generator) -> list
     return [_apply(part, [(a, p, q), (b, q, p)]) for p, q, a, b in pairs]
 
 
-def _block_labels(ev: PartitionEvaluator) -> list[np.ndarray]:
-    """Host and region labels per device, each only if some block holds two or more devices."""
+def _block_labels(ev: PartitionEvaluator) -> list[list[int]]:
+    """Host and region labels per device (a list: the block moves read them one at a time),
+    each only if some block holds two or more devices."""
     out = []
     for labels in (ev.cluster.host_of, ev.cluster.region_of):
         _, lab, counts = np.unique(np.asarray(labels), return_inverse=True, return_counts=True)
         if counts.max() >= 2:
-            out.append(lab)
+            out.append([int(x) for x in lab])
     return out
 
 
 def _mirror(
-    part: Partition, lab: np.ndarray, p: int, q: int, rng: np.random.Generator
+    part: Partition, lab: list[int], p: int, q: int, rng: np.random.Generator
 ) -> Partition | None:
     """Block move: give group ``q`` the same block profile as group ``p``.
 
@@ -180,19 +190,19 @@ def _mirror(
     groups = [list(g) for g in part]
     want: dict[int, int] = {}
     for v in groups[p]:
-        want[int(lab[v])] = want.get(int(lab[v]), 0) + 1
+        want[lab[v]] = want.get(lab[v], 0) + 1
     have: dict[int, int] = {}
     for v in groups[q]:
-        have[int(lab[v])] = have.get(int(lab[v]), 0) + 1
-    excess = [v for v in groups[q] if have[int(lab[v])] > want.get(int(lab[v]), 0)]
+        have[lab[v]] = have.get(lab[v], 0) + 1
+    excess = [v for v in groups[q] if have[lab[v]] > want.get(lab[v], 0)]
     # drop the excess members of the most over-represented blocks first (deterministic given rng)
     excess = [excess[k] for k in rng.permutation(len(excess))]
     surplus = {b: have[b] - want.get(b, 0) for b in have}
     out_q: list[int] = []
     for v in excess:
-        if surplus[int(lab[v])] > 0:
+        if surplus[lab[v]] > 0:
             out_q.append(v)
-            surplus[int(lab[v])] -= 1
+            surplus[lab[v]] -= 1
     others = [r for r in rng.permutation(len(groups)).tolist() if r not in (p, q)]
     moved = False
     for b, n in want.items():
@@ -200,7 +210,7 @@ def _mirror(
         for r in others:
             if need <= 0 or not out_q:
                 break
-            for u in [u for u in groups[r] if int(lab[u]) == b][:need]:
+            for u in [u for u in groups[r] if lab[u] == b][:need]:
                 if not out_q:
                     break
                 v = out_q.pop()
@@ -214,7 +224,7 @@ def _mirror(
 
 
 def _rebuild(
-    part: Partition, lab: np.ndarray, targets: Sequence[int], rng: np.random.Generator
+    part: Partition, lab: list[int], targets: Sequence[int], rng: np.random.Generator
 ) -> Partition | None:
     """Block move: re-split the ``k`` groups ``targets`` into same-block k-tuples.
 
@@ -231,7 +241,7 @@ def _rebuild(
     by_block: dict[int, list[int]] = {}
     for t in targets:
         for v in groups[t]:
-            by_block.setdefault(int(lab[v]), []).append(v)
+            by_block.setdefault(lab[v], []).append(v)
     tuples: list[list[int]] = []
     partial: list[list[int]] = []
     for members in by_block.values():
@@ -243,13 +253,13 @@ def _rebuild(
     for r in rng.permutation(len(groups)).tolist():
         if r not in targets:
             for u in groups[r]:
-                outside.setdefault(int(lab[u]), []).append((u, r))
+                outside.setdefault(lab[u], []).append((u, r))
     partial = [partial[i] for i in rng.permutation(len(partial))]
     spare = [v for rest in partial for v in rest]  # devices that may leave the targets
     swaps: list[tuple[int, int, int]] = []  # (leaving device, arriving device, other group)
     for rest in partial:  # complete partial tuples from outside
         need = k - len(rest)
-        cand = outside.get(int(lab[rest[0]]), [])
+        cand = outside.get(lab[rest[0]], [])
         if len(tuples) >= dp or len(cand) < need or len(spare) - len(rest) < need:
             continue
         if any(v not in spare for v in rest):  # part of it already sent out
@@ -276,7 +286,7 @@ def _rebuild(
 
 
 def _block_candidates(
-    part: Partition, labels: list[np.ndarray], rng: np.random.Generator, max_sets: int = 12
+    part: Partition, labels: list[list[int]], rng: np.random.Generator, max_sets: int = 12
 ) -> list[Partition]:
     """Block moves per block labelling: :func:`_mirror` for up to ``max_sets`` ordered group
     pairs, and :func:`_rebuild` for up to ``max_sets`` group sets of each size k = 2..4."""

@@ -185,3 +185,25 @@ def test_bounded_cache_forgets_its_oldest_half():
     assert list(cache) == [2, 3, 4] and cache.evicted == 2
     with pytest.raises(ValueError, match="capacity"):
         BoundedCache(1)
+
+
+def test_batched_tailored_gains_are_the_single_gains():
+    """The cycle search takes a step's gains in one batch: the same floats as one at a time."""
+    from system.cases import get_case
+    from system.cost.partition import PartitionEvaluator
+    from system.scheduler.local_search import _Gains
+    from system.workload import DTFM_REFERENCE
+
+    ev = PartitionEvaluator(get_case("5"), DTFM_REFERENCE, pp=8, dp=8)
+    rng = np.random.default_rng(3)
+    for rule in ("tailored", "kl"):
+        gains = _Gains(ev, rule)
+        for _ in range(50):
+            groups = [set(g) for g in rng.permutation(64).reshape(8, 8).tolist()]
+            groups[1].add(groups[0].pop())  # groups of 7, 9 and 8 devices
+            v = next(iter(groups[1]))
+            dsts = [groups[k] for k in rng.permutation(8).tolist() if k != 1]
+            same = [d for d in dsts if len(d) == 8]
+            for batch in (dsts, same):  # mixed sizes, then one size (the batch)
+                want = [gains.gain(v, groups[1], d) for d in batch]
+                assert gains.gains(v, groups[1], batch) == want
