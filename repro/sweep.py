@@ -7,7 +7,8 @@ A sweep file (``conf/sweep/*.yaml``) registers :class:`WorkflowCallback`::
         workflow:
           _target_: repro.sweep.WorkflowCallback
 
-Before the first job the callback composes and validates every job (:func:`check_jobs`); one
+Before the first job the callback composes and validates every job (:func:`check_jobs`; under
+the joblib launcher its worker processes do, :func:`_check_on_workers`); one
 bad point stops the sweep with every bad point listed and nothing run (exit 2). Each job runs
 through :func:`run_job`: it writes a ledger entry ``<results_dir>/jobs/<job_key>.json``
 (atomically, after the mode wrote its rows) naming its rows, or, when it raised, an entry with
@@ -382,6 +383,10 @@ class _SweepLoad:
             return type(loader).load_sweep_config(loader, master_config, sweep_overrides)
         return self.composer.job(list(sweep_overrides))
 
+    def composer_for(self, master_config: DictConfig) -> SweepComposer:
+        """The sweep's composer (a joblib run with one worker calls here, in this process)."""
+        return self.composer
+
     def __reduce__(self):
         return _ShippedLoad, (self.composer.loader, self.token)
 
@@ -399,13 +404,17 @@ class _ShippedLoad:
     def __init__(self, loader, token: str) -> None:
         self.loader, self.token = loader, token
 
-    def __call__(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
+    def composer_for(self, master_config: DictConfig) -> SweepComposer:
+        """This process's composer of the sweep, made at the sweep's first call here."""
         composer = _SHIPPED.get(self.token)
         if composer is None:
             _SHIPPED.clear()
             composer = _SHIPPED[self.token] = SweepComposer(self.loader, master_config)
         composer.master = master_config  # its Hydra overrides and resolver cache
-        return composer.job(list(sweep_overrides))
+        return composer
+
+    def __call__(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
+        return self.composer_for(master_config).job(list(sweep_overrides))
 
     def __reduce__(self):
         return _ShippedLoad, (self.loader, self.token)
@@ -418,19 +427,86 @@ def _loader():
     return GlobalHydra.instance().hydra.config_loader
 
 
+def _check_one(composer: SweepComposer, n: int, overrides: list[str]) -> RunConfig | str:
+    """Job ``n``'s typed config, or the line that says why it is bad."""
+    try:
+        return validate(composer.task(overrides))
+    except Exception as e:  # noqa: BLE001 - every kind of bad point is reported, none run
+        shown = " ".join(o for o in overrides if not o.startswith("hydra"))
+        return f"job {n} ({shown}): {str(e).strip().splitlines()[0]}"
+
+
+def _split(checked: list[RunConfig | str]) -> tuple[list[str], list[RunConfig]]:
+    bad = [c for c in checked if isinstance(c, str)]
+    return bad, [c for c in checked if not isinstance(c, str)]
+
+
 def _check(
     config: DictConfig, composer: SweepComposer | None = None
 ) -> tuple[list[str], list[RunConfig]]:
     """(one line per bad job, the typed config of every good job)."""
     composer = composer or SweepComposer(_loader(), config)
-    bad, jobs = [], []
-    for n, overrides in enumerate(job_overrides(config)):
-        try:
-            jobs.append(validate(composer.task(overrides)))
-        except Exception as e:  # noqa: BLE001 - every kind of bad point is reported, none run
-            shown = " ".join(o for o in overrides if not o.startswith("hydra"))
-            bad.append(f"job {n} ({shown}): {str(e).strip().splitlines()[0]}")
-    return bad, jobs
+    return _split([_check_one(composer, n, o) for n, o in enumerate(job_overrides(config))])
+
+
+def joblib_kwargs(config: DictConfig) -> dict:
+    """The arguments hydra-joblib-launcher gives ``joblib.Parallel`` for this sweep: its config
+    less ``_target_``, the loky backend, and the sizes it reads as integers where they are."""
+    from omegaconf import OmegaConf
+
+    kwargs = OmegaConf.to_container(config.hydra.launcher, resolve=True)
+    kwargs.pop("_target_", None)
+    kwargs["backend"] = "loky"
+    for k in ("pre_dispatch", "batch_size", "max_nbytes"):
+        if kwargs.get(k):
+            with contextlib.suppress(ValueError):  # "2*n_jobs", "auto", "1M" stay text
+                kwargs[k] = int(kwargs[k])
+    return kwargs
+
+
+def _check_part(
+    load: _SweepLoad | _ShippedLoad, master: DictConfig, part: list[tuple[int, list[str]]]
+):
+    """A joblib worker's share of the pre-check, composed by the composer it keeps for the
+    sweep's jobs."""
+    composer = load.composer_for(master)
+    checked = [_check_one(composer, n, overrides) for n, overrides in part]
+    # The jobs' code is loaded here, in the worker's first task: loky measures a worker's
+    # memory after its first task and restarts a worker that grows 300 MB beyond it (its leak
+    # guard), which one sized by the check alone reaches while it runs the paper's grid.
+    from repro.config import MODES
+
+    for mode in dict.fromkeys(c.mode for c in checked if not isinstance(c, str)):
+        MODES[mode].function()
+    if any(not isinstance(c, str) and MODES[c.mode].rows for c in checked):
+        import numba  # noqa: F401 - the kernels' compiler, loaded at a job's first kernel
+
+    return checked
+
+
+def _check_on_workers(config: DictConfig, load: _SweepLoad) -> tuple[list[str], list[RunConfig]]:
+    """:func:`_check` for the joblib launcher, run by its own worker processes.
+
+    joblib keeps the loky workers of a ``Parallel`` call for the next call with the same
+    arguments (its reusable executor), so the workers that check the jobs are the ones that
+    then run them: they start (and import the code) while the jobs are checked instead of after,
+    and each keeps the configs it composed for the jobs it is given next. Job n goes to share
+    n mod workers: a sweep file's jobs vary the config groups slowest, so every worker composes
+    every choice of groups once. Were the arguments to differ, joblib would start new workers
+    for the jobs: slower, the same result.
+    """
+    from joblib import Parallel, delayed, effective_n_jobs
+
+    kwargs = joblib_kwargs(config)
+    jobs = list(enumerate(job_overrides(config)))
+    workers = max(1, min(len(jobs), effective_n_jobs(kwargs.get("n_jobs", -1))))
+    parts = [jobs[w::workers] for w in range(workers)]
+    done = Parallel(**kwargs)(delayed(_check_part)(load, config, part) for part in parts)
+    checked: list[RunConfig | str] = [""] * len(jobs)
+    for part, results in zip(parts, done, strict=True):
+        for (n, _), result in zip(part, results, strict=True):
+            checked[n] = result
+    return _split(checked)
 
 
 def check_jobs(config: DictConfig) -> list[str]:
@@ -581,6 +657,11 @@ def _finish(cfg: RunConfig, results_dir: Path, elapsed_s, sweep_dir, outcome, ch
     return out
 
 
+def _launcher_is(config: DictConfig, name: str) -> bool:
+    """Whether the sweep's Hydra launcher is the class ``name`` (its ``_target_``'s last part)."""
+    return str(config.hydra.launcher.get("_target_", "")).rsplit(".", 1)[-1] == name
+
+
 class WorkflowCallback(Callback):
     """Check every job first, show progress, collect and report when the sweep ends."""
 
@@ -605,9 +686,14 @@ class WorkflowCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         t0 = time.monotonic()
         composer = SweepComposer(_loader(), config)
-        bad, jobs = _check(config, composer)
+        remove = composer.install()
+        if _launcher_is(config, "JoblibLauncher"):
+            bad, jobs = _check_on_workers(config, composer.loader.load_sweep_config)
+        else:
+            bad, jobs = _check(config, composer)
         self._check_s = time.monotonic() - t0
         if bad:
+            remove()
             for line in bad:
                 log.error("%s", line)
             print(
@@ -622,7 +708,7 @@ class WorkflowCallback(Callback):
         self._studies = {
             d: (js[0], ledger_stamps(d, [job_key(j) for j in js])) for d, js in by_dir.items()
         }
-        self._stops = [composer.install(), *self._prefetch(config, jobs)]
+        self._stops = [remove, *self._prefetch(config, jobs)]
         self._pid = os.getpid()
         self._t0, self._done, self._total = time.monotonic(), 0, len(jobs)
         if self.progress and sys.stdout.isatty():
@@ -652,7 +738,7 @@ class WorkflowCallback(Callback):
         prefetch of work its jobs share (:attr:`repro.config.ModeSpec.prefetch`)."""
         from repro.config import MODES
 
-        if not str(config.hydra.launcher.get("_target_", "")).endswith("BasicLauncher"):
+        if not _launcher_is(config, "BasicLauncher"):
             return []
         by_mode: dict[str, list[RunConfig]] = {}
         for job in jobs:

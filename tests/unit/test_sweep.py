@@ -504,6 +504,46 @@ def test_a_shipped_config_loader_composes_as_hydra_does():
         assert list(sweep._SHIPPED) == [other.load_sweep_config.token]
 
 
+def _kept_tokens() -> list[str]:
+    from repro import sweep
+
+    return list(sweep._SHIPPED)
+
+
+@pytest.mark.parametrize("extra", [[], ["batch=-1"]])
+def test_joblibs_workers_check_a_sweep_and_keep_its_composer_for_the_jobs(extra):
+    """Under the joblib launcher the pre-check runs in its worker processes: the same lines
+    and typed configs as the check in this process, and the workers that then run the jobs
+    (joblib reuses its workers for a Parallel call with the launcher's arguments) already keep
+    the sweep's composer."""
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher", reason="needs extra `launchers`")
+    from hydra.core.global_hydra import GlobalHydra
+    from joblib import Parallel, delayed
+
+    from repro.sweep import SweepComposer, _check, _check_on_workers, joblib_kwargs
+
+    launcher = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        master = compose(
+            "config", overrides=["sweep=smoke", *extra, *launcher], return_hydra_config=True
+        )
+        master.hydra.overrides.task = ["sweep=smoke", *extra]
+        master.hydra.overrides.hydra = launcher
+        loader = GlobalHydra.instance().hydra.config_loader
+        composer = SweepComposer(loader, master)
+        want = _check(master, composer)
+        remove = SweepComposer(loader, master).install()
+        try:
+            load = loader.load_sweep_config
+            got = _check_on_workers(master, load)
+            kept = Parallel(**joblib_kwargs(master))(delayed(_kept_tokens)() for _ in range(4))
+        finally:
+            remove()
+    assert got == want
+    assert bool(want[0]) == bool(extra)  # batch=-1: every job is bad, each with its line
+    assert all(tokens == [load.token] for tokens in kept)
+
+
 def test_a_shipped_callback_leaves_the_sweeps_machinery_behind():
     """Hydra's context goes to every joblib or Slurm task with the callbacks: the composer's
     configs and the helper's stop functions stay in the submitting process."""
