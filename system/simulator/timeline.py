@@ -13,8 +13,8 @@ Receive, compute and send run on separate streams, so a stage's steady-state slo
 is max(recv, compute, send) — the paper's overlap. The backward pass is the mirror image, starting
 on the last stage when its last forward is done. Each recurrence ``X[i] = max(X[i-1], Y[i]) + c``
 is solved in closed form with a running maximum, ``X[i] = (i+1)·c + max(X[-1], cummax_j(Y[j] −
-j·c))``, vectorised over micro-batches and replicas. With free links and equal stages it gives
-GPipe's (m + p − 1)·(t_f + t_b) exactly (tested).
+j·c))``, in one compiled loop over stages, replicas and micro-batches. With free links and equal
+stages it gives GPipe's (m + p − 1)·(t_f + t_b) exactly (tested).
 
 Pipelines with blocking point-to-point calls (1F1B, blocking GPipe) are replayed op by op from
 an op-order program instead: :mod:`system.simulator.replay`.
@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from system.compiled import kernel
 
 __all__ = ["GPipeTimes", "gpipe_timeline"]
 
@@ -37,12 +39,56 @@ class GPipeTimes:
     bwd_end_s: np.ndarray  # (p, r) end of the last backward
 
 
-def _chain(arrival: np.ndarray, cost: np.ndarray, free_at: np.ndarray) -> np.ndarray:
-    """Solve X[i] = max(X[i-1], arrival[i]) + cost, X[-1] = free_at; shapes (m, r), (r,), (r,)."""
-    m = arrival.shape[0]
-    k = np.arange(m, dtype=float)[:, None]
-    run = np.maximum.accumulate(arrival - k * cost[None, :], axis=0)
-    return (k + 1.0) * cost[None, :] + np.maximum(run, free_at[None, :])
+@kernel
+def _gpipe(start, f, b, link_f, lat_f, open_f, link_b, lat_b, notice_b, m):
+    """(fwd_end, bwd_end) of :func:`gpipe_timeline`, each (p, r): every stage's compute chain
+    and every link's send chain (:func:`_chain`'s recurrence, inlined), forward then backward."""
+    p, r = f.shape
+    fwd_end = np.empty((p, r))
+    bwd_end = np.empty((p, r))
+    arrival = np.empty((m, r))
+    done = np.empty((m, r))
+    for s in range(p):  # forward phase
+        for j in range(r):
+            free = start[s, j]
+            c = f[s, j]
+            run = 0.0
+            for i in range(m):
+                v = (start[0, j] if s == 0 else arrival[i, j]) - i * c
+                run = v if i == 0 else (run if (run >= v or run != run) else v)
+                top = run if (run >= free or run != run) else free
+                done[i, j] = (i + 1.0) * c + top
+            fwd_end[s, j] = done[m - 1, j]
+            if s < p - 1:
+                free = open_f[s, j]
+                c = link_f[s, j] - lat_f[s, j]
+                run = 0.0
+                for i in range(m):
+                    v = done[i, j] - i * c
+                    run = v if i == 0 else (run if (run >= v or run != run) else v)
+                    top = run if (run >= free or run != run) else free
+                    arrival[i, j] = (i + 1.0) * c + top + lat_f[s, j]
+    for s in range(p - 1, -1, -1):  # backward phase, from the last stage down
+        for j in range(r):
+            free = fwd_end[s, j]
+            c = b[s, j]
+            run = 0.0
+            for i in range(m):
+                v = (fwd_end[p - 1, j] if s == p - 1 else arrival[i, j]) - i * c
+                run = v if i == 0 else (run if (run >= v or run != run) else v)
+                top = run if (run >= free or run != run) else free
+                done[i, j] = (i + 1.0) * c + top
+            bwd_end[s, j] = done[m - 1, j]
+            if s > 0:
+                free = fwd_end[s - 1, j] + notice_b[s - 1, j]
+                c = link_b[s - 1, j] - lat_b[s - 1, j]
+                run = 0.0
+                for i in range(m):
+                    v = done[i, j] - i * c
+                    run = v if i == 0 else (run if (run >= v or run != run) else v)
+                    top = run if (run >= free or run != run) else free
+                    arrival[i, j] = (i + 1.0) * c + top + lat_b[s - 1, j]
+    return fwd_end, bwd_end
 
 
 def gpipe_timeline(
@@ -105,22 +151,14 @@ def gpipe_timeline(
     )
     if np.any(lat_f > link_fwd_s + 1e-12) or np.any(lat_b > link_bwd_s + 1e-12):
         raise ValueError("gpipe: a link's latency exceeds its message time")
-    m = micro_batches
-    fwd_end = np.empty((p, r))
-    bwd_end = np.empty((p, r))
-    # forward phase
-    arrival = np.broadcast_to(start[0], (m, r))
-    for s in range(p):
-        done = _chain(arrival, f[s], start[s])
-        fwd_end[s] = done[-1]
-        if s < p - 1:
-            arrival = _chain(done, link_fwd_s[s] - lat_f[s], open_f[s]) + lat_f[s]
-    # backward phase, from the last stage down
-    arrival = np.broadcast_to(fwd_end[p - 1], (m, r))
-    for s in range(p - 1, -1, -1):
-        done = _chain(arrival, b[s], fwd_end[s])
-        bwd_end[s] = done[-1]
-        if s > 0:
-            occupancy = link_bwd_s[s - 1] - lat_b[s - 1]
-            arrival = _chain(done, occupancy, fwd_end[s - 1] + notice_b[s - 1]) + lat_b[s - 1]
+    fwd_end, bwd_end = _gpipe(
+        np.ascontiguousarray(start),
+        np.ascontiguousarray(f),
+        np.ascontiguousarray(b),
+        *(
+            np.ascontiguousarray(a, dtype=float).reshape(max(p - 1, 0), r)
+            for a in (link_fwd_s, lat_f, open_f, link_bwd_s, lat_b, notice_b)
+        ),
+        int(micro_batches),
+    )
     return GPipeTimes(fwd_end_s=fwd_end, bwd_end_s=bwd_end)

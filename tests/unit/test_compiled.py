@@ -15,6 +15,7 @@ from system.cost.partition import _lower_edges
 from system.cost.tsp import _open_values
 from system.simulator.allreduce import _tree_pass, _trees
 from system.simulator.replay import _programs, _replay_kernel
+from system.simulator.timeline import _gpipe
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -89,3 +90,41 @@ def test_the_tree_all_reduce_compiled_equals_its_source(n):
         (got, _), (want, _) = _both(_tree_pass, e, *tree, up, down)
         assert np.array_equal(got, want, equal_nan=True)
         assert np.isnan(got[2]).any() and not np.isnan(got[:2]).any()
+
+
+def _closed_form(arrival, cost, free_at):
+    """X[i] = max(X[i-1], arrival[i]) + cost, X[-1] = free_at, as numpy arrays compute it."""
+    k = np.arange(arrival.shape[0], dtype=float)[:, None]
+    run = np.maximum.accumulate(arrival - k * cost[None, :], axis=0)
+    return (k + 1.0) * cost[None, :] + np.maximum(run, free_at[None, :])
+
+
+@pytest.mark.parametrize("p", [1, 2, 5])
+def test_the_gpipe_timeline_compiled_equals_its_source_and_the_closed_form(p):
+    """The kernel against its own Python source, and against the closed form written with
+    numpy's running maximum (ties and a -inf receive notice included)."""
+    rng = np.random.default_rng(p)
+    r, m = 3, 9
+    f, b = np.round(rng.random((p, r)), 1), rng.random((p, r))
+    start = rng.random((p, r))
+    link_f, link_b = rng.random((p - 1, r)), np.round(rng.random((p - 1, r)), 1)
+    lat_f, lat_b = link_f * rng.random((p - 1, r)), link_b * rng.random((p - 1, r))
+    open_f, notice_b = start[1:] + rng.random((p - 1, r)), np.full((p - 1, r), -np.inf)
+    args = (start, f, b, link_f, lat_f, open_f, link_b, lat_b, notice_b, m)
+    (got, _), (want, _) = _both(_gpipe, *args)
+    assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
+    fwd, bwd = np.empty((p, r)), np.empty((p, r))
+    arrival = np.broadcast_to(start[0], (m, r))
+    for s in range(p):
+        done = _closed_form(arrival, f[s], start[s])
+        fwd[s] = done[-1]
+        if s < p - 1:
+            arrival = _closed_form(done, link_f[s] - lat_f[s], open_f[s]) + lat_f[s]
+    arrival = np.broadcast_to(fwd[p - 1], (m, r))
+    for s in range(p - 1, -1, -1):
+        done = _closed_form(arrival, b[s], fwd[s])
+        bwd[s] = done[-1]
+        if s > 0:
+            free = fwd[s - 1] + notice_b[s - 1]
+            arrival = _closed_form(done, link_b[s - 1] - lat_b[s - 1], free) + lat_b[s - 1]
+    assert np.array_equal(got[0], fwd) and np.array_equal(got[1], bwd)
