@@ -348,13 +348,27 @@ def _replay_kernel(
     return now, first_bwd[:n_first], ok
 
 
-def _cycle(increments: np.ndarray, longest: int) -> int | None:
-    """Smallest c <= ``longest`` with increments[j] == increments[j − c] over the whole window."""
-    scale = max(float(np.abs(increments).max()), 1e-30)
-    for c in range(1, min(longest, increments.shape[0] - 1) + 1):
-        if (np.abs(increments[c:] - increments[:-c]) <= 1e-9 * scale).all():
-            return c
-    return None
+@kernel
+def _cycles(increments: np.ndarray, longest: int) -> np.ndarray:
+    """Per column j of ``increments`` (rows: successive increments), the smallest c <=
+    ``longest`` with increments[i, j] == increments[i − c, j] (within 1e-9 of the column's
+    largest magnitude) over the whole window, or −1 when none."""
+    n, r = increments.shape
+    out = np.full(r, -1, dtype=np.int64)
+    for j in range(r):
+        scale = 1e-30
+        for i in range(n):
+            scale = max(scale, abs(increments[i, j]))
+        for c in range(1, min(longest, n - 1) + 1):
+            same = True
+            for i in range(c, n):
+                if not abs(increments[i, j] - increments[i - c, j]) <= 1e-9 * scale:
+                    same = False
+                    break
+            if same:
+                out[j] = c
+                break
+    return out
 
 
 def replay_end_s(*args, micro_batches: int, exact_up_to: int | None = None, **kw) -> np.ndarray:
@@ -382,9 +396,9 @@ def replay_end_s(*args, micro_batches: int, exact_up_to: int | None = None, **kw
         _, first = replay(*args, micro_batches=cap, return_first_bwd=True, **kw)
         steady = first[cap // 2 : cap - p]  # before stage 0's cool-down
         window = np.diff(steady, axis=0)
-        cycles = [_cycle(window[:, j], window.shape[0] // 3) for j in range(window.shape[1])]
-        if all(c is not None for c in cycles):
-            c = int(np.lcm.reduce(np.asarray(cycles, dtype=np.int64)))
+        cycles = _cycles(np.ascontiguousarray(window), window.shape[0] // 3)
+        if (cycles > 0).all():
+            c = int(np.lcm.reduce(cycles))
             if c <= window.shape[0] // 3:
                 lam = (steady[-1] - steady[-1 - c]) / c
                 m_short = cap - ((cap - m) % c)

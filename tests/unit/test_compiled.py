@@ -14,7 +14,7 @@ from system.cost.matching import _values
 from system.cost.partition import _lower_edges
 from system.cost.tsp import _open_values
 from system.simulator.allreduce import _tree_pass, _trees
-from system.simulator.replay import _programs, _replay_kernel
+from system.simulator.replay import _cycles, _programs, _replay_kernel
 from system.simulator.timeline import _gpipe
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,3 +128,11 @@ def test_the_gpipe_timeline_compiled_equals_its_source_and_the_closed_form(p):
             free = fwd[s - 1] + notice_b[s - 1]
             arrival = _closed_form(done, link_b[s - 1] - lat_b[s - 1], free) + lat_b[s - 1]
     assert np.array_equal(got[0], fwd) and np.array_equal(got[1], bwd)
+
+
+def test_the_cycle_search_compiled_equals_its_source():
+    """Period 3 in one column, none in another (a drift), period 1 in a constant one."""
+    rng = np.random.default_rng(3)
+    w = np.stack([np.tile(rng.random(3), 8), np.arange(24.0), np.full(24, 0.5)], axis=1)
+    (got, _), (want, _) = _both(_cycles, w, 8)
+    assert np.array_equal(got, want) and got.tolist() == [3, -1, 1]
