@@ -657,6 +657,14 @@ def _finish(cfg: RunConfig, results_dir: Path, elapsed_s, sweep_dir, outcome, ch
     return out
 
 
+def _release_workers() -> None:
+    """Let joblib's workers exit now, while the report is built, instead of when this process
+    exits (loky waits for them then). The launcher has returned: no job is left to them."""
+    from joblib.externals.loky import get_reusable_executor
+
+    get_reusable_executor(reuse=True).shutdown(wait=False)
+
+
 def _launcher_is(config: DictConfig, name: str) -> bool:
     """Whether the sweep's Hydra launcher is the class ``name`` (its ``_target_``'s last part)."""
     return str(config.hydra.launcher.get("_target_", "")).rsplit(".", 1)[-1] == name
@@ -765,6 +773,8 @@ class WorkflowCallback(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         for stop in self._stops:
             stop()
+        if _launcher_is(config, "JoblibLauncher"):
+            _release_workers()
         if self._bar is not None:
             self._bar.stop()
             self._bar = None

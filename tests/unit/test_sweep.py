@@ -544,6 +544,37 @@ def test_joblibs_workers_check_a_sweep_and_keep_its_composer_for_the_jobs(extra)
     assert all(tokens == [load.token] for tokens in kept)
 
 
+def test_joblibs_workers_are_let_go_when_the_jobs_are_done():
+    """At the sweep's end joblib's workers exit while the report is built, not when the
+    submitting process exits."""
+    pytest.importorskip("joblib", reason="needs extra `launchers`")
+    import time
+
+    from joblib import Parallel, delayed
+
+    from repro.sweep import _release_workers
+
+    pids = set(Parallel(n_jobs=2, backend="loky")(delayed(os.getpid)() for _ in range(4)))
+    assert os.getpid() not in pids
+    _release_workers()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.05)
+    assert not any(_alive(p) for p in pids)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:  # a zombie has exited
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:  # reaped meanwhile
+        return False
+
+
 def test_a_shipped_callback_leaves_the_sweeps_machinery_behind():
     """Hydra's context goes to every joblib or Slurm task with the callbacks: the composer's
     configs and the helper's stop functions stay in the submitting process."""
