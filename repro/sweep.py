@@ -332,11 +332,23 @@ class SweepComposer:
         )
         return cfg
 
+    def _lines(self, overrides: list[str]) -> tuple[str, ...]:
+        return (*self.master.hydra.overrides.hydra, *overrides)
+
     def _kept(self, overrides: list[str]) -> DictConfig:
-        lines = (*self.master.hydra.overrides.hydra, *overrides)
+        lines = self._lines(overrides)
         if lines not in self._jobs:
             self._jobs[lines] = self._compose(lines)
         return self._jobs[lines]
+
+    def kept(self, jobs: list[list[str]]) -> dict[tuple[str, ...], DictConfig]:
+        """The configs composed so far of ``jobs`` (override lists), for :meth:`keep`."""
+        lines = [self._lines(o) for o in jobs]
+        return {k: self._jobs[k] for k in lines if k in self._jobs}
+
+    def keep(self, composed: dict[tuple[str, ...], DictConfig]) -> None:
+        """Take the jobs' configs another composer of this sweep made (:meth:`kept`)."""
+        self._jobs.update(composed)
 
     def job(self, overrides: list[str]) -> DictConfig:
         """One job's config (with its ``hydra`` node), as ``load_sweep_config`` returns it: with
@@ -465,12 +477,23 @@ def joblib_kwargs(config: DictConfig) -> dict:
 
 
 def _check_part(
-    load: _SweepLoad | _ShippedLoad, master: DictConfig, part: list[tuple[int, list[str]]]
+    load: _SweepLoad | _ShippedLoad,
+    master: DictConfig,
+    part: list[tuple[int, list[str]]],
+    hydra_state: dict,
 ):
     """A joblib worker's share of the pre-check, composed by the composer it keeps for the
-    sweep's jobs."""
+    sweep's jobs, under the Hydra state the launcher gives each job (its version base, the
+    job's name: they are part of a composed config)."""
+    if isinstance(load, _ShippedLoad):  # in a worker (joblib runs one share here, in order)
+        from hydra.core.singleton import Singleton
+        from hydra.core.utils import setup_globals
+
+        setup_globals()
+        Singleton.set_state(hydra_state)
     composer = load.composer_for(master)
     checked = [_check_one(composer, n, overrides) for n, overrides in part]
+    composed = composer.kept([overrides for _, overrides in part])
     # The jobs' code is loaded here, in the worker's first task: loky measures a worker's
     # memory after its first task and restarts a worker that grows 300 MB beyond it (its leak
     # guard), which one sized by the check alone reaches while it runs the paper's grid.
@@ -481,7 +504,7 @@ def _check_part(
     if any(not isinstance(c, str) and MODES[c.mode].rows for c in checked):
         import numba  # noqa: F401 - the kernels' compiler, loaded at a job's first kernel
 
-    return checked
+    return checked, composed
 
 
 def _check_on_workers(config: DictConfig, load: _SweepLoad) -> tuple[list[str], list[RunConfig]]:
@@ -490,22 +513,26 @@ def _check_on_workers(config: DictConfig, load: _SweepLoad) -> tuple[list[str], 
     joblib keeps the loky workers of a ``Parallel`` call for the next call with the same
     arguments (its reusable executor), so the workers that check the jobs are the ones that
     then run them: they start (and import the code) while the jobs are checked instead of after,
-    and each keeps the configs it composed for the jobs it is given next. Job n goes to share
+    and each keeps the configs it composed for the jobs it is given next; this process keeps
+    them too, for the sweeper's own check that every job composes. Job n goes to share
     n mod workers: a sweep file's jobs vary the config groups slowest, so every worker composes
     every choice of groups once. Were the arguments to differ, joblib would start new workers
     for the jobs: slower, the same result.
     """
+    from hydra.core.singleton import Singleton
     from joblib import Parallel, delayed, effective_n_jobs
 
     kwargs = joblib_kwargs(config)
     jobs = list(enumerate(job_overrides(config)))
     workers = max(1, min(len(jobs), effective_n_jobs(kwargs.get("n_jobs", -1))))
     parts = [jobs[w::workers] for w in range(workers)]
-    done = Parallel(**kwargs)(delayed(_check_part)(load, config, part) for part in parts)
+    state = Singleton.get_state()  # what the launcher ships with every job
+    done = Parallel(**kwargs)(delayed(_check_part)(load, config, p, state) for p in parts)
     checked: list[RunConfig | str] = [""] * len(jobs)
-    for part, results in zip(parts, done, strict=True):
+    for part, (results, composed) in zip(parts, done, strict=True):
         for (n, _), result in zip(part, results, strict=True):
             checked[n] = result
+        load.composer.keep(composed)  # Hydra's sweeper composes every job here once more
     return _split(checked)
 
 

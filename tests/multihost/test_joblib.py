@@ -33,3 +33,11 @@ def test_joblib_sweep_writes_the_serial_sweeps_rows(tmp_path):
     )
     log = (tmp_path / "joblib" / "sweep.log").read_text()
     assert log.count("REPORT.md:") == 1
+    # each job ran with the Hydra config the serial launcher gives it (its log is named by the
+    # job's name), though joblib's workers composed it in the pre-check
+    assert _files(tmp_path / "joblib") == _files(tmp_path / "serial")
+
+
+def _files(results_dir):
+    sweep_dir = results_dir / "multirun"
+    return sorted(str(p.relative_to(sweep_dir)) for p in sweep_dir.rglob("*") if p.is_file())

@@ -515,12 +515,13 @@ def test_joblibs_workers_check_a_sweep_and_keep_its_composer_for_the_jobs(extra)
     """Under the joblib launcher the pre-check runs in its worker processes: the same lines
     and typed configs as the check in this process, and the workers that then run the jobs
     (joblib reuses its workers for a Parallel call with the launcher's arguments) already keep
-    the sweep's composer."""
+    the sweep's composer; the configs they composed come back for the sweeper's own check."""
     pytest.importorskip("hydra_plugins.hydra_joblib_launcher", reason="needs extra `launchers`")
     from hydra.core.global_hydra import GlobalHydra
     from joblib import Parallel, delayed
+    from omegaconf import OmegaConf
 
-    from repro.sweep import SweepComposer, _check, _check_on_workers, joblib_kwargs
+    from repro.sweep import SweepComposer, _check, _check_on_workers, job_overrides, joblib_kwargs
 
     launcher = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
@@ -537,6 +538,11 @@ def test_joblibs_workers_check_a_sweep_and_keep_its_composer_for_the_jobs(extra)
             load = loader.load_sweep_config
             got = _check_on_workers(master, load)
             kept = Parallel(**joblib_kwargs(master))(delayed(_kept_tokens)() for _ in range(4))
+            jobs = job_overrides(master)
+            assert len(load.composer._jobs) == len(jobs)  # the workers' configs came back
+            hydras = type(loader).load_sweep_config(loader, master, list(jobs[-1]))
+            ours = loader.load_sweep_config(master, list(jobs[-1]))
+            assert OmegaConf.to_container(ours) == OmegaConf.to_container(hydras)
         finally:
             remove()
     assert got == want
