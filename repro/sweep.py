@@ -350,13 +350,20 @@ class SweepComposer:
         """Take the jobs' configs another composer of this sweep made (:meth:`kept`)."""
         self._jobs.update(composed)
 
-    def job(self, overrides: list[str]) -> DictConfig:
+    def job(self, overrides: list[str], *, last: bool = False) -> DictConfig:
         """One job's config (with its ``hydra`` node), as ``load_sweep_config`` returns it: with
         the master config's resolver cache as it is now (the sweep folder's ``${now:...}``,
-        resolved when the sweeper starts, is the same in every job)."""
+        resolved when the sweeper starts, is the same in every job). ``last``: no later call
+        asks for this job (a launcher's worker runs each job once), so the kept config itself
+        is handed out instead of a copy."""
         from omegaconf import OmegaConf
 
-        cfg = copy.deepcopy(self._kept(overrides))
+        if last:
+            lines = self._lines(overrides)
+            cfg = self._jobs.pop(lines, None)
+            cfg = self._compose(lines) if cfg is None else cfg
+        else:
+            cfg = copy.deepcopy(self._kept(overrides))
         OmegaConf.copy_cache(from_config=self.master, to_config=cfg)
         return cfg
 
@@ -368,10 +375,12 @@ class SweepComposer:
         cfg = self._kept(overrides)
         return OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
 
-    def install(self) -> Callable[[], None]:
+    def install(self, *, once: bool = False) -> Callable[[], None]:
         """Answer the config loader's ``load_sweep_config`` calls for this sweep; returns the
-        function that takes it away again."""
-        self.loader.load_sweep_config = _SweepLoad(self)
+        function that takes it away again. ``once``: each job is asked for once here (a launcher
+        that composes the jobs in other processes leaves only the sweeper's check to this one):
+        the kept configs are handed out themselves (:meth:`job`'s ``last``)."""
+        self.loader.load_sweep_config = _SweepLoad(self, once=once)
 
         def remove() -> None:
             self.loader.__dict__.pop("load_sweep_config", None)
@@ -385,15 +394,15 @@ class _SweepLoad:
     a :class:`_ShippedLoad` that composes with a composer of its own (the kept configs stay
     here)."""
 
-    def __init__(self, composer: SweepComposer) -> None:
-        self.composer = composer
+    def __init__(self, composer: SweepComposer, *, once: bool = False) -> None:
+        self.composer, self.once = composer, once
         self.token = os.urandom(8).hex()  # this sweep, as the other processes tell it apart
 
     def __call__(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
         loader = self.composer.loader
         if master_config is not self.composer.master:
             return type(loader).load_sweep_config(loader, master_config, sweep_overrides)
-        return self.composer.job(list(sweep_overrides))
+        return self.composer.job(list(sweep_overrides), last=self.once)
 
     def composer_for(self, master_config: DictConfig) -> SweepComposer:
         """The sweep's composer (a joblib run with one worker calls here, in this process)."""
@@ -426,7 +435,7 @@ class _ShippedLoad:
         return composer
 
     def __call__(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
-        return self.composer_for(master_config).job(list(sweep_overrides))
+        return self.composer_for(master_config).job(list(sweep_overrides), last=True)
 
     def __reduce__(self):
         return _ShippedLoad, (self.loader, self.token)
@@ -721,8 +730,9 @@ class WorkflowCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         t0 = time.monotonic()
         composer = SweepComposer(_loader(), config)
-        remove = composer.install()
-        if _launcher_is(config, "JoblibLauncher"):
+        joblib = _launcher_is(config, "JoblibLauncher")
+        remove = composer.install(once=joblib)
+        if joblib:
             bad, jobs = _check_on_workers(config, composer.loader.load_sweep_config)
         else:
             bad, jobs = _check(config, composer)

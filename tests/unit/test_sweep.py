@@ -494,7 +494,11 @@ def test_a_shipped_config_loader_composes_as_hydra_does():
             hydras = type(loader).load_sweep_config(loader, master, job)
             assert OmegaConf.to_container(got) == OmegaConf.to_container(hydras)
         kept = sweep._SHIPPED[shipped.load_sweep_config.token]
-        assert len(kept._jobs) == 3 and len(kept._bases) == 1
+        assert len(kept._bases) == 1 and not kept._jobs  # each job's config handed out once
+        again = shipped.load_sweep_config(master, jobs[0])  # asked again: composed again
+        assert OmegaConf.to_container(again) == OmegaConf.to_container(
+            type(loader).load_sweep_config(loader, master, jobs[0])
+        )
         remove = SweepComposer(loader, master).install()
         try:
             other = cloudpickle.loads(cloudpickle.dumps(loader))  # another sweep
@@ -533,16 +537,18 @@ def test_joblibs_workers_check_a_sweep_and_keep_its_composer_for_the_jobs(extra)
         loader = GlobalHydra.instance().hydra.config_loader
         composer = SweepComposer(loader, master)
         want = _check(master, composer)
-        remove = SweepComposer(loader, master).install()
+        remove = SweepComposer(loader, master).install(once=True)
         try:
             load = loader.load_sweep_config
             got = _check_on_workers(master, load)
             kept = Parallel(**joblib_kwargs(master))(delayed(_kept_tokens)() for _ in range(4))
             jobs = job_overrides(master)
             assert len(load.composer._jobs) == len(jobs)  # the workers' configs came back
-            hydras = type(loader).load_sweep_config(loader, master, list(jobs[-1]))
-            ours = loader.load_sweep_config(master, list(jobs[-1]))
-            assert OmegaConf.to_container(ours) == OmegaConf.to_container(hydras)
+            for job in jobs:  # the sweeper's check: each job's config once, as Hydra's
+                hydras = type(loader).load_sweep_config(loader, master, list(job))
+                ours = loader.load_sweep_config(master, list(job))
+                assert OmegaConf.to_container(ours) == OmegaConf.to_container(hydras)
+            assert not load.composer._jobs
         finally:
             remove()
     assert got == want
