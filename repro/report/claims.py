@@ -269,14 +269,15 @@ def _claim_kl(ablation: pd.DataFrame | None):
     need = {"case", "method", "seed", "best_total_cost_s"}
     if not need <= set(ablation.columns):
         return None, f"ablation table lacks {sorted(need - set(ablation.columns))}"
-    methods = {str(m).lower() for m in ablation.method}
+    methods = {str(m).lower() for m in ablation.method.unique()}
     tailored = next(
         (m for m in ("tailored", "genetic", "ours", "local_search") if m in methods), None
     )
     kl = next((m for m in ("kl", "genetic_kl") if m in methods), None)
     if tailored is None or kl is None:
         return None, f"ablation needs a tailored and a kl method, has {sorted(methods)}"
-    a = ablation.assign(method=ablation.method.astype(str).str.lower(), case=ablation.case.map(str))
+    case = ablation.case.map({c: str(c) for c in ablation.case.unique()})  # str of each value
+    a = ablation.assign(method=ablation.method.astype(str).str.lower(), case=case)
     final = a.groupby(["case", "method", "seed"])["best_total_cost_s"].min().reset_index()
     med = final.groupby(["case", "method"])["best_total_cost_s"].median().unstack("method")
     med = med[[tailored, kl]].dropna()
