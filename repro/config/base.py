@@ -11,6 +11,7 @@ and a bad value is one :class:`ConfigError` line naming the key, before any work
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import os
 import re
@@ -322,7 +323,7 @@ def validate(cfg: DictConfig | dict | RunConfig) -> RunConfig:
     if mode not in MODES:
         raise ConfigError(f"mode={mode!r}: expected one of {', '.join(MODES)}")
     try:
-        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(MODES[mode].schema), raw))
+        return OmegaConf.to_object(OmegaConf.merge(_structured(MODES[mode].schema), raw))
     except ConfigError:
         raise
     except OmegaConfBaseException as e:
@@ -330,6 +331,13 @@ def validate(cfg: DictConfig | dict | RunConfig) -> RunConfig:
         if isinstance(cause, ConfigError):
             raise cause from None
         raise ConfigError(_one_line(e)) from None
+
+
+@functools.cache
+def _structured(schema: type) -> DictConfig:
+    """The structured config of a mode's dataclass, made once (merging copies it, never
+    changes it)."""
+    return OmegaConf.structured(schema)
 
 
 def default_of(cls: type, name: str):

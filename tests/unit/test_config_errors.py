@@ -260,3 +260,20 @@ def test_a_bad_value_on_the_command_line_is_one_line_and_exit_2(tmp_path):
     )
     assert p.returncode == 2, p.stdout + p.stderr
     assert "error: per_regions[]=0: must be >= 1" in p.stderr, p.stderr
+
+
+def test_validation_leaves_the_schema_it_merges_into_unchanged():
+    """Each mode's structured schema is made once and merged into for every config: neither a
+    good nor a bad config changes it."""
+    from omegaconf import OmegaConf
+
+    from repro.config import MODES, ConfigError, validate
+    from repro.config.base import _structured
+
+    fresh = OmegaConf.to_yaml(OmegaConf.structured(MODES["simulate"].schema))
+    got = validate({"mode": "simulate", "case": "5", "layers": 40, "scheduler": {"trials": 7}})
+    assert got.layers == 40 and got.scheduler.trials == 7
+    with pytest.raises(ConfigError, match="layers"):
+        validate({"mode": "simulate", "layers": -3})
+    assert OmegaConf.to_yaml(_structured(MODES["simulate"].schema)) == fresh
+    assert validate({"mode": "simulate"}).layers != 40
