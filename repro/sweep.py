@@ -29,10 +29,14 @@ from __future__ import annotations
 import contextlib
 import copy
 import datetime as _dt
+import hashlib
+import hmac
 import json
 import logging
 import math
 import os
+import pickle
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -45,6 +49,7 @@ from omegaconf import DictConfig
 
 from repro.config import RunConfig, as_dict, validate
 from system.results import (
+    atomic_write_bytes,
     atomic_write_text,
     current_run_ids,
     deferred_collect,
@@ -75,6 +80,8 @@ __all__ = [
     "ledger_stamps",
     "count_outcomes",
     "finish_study",
+    "SharedStore",
+    "shared_store",
 ]
 
 # Keys that only change how a run is reported (or how long it may take), never its rows.
@@ -439,6 +446,52 @@ class _ShippedLoad:
 
     def __reduce__(self):
         return _ShippedLoad, (self.loader, self.token)
+
+
+class SharedStore:
+    """Values the jobs of one sweep share across the launcher's processes: one file per key in
+    ``folder``, a pickle signed with the sweep's secret (HMAC-SHA256), so a file the sweep did
+    not write is never unpickled. Written atomically; a missing, torn or foreign file reads as
+    absent, and the job computes the value itself."""
+
+    def __init__(self, folder: Path, secret: str) -> None:
+        self.folder, self._secret = Path(folder), secret.encode()
+
+    def _path(self, key: str) -> Path:
+        return self.folder / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.pkl"
+
+    def _mac(self, key: str, payload: bytes) -> bytes:
+        return hmac.new(self._secret, key.encode() + b"\0" + payload, "sha256").digest()
+
+    def get(self, key: str) -> Any | None:
+        try:
+            raw = self._path(key).read_bytes()
+        except OSError:
+            return None
+        mac, payload = raw[:32], raw[32:]
+        if not hmac.compare_digest(mac, self._mac(key, payload)):
+            return None
+        return pickle.loads(payload)
+
+    def put(self, key: str, value: Any) -> None:
+        payload = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(self._path(key), self._mac(key, payload) + payload)
+
+
+SHARED = ".shared"  # the sweep folder's subfolder of shared values, removed at the sweep's end
+
+
+def shared_store(name: str) -> SharedStore | None:
+    """The running sweep's store ``name`` in a launcher's worker process (joblib's, a Slurm
+    job): its secret is the sweep's token, which reaches a worker inside its jobs, never a
+    file. None elsewhere (a single run; the serial launcher's jobs share one process)."""
+    token = next(iter(_SHIPPED), None)
+    if token is None or not is_multirun():
+        return None
+    from hydra.core.hydra_config import HydraConfig
+
+    return SharedStore(Path(str(HydraConfig.get().sweep.dir)) / SHARED / name, token)
 
 
 def _loader():
@@ -812,6 +865,7 @@ class WorkflowCallback(Callback):
             stop()
         if _launcher_is(config, "JoblibLauncher"):
             _release_workers()
+        shutil.rmtree(Path(str(config.hydra.sweep.dir)) / SHARED, ignore_errors=True)
         if self._bar is not None:
             self._bar.stop()
             self._bar = None

@@ -34,7 +34,7 @@ from repro.config import SimulateConfig, as_dict, default_of
 from repro.config.modes import SchedulerOptions, fill_layout
 from repro.helper import Helper, take
 from repro.report.summary import print_compact, print_wide, summary_from_rows
-from repro.sweep import is_multirun
+from repro.sweep import is_multirun, shared_store
 from system.assignment import random_assignment
 from system.cases import get_case
 from system.cluster import Cluster
@@ -120,12 +120,20 @@ class Schedules:
         )
 
     def get(self, case: str, cluster: Cluster, workload: Workload, pp: int, dp: int):
+        """The schedule: this process's, else the sweep's other processes' (a launcher's
+        workers: :func:`repro.sweep.shared_store`), else made here (and shared)."""
         from system.scheduler import schedule
 
         key, (cl, sizes, kwargs) = self.call(case, cluster, workload, pp, dp)
         value = take(self.cache.get(key))
         if value is None:
-            value = schedule(cl, sizes, **kwargs)
+            store = shared_store("schedules")
+            name = json.dumps(key)
+            value = store.get(name) if store is not None else None
+            if value is None:
+                value = schedule(cl, sizes, **kwargs)
+                if store is not None:
+                    store.put(name, value)
         self.cache[key] = value
         return value
 

@@ -587,6 +587,35 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def test_a_sweeps_shared_store_returns_only_what_the_sweep_wrote(tmp_path):
+    """Values shared between a sweep's processes: read back as written; a file another secret
+    signed, a torn file, an edited one or none at all read as absent (the job computes the
+    value itself), and nothing from a foreign file is unpickled."""
+    from repro.sweep import SharedStore, shared_store
+
+    store = SharedStore(tmp_path / "schedules", "secret-a")
+    assert store.get("k") is None
+    store.put("k", {"layout": [[0, 1], [2, 3]], "cost_s": 0.1 + 0.2})
+    assert store.get("k") == {"layout": [[0, 1], [2, 3]], "cost_s": 0.1 + 0.2}
+    assert SharedStore(tmp_path / "schedules", "secret-b").get("k") is None
+    (path,) = (tmp_path / "schedules").iterdir()
+    raw = path.read_bytes()
+    path.write_bytes(raw[:-3])  # torn
+    assert store.get("k") is None
+    path.write_bytes(raw[:40] + bytes([raw[40] ^ 1]) + raw[41:])  # edited
+    assert store.get("k") is None
+
+    class Boom:
+        def __reduce__(self):
+            return (os.system, ("touch " + str(tmp_path / "ran"),))
+
+    import pickle
+
+    path.write_bytes(b"\0" * 32 + pickle.dumps(Boom()))  # a foreign file: never unpickled
+    assert store.get("k") is None and not (tmp_path / "ran").exists()
+    assert shared_store("schedules") is None  # not in a launcher's worker
+
+
 def test_a_shipped_callback_leaves_the_sweeps_machinery_behind():
     """Hydra's context goes to every joblib or Slurm task with the callbacks: the composer's
     configs and the helper's stop functions stay in the submitting process."""
