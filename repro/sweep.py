@@ -38,6 +38,7 @@ import os
 import pickle
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -807,6 +808,10 @@ class WorkflowCallback(Callback):
             d: (js[0], ledger_stamps(d, [job_key(j) for j in js])) for d, js in by_dir.items()
         }
         self._stops = [remove, *self._prefetch(config, jobs)]
+        if joblib:  # this process waits for the workers: it loads the report's plotting meanwhile
+            from repro.report.figures import load_plotting
+
+            threading.Thread(target=load_plotting, name="load-plotting", daemon=True).start()
         self._pid = os.getpid()
         self._t0, self._done, self._total = time.monotonic(), 0, len(jobs)
         if self.progress and sys.stdout.isatty():

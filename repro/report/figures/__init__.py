@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["save_figure"]
+__all__ = ["save_figure", "load_plotting"]
+
+
+def load_plotting() -> None:
+    """Import matplotlib (its file backend) now, so that the figures do not wait for it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot  # noqa: F401
 
 
 def save_figure(fig, path: str | Path, dpi: int = 110) -> Path:
