@@ -55,6 +55,7 @@ from system.results import (
     current_run_ids,
     deferred_collect,
     model_version,
+    read_parts_ahead,
     read_rows,
     run_id_for,
     run_id_sets,
@@ -747,6 +748,35 @@ def _finish(cfg: RunConfig, results_dir: Path, elapsed_s, sweep_dir, outcome, ch
     return out
 
 
+READ_AHEAD_EVERY_S = 0.5
+
+
+def _read_ahead(results_dirs: list[str]) -> Callable[[], None]:
+    """Read the parts the workers write while they run (a thread, every half second), so that
+    the sweep's fold finds them read (:func:`system.results.read_parts_ahead`). Returns the
+    function that stops it; it also stops by itself after :data:`JOB_LOCK_TIMEOUT_S`, or at a
+    part it cannot read (the fold then says what is wrong with it)."""
+    stop = threading.Event()
+    deadline = time.monotonic() + JOB_LOCK_TIMEOUT_S
+
+    def loop() -> None:
+        try:
+            while not stop.wait(READ_AHEAD_EVERY_S) and time.monotonic() < deadline:
+                for d in results_dirs:
+                    read_parts_ahead(d)
+        except (OSError, ValueError) as e:
+            log.debug("parts are no longer read ahead: %s", e)
+
+    thread = threading.Thread(target=loop, name="read-parts-ahead", daemon=True)
+    thread.start()
+
+    def halt() -> None:
+        stop.set()
+        thread.join(timeout=60)
+
+    return halt
+
+
 def _release_workers() -> None:
     """Let joblib's workers exit now, while the report is built, instead of when this process
     exits (loky waits for them then). The launcher has returned: no job is left to them."""
@@ -808,10 +838,11 @@ class WorkflowCallback(Callback):
             d: (js[0], ledger_stamps(d, [job_key(j) for j in js])) for d, js in by_dir.items()
         }
         self._stops = [remove, *self._prefetch(config, jobs)]
-        if joblib:  # this process waits for the workers: it loads the report's plotting meanwhile
+        if joblib:  # this process waits for the workers: it prepares the sweep's end meanwhile
             from repro.report.figures import load_plotting
 
             threading.Thread(target=load_plotting, name="load-plotting", daemon=True).start()
+            self._stops.append(_read_ahead(list(self._studies)))
         self._pid = os.getpid()
         self._t0, self._done, self._total = time.monotonic(), 0, len(jobs)
         if self.progress and sys.stdout.isatty():

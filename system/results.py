@@ -94,6 +94,7 @@ __all__ = [
     "has_stored_rows",
     "collect",
     "compact",
+    "read_parts_ahead",
     "deferred_collect",
     "PARTS",
     "STALE_TMP_AGE_S",
@@ -310,12 +311,38 @@ def _read_table(f: Path, *, columns: list[str] | None = None, what: str = "resul
     return df
 
 
+# Parts read ahead of their fold (:func:`read_parts_ahead`), by path: (stamp, frame).
+_AHEAD: dict[str, tuple[tuple[int, int, int], object]] = {}
+
+
 def _read_part(f: Path):
     """A part as a DataFrame, or None when a compaction deleted it after it was listed."""
+    ahead = _AHEAD.pop(str(f), None)
+    if ahead is not None and ahead[0] == _stamp_of(f):
+        return ahead[1]
     try:
         return _read_table(f, what="results part")
     except FileNotFoundError:
         return None
+
+
+def read_parts_ahead(results_dir: str | Path) -> int:
+    """Read the study's parts this process has not read yet and keep them for the next fold
+    (:func:`compact`): for a process that waits while others write parts (a sweep's launcher's
+    workers). A part is kept with its stamp (inode, mtime, size) and used only while the file
+    still has it. Returns how many parts it read."""
+    d = Path(results_dir)
+    n = 0
+    for f in _parts(d):
+        stamp = _stamp_of(f)
+        have = _AHEAD.get(str(f))
+        if stamp is None or (have is not None and have[0] == stamp):
+            continue
+        df = _read_part(f)
+        if df is not None and _stamp_of(f) == stamp:
+            _AHEAD[str(f)] = (stamp, df)
+            n += 1
+    return n
 
 
 def _row_key(r: Mapping) -> tuple[str, str]:

@@ -327,3 +327,32 @@ def test_a_table_just_written_reads_as_the_file_does(tmp_path):
     store._WRITTEN.clear()
     pd.testing.assert_frame_equal(kept_again, read_rows(tmp_path, history=True))
     assert len(kept_again) == 6 and (kept_again.iter_time_s > 0).all()
+
+
+def test_parts_read_ahead_fold_to_the_table_read_without_them(tmp_path):
+    """A process waiting for a sweep's workers reads their parts as they come; the fold then
+    writes the same table as one that reads every part itself, and a part replaced after it
+    was read ahead is read again (its stamp changed), never taken stale."""
+    import system.results as store
+    from system.results import compact, deferred_collect, read_parts_ahead
+
+    def rows(first, n, t):
+        return [make_row({**KEY, "repeat": i}, iter_time_s=t + i) for i in range(first, first + n)]
+
+    for d in ("ahead", "plain"):
+        with deferred_collect():
+            write_rows(tmp_path / d, rows(0, 3, 1.0))
+            write_rows(tmp_path / d, rows(3, 2, 1.0))
+    assert read_parts_ahead(tmp_path / "ahead") == 2
+    assert read_parts_ahead(tmp_path / "ahead") == 0  # each part once
+    first = sorted((tmp_path / "ahead" / store.PARTS).iterdir())[0]
+    replaced = pd.read_parquet(first).assign(iter_time_s=7.0)
+    replaced.to_parquet(first.with_name(".tmp"))
+    first.with_name(".tmp").replace(first)  # a new file under the old name: another stamp
+    compact(tmp_path / "ahead")
+    compact(tmp_path / "plain")
+    store._WRITTEN.clear()
+    ahead, plain = read_rows(tmp_path / "ahead"), read_rows(tmp_path / "plain")
+    assert sorted(ahead.iter_time_s) == [4.0, 5.0, 7.0, 7.0, 7.0]
+    assert sorted(plain.iter_time_s) == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert not store._AHEAD  # the fold took what it read ahead
