@@ -75,7 +75,7 @@ def test_paper_sweep_is_the_fig3_grid():
     assert len(jobs) == 7 * 3 * 3 and cfg.repeats == 3 and cfg.mode == "simulate"
     assert cfg.system == "all"  # each job simulates all systems
     cases, sharing = [], []
-    for setting in sorted({j[0] for j in jobs}):
+    for setting in sorted({o for j in jobs for o in j if o.startswith("setting=")}):
         job = _compose(["sweep=paper", setting], hydra=False)
         cases.append(str(job.case))
         sharing.append(str(job.link_sharing))
