@@ -486,8 +486,9 @@ SHARED = ".shared"  # the sweep folder's subfolder of shared values, removed at 
 
 def shared_store(name: str) -> SharedStore | None:
     """The running sweep's store ``name`` in a launcher's worker process (joblib's, a Slurm
-    job): its secret is the sweep's token, which reaches a worker inside its jobs, never a
-    file. None elsewhere (a single run; the serial launcher's jobs share one process)."""
+    job): its secret is the sweep's token, which reaches a worker inside its jobs (in memory
+    under joblib; in submitit's job files, the user's own, under Slurm), never in the store.
+    None elsewhere (a single run; the serial launcher's jobs share one process)."""
     token = next(iter(_SHIPPED), None)
     if token is None or not is_multirun():
         return None
@@ -579,9 +580,10 @@ def _check_on_workers(config: DictConfig, load: _SweepLoad) -> tuple[list[str], 
     then run them: they start (and import the code) while the jobs are checked instead of after,
     and each keeps the configs it composed for the jobs it is given next; this process keeps
     them too, for the sweeper's own check that every job composes. Job n goes to share
-    n mod workers: a sweep file's jobs vary the config groups slowest, so every worker composes
-    every choice of groups once. Were the arguments to differ, joblib would start new workers
-    for the jobs: slower, the same result.
+    n mod workers, as joblib then hands the jobs out in order to whichever worker is free: a
+    worker's share holds the choices of config groups of the jobs it is likely to get (a job it
+    did not check is composed from its kept defaults, or from scratch). Were the arguments to
+    differ, joblib would start new workers for the jobs: slower, the same result.
     """
     from hydra.core.singleton import Singleton
     from joblib import Parallel, delayed, effective_n_jobs
@@ -777,12 +779,15 @@ def _read_ahead(results_dirs: list[str]) -> Callable[[], None]:
     return halt
 
 
-def _release_workers() -> None:
+def _release_workers(config: DictConfig) -> None:
     """Let joblib's workers exit now, while the report is built, instead of when this process
-    exits (loky waits for them then). The launcher has returned: no job is left to them."""
+    exits (loky waits for them then). The launcher has returned: no job is left to them. With
+    one job at a time joblib ran the jobs here and started no worker: nothing to do."""
+    from joblib import effective_n_jobs
     from joblib.externals.loky import get_reusable_executor
 
-    get_reusable_executor(reuse=True).shutdown(wait=False)
+    if effective_n_jobs(joblib_kwargs(config).get("n_jobs", -1)) > 1:
+        get_reusable_executor(reuse=True).shutdown(wait=False)
 
 
 def _launcher_is(config: DictConfig, name: str) -> bool:
@@ -900,7 +905,7 @@ class WorkflowCallback(Callback):
         for stop in self._stops:
             stop()
         if _launcher_is(config, "JoblibLauncher"):
-            _release_workers()
+            _release_workers(config)
         shutil.rmtree(Path(str(config.hydra.sweep.dir)) / SHARED, ignore_errors=True)
         if self._bar is not None:
             self._bar.stop()

@@ -20,10 +20,11 @@ pytestmark = [
 ]
 
 
-def test_joblib_sweep_writes_the_serial_sweeps_rows(tmp_path):
+@pytest.mark.parametrize("n_jobs", [2, 1])  # 1: joblib runs the jobs in this process
+def test_joblib_sweep_writes_the_serial_sweeps_rows(tmp_path, n_jobs):
     extra = ["case=4,5", "batch=1024", "repeats=1"]
     _, serial = run_sweep("smoke", "serial", tmp_path / "serial", overrides=extra)
-    _, par = run_sweep("smoke", "joblib", tmp_path / "joblib", n_jobs=2, overrides=extra)
+    _, par = run_sweep("smoke", "joblib", tmp_path / "joblib", n_jobs=n_jobs, overrides=extra)
     assert par == serial and len(par) > 0
     assert len(list((tmp_path / "joblib" / "jobs").glob("*.json"))) == 2
     a = pd.read_csv(tmp_path / "serial" / "runs.csv").sort_values("run_id")

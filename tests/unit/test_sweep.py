@@ -563,12 +563,15 @@ def test_joblibs_workers_are_let_go_when_the_jobs_are_done():
     import time
 
     from joblib import Parallel, delayed
+    from omegaconf import OmegaConf
 
     from repro.sweep import _release_workers
 
+    launcher = {"_target_": "x.JoblibLauncher", "n_jobs": 2, "backend": None}
+    config = OmegaConf.create({"hydra": {"launcher": launcher}})
     pids = set(Parallel(n_jobs=2, backend="loky")(delayed(os.getpid)() for _ in range(4)))
     assert os.getpid() not in pids
-    _release_workers()
+    _release_workers(config)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and any(_alive(p) for p in pids):
         time.sleep(0.05)
