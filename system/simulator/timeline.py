@@ -13,8 +13,9 @@ Receive, compute and send run on separate streams, so a stage's steady-state slo
 is max(recv, compute, send) — the paper's overlap. The backward pass is the mirror image, starting
 on the last stage when its last forward is done. Each recurrence ``X[i] = max(X[i-1], Y[i]) + c``
 is solved in closed form with a running maximum, ``X[i] = (i+1)·c + max(X[-1], cummax_j(Y[j] −
-j·c))``, in one compiled loop over stages, replicas and micro-batches. With free links and equal
-stages it gives GPipe's (m + p − 1)·(t_f + t_b) exactly (tested).
+j·c))``, one compiled loop per phase over its chains (compute and link, stage by stage),
+replicas and micro-batches. With free links and equal stages it gives GPipe's
+(m + p − 1)·(t_f + t_b) exactly (tested).
 
 Pipelines with blocking point-to-point calls (1F1B, blocking GPipe) are replayed op by op from
 an op-order program instead: :mod:`system.simulator.replay`.
@@ -40,55 +41,42 @@ class GPipeTimes:
 
 
 @kernel
-def _gpipe(start, f, b, link_f, lat_f, open_f, link_b, lat_b, notice_b, m):
-    """(fwd_end, bwd_end) of :func:`gpipe_timeline`, each (p, r): every stage's compute chain
-    and every link's send chain (:func:`_chain`'s recurrence, inlined), forward then backward."""
-    p, r = f.shape
-    fwd_end = np.empty((p, r))
-    bwd_end = np.empty((p, r))
-    arrival = np.empty((m, r))
-    done = np.empty((m, r))
-    for s in range(p):  # forward phase
-        for j in range(r):
-            free = start[s, j]
-            c = f[s, j]
+def _chains(first, cost, free, arrive, m):
+    """(C, r) last values of C chained recurrences over m micro-batches and r replicas: chain c
+    is X[i] = max(X[i-1], A[i]) + cost[c], X[-1] = free[c], in the module's closed form, its
+    arrivals A the previous chain's values (the first chain's: ``first``), each plus
+    ``arrive[c]`` where ``arrive`` is not NaN (a link's propagation delay, added on arrival).
+    The maxima are numpy's (NaN wins, then the first argument)."""
+    chains, r = cost.shape
+    ends = np.empty((chains, r))
+    x = np.empty(m)
+    for j in range(r):
+        for i in range(m):
+            x[i] = first[j]
+        for k in range(chains):
+            c, top_free, delay = cost[k, j], free[k, j], arrive[k, j]
             run = 0.0
             for i in range(m):
-                v = (start[0, j] if s == 0 else arrival[i, j]) - i * c
+                v = x[i] - i * c
                 run = v if i == 0 else (run if (run >= v or run != run) else v)
-                top = run if (run >= free or run != run) else free
-                done[i, j] = (i + 1.0) * c + top
-            fwd_end[s, j] = done[m - 1, j]
-            if s < p - 1:
-                free = open_f[s, j]
-                c = link_f[s, j] - lat_f[s, j]
-                run = 0.0
-                for i in range(m):
-                    v = done[i, j] - i * c
-                    run = v if i == 0 else (run if (run >= v or run != run) else v)
-                    top = run if (run >= free or run != run) else free
-                    arrival[i, j] = (i + 1.0) * c + top + lat_f[s, j]
-    for s in range(p - 1, -1, -1):  # backward phase, from the last stage down
-        for j in range(r):
-            free = fwd_end[s, j]
-            c = b[s, j]
-            run = 0.0
-            for i in range(m):
-                v = (fwd_end[p - 1, j] if s == p - 1 else arrival[i, j]) - i * c
-                run = v if i == 0 else (run if (run >= v or run != run) else v)
-                top = run if (run >= free or run != run) else free
-                done[i, j] = (i + 1.0) * c + top
-            bwd_end[s, j] = done[m - 1, j]
-            if s > 0:
-                free = fwd_end[s - 1, j] + notice_b[s - 1, j]
-                c = link_b[s - 1, j] - lat_b[s - 1, j]
-                run = 0.0
-                for i in range(m):
-                    v = done[i, j] - i * c
-                    run = v if i == 0 else (run if (run >= v or run != run) else v)
-                    top = run if (run >= free or run != run) else free
-                    arrival[i, j] = (i + 1.0) * c + top + lat_b[s - 1, j]
-    return fwd_end, bwd_end
+                top = run if (run >= top_free or run != run) else top_free
+                x[i] = (i + 1.0) * c + top
+                if delay == delay:
+                    x[i] = x[i] + delay
+            ends[k, j] = x[m - 1]
+    return ends
+
+
+def _phase(first, compute, compute_free, link, link_free, delay, m) -> np.ndarray:
+    """(p, r) ends of one phase's compute chains: stage by stage in the order given, each
+    followed by the link to the next (``link``, ``link_free``, ``delay``: (p − 1, r))."""
+    p, r = compute.shape
+    cost, free, arrive = (np.full((2 * p - 1, r), np.nan) for _ in range(3))
+    cost[0::2], free[0::2] = compute, compute_free
+    cost[1::2], free[1::2], arrive[1::2] = link - delay, link_free, delay
+    return np.ascontiguousarray(
+        _chains(np.ascontiguousarray(first), cost, free, arrive, int(m))[0::2]
+    )
 
 
 def gpipe_timeline(
@@ -151,14 +139,16 @@ def gpipe_timeline(
     )
     if np.any(lat_f > link_fwd_s + 1e-12) or np.any(lat_b > link_bwd_s + 1e-12):
         raise ValueError("gpipe: a link's latency exceeds its message time")
-    fwd_end, bwd_end = _gpipe(
-        np.ascontiguousarray(start),
-        np.ascontiguousarray(f),
-        np.ascontiguousarray(b),
-        *(
-            np.ascontiguousarray(a, dtype=float).reshape(max(p - 1, 0), r)
-            for a in (link_fwd_s, lat_f, open_f, link_bwd_s, lat_b, notice_b)
-        ),
-        int(micro_batches),
+    m = int(micro_batches)
+    link_f, lat_f, open_f, link_b, lat_b, notice_b = (
+        np.asarray(a, float).reshape(max(p - 1, 0), r)
+        for a in (link_fwd_s, lat_f, open_f, link_bwd_s, lat_b, notice_b)
     )
+    fwd_end = _phase(start[0], f, start, link_f, open_f, lat_f, m)
+    # backward: from the last stage down, each link's receive-ready notice after the forwards
+    free_b = fwd_end[:-1] + notice_b
+    back = _phase(
+        fwd_end[p - 1], b[::-1], fwd_end[::-1], link_b[::-1], free_b[::-1], lat_b[::-1], m
+    )
+    bwd_end = back[::-1].copy()
     return GPipeTimes(fwd_end_s=fwd_end, bwd_end_s=bwd_end)

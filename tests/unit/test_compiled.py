@@ -15,7 +15,7 @@ from system.cost.partition import _lower_edges
 from system.cost.tsp import _open_values
 from system.simulator.allreduce import _tree_pass, _trees
 from system.simulator.replay import _cycles, _programs, _replay_kernel
-from system.simulator.timeline import _gpipe
+from system.simulator.timeline import _chains, gpipe_timeline
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -101,18 +101,32 @@ def _closed_form(arrival, cost, free_at):
 
 @pytest.mark.parametrize("p", [1, 2, 5])
 def test_the_gpipe_timeline_compiled_equals_its_source_and_the_closed_form(p):
-    """The kernel against its own Python source, and against the closed form written with
-    numpy's running maximum (ties and a -inf receive notice included)."""
+    """The kernel against its own Python source, and the timeline against the closed form
+    written with numpy's running maximum (ties and a -inf receive notice included)."""
     rng = np.random.default_rng(p)
     r, m = 3, 9
     f, b = np.round(rng.random((p, r)), 1), rng.random((p, r))
     start = rng.random((p, r))
     link_f, link_b = rng.random((p - 1, r)), np.round(rng.random((p - 1, r)), 1)
     lat_f, lat_b = link_f * rng.random((p - 1, r)), link_b * rng.random((p - 1, r))
-    open_f, notice_b = start[1:] + rng.random((p - 1, r)), np.full((p - 1, r), -np.inf)
-    args = (start, f, b, link_f, lat_f, open_f, link_b, lat_b, notice_b, m)
-    (got, _), (want, _) = _both(_gpipe, *args)
-    assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
+    notice_f, notice_b = rng.random((p - 1, r)), np.full((p - 1, r), -np.inf)
+    open_f = start[1:] + notice_f
+    chains = 2 * p - 1
+    arrive = np.where(np.arange(chains)[:, None] % 2, rng.random((chains, r)), np.nan)
+    args = (start[0], np.round(rng.random((chains, r)), 1), rng.random((chains, r)), arrive, m)
+    (got, _), (want, _) = _both(_chains, *args)
+    assert np.array_equal(got, want)
+    got = gpipe_timeline(
+        f,
+        b,
+        link_f,
+        link_b,
+        m,
+        start_s=start,
+        notice_fwd_s=notice_f,
+        latency_fwd_s=lat_f,
+        latency_bwd_s=lat_b,
+    )
     fwd, bwd = np.empty((p, r)), np.empty((p, r))
     arrival = np.broadcast_to(start[0], (m, r))
     for s in range(p):
@@ -127,7 +141,7 @@ def test_the_gpipe_timeline_compiled_equals_its_source_and_the_closed_form(p):
         if s > 0:
             free = fwd[s - 1] + notice_b[s - 1]
             arrival = _closed_form(done, link_b[s - 1] - lat_b[s - 1], free) + lat_b[s - 1]
-    assert np.array_equal(got[0], fwd) and np.array_equal(got[1], bwd)
+    assert np.array_equal(got.fwd_end_s, fwd) and np.array_equal(got.bwd_end_s, bwd)
 
 
 def test_the_cycle_search_compiled_equals_its_source():
