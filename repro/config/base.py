@@ -15,11 +15,13 @@ import functools
 import importlib
 import os
 import re
+import sys
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from hydra.core.config_store import ConfigNode, ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -267,28 +269,75 @@ def register_mode(name: str, runner: str, *, rows: bool = False, prefetch: str |
     return wrap
 
 
-def store_schemas() -> None:
-    """Register the shared schema (``config_schema``) and every mode (group ``mode``) with
-    Hydra's ConfigStore; ``conf/config.yaml`` composes them.
+class _SchemaNode(ConfigNode):
+    """A schema as the ConfigStore keeps it, shared rather than copied.
 
     Every Hydra composition deep-copies the whole ConfigStore (``CachingConfigRepository``),
-    which with one schema per mode costs about a second; a stored schema is never changed
-    (``ConfigStore.load`` hands out a copy of it), so the copies share it instead.
-    """
-    from hydra.core.config_store import ConfigNode, ConfigStore
+    which with one schema per mode costs about a second, and a launcher that runs jobs in other
+    processes pickles the ConfigStore into every job. A stored schema is never changed
+    (``ConfigStore.load`` hands out a copy of it): copies share it, and its pickle names the
+    schema class instead of holding the composed schema, so the receiving process uses its own
+    node for the same class (built from the code, as a pickled function is). A class no pickle
+    can name (one made at run time) is pickled with its node, whole."""
 
-    class SharedNode(ConfigNode):
-        def __deepcopy__(self, memo):
-            return self
+    schema: type | None = None  # None: a node unpickled by value
 
+    def __deepcopy__(self, memo):
+        return self
+
+    def __copy__(self):  # what ConfigStore.load copies (then replaces the copy's node)
+        copied = object.__new__(_SchemaNode)
+        copied.__dict__.update(self.__dict__)
+        return copied
+
+    def __reduce__(self):
+        if _importable(self.schema):
+            named = (self.name, self.group, self.package, self.provider, self.schema)
+            return _unpickled_schema_node, named
+        return _SchemaNode, (self.name, self.node, self.group, self.package, self.provider)
+
+
+def _importable(cls: type | None) -> bool:
+    """``cls`` is its module's attribute of its name (a pickle can name it)."""
+    found = sys.modules.get(getattr(cls, "__module__", ""))
+    for part in getattr(cls, "__qualname__", "<none>").split("."):
+        found = getattr(found, part, None)
+    return cls is not None and found is cls
+
+
+# (group, file name) -> this process's stored node of that schema
+_SCHEMA_NODES: dict[tuple[str | None, str], _SchemaNode] = {}
+
+
+def _schema_node(stored: ConfigNode, schema: type) -> _SchemaNode:
+    node = _SchemaNode(**vars(stored))
+    node.schema = schema
+    return node
+
+
+def _unpickled_schema_node(
+    name: str, group: str | None, package: str | None, provider: str | None, schema: type
+) -> _SchemaNode:
+    """The node a pickled :class:`_SchemaNode` names: this process's own for the same class,
+    or one built here for a class it did not store."""
+    node = _SCHEMA_NODES.get((group, name))
+    if node is not None and node.schema is schema:
+        return node
+    structured = OmegaConf.structured(schema)
+    return _schema_node(ConfigNode(name, structured, group, package, provider), schema)
+
+
+def store_schemas() -> None:
+    """Register the shared schema (``config_schema``) and every mode (group ``mode``) with
+    Hydra's ConfigStore, as :class:`_SchemaNode`; ``conf/config.yaml`` composes them."""
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=RunConfig)
-    stored = [(cs.repo, "config_schema.yaml")]
+    stored = [(cs.repo, None, "config_schema.yaml", RunConfig)]
     for spec in MODES.values():
         cs.store(group="mode", name=spec.name, node=spec.schema, package="_global_")
-        stored.append((cs.repo["mode"], f"{spec.name}.yaml"))
-    for folder, name in stored:
-        folder[name] = SharedNode(**vars(folder[name]))
+        stored.append((cs.repo["mode"], "mode", f"{spec.name}.yaml", spec.schema))
+    for folder, group_name, name, schema in stored:
+        folder[name] = _SCHEMA_NODES[(group_name, name)] = _schema_node(folder[name], schema)
 
 
 # ---- building the typed config -----------------------------------------------------------------

@@ -277,3 +277,60 @@ def test_validation_leaves_the_schema_it_merges_into_unchanged():
         validate({"mode": "simulate", "layers": -3})
     assert OmegaConf.to_yaml(_structured(MODES["simulate"].schema)) == fresh
     assert validate({"mode": "simulate"}).layers != 40
+
+
+def test_stored_schemas_are_shared_copied_safely_and_pickled_by_name():
+    """The ConfigStore's schemas are shared by every composition's copy of the store, never
+    changed through a copy ``ConfigStore.load`` hands out, and pickled as their class's name
+    (a launcher ships the store with every job): the receiving process takes its own node."""
+    import copy
+    import pickle
+
+    import cloudpickle
+    from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
+
+    from repro.config import MODES
+
+    cs = ConfigStore.instance()
+    stored = cs.repo["mode"]["simulate.yaml"]
+    fresh = OmegaConf.to_yaml(OmegaConf.structured(MODES["simulate"].schema))
+    assert OmegaConf.to_yaml(stored.node) == fresh
+    assert copy.deepcopy(cs.repo)["mode"]["simulate.yaml"] is stored
+    loaded = cs.load("mode/simulate.yaml")
+    assert loaded is not stored and loaded.node is not stored.node
+    loaded.node.layers = 3  # a composition changes its copy, never the stored node
+    assert OmegaConf.to_yaml(stored.node) == fresh
+    shipped = cloudpickle.dumps(cs)
+    assert pickle.loads(shipped).repo["mode"]["simulate.yaml"] is stored
+    assert len(cloudpickle.dumps(stored)) < len(cloudpickle.dumps(stored.node)) / 10
+
+
+def test_a_schema_made_at_run_time_is_pickled_whole():
+    """A mode class no pickle can name (defined in a function) travels with its node."""
+    import pickle
+    from dataclasses import dataclass
+
+    import cloudpickle
+    from omegaconf import OmegaConf
+
+    from repro.config import MODES, RunConfig, option, register_mode, store_schemas
+    from repro.config.base import _SCHEMA_NODES
+
+    @dataclass
+    @register_mode("probe_pickle", "repro.modes.schedule:run")
+    class ProbePickleConfig(RunConfig):
+        """A mode for this test."""
+
+        probe_trials: int = option(3, "the new key", ge=1)
+
+    try:
+        store_schemas()
+        node = _SCHEMA_NODES[("mode", "probe_pickle.yaml")]
+        back = pickle.loads(cloudpickle.dumps(node))
+        assert back is not node and back.schema is None
+        assert OmegaConf.to_yaml(back.node) == OmegaConf.to_yaml(node.node)
+        assert back.node.probe_trials == 3
+    finally:
+        MODES.pop("probe_pickle")
+        store_schemas()
