@@ -421,6 +421,31 @@ class _SweepLoad:
         return _ShippedLoad, (self.composer.loader, self.token)
 
 
+def _scan_plugins_once() -> None:
+    """In a launcher's worker: scan Hydra's plugins once for the process's life.
+
+    Hydra's joblib launcher restores the submitting process's Hydra state before every job
+    (``Singleton.set_state``); that state leaves the plugin registry out, so each job builds it
+    again, and the scan executes every plugin module anew (tens of milliseconds a job). The
+    installed plugins do not change while a worker runs: the first scan's classes are
+    registered again at each later rebuild (into that job's own registries, as before)."""
+    from hydra.core.plugins import Plugins
+
+    scan = Plugins.__dict__["_scan_all_plugins"]
+    if getattr(scan.__func__, "memo", None) is not None:
+        return
+    memo: dict[tuple[str, ...], Any] = {}
+
+    def scan_once(modules: list[Any]):
+        key = tuple(m.__name__ for m in modules)
+        if key not in memo:
+            memo[key] = scan.__func__(modules)
+        return memo[key]
+
+    scan_once.memo = memo  # type: ignore[attr-defined]
+    Plugins._scan_all_plugins = staticmethod(scan_once)
+
+
 # A launcher's worker process (joblib's run many jobs each) keeps the composer of the sweep it
 # works for, so it composes the defaults once per choice of groups, as the submitting process
 # does; a new sweep's token replaces it.
@@ -438,6 +463,7 @@ class _ShippedLoad:
         """This process's composer of the sweep, made at the sweep's first call here."""
         composer = _SHIPPED.get(self.token)
         if composer is None:
+            _scan_plugins_once()
             _SHIPPED.clear()
             composer = _SHIPPED[self.token] = SweepComposer(self.loader, master_config)
         composer.master = master_config  # its Hydra overrides and resolver cache
@@ -554,6 +580,7 @@ def _check_part(
         from hydra.core.singleton import Singleton
         from hydra.core.utils import setup_globals
 
+        _scan_plugins_once()
         setup_globals()
         Singleton.set_state(hydra_state)
     composer = load.composer_for(master)

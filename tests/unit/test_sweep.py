@@ -649,3 +649,30 @@ def test_every_job_of_a_sweep_lands_in_the_one_sweep_folder(tmp_path):
     assert f"{N_SMOKE} jobs ran, 0 skipped" in r.stdout + r.stderr
     (folder,) = (tmp_path / "outputs" / "once" / "multirun").iterdir()
     assert len([p for p in folder.iterdir() if p.name.isdigit()]) == N_SMOKE
+
+
+def test_a_worker_scans_hydras_plugins_once_and_registers_the_same_ones():
+    """Hydra rebuilds its plugin registry before every job a launcher's worker runs; with the
+    scan kept for the worker's life the registry holds the same plugins, and a second install
+    keeps the first scan."""
+    from hydra.core.plugins import Plugins
+
+    from repro.sweep import _scan_plugins_once
+
+    original = Plugins.__dict__["_scan_all_plugins"]
+    before = dict(Plugins.instance().class_name_to_class)
+    try:
+        _scan_plugins_once()
+        installed = Plugins.__dict__["_scan_all_plugins"]
+        _scan_plugins_once()
+        assert Plugins.__dict__["_scan_all_plugins"] is installed
+        plugins = Plugins.instance()
+        plugins._initialize()
+        first = dict(plugins.class_name_to_class)
+        plugins._initialize()
+        assert plugins.class_name_to_class == first  # the same class objects, kept
+        assert sorted(first) == sorted(before)
+        assert len(installed.__func__.memo) == 1
+    finally:
+        Plugins._scan_all_plugins = original
+        Plugins.instance()._initialize()
