@@ -6,6 +6,7 @@ on code that accepted the input silently or crashed with a traceback.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -182,15 +183,16 @@ def test_schedule_stops_on_convergence_by_default():
     assert validate(_cfg("mode=schedule", "scheduler.time_limit_s=3")).scheduler.time_limit_s == 3
 
 
-def test_a_new_mode_and_its_key_are_one_class(tmp_path):
-    """A mode's own key composes, reaches that mode typed, and is refused for other modes."""
+@contextlib.contextmanager
+def _mode_made_here(name: str):
+    """A mode defined in a function (a class no pickle can name), with one key of its own
+    (``probe_trials``), stored for the ``with`` block and removed after it."""
     from dataclasses import dataclass
 
-    from repro.config import MODES, RunConfig, option, register_mode, store_schemas, validate
-    from repro.run import run
+    from repro.config import MODES, RunConfig, option, register_mode, store_schemas
 
     @dataclass
-    @register_mode("probe", "repro.modes.schedule:run")
+    @register_mode(name, "repro.modes.schedule:run")
     class ProbeConfig(RunConfig):
         """A mode for this test."""
 
@@ -198,6 +200,18 @@ def test_a_new_mode_and_its_key_are_one_class(tmp_path):
 
     try:
         store_schemas()
+        yield ProbeConfig
+    finally:
+        MODES.pop(name)
+        store_schemas()
+
+
+def test_a_new_mode_and_its_key_are_one_class(tmp_path):
+    """A mode's own key composes, reaches that mode typed, and is refused for other modes."""
+    from repro.config import validate
+    from repro.run import run
+
+    with _mode_made_here("probe"):
         out = f"results_dir={tmp_path}"
         assert validate(_cfg("mode=probe", "probe_trials=7", out)).probe_trials == 7
         with pytest.raises(ValueError, match="probe_trials=0: must be >= 1"):
@@ -207,9 +221,6 @@ def test_a_new_mode_and_its_key_are_one_class(tmp_path):
         with pytest.raises(ConfigCompositionException):
             _cfg("probe_trials=7", out)  # not a key of mode=simulate
         assert not hasattr(validate(_cfg("case=debug", "model=debug", out)), "probe_trials")
-    finally:
-        MODES.pop("probe")
-        store_schemas()
 
 
 @pytest.mark.parametrize(
@@ -309,28 +320,15 @@ def test_stored_schemas_are_shared_copied_safely_and_pickled_by_name():
 def test_a_schema_made_at_run_time_is_pickled_whole():
     """A mode class no pickle can name (defined in a function) travels with its node."""
     import pickle
-    from dataclasses import dataclass
 
     import cloudpickle
     from omegaconf import OmegaConf
 
-    from repro.config import MODES, RunConfig, option, register_mode, store_schemas
     from repro.config.base import _SCHEMA_NODES
 
-    @dataclass
-    @register_mode("probe_pickle", "repro.modes.schedule:run")
-    class ProbePickleConfig(RunConfig):
-        """A mode for this test."""
-
-        probe_trials: int = option(3, "the new key", ge=1)
-
-    try:
-        store_schemas()
+    with _mode_made_here("probe_pickle"):
         node = _SCHEMA_NODES[("mode", "probe_pickle.yaml")]
         back = pickle.loads(cloudpickle.dumps(node))
         assert back is not node and back.schema is None
         assert OmegaConf.to_yaml(back.node) == OmegaConf.to_yaml(node.node)
         assert back.node.probe_trials == 3
-    finally:
-        MODES.pop("probe_pickle")
-        store_schemas()
