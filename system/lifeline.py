@@ -3,7 +3,7 @@
 A run starts processes (torchrun agents, ranks, delayers), temporary folders and network
 namespaces. ``timeout`` and Slurm stop a run with SIGTERM (then SIGKILL); a terminal that closes
 sends SIGHUP; the OOM killer sends SIGKILL. None of these may leave a rank computing, a port held,
-a folder or a namespace behind. Three tools:
+a folder or a namespace behind. Four tools:
 
 * :func:`exit_on_signals` -- SIGTERM and SIGHUP raise ``SystemExit(128 + signal)`` in the main
   thread while the block runs, so ``finally`` blocks (killing ranks, removing folders) run as on
@@ -11,6 +11,8 @@ a folder or a namespace behind. Three tools:
 * :func:`die_with_parent` -- called by a child at its start: the kernel sends it a signal when
   its parent exits (``PR_SET_PDEATHSIG``, prctl(2)), however the parent died. A child started
   with :func:`child_env` also exits at once if its parent was gone before the call.
+* :func:`exit_now` -- leave with a code, skipping interpreter finalization: what a rank calls
+  once its results are written and its process group destroyed (see there why).
 * :func:`on_death` -- an action that runs when this process exits without cancelling it, also
   after SIGKILL: kill a process with its group and descendants, remove a folder, run a command.
   A guard process (``python -m system.lifeline``, one per process that asks, in its own session
@@ -25,6 +27,7 @@ import contextlib
 import ctypes
 import itertools
 import json
+import logging
 import os
 import shutil
 import signal
@@ -33,10 +36,12 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 __all__ = [
     "exit_on_signals",
     "die_with_parent",
+    "exit_now",
     "child_env",
     "on_death",
     "cancel",
@@ -96,6 +101,23 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
     parent = os.environ.get(PARENT_ENV, "")
     if parent.isdigit() and not pid_alive(int(parent)):
         os._exit(128 + int(sig))
+
+
+def exit_now(code: int) -> NoReturn:
+    """Flush stdout, stderr and the logging handlers, then end this process with ``code`` at
+    once: no ``atexit`` handlers, no interpreter finalization.
+
+    For a rank whose results are written and whose process group is destroyed. Objects a
+    framework still holds (DeepSpeed's ZeRO-3 partitions, gloo's work items) keep C++ threads
+    alive; when the interpreter tears down around them, a thread touching a Python object
+    aborts the process ("terminate called without an active exception", SIGABRT; described in
+    pytorch/pytorch pull request 179291), which turns a finished run into a failed one.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    logging.shutdown()
+    os._exit(code)
 
 
 # ---- processes ---------------------------------------------------------------------------------

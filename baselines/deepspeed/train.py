@@ -29,6 +29,7 @@ import torch.distributed as dist  # noqa: E402
 
 from baselines import worker as wc  # noqa: E402
 from baselines.spec import BaselineSpec  # noqa: E402
+from system.lifeline import exit_now  # noqa: E402
 from system.runtime.model import build_model, layer_list, lm_loss  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -141,4 +142,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    exit_now(main(sys.argv[1:]))  # results written, group destroyed: skip finalization

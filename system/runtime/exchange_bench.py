@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from system.lifeline import exit_now
 from system.runtime.data_parallel import GradBuckets
 from system.runtime.timeline import Timeline
 
@@ -123,4 +124,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    exit_now(main(sys.argv[1:]))  # results written, group destroyed: skip finalization

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from system.lifeline import die_with_parent
+from system.lifeline import die_with_parent, exit_now
 from system.runtime.data import make_data, micro_batches, micro_samples
 from system.runtime.data_parallel import GradBuckets
 from system.runtime.diloco import DiLoCo
@@ -428,12 +428,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    code = main()
-    # Leave without interpreter finalization: the process group is destroyed and the metrics are
-    # written, but gloo's C++ threads can still hold Python objects while the interpreter tears
-    # down, which aborts the process ("terminate called without an active exception", SIGABRT;
-    # described in pytorch/pytorch pull request 179291). Seen here about once in ten torchrun runs.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    logging.shutdown()
-    os._exit(code)
+    # without finalization: with gloo's threads alive it aborted about one torchrun run in ten
+    exit_now(main())
