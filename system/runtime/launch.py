@@ -140,6 +140,9 @@ def _base_env(world_size: int, master_addr: str, port: int) -> dict[str, str]:
         OMP_NUM_THREADS="1",
         MKL_NUM_THREADS="1",
         PYTHONUNBUFFERED="1",
+        # a rank killed by SIGABRT/SIGSEGV (a C++ abort in gloo, say) writes every thread's
+        # Python stack into its log: where it died, not only that it did
+        PYTHONFAULTHANDLER="1",
         MASTER_ADDR=master_addr,
         MASTER_PORT=str(port),
         WORLD_SIZE=str(world_size),

@@ -58,6 +58,36 @@ def test_a_failing_rank_stops_all(way, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("way", WAYS)
+def test_an_aborted_rank_leaves_its_python_stack_in_its_log(way, tmp_path, monkeypatch):
+    """SIGABRT from C++ (as gloo's "terminate called") says where the rank was: the log holds
+    the faulthandler's stack of the aborting frame."""
+    _module(
+        tmp_path,
+        monkeypatch,
+        """
+        import os, time
+        def aborting_frame_of_rank_zero():
+            os.abort()
+        if os.environ["RANK"] == "0":
+            aborting_frame_of_rank_zero()
+        time.sleep(60)
+    """,
+    )
+    with pytest.raises(LaunchError) as e:
+        run_ranks(
+            "fake_rank",
+            [],
+            world_size=2,
+            rank_prefix=_prefix(way, 2),
+            timeout_s=45,
+            log_dir=tmp_path / "logs",
+        )
+    assert e.value.rank == 0, e.value
+    text = (tmp_path / "logs" / "rank0.log").read_text()
+    assert "Fatal Python error: Aborted" in text and "aborting_frame_of_rank_zero" in text, text
+
+
+@pytest.mark.parametrize("way", WAYS)
 def test_time_limit_kills_every_rank(way, tmp_path, monkeypatch):
     _module(
         tmp_path,
