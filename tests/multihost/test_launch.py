@@ -30,6 +30,18 @@ def _prefix(way: str, n: int):
     return None if way == "torchrun" else [[] for _ in range(n)]
 
 
+def _run_fake(way: str, n: int, tmp_path, timeout_s: float) -> None:
+    """``n`` ranks of the fake module, logs in ``tmp_path/logs``."""
+    run_ranks(
+        "fake_rank",
+        [],
+        world_size=n,
+        rank_prefix=_prefix(way, n),
+        timeout_s=timeout_s,
+        log_dir=tmp_path / "logs",
+    )
+
+
 @pytest.mark.parametrize("way", WAYS)
 def test_a_failing_rank_stops_all(way, tmp_path, monkeypatch):
     _module(
@@ -45,14 +57,7 @@ def test_a_failing_rank_stops_all(way, tmp_path, monkeypatch):
     )
     t0 = time.monotonic()
     with pytest.raises(LaunchError, match="rank 1 exited with code 3") as e:
-        run_ranks(
-            "fake_rank",
-            [],
-            world_size=3,
-            rank_prefix=_prefix(way, 3),
-            timeout_s=45,
-            log_dir=tmp_path / "logs",
-        )
+        _run_fake(way, 3, tmp_path, timeout_s=45)
     assert time.monotonic() - t0 < 40 and e.value.rank == 1 and e.value.returncode == 3
     assert "rank one fails" in (tmp_path / "logs" / "rank1.log").read_text()
 
@@ -74,14 +79,7 @@ def test_an_aborted_rank_leaves_its_python_stack_in_its_log(way, tmp_path, monke
     """,
     )
     with pytest.raises(LaunchError) as e:
-        run_ranks(
-            "fake_rank",
-            [],
-            world_size=2,
-            rank_prefix=_prefix(way, 2),
-            timeout_s=45,
-            log_dir=tmp_path / "logs",
-        )
+        _run_fake(way, 2, tmp_path, timeout_s=45)
     assert e.value.rank == 0, e.value
     text = (tmp_path / "logs" / "rank0.log").read_text()
     assert "Fatal Python error: Aborted" in text and "aborting_frame_of_rank_zero" in text, text
@@ -101,14 +99,7 @@ def test_time_limit_kills_every_rank(way, tmp_path, monkeypatch):
     (tmp_path / "pids").mkdir()
     monkeypatch.setenv("PIDS", str(tmp_path / "pids"))
     with pytest.raises(LaunchTimeout):
-        run_ranks(
-            "fake_rank",
-            [],
-            world_size=2,
-            rank_prefix=_prefix(way, 2),
-            timeout_s=8,
-            log_dir=tmp_path / "logs",
-        )
+        _run_fake(way, 2, tmp_path, timeout_s=8)
     pids = [int(p.read_text()) for p in (tmp_path / "pids").iterdir()]
     assert len(pids) == 2
     for pid in pids:  # killed, not orphaned
