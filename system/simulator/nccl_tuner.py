@@ -481,6 +481,9 @@ def system_for_group(cluster, group, *, gpu_nic_path: str = "PHB") -> NcclSystem
         raise ValueError(f"NCCL communicator: group must list distinct devices, got {group}")
     hosts = [cluster.host_of[d] for d in devs]
     types = [cluster.gpus[d] for d in devs]
+    unknown = sorted(set(types) - set(GPU_ARCH))
+    if unknown:
+        raise ValueError(f"NCCL communicator: no compute capability known for GPU {unknown[0]!r}")
     arch = min(GPU_ARCH[t] for t in types)
     n, nodes = len(devs), len(set(hosts))
     host_of = list(cluster.host_of)
