@@ -355,6 +355,11 @@ def _baseline_config(spec: BaselineSpec):
     )
 
 
+def _dp_request(spec: BaselineSpec) -> str:
+    """The simulator's ``dp_collective`` for the spec's (``tree+allgather`` is its ``tree``)."""
+    return "tree" if spec.dp_collective.startswith("tree") else spec.dp_collective
+
+
 def _simulate(spec: BaselineSpec, cluster: Cluster, hardware, transport, rank_map):
     """baselines/*/perf.py's SimResult for ``spec`` with ``rank_map`` (ValueError: no model)."""
     kw = {} if hardware is None else {"hardware": hardware}
@@ -363,9 +368,7 @@ def _simulate(spec: BaselineSpec, cluster: Cluster, hardware, transport, rank_ma
     cfg = _baseline_config(spec)
     rm = None if rank_map is None else [int(d) for d in rank_map]
     if cfg.zero != 3:  # the spec's DP collective (the launcher passes its NCCL/framework flags)
-        kw["dp_collective"] = (
-            "tree" if spec.dp_collective.startswith("tree") else spec.dp_collective
-        )
+        kw["dp_collective"] = _dp_request(spec)
     if spec.system == "megatron":
         from baselines.megatron.perf import simulate_megatron
 
@@ -409,6 +412,8 @@ def place_spec(
             spec.workload(),
             _baseline_config(spec),
             lambda cand: _simulate(spec, cluster, hardware, transport, cand.devices),
+            dp_collective=_dp_request(spec),
+            **({} if transport is None else {"transport": transport}),
         )
     except ValueError as e:
         devices = launch_map(cluster).devices

@@ -26,8 +26,9 @@ The topology search, per configuration (tp, pp, dp):
 3. The distinct candidates (at most 8) are ranked by a communication cost in the style of the
    scheduler's (:mod:`system.cost.model`): per micro-batch, activations forward and gradients
    back over the slowest stage boundary, plus the fill/drain over all boundaries, plus the
-   slowest DP ring all-reduce of a stage's gradients
-   (:func:`system.simulator.comm.ring_collective_s`). Launch order and the ``SIMULATE_TOP`` best
+   slowest DP gradient synchronisation of a stage, by the collective the row will run
+   (:func:`system.simulator.collective.dp_sync_end_s`: NCCL's pick under ``auto``, else the
+   forced one; ZeRO-3's rings). Launch order and the ``SIMULATE_TOP`` best
    ranked others are simulated in full and the fastest kept, so ``topology`` is never slower
    than ``launch`` for a configuration.
 """
@@ -51,6 +52,7 @@ from baselines.space import (
 )
 from system.cluster import Cluster, fingerprint
 from system.cost.tsp import open_tsp_path
+from system.simulator.collective import dp_sync_end_s
 from system.simulator.comm import NCCL, Transport, ring_collective_s
 from system.simulator.hardware import V100, Hardware
 from system.simulator.result import SimResult
@@ -228,9 +230,16 @@ def _candidate_maps(cluster: Cluster, workload: Workload, config: BaselineConfig
 
 
 def proxy_cost_s(
-    cluster: Cluster, workload: Workload, config: BaselineConfig, devices: tuple[int, ...]
+    cluster: Cluster,
+    workload: Workload,
+    config: BaselineConfig,
+    devices: tuple[int, ...],
+    *,
+    dp_collective: str = "auto",
+    transport: Transport = NCCL,
 ) -> float:
-    """The ranking cost of step 3 of the module docstring (seconds; not an iteration time)."""
+    """The ranking cost of step 3 of the module docstring (seconds; not an iteration time),
+    with the DP collective the row runs (``dp_collective``, ``transport``)."""
     tp, pp, dp = config.tp, config.pp, config.dp
     grid = np.asarray(devices).reshape(pp, dp, tp)
     model = workload.model
@@ -245,7 +254,20 @@ def proxy_cost_s(
     if dp > 1:
         grads = np.asarray(stage_gradient_params(model, pp)) * workload.gradient_bytes / tp
         rings = grid.transpose(0, 2, 1).reshape(-1, dp)
-        total += float(ring_collective_s(cluster, rings, np.repeat(grads, tp)).max())
+        sizes = np.repeat(grads, tp)
+        if config.zero == 3:  # ZeRO-3's gathers and scatters are rings
+            total += float(ring_collective_s(cluster, rings, sizes).max())
+        else:
+            end, _, _ = dp_sync_end_s(
+                cluster,
+                rings,
+                sizes,
+                np.zeros(rings.shape),
+                transport,
+                zero=1 if config.zero == 1 else 0,
+                dp_collective=dp_collective,
+            )
+            total += float(end.max())
     return total
 
 
@@ -255,12 +277,22 @@ def search_placement(
     config: BaselineConfig,
     simulate: Callable[[RankMap], SimResult],
     top: int = SIMULATE_TOP,
+    *,
+    dp_collective: str = "auto",
+    transport: Transport = NCCL,
 ) -> tuple[SimResult, RankMap]:
     """The fastest under ``simulate`` (a configuration's simulator with the rank map bound) of
     launch order and the ``top`` candidates of :func:`candidate_maps` with the lowest
-    :func:`proxy_cost_s`, with the map that gave it; ties keep launch order."""
+    :func:`proxy_cost_s` (under the row's ``dp_collective`` and ``transport``), with the map
+    that gave it; ties keep launch order."""
     cands = candidate_maps(cluster, workload, config)
-    ranked = sorted(cands[1:], key=lambda c: proxy_cost_s(cluster, workload, config, c.devices))
+
+    def cost(c: RankMap) -> float:
+        return proxy_cost_s(
+            cluster, workload, config, c.devices, dp_collective=dp_collective, transport=transport
+        )
+
+    ranked = sorted(cands[1:], key=cost)
     best: tuple[SimResult, RankMap] | None = None
     for cand in [cands[0], *ranked[:top]]:
         res = simulate(cand)
@@ -282,6 +314,9 @@ def place_and_simulate(
     memory_bytes: float,
     usable_bytes: float,
     cache: dict | None = None,
+    *,
+    dp_collective: str = "auto",
+    transport: Transport = NCCL,
 ) -> SimResult:
     """``simulate`` ``config`` under ``placement`` (``launch`` or ``topology``) and record it.
 
@@ -289,7 +324,8 @@ def place_and_simulate(
     each launch rank) and ``placement_how``. A configuration over memory (``memory_bytes`` >
     ``usable_bytes``) is not simulated: an ``oom`` result records it. ``cache`` (a dict shared
     between calls) keeps each (configuration, rank map)'s simulation, so the launch-order map
-    is simulated once for both protocols.
+    is simulated once for both protocols. ``dp_collective`` and ``transport``: the row's, for
+    the rank-map search's ranking (:func:`search_placement`).
     """
     placement = check_placement(placement)
     if memory_bytes > usable_bytes:
@@ -310,7 +346,7 @@ def place_and_simulate(
     memo = {} if cache is None else cache
 
     def cached(rm: RankMap) -> SimResult:
-        key = (config, rm.devices)
+        key = (config, rm.devices, dp_collective)
         if key not in memo:
             memo[key] = simulate(rm)
         r = memo[key]
@@ -320,7 +356,9 @@ def place_and_simulate(
         rm = launch_map(cluster)
         res = cached(rm)
     else:
-        res, rm = search_placement(cluster, workload, config, cached)
+        res, rm = search_placement(
+            cluster, workload, config, cached, dp_collective=dp_collective, transport=transport
+        )
     res.config["placement"] = placement
     res.breakdown["rank_map"] = list(rm.devices)
     res.breakdown["placement_how"] = rm.how
@@ -340,6 +378,7 @@ def grid_search(
     transport: Transport = NCCL,
     cache: dict | None = None,
     layout: str = "layout",
+    dp_collective: str = "auto",
 ) -> GridResult:
     """A baseline's grid search, as the paper ran it (appendix 10.2): every configuration of
     ``space(cluster, workload, recompute)`` placed under ``placement`` (``launch`` or
@@ -350,6 +389,9 @@ def grid_search(
     one-iteration model. ``cache``: a dict shared by calls on the same cluster, workload,
     hardware and transport (both protocols) so that launch-order simulations are reused.
     ``layout`` names what the grid varies, for the error raised when the space is empty.
+    ``dp_collective``: the DP collective every configuration runs
+    (:data:`system.simulator.collective.DP_REQUESTS`; default ``auto``, NCCL's pick), passed
+    to ``simulate`` and to the rank-map search's ranking.
     """
     configs = space(cluster, workload, recompute)
     if not configs:
@@ -360,11 +402,28 @@ def grid_search(
 
     def one(c: BaselineConfig) -> SimResult:
         def sim(rm: RankMap) -> SimResult:
-            return simulate(cluster, workload, c, hardware, transport, rank_map=rm.devices)
+            return simulate(
+                cluster,
+                workload,
+                c,
+                hardware,
+                transport,
+                rank_map=rm.devices,
+                dp_collective=dp_collective,
+            )
 
         mem = config_memory_bytes(c, workload)
         return place_and_simulate(
-            cluster, workload, c, placement, sim, mem, hardware.usable_memory_bytes, cache
+            cluster,
+            workload,
+            c,
+            placement,
+            sim,
+            mem,
+            hardware.usable_memory_bytes,
+            cache,
+            dp_collective=dp_collective,
+            transport=transport,
         )
 
     results = [one(c) for c in configs]

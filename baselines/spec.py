@@ -20,14 +20,15 @@ __all__ = ["SYSTEMS", "DP_COLLECTIVES", "BaselineSpec", "check_spec", "metrics_f
 
 SYSTEMS = BASELINE_SYSTEMS  # the systems this package launches
 # The DP gradient collective each framework can be told to use (the simulator's dp_collective):
-# Megatron: NCCL's ring or double binary tree (NCCL_ALGO), or megatron-core's partial
-# distributed optimizer (reduce-scatter inside blocks of consecutive DP ranks, all-reduce across
-# them, all-gather inside; ``num_distributed_optimizer_instances``). DeepSpeed ZeRO-1/2:
-# reduce-scatter + all-gather (its default) or, with ``"reduce_scatter": false``, an all-reduce
-# (NCCL's tree) + all-gather.
+# ``auto``, the frameworks' defaults with NCCL's own pick (no NCCL_ALGO). Megatron: NCCL's ring
+# or double binary tree forced (NCCL_ALGO), or megatron-core's partial distributed optimizer
+# (reduce-scatter inside blocks of consecutive DP ranks, all-reduce across them, all-gather
+# inside; ``num_distributed_optimizer_instances``). DeepSpeed ZeRO-1/2: reduce-scatter +
+# all-gather (its default; ``ring`` forces NCCL's ring) or, with ``"reduce_scatter": false``,
+# an all-reduce on NCCL's tree + all-gather.
 DP_COLLECTIVES = {
-    "megatron": ("ring", "tree", "two_level"),
-    "deepspeed": ("ring", "tree+allgather"),
+    "megatron": ("auto", "ring", "tree", "two_level"),
+    "deepspeed": ("auto", "ring", "tree+allgather"),
 }
 
 
@@ -47,7 +48,7 @@ class BaselineSpec(SpecBase):
     tp: int = 1
     zero: int | None = None
     recompute: bool = False
-    dp_collective: str = "ring"  # one of DP_COLLECTIVES[system]
+    dp_collective: str = "auto"  # one of DP_COLLECTIVES[system]
     dist_opt_instances: int = 1  # Megatron two_level: DP ranks in this many blocks
     timeout_s: float = 120.0  # collective timeout inside the workers
     result_path: str | None = None  # rank 0 writes its metrics here (set by run_point)
@@ -103,7 +104,7 @@ def check_spec(spec: BaselineSpec) -> None:
             f"baseline spec: {spec.system} dp_collective must be one of {allowed}, "
             f"got {spec.dp_collective!r}"
         )
-    if spec.dp_collective != "ring" and spec.device != "cuda":
+    if spec.dp_collective not in ("auto", "ring") and spec.device != "cuda":
         raise ValueError(
             f"baseline spec: dp_collective={spec.dp_collective} needs device=cuda (gloo runs "
             "its own ring all-reduce and exposes no choice; megatron-core's distributed "
@@ -134,8 +135,10 @@ def check_spec(spec: BaselineSpec) -> None:
 
 def nccl_algo(spec: BaselineSpec) -> str | None:
     """The ``NCCL_ALGO`` a worker sets for ``spec`` (NCCL environment-variable documentation):
-    ``Tree`` for the tree collectives; None (NCCL's own per-size choice, which takes the ring
-    for gradient-sized messages) otherwise."""
+    ``Ring`` or ``Tree`` where the row forces one; None (NCCL's own per-call choice, its tuner)
+    for ``auto`` and for ``two_level``, a framework's choice that leaves NCCL's alone."""
+    if spec.dp_collective == "ring":
+        return "Ring"
     return "Tree" if spec.dp_collective.startswith("tree") else None
 
 

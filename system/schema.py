@@ -128,9 +128,15 @@ _SETTING = {
     # sensitivity knobs of the performance model (link_sharing: in every simulated row)
     "compute_efficiency": "float",
     "link_sharing": "str",  # how concurrent flows share links (system/simulator/sharing.py)
-    # the DP gradient collective: ring | tree | two_level/… | tree+allgather (baselines),
-    # sharded_ps (ours)
+    # the DP gradient collective that ran: ring | tree | two_level/… | tree+allgather
+    # (baselines; ring+tree where a call's groups differ), sharded_ps (ours)
     "dp_collective": "str",
+    # what the row asked for (baselines): auto (NCCL's tuner) | ring | tree | two_level |
+    # fastest (the fastest under the link model: a user's NCCL_ALGO after measuring)
+    "dp_collective_request": "str",
+    # NCCL's tuner pick under auto, algorithm/protocol (e.g. ring/Simple; distinct picks of a
+    # call's groups joined by +)
+    "dp_nccl_choice": "str",
     "schedule": "str",  # pipeline schedule: gpipe | 1f1b
     "runtime_supported": "bool",  # ours: a configuration our runtime implements today
     "baseline_transport": "str",

@@ -13,10 +13,12 @@
 - **Pipeline + ZeRO-1**: PipelineModule (rank = pipe·DP + data), 1F1B in ``TrainSchedule``'s
   order with separate blocking sends and receives
   (:func:`baselines.deepspeed.schedule.deepspeed_train_program`), gradient
-  reduce-scatter + parameter all-gather (= one all-reduce of volume) across replicas, or, with
+  reduce-scatter + parameter all-gather (= one all-reduce of volume) across replicas (DeepSpeed's
+  default, run under ``dp_collective=auto`` with NCCL's reduce-scatter pick recorded), or, with
   ZeRO's ``"reduce_scatter": false``, a gradient all-reduce (NCCL's double binary tree) + the
-  all-gather, whichever the link model finds faster (``dp_collective``: ``ring`` or
-  ``tree+allgather``); optimizer state sharded over DP
+  all-gather (``dp_collective=tree``; ``fastest``: whichever the link model finds faster, what
+  a user sets after measuring; rows record ``ring`` or ``tree+allgather``); optimizer state
+  sharded over DP
   (:func:`system.simulator.collective.simulate_1f1b_ring` with ``zero=1``).
 
 The grid search tries both (``baselines.space.deepspeed_space``) and reports the faster feasible
@@ -50,9 +52,9 @@ RING_KWARGS = {
     "system": "deepspeed",
     "schedule": deepspeed_train_program,  # TrainSchedule: separate blocking sends and receives
     "loss_broadcast": True,  # _aggregate_total_loss at the end of train_batch
-    # ZeRO-1's gradient sync on NCCL: reduce-scatter + all-gather (ring), or with
-    # "reduce_scatter": false an all-reduce (NCCL's tree) + all-gather, whichever is faster
-    "dp_collective": "best",
+    # ZeRO-1's gradient sync on NCCL: DeepSpeed's default reduce-scatter + all-gather (ring);
+    # simulate_deepspeed's dp_collective forces "reduce_scatter": false's tree + all-gather
+    "dp_collective": "auto",
 }
 
 
@@ -128,7 +130,8 @@ def simulate_deepspeed(
     rank (default launch order). The output head is untied (a ``PipelineModule`` of
     ``[Embedding, Block…, Head]``, as the project's DeepSpeed runs build it), so no tied-weight
     all-reduce; its gradients join the last stage's DP all-reduce. ``dp_collective``: ZeRO-1's
-    gradient sync, ``ring`` or ``tree`` (tree all-reduce + all-gather; default the faster).
+    gradient sync, ``auto`` (default: reduce-scatter + all-gather), ``ring``, ``tree`` (tree
+    all-reduce + all-gather) or ``fastest`` (the faster of those two under the link model).
     """
     if config.system != "deepspeed":
         raise ValueError(f"simulate_deepspeed: not a DeepSpeed configuration: {config}")

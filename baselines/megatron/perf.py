@@ -1,10 +1,12 @@
 """Megatron-LM's iteration time in the simulator, and its grid search (paper §4.1, app. 10.2).
 
 Megatron = 1F1B pipelines with blocking p2p, tensor-parallel all-reduces per layer, the data-
-parallel all-reduce after the flush (NCCL's ring or double binary tree, or megatron-core's
-two-level partial distributed optimizer where the rank map puts k >= 2 consecutive DP ranks in
-one region; the fastest under the link model, recorded as ``dp_collective``; the memory check
-keeps the replicated optimizer, which the two-level variant would shard k ways — conservative),
+parallel all-reduce after the flush (by default the ring or double binary tree NCCL's tuner
+picks, megatron-core's default being one flat all-reduce; ``dp_collective`` forces the ring, the
+tree, megatron-core's two-level partial distributed optimizer where the rank map puts k >= 2
+consecutive DP ranks in one region, or the fastest of those under the link model — what a user
+forces after measuring; rows record what ran as ``dp_collective``; the memory check keeps the
+replicated optimizer, which the two-level variant would shard k ways — conservative),
 the tied word embedding's gradient all-reduced
 between the first and last stage, the gradient-norm all-reduce; ranks
 ``rank = tp + TP·(dp + DP·pp)`` placed on devices in launch order or by a topology-aware rank
@@ -42,9 +44,9 @@ RING_KWARGS = {
     "system": "megatron",
     "grad_norm": True,  # megatron-core's optimizer step all-reduces the gradient norm
     "schedule": megatron_1f1b_program,  # batched blocking send + receive calls
-    # the DP all-reduce a careful user sets on NCCL: ring, tree (NCCL_ALGO) or two-level (the
-    # partial distributed optimizer), whichever the link model finds fastest
-    "dp_collective": "best",
+    # the DP all-reduce: NCCL's own pick (megatron-core's default, num_distributed_optimizer_
+    # instances=1: no two-level); simulate_megatron's dp_collective forces another
+    "dp_collective": "auto",
 }
 
 
@@ -66,7 +68,8 @@ def simulate_megatron(
     True with NCCL (Megatron-LM's GPT ties its input and output embeddings unless
     ``--untie-embeddings-and-output-weights``) and False otherwise (the project's emulated runs
     build megatron-core's GPTModel untied, ``baselines/megatron/train.py``). ``dp_collective``:
-    the DP all-reduce (default: the fastest, :data:`RING_KWARGS`).
+    the DP all-reduce (default ``auto``, NCCL's pick; :data:`RING_KWARGS`), one of
+    :data:`system.simulator.collective.DP_REQUESTS`.
     """
     if tied_embedding is None:
         tied_embedding = transport.name.startswith("nccl")

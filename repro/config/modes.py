@@ -21,6 +21,7 @@ from system.emulation.verify import ON_FAIL
 from system.results import SIMULATED_SYSTEMS, TRAINED_SYSTEMS
 from system.runtime.spec import DEVICES, DP_MODES, LAYOUTS, MAX_LR
 from system.scheduler.api import OBJECTIVES, SCHEDULERS
+from system.simulator.collective import DP_REQUESTS
 from system.simulator.comm import TRANSPORTS
 from system.simulator.sharing import DEFAULT_LINK_SHARING, LINK_SHARING
 from system.workload import MODELS, PAPER_BATCH_SIZES, PAPER_LAYERS, WORKLOADS
@@ -34,6 +35,7 @@ __all__ = [
     "TrainedSystem",
     "LinkSharing",
     "Transport",
+    "DpCollective",
     "EmulateLayout",
     "default_layout",
     "CaseOptions",
@@ -58,6 +60,7 @@ SimulatedSystem = choice("SimulatedSystem", ("all", *SIMULATED_SYSTEMS), module=
 TrainedSystem = choice("TrainedSystem", TRAINED_SYSTEMS, module=__name__)
 LinkSharing = choice("LinkSharing", LINK_SHARING, module=__name__)
 Transport = choice("Transport", TRANSPORTS, module=__name__)
+DpCollective = choice("DpCollective", DP_REQUESTS, module=__name__)
 DpMode = choice("DpMode", DP_MODES, module=__name__)
 RankLayout = choice("RankLayout", LAYOUTS, module=__name__)
 Device = choice("Device", DEVICES, module=__name__)
@@ -320,6 +323,12 @@ class SimulateConfig(LayoutOptions, ModelOptions, CaseOptions, RunConfig):
         "tc emulation, the default; system/simulator/sharing.py)",
     )
     baseline_transport: Transport = option(Transport.nccl, "the baselines' transport model")
+    dp_collective: DpCollective = option(
+        DpCollective.auto,
+        "the baselines' DP collective: auto (NCCL's own pick, its tuner), ring | tree | "
+        "two_level (Megatron) forced, fastest (the fastest under the link model: what a user "
+        "forces with NCCL_ALGO after measuring)",
+    )
     tables: Tables = option(Tables.compact, "console: one 100-column table, or the wide ones")
 
     def _canonical(self, case) -> list[str]:

@@ -82,6 +82,7 @@ def _row(cfg: LocalRun, spec: BaselineSpec, result: dict, grid: bool, extra_key:
     values = {k: v for k, v in result.items() if k not in key}
     values.setdefault("iter_time_s", None)
     values.setdefault("pflops", None)
+    values.setdefault("dp_collective_request", spec.dp_collective)  # NCCL_ALGO only if forced
     return make_row(key, variant=_variant(spec), **values)
 
 

@@ -209,6 +209,7 @@ def _model_knobs(cfg: SimulateConfig) -> dict:
         "compute_efficiency": cfg.compute_efficiency or V100.achievable_fraction,
         "link_sharing": str(cfg.link_sharing),
         "baseline_transport": str(cfg.baseline_transport),
+        "dp_collective_request": str(cfg.dp_collective),
     }
 
 
@@ -218,6 +219,7 @@ def _changed_knobs(cfg: SimulateConfig) -> dict:
     default = {
         "compute_efficiency": V100.achievable_fraction,
         "baseline_transport": default_of(SimulateConfig, "baseline_transport"),
+        "dp_collective_request": default_of(SimulateConfig, "dp_collective"),
     }
     knobs = _model_knobs(cfg)
     return {k: v for k, v in knobs.items() if k == "link_sharing" or v != default[k]}
@@ -227,8 +229,12 @@ def _row(key: dict, res: SimResult, cluster: Cluster, **extra) -> dict:
     c = res.config
     ok = res.status == "ok"
     own = ("rank_map", "placement_how", "dp_collective", "layout_table")  # row columns
+    own += ("dp_collective_request", "dp_nccl_choice")
     breakdown = {k: v for k, v in res.breakdown.items() if k not in own}
     extra.setdefault("dp_collective", res.breakdown.get("dp_collective"))
+    for k in ("dp_collective_request", "dp_nccl_choice"):  # baselines: asked, NCCL's pick
+        if k in res.breakdown and k not in key:
+            extra.setdefault(k, res.breakdown[k])
     extra.setdefault("schedule", c.get("schedule", "1f1b"))  # the baselines run 1F1B
     if "runtime_supported" in c:
         extra.setdefault("runtime_supported", c["runtime_supported"])
@@ -309,6 +315,7 @@ def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, s
     # search (:func:`prefetch`); their rows still come after ours'
     baseline_rows = []
     cache: dict = {}  # (config, rank map) -> simulation, shared by the protocols
+    request = {"dp_collective_request": knobs["dp_collective_request"]}  # ZeRO-3's rows too
     for name, search in (("megatron", grid_search_megatron), ("deepspeed", grid_search_deepspeed)):
         if name not in systems:
             continue
@@ -320,6 +327,7 @@ def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, s
                 placement=protocol,
                 cache=cache,
                 transport=TRANSPORTS[knobs["baseline_transport"]],
+                dp_collective=knobs["dp_collective_request"],
             )
             for res in grid.results:
                 for r in range(repeats):
@@ -333,6 +341,7 @@ def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, s
                             repeat_kind=REPEAT_COPY,
                             variant=res.breakdown.get("variant", name),
                             placement=str(protocol),
+                            **({} if "dp_collective_request" in key else request),
                         )
                     )
     rows = []

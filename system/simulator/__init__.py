@@ -10,7 +10,8 @@ Pure Python + NumPy (no torch). Entry points:
   program (:mod:`system.simulator.replay`); the frameworks' programs live in ``baselines/``.
 
 Links are shared as the cluster's link-sharing model says (:mod:`system.simulator.sharing`);
-the all-reduce algorithms and NCCL's choice between them are in
+the all-reduce algorithms, NCCL's choice between them (its tuner, re-implemented in
+:mod:`system.simulator.nccl_tuner`) and the fastest under the link model are in
 :mod:`system.simulator.allreduce`.
 """
 

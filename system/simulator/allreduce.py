@@ -1,5 +1,6 @@
-"""All-reduce as NCCL and the frameworks run it — ring, double binary tree, two-level — and the
-choice between them, on the project's link model (:mod:`system.simulator.comm`).
+"""All-reduce as NCCL and the frameworks run it — ring, double binary tree, two-level — on the
+project's link model (:mod:`system.simulator.comm`), and the choice between them: NCCL's own,
+or the fastest under the link model.
 
 Algorithms, for G concurrent groups (``groups[g]`` lists a group's devices in rank order), each
 member of group g entering at ``entry_s[g][k]``:
@@ -25,12 +26,17 @@ member of group g entering at ``entry_s[g][k]``:
   Available when every group splits into at least two such blocks of one size k ≥ 2
   (:func:`two_level_block`).
 
-Choice (:func:`choose_allreduce`): NCCL's tuner predicts each enabled algorithm's time for the
-message size and runs the fastest (``src/graph/tuning.cc``, ``ncclTopoGetAlgoTime``; the tree is
-offered for all-reduce only). NCCL's own prediction uses its bus-bandwidth table, which knows
-neither WAN delays nor per-pair rates; here the prediction is the project's link model, the
-choice a careful user makes and enforces with ``NCCL_ALGO`` (or the framework's flag for
-``two_level``). One algorithm for all groups of a call, the one whose last member finishes first.
+NCCL's choice (:func:`nccl_tuned_end_s`): NCCL's tuner (:mod:`system.simulator.nccl_tuner`,
+``src/graph/tuning.cc``) picks ring or tree per communicator from its own constants — nominal
+NIC speeds and fixed per-hop latencies, nothing of WAN delays or link sharing — and the pick is
+then simulated here under the link model. Each group is its own communicator with its own pick;
+groups that pick the ring and groups that pick the tree are simulated apart (each set's flows
+share links among themselves only).
+
+The fastest (:func:`choose_allreduce`): every candidate simulated under the link model and the
+one whose last member finishes first kept — not NCCL's choice, but what a user forces with
+``NCCL_ALGO`` (or the framework's flag for ``two_level``) after measuring each. One algorithm
+for all groups of a call.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ import numpy as np
 from system.cluster import Cluster
 from system.compiled import kernel
 from system.simulator.comm import flow_bandwidth_bps, ring_collective_s
+from system.simulator.nccl_tuner import choose, system_for_group
 
 __all__ = [
     "ALGORITHMS",
@@ -56,6 +63,7 @@ __all__ = [
     "allreduce_end_s",
     "choose_allreduce",
     "nccl_allreduce_end_s",
+    "nccl_tuned_end_s",
 ]
 
 ALGORITHMS = ("ring", "tree", "two_level")
@@ -305,8 +313,9 @@ def choose_allreduce(
 def nccl_allreduce_end_s(
     cluster: Cluster, groups: Sequence[Sequence[int]], nbytes, entry_s
 ) -> tuple[np.ndarray, list[str]]:
-    """NCCL's all-reduce per group: each of G concurrent groups (a communicator each) takes
-    ring or tree, whichever ends first for it (:func:`choose_allreduce` on that group, with the
+    """The fastest of ring and tree per group (not NCCL's choice: :func:`nccl_tuned_end_s` is):
+    each of G concurrent groups (a communicator each) takes ring or tree, whichever ends first
+    for it (:func:`choose_allreduce` on that group, with the
     others' flows sharing the links as under the tree's choice); (G, n) end times and the
     algorithm of each group."""
     g, e, size = _groups_entries(groups, entry_s, nbytes)
@@ -316,3 +325,32 @@ def nccl_allreduce_end_s(
     tree, _ = allreduce_end_s(cluster, g, size, e, "tree")
     use_tree = tree.max(axis=1) < ring.max(axis=1) - 1e-12
     return np.where(use_tree[:, None], tree, ring), ["tree" if u else "ring" for u in use_tree]
+
+
+def nccl_tuned_end_s(
+    cluster: Cluster,
+    groups: Sequence[Sequence[int]],
+    nbytes,
+    entry_s,
+    coll: str = "allreduce",
+) -> tuple[np.ndarray, list[str], list[str]]:
+    """NCCL's own pick per group (module docstring), simulated: (G, n) end times, the algorithm
+    each group ran and NCCL's ``algorithm/protocol`` for it. An all-reduce runs the ring or the
+    tree NCCL picks; a reduce-scatter or all-gather (``coll``) has no tree, and the PAT NCCL
+    may pick for one GPU per node is not modelled: those run the ring, their pick still
+    recorded."""
+    g, e, size = _groups_entries(groups, entry_s, nbytes)
+    picks = [
+        choose(system_for_group(cluster, grp), coll, float(b))
+        for grp, b in zip(g, size, strict=True)
+    ]
+    tuned = [f"{c.algorithm}/{c.protocol}" for c in picks]
+    if coll != "allreduce":
+        return e, ["ring"] * len(picks), tuned  # the caller times the ring collectives
+    ran = ["tree" if c.algorithm == "tree" else "ring" for c in picks]
+    use_tree = np.array([r == "tree" for r in ran])
+    end = np.empty(g.shape)
+    for algo, rows in (("ring", ~use_tree), ("tree", use_tree)):
+        if rows.any():
+            end[rows] = allreduce_end_s(cluster, g[rows], size[rows], e[rows], algo)[0]
+    return end, ran, tuned

@@ -21,20 +21,20 @@ parallel replicas with a ring all-reduce after the pipeline flush (Narayanan et 
   The ``transport`` decides whether a send waits for the receiver's posted receive (gloo) or
   goes eagerly (NCCL, the paper's runs) — on WAN latencies that is up to 2× on a
   communication-bound pipeline (``results/baselines/COMPARISON.md``);
-- data parallel: ring all-reduce of the stage's gradients (``workload.gradient_bytes`` per
+- data parallel: an all-reduce of the stage's gradients (``workload.gradient_bytes`` per
   parameter, 1/TP per rank: its layers, plus the embeddings on the first stage and the output
   head on the last, :func:`system.workload.stage_gradient_params`) over the DP ranks in rank
   order, all rings at once, each starting when its stage's last replica leaves the pipeline
-  (:func:`system.simulator.comm.ring_allreduce_s`: NCCL's streamed ring or gloo's segmented
-  one); ZeRO-1 replaces it by reduce-scatter + all-gather of the same volume and shards the
-  optimizer state and step;
+  (NCCL's pick from its tuner by default, or a forced ring, tree or two-level one:
+  :func:`simulate_1f1b_ring`'s ``dp_collective``; gloo's segmented ring on the CPU runs,
+  :func:`system.simulator.comm.ring_allreduce_s`); ZeRO-1 replaces it by reduce-scatter +
+  all-gather of the same volume and shards the optimizer state and step;
 - tied embeddings (Megatron-LM's default): after the DP all-reduce the first and the last stage
   of each replica all-reduce the word-embedding gradient, V·h/TP values (megatron-core's
   ``finalize_model_grads``, ``_allreduce_embedding_grads``);
 - Megatron then all-reduces the gradient norm (one fp32) over each replica's model-parallel
-  group before its optimizer step: NCCL's ring or binary tree, whichever ends first
-  (:func:`system.simulator.comm.nccl_allreduce_end_s`; latency-bound across regions), gloo's
-  segmented ring on the CPU runs.
+  group before its optimizer step: NCCL's pick (a forced ring or tree where the row forces
+  one; latency-bound across regions), gloo's segmented ring on the CPU runs.
 """
 
 from __future__ import annotations
@@ -42,7 +42,13 @@ from __future__ import annotations
 import numpy as np
 
 from system.cluster import Cluster
-from system.simulator.allreduce import ALGORITHMS, allreduce_end_s, choose_allreduce
+from system.simulator.allreduce import (
+    ALGORITHMS,
+    allreduce_end_s,
+    choose_allreduce,
+    nccl_tuned_end_s,
+    two_level_block,
+)
 from system.simulator.comm import (
     NCCL,
     Transport,
@@ -60,13 +66,19 @@ from system.workload import Workload, stage_gradient_params
 
 __all__ = [
     "DP_COLLECTIVES",
+    "DP_REQUESTS",
+    "dp_sync_end_s",
     "rank_grid",
     "device_grid",
     "simulate_1f1b_ring",
     "pipeline_memory_bytes",
 ]
 
-DP_COLLECTIVES = (*ALGORITHMS, "best")  # what simulate_1f1b_ring's dp_collective accepts
+# What simulate_1f1b_ring's dp_collective accepts: ``auto`` NCCL's own pick (its tuner,
+# :mod:`system.simulator.nccl_tuner`), ``fastest`` the fastest under the link model (what a user
+# forces with NCCL_ALGO after measuring; ``best`` is its older name), or one forced algorithm.
+DP_REQUESTS = ("auto", "fastest", *ALGORITHMS)
+DP_COLLECTIVES = (*DP_REQUESTS, "best")
 
 
 def rank_grid(tp: int, pp: int, dp: int) -> np.ndarray:
@@ -116,7 +128,7 @@ def pipeline_memory_bytes(
     return max(first.total_bytes, last.total_bytes)
 
 
-def _dp_allreduce(
+def dp_sync_end_s(
     cluster: Cluster,
     rings: np.ndarray,
     grad_bytes: np.ndarray,
@@ -125,28 +137,45 @@ def _dp_allreduce(
     *,
     zero: int,
     dp_collective: str,
-) -> tuple[np.ndarray, str]:
-    """End times (G, dp) of the DP gradient synchronisation and the collective used (see
-    :func:`simulate_1f1b_ring`'s ``dp_collective``)."""
+) -> tuple[np.ndarray, str, str | None]:
+    """End times (G, dp) of the DP gradient synchronisation, the collective that ran and, under
+    ``auto``, NCCL's picks (``algorithm/protocol``, distinct ones joined by ``+``; None
+    otherwise); see :func:`simulate_1f1b_ring`'s ``dp_collective``."""
+    if dp_collective == "best":
+        dp_collective = "fastest"
+    if dp_collective == "two_level" and (zero == 1 or not two_level_block(cluster, rings)):
+        dp_collective = "auto"  # no two-level here: the framework's default runs (recorded)
     if transport.rendezvous or transport.ring_segment_bytes is not None:  # gloo: its own ring,
         # starting when the ring's last member is done (each size timed apart)
         took = ring_allreduce_s(cluster, rings, grad_bytes, transport)
-        return np.broadcast_to((entry.max(axis=1) + took)[:, None], rings.shape).copy(), "ring"
+        end = np.broadcast_to((entry.max(axis=1) + took)[:, None], rings.shape).copy()
+        return end, "ring", None
     if zero == 1:  # reduce-scatter + all-gather (ring volume), or all-reduce + all-gather
         ring, _ = allreduce_end_s(cluster, rings, grad_bytes, entry, "ring")
-        if dp_collective == "ring" or rings.shape[1] < 3:
-            return ring, "ring"
+        if dp_collective == "auto":  # DeepSpeed's default reduce_scatter: NCCL's reduce-scatter
+            _, _, tuned = nccl_tuned_end_s(cluster, rings, grad_bytes, entry, "reducescatter")
+            return ring, "ring", _joined(tuned)
+        if dp_collective == "ring" or (dp_collective == "fastest" and rings.shape[1] < 3):
+            return ring, "ring", None
+        if dp_collective not in ("tree", "fastest"):
+            raise ValueError(f"ZeRO-1: dp_collective {dp_collective!r} is not offered")
         tree, _ = allreduce_end_s(cluster, rings, grad_bytes, entry, "tree")
         gather = ring_collective_s(cluster, rings, grad_bytes, kind="allgather")
         tree = tree + gather[:, None]
         if dp_collective == "tree" or tree.max() < ring.max() - 1e-12:
-            return tree, "tree+allgather"
-        if dp_collective not in ("best", "ring"):
-            raise ValueError(f"ZeRO-1: dp_collective {dp_collective!r} is not offered")
-        return ring, "ring"
-    if dp_collective == "best":
-        return choose_allreduce(cluster, rings, grad_bytes, entry)
-    return allreduce_end_s(cluster, rings, grad_bytes, entry, dp_collective)
+            return tree, "tree+allgather", None
+        return ring, "ring", None
+    if dp_collective == "auto":  # megatron-core's default: one flat all-reduce, NCCL's pick
+        end, ran, tuned = nccl_tuned_end_s(cluster, rings, grad_bytes, entry)
+        return end, _joined(ran), _joined(tuned)
+    if dp_collective == "fastest":
+        return (*choose_allreduce(cluster, rings, grad_bytes, entry), None)
+    return (*allreduce_end_s(cluster, rings, grad_bytes, entry, dp_collective), None)
+
+
+def _joined(names: list[str]) -> str:
+    """Distinct names in first-seen order, joined by ``+``."""
+    return "+".join(dict.fromkeys(names))
 
 
 def simulate_1f1b_ring(
@@ -168,7 +197,7 @@ def simulate_1f1b_ring(
     recompute: str = "full",
     tied_embedding: bool = False,
     dp_protocol: str = "ring",
-    dp_collective: str = "best",
+    dp_collective: str = "auto",
     compute: StageCompute | None = None,
     rounds: int = 1,
 ) -> SimResult:
@@ -192,12 +221,21 @@ def simulate_1f1b_ring(
     sharded parameter server, :func:`system.simulator.comm.sharded_ps_p2p_s`, each member
     entering when its own pass ends; for the speed-up attribution). ``schedule`` may also be
     ``gpipe`` (all forwards, then all backwards, with the same blocking p2p calls).
-    ``dp_collective`` (with ``dp_protocol="ring"``): the all-reduce algorithm of the DP gradients
-    on NCCL, one of :data:`DP_COLLECTIVES` — ``ring``, ``tree``, ``two_level`` (where the rank
-    map allows it) or ``best`` (the fastest of those, :func:`choose_allreduce`); with ZeRO-1 the
-    candidates are reduce-scatter + all-gather (``ring``) and a tree all-reduce + all-gather
-    (``tree+allgather``, DeepSpeed's ``reduce_scatter: false``). A rendezvous transport (gloo)
-    runs its own ring only. The result records the one used as ``dp_collective``.
+    ``dp_collective`` (with ``dp_protocol="ring"``): the DP gradients' collective on NCCL, one
+    of :data:`DP_REQUESTS` — ``auto`` (default) NCCL's own pick per DP group from its tuner
+    (:func:`system.simulator.allreduce.nccl_tuned_end_s`: ring or tree, then simulated under
+    the link model; the frameworks' defaults, so no two-level), ``ring``, ``tree``,
+    ``two_level`` (Megatron, where the rank map allows it; elsewhere ``auto`` runs) forced,
+    or ``fastest`` (``best``: its older name) the fastest of those under the link model
+    (:func:`choose_allreduce`), what a user forces with ``NCCL_ALGO`` after measuring. With
+    ZeRO-1 the candidates are reduce-scatter + all-gather (``ring``; DeepSpeed's default, so
+    ``auto`` runs it and records NCCL's
+    reduce-scatter pick) and a tree all-reduce + all-gather (``tree+allgather``, DeepSpeed's
+    ``reduce_scatter: false``). A forced ring or tree also sets the gradient-norm all-reduce
+    (``NCCL_ALGO`` holds for every call); under ``auto`` and ``two_level`` NCCL picks it. A
+    rendezvous transport (gloo) runs its own ring only. The result records the request as
+    ``dp_collective_request``, what ran as ``dp_collective`` and, under ``auto``, NCCL's
+    ``algorithm/protocol`` as ``dp_nccl_choice``.
     ``compute``: per-stage compute seconds (e.g. profiled on the machine that runs the
     baseline) used instead of ``hardware``'s FLOP model; ``hardware`` still sets the memory check.
     ``rounds`` (``schedule="gpipe"`` only): gradient-accumulation passes of m/rounds micro-batches,
@@ -288,12 +326,12 @@ def simulate_1f1b_ring(
     grad_bytes = np.repeat(workload.gradient_bytes * stage_params, tp)  # one per ring (s, t)
     rings = grid.transpose(0, 2, 1).reshape(-1, dp)  # (pp·tp, dp): one DP ring per (s, t)
     entry = np.repeat(ends, tp, axis=0)  # rows (s, t) like ``rings``: each member's pass end
-    collective = "none"
+    collective, nccl_pick = "none", None
     if dp > 1 and dp_protocol == "sharded_ps":  # each member enters when its own pass ends
         done = sharded_ps_p2p_s(cluster, rings, grad_bytes, entry)
         collective = "sharded_ps"
     elif dp > 1:
-        done, collective = _dp_allreduce(
+        done, collective, nccl_pick = dp_sync_end_s(
             cluster, rings, grad_bytes, entry, transport, zero=zero, dp_collective=dp_collective
         )
     else:
@@ -317,7 +355,16 @@ def simulate_1f1b_ring(
         groups = grid.transpose(1, 0, 2).reshape(dp, pp * tp)  # rank order: stage, then tensor
         entry = step_at.transpose(1, 0, 2).reshape(dp, pp * tp)
         if transport.ring_segment_bytes is None and not transport.rendezvous:
-            norm_end, norm_algo = choose_allreduce(cluster, groups, 4.0, entry, ("ring", "tree"))
+            # NCCL_ALGO, when a row forces ring or tree, holds for every collective
+            if dp_collective in ("ring", "tree"):
+                norm_end, norm_algo = allreduce_end_s(cluster, groups, 4.0, entry, dp_collective)
+            elif dp_collective in ("fastest", "best"):
+                norm_end, norm_algo = choose_allreduce(
+                    cluster, groups, 4.0, entry, ("ring", "tree")
+                )
+            else:  # auto, two_level: NCCL's own pick
+                norm_end, ran, _ = nccl_tuned_end_s(cluster, groups, 4.0, entry)
+                norm_algo = _joined(ran)
         else:
             norm_end = ring_allreduce_end_s(cluster, groups, 4.0, entry, transport)
             norm_algo = "ring"
@@ -388,6 +435,8 @@ def simulate_1f1b_ring(
             "grad_norm_s": norm_s,
             "grad_norm_algo": norm_algo,
             "dp_collective": collective,
+            "dp_collective_request": "fastest" if dp_collective == "best" else dp_collective,
+            "dp_nccl_choice": nccl_pick,
             "tied_embedding_s": tied_s,
             "zero1_gather_s": float(gather.max()),
             "micro_batches": int(m),

@@ -57,6 +57,8 @@ import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import numpy as np
+
 __all__ = [
     "NCCL_VERSION",
     "ALGOS",
@@ -479,6 +481,9 @@ def system_for_group(cluster, group, *, gpu_nic_path: str = "PHB") -> NcclSystem
         raise ValueError(f"NCCL communicator: group must list distinct devices, got {group}")
     hosts = [cluster.host_of[d] for d in devs]
     types = [cluster.gpus[d] for d in devs]
+    unknown = sorted(set(types) - set(GPU_ARCH))
+    if unknown:
+        raise ValueError(f"NCCL communicator: no compute capability known for GPU {unknown[0]!r}")
     arch = min(GPU_ARCH[t] for t in types)
     n, nodes = len(devs), len(set(hosts))
     host_of = list(cluster.host_of)
@@ -490,15 +495,14 @@ def system_for_group(cluster, group, *, gpu_nic_path: str = "PHB") -> NcclSystem
         ]
         if min(pairs) / 8.0 > _PCI_BW[_arch_key(arch, _PCI_BW)]:
             intra, nvlinks = "nvlink", min(NVLINKS_PER_GPU[t] for t in types)
+    host = np.asarray(host_of)
+    off = np.where(np.eye(len(host), dtype=bool), 0.0, bw)
     nets = []
     for h in sorted(set(hosts)):
         if cluster.host_nic_gbps is not None:
             nets.append(cluster.host_nic_gbps[h])
-            continue
-        inside = [d for d in range(cluster.num_devices) if host_of[d] == h]
-        outside = [d for d in range(cluster.num_devices) if host_of[d] != h]
-        if outside:
-            nets.append(float(max(bw[a, b] for a in inside for b in outside)))
+        elif np.any(host != h):
+            nets.append(float(off[np.ix_(host == h, host != h)].max()))
     net = min(nets) if nets else 100.0
     return NcclSystem(
         n,

@@ -80,7 +80,10 @@ def test_dp_collective_reaches_nccl_deepspeed_and_the_prediction():
     tree = BaselineSpec(system="megatron", dp=2, device="cuda", dp_collective="tree")
     check_spec(tree)
     assert nccl_algo(tree) == "Tree"
-    assert nccl_algo(BaselineSpec(system="megatron")) is None  # NCCL's own per-size choice
+    assert nccl_algo(BaselineSpec(system="megatron")) is None  # auto: NCCL's own choice
+    forced = BaselineSpec(system="megatron", dp_collective="ring")
+    check_spec(forced)  # a forced ring runs on CPU too (gloo's ring)
+    assert nccl_algo(forced) == "Ring"
     two = BaselineSpec(
         system="megatron",
         dp=4,
@@ -101,7 +104,9 @@ def test_dp_collective_reaches_nccl_deepspeed_and_the_prediction():
     )
     # the prediction follows the spec's collective: two regions, the tree and the ring differ
     c = get_case("debug").subset([0, 2, 4, 6])
-    ring = predict_iter_time_s(BaselineSpec(system="megatron", dp=4, global_batch_size=8), c)
+    ring = predict_iter_time_s(
+        BaselineSpec(system="megatron", dp=4, global_batch_size=8, dp_collective="ring"), c
+    )
     via_tree = predict_iter_time_s(
         BaselineSpec(
             system="megatron", dp=4, global_batch_size=8, device="cuda", dp_collective="tree"

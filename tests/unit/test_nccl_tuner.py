@@ -179,3 +179,10 @@ def test_system_for_group_reads_hosts_links_and_nics():
     assert (s5.n_nodes, s5.net_gbps) == (8, pytest.approx(bw[::8].max(axis=1).min()))
     with pytest.raises(ValueError, match="distinct"):
         system_for_group(c5, [0, 0])
+
+
+def test_every_gpu_type_has_an_arch():
+    from system.gpus import GPU_TYPES
+    from system.simulator.nccl_tuner import GPU_ARCH
+
+    assert set(GPU_ARCH) == set(GPU_TYPES)

@@ -331,3 +331,23 @@ def test_sensitivity_knobs(tmp_path):
     with pytest.raises(ValueError, match="compute_efficiency=1.5: must be <= 1"):
         simulate(_cfg(tmp_path / "c", "compute_efficiency=1.5"))
     assert not (tmp_path / "c").exists()
+
+
+def test_dp_collective_request_is_recorded_and_keys_the_rows(tmp_path):
+    kw = ("system=megatron", "baseline_placements=[launch]")
+    simulate(_cfg(tmp_path / "auto", *kw))
+    simulate(_cfg(tmp_path / "ring", *kw, "dp_collective=ring"))
+    simulate(_cfg(tmp_path / "fastest", *kw, "dp_collective=fastest"))
+    auto = pd.read_csv(tmp_path / "auto" / "runs.csv")
+    ring = pd.read_csv(tmp_path / "ring" / "runs.csv")
+    fastest = pd.read_csv(tmp_path / "fastest" / "runs.csv")
+    ok = auto[auto.status == "ok"]
+    assert set(ok.dp_collective_request) == {"auto"}
+    assert ok.dp_nccl_choice.notna().all()  # NCCL's algorithm/protocol per row
+    assert set(ok.dp_collective) <= {"ring", "tree", "ring+tree"}
+    assert set(ring[ring.status == "ok"].dp_collective) == {"ring"}
+    assert set(fastest.dp_collective_request) == {"fastest"}
+    # a forced request is part of the key: its rows never pass for auto's
+    assert not set(ring.setting_id) & set(auto.setting_id)
+    with pytest.raises(Exception, match="dp_collective"):
+        _cfg(tmp_path / "bad", "dp_collective=oracle")
