@@ -94,3 +94,29 @@ def test_concurrent_writers_end_with_one_whole_set(tmp_path):
     files = _files(tmp_path)
     assert len(set(files.values())) == 1, files  # every file from the same write
     assert set(files) in ({"REPORT.md", "a.csv"}, {"REPORT.md", "a.csv", "b.csv"})
+
+
+def test_study_report_is_one_set(tmp_path, monkeypatch):
+    """A study's report replaces the last one whole (a stale figure goes) and a report that
+    fails halfway leaves the last one as it was."""
+    import repro.report.build as build
+    from system.results import write_rows
+    from tests.unit._workflow_rows import synthetic_rows
+
+    write_rows(tmp_path, synthetic_rows(cases=("5",), noise=0.0, seed=1))
+    (tmp_path / "fig4.png").write_bytes(b"a figure of an older report")
+    build.build_report(tmp_path)
+    assert not (tmp_path / "fig4.png").exists()
+    before = {n: (tmp_path / n).read_bytes() for n in build.REPORT_FILES if (tmp_path / n).exists()}
+    assert {"REPORT.md", "claims.csv", "variance.csv", "best.csv", "fig3.png"} <= set(before)
+
+    def broken(*a, **k):
+        raise RuntimeError("the summary failed")
+
+    monkeypatch.setattr(build, "_summary_and_fig3", broken)
+    (tmp_path / "REPORT.md").write_text("the last report")
+    before["REPORT.md"] = b"the last report"
+    with pytest.raises(RuntimeError, match="the summary failed"):
+        build.build_report(tmp_path)
+    after = {n: (tmp_path / n).read_bytes() for n in build.REPORT_FILES if (tmp_path / n).exists()}
+    assert after == before
