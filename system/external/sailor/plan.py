@@ -14,8 +14,10 @@ batches per replica (m = ⌈gbs / (mbs·dp)⌉), the cluster's nodes in stage-ma
 (:meth:`SailorPlan.nodes`), the project's :class:`~system.assignment.Assignment` of those nodes
 (:meth:`SailorPlan.assignment`) and the warnings found (:class:`Finding`). A layer listed twice
 while another is missing is a warning when the two layers' profiles are identical (the time
-does not change) and an error otherwise; a layer list that is not a partition of the model, an
-unknown GPU type or a non-numeric field is an error.
+does not change) and an error otherwise (:class:`LayerMismatch`: the plan does not describe a
+run of its model); an unknown GPU type, a non-numeric field or a measurement outside its physical
+range (``real`` in (0, :data:`MAX_ITER_S`], ``max_mem`` in (0, :data:`MAX_GPU_MEMORY_BYTES`]) is
+an error. :func:`plan_files` lists the plans of a folder, refusing one whose path leads out of it.
 """
 
 from __future__ import annotations
@@ -39,7 +41,28 @@ from system.external.sailor.errors import (
 )
 from system.external.sailor.gpus import project_gpu
 
-__all__ = ["Replica", "Stage", "SailorPlan", "load_plan", "plan_files"]
+__all__ = [
+    "Replica",
+    "Stage",
+    "SailorPlan",
+    "LayerMismatch",
+    "load_plan",
+    "plan_files",
+    "MAX_PLAN_BYTES",
+    "MAX_ITER_S",
+    "MAX_GPU_MEMORY_BYTES",
+]
+
+MAX_PLAN_BYTES = 2**20  # a plan of 64 nodes and 34 layers is 10 kB
+# Physical ranges of a plan's measurements: a training iteration longer than a day, or a GPU
+# with more than 1 TiB of memory, is not a run any cluster of Sailor's set made.
+MAX_ITER_S = 86_400.0
+MAX_GPU_MEMORY_BYTES = float(2**40)
+
+
+class LayerMismatch(SailorFormatError):
+    """A well-formed plan whose layer list does not make up its model: it does not describe the
+    run (kept as an excluded plan, with this reason)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +142,7 @@ def load_plan(
     layer listed twice stand in for a missing one, with a warning); None: that is an error.
     """
     f = str(path)
-    d = read_json(path)
+    d = read_json(path, max_bytes=MAX_PLAN_BYTES)
     pipes = _get(d, "pipeline_list", f)
     if not isinstance(pipes, list) or len(pipes) != 1:
         raise SailorFormatError(f, "pipeline_list", "expected exactly one pipeline description")
@@ -176,8 +199,8 @@ def load_plan(
         mbs=positive_int(_get(d, "mbs", f), f, "mbs"),
         gbs=positive_int(_get(d, "gbs", f), f, "gbs"),
         nodes_declared=positive_int(_get(d, "N", f), f, "N"),
-        real_s=None if real is None else number(real, f, "real", minimum=1e-12),
-        max_mem_bytes=None if mem is None else number(mem, f, "max_mem"),
+        real_s=None if real is None else _measured(real, f, "real", MAX_ITER_S, "s"),
+        max_mem_bytes=None if mem is None else _measured(mem, f, "max_mem", MAX_GPU_MEMORY_BYTES),
         findings=tuple(findings),
     )
     if plan.nodes_declared != plan.pp * plan.dp:
@@ -191,6 +214,16 @@ def load_plan(
     return plan
 
 
+def _measured(value, f, field: str, most: float, unit: str = "") -> float:
+    """A measurement: finite, > 0 and at most ``most``."""
+    x = number(value, f, field, minimum=None)
+    if not 0.0 < x <= most:
+        raise SailorFormatError(
+            f, field, f"{value!r} is outside the physical range (0, {most:g}{unit}]"
+        )
+    return x
+
+
 def _fields(plan: SailorPlan) -> dict:
     return {k: getattr(plan, k) for k in SailorPlan.__dataclass_fields__}
 
@@ -201,7 +234,7 @@ def _check_layers(f, stages, num_layers: int, same) -> list[Finding]:
     where = "pipeline_list[0].layers_per_stage"
     out_of_range = sorted({i for i in listed if i >= num_layers})
     if out_of_range or len(listed) != num_layers:
-        raise SailorFormatError(
+        raise LayerMismatch(
             f,
             where,
             f"the layer list ({len(listed)} ids, {min(listed)}..{max(listed)}) does not match "
@@ -212,7 +245,7 @@ def _check_layers(f, stages, num_layers: int, same) -> list[Finding]:
     missing = sorted(set(range(num_layers)) - set(counts))
     if not twice and not missing:
         if listed != sorted(listed):
-            raise SailorFormatError(f, where, "layers are not in pipeline order")
+            raise LayerMismatch(f, where, "layers are not in pipeline order")
         return []
     if (
         len(twice) == 1
@@ -229,7 +262,7 @@ def _check_layers(f, stages, num_layers: int, same) -> list[Finding]:
                 f"identical profiles, so the duplicate is timed in the missing layer's place",
             )
         ]
-    raise SailorFormatError(f, where, f"layers listed twice: {twice[:5]}, missing: {missing[:5]}")
+    raise LayerMismatch(f, where, f"layers listed twice: {twice[:5]}, missing: {missing[:5]}")
 
 
 def _layer_id(x, f, where: str) -> int:
@@ -240,6 +273,14 @@ def _layer_id(x, f, where: str) -> int:
 
 
 def plan_files(root) -> list[Path]:
-    """Every ``plan_config_*.json`` under ``root``, sorted by relative path."""
+    """Every ``plan_config_*.json`` under ``root``, sorted by relative path; SailorFormatError for
+    one that is a link leading out of ``root`` (its kind, a regular file, is checked on reading)."""
     r = Path(root)
-    return sorted(r.rglob("plan_config_*.json"), key=lambda p: p.relative_to(r).as_posix())
+    inside = r.resolve()
+    files = sorted(r.rglob("plan_config_*.json"), key=lambda p: p.relative_to(r).as_posix())
+    for p in files:
+        if not p.resolve().is_relative_to(inside):
+            raise SailorFormatError(
+                p, "(file)", f"a link to {p.resolve()}, outside the plans folder"
+            )
+    return files
