@@ -467,10 +467,13 @@ class ExternalConfig(RunConfig):
         if not any(plans.rglob("plan_config_*.json")):
             raise ConfigError(f"plans={self.plans!r}: no plan_config_*.json under it")
         data = Path(self.data_dir) if self.data_dir is not None else plans.parent
-        missing = [n for n in DATA_FILES if not (data / n).is_file()]
+        key = "data_dir" if self.data_dir is not None else "plans"
+        missing = [n for n in DATA_FILES if not (data / n).exists()]
         if missing:
-            key = "data_dir" if self.data_dir is not None else "plans"
             raise ConfigError(f"{key}: {data} lacks {', '.join(missing)}")
+        odd = [n for n in DATA_FILES if not (data / n).is_file()]
+        if odd:
+            raise ConfigError(f"{key}: {data / odd[0]} is not a regular file")
 
 
 # ---- beyond the paper --------------------------------------------------------------------------

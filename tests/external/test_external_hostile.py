@@ -115,6 +115,19 @@ def _plan_over_its_size_cap(d):
     (d / "plans" / PLAN).write_text(" " * (2 * 2**20) + "{}")
 
 
+def _plan_is_a_folder(d):
+    (d / "plans" / "clariden/OPT-350/N2/plan_config_dir.json").mkdir()
+
+
+def _plan_name_with_newline(d):
+    shutil.copyfile(d / "plans" / PLAN, d / "plans" / "clariden/OPT-350/N2/plan_config_a|b\nc.json")
+
+
+def _data_file_a_fifo(d):
+    (d / "llm_info.json").unlink()
+    os.mkfifo(d / "llm_info.json")
+
+
 HOSTILE = [
     (_renamed_model, "training_config_opt_350.json", "no training config names 'OPT-350'"),
     (_llm_info_one_layer_short, "llm_info.json", r"\[OPT-350\]\[4\]: 25 layers, .*=26"),
@@ -128,6 +141,9 @@ HOSTILE = [
     (_micro_batches_1e15, "plan_config_N2_D1.json", "over limits.max_micro_batches=32768"),
     (_nested_too_deep, "plan_config_N2_D1.json", "JSON nested too deeply"),
     (_plan_over_its_size_cap, "plan_config_N2_D1.json", "bytes, over the limit of 1048576"),
+    (_plan_is_a_folder, "plan_config_dir.json", r"not a regular file \(a folder\)"),
+    (_plan_name_with_newline, "plan_config_a|b\\nc.json", "a plan's path must be plain names"),
+    (_data_file_a_fifo, "llm_info.json", "is not a regular file"),
 ]
 
 

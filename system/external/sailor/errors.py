@@ -85,10 +85,11 @@ def read_json(path, *, max_bytes: int = MAX_DATA_BYTES) -> dict:
         raise
     except OSError as e:
         raise SailorFormatError(p, "(file)", f"not readable ({e.strerror})") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise SailorFormatError(p, "(file)", f"not a regular file ({_kind(st.st_mode)})")
     with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise SailorFormatError(p, "(file)", f"not a regular file ({_kind(st.st_mode)})")
         if st.st_size > max_bytes:
             raise SailorFormatError(
                 p, "(file)", f"{st.st_size} bytes, over the limit of {max_bytes}"

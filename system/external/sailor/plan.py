@@ -17,12 +17,14 @@ while another is missing is a warning when the two layers' profiles are identica
 does not change) and an error otherwise (:class:`LayerMismatch`: the plan does not describe a
 run of its model); an unknown GPU type, a non-numeric field or a measurement outside its physical
 range (``real`` in (0, :data:`MAX_ITER_S`], ``max_mem`` in (0, :data:`MAX_GPU_MEMORY_BYTES`]) is
-an error. :func:`plan_files` lists the plans of a folder, refusing one whose path leads out of it.
+an error. :func:`plan_files` lists the plans of a folder, refusing one whose path leads out of it
+or is not a plain name (:data:`PLAN_PATH`: it names the plan in the tables and the report).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -49,10 +51,13 @@ __all__ = [
     "load_plan",
     "plan_files",
     "MAX_PLAN_BYTES",
+    "PLAN_PATH",
     "MAX_ITER_S",
     "MAX_GPU_MEMORY_BYTES",
 ]
 
+# A plan's path under the plans folder names it in the tables and the report: plain names only.
+PLAN_PATH = re.compile(r"[A-Za-z0-9_.+-]+(/[A-Za-z0-9_.+-]+)*")
 MAX_PLAN_BYTES = 2**20  # a plan of 64 nodes and 34 layers is 10 kB
 # Physical ranges of a plan's measurements: a training iteration longer than a day, or a GPU
 # with more than 1 TiB of memory, is not a run any cluster of Sailor's set made.
@@ -279,6 +284,11 @@ def plan_files(root) -> list[Path]:
     inside = r.resolve()
     files = sorted(r.rglob("plan_config_*.json"), key=lambda p: p.relative_to(r).as_posix())
     for p in files:
+        rel = p.relative_to(r).as_posix()
+        if not PLAN_PATH.fullmatch(rel):  # shown as ascii(): it may hold a newline
+            raise SailorFormatError(
+                r, ascii(rel), f"a plan's path must be plain names ({PLAN_PATH.pattern})"
+            )
         if not p.resolve().is_relative_to(inside):
             raise SailorFormatError(
                 p, "(file)", f"a link to {p.resolve()}, outside the plans folder"
