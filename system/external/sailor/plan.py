@@ -16,9 +16,10 @@ batches per replica (m = ⌈gbs / (mbs·dp)⌉), the cluster's nodes in stage-ma
 while another is missing is a warning when the two layers' profiles are identical (the time
 does not change) and an error otherwise (:class:`LayerMismatch`: the plan does not describe a
 run of its model); an unknown GPU type, a non-numeric field or a measurement outside its physical
-range (``real`` in (0, :data:`MAX_ITER_S`], ``max_mem`` in (0, :data:`MAX_GPU_MEMORY_BYTES`]) is
-an error. :func:`plan_files` lists the plans of a folder, refusing one whose path leads out of it
-or is not a plain name (:data:`PLAN_PATH`: it names the plan in the tables and the report).
+range (``real`` and ``red_grads`` in (0, :data:`MAX_ITER_S`], ``max_mem`` in (0,
+:data:`MAX_GPU_MEMORY_BYTES`]) is an error. :func:`plan_files` lists the plans of a folder,
+refusing one whose path leads out of it or is not a plain name (:data:`PLAN_PATH`: it names the
+plan in the tables and the report).
 """
 
 from __future__ import annotations
@@ -213,6 +214,8 @@ def load_plan(
             f, "N", f"{plan.nodes_declared} nodes declared, the stages use {plan.pp * plan.dp}"
         )
     red = d.get("red_grads")
+    if red is not None:  # the logged gradient reduction, seconds
+        _measured(red, f, "red_grads", MAX_ITER_S, "s")
     if real is not None and red is not None and red == real:
         findings.append(Finding(f, "red_grads", "equals real (a copied field; not used)"))
         plan = SailorPlan(**{**_fields(plan), "findings": tuple(findings)})
