@@ -16,9 +16,9 @@ before reading, types and finite ranges: :mod:`~system.external.sailor.errors`,
 - every row a plan reads exists and is physical: the profile of each (GPU, micro-batch size,
   TP degree) with forward times > 0 on every layer, backward times > 0 on every layer past the
   embedding (whose backward the shared profiles record as 0 on some rows) and an optimizer step
-  > 0; the sizes at each TP degree and at TP 1; an intra-node fit for every node whose TP group
-  spans several GPUs (without one its links would be free); an inter-node fit for every pair
-  of its nodes.
+  > 0; the sizes at each TP degree and at TP 1 (a tied head's word embedding at least one row
+  per GPU); an intra-node fit for every node whose TP group spans several GPUs (without one its
+  links would be free); an inter-node fit for every pair of its nodes.
 
 A plan whose layer list does not make up its model is not refused here: it is predicted as an
 excluded plan with that reason (:class:`~system.external.sailor.plan.LayerMismatch`).
@@ -30,7 +30,7 @@ from collections import Counter
 from pathlib import Path
 
 from system.external.sailor.errors import SailorFormatError
-from system.external.sailor.framework import SailorInputs
+from system.external.sailor.framework import SailorInputs, head_is_tied
 from system.external.sailor.plan import LayerMismatch, SailorPlan, load_plan, plan_files
 from system.external.sailor.predict import (
     DATA_FILES,
@@ -164,6 +164,7 @@ def _check_plan(
                         f"[{plan.model}][{tp}]",
                         f"no sizes for this model and TP degree{needed_by}",
                     )
+            _check_tied_head(plan.model, rep.tp, inputs, needed_by)
             if rep.tp > 1 and (rep.gpu, rep.gpus) not in inputs.intra:
                 raise SailorFormatError(
                     _intra_source(inputs),
@@ -179,6 +180,22 @@ def _check_plan(
                     inputs.fits.curve(a, b)
                 except SailorFormatError as e:
                     raise SailorFormatError(e.file, e.field, e.problem + needed_by) from None
+
+
+def _check_tied_head(model: str, tp: int, inputs: SailorInputs, needed_by: str) -> None:
+    """A tied head's logit GEMM is sized by the word embedding's rows per GPU, layer 0's
+    parameters / hidden_size − sequence_length (the position embeddings): at least one."""
+    shape = inputs.shapes[model]
+    if not head_is_tied(inputs.sizes.get(model, 1), shape):
+        return
+    rows = inputs.sizes.get(model, tp).params[0] / shape.hidden_size - shape.seq_length
+    if rows < 1:
+        raise SailorFormatError(
+            inputs.sizes.source,
+            f"[{model}][{tp}][0].params_floats",
+            f"{rows:.3g} word-embedding rows per GPU (params / hidden_size - sequence_length); "
+            f"the tied head needs at least one{needed_by}",
+        )
 
 
 def _intra_source(inputs: SailorInputs) -> str:
