@@ -106,6 +106,10 @@ def _fit_negative_inside(d):
     _edit(d / "multizone_bandwidths_het.json", change)
 
 
+def _link_peak_free(d):
+    _edit(d / "intra_node_bandwidths.json", lambda c: c["GH-96"]["4"].__setitem__(1, 1e300))
+
+
 def _intra_empty(d):
     (d / "intra_node_bandwidths.json").write_text("{}")
 
@@ -149,6 +153,7 @@ HOSTILE = [
     (_linked_to_dev_zero, "plan_config_zero.json", "a link to /dev/zero, outside the plans"),
     (_profile_times_zero, "profiles_tmp.json", r"\(fwd_s\): time 0 s; a layer's time must be > 0"),
     (_fit_negative_inside, "multizone_bandwidths_het.json", "fit -1.5 GB/s at 8e\\+06 bytes"),
+    (_link_peak_free, "intra_node_bandwidths.json", r"\[GH-96\]\[4\]\[1\]: peak 1e\+300"),
     (_intra_empty, "intra_node_bandwidths.json", "expected a non-empty JSON object"),
     (_intra_without_the_node, "intra_node_bandwidths.json", r"\[GH-96\]\[4\]: no intra-node fit"),
     (_micro_batches_1e15, "plan_config_N2_D1.json", "over limits.max_micro_batches=32768"),

@@ -18,7 +18,8 @@ Every fit must be positive over the sizes it is used at: from its floor (the sma
 size, a power of two from 64 KiB, where it is positive; smaller messages take the floor's time)
 to the largest measured size, 1 GiB. Sailor's fits are quadratics that dip below zero at the
 small end, which the floor handles; one that is zero or negative above its floor would give a
-link of no bandwidth, so the file is refused. Both files must be non-empty.
+link of no bandwidth, so the file is refused. A peak over :data:`MAX_PEAK_BYTES_PER_S` would
+make a link free and is refused too. Both files must be non-empty.
 """
 
 from __future__ import annotations
@@ -40,7 +41,11 @@ __all__ = [
     "load_bandwidth_fits",
     "load_intra_node_fits",
     "cluster_from_nodes",
+    "MAX_PEAK_BYTES_PER_S",
 ]
+
+# No link of any node is faster: 10 TB/s is ten times an NVLink 4 GPU's 900 GB/s.
+MAX_PEAK_BYTES_PER_S = 1e13
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +83,10 @@ def _curve(entry, file, where: str, flows: int) -> BandwidthCurve:
         raise SailorFormatError(file, where, f"expected 3 coefficients, got {len(entry[0])}")
     a, b, c = (number(v, file, f"{where}[0][{i}]", minimum=None) for i, v in enumerate(entry[0]))
     peak = number(entry[1], file, f"{where}[1]", minimum=1e-300)
+    if peak > MAX_PEAK_BYTES_PER_S:
+        raise SailorFormatError(
+            file, f"{where}[1]", f"peak {peak:.3g} bytes/s is over {MAX_PEAK_BYTES_PER_S:g}"
+        )
     try:
         curve = BandwidthCurve(a, b, c, peak_bps=8.0 * peak, flows=flows)
     except ValueError as e:
