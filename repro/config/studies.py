@@ -21,6 +21,7 @@ from repro.config.modes import (
 from repro.config.options import ConfigError, choice, option
 from system.cases import PAPER_CASES, canonical_case
 from system.external import SOURCES
+from system.external.sailor.framework import DP_COLLECTIVES as SAILOR_COLLECTIVES
 from system.external.sailor.predict import DATA_FILES
 from system.simulator.sharing import DEFAULT_LINK_SHARING
 from system.workload import PAPER_BATCH_SIZES
@@ -447,6 +448,7 @@ class ScoreConfig(RunConfig):
 
 # ---- a peer's published runs ---------------------------------------------------------------------
 ExternalSource = choice("ExternalSource", SOURCES, module=__name__)
+ExternalCollective = choice("ExternalCollective", SAILOR_COLLECTIVES, module=__name__)
 
 
 @dataclass
@@ -457,6 +459,11 @@ class ExternalConfig(RunConfig):
     source: ExternalSource = option(ExternalSource.sailor, "whose runs (their file formats)")
     plans: str | None = option(None, "the folder of plans (every plan_config_*.json under it)")
     data_dir: str | None = option(None, "the peer's data files (null: the plans folder's parent)")
+    dp_collective: ExternalCollective = option(
+        ExternalCollective.auto,
+        "all-reduce algorithm: auto (NCCL's tuner), fastest (ring or tree on the link fits), "
+        "ring, tree",
+    )
 
     def check(self) -> None:
         super().check()

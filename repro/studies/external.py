@@ -4,13 +4,14 @@ predictions against the runs that carry measurements.
 ``source=sailor`` (the one source so far): every ``plan_config_*.json`` under ``plans`` is
 predicted by the model of Sailor's framework (:mod:`system.external.sailor.framework`, on the
 plans' own per-layer profiles and link fits, read from ``data_dir``, by default the plans
-folder's parent). Writes into ``results_dir``:
+folder's parent), its all-reduces by ``dp_collective``'s algorithm. Writes into ``results_dir``:
 
 - ``predictions.csv`` — one row per plan (``plan`` relative to ``plans``), the predicted
   iteration and its parts, the predicted peak memory; an excluded plan keeps its row and reason;
 - ``warnings.csv`` — the data defects the model worked around, per plan;
 - where plans carry a measurement: ``errors.csv`` (signed and absolute error per plan, beside
-  Sailor's own simulator), ``REPORT.md`` (MAPE per set, per-plan table, excluded plans,
+  Sailor's own simulator; the logged gradient reduction beside its prediction), ``REPORT.md``
+  (MAPE per set, per-plan table, the logged reduction per set and plan, excluded plans,
   warnings, constants) and ``predicted_vs_measured.png``.
 
 Every input is checked before any prediction runs (:func:`system.external.sailor.check.
@@ -61,7 +62,7 @@ def run(cfg: ExternalConfig) -> dict:
         max_devices=cfg.limits.max_devices,
         max_micro_batches=cfg.limits.max_micro_batches,
     )
-    rows = predict_plans(cfg.plans, cfg.data_dir)
+    rows = predict_plans(cfg.plans, cfg.data_dir, dp_collective=str(cfg.dp_collective))
     out = Path(cfg.results_dir)
     measured = [r for r in rows if r.real_s is not None]
     table = mape_table(rows)

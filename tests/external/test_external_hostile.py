@@ -251,3 +251,14 @@ def test_a_run_failing_after_its_checks_leaves_the_old_set(tmp_path, monkeypatch
     with pytest.raises(OSError, match="disk full"):
         run({"mode": "external", "plans": str(d / "plans"), "results_dir": str(out)})
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_a_held_out_plans_measurement_is_not_read_even_to_refuse_it(tmp_path):
+    """The checks read a held-out (mit) plan through its configuration fields, as the
+    prediction does: a measurement field in it is neither checked nor shown."""
+    d = write_data(tmp_path / "d")
+    write_plan(d, "mit/N1/plan_config_N1_D1.json", plan([[0, 1, 2, 3]], 1, real=-1e308))
+    out = tmp_path / "out"
+    summary = run({"mode": "external", "plans": str(d / "plans"), "results_dir": str(out)})
+    assert summary["plans"] == 1 and summary["excluded"] == [] and summary["mape_pct"] == {}
+    assert not (out / "errors.csv").exists()

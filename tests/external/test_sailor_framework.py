@@ -11,11 +11,11 @@ from system.external.sailor.predict import load_inputs, predict_plans
 from tests.external._tiny import plan, write_data, write_plan
 
 
-def _predict(tmp_path, stages, dp, **kw):
+def _predict(tmp_path, stages, dp, dp_collective="auto", **kw):
     write_data(tmp_path)
     path = write_plan(tmp_path, "clariden/OPT-350/N1/plan_config_x.json", plan(stages, dp, **kw))
     inputs = load_inputs(tmp_path)
-    return predict_plan(load_plan(path, "OPT-350", 4), inputs)
+    return predict_plan(load_plan(path, "OPT-350", 4), inputs, dp_collective=dp_collective)
 
 
 def test_two_stage_one_micro_batch_by_hand(tmp_path):
@@ -30,13 +30,18 @@ def test_two_stage_one_micro_batch_by_hand(tmp_path):
     # 0.5681310; stage 0 B to 0.7681310 = the pipeline. Untied head, dp 1: no tied or DP part.
     # Optimizer: profiled model = layer 0 + 2 x layer 1 + layer 3 = 100e6 + 20e6 + 100e6 =
     # 220e6 parameters took 0.004 s; each stage has 110e6 -> 0.002 s.
-    # Iteration: 0.7681310 + 0.002 = 0.7701310.
+    # dp 1: no all-reduce to speak of, but DeepSpeed still flattens each stage's 110e6 fp32
+    # gradients (440e6 B) and copies them back: 4 x 440e6 B at the GH200's 4 TB/s = 0.00044 s,
+    # which is also rank 0's logged reduction.
+    # Iteration: 0.7681310 + 0.00044 + 0.002 = 0.7705710.
     p = _predict(tmp_path, [[0, 1], [2, 3]], 1)
     assert p.micro_batches == 1
     assert p.pipeline_s == pytest.approx(0.7681310, abs=1e-6)
-    assert p.tied_s == 0 and p.dp_s == 0
+    assert p.tied_s == 0 and p.dp_s == pytest.approx(0.00044)
+    assert p.dp_algorithm == "none"
+    assert p.red_grads_s == pytest.approx(0.00044) and p.red_grads_wait_s == 0
     assert p.optimizer_s == pytest.approx(0.002)
-    assert p.iter_time_s == pytest.approx(0.7701310, abs=1e-6)
+    assert p.iter_time_s == pytest.approx(0.7705710, abs=1e-6)
 
 
 def test_one_stage_two_replicas_by_hand(tmp_path):
@@ -51,6 +56,7 @@ def test_one_stage_two_replicas_by_hand(tmp_path):
     assert p.pipeline_s == pytest.approx(1.52)
     assert p.dp_s == pytest.approx(0.88088)
     assert p.dp_algorithm == "ring"
+    assert p.red_grads_s == pytest.approx(0.88088) and p.red_grads_wait_s == 0
     assert p.iter_time_s == pytest.approx(2.40488)
     # memory: 16 B x 220e6 + max(activations 1 x 1 x 8e6 x 4 B, bucket 880e6 B) + 1 GiB
     assert p.peak_memory_bytes == pytest.approx(16 * 220e6 + 880e6 + 2**30)
@@ -70,7 +76,7 @@ def test_predict_plans_rows_and_excluded_plan(tmp_path):
     bad, good = rows
     assert bad.prediction is None and "does not match the model's 4 layers" in bad.excluded
     assert good.set == "clariden/OPT-350" and good.real_s == 0.8
-    assert good.prediction.iter_time_s == pytest.approx(0.7701310, abs=1e-6)
+    assert good.prediction.iter_time_s == pytest.approx(0.7705710, abs=1e-6)
 
 
 def test_layer_rates_by_hand(tmp_path):
@@ -85,3 +91,48 @@ def test_layer_rates_by_hand(tmp_path):
     assert r["fraction_of_fp32_peak"].iloc[0] == pytest.approx(1.6777216e8 / 67e12)
     e = efficiency_by_micro_batch(r)
     assert e["relative_to_mbs1"].tolist() == [1.0]
+
+
+def test_rank_zero_reduction_is_stage_zero_s_all_reduce(tmp_path):
+    # Stages [0] and [1, 2, 3], dp 2, mbs 1, gbs 2: m = 1. Stage 0 holds 100e6 parameters
+    # (400e6 B fp32), stage 1 120e6 (480e6 B). Ring of 2 ranks at the flat 1 GB/s: 2 steps of
+    # S/2 -> S / 1e9 s; copies 4 x S at 4 TB/s. Stage 0: 0.4 + 0.0004 = 0.4004 s (rank 0's
+    # logged reduction; its peers leave the barrier with it: no wait); stage 1: 0.48 + 0.00048
+    # = 0.48048 s, the iteration's data-parallel part (the slowest stage).
+    p = _predict(tmp_path, [[0], [1, 2, 3]], 2, gbs=2)
+    assert p.dp_s == pytest.approx(0.48048)
+    assert p.red_grads_s == pytest.approx(0.4004)
+    assert p.red_grads_collective_s == pytest.approx(0.4004) and p.red_grads_wait_s == 0
+    # identical replicas: without the barrier rank 0 would not wait either
+    assert p.red_grads_no_barrier_s == pytest.approx(0.4004)
+
+
+@pytest.mark.parametrize("how", ["ring", "tree", "fastest"])
+def test_forced_collectives_are_recorded(tmp_path, how):
+    # two ranks: a tree of two is the ring, so every choice times the same 0.88088 s
+    p = _predict(tmp_path, [[0, 1, 2, 3]], 2, gbs=4, dp_collective=how)
+    assert p.dp_collective == how and p.dp_algorithm == "ring"
+    assert p.dp_s == pytest.approx(0.88088)
+
+
+def test_unknown_collective_is_one_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="dp_collective must be one of auto, fastest, ring, tree"):
+        _predict(tmp_path, [[0, 1, 2, 3]], 2, gbs=4, dp_collective="oracle")
+
+
+def test_auto_runs_what_nccl_s_tuner_picks(tmp_path):
+    # dp 3, one GPU per node on 1 GB/s (8 Gbit/s) links, 880e6 B of gradients: NCCL's tuner
+    # picks the ring (one GPU per node on a slow NIC: the ring from 1 MiB); the fastest on the
+    # link model is the tree (each rank sends to parent and children at the full pair rate)
+    from system.external.sailor.bandwidth import cluster_from_nodes
+    from system.simulator.nccl_tuner import system_for_group, tune_allreduce
+
+    auto = _predict(tmp_path, [[0, 1, 2, 3]], 3, gbs=3)
+    fastest = _predict(tmp_path, [[0, 1, 2, 3]], 3, gbs=3, dp_collective="fastest")
+    assert auto.dp_algorithm == "ring" and fastest.dp_algorithm == "tree"
+    assert fastest.dp_s < auto.dp_s
+    inputs = load_inputs(tmp_path)
+    path = tmp_path / "plans" / "clariden/OPT-350/N1/plan_config_x.json"
+    p = load_plan(path, "OPT-350", 4)
+    cluster = cluster_from_nodes(p.nodes(), inputs.fits, inputs.intra)
+    assert tune_allreduce(system_for_group(cluster, [0, 1, 2]), 880e6).algorithm == "ring"

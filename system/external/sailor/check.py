@@ -20,8 +20,11 @@ before reading, types and finite ranges: :mod:`~system.external.sailor.errors`,
   per GPU); an intra-node fit for every node whose TP group spans several GPUs (without one its
   links would be free); an inter-node fit for every pair of its nodes.
 
-A plan whose layer list does not make up its model is not refused here: it is predicted as an
-excluded plan with that reason (:class:`~system.external.sailor.plan.LayerMismatch`).
+A plan of a held-out set is read through its configuration fields only, as the prediction
+reads it (:data:`~system.external.sailor.predict.CONFIG_FIELDS`): no measurement of it is
+checked or shown. A plan whose layer list does not make up its model is not refused here: it is
+predicted as an excluded plan with that reason (:class:`~system.external.sailor.plan.
+LayerMismatch`).
 """
 
 from __future__ import annotations
@@ -33,9 +36,11 @@ from system.external.sailor.errors import SailorFormatError
 from system.external.sailor.framework import SailorInputs, head_is_tied
 from system.external.sailor.plan import LayerMismatch, SailorPlan, load_plan, plan_files
 from system.external.sailor.predict import (
+    CONFIG_FIELDS,
     DATA_FILES,
     TRAINING_CONFIGS,
     _same_time,
+    held_out,
     load_inputs,
     model_of,
 )
@@ -66,8 +71,15 @@ def check_inputs(
         _check_layer_counts(inputs, model, data)
     for path, model in models.items():
         shape = inputs.shapes[model]
+        rel = path.relative_to(root).as_posix()
         try:
-            plan = load_plan(path, model, shape.num_all_layers, _same_time(inputs, model))
+            plan = load_plan(
+                path,
+                model,
+                shape.num_all_layers,
+                _same_time(inputs, model),
+                fields=CONFIG_FIELDS if held_out(rel) else None,  # held out: no measurement read
+            )
         except LayerMismatch:
             continue  # predicted as an excluded plan, with the reason
         _check_plan(plan, inputs, max_devices=max_devices, max_micro_batches=max_micro_batches)

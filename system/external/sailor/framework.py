@@ -28,13 +28,28 @@ iteration (``train_batch``) does, in order, and how each part is timed here:
    of 5e8 elements (DeepSpeed's ``MEMORY_OPT_ALLREDUCE_SIZE``) and all-reduced over the stage's
    replicas, one NCCL all-reduce per TP rank index, all at once, after the pipeline: the
    pipeline engine turns DeepSpeed's backward-overlapped reduction off, so nothing overlaps.
-   Timed by :func:`system.simulator.allreduce.nccl_allreduce_end_s` (ring or tree, as NCCL's tuner
-   would pick) on the fitted links, plus the bucket's flatten and unflatten copies at the GPU's
-   memory bandwidth.
+   The algorithm per group is ``dp_collective``'s (:data:`DP_COLLECTIVES`): ``auto``, the one
+   NCCL's tuner picks from its own constants for the group's ranks, nodes and message size
+   (:mod:`system.simulator.nccl_tuner`; every group here has one rank per node); ``fastest``,
+   ring or tree, whichever ends first on the fitted links
+   (:func:`system.simulator.allreduce.nccl_allreduce_end_s`); ``ring`` or ``tree`` forced. It is
+   timed on the fitted links, plus the bucket's flatten and unflatten copies at the GPU's memory
+   bandwidth; a stage without replicas still flattens, all-reduces over its one rank and copies
+   back (DeepSpeed's ``buffered_allreduce_fallback`` makes no exception for dp = 1), so it pays
+   the copies.
 4. **Optimizer** — ``OptimizerStep``: AdamW over the stage's parameters. The profile's
    optimizer time is that of the profiled model (embedding, two transformer layers and the last
    layer, Sailor's ``profile.sh``), so a stage's step is that time scaled by its parameters over
    the profiled model's — Adam is memory-bound, linear in the parameters it updates.
+
+**The logged gradient reduction** (``red_grads`` of the plans, :attr:`PlanPrediction.red_grads_s`):
+global rank 0 (stage 0, replica 0, TP rank 0 in DeepSpeed's pipe/data/model rank order) from its
+``ReduceGrads`` call to its return — the time it waits for the slowest member of its
+data-parallel group to enter the all-reduce, plus the all-reduce of its stage's buckets and their
+copies. Every rank leaves ``ReduceTiedGrads``'s barrier at the same moment, so rank 0's group
+enters together and the wait is zero; :attr:`PlanPrediction.red_grads_no_barrier_s` is the same
+reduction had the barrier not held the ranks (each member entering when its own pipeline and
+tied-gradient all-reduce end), a sensitivity, not the prediction.
 
 Host-side framework overhead per micro-batch is taken as hidden: the engine's Python issues
 asynchronous CUDA work and none of its per-micro-batch instructions waits on the host, so the GPU
@@ -70,7 +85,7 @@ from system.external.sailor.profile import (
 )
 from system.gpus import get_gpu
 from system.links import BandwidthCurve
-from system.simulator.allreduce import nccl_allreduce_end_s
+from system.simulator.allreduce import allreduce_end_s, nccl_allreduce_end_s
 from system.simulator.comm import flow_time_s, ring_collective_s
 from system.simulator.replay import replay_end_s
 
@@ -80,6 +95,7 @@ __all__ = [
     "predict_plan",
     "peak_memory_bytes",
     "BYTES_PER_ELEMENT",
+    "DP_COLLECTIVES",
 ]
 
 BYTES_PER_ELEMENT = 4  # fp32 training (module docstring)
@@ -88,6 +104,8 @@ RECV_BUFFER_BYTES = 4 * 2**20  # NCCL's default channel buffer (NCCL_BUFFSIZE)
 META_BYTES = 256 * 4  # DeepSpeed's partition meta tensor (int32[<=256])
 CONTEXT_BYTES = 2**30  # CUDA context + allocator slack per GPU (assumption, not fitted)
 ADAM_STATE_BYTES_PER_PARAM = 16  # fp32 weight, gradient, exp_avg, exp_avg_sq
+# how the data-parallel and tied-gradient all-reduces pick their algorithm (module docstring)
+DP_COLLECTIVES = ("auto", "fastest", "ring", "tree")
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +125,9 @@ class PlanPrediction:
 
     ``iter_time_s = pipeline_s + tied_s + dp_s + optimizer_s``: the pipeline until the
     barrier, the tied-gradient all-reduce's share past the pipeline, the data-parallel
-    all-reduce, the optimizer step.
+    all-reduce, the optimizer step. ``red_grads_s = red_grads_wait_s + red_grads_collective_s``:
+    rank 0's logged reduction (module docstring); ``red_grads_no_barrier_s`` the same without
+    the barrier before it (a sensitivity).
     """
 
     iter_time_s: float
@@ -119,6 +139,11 @@ class PlanPrediction:
     micro_batches: int
     compute_s: float  # the busiest stage's compute per iteration, m·(fwd + bwd)
     dp_algorithm: str
+    red_grads_s: float = 0.0
+    red_grads_wait_s: float = 0.0
+    red_grads_collective_s: float = 0.0
+    red_grads_no_barrier_s: float = 0.0
+    dp_collective: str = "auto"
     findings: tuple[Finding, ...] = field(default=())
 
 
@@ -212,8 +237,15 @@ def _p2p(plan, inputs, cluster, devs, s, r) -> tuple[float, float, float]:
     return float(data + meta), float(buffer), gather
 
 
-def predict_plan(plan: SailorPlan, inputs: SailorInputs) -> PlanPrediction:
-    """One iteration of ``plan`` (module docstring)."""
+def predict_plan(
+    plan: SailorPlan, inputs: SailorInputs, *, dp_collective: str = "auto"
+) -> PlanPrediction:
+    """One iteration of ``plan`` (module docstring); ``dp_collective`` one of
+    :data:`DP_COLLECTIVES`."""
+    if dp_collective not in DP_COLLECTIVES:
+        raise ValueError(
+            f"dp_collective must be one of {', '.join(DP_COLLECTIVES)}, got {dp_collective!r}"
+        )
     cluster = cluster_from_nodes(plan.nodes(), inputs.fits, inputs.intra, name=plan.file)
     devs = _ranges(plan, cluster)
     p, dp, m = plan.pp, plan.dp, plan.micro_batches
@@ -245,10 +277,14 @@ def predict_plan(plan: SailorPlan, inputs: SailorInputs) -> PlanPrediction:
         buffer_bwd_s=buf,
     )
     pipeline_s = float(ends.max())
-    tied_end = _tied_grads_end_s(plan, inputs, cluster, devs, ends)
-    barrier_s = max(pipeline_s, tied_end)
-    dp_s, algo = _data_parallel_s(plan, inputs, cluster, devs)
+    tied_end = _tied_grads_end_s(plan, inputs, cluster, devs, ends, dp_collective)
+    barrier_s = max(pipeline_s, float(tied_end.max()))
+    dp_s, algo, rank0_s = _data_parallel_s(plan, inputs, cluster, devs, dp_collective)
     opt_s = _optimizer_s(plan, inputs)
+    # rank 0's group (stage 0, TP rank 0) without the barrier: member r enters when replica r's
+    # stage 0 is past its pipeline and its tied-gradient all-reduce
+    entered = np.maximum(ends[0], tied_end)
+    no_barrier_wait = float(entered.max() - entered[0])
     return PlanPrediction(
         iter_time_s=barrier_s + dp_s + opt_s,
         pipeline_s=pipeline_s,
@@ -259,16 +295,53 @@ def predict_plan(plan: SailorPlan, inputs: SailorInputs) -> PlanPrediction:
         micro_batches=m,
         compute_s=compute_s,
         dp_algorithm=algo,
+        red_grads_s=rank0_s,
+        red_grads_wait_s=0.0,  # every rank leaves ReduceTiedGrads's barrier together
+        red_grads_collective_s=rank0_s,
+        red_grads_no_barrier_s=no_barrier_wait + rank0_s,
+        dp_collective=dp_collective,
         findings=tuple(sorted(findings, key=str)),
     )
 
 
-def _tied_grads_end_s(plan, inputs, cluster, devs, ends) -> float:
-    """When the last replica's first/last stage pair has all-reduced the tied embedding."""
+def nccl_tuner_algorithms(cluster: Cluster, groups: np.ndarray, nbytes: float) -> list[str]:
+    """The all-reduce algorithm NCCL's tuner picks for each communicator (a row of ``groups``)
+    from what NCCL sees of it — its ranks, nodes (hosts), GPUs and NICs
+    (:func:`system.simulator.nccl_tuner.system_for_group`) — and the message size."""
+    from system.simulator.nccl_tuner import system_for_group, tune_allreduce
+
+    return [tune_allreduce(system_for_group(cluster, g), float(nbytes)).algorithm for g in groups]
+
+
+def _allreduce_end_s(cluster, groups, nbytes, entry, dp_collective) -> tuple[np.ndarray, list]:
+    """(G, n) end times of G concurrent all-reduces, each group one communicator, and each
+    group's algorithm, as ``dp_collective`` picks it (module docstring)."""
+    g = np.asarray(groups, dtype=int)
+    if dp_collective == "fastest":
+        return nccl_allreduce_end_s(cluster, g, nbytes, entry)
+    if dp_collective == "auto":
+        picks = nccl_tuner_algorithms(cluster, g, nbytes)
+    else:
+        picks = [dp_collective] * g.shape[0]
+    if g.shape[1] < 3:
+        picks = ["ring"] * g.shape[0]  # a tree of two ranks is the ring (allreduce module)
+    unknown = sorted(set(picks) - {"ring", "tree"})
+    if unknown:
+        raise ValueError(f"all-reduce: no timing for NCCL's {', '.join(unknown)} algorithm")
+    # each algorithm timed for all groups at once (their flows share the links), then each
+    # group keeps its own algorithm's times
+    ends = {a: allreduce_end_s(cluster, g, nbytes, entry, a)[0] for a in sorted(set(picks))}
+    end = np.stack([ends[a][i] for i, a in enumerate(picks)])
+    return end, picks
+
+
+def _tied_grads_end_s(plan, inputs, cluster, devs, ends, dp_collective) -> np.ndarray:
+    """Per replica, when its first/last stage pair has all-reduced the tied embedding (zeros
+    where the model has no tied head or the pipeline one stage)."""
     shape = inputs.shapes[plan.model]
+    out = np.zeros(plan.dp)
     if plan.pp == 1 or not head_is_tied(inputs.sizes.get(plan.model, 1), shape):
-        return 0.0
-    out = 0.0
+        return out
     for r in range(plan.dp):
         a, b = devs[0][r], devs[-1][r]
         k = min(a.size, b.size)
@@ -277,8 +350,8 @@ def _tied_grads_end_s(plan, inputs, cluster, devs, ends) -> float:
         nbytes = words * shape.hidden_size * BYTES_PER_ELEMENT
         groups = np.stack([a[:k], b[:k]], axis=1)
         entry = np.tile([ends[0, r], ends[-1, r]], (k, 1))
-        done, _ = nccl_allreduce_end_s(cluster, groups, nbytes, entry)
-        out = max(out, float(done.max()))
+        done, _ = _allreduce_end_s(cluster, groups, nbytes, entry, dp_collective)
+        out[r] = float(done.max())
     return out
 
 
@@ -288,25 +361,32 @@ def _stage_params(plan: SailorPlan, inputs: SailorInputs, s: int) -> float:
     return float(inputs.sizes.get(plan.model, tp).params[list(plan.stages[s].layers)].sum())
 
 
-def _data_parallel_s(plan, inputs, cluster, devs) -> tuple[float, str]:
-    """Longest stage all-reduce (fp32 buckets of 5e8 elements, one after the other)."""
-    if plan.dp == 1:
-        return 0.0, "none"
-    worst, algos = 0.0, set()
+def _data_parallel_s(plan, inputs, cluster, devs, dp_collective) -> tuple[float, str, float]:
+    """Longest stage all-reduce (fp32 buckets of 5e8 elements, one after the other), the
+    algorithms used, and rank 0's own reduction (stage 0, TP rank 0), every member entering
+    at once."""
+    worst, algos, rank0 = 0.0, set(), 0.0
     for s, st in enumerate(plan.stages):
         params = _stage_params(plan, inputs, s)
         buckets = max(1, math.ceil(params / BUCKET_ELEMENTS))
         nbytes = params * BYTES_PER_ELEMENT / buckets
         tp = st.replicas[0].tp
         groups = np.array([[devs[s][r][t] for r in range(plan.dp)] for t in range(tp)])
-        done, used = nccl_allreduce_end_s(cluster, groups, nbytes, np.zeros(groups.shape))
+        if plan.dp > 1:
+            done, used = _allreduce_end_s(
+                cluster, groups, nbytes, np.zeros(groups.shape), dp_collective
+            )
+            algos.update(used)
+        else:
+            done = np.zeros(groups.shape)
         hbm = min(
             get_gpu(project_gpu(rep.gpu, plan.file, "gpu")).hbm_bandwidth_bps for rep in st.replicas
         )
         copies = 2 * 2 * 8.0 * nbytes / hbm  # flatten and unflatten, each a read and a write
         worst = max(worst, buckets * (float(done.max()) + copies))
-        algos.update(used)
-    return worst, "+".join(sorted(algos))
+        if s == 0:
+            rank0 = buckets * (float(done[0, 0]) + copies)
+    return worst, "+".join(sorted(algos)) or "none", rank0
 
 
 def _optimizer_s(plan: SailorPlan, inputs: SailorInputs) -> float:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -141,14 +141,20 @@ def load_plan(
     model: str,
     num_layers: int,
     same_layer_time: Callable[[int, int], bool] | None = None,
+    *,
+    fields: Collection[str] | None = None,
 ) -> SailorPlan:
     """Read and check one plan of ``model`` (which has ``num_layers`` layers in all).
 
     ``same_layer_time(a, b)``: whether layers a and b have identical profiled times (lets a
     layer listed twice stand in for a missing one, with a warning); None: that is an error.
+    ``fields``: the only top-level fields read (the rest dropped as the file is parsed, before
+    anything looks at them); None: all.
     """
     f = str(path)
     d = read_json(path, max_bytes=MAX_PLAN_BYTES)
+    if fields is not None:
+        d = {k: v for k, v in d.items() if k in fields}
     pipes = _get(d, "pipeline_list", f)
     if not isinstance(pipes, list) or len(pipes) != 1:
         raise SailorFormatError(f, "pipeline_list", "expected exactly one pipeline description")

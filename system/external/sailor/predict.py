@@ -6,6 +6,11 @@ Data files (``profiles_tmp.json``, ``llm_info.json``, ``training_config_*.json``
 by default the plans folder's parent (the layout of Sailor's validation set as shared). A plan's
 model is named by a folder on its path (``OPT-350``, ``GPT-NEO``); plans of the heterogeneous
 cluster (``mit/``) train OPT-350M (the set's description).
+
+Held-out sets (:data:`HELD_OUT_SETS`, the heterogeneous cluster's runs, whose measurements the
+data's maintainers score): their plans are read through :data:`CONFIG_FIELDS` only
+(:func:`~system.external.sailor.plan.load_plan` drops every other field as the file is parsed),
+so no measurement of theirs reaches a row, a prediction or a score, even where a file carried one.
 """
 
 from __future__ import annotations
@@ -31,11 +36,18 @@ __all__ = [
     "set_of",
     "predict_plans",
     "round_profile_rows",
+    "HELD_OUT_SETS",
+    "CONFIG_FIELDS",
+    "ROUND_ROWS",
+    "held_out",
 ]
 
 MODEL_FOLDERS = {"opt-350": "OPT-350", "gpt-neo": "GPT-Neo-2.7"}
 CLUSTER_MODELS = {"mit": "OPT-350"}  # the heterogeneous cluster's runs are all OPT-350M
 TRAINING_CONFIGS = ("training_config_opt_350.json", "training_config_gpt_neo27.json")
+HELD_OUT_SETS = ("mit",)  # cluster folders whose measurements are held out
+CONFIG_FIELDS = ("zone", "pipeline_list", "mbs", "gbs", "N")  # a plan's configuration
+ROUND_ROWS = "forward times are round numbers"  # the warning of a hand-entered profile row
 DATA_FILES = (
     "profiles_tmp.json",
     "llm_info.json",
@@ -48,7 +60,9 @@ DATA_FILES = (
 @dataclass(frozen=True, slots=True)
 class PlanRow:
     """One plan: ``plan`` relative to the plans folder, its set (cluster/model folder), the
-    measurement where the file has one, and the prediction or why there is none."""
+    measurements where the file has them (``real_s``, ``max_mem_bytes``, ``red_grads_s``: the
+    logged gradient reduction; None for a held-out set), and the prediction or why there is
+    none."""
 
     plan: str
     set: str
@@ -58,6 +72,12 @@ class PlanRow:
     prediction: PlanPrediction | None
     excluded: str = ""
     findings: tuple[Finding, ...] = field(default=())
+    red_grads_s: float | None = None
+
+    @property
+    def round_rows(self) -> bool:
+        """Whether the plan uses a profile row with hand-entered (round) forward times."""
+        return any(f.message.startswith(ROUND_ROWS) for f in self.findings)
 
 
 def load_inputs(data_dir) -> SailorInputs:
@@ -103,6 +123,12 @@ def set_of(rel: str) -> str:
     return "/".join(parts[:1])
 
 
+def held_out(rel: str) -> bool:
+    """Whether the plan at ``rel`` belongs to a held-out set (its first folder names one)."""
+    parts = Path(rel).parts
+    return len(parts) > 1 and parts[0].lower() in HELD_OUT_SETS
+
+
 def round_profile_rows(inputs: SailorInputs, model: str, gpu: str, mbs: int, tp: int) -> bool:
     """Whether a profile row's transformer-layer forward times are all whole multiples of
     0.1 ms while its backward times are not (hand-entered values, not the profiler's output)."""
@@ -111,8 +137,9 @@ def round_profile_rows(inputs: SailorInputs, model: str, gpu: str, mbs: int, tp:
     return bool(abs(f - f.round()).max() < 1e-9 and abs(b - b.round()).max() > 1e-6)
 
 
-def predict_plans(plans_dir, data_dir=None) -> list[PlanRow]:
-    """One :class:`PlanRow` per ``plan_config_*.json`` under ``plans_dir``, path order."""
+def predict_plans(plans_dir, data_dir=None, *, dp_collective: str = "auto") -> list[PlanRow]:
+    """One :class:`PlanRow` per ``plan_config_*.json`` under ``plans_dir``, path order;
+    ``dp_collective`` as :func:`~system.external.sailor.framework.predict_plan` takes it."""
     root = Path(plans_dir)
     if not root.is_dir():
         raise NotADirectoryError(f"plans: {plans_dir} is not a folder")
@@ -125,12 +152,21 @@ def predict_plans(plans_dir, data_dir=None) -> list[PlanRow]:
         rel = path.relative_to(root).as_posix()
         model = model_of(rel)
         shape = inputs.shapes[model]
+        hidden = held_out(rel)
         try:
-            plan = load_plan(path, model, shape.num_all_layers, _same_time(inputs, model))
+            plan = load_plan(
+                path,
+                model,
+                shape.num_all_layers,
+                _same_time(inputs, model),
+                fields=CONFIG_FIELDS if hidden else None,
+            )
         except SailorFormatError as e:
-            rows.append(PlanRow(rel, set_of(rel), model, _real(path), None, None, str(e)))
+            real = None if hidden else _measured(path, "real")
+            red = None if hidden else _measured(path, "red_grads")
+            rows.append(PlanRow(rel, set_of(rel), model, real, None, None, str(e), red_grads_s=red))
             continue
-        pred = predict_plan(plan, inputs)
+        pred = predict_plan(plan, inputs, dp_collective=dp_collective)
         findings = list(pred.findings)
         seen = set()
         for st in plan.stages:
@@ -155,16 +191,18 @@ def predict_plans(plans_dir, data_dir=None) -> list[PlanRow]:
                 plan.max_mem_bytes,
                 pred,
                 findings=tuple(findings),
+                red_grads_s=None if hidden else _measured(path, "red_grads"),
             )
         )
     return rows
 
 
-def _real(path) -> float | None:
+def _measured(path, key: str) -> float | None:
+    """A measurement field of a plan that is not held out (callers check), or None."""
     try:
         import json
 
-        v = json.loads(Path(path).read_text()).get("real")
+        v = json.loads(Path(path).read_text()).get(key)
         return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
     except (OSError, ValueError, AttributeError):
         return None

@@ -2,9 +2,12 @@
 
 Pure functions over :class:`~system.external.sailor.predict.PlanRow`: :func:`predictions_frame`
 (one row per plan, the prediction and its parts; no measurement), :func:`errors_frame` (signed
-and absolute error per measured plan, beside Sailor's own simulator), :func:`mape_table` (per
-set: MAPE, max absolute error, mean signed error, plans scored and excluded), beside Sailor's
-simulator's on the same plans only (:func:`sailor_on_same_plans`).
+and absolute error per measured plan, beside Sailor's own simulator, and the logged gradient
+reduction ``red_grads`` beside its prediction), :func:`mape_table` (per set: MAPE of the
+iteration, max absolute error, mean signed error, plans scored and excluded, and the MAPE of
+``red_grads``; Sailor's simulator's on the same plans only, :func:`sailor_on_same_plans`),
+:func:`profile_rows_table` (the same per set, split by whether a plan uses a profile row with
+hand-entered round forward times).
 
 Sailor's simulator's numbers (:data:`SAILOR_SIMULATOR_S`, :data:`SAILOR_SIMULATOR_MAPE`) are
 those its own validation driver gives on these plans from these inputs, as published with the
@@ -27,6 +30,7 @@ __all__ = [
     "mape_table",
     "sailor_on_same_plans",
     "SAILOR_PUBLISHED_PLANS",
+    "profile_rows_table",
 ]
 
 # Sailor's simulator per clariden plan, seconds (plan file stem without "plan_config_").
@@ -90,6 +94,10 @@ PREDICTION_COLUMNS = [
     "predicted_peak_memory_bytes",
     "micro_batches",
     "dp_algorithm",
+    "dp_collective",
+    "predicted_red_grads_s",
+    "red_grads_wait_s",
+    "red_grads_no_barrier_s",
     "note",
 ]
 
@@ -120,6 +128,10 @@ def predictions_frame(rows: list[PlanRow]) -> pd.DataFrame:
                 "predicted_peak_memory_bytes": p.peak_memory_bytes,
                 "micro_batches": p.micro_batches,
                 "dp_algorithm": p.dp_algorithm,
+                "dp_collective": p.dp_collective,
+                "predicted_red_grads_s": p.red_grads_s,
+                "red_grads_wait_s": p.red_grads_wait_s,
+                "red_grads_no_barrier_s": p.red_grads_no_barrier_s,
                 "note": f"{len(r.findings)} warning(s)" if r.findings else "",
             }
         )
@@ -136,8 +148,14 @@ def warnings_frame(rows: list[PlanRow]) -> pd.DataFrame:
     return pd.DataFrame(out, columns=["plan", "file", "field", "message"])
 
 
+def _pct(pred: float, real: float | None) -> float | None:
+    return None if real is None or real <= 0 else 100.0 * (pred - real) / real
+
+
 def errors_frame(rows: list[PlanRow]) -> pd.DataFrame:
-    """Measured plans with a prediction: real, ours, signed/absolute error (%), Sailor's."""
+    """Measured plans with a prediction: real, ours, signed/absolute error (%), Sailor's; the
+    logged reduction and ours (``red_grads``), its signed error (%); whether the plan uses a
+    round-number profile row; the data-parallel degree."""
     out = []
     for r in rows:
         if r.real_s is None or r.prediction is None:
@@ -158,14 +176,44 @@ def errors_frame(rows: list[PlanRow]) -> pd.DataFrame:
                 ),
                 "measured_peak_memory_bytes": r.max_mem_bytes,
                 "predicted_peak_memory_bytes": r.prediction.peak_memory_bytes,
+                "measured_red_grads_s": r.red_grads_s,
+                "predicted_red_grads_s": r.prediction.red_grads_s,
+                "red_grads_signed_error_pct": _pct(r.prediction.red_grads_s, r.red_grads_s),
+                "dp_algorithm": r.prediction.dp_algorithm,
+                "round_rows": r.round_rows,
             }
         )
     return pd.DataFrame(out)
 
 
+def _red_grads_stats(e: pd.DataFrame) -> dict:
+    """MAPE of ``red_grads`` over the plans that log one, over those with data parallelism,
+    and the median of measured / predicted over the latter."""
+    r = e.dropna(subset=["measured_red_grads_s"]) if len(e) else e
+    dp = r[r["dp_algorithm"] != "none"] if len(r) else r
+    nan = float("nan")
+    return {
+        "red_grads_plans": len(r),
+        "red_grads_mape_pct": (
+            float(r["red_grads_signed_error_pct"].abs().mean()) if len(r) else nan
+        ),
+        "red_grads_dp_plans": len(dp),
+        "red_grads_dp_mape_pct": (
+            float(dp["red_grads_signed_error_pct"].abs().mean()) if len(dp) else nan
+        ),
+        "red_grads_dp_median_ratio": (
+            float((dp["measured_red_grads_s"] / dp["predicted_red_grads_s"]).median())
+            if len(dp)
+            else nan
+        ),
+    }
+
+
 def mape_table(rows: list[PlanRow]) -> pd.DataFrame:
     """Per set with measurements: plans scored, excluded, MAPE, max |error|, mean signed error
-    (ours, %), and Sailor's simulator's published MAPE / max |error| beside them."""
+    (ours, %), and Sailor's simulator's MAPE / max |error| on the same plans beside them
+    (:func:`sailor_on_same_plans`); then the logged reduction's scores
+    (:func:`_red_grads_stats`)."""
     err = errors_frame(rows)
     sets = sorted({r.set for r in rows if r.real_s is not None})
     out = []
@@ -185,6 +233,27 @@ def mape_table(rows: list[PlanRow]) -> pd.DataFrame:
                 ),
                 "sailor_mape_pct": ref[0],
                 "sailor_max_abs_error_pct": ref[1],
+                **_red_grads_stats(e),
+            }
+        )
+    return pd.DataFrame(out)
+
+
+def profile_rows_table(rows: list[PlanRow]) -> pd.DataFrame:
+    """Per set and profile-row kind (``profiler`` or ``round-number``): plans, iteration MAPE,
+    max |error| — the kinds apart, as the round-number rows are a known defect of the data."""
+    err = errors_frame(rows)
+    out = []
+    if not len(err):
+        return pd.DataFrame(out, columns=["set", "rows", "plans", "mape_pct", "max_abs_error_pct"])
+    for (s, rnd), e in err.groupby(["set", "round_rows"], sort=True):
+        out.append(
+            {
+                "set": s,
+                "rows": "round-number" if rnd else "profiler",
+                "plans": len(e),
+                "mape_pct": float(e["abs_error_pct"].mean()),
+                "max_abs_error_pct": float(e["abs_error_pct"].max()),
             }
         )
     return pd.DataFrame(out)
