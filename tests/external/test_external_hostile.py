@@ -78,6 +78,14 @@ def _tied_embedding_without_rows(d):
     _edit(d / "llm_info.json", lambda c: c["GPT-Neo-2.7"]["4"]["0"].update(params_floats=1e6))
 
 
+def _excluded_plan_with_real_1e308(d):
+    def change(c):  # a layer list that does not make up the model: an excluded plan
+        c["pipeline_list"][0]["layers_per_stage"][1].pop()
+        c["real"] = 1e308
+
+    _edit(d / "plans" / PLAN, change)
+
+
 def _gpus_40000(d):
     def change(c):
         c["pipeline_list"][0]["tmp_per_stage"][1][0][0][0][1] = 40_000
@@ -149,6 +157,7 @@ HOSTILE = [
     (_real_1e308, "plan_config_N2_D1.json", "real: 1e\\+308 is outside the physical range"),
     (_red_grads_negative, "plan_config_N2_D1.json", "red_grads: -0.01 is outside the physical"),
     (_tied_embedding_without_rows, "llm_info.json", r"\[GPT-Neo-2.7\]\[4\]\[0\].params_floats"),
+    (_excluded_plan_with_real_1e308, "plan_config_N2_D1.json", "real: 1e\\+308 is outside"),
     (_gpus_40000, "plan_config_N2_D1.json", "40004 devices: over limits.max_devices=1024"),
     (_linked_to_dev_zero, "plan_config_zero.json", "a link to /dev/zero, outside the plans"),
     (_profile_times_zero, "profiles_tmp.json", r"\(fwd_s\): time 0 s; a layer's time must be > 0"),

@@ -201,31 +201,34 @@ def load_plan(
         stages.append(Stage(ids, tuple(replicas)))
     if len({st.dp for st in stages}) != 1:
         raise SailorFormatError(f, where + "dp", f"stages differ in dp: {dps}")
+    # every other field before the layer list: a plan refused for its layers (kept as an
+    # excluded row) is otherwise a valid plan
+    real, mem, red = d.get("real"), d.get("max_mem"), d.get("red_grads")
+    mbs = positive_int(_get(d, "mbs", f), f, "mbs")
+    gbs = positive_int(_get(d, "gbs", f), f, "gbs")
+    nodes = positive_int(_get(d, "N", f), f, "N")
+    real_s = None if real is None else _measured(real, f, "real", MAX_ITER_S, "s")
+    mem_bytes = None if mem is None else _measured(mem, f, "max_mem", MAX_GPU_MEMORY_BYTES)
+    if red is not None:  # the logged gradient reduction, seconds
+        _measured(red, f, "red_grads", MAX_ITER_S, "s")
+    if nodes != pp * stages[0].dp:
+        raise SailorFormatError(
+            f, "N", f"{nodes} nodes declared, the stages use {pp * stages[0].dp}"
+        )
     findings += _check_layers(f, stages, num_layers, same_layer_time)
-    real = d.get("real")
-    mem = d.get("max_mem")
-    plan = SailorPlan(
+    if real is not None and red is not None and red == real:
+        findings.append(Finding(f, "red_grads", "equals real (a copied field; not used)"))
+    return SailorPlan(
         file=f,
         model=model,
         stages=tuple(stages),
-        mbs=positive_int(_get(d, "mbs", f), f, "mbs"),
-        gbs=positive_int(_get(d, "gbs", f), f, "gbs"),
-        nodes_declared=positive_int(_get(d, "N", f), f, "N"),
-        real_s=None if real is None else _measured(real, f, "real", MAX_ITER_S, "s"),
-        max_mem_bytes=None if mem is None else _measured(mem, f, "max_mem", MAX_GPU_MEMORY_BYTES),
+        mbs=mbs,
+        gbs=gbs,
+        nodes_declared=nodes,
+        real_s=real_s,
+        max_mem_bytes=mem_bytes,
         findings=tuple(findings),
     )
-    if plan.nodes_declared != plan.pp * plan.dp:
-        raise SailorFormatError(
-            f, "N", f"{plan.nodes_declared} nodes declared, the stages use {plan.pp * plan.dp}"
-        )
-    red = d.get("red_grads")
-    if red is not None:  # the logged gradient reduction, seconds
-        _measured(red, f, "red_grads", MAX_ITER_S, "s")
-    if real is not None and red is not None and red == real:
-        findings.append(Finding(f, "red_grads", "equals real (a copied field; not used)"))
-        plan = SailorPlan(**{**_fields(plan), "findings": tuple(findings)})
-    return plan
 
 
 def _measured(value, f, field: str, most: float, unit: str = "") -> float:
@@ -236,10 +239,6 @@ def _measured(value, f, field: str, most: float, unit: str = "") -> float:
             f, field, f"{value!r} is outside the physical range (0, {most:g}{unit}]"
         )
     return x
-
-
-def _fields(plan: SailorPlan) -> dict:
-    return {k: getattr(plan, k) for k in SailorPlan.__dataclass_fields__}
 
 
 def _check_layers(f, stages, num_layers: int, same) -> list[Finding]:
