@@ -97,6 +97,12 @@ def _linked_to_dev_zero(d):
     os.symlink("/dev/zero", d / "plans" / "clariden/OPT-350/N2/plan_config_zero.json")
 
 
+def _plan_link_loop(d):
+    folder = d / "plans" / "clariden/OPT-350/N2"
+    os.symlink("plan_config_b.json", folder / "plan_config_a.json")
+    os.symlink("plan_config_a.json", folder / "plan_config_b.json")
+
+
 def _profile_times_zero(d):
     def change(c):
         for by_tp in c["OPT-350"]["GH-96"].values():
@@ -160,6 +166,7 @@ HOSTILE = [
     (_excluded_plan_with_real_1e308, "plan_config_N2_D1.json", "real: 1e\\+308 is outside"),
     (_gpus_40000, "plan_config_N2_D1.json", "40004 devices: over limits.max_devices=1024"),
     (_linked_to_dev_zero, "plan_config_zero.json", "a link to /dev/zero, outside the plans"),
+    (_plan_link_loop, "plan_config_a.json", "a link that does not resolve"),
     (_profile_times_zero, "profiles_tmp.json", r"\(fwd_s\): time 0 s; a layer's time must be > 0"),
     (_fit_negative_inside, "multizone_bandwidths_het.json", "fit -1.5 GB/s at 8e\\+06 bytes"),
     (_link_peak_free, "intra_node_bandwidths.json", r"\[GH-96\]\[4\]\[1\]: peak 1e\+300"),

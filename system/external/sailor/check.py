@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from system.external.sailor.errors import SailorFormatError
+from system.external.sailor.errors import SailorFormatError, inside
 from system.external.sailor.framework import SailorInputs, head_is_tied
 from system.external.sailor.plan import LayerMismatch, SailorPlan, load_plan, plan_files
 from system.external.sailor.predict import (
@@ -56,11 +56,8 @@ def check_inputs(
     """Refuse the first bad input of ``plans_dir`` and its data files (module docstring)."""
     root = Path(plans_dir)
     data = root.parent if data_dir is None else Path(data_dir)
-    inside = data.resolve()
     for name in DATA_FILES:
-        p = data / name
-        if not p.resolve().is_relative_to(inside):
-            raise SailorFormatError(p, "(file)", f"a link to {p.resolve()}, outside {data}")
+        inside(data / name, data, str(data))
     files = plan_files(root)
     if not files:
         raise SailorFormatError(root, "(folder)", "no plan_config_*.json under it")

@@ -25,6 +25,7 @@ __all__ = [
     "positive_int",
     "read_json",
     "MAX_DATA_BYTES",
+    "inside",
 ]
 
 # The largest file read (the shared profiles file is 0.6 MB); a bigger one is refused unread.
@@ -109,6 +110,19 @@ def read_json(path, *, max_bytes: int = MAX_DATA_BYTES) -> dict:
     if not isinstance(data, dict):
         raise SailorFormatError(p, "(top level)", "expected a JSON object")
     return data
+
+
+def inside(path, folder, what: str) -> None:
+    """SailorFormatError unless ``path`` leads to a place inside ``folder`` (a link may point
+    within it; one out of it, or a link that does not resolve, is refused)."""
+    p = Path(path)
+    try:
+        target = p.resolve()
+        root = Path(folder).resolve()
+    except (OSError, RuntimeError) as e:  # a symlink loop
+        raise SailorFormatError(p, "(file)", f"a link that does not resolve ({e})") from None
+    if not target.is_relative_to(root):
+        raise SailorFormatError(p, "(file)", f"a link to {target}, outside {what}")
 
 
 def _kind(mode: int) -> str:

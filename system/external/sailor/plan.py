@@ -38,6 +38,7 @@ from system.external.sailor.bandwidth import NodeSpec
 from system.external.sailor.errors import (
     Finding,
     SailorFormatError,
+    inside,
     number,
     positive_int,
     read_json,
@@ -289,7 +290,6 @@ def plan_files(root) -> list[Path]:
     """Every ``plan_config_*.json`` under ``root``, sorted by relative path; SailorFormatError for
     one that is a link leading out of ``root`` (its kind, a regular file, is checked on reading)."""
     r = Path(root)
-    inside = r.resolve()
     files = sorted(r.rglob("plan_config_*.json"), key=lambda p: p.relative_to(r).as_posix())
     for p in files:
         rel = p.relative_to(r).as_posix()
@@ -297,8 +297,5 @@ def plan_files(root) -> list[Path]:
             raise SailorFormatError(
                 r, ascii(rel), f"a plan's path must be plain names ({PLAN_PATH.pattern})"
             )
-        if not p.resolve().is_relative_to(inside):
-            raise SailorFormatError(
-                p, "(file)", f"a link to {p.resolve()}, outside the plans folder"
-            )
+        inside(p, r, "the plans folder")
     return files
