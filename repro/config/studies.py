@@ -21,6 +21,7 @@ from repro.config.modes import (
 from repro.config.options import ConfigError, choice, option
 from system.cases import PAPER_CASES, canonical_case
 from system.external import SOURCES
+from system.external.sailor.check import check_inputs as check_sailor_inputs
 from system.external.sailor.framework import DP_COLLECTIVES as SAILOR_COLLECTIVES
 from system.external.sailor.predict import DATA_FILES
 from system.simulator.sharing import DEFAULT_LINK_SHARING
@@ -481,6 +482,16 @@ class ExternalConfig(RunConfig):
         odd = [n for n in DATA_FILES if not (data / n).is_file()]
         if odd:
             raise ConfigError(f"{key}: {data / odd[0]} is not a regular file")
+        # every plan and data file, before any run folder or prediction (one line naming the file)
+        try:
+            check_sailor_inputs(
+                self.plans,
+                self.data_dir,
+                max_devices=self.limits.max_devices,
+                max_micro_batches=self.limits.max_micro_batches,
+            )
+        except (ValueError, OSError) as e:
+            raise ConfigError(str(e)) from None
 
 
 # ---- beyond the paper --------------------------------------------------------------------------

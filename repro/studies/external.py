@@ -14,7 +14,8 @@ folder's parent), its all-reduces by ``dp_collective``'s algorithm. Writes into 
   (MAPE per set, per-plan table, the logged reduction per set and plan, excluded plans,
   warnings, constants) and ``predicted_vs_measured.png``.
 
-Every input is checked before any prediction runs (:func:`system.external.sailor.check.
+Every input is checked with the config, before any prediction runs or any folder is made
+(:class:`repro.config.studies.ExternalConfig` calls :func:`system.external.sailor.check.
 check_inputs`: one line naming the file and what is wrong, exit 2), and the files are written as
 one set (:func:`system.results.write_set`): a reader sees the previous run's files or this
 run's, never a mix, and a failing run leaves the previous set as it was.
@@ -31,7 +32,6 @@ from pathlib import Path
 
 import baselines.deepspeed.schedule  # noqa: F401  (registers DeepSpeed's op order for the replay)
 from repro.config.studies import ExternalConfig
-from system.external.sailor.check import check_inputs
 from system.external.sailor.predict import predict_plans
 from system.external.sailor.report import plot_predicted_vs_measured, render_report
 from system.external.sailor.score import (
@@ -56,12 +56,6 @@ def _csv(frame, path) -> None:
 
 
 def run(cfg: ExternalConfig) -> dict:
-    check_inputs(
-        cfg.plans,
-        cfg.data_dir,
-        max_devices=cfg.limits.max_devices,
-        max_micro_batches=cfg.limits.max_micro_batches,
-    )
     rows = predict_plans(cfg.plans, cfg.data_dir, dp_collective=str(cfg.dp_collective))
     out = Path(cfg.results_dir)
     measured = [r for r in rows if r.real_s is not None]
