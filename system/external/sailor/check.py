@@ -62,7 +62,7 @@ def check_inputs(
     if not files:
         raise SailorFormatError(root, "(folder)", "no plan_config_*.json under it")
     models = {p: model_of(p.relative_to(root).as_posix()) for p in files}
-    _check_models(data, set(models.values()), files[0])
+    _check_models(data, models)
     inputs = load_inputs(data)
     for model in sorted(set(models.values())):
         _check_layer_counts(inputs, model, data)
@@ -82,8 +82,9 @@ def check_inputs(
         _check_plan(plan, inputs, max_devices=max_devices, max_micro_batches=max_micro_batches)
 
 
-def _check_models(data: Path, needed: set[str], example: Path) -> None:
-    """Each model a plan trains is named by exactly one training config."""
+def _check_models(data: Path, models: dict[Path, str]) -> None:
+    """Each model a plan trains (``models``: plan -> model) is named by exactly one training
+    config."""
     named = {name: load_training_config(data / name).name for name in TRAINING_CONFIGS}
     twice = sorted(m for m, c in Counter(named.values()).items() if c > 1)
     if twice:
@@ -91,7 +92,8 @@ def _check_models(data: Path, needed: set[str], example: Path) -> None:
         raise SailorFormatError(
             data / files[1], "model", f"{twice[0]!r} is named by {files[0]} too"
         )
-    for model in sorted(needed - set(named.values())):
+    for model in sorted(set(models.values()) - set(named.values())):
+        example = next(p for p, m in models.items() if m == model)
         listed = ", ".join(f"{n} names {m!r}" for n, m in named.items())
         raise SailorFormatError(
             data / TRAINING_CONFIGS[0],
