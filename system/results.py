@@ -44,6 +44,7 @@ import math
 import os
 import re
 import secrets
+import shutil
 import socket
 import tempfile
 import time
@@ -106,6 +107,7 @@ __all__ = [
     "atomic_write_text",
     "atomic_write_bytes",
     "path_in",
+    "write_set",
 ]
 
 
@@ -230,6 +232,99 @@ def study_lock(
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+# ---- output sets -------------------------------------------------------------------------------
+# A set's staging folder is ".<name>.new-<random>" inside the folder it goes to; one a killed
+# writer left is deleted by the next write of the same set once it is this old (a live writer
+# finishes its set in minutes at most).
+STALE_SET_AGE_S = 3600.0
+# the store's own files: never a member of an output set, never deleted as a stale one
+_STORE_FILES = frozenset({"runs.parquet", "runs.csv", "parts", "rows", "jobs"})
+SET_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+
+
+def _set_manifest(folder: Path, name: str) -> Path:
+    return folder / f".{name}.set"
+
+
+def _previous_set(folder: Path, name: str) -> set[str]:
+    """The file names the set's last write put in ``folder`` (its manifest), none if unknown."""
+    try:
+        names = json.loads(_set_manifest(folder, name).read_text())
+    except (OSError, ValueError):
+        return set()
+    return {
+        n
+        for n in names
+        if isinstance(n, str) and "/" not in n and n[:1] not in ("", ".") and n not in _STORE_FILES
+    }
+
+
+def _remove_stale_staging(folder: Path, name: str) -> None:
+    now_s = time.time()
+    for old in folder.glob(f".{name}.new-*"):
+        try:
+            if now_s - old.stat().st_mtime > STALE_SET_AGE_S:
+                shutil.rmtree(old, ignore_errors=True)
+        except FileNotFoundError:
+            continue
+
+
+@contextlib.contextmanager
+def write_set(
+    folder: str | Path, *, name: str = "report", owns: Iterable[str] = ()
+) -> Iterator[Path]:
+    """Write a set of output files whole: ``with write_set(folder, name=...) as stage:`` yields a
+    fresh, empty staging folder inside ``folder``; write every file of the set into ``stage``
+    under its final name. When the block ends without an exception the set replaces the
+    previous one in ``folder``: each file is renamed into place (one atomic rename per file, the
+    ``.md`` files last, so a report appears after the tables it links), then every file of the
+    previous set that the new one lacks is deleted. The previous set is the file names of
+    ``owns`` together with those the set's last write recorded in ``folder/.<name>.set``, so a
+    file the new run does not make (an ``errors.csv`` of a run without measurements) never
+    stays beside the new files. An exception in the block deletes the staging folder and leaves
+    ``folder`` as it was: a failing run never touches the previous set.
+
+    Why a staging folder and renames rather than swapping a whole folder: a set shares its
+    folder with other files (a study's ``runs.parquet``, notes, other modes' sets), and the
+    committed results keep their files at fixed paths. Readers therefore see the previous set
+    until the set is complete, then, within the few renames of the swap, the new one; two writes
+    of the same set (``name``) swap one after the other (under the lock ``.<name>.set.lock``), so
+    the folder never ends with a mix of two runs' files. A process killed during the renames
+    leaves a mix that the next write of the set replaces whole. Only plain files are a set's
+    members; ``name`` is a plain name (it names the staging folder, lock and manifest)."""
+    if not SET_NAME.fullmatch(name):
+        raise ValueError(f"output set name {name!r}: a plain name (letters, digits, '_.-')")
+    d = _folder(Path(folder))
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(dir=d, prefix=f".{name}.new-"))
+    except OSError as e:
+        raise _named(e, d) from e
+    try:
+        yield stage
+        members = sorted(stage.iterdir(), key=lambda p: (p.suffix == ".md", p.name))
+        odd = [p.name for p in members if p.is_symlink() or not p.is_file()]
+        if odd:
+            raise ValueError(f"output set {name!r}: {', '.join(odd)} in {stage} is not a file")
+        with study_lock(d, f".{name}.set.lock"):
+            new = {p.name for p in members}
+            clash = sorted(new & _STORE_FILES)
+            if clash:
+                raise ValueError(f"output set {name!r}: {', '.join(clash)} is the store's file")
+            stale = (_previous_set(d, name) | (set(owns) - _STORE_FILES)) - new
+            for p in members:
+                os.replace(p, d / p.name)
+            for n in sorted(stale):
+                target = d / n
+                if target.is_file() and not target.is_symlink():
+                    target.unlink(missing_ok=True)
+            atomic_write_text(_set_manifest(d, name), json.dumps(sorted(new)) + "\n")
+            _fsync_dir(d)
+            _remove_stale_staging(d, name)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
 
 
 def _upgrade(df):

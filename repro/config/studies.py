@@ -21,6 +21,7 @@ from repro.config.modes import (
 from repro.config.options import ConfigError, choice, option
 from system.cases import PAPER_CASES, canonical_case
 from system.external import SOURCES
+from system.external.sailor.check import check_inputs as check_sailor_inputs
 from system.external.sailor.framework import DP_COLLECTIVES as SAILOR_COLLECTIVES
 from system.external.sailor.predict import DATA_FILES
 from system.simulator.sharing import DEFAULT_LINK_SHARING
@@ -474,10 +475,23 @@ class ExternalConfig(RunConfig):
         if not any(plans.rglob("plan_config_*.json")):
             raise ConfigError(f"plans={self.plans!r}: no plan_config_*.json under it")
         data = Path(self.data_dir) if self.data_dir is not None else plans.parent
-        missing = [n for n in DATA_FILES if not (data / n).is_file()]
+        key = "data_dir" if self.data_dir is not None else "plans"
+        missing = [n for n in DATA_FILES if not (data / n).exists()]
         if missing:
-            key = "data_dir" if self.data_dir is not None else "plans"
             raise ConfigError(f"{key}: {data} lacks {', '.join(missing)}")
+        odd = [n for n in DATA_FILES if not (data / n).is_file()]
+        if odd:
+            raise ConfigError(f"{key}: {data / odd[0]} is not a regular file")
+        # every plan and data file, before any run folder or prediction (one line naming the file)
+        try:
+            check_sailor_inputs(
+                self.plans,
+                self.data_dir,
+                max_devices=self.limits.max_devices,
+                max_micro_batches=self.limits.max_micro_batches,
+            )
+        except (ValueError, OSError) as e:
+            raise ConfigError(str(e)) from None
 
 
 # ---- beyond the paper --------------------------------------------------------------------------

@@ -10,8 +10,10 @@ configuration's repeats, CV, flag), ``claims.csv`` (paper vs ours, PASS / FAIL /
 ``fig3.png``, ``fig4.png`` (only in a study that compares schedulers), ``summary.csv`` (when there
 are simulated rows: per setting each system's time and ours' speed-ups,
 :func:`repro.report.summary.summary_from_rows`), ``claims.md`` (when there are baseline rows:
-every claim under each placement protocol) and ``REPORT.md`` linking them. Every file is
-written atomically; a single run and a sweep both end here (:func:`repro.sweep.finish_study`).
+every claim under each placement protocol) and ``REPORT.md`` linking them. The files are one
+set (:func:`system.results.write_set`): made in a staging folder and swapped in together, so a
+report never sits beside the last one's tables and a report that fails leaves the last one as it
+was; a single run and a sweep both end here (:func:`repro.sweep.finish_study`).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from repro.report.protocols import (
 from repro.report.summary import SUMMARY_INPUTS, summary_from_rows
 from repro.report.tables import markdown_table
 from repro.report.variance import CV_LIMIT, best_configs, variance_table
-from system.results import atomic_write_text, read_rows
+from system.results import atomic_write_text, read_rows, write_set
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,18 @@ log = logging.getLogger(__name__)
 # this one evaluates the claims (on the paper's grid each side takes seconds); a smaller study's
 # report is made here alone (a process costs more than it saves).
 SIDE_PROCESS_ROWS = 5000
+# Every file a study's report may hold: one report replaces the last one's whole set
+# (system.results.write_set), so a figure or table the new report does not make goes too.
+REPORT_FILES = (
+    "REPORT.md",
+    "best.csv",
+    "variance.csv",
+    "claims.csv",
+    "claims.md",
+    "summary.csv",
+    "fig3.png",
+    "fig4.png",
+)
 
 __all__ = [
     "ReportPaths",
@@ -158,55 +172,62 @@ def build_report(
         )
     )
     best = best_configs(rows) if not rows.empty else variance.assign(n_configs=pd.Series(dtype=int))
-    side = Helper() if len(every) >= SIDE_PROCESS_ROWS else None
-    inputs = (every[[c for c in SUMMARY_INPUTS if c in every]], best, d / "fig3.png")
-    try:
-        if side is not None:
-            beside = side.submit(_summary_and_fig3, *inputs)
-            side.start()
-        claims = evaluate_claims_by_protocol(every, ablation, tolerance=tolerance)
-        paths = ReportPaths(
-            report=d / "REPORT.md",
-            variance=d / "variance.csv",
-            claims=d / "claims.csv",
-            best=d / "best.csv",
-            figures=(),
+    # every file of the report is made in a staging folder and swapped in as one set: a reader
+    # never finds this report beside the last one's tables, a failing report leaves the last
+    # one as it was
+    with write_set(d, name="report", owns=REPORT_FILES) as stage:
+        side = Helper() if len(every) >= SIDE_PROCESS_ROWS else None
+        inputs = (every[[c for c in SUMMARY_INPUTS if c in every]], best, stage / "fig3.png")
+        try:
+            if side is not None:
+                beside = side.submit(_summary_and_fig3, *inputs)
+                side.start()
+            claims = evaluate_claims_by_protocol(every, ablation, tolerance=tolerance)
+            for table, name in (
+                (variance, "variance.csv"),
+                (claims, "claims.csv"),
+                (best, "best.csv"),
+            ):
+                atomic_write_text(stage / name, table.to_csv(index=False))
+            # Fig. 4 belongs to the study that compares schedulers (sweep=ablation); the other
+            # studies use the ablation table for the scheduler claims only, so it exists once.
+            own = ablation_from_rows(rows)
+            fig4 = (
+                plot_fig4(ablation, stage / "fig4.png")
+                if own is not None and own.method.nunique() > 1
+                else None
+            )
+            made = take(beside) if side is not None else None  # None: not started there
+        finally:
+            if side is not None:
+                side.stop()
+        summary, fig3 = made if made is not None else _summary_and_fig3(*inputs)
+        figs = tuple(d / p.name for p in (fig3, fig4) if p)
+        atomic_write_text(
+            stage / "REPORT.md",
+            _render(
+                study or d.name,
+                rows,
+                best,
+                variance,
+                claims,
+                figs,
+                ablation_path,
+                cv_limit,
+                has_ablation=ablation is not None and not ablation.empty,
+                has_summary=len(summary) > 0,
+            ),
         )
-        for table, path in ((variance, paths.variance), (claims, paths.claims), (best, paths.best)):
-            atomic_write_text(path, table.to_csv(index=False))
-        # Fig. 4 belongs to the study that compares schedulers (sweep=ablation); the other
-        # studies use the ablation table for the scheduler claims only, so it exists once.
-        own = ablation_from_rows(rows)
-        fig4 = (
-            plot_fig4(ablation, d / "fig4.png")
-            if own is not None and own.method.nunique() > 1
-            else None
-        )
-        made = take(beside) if side is not None else None  # None: not started there
-    finally:
-        if side is not None:
-            side.stop()
-    summary, fig3 = made if made is not None else _summary_and_fig3(*inputs)
-    figs = tuple(p for p in (fig3, fig4) if p)
-    paths = ReportPaths(paths.report, paths.variance, paths.claims, paths.best, figs)
-    atomic_write_text(
-        paths.report,
-        _render(
-            study or d.name,
-            rows,
-            best,
-            variance,
-            claims,
-            figs,
-            ablation_path,
-            cv_limit,
-            has_ablation=ablation is not None and not ablation.empty,
-            has_summary=len(summary) > 0,
-        ),
+        if len(summary):
+            atomic_write_text(stage / "summary.csv", summary.to_csv(index=False))
+        write_protocol_claims(stage, every, claims, summary)  # claims.md: as claims.csv
+    paths = ReportPaths(
+        report=d / "REPORT.md",
+        variance=d / "variance.csv",
+        claims=d / "claims.csv",
+        best=d / "best.csv",
+        figures=figs,
     )
-    if len(summary):
-        atomic_write_text(d / "summary.csv", summary.to_csv(index=False))
-    write_protocol_claims(d, every, claims, summary)  # claims.md: the same table as claims.csv
     counts = claims.verdict.value_counts().to_dict()
     log.info("report %s: %d rows, claims %s", paths.report, len(rows), counts)
     return paths

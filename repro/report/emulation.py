@@ -22,7 +22,7 @@ import pandas as pd
 from repro.config import EmulationReportConfig
 from repro.report.figures import save_figure
 from repro.report.tables import markdown_table
-from system.results import atomic_write_text, read_rows
+from system.results import atomic_write_text, read_rows, write_set
 
 SETTING = [
     "case",
@@ -178,6 +178,10 @@ def figure(df: pd.DataFrame, path: Path, summary: dict | None = None) -> None:
     save_figure(fig, path, dpi=130)
 
 
+# The files of the emulation report: one report replaces the last one's whole set
+VALIDATION_FILES = ("validation.csv", "validation.json", "validation.md", "validation.png")
+
+
 def run(cfg: EmulationReportConfig) -> dict:
     d = Path(cfg.results_dir)
     df = load(d)
@@ -211,8 +215,16 @@ def run(cfg: EmulationReportConfig) -> dict:
     table = df[[c for c in cols if c in df]].sort_values(
         ["case", "devices", "pp", "global_batch_size", "hidden_size", "layout", "layout_seed"]
     )
-    atomic_write_text(d / "validation.csv", table.to_csv(index=False))
-    atomic_write_text(d / "validation.json", json.dumps(s, indent=1))
+    with write_set(d, name="validation", owns=VALIDATION_FILES) as stage:
+        _write_validation(stage, df, s, table)
+    print((d / "validation.md").read_text(), end="")
+    return {"runs": s["runs"], "mape_pct": s["mape_pct"], "kendall_tau": s["kendall_tau"]}
+
+
+def _write_validation(stage: Path, df, s: dict, table) -> None:
+    """The report's files into the staging folder of their set."""
+    atomic_write_text(stage / "validation.csv", table.to_csv(index=False))
+    atomic_write_text(stage / "validation.json", json.dumps(s, indent=1))
     ok = s["mape_pct"] <= 10.0 and s["kendall_tau"] >= 0.9 and s["runs"] >= 12
     lines = [
         "# Simulator vs emulated runs",
@@ -279,7 +291,5 @@ def run(cfg: EmulationReportConfig) -> dict:
         "simulated_speedup": "simulated ×",
     }
     lines.append(markdown_table(pairs.drop(columns=["pp", "dp"]), floatfmt=".2f", headers=headers))
-    atomic_write_text(d / "validation.md", "\n".join(lines) + "\n")
-    figure(df, d / "validation.png", s)
-    print("\n".join(lines))
-    return {"runs": s["runs"], "mape_pct": s["mape_pct"], "kendall_tau": s["kendall_tau"]}
+    atomic_write_text(stage / "validation.md", "\n".join(lines) + "\n")
+    figure(df, stage / "validation.png", s)

@@ -378,25 +378,29 @@ def _why(summary: pd.DataFrame) -> list[str]:
     return out
 
 
+# The files of the quality report: one report replaces the last one's whole set
+QUALITY_FILES = ("REPORT.md", "quality_summary.csv", "quality_loss.png", "paper_scale.csv")
+
+
 def build_quality_report(results_dir: str | Path) -> Path:
-    """REPORT.md, quality_summary.csv, quality_loss.png (and paper_scale.csv once) of the study."""
-    from system.results import atomic_write_text, read_rows
+    """REPORT.md, quality_summary.csv, quality_loss.png and paper_scale.csv of the study, swapped
+    in as one set (:func:`system.results.write_set`)."""
+    from system.results import atomic_write_text, read_rows, write_set
 
     d = Path(results_dir)
     rows = _decoded(read_rows(d))
     rows = rows[rows["mode"] == "quality"] if "mode" in rows else rows
     order = list(SYSTEMS)
     summary = summarize(rows, order) if not rows.empty else pd.DataFrame()
-    atomic_write_text(d / "quality_summary.csv", summary.to_csv(index=False))
-    fig = _plot(rows, order, d / "quality_loss.png") if not rows.empty else None
     paper_csv = d / "paper_scale.csv"  # the simulator's, computed once per study folder
-    if not paper_csv.exists():
-        paper = paper_scale_rows(["4", "5"], SYSTEMS)
+    paper = pd.read_csv(paper_csv) if paper_csv.exists() else paper_scale_rows(["4", "5"], SYSTEMS)
+    with write_set(d, name="quality", owns=QUALITY_FILES) as stage:
+        atomic_write_text(stage / "quality_summary.csv", summary.to_csv(index=False))
+        fig = _plot(rows, order, stage / "quality_loss.png") if not rows.empty else None
         if not paper.empty:
-            atomic_write_text(paper_csv, paper.to_csv(index=False))
-    paper = pd.read_csv(paper_csv) if paper_csv.exists() else pd.DataFrame()
-    text = _report_text(rows, summary, paper, fig)
-    atomic_write_text(d / "REPORT.md", text)
+            atomic_write_text(stage / paper_csv.name, paper.to_csv(index=False))
+        text = _report_text(rows, summary, paper, fig)
+        atomic_write_text(stage / "REPORT.md", text)
     return d / "REPORT.md"
 
 

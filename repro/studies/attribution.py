@@ -281,12 +281,14 @@ def _markdown(table: pd.DataFrame) -> str:
 
 
 def run(cfg: AttributionConfig) -> dict:
-    from system.results import atomic_write_text
+    from system.results import atomic_write_text, write_set
 
     out = Path(cfg.results_dir)
     table = ladder_table(cfg.cases, cfg.layers, cfg.batches, cfg.seed, str(cfg.link_sharing))
-    atomic_write_text(out / "ladder.csv", table.to_csv(index=False))
-    atomic_write_text(out / "ladder.md", _markdown(table) + "\n")
-    plot_attribution(table, out / "attribution.png")
+    files = ("ladder.csv", "ladder.md", "attribution.png")
+    with write_set(out, name="attribution", owns=files) as stage:
+        atomic_write_text(stage / "ladder.csv", table.to_csv(index=False))
+        atomic_write_text(stage / "ladder.md", _markdown(table) + "\n")
+        plot_attribution(table, stage / "attribution.png")
     print(_markdown(table))
     return {"rungs": len(table), "results_dir": str(out)}

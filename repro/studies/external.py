@@ -14,6 +14,12 @@ folder's parent), its all-reduces by ``dp_collective``'s algorithm. Writes into 
   (MAPE per set, per-plan table, the logged reduction per set and plan, excluded plans,
   warnings, constants) and ``predicted_vs_measured.png``.
 
+Every input is checked with the config, before any prediction runs or any folder is made
+(:class:`repro.config.studies.ExternalConfig` calls :func:`system.external.sailor.check.
+check_inputs`: one line naming the file and what is wrong, exit 2), and the files are written as
+one set (:func:`system.results.write_set`): a reader sees the previous run's files or this
+run's, never a mix, and a failing run leaves the previous set as it was.
+
 Prints the MAPE table. Nothing is fitted.
 """
 
@@ -34,30 +40,36 @@ from system.external.sailor.score import (
     predictions_frame,
     warnings_frame,
 )
-from system.results import atomic_write, atomic_write_text
+from system.results import write_set
 
 __all__ = ["run"]
 
 log = logging.getLogger("repro.external")
 FIGURE = "predicted_vs_measured.png"
+# The set this mode writes (``errors.csv``, the figure and the report only where plans are
+# measured): every one of them is replaced or removed by each run.
+OUTPUTS = ("predictions.csv", "warnings.csv", "errors.csv", FIGURE, "REPORT.md")
 
 
 def _csv(frame, path) -> None:
-    atomic_write(path, lambda tmp: frame.to_csv(tmp, index=False, float_format="%.6g"))
+    frame.to_csv(path, index=False, float_format="%.6g")
 
 
 def run(cfg: ExternalConfig) -> dict:
     rows = predict_plans(cfg.plans, cfg.data_dir, dp_collective=str(cfg.dp_collective))
     out = Path(cfg.results_dir)
-    _csv(predictions_frame(rows), out / "predictions.csv")
-    _csv(warnings_frame(rows), out / "warnings.csv")
     measured = [r for r in rows if r.real_s is not None]
     table = mape_table(rows)
+    with write_set(out, name="external", owns=OUTPUTS) as stage:
+        _csv(predictions_frame(rows), stage / "predictions.csv")
+        _csv(warnings_frame(rows), stage / "warnings.csv")
+        if measured:
+            _csv(errors_frame(rows), stage / "errors.csv")
+            plot_predicted_vs_measured(rows, stage / FIGURE)
+            command = "python repro/run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+            report = render_report(rows, command=command, figure=FIGURE)
+            (stage / "REPORT.md").write_text(report, encoding="utf-8")
     if measured:
-        _csv(errors_frame(rows), out / "errors.csv")
-        atomic_write(out / FIGURE, lambda tmp: plot_predicted_vs_measured(rows, tmp))
-        command = "python repro/run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-        atomic_write_text(out / "REPORT.md", render_report(rows, command=command, figure=FIGURE))
         print(table.to_string(index=False, float_format=lambda x: f"{x:.1f}"))
     excluded = [r.plan for r in rows if r.prediction is None]
     log.info(

@@ -44,7 +44,7 @@ import pandas as pd
 from repro.config import SchedulerWorthConfig
 from system.cases import get_case
 from system.cluster import Cluster
-from system.results import atomic_write_text
+from system.results import atomic_write_text, write_set
 from system.scheduler import schedule
 from system.scheduler.assignment import Assignment
 from system.scheduler.heuristics import heuristic_assignment
@@ -265,8 +265,9 @@ def run(cfg: SchedulerWorthConfig) -> dict:
     table = pd.DataFrame(rows)
     table["why"] = [why(r) for _, r in table.iterrows()]
     out = cfg.results_dir
-    atomic_write_text(f"{out}/worth.csv", table.to_csv(index=False, float_format="%.6g"))
     text = _markdown(table, sharing)
-    atomic_write_text(f"{out}/worth.md", text + "\n")
+    with write_set(out, name="worth", owns=("worth.csv", "worth.md")) as stage:
+        atomic_write_text(stage / "worth.csv", table.to_csv(index=False, float_format="%.6g"))
+        atomic_write_text(stage / "worth.md", text + "\n")
     print(text)
     return {"settings": len(table), "results_dir": str(out)}

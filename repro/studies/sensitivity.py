@@ -158,13 +158,14 @@ def _markdown(ranges: pd.DataFrame) -> str:
 
 
 def run(cfg: SensitivityConfig) -> dict:
-    from system.results import atomic_write_text
+    from system.results import atomic_write_text, write_set
 
     table = sensitivity_table(cfg.seed)
     ranges = claim_ranges(table)
     out = Path(cfg.results_dir)
-    atomic_write_text(out / "sensitivity.csv", table.to_csv(index=False))
     text = _markdown(ranges)
-    atomic_write_text(out / "sensitivity.md", text + "\n")
+    with write_set(out, name="sensitivity", owns=("sensitivity.csv", "sensitivity.md")) as stage:
+        atomic_write_text(stage / "sensitivity.csv", table.to_csv(index=False))
+        atomic_write_text(stage / "sensitivity.md", text + "\n")
     print(text)
     return {"variants": len(VARIANTS), "results_dir": str(out)}

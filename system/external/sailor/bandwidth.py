@@ -13,10 +13,18 @@ a dict of :class:`~system.links.BandwidthCurve` (each curve's ``flows`` = the co
 flow gets 1/count of the fitted total). :func:`cluster_from_nodes` builds a
 :class:`~system.cluster.Cluster` of whole nodes from them: one device per GPU, one host per node,
 each inter-node device pair's per-flow peak in ``bandwidth_gbps`` and the curves in ``links``.
+
+Every fit must be positive over the sizes it is used at: from its floor (the smallest measured
+size, a power of two from 64 KiB, where it is positive; smaller messages take the floor's time)
+to the largest measured size, 1 GiB. Sailor's fits are quadratics that dip below zero at the
+small end, which the floor handles; one that is zero or negative above its floor would give a
+link of no bandwidth, so the file is refused. A peak over :data:`MAX_PEAK_BYTES_PER_S` would
+make a link free and is refused too. Both files must be non-empty.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -33,7 +41,11 @@ __all__ = [
     "load_bandwidth_fits",
     "load_intra_node_fits",
     "cluster_from_nodes",
+    "MAX_PEAK_BYTES_PER_S",
 ]
+
+# No link of any node is faster: 10 TB/s is ten times an NVLink 4 GPU's 900 GB/s.
+MAX_PEAK_BYTES_PER_S = 1e13
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,10 +83,34 @@ def _curve(entry, file, where: str, flows: int) -> BandwidthCurve:
         raise SailorFormatError(file, where, f"expected 3 coefficients, got {len(entry[0])}")
     a, b, c = (number(v, file, f"{where}[0][{i}]", minimum=None) for i, v in enumerate(entry[0]))
     peak = number(entry[1], file, f"{where}[1]", minimum=1e-300)
+    if peak > MAX_PEAK_BYTES_PER_S:
+        raise SailorFormatError(
+            file, f"{where}[1]", f"peak {peak:.3g} bytes/s is over {MAX_PEAK_BYTES_PER_S:g}"
+        )
     try:
-        return BandwidthCurve(a, b, c, peak_bps=8.0 * peak, flows=flows)
+        curve = BandwidthCurve(a, b, c, peak_bps=8.0 * peak, flows=flows)
     except ValueError as e:
         raise SailorFormatError(file, where, str(e)) from None
+    lowest_gbs, at = _lowest_gbs(curve)
+    if lowest_gbs <= 0:
+        raise SailorFormatError(
+            file,
+            where + "[0]",
+            f"fit {lowest_gbs:.3g} GB/s at {at:.3g} bytes, inside the sizes it is used for "
+            f"({curve.floor_bytes:.0f}..{curve.max_bytes:.0f}); a link needs bandwidth > 0",
+        )
+    return curve
+
+
+def _lowest_gbs(curve: BandwidthCurve) -> tuple[float, float]:
+    """The fit's least value (GB/s) between its floor and its largest size, and where (bytes):
+    at an end, or at the vertex of a parabola that opens upwards."""
+    lo, hi = math.log2(curve.floor_bytes / 1e6), math.log2(curve.max_bytes / 1e6)
+    xs = [lo, hi]
+    if curve.a > 0 and lo < -curve.b / (2 * curve.a) < hi:
+        xs.append(-curve.b / (2 * curve.a))
+    x = min(xs, key=lambda v: curve.a * v * v + curve.b * v + curve.c)
+    return curve.a * x * x + curve.b * x + curve.c, 1e6 * 2.0**x
 
 
 def _mapping(d, file, where: str) -> dict:
@@ -85,7 +121,7 @@ def _mapping(d, file, where: str) -> dict:
 
 def load_bandwidth_fits(path) -> BandwidthFits:
     """All inter-node fits of ``multizone_bandwidths_het.json`` (every entry checked)."""
-    data = read_json(path)
+    data = _mapping(read_json(path), path, "(top level)")
     curves = {}
     for zs, by_gs in data.items():
         for gs, by_cs in _mapping(by_gs, path, f"[{zs}]").items():
@@ -114,7 +150,7 @@ def _int_key(key: str, file, where: str) -> int:
 
 def load_intra_node_fits(path) -> dict[tuple[str, int], BandwidthCurve]:
     """Intra-node fits of ``intra_node_bandwidths.json`` by (Sailor GPU name, count)."""
-    data = read_json(path)
+    data = _mapping(read_json(path), path, "(top level)")
     out = {}
     for gpu, by_count in data.items():
         project_gpu(gpu, path, f"[{gpu}]")

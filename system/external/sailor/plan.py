@@ -14,13 +14,18 @@ batches per replica (m = ⌈gbs / (mbs·dp)⌉), the cluster's nodes in stage-ma
 (:meth:`SailorPlan.nodes`), the project's :class:`~system.assignment.Assignment` of those nodes
 (:meth:`SailorPlan.assignment`) and the warnings found (:class:`Finding`). A layer listed twice
 while another is missing is a warning when the two layers' profiles are identical (the time
-does not change) and an error otherwise; a layer list that is not a partition of the model, an
-unknown GPU type or a non-numeric field is an error.
+does not change) and an error otherwise (:class:`LayerMismatch`: the plan does not describe a
+run of its model); an unknown GPU type, a non-numeric field or a measurement outside its physical
+range (``real`` and ``red_grads`` in (0, :data:`MAX_ITER_S`], ``max_mem`` in (0,
+:data:`MAX_GPU_MEMORY_BYTES`]) is an error. :func:`plan_files` lists the plans of a folder,
+refusing one whose path leads out of it or is not a plain name (:data:`PLAN_PATH`: it names the
+plan in the tables and the report).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -33,13 +38,38 @@ from system.external.sailor.bandwidth import NodeSpec
 from system.external.sailor.errors import (
     Finding,
     SailorFormatError,
+    inside,
     number,
     positive_int,
     read_json,
 )
 from system.external.sailor.gpus import project_gpu
 
-__all__ = ["Replica", "Stage", "SailorPlan", "load_plan", "plan_files"]
+__all__ = [
+    "Replica",
+    "Stage",
+    "SailorPlan",
+    "LayerMismatch",
+    "load_plan",
+    "plan_files",
+    "MAX_PLAN_BYTES",
+    "PLAN_PATH",
+    "MAX_ITER_S",
+    "MAX_GPU_MEMORY_BYTES",
+]
+
+# A plan's path under the plans folder names it in the tables and the report: plain names only.
+PLAN_PATH = re.compile(r"[A-Za-z0-9_.+-]+(/[A-Za-z0-9_.+-]+)*")
+MAX_PLAN_BYTES = 2**20  # a plan of 64 nodes and 34 layers is 10 kB
+# Physical ranges of a plan's measurements: a training iteration longer than a day, or a GPU
+# with more than 1 TiB of memory, is not a run any cluster of Sailor's set made.
+MAX_ITER_S = 86_400.0
+MAX_GPU_MEMORY_BYTES = float(2**40)
+
+
+class LayerMismatch(SailorFormatError):
+    """A well-formed plan whose layer list does not make up its model: it does not describe the
+    run (kept as an excluded plan, with this reason)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +153,7 @@ def load_plan(
     anything looks at them); None: all.
     """
     f = str(path)
-    d = read_json(path)
+    d = read_json(path, max_bytes=MAX_PLAN_BYTES)
     if fields is not None:
         d = {k: v for k, v in d.items() if k in fields}
     pipes = _get(d, "pipeline_list", f)
@@ -172,33 +202,44 @@ def load_plan(
         stages.append(Stage(ids, tuple(replicas)))
     if len({st.dp for st in stages}) != 1:
         raise SailorFormatError(f, where + "dp", f"stages differ in dp: {dps}")
+    # every other field before the layer list: a plan refused for its layers (kept as an
+    # excluded row) is otherwise a valid plan
+    real, mem, red = d.get("real"), d.get("max_mem"), d.get("red_grads")
+    mbs = positive_int(_get(d, "mbs", f), f, "mbs")
+    gbs = positive_int(_get(d, "gbs", f), f, "gbs")
+    nodes = positive_int(_get(d, "N", f), f, "N")
+    real_s = None if real is None else _measured(real, f, "real", MAX_ITER_S, "s")
+    mem_bytes = None if mem is None else _measured(mem, f, "max_mem", MAX_GPU_MEMORY_BYTES)
+    if red is not None:  # the logged gradient reduction, seconds
+        _measured(red, f, "red_grads", MAX_ITER_S, "s")
+    if nodes != pp * stages[0].dp:
+        raise SailorFormatError(
+            f, "N", f"{nodes} nodes declared, the stages use {pp * stages[0].dp}"
+        )
     findings += _check_layers(f, stages, num_layers, same_layer_time)
-    real = d.get("real")
-    mem = d.get("max_mem")
-    plan = SailorPlan(
+    if real is not None and red is not None and red == real:
+        findings.append(Finding(f, "red_grads", "equals real (a copied field; not used)"))
+    return SailorPlan(
         file=f,
         model=model,
         stages=tuple(stages),
-        mbs=positive_int(_get(d, "mbs", f), f, "mbs"),
-        gbs=positive_int(_get(d, "gbs", f), f, "gbs"),
-        nodes_declared=positive_int(_get(d, "N", f), f, "N"),
-        real_s=None if real is None else number(real, f, "real", minimum=1e-12),
-        max_mem_bytes=None if mem is None else number(mem, f, "max_mem"),
+        mbs=mbs,
+        gbs=gbs,
+        nodes_declared=nodes,
+        real_s=real_s,
+        max_mem_bytes=mem_bytes,
         findings=tuple(findings),
     )
-    if plan.nodes_declared != plan.pp * plan.dp:
+
+
+def _measured(value, f, field: str, most: float, unit: str = "") -> float:
+    """A measurement: finite, > 0 and at most ``most``."""
+    x = number(value, f, field, minimum=None)
+    if not 0.0 < x <= most:
         raise SailorFormatError(
-            f, "N", f"{plan.nodes_declared} nodes declared, the stages use {plan.pp * plan.dp}"
+            f, field, f"{value!r} is outside the physical range (0, {most:g}{unit}]"
         )
-    red = d.get("red_grads")
-    if real is not None and red is not None and red == real:
-        findings.append(Finding(f, "red_grads", "equals real (a copied field; not used)"))
-        plan = SailorPlan(**{**_fields(plan), "findings": tuple(findings)})
-    return plan
-
-
-def _fields(plan: SailorPlan) -> dict:
-    return {k: getattr(plan, k) for k in SailorPlan.__dataclass_fields__}
+    return x
 
 
 def _check_layers(f, stages, num_layers: int, same) -> list[Finding]:
@@ -207,7 +248,7 @@ def _check_layers(f, stages, num_layers: int, same) -> list[Finding]:
     where = "pipeline_list[0].layers_per_stage"
     out_of_range = sorted({i for i in listed if i >= num_layers})
     if out_of_range or len(listed) != num_layers:
-        raise SailorFormatError(
+        raise LayerMismatch(
             f,
             where,
             f"the layer list ({len(listed)} ids, {min(listed)}..{max(listed)}) does not match "
@@ -218,7 +259,7 @@ def _check_layers(f, stages, num_layers: int, same) -> list[Finding]:
     missing = sorted(set(range(num_layers)) - set(counts))
     if not twice and not missing:
         if listed != sorted(listed):
-            raise SailorFormatError(f, where, "layers are not in pipeline order")
+            raise LayerMismatch(f, where, "layers are not in pipeline order")
         return []
     if (
         len(twice) == 1
@@ -235,7 +276,7 @@ def _check_layers(f, stages, num_layers: int, same) -> list[Finding]:
                 f"identical profiles, so the duplicate is timed in the missing layer's place",
             )
         ]
-    raise SailorFormatError(f, where, f"layers listed twice: {twice[:5]}, missing: {missing[:5]}")
+    raise LayerMismatch(f, where, f"layers listed twice: {twice[:5]}, missing: {missing[:5]}")
 
 
 def _layer_id(x, f, where: str) -> int:
@@ -246,6 +287,15 @@ def _layer_id(x, f, where: str) -> int:
 
 
 def plan_files(root) -> list[Path]:
-    """Every ``plan_config_*.json`` under ``root``, sorted by relative path."""
+    """Every ``plan_config_*.json`` under ``root``, sorted by relative path; SailorFormatError for
+    one that is a link leading out of ``root`` (its kind, a regular file, is checked on reading)."""
     r = Path(root)
-    return sorted(r.rglob("plan_config_*.json"), key=lambda p: p.relative_to(r).as_posix())
+    files = sorted(r.rglob("plan_config_*.json"), key=lambda p: p.relative_to(r).as_posix())
+    for p in files:
+        rel = p.relative_to(r).as_posix()
+        if not PLAN_PATH.fullmatch(rel):  # shown as ascii(): it may hold a newline
+            raise SailorFormatError(
+                r, ascii(rel), f"a plan's path must be plain names ({PLAN_PATH.pattern})"
+            )
+        inside(p, r, "the plans folder")
+    return files

@@ -10,7 +10,9 @@
 - ``training_config_*.json``: the model's shape (hidden, sequence, layers, vocabulary).
 
 Layer ids must be 0..L−1, each once, with L the model's ``num_all_layers`` (embedding, L−2
-transformer blocks, the final norm + head + loss).
+transformer blocks, the final norm + head + loss). Every time is finite and >= 0 (the shared
+profiles hold a few zeros in rows no plan uses; :mod:`~system.external.sailor.check` asks more of
+the rows a plan uses), every size finite and > 0, every shape a whole number in 1..2³¹−1.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ __all__ = [
 ]
 
 PROFILED_TRANSFORMER_LAYERS = 2  # Sailor's profile.sh: --num_prof_layers 2
+MAX_SHAPE = 2**31 - 1  # Megatron's arguments are int32; larger shapes overflow the FLOP counts
+MAX_LAYER_S = 86_400.0  # one layer's micro-batch longer than a day is no measurement
+MAX_ELEMENTS = 1e15  # one layer of 4 PB in fp32 is no model of this data set
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +61,10 @@ def load_training_config(path) -> ModelShape:
     def get(key):
         if key not in d:
             raise SailorFormatError(path, key, "missing")
-        return positive_int(d[key], path, key)
+        v = positive_int(d[key], path, key)
+        if v > MAX_SHAPE:
+            raise SailorFormatError(path, key, f"{float(v):.3g} is over {MAX_SHAPE}")
+        return v
 
     name = d.get("model")
     if not isinstance(name, str) or not name:
@@ -148,13 +156,21 @@ def load_profiles(path) -> Profiles:
                         w = f"{where}[{k}]"
                         if not isinstance(v, list) or len(v) != 3:
                             raise SailorFormatError(path, w, "expected [fwd_s, bwd_s, opt_s]")
-                        f[k] = number(v[0], path, f"{w}[0] (fwd_s)")
-                        bw[k] = number(v[1], path, f"{w}[1] (bwd_s)")
-                        opt.append(number(v[2], path, f"{w}[2] (opt_s)"))
+                        f[k] = _time(v[0], path, f"{w}[0] (fwd_s)")
+                        bw[k] = _time(v[1], path, f"{w}[1] (bwd_s)")
+                        opt.append(_time(v[2], path, f"{w}[2] (opt_s)"))
                     f.setflags(write=False)
                     bw.setflags(write=False)
                     rows[(model, gpu, b, t)] = LayerTimes(f, bw, float(max(opt)))
     return Profiles(source=str(path), rows=rows)
+
+
+def _time(value, file, field: str) -> float:
+    """A profiled time: finite, in [0, MAX_LAYER_S] seconds."""
+    x = number(value, file, field)
+    if x > MAX_LAYER_S:
+        raise SailorFormatError(file, field, f"{value!r} s is over {MAX_LAYER_S:g} s")
+    return x
 
 
 def _obj(d, file, where: str) -> dict:
@@ -196,6 +212,15 @@ class ModelSizes:
         return self.rows[(model, int(tp))]
 
 
+def _size(value, file, field: str) -> float:
+    """An element count: finite, > 0 (every layer holds parameters and outputs), at most
+    MAX_ELEMENTS."""
+    x = number(value, file, field)
+    if not 0 < x <= MAX_ELEMENTS:
+        raise SailorFormatError(file, field, f"{value!r} is outside (0, {MAX_ELEMENTS:g}]")
+    return x
+
+
 def load_llm_info(path) -> ModelSizes:
     data = read_json(path)
     rows = {}
@@ -212,7 +237,7 @@ def load_llm_info(path) -> ModelSizes:
                 for key, arr in cols.items():
                     if key not in v:
                         raise SailorFormatError(path, f"{where}[{k}].{key}", "missing")
-                    arr[k] = number(v[key], path, f"{where}[{k}].{key}")
+                    arr[k] = _size(v[key], path, f"{where}[{k}].{key}")
             rows[(model, t)] = LayerSizes(
                 cols["params_floats"], cols["act_output_floats"], cols["act_mem_floats"]
             )

@@ -69,6 +69,10 @@ def render_report(rows: list[PlanRow], *, command: str, figure: str | None) -> s
         "",
         "## MAPE per set",
         "",
+        "Sailor's columns are its simulator's errors on the same plans as ours: its published",
+        "numbers where the scored plans are those they were published over, else computed from its",
+        "published per-plan predictions; blank where it published none for these plans.",
+        "",
         "| set | plans | excluded | MAPE | max abs error | mean signed error | Sailor's simulator"
         " MAPE | Sailor's max abs error | `red_grads` MAPE (below) |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",

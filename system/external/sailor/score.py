@@ -5,8 +5,9 @@ Pure functions over :class:`~system.external.sailor.predict.PlanRow`: :func:`pre
 and absolute error per measured plan, beside Sailor's own simulator, and the logged gradient
 reduction ``red_grads`` beside its prediction), :func:`mape_table` (per set: MAPE of the
 iteration, max absolute error, mean signed error, plans scored and excluded, and the MAPE of
-``red_grads``), :func:`profile_rows_table` (the same per set, split by whether a plan uses a
-profile row with hand-entered round forward times).
+``red_grads``; Sailor's simulator's on the same plans only, :func:`sailor_on_same_plans`),
+:func:`profile_rows_table` (the same per set, split by whether a plan uses a profile row with
+hand-entered round forward times).
 
 Sailor's simulator's numbers (:data:`SAILOR_SIMULATOR_S`, :data:`SAILOR_SIMULATOR_MAPE`) are
 those its own validation driver gives on these plans from these inputs, as published with the
@@ -27,6 +28,8 @@ __all__ = [
     "errors_frame",
     "warnings_frame",
     "mape_table",
+    "sailor_on_same_plans",
+    "SAILOR_PUBLISHED_PLANS",
     "profile_rows_table",
 ]
 
@@ -68,6 +71,14 @@ SAILOR_SIMULATOR_MAPE: dict[str, tuple[float, float, float | None]] = {
     "clariden/OPT-350": (8.9, 16.1, -4.4),
     "clariden/GPT-NEO": (10.1, 39.5, None),
     "mit": (10.3, 27.3, -9.6),
+}
+# The plans each published MAPE is over (file stems): clariden's are the per-plan predictions
+# above (GPT-NEO without its broken N4_D4 plan); the heterogeneous set's are its nine plans.
+SAILOR_PUBLISHED_PLANS: dict[str, frozenset[str]] = {
+    **{s: frozenset(per_plan) for s, per_plan in SAILOR_SIMULATOR_S.items()},
+    "mit": frozenset(
+        ("N2_D1", "N2_D2", "N3_D1", "N4_D1", "N4_D2", "N4_D4", "N6_D2", "N6_D3", "N6_D6")
+    ),
 }
 
 PREDICTION_COLUMNS = [
@@ -200,15 +211,16 @@ def _red_grads_stats(e: pd.DataFrame) -> dict:
 
 def mape_table(rows: list[PlanRow]) -> pd.DataFrame:
     """Per set with measurements: plans scored, excluded, MAPE, max |error|, mean signed error
-    (ours, %), and Sailor's simulator's published MAPE / max |error| beside them; then the
-    logged reduction's scores (:func:`_red_grads_stats`)."""
+    (ours, %), and Sailor's simulator's MAPE / max |error| on the same plans beside them
+    (:func:`sailor_on_same_plans`); then the logged reduction's scores
+    (:func:`_red_grads_stats`)."""
     err = errors_frame(rows)
     sets = sorted({r.set for r in rows if r.real_s is not None})
     out = []
     for s in sets:
         e = err[err["set"] == s] if len(err) else err
         excluded = sum(1 for r in rows if r.set == s and r.prediction is None)
-        ref = SAILOR_SIMULATOR_MAPE.get(s, (None, None, None))
+        ref = sailor_on_same_plans(s, e)
         out.append(
             {
                 "set": s,
@@ -245,3 +257,20 @@ def profile_rows_table(rows: list[PlanRow]) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(out)
+
+
+def sailor_on_same_plans(set_name: str, scored: pd.DataFrame) -> tuple[float | None, float | None]:
+    """Sailor's simulator's (MAPE %, max |error| %) over exactly the plans of ``scored`` (rows of
+    :func:`errors_frame` of one set): its published numbers when they are the plans its numbers
+    were published over, else computed from its per-plan predictions when every scored plan has
+    one, else (None, None) — a number over other plans is no comparison."""
+    stems = frozenset(_stem(p) for p in scored["plan"]) if len(scored) else frozenset()
+    published = SAILOR_SIMULATOR_MAPE.get(set_name)
+    whole = stems == SAILOR_PUBLISHED_PLANS.get(set_name) and len(stems) == len(scored)
+    if published is not None and stems and whole:
+        return published[0], published[1]
+    if not stems or scored["sailor_simulator_s"].isna().any():
+        return None, None
+    err = 100.0 * (scored["sailor_simulator_s"].astype(float) - scored["real_s"]).abs()
+    err = err / scored["real_s"]
+    return float(err.mean()), float(err.max())
