@@ -393,6 +393,52 @@ def _parts(d: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix == ".parquet" and p.name[0] != ".")
 
 
+_CSV_WARNED: set[str] = set()
+
+
+def _table_file(d: Path) -> Path:
+    """The file that holds the study's consolidated rows: ``runs.parquet``; where only its text
+    view ``runs.csv`` is left (the table deleted, or a folder copied without it) the text view
+    stands in, so the study is neither stuck nor silently emptied: every read takes its rows
+    (the newest row of each setting; the superseded ones went with the table) and the next
+    compaction writes ``runs.parquet`` from them and the parts."""
+    pq = d / "runs.parquet"
+    csv = d / "runs.csv"
+    if pq.exists() or not csv.is_file():
+        return pq
+    if str(d) not in _CSV_WARNED:
+        _CSV_WARNED.add(str(d))
+        log.warning(
+            "%s has runs.csv but no runs.parquet: its rows are read from runs.csv (the newest "
+            "row of each setting) and runs.parquet is rebuilt from them",
+            d,
+        )
+    return csv
+
+
+def _csv_frame(fh, f: Path, columns: list[str] | None = None):
+    """A ``runs.csv`` read back in the schema's types (text columns kept as text: a run id of
+    digits keeps its leading zeros); only ``columns`` when given."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    arrow = {"str": pa.string(), "json": pa.string(), "recompute": pa.string()}
+    arrow |= {"int": pa.int64(), "float": pa.float64(), "bool": pa.bool_()}
+    try:
+        table = pacsv.read_csv(
+            fh,
+            convert_options=pacsv.ConvertOptions(
+                column_types={c: arrow[k] for c, k in COLUMNS.items()},
+                strings_can_be_null=True,
+                include_columns=columns,
+            ),
+        )
+    except (pa.ArrowInvalid, KeyError) as e:
+        lines = str(e).strip().splitlines() or [type(e).__name__]
+        raise ValueError(f"results text view {f} is unreadable: {lines[0]}") from e
+    return table.to_pandas()
+
+
 @contextlib.contextmanager
 def _opened(f: Path, what: str = "results table") -> Iterator:
     """``f`` opened once for reading (FileNotFoundError when it is gone). Every read of a
@@ -422,7 +468,10 @@ def _read_handle(fh, f: Path, *, columns: list[str] | None = None, what: str = "
     import pandas as pd
 
     try:
-        df = pd.read_parquet(fh, columns=columns)
+        if f.suffix == ".csv":  # runs.csv standing in for a missing table (_table_file)
+            df = _csv_frame(fh, f, columns)
+        else:
+            df = pd.read_parquet(fh, columns=columns)
     except (OSError, ValueError, KeyError) as e:  # pyarrow's ArrowInvalid is a ValueError
         lines = str(e).strip().splitlines() or [type(e).__name__]
         if columns and "run_id" in columns and "run_id" in lines[0]:
@@ -489,7 +538,7 @@ def _load(d: Path, parts: list[Path] | None = None) -> list[dict]:
         if df is not None:
             from_parts += _upgrade(df)
     records: list[dict] = []
-    pq = d / "runs.parquet"
+    pq = _table_file(d)
     if pq.exists():
         records += _upgrade(_read_table(pq))
     if from_parts:
@@ -585,8 +634,9 @@ def _table(d: Path, parts: list[Path] | None = None):
     from_parts = [_read_part(f) for f in (_parts(d) if parts is None else parts)]
     from_parts = [_as_typed(df) for df in from_parts if df is not None and len(df)]
     frames = []
-    if pq.exists():
-        frames.append(_as_typed(_read_table(pq)))
+    table = _table_file(d)
+    if table.exists():
+        frames.append(_as_typed(_read_table(table)))
     if from_parts and frames:
         folded = set(_keys_of(frames[0]))  # copies left by a compaction cut short
         from_parts = [df[[k not in folded for k in _keys_of(df)]] for df in from_parts]
@@ -666,7 +716,7 @@ def run_id_sets(results_dir: str | Path) -> list[frozenset[str]]:
     sweep job takes before it runs, at a cost that grows with the files, not the rows."""
     d = Path(results_dir)
     sets = [_file_ids(f) for f in _parts(d)]  # parts first, as in _load
-    sets.append(_file_ids(d / "runs.parquet"))
+    sets.append(_file_ids(_table_file(d)))
     if (d / "rows").is_dir():  # the old store's row files
         sets.append(frozenset(r["run_id"] for r in _load(d)))
     return sets
@@ -710,7 +760,7 @@ def current_run_ids(results_dir: str | Path) -> set[str]:
     # table read next. Ties in time go the way read_rows breaks them (table rows first).
     from_parts = [k for f in _parts(d) for k in keys(f)]
     newest: dict[str, tuple[str, int, str]] = {}
-    for order, (run, setting, stamp) in enumerate([*keys(d / "runs.parquet"), *from_parts]):
+    for order, (run, setting, stamp) in enumerate([*keys(_table_file(d)), *from_parts]):
         if setting not in newest or (stamp, order) >= newest[setting][:2]:
             newest[setting] = (stamp, order, run)
     return {run for _, _, run in newest.values()}
@@ -749,7 +799,7 @@ def current_of(results_dir: str | Path, settings) -> dict[str, str]:
 
     # parts first, then the table, ranked table first: the order current_run_ids reads them in
     parts = [index(f) for f in _parts(d)]
-    files = [index(d / "runs.parquet"), *parts]
+    files = [index(_table_file(d)), *parts]
     newest: dict[str, tuple[str, int, int, str]] = {}
     for s in set(settings):
         for rank, idx in enumerate(files):
@@ -764,9 +814,10 @@ def has_row(results_dir: str | Path, run_id: str) -> bool:
 
 
 def has_stored_rows(results_dir: str | Path) -> bool:
-    """Whether the study has a table, a part or old row files (anything to collect)."""
+    """Whether the study has a table (or its text view alone), a part or old row files
+    (anything to collect)."""
     d = Path(results_dir)
-    return (d / "runs.parquet").exists() or bool(_parts(d)) or (d / "rows").is_dir()
+    return _table_file(d).exists() or bool(_parts(d)) or (d / "rows").is_dir()
 
 
 def _remove_stale_tmp(d: Path) -> int:
@@ -851,10 +902,15 @@ def write_rows(
 
 
 def _schema_names(fh, f: Path) -> list[str]:
-    """The column names of the open parquet file ``fh`` (its footer only)."""
+    """The column names of the open parquet file ``fh`` (its footer only), or of the header of
+    a ``runs.csv`` standing in for the table."""
     import pyarrow.parquet as papq
 
     try:
+        if f.suffix == ".csv":
+            import csv
+
+            return next(csv.reader([fh.readline().decode("utf-8", "replace")]), [])
         return papq.read_schema(fh).names
     except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
         lines = str(e).strip().splitlines() or [type(e).__name__]
@@ -875,7 +931,9 @@ def _fold(d: Path, *, force: bool) -> Path:
         parts = _parts(d)
         pq, csv = d / "runs.parquet", d / "runs.csv"
         table_current = pq.exists() and not (d / "rows").is_dir() and _current_schema(pq)
-        text_current = csv.exists() and csv.stat().st_mtime_ns >= pq.stat().st_mtime_ns
+        text_current = (
+            table_current and csv.exists() and csv.stat().st_mtime_ns >= pq.stat().st_mtime_ns
+        )
         if parts or force or not table_current:
             full = _table(d, parts)
             log.info("%s: %d rows stored, %d parts folded in", pq, len(full), len(parts))
