@@ -12,7 +12,8 @@ A study folder holds:
   Part names start with the write's time in nanoseconds, so sorted names are write order
   (across hosts as far as their clocks agree; the newest row is chosen by ``timestamp_utc``).
 * ``runs.csv`` -- the newest row of each setting as text for people and diffs, rebuilt by
-  every compaction.
+  every compaction. A folder left with ``runs.csv`` and no ``runs.parquet`` is read from the
+  text view, and its next compaction rebuilds the table from it (:func:`_table_file`).
 * ``.lock`` -- the folder lock (``fcntl.flock``) held by a compaction (:func:`compact`,
   :func:`collect`).
 

@@ -107,7 +107,7 @@ def test_writers_and_a_reader_on_one_study(tmp_path):
     reads, versions = map(int, head.split())
     failures += [e for e in errors.split("\n---\n") if e.strip()]
     assert not failures, f"{len(failures)} failed operations, the first:\n{failures[0]}"
-    assert reads >= 10 and versions >= 10, (reads, versions)  # it did race with compactions
+    assert reads >= 10 and versions >= 5, (reads, versions)  # it did race with compactions
     assert len(written) >= 2 * WRITERS and len(set(written)) == len(written)
     compact(d)
     stored = read_rows(d, history=True)
