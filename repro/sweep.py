@@ -49,6 +49,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from repro.config import RunConfig, as_dict, validate
+from repro.keys import input_digests, rows_of
 from system.results import (
     atomic_write_bytes,
     atomic_write_text,
@@ -62,7 +63,6 @@ from system.results import (
     study_lock,
 )
 from system.results import run_ids as stored_run_ids
-from system.schema import file_digest
 
 log = logging.getLogger(__name__)
 
@@ -104,22 +104,6 @@ def job_key(cfg: RunConfig) -> str:
     if files:
         c["input_sha256"] = files
     return run_id_for(c)
-
-
-def input_digests(config: dict, prefix: str = "") -> dict[str, str]:
-    """{key: content digest} of every text value of ``config`` that names an existing file."""
-    out = {}
-    for k, v in config.items():
-        key = f"{prefix}{k}"
-        values = v if isinstance(v, list) else [v]
-        if isinstance(v, dict):
-            out.update(input_digests(v, f"{key}."))
-            continue
-        for i, item in enumerate(values):
-            digest = file_digest(item) if isinstance(item, str) else None
-            if digest is not None:
-                out[key if len(values) == 1 else f"{key}[{i}]"] = digest
-    return out
 
 
 def ledger_path(results_dir: str | Path, key: str) -> Path:
@@ -215,7 +199,8 @@ def run_job(
                 return {**rec.get("summary", {}), "skipped": True, "job_key": key}
         before = run_id_sets(results_dir)  # joined only for a task that names no rows
         # a sweep's jobs add part files only; the sweep compacts them once (finish_study)
-        with deferred_collect() if multirun else contextlib.nullcontext():
+        # every row made by the task carries the key of its complete config (repro/keys.py)
+        with rows_of(cfg), deferred_collect() if multirun else contextlib.nullcontext():
             summary = dict(task(cfg) or {})
         run_ids = summary.get("run_ids") or sorted(
             stored_run_ids(results_dir) - set().union(*before)

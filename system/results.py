@@ -12,11 +12,22 @@ A study folder holds:
   Part names start with the write's time in nanoseconds, so sorted names are write order
   (across hosts as far as their clocks agree; the newest row is chosen by ``timestamp_utc``).
 * ``runs.csv`` -- the newest row of each setting as text for people and diffs, rebuilt by
-  every compaction.
+  every compaction. A folder left with ``runs.csv`` and no ``runs.parquet`` is read from the
+  text view, and its next compaction rebuilds the table from it (:func:`_table_file`).
 * ``.lock`` -- the folder lock (``fcntl.flock``) held by a compaction (:func:`compact`,
   :func:`collect`).
 
 **Reads** (:func:`read_rows`, :func:`run_ids`) merge the consolidated table with every part.
+Every read opens a file once and reads that handle (footer, schema and data alike), so it is
+safe beside a compaction in another process: the compaction replaces ``runs.parquet`` by a
+rename, and an open handle keeps the file it opened, whole. Reading by path instead can take the
+footer of one version and the data of the next ("Couldn't deserialize thrift"). Why this and
+not a lock that readers take: readers then never wait for a compaction (seconds on a large
+study) nor for a writer stalled on a shared filesystem, need no write access to the folder
+(committed results are read from read-only checkouts), and no reader can be forgotten by a lock
+protocol, since there is no protocol, only the one function every read goes through
+(:func:`_opened`). ``tests/unit/test_results_stress.py`` runs eight writers and readers
+against one study for 20 s and checks every read and every row.
 **Compaction** folds the parts into ``runs.parquet`` and rebuilds ``runs.csv`` under the lock:
 the new table is written and ``fsync``-ed before the parts it holds are deleted; it also deletes
 the temporary files of writers killed before their rename (:data:`STALE_TMP_AGE_S`). A crash after
@@ -37,7 +48,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import functools
 import json
 import logging
 import math
@@ -384,15 +394,85 @@ def _parts(d: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix == ".parquet" and p.name[0] != ".")
 
 
+_CSV_WARNED: set[str] = set()
+
+
+def _table_file(d: Path) -> Path:
+    """The file that holds the study's consolidated rows: ``runs.parquet``; where only its text
+    view ``runs.csv`` is left (the table deleted, or a folder copied without it) the text view
+    stands in, so the study is neither stuck nor silently emptied: every read takes its rows
+    (the newest row of each setting; the superseded ones went with the table) and the next
+    compaction writes ``runs.parquet`` from them and the parts."""
+    pq = d / "runs.parquet"
+    csv = d / "runs.csv"
+    if pq.exists() or not csv.is_file():
+        return pq
+    if str(d) not in _CSV_WARNED:
+        _CSV_WARNED.add(str(d))
+        log.warning(
+            "%s has runs.csv but no runs.parquet: its rows are read from runs.csv (the newest "
+            "row of each setting) and runs.parquet is rebuilt from them",
+            d,
+        )
+    return csv
+
+
+def _csv_frame(fh, f: Path, columns: list[str] | None = None):
+    """A ``runs.csv`` read back in the schema's types (text columns kept as text: a run id of
+    digits keeps its leading zeros); only ``columns`` when given."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    arrow = {"str": pa.string(), "json": pa.string(), "recompute": pa.string()}
+    arrow |= {"int": pa.int64(), "float": pa.float64(), "bool": pa.bool_()}
+    try:
+        table = pacsv.read_csv(
+            fh,
+            convert_options=pacsv.ConvertOptions(
+                column_types={c: arrow[k] for c, k in COLUMNS.items()},
+                strings_can_be_null=True,
+                include_columns=columns,
+            ),
+        )
+    except (pa.ArrowInvalid, KeyError) as e:
+        lines = str(e).strip().splitlines() or [type(e).__name__]
+        raise ValueError(f"results text view {f} is unreadable: {lines[0]}") from e
+    return table.to_pandas()
+
+
+@contextlib.contextmanager
+def _opened(f: Path, what: str = "results table") -> Iterator:
+    """``f`` opened once for reading (FileNotFoundError when it is gone). Every read of a
+    table goes through one handle: a compaction replacing the file meanwhile (a rename) leaves
+    the handle on the file it opened, where reading by path could read the footer of one file
+    and the data of the next."""
+    try:
+        fh = open(f, "rb")
+    except FileNotFoundError:
+        raise
+    except OSError as e:  # a folder named like a table, no permission
+        raise ValueError(f"{what} {f} is unreadable: {e.strerror or e}") from e
+    with fh:
+        yield fh
+
+
 def _read_table(f: Path, *, columns: list[str] | None = None, what: str = "results table"):
-    """``f`` as a DataFrame (only ``columns`` when given); a one-line ValueError naming the file
-    when it is not a readable parquet file or not a results table (no ``run_id`` column)."""
+    """``f`` as a DataFrame (only ``columns`` when given), read through one handle
+    (:func:`_opened`); a one-line ValueError naming the file when it is not a readable parquet
+    file or not a results table (no ``run_id`` column)."""
+    with _opened(f, what) as fh:
+        return _read_handle(fh, f, columns=columns, what=what)
+
+
+def _read_handle(fh, f: Path, *, columns: list[str] | None = None, what: str = "results table"):
+    """:func:`_read_table` of the open file ``fh`` (``f``: its name, for messages)."""
     import pandas as pd
 
     try:
-        df = pd.read_parquet(f, columns=columns)
-    except FileNotFoundError:
-        raise
+        if f.suffix == ".csv":  # runs.csv standing in for a missing table (_table_file)
+            df = _csv_frame(fh, f, columns)
+        else:
+            df = pd.read_parquet(fh, columns=columns)
     except (OSError, ValueError, KeyError) as e:  # pyarrow's ArrowInvalid is a ValueError
         lines = str(e).strip().splitlines() or [type(e).__name__]
         if columns and "run_id" in columns and "run_id" in lines[0]:
@@ -459,7 +539,7 @@ def _load(d: Path, parts: list[Path] | None = None) -> list[dict]:
         if df is not None:
             from_parts += _upgrade(df)
     records: list[dict] = []
-    pq = d / "runs.parquet"
+    pq = _table_file(d)
     if pq.exists():
         records += _upgrade(_read_table(pq))
     if from_parts:
@@ -555,8 +635,9 @@ def _table(d: Path, parts: list[Path] | None = None):
     from_parts = [_read_part(f) for f in (_parts(d) if parts is None else parts)]
     from_parts = [_as_typed(df) for df in from_parts if df is not None and len(df)]
     frames = []
-    if pq.exists():
-        frames.append(_as_typed(_read_table(pq)))
+    table = _table_file(d)
+    if table.exists():
+        frames.append(_as_typed(_read_table(table)))
     if from_parts and frames:
         folded = set(_keys_of(frames[0]))  # copies left by a compaction cut short
         from_parts = [df[[k not in folded for k in _keys_of(df)]] for df in from_parts]
@@ -597,19 +678,38 @@ def read_rows(results_dir: str | Path, *, history: bool = False):
     return df.sort_values(["timestamp_utc", "run_id"], kind="stable").reset_index(drop=True)
 
 
-@functools.lru_cache(maxsize=4096)
-def _ids_in(path: str, stamp: tuple[int, int, int]) -> frozenset[str]:
-    """The run ids of one parquet file; ``stamp`` (inode, mtime, size) keys the cache, so a
-    replaced table is read again and an immutable part only once."""
-    return frozenset(_read_table(Path(path), columns=["run_id"])["run_id"].dropna().astype(str))
+# What was read of one version of a file, by (what, path, inode, mtime, size): a replaced table
+# is read again, an immutable part only once. The stamp is the open handle's (os.fstat), so
+# what is cached under it is what that file holds.
+_BY_VERSION: dict[tuple, object] = {}
+_BY_VERSION_MAX = 4096
+
+
+def _per_version(what: str, f: Path, read, empty):
+    """``read(handle)`` of the file ``f`` now, cached per file version; ``empty`` when the file
+    is gone (a part folded into runs.parquet meanwhile: read after, by every caller)."""
+    try:
+        with _opened(f) as fh:
+            st = os.fstat(fh.fileno())
+            key = (what, str(f), st.st_ino, st.st_mtime_ns, st.st_size)
+            got = _BY_VERSION.get(key)
+            if got is None:
+                got = read(fh, f)
+                while len(_BY_VERSION) >= _BY_VERSION_MAX:
+                    _BY_VERSION.pop(next(iter(_BY_VERSION)), None)
+                _BY_VERSION[key] = got
+            return got
+    except FileNotFoundError:
+        return empty
+
+
+def _ids_of(fh, f: Path) -> frozenset[str]:
+    """The run ids of one parquet file."""
+    return frozenset(_read_handle(fh, f, columns=["run_id"])["run_id"].dropna().astype(str))
 
 
 def _file_ids(f: Path) -> frozenset[str]:
-    try:
-        st = f.stat()
-        return _ids_in(str(f), (st.st_ino, st.st_mtime_ns, st.st_size))
-    except FileNotFoundError:  # a part folded into runs.parquet meanwhile (read after)
-        return frozenset()
+    return _per_version("ids", f, _ids_of, frozenset())
 
 
 def run_id_sets(results_dir: str | Path) -> list[frozenset[str]]:
@@ -617,7 +717,7 @@ def run_id_sets(results_dir: str | Path) -> list[frozenset[str]]:
     sweep job takes before it runs, at a cost that grows with the files, not the rows."""
     d = Path(results_dir)
     sets = [_file_ids(f) for f in _parts(d)]  # parts first, as in _load
-    sets.append(_file_ids(d / "runs.parquet"))
+    sets.append(_file_ids(_table_file(d)))
     if (d / "rows").is_dir():  # the old store's row files
         sets.append(frozenset(r["run_id"] for r in _load(d)))
     return sets
@@ -629,15 +729,14 @@ def run_ids(results_dir: str | Path) -> set[str]:
     return set().union(*run_id_sets(results_dir))
 
 
-@functools.lru_cache(maxsize=4096)
-def _keys_in(path: str, stamp: tuple[int, int, int]):
-    """(run_id, setting_id, timestamp_utc) of every row of one parquet file, cached like
-    :func:`_ids_in`; a table of schema 1 (no ``setting_id``) keys each row by its run id."""
-    import pyarrow.parquet as pq
-
-    names = set(pq.read_schema(path).names)
+def _file_keys_of(fh, f: Path) -> list[tuple[str, str, str]]:
+    """(run_id, setting_id, timestamp_utc) of every row of one parquet file (cached per file
+    version by :func:`_file_keys`); a table of schema 1 (no ``setting_id``) keys each row by its
+    run id."""
+    names = set(_schema_names(fh, f))
+    fh.seek(0)
     cols = [c for c in ("run_id", "setting_id", "timestamp_utc") if c in names]
-    df = _read_table(Path(path), columns=cols)
+    df = _read_handle(fh, f, columns=cols)
     run = df["run_id"].astype(str)
     setting = df["setting_id"].fillna(df["run_id"]).astype(str) if "setting_id" in df else run
     stamp_s = (
@@ -657,29 +756,27 @@ def current_run_ids(results_dir: str | Path) -> set[str]:
     if (d / "rows").is_dir():  # the old store's row files: the full read
         return set(read_rows(d)["run_id"].astype(str))
 
-    def keys(f: Path) -> list:
-        try:
-            st = f.stat()
-            return _keys_in(str(f), (st.st_ino, st.st_mtime_ns, st.st_size))
-        except FileNotFoundError:  # a part folded into runs.parquet meanwhile (read after)
-            return []
-
+    keys = _file_keys
     # Parts first, as every read here does: a part deleted after this read was folded into the
     # table read next. Ties in time go the way read_rows breaks them (table rows first).
     from_parts = [k for f in _parts(d) for k in keys(f)]
     newest: dict[str, tuple[str, int, str]] = {}
-    for order, (run, setting, stamp) in enumerate([*keys(d / "runs.parquet"), *from_parts]):
+    for order, (run, setting, stamp) in enumerate([*keys(_table_file(d)), *from_parts]):
         if setting not in newest or (stamp, order) >= newest[setting][:2]:
             newest[setting] = (stamp, order, run)
     return {run for _, _, run in newest.values()}
 
 
-@functools.lru_cache(maxsize=4096)
-def _newest_in(path: str, stamp: tuple[int, int, int]) -> dict[str, tuple[str, int, str]]:
+def _file_keys(f: Path) -> list[tuple[str, str, str]]:
+    """:func:`_file_keys_of` the file ``f`` now (none when it is gone)."""
+    return _per_version("keys", f, _file_keys_of, [])
+
+
+def _newest_of(fh, f: Path) -> dict[str, tuple[str, int, str]]:
     """Per setting of one parquet file: (timestamp, position, run id) of its newest row, ties to
-    the later row; cached like :func:`_keys_in`."""
+    the later row."""
     out: dict[str, tuple[str, int, str]] = {}
-    for i, (run, setting, stamp_s) in enumerate(_keys_in(path, stamp)):
+    for i, (run, setting, stamp_s) in enumerate(_file_keys_of(fh, f)):
         if setting not in out or (stamp_s, i) >= out[setting][:2]:
             out[setting] = (stamp_s, i, run)
     return out
@@ -699,15 +796,11 @@ def current_of(results_dir: str | Path, settings) -> dict[str, str]:
         return {s: have[s] for s in settings if s in have}
 
     def index(f: Path) -> dict:
-        try:
-            st = f.stat()
-            return _newest_in(str(f), (st.st_ino, st.st_mtime_ns, st.st_size))
-        except FileNotFoundError:  # a part folded into runs.parquet meanwhile (read after)
-            return {}
+        return _per_version("newest", f, _newest_of, {})
 
     # parts first, then the table, ranked table first: the order current_run_ids reads them in
     parts = [index(f) for f in _parts(d)]
-    files = [index(d / "runs.parquet"), *parts]
+    files = [index(_table_file(d)), *parts]
     newest: dict[str, tuple[str, int, int, str]] = {}
     for s in set(settings):
         for rank, idx in enumerate(files):
@@ -722,9 +815,10 @@ def has_row(results_dir: str | Path, run_id: str) -> bool:
 
 
 def has_stored_rows(results_dir: str | Path) -> bool:
-    """Whether the study has a table, a part or old row files (anything to collect)."""
+    """Whether the study has a table (or its text view alone), a part or old row files
+    (anything to collect)."""
     d = Path(results_dir)
-    return (d / "runs.parquet").exists() or bool(_parts(d)) or (d / "rows").is_dir()
+    return _table_file(d).exists() or bool(_parts(d)) or (d / "rows").is_dir()
 
 
 def _remove_stale_tmp(d: Path) -> int:
@@ -808,16 +902,27 @@ def write_rows(
     return d / "runs.csv"
 
 
-def _current_schema(pq: Path) -> bool:
-    """Whether a table has this schema's identity columns and none of the old spellings
-    (reads the file's footer only)."""
+def _schema_names(fh, f: Path) -> list[str]:
+    """The column names of the open parquet file ``fh`` (its footer only), or of the header of
+    a ``runs.csv`` standing in for the table."""
     import pyarrow.parquet as papq
 
     try:
-        names = set(papq.read_schema(pq).names)
+        if f.suffix == ".csv":
+            import csv
+
+            return next(csv.reader([fh.readline().decode("utf-8", "replace")]), [])
+        return papq.read_schema(fh).names
     except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
         lines = str(e).strip().splitlines() or [type(e).__name__]
-        raise ValueError(f"results table {pq} is unreadable: {lines[0]}") from e
+        raise ValueError(f"results table {f} is unreadable: {lines[0]}") from e
+
+
+def _current_schema(pq: Path) -> bool:
+    """Whether a table has this schema's identity columns and none of the old spellings
+    (reads the file's footer only)."""
+    with _opened(pq) as fh:
+        names = set(_schema_names(fh, pq))
     return {"setting_id", "model_version"} <= names and not names & set(RENAMED)
 
 
@@ -827,7 +932,9 @@ def _fold(d: Path, *, force: bool) -> Path:
         parts = _parts(d)
         pq, csv = d / "runs.parquet", d / "runs.csv"
         table_current = pq.exists() and not (d / "rows").is_dir() and _current_schema(pq)
-        text_current = csv.exists() and csv.stat().st_mtime_ns >= pq.stat().st_mtime_ns
+        text_current = (
+            table_current and csv.exists() and csv.stat().st_mtime_ns >= pq.stat().st_mtime_ns
+        )
         if parts or force or not table_current:
             full = _table(d, parts)
             log.info("%s: %d rows stored, %d parts folded in", pq, len(full), len(parts))

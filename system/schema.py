@@ -18,6 +18,15 @@ file also holds the file's content digest (``case_sha256``, :func:`system.cases.
 gets new rows that supersede the old content's (the digest is a version, like
 ``model_version``: in ``run_id``, not in ``setting_id``).
 
+**Complete keys.** ``key`` names the setting a row reports (what ``setting_id`` groups); it is
+listed by each mode, so it could miss a setting. ``run_id`` therefore also holds
+``config_key``, a digest of the complete typed config of the mode that made the row: every field
+but those declared result-neutral, and the content of every input file it names
+(:func:`repro.keys.config_key`). The harness sets it around every mode's run
+(:func:`rows_of_config`), so a rerun that changes any setting (the links of ``mode=quality``,
+say) makes rows with new run ids, which supersede the old ones of the same setting instead of
+being skipped as stored. Rows made outside a mode's run (tests, benchmarks) have none.
+
 Why a source fingerprint and not a hand-bumped ``MODEL_VERSION`` constant: a constant is only as
 good as the memory of whoever edits the simulator, and a test fingerprinting the model to force
 the bump would need the same hash anyway. Hashing the parsed syntax tree with docstrings removed
@@ -30,6 +39,7 @@ The core imports no pandas at module level (pandas is loaded by the functions th
 from __future__ import annotations
 
 import ast
+import contextlib
 import datetime as _dt
 import functools
 import hashlib
@@ -38,7 +48,8 @@ import logging
 import math
 import os
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
 from pathlib import Path
 
 log = logging.getLogger("system.results")
@@ -58,6 +69,8 @@ __all__ = [
     "file_digest",
     "git_state",
     "make_row",
+    "rows_of_config",
+    "current_config_key",
 ]
 
 SCHEMA_VERSION = 2
@@ -69,6 +82,8 @@ _IDENTITY = {
     "run_id": "str",
     "setting_id": "str",
     "model_version": "str",
+    # digest of the complete typed config of the mode's run that made the row (repro/keys.py)
+    "config_key": "str",
     "study": "str",
     "timestamp_utc": "str",
     "git_sha": "str",
@@ -388,6 +403,24 @@ def git_state(root: str | Path | None = None) -> tuple[str, bool]:
 
 
 _GIT: tuple[str, bool] | None = None
+# The config_key of the mode's run in progress (rows_of_config), folded into every row's run_id.
+_CONFIG_KEY: ContextVar[str | None] = ContextVar("row_config_key", default=None)
+
+
+@contextlib.contextmanager
+def rows_of_config(config_key: str | None) -> Iterator[None]:
+    """While inside, :func:`make_row` puts ``config_key`` (the digest of the running mode's
+    complete config, :func:`repro.keys.config_key`) into every row and its ``run_id``."""
+    token = _CONFIG_KEY.set(config_key)
+    try:
+        yield
+    finally:
+        _CONFIG_KEY.reset(token)
+
+
+def current_config_key() -> str | None:
+    """The config key rows are made under now (None outside a mode's run)."""
+    return _CONFIG_KEY.get()
 
 
 def _rename(fields: Mapping) -> dict:
@@ -424,7 +457,11 @@ def make_row(key: Mapping, **values) -> dict:
     mv = model_version()
     row["setting_id"] = run_id_for({k: v for k, v in key.items() if k not in VERSION_KEYS})
     row["model_version"] = mv
-    row["run_id"] = values.get("run_id") or run_id_for({**key, "model_version": mv})
+    versions = {"model_version": mv}
+    config = _CONFIG_KEY.get()
+    if config is not None:
+        row["config_key"] = versions["config_key"] = config
+    row["run_id"] = values.get("run_id") or run_id_for({**key, **versions})
     row["timestamp_utc"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
     row["git_sha"], row["git_dirty"] = _GIT
     row["schema_version"] = SCHEMA_VERSION

@@ -87,7 +87,8 @@ def read_ablation(path: str | Path | None) -> pd.DataFrame | None:
         log.info("no ablation table at %s: the scheduler claims will be INCONCLUSIVE", path)
         return None
     try:
-        return pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+        with open(path, "rb") as fh:  # one handle: a table replaced meanwhile is read whole
+            return pd.read_parquet(fh) if path.suffix == ".parquet" else pd.read_csv(fh)
     except (OSError, ValueError) as e:  # pyarrow's and pandas' parser errors are ValueErrors
         lines = str(e).strip().splitlines() or [type(e).__name__]
         raise ValueError(f"ablation table {path} is unreadable: {lines[0]}") from None

@@ -28,7 +28,7 @@ import pandas as pd
 
 from repro.config import ReplanConfig
 from system.cluster import Cluster
-from system.results import atomic_write_text
+from system.results import atomic_write_text, write_set
 from system.scheduler import schedule
 from system.scheduler.replan import moved_tasklets, replan
 from system.scheduler.replan import spot_trace as trace
@@ -203,8 +203,9 @@ def run(cfg: ReplanConfig) -> dict:
         seed=cfg.seed,
     )
     out = Path(cfg.results_dir)
-    atomic_write_text(out / "replan.csv", df.to_csv(index=False))
-    _figure(df, out / "replan.png", cfg.interval_s)
+    with write_set(out, name="replan", owns=("replan.csv", "replan.png")) as stage:
+        atomic_write_text(stage / "replan.csv", df.to_csv(index=False))
+        _figure(df, stage / "replan.png", cfg.interval_s)
     summary = {}
     for plan in ("warm", "scratch"):
         d = df[(df.plan == plan) & (df.event > 0)]

@@ -24,7 +24,7 @@ import pandas as pd
 
 from repro.config import SchedulerAblationConfig, default_layout
 from system.cases import get_case
-from system.results import atomic_write_text
+from system.results import atomic_write_text, write_set
 from system.scheduler import schedule
 from system.workload import DTFM_REFERENCE
 
@@ -102,7 +102,9 @@ def curves(cfg: SchedulerAblationConfig) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def run(cfg: SchedulerAblationConfig) -> dict:
     long, summary = curves(cfg)
-    atomic_write_text(f"{cfg.results_dir}/ablation.csv", long.to_csv(index=False))
-    atomic_write_text(f"{cfg.results_dir}/ablation_summary.csv", summary.to_csv(index=False))
+    files = ("ablation.csv", "ablation_summary.csv")
+    with write_set(cfg.results_dir, name="ablation", owns=files) as stage:
+        atomic_write_text(stage / "ablation.csv", long.to_csv(index=False))
+        atomic_write_text(stage / "ablation_summary.csv", summary.to_csv(index=False))
     print(summary.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     return {"results_dir": cfg.results_dir, "cases": len(summary)}

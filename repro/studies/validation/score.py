@@ -385,16 +385,18 @@ def _figure(res: dict, path: Path) -> None:
 
 
 def run(cfg: ScoreConfig) -> dict:
-    from system.results import atomic_write_text
+    from system.results import atomic_write_text, write_set
 
     res = score(cfg.predictions, cfg.measured)
     out = Path(cfg.results_dir)
-    atomic_write_text(out / "scored_rows.csv", res["rows"].to_csv(index=False))
-    atomic_write_text(out / "scored.csv", res["table"].to_csv(index=False))
-    atomic_write_text(
-        out / "summary.json", json.dumps(res["summary"], indent=1, default=str) + "\n"
-    )
-    atomic_write_text(out / "scored.md", _markdown(res))
-    _figure(res, out / "validation.png")
+    files = ("scored_rows.csv", "scored.csv", "summary.json", "scored.md", "validation.png")
+    with write_set(out, name="scored", owns=files) as stage:
+        atomic_write_text(stage / "scored_rows.csv", res["rows"].to_csv(index=False))
+        atomic_write_text(stage / "scored.csv", res["table"].to_csv(index=False))
+        atomic_write_text(
+            stage / "summary.json", json.dumps(res["summary"], indent=1, default=str) + "\n"
+        )
+        atomic_write_text(stage / "scored.md", _markdown(res))
+        _figure(res, stage / "validation.png")
     print(_markdown(res))
     return {"results_dir": str(out)}
