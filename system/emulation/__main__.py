@@ -13,7 +13,9 @@
 - ``collectives {register,measure,verdict} DIR``: the simulator's all-reduce algorithms against
   the runtime's (:mod:`system.emulation.collectives_check`): write ``DIR/experiment.json`` and
   ``DIR/predictions.csv``; measure into ``DIR/measured.csv`` (root); score into
-  ``DIR/verdict.{csv,md}``.
+  ``DIR/verdict.{csv,md}`` (``posthoc``: the current model's predictions of the registered
+  experiment into ``DIR/posthoc.csv``, scored beside the registered ones; made after the
+  measurement, they are never the registered verdict).
 """
 
 from __future__ import annotations
@@ -229,7 +231,13 @@ def _collectives(step: str, folder: str) -> int:
         atomic_write_text(out / "measured.csv", pd.DataFrame(rows).to_csv(index=False))
         print(out / "measured.csv")
         return 0
-    table = cc.verdict(pred, cc.read_measured(out / "measured.csv"))
+    if step == "posthoc":
+        post = cc.predict(exp).assign(git_sha=sha, git_dirty=dirty)
+        atomic_write_text(out / "posthoc.csv", post.to_csv(index=False))
+        print(out / "posthoc.csv")
+        return 0
+    post = cc.read_predictions(out / "posthoc.csv", exp) if (out / "posthoc.csv").exists() else None
+    table = cc.verdict(pred, cc.read_measured(out / "measured.csv"), exp=exp, posthoc=post)
     atomic_write_text(out / "verdict.csv", table.to_csv(index=False, float_format="%.4g"))
     atomic_write_text(out / "verdict.md", cc.verdict_markdown(table) + "\n")
     print(cc.verdict_markdown(table))

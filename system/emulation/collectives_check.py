@@ -51,7 +51,12 @@ import pandas as pd
 
 from system.cases import get_case, is_topology_file
 from system.emulation.plan import EmulationPlan, make_plan
-from system.simulator.allreduce import allreduce_end_s, two_level_block
+from system.simulator.allreduce import (
+    TREE_CHUNK_BYTES,
+    allreduce_end_s,
+    dtree_parents,
+    two_level_block,
+)
 from system.simulator.comm import GLOO, ring_allreduce_end_s
 
 log = logging.getLogger(__name__)
@@ -65,7 +70,9 @@ __all__ = [
     "verdict",
     "verdict_markdown",
     "read_registration",
+    "read_predictions",
     "read_measured",
+    "busiest_link_s",
 ]
 
 TOLERANCE = 0.10  # a prediction holds when |median measured / predicted − 1| <= this
@@ -199,6 +206,62 @@ def predict(exp: CollectivesExperiment) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(PRED_COLUMNS))
 
 
+def _flows(n: int, nbytes: float, algo: str, variant: str, block: int):
+    """(src, dst, bytes) of every transfer ``algo`` makes over positions 0..n−1, summed per
+    direction of each pair it uses (``variant`` and ``block``: the two-level one's)."""
+    out: dict[tuple[int, int], float] = {}
+
+    def ring(members: list[int], size: float, phases: int) -> None:
+        m = len(members)
+        for q in range(m):
+            key = (members[q], members[(q + 1) % m])
+            out[key] = out.get(key, 0.0) + phases * (m - 1) * size / m
+
+    def tree(members: list[int], size: float) -> None:
+        parents = dtree_parents(len(members))
+        if size <= TREE_CHUNK_BYTES:
+            parents = parents[:1]
+        for parent in parents:
+            for r, p in enumerate(parent):
+                if p >= 0:
+                    for key in ((members[r], members[p]), (members[p], members[r])):
+                        out[key] = out.get(key, 0.0) + size / len(parents)
+
+    everyone = list(range(n))
+    if algo in ("ring", "gloo_ring"):
+        ring(everyone, nbytes, 2)
+    elif algo == "tree":
+        tree(everyone, nbytes)
+    else:
+        for b in range(n // block):
+            ring(everyone[b * block : (b + 1) * block], nbytes, 2)  # reduce-scatter + all-gather
+        for i in range(block):
+            across = everyone[i::block]
+            if variant.endswith("/tree"):
+                tree(across, nbytes / block)
+            else:
+                ring(across, nbytes / block, 2)
+    return [(a, b, x) for (a, b), x in out.items()]
+
+
+def busiest_link_s(exp: CollectivesExperiment, case: str, capped: bool, algo: str, pred) -> float:
+    """Seconds the busiest shaped resource of the emulation needs for the bytes ``algo`` puts
+    through it: an ordered pair's HTB class (its link's goodput), or with the cap a device's
+    egress (the cap). A lower bound of any schedule of those transfers, without latency; a
+    diagnostic beside the verdict, not a prediction."""
+    plan = exp.plan(case, capped)
+    c = plan.scaled_cluster()
+    flows = _flows(c.num_devices, float(exp.nbytes), algo, pred["variant"], int(pred["block"]))
+    worst = max(8.0 * x / c.bandwidth_bps[a, b] for a, b, x in flows)
+    cap = plan.scaled_egress_cap_gbps
+    if capped and cap is not None:
+        egress = np.zeros(c.num_devices)
+        for a, _, x in flows:
+            egress[a] += x
+        worst = max(worst, float(8.0 * egress.max() / (cap * 1e9)))
+    return worst
+
+
 def _time_exchange(emu, plan, exp, algo: str, pred: dict, timeout_s: float) -> list[float]:
     from system.runtime.exchange_bench import ExchangeSpec
     from system.runtime.launch import run_ranks
@@ -286,7 +349,12 @@ def read_registration(folder: Path) -> tuple[CollectivesExperiment, pd.DataFrame
         exp = CollectivesExperiment.from_json(json.loads(path.read_text()))
     except ValueError as e:  # a JSONDecodeError is one too
         raise ValueError(f"registration {path}: {e}") from None
-    path = Path(folder) / "predictions.csv"
+    return exp, read_predictions(Path(folder) / "predictions.csv", exp)
+
+
+def read_predictions(path: Path, exp: CollectivesExperiment) -> pd.DataFrame:
+    """Predictions of ``exp`` at ``path`` (registered or post hoc); one ValueError naming the
+    file when they are not what :func:`predict` writes or miss a run."""
     try:
         df = pd.read_csv(path, dtype={"case": str})
         missing = sorted(set(PRED_COLUMNS) - set(df.columns))
@@ -302,9 +370,9 @@ def read_registration(folder: Path) -> tuple[CollectivesExperiment, pd.DataFrame
         if want - have:
             raise ValueError(f"no prediction for {sorted(want - have)[:3]}")
     except ValueError as e:  # pandas' parser errors are ValueErrors
-        raise ValueError(f"registration {path}: {e}") from None
+        raise ValueError(f"predictions {path}: {e}") from None
     df["capped"] = df["capped"].astype(bool)
-    return exp, df
+    return df
 
 
 def read_measured(path: Path) -> pd.DataFrame:
@@ -324,9 +392,18 @@ def read_measured(path: Path) -> pd.DataFrame:
     return df
 
 
-def verdict(predictions: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
-    """Per run: the median measured time, the prediction, its error and whether it holds."""
+def verdict(
+    predictions: pd.DataFrame,
+    measured: pd.DataFrame,
+    *,
+    exp: CollectivesExperiment | None = None,
+    posthoc: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """Per run: the median measured time, the registered prediction, its error and whether it
+    holds; with ``exp`` the busiest resource's time (:func:`busiest_link_s`), with ``posthoc``
+    a later model's prediction and error beside the registered ones."""
     pred = predictions.set_index(["case", "capped", "algorithm"])
+    post = None if posthoc is None else posthoc.set_index(["case", "capped", "algorithm"])
     out = []
     for (case, capped, algo), g in measured.groupby(["case", "capped", "algorithm"], sort=False):
         p = pred.loc[(case, capped, algo)]
@@ -347,30 +424,50 @@ def verdict(predictions: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
                 "holds": abs(err) <= TOLERANCE,
             }
         )
+        if exp is not None:
+            out[-1]["busiest_link_s"] = busiest_link_s(exp, case, bool(capped), algo, p)
+        if post is not None:
+            q = post.loc[(case, capped, algo)]
+            out[-1]["posthoc_s"] = float(q["predicted_s"])
+            out[-1]["posthoc_err"] = med / float(q["predicted_s"]) - 1.0
+            out[-1]["posthoc_holds"] = abs(out[-1]["posthoc_err"]) <= TOLERANCE
     return pd.DataFrame(out)
 
 
 def verdict_markdown(table: pd.DataFrame) -> str:
-    """The verdict as Markdown: one line per run, then per algorithm its errors."""
-    lines = [
-        "| case | cap | algorithm | measured s (min-max) | predicted s | err | within 10% |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    """The verdict as Markdown: one line per run, then per algorithm its errors (the post-hoc
+    model's beside the registered one's where the table has them)."""
+    post = "posthoc_s" in table.columns
+    busy = "busiest_link_s" in table.columns
+    head = ["case", "cap", "algorithm", "measured s (min-max)", "registered s", "err", "within 10%"]
+    head += ["busiest link s"] if busy else []
+    head += ["post-hoc s", "err", "within 10%"] if post else []
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in table.itertuples(index=False):
-        lines.append(
-            f"| {r.case} | {'yes' if r.capped else 'no'} | {r.variant} | "
-            f"{r.measured_median_s:.2f} ({r.measured_min_s:.2f}-{r.measured_max_s:.2f}) | "
-            f"{r.predicted_s:.2f} | {r.err:+.1%} | {'yes' if r.holds else 'no'} |"
-        )
-    lines += [
-        "",
-        "| algorithm | runs | mean abs err | max abs err | within 10% |",
-        "|---|---|---|---|---|",
-    ]
+        cells = [
+            r.case,
+            "yes" if r.capped else "no",
+            r.variant,
+            f"{r.measured_median_s:.2f} ({r.measured_min_s:.2f}-{r.measured_max_s:.2f})",
+            f"{r.predicted_s:.2f}",
+            f"{r.err:+.1%}",
+            "yes" if r.holds else "no",
+        ]
+        cells += [f"{r.busiest_link_s:.2f}"] if busy else []
+        if post:
+            cells += [
+                f"{r.posthoc_s:.2f}",
+                f"{r.posthoc_err:+.1%}",
+                "yes" if r.posthoc_holds else "no",
+            ]
+        lines.append("| " + " | ".join(cells) + " |")
+    head = ["algorithm", "runs", "registered: mean abs err", "max abs err", "within 10%"]
+    head += ["post-hoc: mean abs err", "max abs err", "within 10%"] if post else []
+    lines += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for algo, g in table.groupby("algorithm", sort=False):
-        e = g["err"].abs()
-        lines.append(
-            f"| {algo} | {len(g)} | {e.mean():.1%} | {e.max():.1%} | "
-            f"{int(g['holds'].sum())} of {len(g)} |"
-        )
+        cells = [algo, str(len(g))]
+        for e, h in (("err", "holds"),) + ((("posthoc_err", "posthoc_holds"),) if post else ()):
+            a = g[e].abs()
+            cells += [f"{a.mean():.1%}", f"{a.max():.1%}", f"{int(g[h].sum())} of {len(g)}"]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
