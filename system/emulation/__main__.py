@@ -10,12 +10,12 @@
 - ``sharing {register,measure,verdict} DIR``: the link-sharing experiment
   (:mod:`system.emulation.sharing_check`): write ``DIR/predictions.json``; measure the runs into
   ``DIR/measured.csv`` (root); score them into ``DIR/verdict.{csv,md}``.
-- ``collectives {register,measure,verdict} DIR``: the simulator's all-reduce algorithms against
-  the runtime's (:mod:`system.emulation.collectives_check`): write ``DIR/experiment.json`` and
-  ``DIR/predictions.csv``; measure into ``DIR/measured.csv`` (root); score into
-  ``DIR/verdict.{csv,md}`` (``posthoc``: the current model's predictions of the registered
-  experiment into ``DIR/posthoc.csv``, scored beside the registered ones; made after the
-  measurement, they are never the registered verdict).
+- ``collectives {register,measure,posthoc,verdict} DIR``: the simulator's all-reduce algorithms
+  against the runtime's (:mod:`system.emulation.collectives_check`): write
+  ``DIR/experiment.json`` and ``DIR/predictions.csv``; measure into ``DIR/measured.csv``
+  (root); score into ``DIR/verdict.{csv,md}`` (``posthoc``: the current model's predictions
+  of the registered experiment into ``DIR/posthoc.csv``, scored beside the registered ones;
+  made after the measurement, they are never the registered verdict).
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("step", choices=("register", "measure", "verdict"))
     s.add_argument("dir", help="folder of predictions.json, measured.csv, verdict.*")
     s = sub.add_parser("collectives", help="the simulator's all-reduces against the runtime's")
-    s.add_argument("step", choices=("register", "measure", "verdict"))
+    s.add_argument("step", choices=("register", "measure", "posthoc", "verdict"))
     s.add_argument(
         "dir", help="folder of experiment.json, predictions.csv, measured.csv, verdict.*"
     )
