@@ -11,8 +11,9 @@
   (:mod:`system.emulation.sharing_check`): write ``DIR/predictions.json``; measure the runs into
   ``DIR/measured.csv`` (root); score them into ``DIR/verdict.{csv,md}``.
 - ``collectives {register,measure,posthoc,verdict} DIR``: the simulator's all-reduce algorithms
-  against the runtime's (:mod:`system.emulation.collectives_check`): write
-  ``DIR/experiment.json`` and ``DIR/predictions.csv``; measure into ``DIR/measured.csv``
+  against the runtime's (:mod:`system.emulation.collectives_check`): write ``DIR/predictions.csv``
+  for ``DIR/experiment.json`` (the default experiment, written there, when absent; an existing
+  registration is never rewritten); measure into ``DIR/measured.csv``
   (root); score into ``DIR/verdict.{csv,md}`` (``posthoc``: the current model's predictions
   of the registered experiment into ``DIR/posthoc.csv``, scored beside the registered ones;
   made after the measurement, they are never the registered verdict).
@@ -218,7 +219,10 @@ def _collectives(step: str, folder: str) -> int:
     out = Path(folder)
     sha, dirty = git_state()
     if step == "register":
-        exp = cc.CollectivesExperiment()
+        if (out / "predictions.csv").exists():
+            raise ValueError(f"{out / 'predictions.csv'} exists: a registration is not rewritten")
+        exp = cc.read_experiment(out) if (out / "experiment.json").exists() else None
+        exp = exp or cc.CollectivesExperiment()
         pred = cc.predict(exp).assign(git_sha=sha, git_dirty=dirty)
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_text(out / "experiment.json", json.dumps(exp.to_json(), indent=1) + "\n")

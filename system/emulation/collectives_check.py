@@ -70,6 +70,7 @@ __all__ = [
     "verdict",
     "verdict_markdown",
     "read_registration",
+    "read_experiment",
     "read_predictions",
     "read_measured",
     "busiest_link_s",
@@ -344,12 +345,17 @@ def _is_number(v) -> bool:
 def read_registration(folder: Path) -> tuple[CollectivesExperiment, pd.DataFrame]:
     """The experiment and predictions registered in ``folder``; one ValueError naming the file
     when one is missing, not what :func:`predict` writes, or holds a value out of range."""
+    exp = read_experiment(folder)
+    return exp, read_predictions(Path(folder) / "predictions.csv", exp)
+
+
+def read_experiment(folder: Path) -> CollectivesExperiment:
+    """The experiment of ``folder/experiment.json``; one ValueError naming the file."""
     path = Path(folder) / "experiment.json"
     try:
-        exp = CollectivesExperiment.from_json(json.loads(path.read_text()))
+        return CollectivesExperiment.from_json(json.loads(path.read_text()))
     except ValueError as e:  # a JSONDecodeError is one too
         raise ValueError(f"registration {path}: {e}") from None
-    return exp, read_predictions(Path(folder) / "predictions.csv", exp)
 
 
 def read_predictions(path: Path, exp: CollectivesExperiment) -> pd.DataFrame:

@@ -131,3 +131,16 @@ def test_the_study_runs_end_to_end_at_a_tiny_size(tmp_path):
     assert (table["err"].abs() < 1.0).all(), table[
         ["variant", "capped", "predicted_s", "measured_median_s"]
     ]
+
+
+def test_register_reads_the_folders_experiment_and_never_rewrites_a_registration(tmp_path, capsys):
+    (tmp_path / "experiment.json").write_text(json.dumps(TINY.to_json()))
+    assert _main("collectives", "register", str(tmp_path)) == 0
+    exp, pred = read_registration(tmp_path)
+    assert exp == TINY and len(pred) == 2 * len(ALGORITHMS)
+    before = (tmp_path / "predictions.csv").read_text()
+    capsys.readouterr()
+    assert _main("collectives", "register", str(tmp_path)) == 2
+    err = capsys.readouterr().err.strip()
+    assert "is not rewritten" in err and len(err.splitlines()) == 1, err
+    assert (tmp_path / "predictions.csv").read_text() == before
