@@ -8,12 +8,18 @@ Two exchanges over all ranks, one gradient of ``nbytes`` (fp32) per rank:
 - ``sharded_ps``: our runtime's sharded parameter server (:class:`GradBuckets`, one bucket):
   receives of the first half posted before the exchange, as the runtime posts them at the
   iteration's start; each rank sends its n−1 shards to their owners at once;
-- ``ring``: ``torch.distributed.all_reduce`` (gloo's ring, what the baselines' DP runs on CPU).
+- ``ring``: ``torch.distributed.all_reduce`` (gloo's ring, what the baselines' DP runs on CPU);
+- ``ring_p2p``, ``tree``, ``two_level``: NCCL's ring, double binary tree and the two-level
+  all-reduce over point-to-point (:mod:`system.runtime.collectives`; ``block`` and ``inner``
+  choose the two-level one's blocks and its algorithm across them), every receive posted before
+  the common start.
 
 Each repeat starts on every rank at one wall-clock instant (rank 0 picks it a margin ahead and
 broadcasts it; the ranks share a host clock in the emulation), and its time is the latest rank's
 end minus that instant. ``warmup`` repeats first (connections open, windows grown). Rank 0 writes
-``{"times_s": [...], "per_rank_s": [[...], ...]}`` to ``result_path``.
+``{"times_s": [...], "per_rank_s": [[...], ...]}`` to ``result_path``. The point-to-point
+all-reduces' sums are checked after every repeat (every element must be the sum of the ranks'
+fills).
 """
 
 from __future__ import annotations
@@ -29,12 +35,14 @@ import torch
 import torch.distributed as dist
 
 from system.lifeline import exit_now
+from system.runtime.collectives import allreduce
 from system.runtime.data_parallel import GradBuckets
 from system.runtime.timeline import Timeline
 
 __all__ = ["ExchangeSpec", "run"]
 
-EXCHANGES = ("sharded_ps", "ring")
+EXCHANGES = ("sharded_ps", "ring", "ring_p2p", "tree", "two_level")
+P2P_ALGORITHMS = {"ring_p2p": "ring", "tree": "tree", "two_level": "two_level"}
 
 
 @dataclass(frozen=True)
@@ -48,10 +56,14 @@ class ExchangeSpec:
     margin_s: float = 0.5  # how far ahead rank 0 sets each repeat's common start
     timeout_s: float = 300.0
     result_path: str | None = None
+    block: int = 2  # two_level: ranks per block
+    inner: str = "ring"  # two_level: the all-reduce across blocks (ring or tree)
 
     def __post_init__(self) -> None:
         if self.exchange not in EXCHANGES:
             raise ValueError(f"exchange must be one of {EXCHANGES}, got {self.exchange!r}")
+        if self.inner not in ("ring", "tree") or self.block < 2:
+            raise ValueError(f"exchange bench: inner ring or tree, block >= 2; got {self}")
         if self.nbytes < 4 or self.repeats < 1 or self.warmup < 0 or self.margin_s <= 0:
             raise ValueError(
                 f"exchange bench: nbytes >= 4, repeats >= 1, warmup >= 0, margin_s > 0; got {self}"
@@ -91,14 +103,27 @@ def run(spec: ExchangeSpec) -> dict | None:
             param.grad.fill_(float(rank + k))
             if spec.exchange == "sharded_ps":
                 buckets.post_receives(None, "sharded_ps")
+            op = None
+            if spec.exchange in P2P_ALGORITHMS:
+                op = allreduce(
+                    buckets.buffers[0],
+                    P2P_ALGORITHMS[spec.exchange],
+                    block=spec.block,
+                    inner=spec.inner,
+                ).post()
             dist.barrier()
             start = _common_start(spec.margin_s)
             time.sleep(max(0.0, start - time.time()))
             if spec.exchange == "sharded_ps":
                 buckets.sync(None, "sharded_ps", timeline)
+            elif op is not None:
+                op.run()
             else:
                 dist.all_reduce(buckets.buffers[0])
             end = time.time()
+            want = world * (world - 1) / 2 + world * k  # sum over ranks of rank + k
+            if op is not None and not bool((param.grad == want).all()):
+                raise RuntimeError(f"{spec.exchange}: the all-reduce's sum is not {want}")
             if k >= spec.warmup:
                 mine.append(end - start)
         got = [torch.zeros(len(mine), dtype=torch.float64) for _ in range(world)]

@@ -12,12 +12,17 @@ member of group g entering at ``entry_s[g][k]``:
   rank for an odd one; a message of one chunk runs on one channel, so on the first tree only,
   as NCCL lowers the channel count for small sizes). Each tree carries half of the message,
   reduced up to its root and broadcast back down, pipelined in chunks of
-  :data:`TREE_CHUNK_BYTES`: the first chunk climbs
-  and descends the tree hop by hop (α + 8·chunk/r per hop, each member joining when it entered),
-  the rest streams behind it at the tree's slowest edge rate. All edges of both trees, up and
-  down, of every group are concurrent flows, so they share links as the sharing model says
-  (:mod:`system.simulator.sharing`): under ``pair`` a parent receives from its two children at
-  two links' rates, under ``nic`` it shares its one NIC;
+  :data:`TREE_CHUNK_BYTES`. A member is done at the later of two times. The pipeline: the first
+  chunk climbs and descends the tree hop by hop (α + 8·chunk/r per hop, each member joining
+  when it entered), the rest streams behind it at the tree's slowest edge rate, r each edge's
+  rate alone on its links (early on, before the other tree's and the way down's chunks arrive,
+  an edge has its links to itself). The busiest link: all edges of both trees, up and down, of
+  every group are concurrent flows sharing links as the sharing model says
+  (:mod:`system.simulator.sharing`: under ``pair`` a parent receives from its two children at
+  two links' rates, under ``nic`` it shares its one NIC), and no member is done before every
+  flow has moved its half at that shared rate and landed (8·half/r_shared + α after the last
+  member entered): a link the trees share carries both halves whatever the order of their
+  chunks;
 - ``two_level``: reduce-scatter inside blocks of k consecutive ranks that share a region, an
   all-reduce of the 1/k shards across the blocks (k concurrent groups, ring or tree, whichever
   ends first), all-gather inside the blocks — megatron-core's partial distributed optimizer
@@ -47,7 +52,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from system.cluster import Cluster
+from system.cluster import Cluster, fingerprint
 from system.compiled import kernel
 from system.simulator.comm import flow_bandwidth_bps, ring_collective_s
 from system.simulator.nccl_tuner import choose, system_for_group
@@ -160,6 +165,24 @@ def _trees(n: int, one: bool) -> _Trees:
     return out
 
 
+_ALONE: dict[str, np.ndarray] = {}  # per cluster fingerprint: each pair's rate alone, NaN unknown
+
+
+def _alone_bps(cluster: Cluster, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """Rate (bit/s) of each flow ``src → dst`` were it the only flow (its pair, capped by
+    whatever else caps one flow under the sharing model), kept per cluster."""
+    key = fingerprint(cluster)
+    table = _ALONE.get(key)
+    if table is None:
+        if len(_ALONE) >= 64:
+            _ALONE.clear()
+        table = _ALONE[key] = np.full((cluster.num_devices,) * 2, np.nan)
+    unknown = np.isnan(table[src, dst])
+    for a, b in set(zip(src[unknown].tolist(), dst[unknown].tolist(), strict=True)):
+        table[a, b] = float(flow_bandwidth_bps(cluster, [a], [b])[0])
+    return table[src, dst]
+
+
 def tree_allreduce_end_s(
     cluster: Cluster, groups: Sequence[Sequence[int]], nbytes, entry_s
 ) -> np.ndarray:
@@ -174,7 +197,8 @@ def tree_allreduce_end_s(
     child, par = trees.child, trees.par
     src = np.concatenate([g[:, child], g[:, par]], axis=1)  # up, then down, per group
     dst = np.concatenate([g[:, par], g[:, child]], axis=1)
-    rate = flow_bandwidth_bps(cluster, src.ravel(), dst.ravel()).reshape(src.shape)
+    shared = flow_bandwidth_bps(cluster, src.ravel(), dst.ravel()).reshape(src.shape)
+    rate = _alone_bps(cluster, src, dst)
     alpha = cluster.delay_s[src, dst]
     half = size / len(trees.parents)
     chunk = np.minimum(half, TREE_CHUNK_BYTES)
@@ -188,7 +212,8 @@ def tree_allreduce_end_s(
         stream = 8.0 * (half - chunk) / slowest
         done = _tree_pass(e, trees.parents[t], trees.orders[t], trees.cols[t], up, down)
         out = np.maximum(out, done + stream[:, None])
-    return out
+    drain = (8.0 * half[:, None] / shared + alpha).max(axis=1)  # the busiest link's bytes
+    return np.maximum(out, (e.max(axis=1) + drain)[:, None])
 
 
 @kernel

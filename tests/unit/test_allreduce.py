@@ -76,14 +76,21 @@ def test_ring_allreduce_by_hand():
 
 def test_tree_allreduce_by_hand_under_pair_sharing():
     # 4 ranks: tree 0 has parents [-, 2, 0, 2], tree 1 (mirror) [1, 3, 1, -]. Pair 1->2 carries
-    # tree 0's up flow and tree 1's down flow, pair 2->1 the reverse: those get BW/2, every other
-    # edge BW. The worst member (rank 1 in tree 0): first chunk c up 1->2 (BW/2), 2->0, down
-    # 0->2, 2->1 (BW/2) = 4α + 48c/BW; the rest of its half (S/2 − c) streams at BW/2.
+    # tree 0's up flow and tree 1's down flow, pair 2->1 the reverse. The pipeline, at each
+    # edge's rate alone (BW): the worst member (rank 1 in tree 0) gets the first chunk c up 1->2,
+    # 2->0, down 0->2, 2->1 = 4α + 32c/BW, the rest of its half (S/2 − c) streaming at BW. The
+    # busiest link: pair 1->2 moves both halves (BW/2 each with all flows at once), then α.
     c, s = uniform(4), 1e9
     end, name = allreduce_end_s(c, [[0, 1, 2, 3]], s, np.zeros((1, 4)), "tree")
     chunk = TREE_CHUNK_BYTES
-    hand = 4 * ALPHA + 48 * chunk / BW + 8 * (s / 2 - chunk) / (BW / 2)
-    assert name == "tree" and end.max() == pytest.approx(hand)
+    pipeline = 4 * ALPHA + 32 * chunk / BW + 8 * (s / 2 - chunk) / BW
+    busiest = 8 * (s / 2) / (BW / 2) + ALPHA
+    assert busiest > pipeline  # a big message: the shared pair decides
+    assert name == "tree" and end.max() == pytest.approx(busiest)
+    # a latency-bound one: the pipeline decides
+    end, _ = allreduce_end_s(uniform(4, alpha=1.0), [[0, 1, 2, 3]], s, np.zeros((1, 4)), "tree")
+    pipeline = 4 * 1.0 + 32 * chunk / BW + 8 * (s / 2 - chunk) / BW
+    assert end.max() == pytest.approx(pipeline)
 
 
 def test_tree_of_one_chunk_rides_one_tree_and_waits_for_late_members():
