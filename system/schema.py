@@ -133,6 +133,16 @@ _SETTING = {
     "dp_collective": "str",
     "schedule": "str",  # pipeline schedule: gpipe | 1f1b
     "runtime_supported": "bool",  # ours: a configuration our runtime implements today
+    # ours_search: the configurations searched, runnable (what system/runtime runs) | all
+    "ours_configs": "str",
+    # baselines: Megatron's virtual pipeline stages per device (interleaved 1F1B when > 1), its
+    # distributed optimizer and the overlap of its gradient reduce-scatter with backward and of
+    # its parameter all-gather with the next forward; DeepSpeed ZeRO's overlap_comm
+    "virtual_stages": "int",
+    "distributed_optimizer": "bool",
+    "overlap_grad_reduce": "bool",
+    "overlap_param_gather": "bool",
+    "overlap_comm": "bool",
     "baseline_transport": "str",
 }
 _MEASURED = {
@@ -294,6 +304,7 @@ MODEL_SOURCES = (
     "system/data/*.csv",
     "system/cost/*.py",
     "system/scheduler/*.py",
+    "system/config_search.py",
     "system/simulator/**/*.py",
     "baselines/space.py",
     "baselines/placement.py",

@@ -16,6 +16,7 @@ from baselines.placement import Placement
 from repro.config.base import RunConfig, default_of, register_mode
 from repro.config.options import ConfigError, Options, choice, group, option
 from system.cases import PAPER_CASES, VARIANTS, canonical_case
+from system.config_search import CONFIG_SETS
 from system.emulation.netns import BACKENDS
 from system.emulation.verify import ON_FAIL
 from system.results import SIMULATED_SYSTEMS, TRAINED_SYSTEMS
@@ -62,6 +63,7 @@ DpMode = choice("DpMode", DP_MODES, module=__name__)
 RankLayout = choice("RankLayout", LAYOUTS, module=__name__)
 Device = choice("Device", DEVICES, module=__name__)
 Tables = choice("Tables", ("compact", "wide"), module=__name__)
+OursConfigs = choice("OursConfigs", CONFIG_SETS, module=__name__)
 EmulateLayout = choice("EmulateLayout", ("scheduled", "random", "identity"), module=__name__)
 Backend = choice("Backend", BACKENDS, module=__name__)
 OnFail = choice("OnFail", ON_FAIL, module=__name__)
@@ -320,6 +322,11 @@ class SimulateConfig(LayoutOptions, ModelOptions, CaseOptions, RunConfig):
         "tc emulation, the default; system/simulator/sharing.py)",
     )
     baseline_transport: Transport = option(Transport.nccl, "the baselines' transport model")
+    ours_configs: OursConfigs = option(
+        OursConfigs.runnable,
+        "ours' configuration search: runnable (only what system/runtime runs: GPipe, full or no "
+        "recomputation) or all (1F1B and selective recomputation too: the design space)",
+    )
     tables: Tables = option(Tables.compact, "console: one 100-column table, or the wide ones")
 
     def _canonical(self, case) -> list[str]:

@@ -284,6 +284,7 @@ def _search(cfg: SimulateConfig, case: str, layers: int, batch: int, schedules) 
         seed=cfg.seed,
         loss_scaling=True,
         scheduled=lambda p, d, w: schedules.get(case, plain, w, p, d).assignment,
+        configs=str(cfg.ours_configs),
     )
 
 
@@ -386,6 +387,7 @@ def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, s
                     "system": "ours_search",
                     **schedules.key,
                     **{k: c[k] for k in ("pp", "dp", "micro_batch_size", "recompute", "schedule")},
+                    "ours_configs": str(cfg.ours_configs),  # what the search was credited with
                     "placement": c["layout"],
                     "repeat": r,
                 }

@@ -33,6 +33,8 @@ __all__ = [
     "LAYOUTS",
     "STARTS",
     "DATASETS",
+    "SCHEDULES",
+    "RECOMPUTE_MODES",
 ]
 
 DEVICES = ("cpu", "cuda")  # gloo on CPU processes, NCCL on GPUs
@@ -41,6 +43,11 @@ COMPRESSED_DP_MODES = ("sharded_ps", "ring")  # ring: the compressed ring all-ga
 STARTS = ("barrier", "clock", "free")
 DATASETS = ("synthetic", "kjv")  # system.runtime.data.make_data
 LAYOUTS = ("identity", "random")
+# what the runtime runs: the GPipe pass of system/runtime/pipeline.py, with every block's
+# activations kept (``checkpointing=False``: recomputation "none") or recomputed in backward
+# (``checkpointing=True``: "full"); 1F1B and selective recomputation are simulator-only
+SCHEDULES = ("gpipe",)
+RECOMPUTE_MODES = {"none": False, "full": True}  # recomputation -> RunSpec.checkpointing
 OPTIMIZERS = ("adamw", "sgd")
 MAX_LR = 10.0  # far above any rate AdamW or SGD trains a transformer with
 
