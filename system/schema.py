@@ -177,6 +177,9 @@ _SIMULATOR = {  # the simulator's breakdown (SimResult.breakdown, prefixed sim_)
     "sim_rounds": "int",
     "sim_micro_batches": "int",
     "sim_micro_steps": "int",
+    "sim_virtual_stages": "int",  # model chunks per stage the replay ran
+    "sim_param_gather_wait_s": "float",  # overlapped parameter all-gather: first forward's wait
+    "sim_grad_buckets": "int",  # gradient buckets reduced (overlap: bucketed reduce-scatter)
     "sim_fwd_s": "float",
     "sim_bwd_s": "float",
     "sim_pp_link_max_s": "float",

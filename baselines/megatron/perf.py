@@ -12,14 +12,28 @@ map (:mod:`baselines.placement`); the shared model is
 :func:`system.simulator.collective.simulate_1f1b_ring`. The grid (``baselines.space``) varies
 TP (inside a host), PP, DP, the micro-batch size and activation recomputation; the fastest
 configuration that fits in 16 GB is Megatron's number for a setting, as the paper's grid search
-did. The pipeline's op order is :func:`baselines.megatron.schedule.megatron_1f1b_program`.
+did. The pipeline's op order is :func:`baselines.megatron.schedule.megatron_1f1b_program`, or
+with virtual stages (interleaved 1F1B)
+:func:`baselines.megatron.schedule.megatron_interleaved_program`. The grid also tries
+megatron-core's distributed optimizer (optimizer state sharded over DP: reduce-scatter of the
+gradients, all-gather of the updated parameters), alone and with ``overlap_grad_reduce`` +
+``overlap_param_gather`` (:data:`baselines.space.MEGATRON_OVERLAP`), simulated as
+:func:`~system.simulator.collective.simulate_1f1b_ring` with ``zero=1`` and its overlap; the
+gradient buckets are megatron-core's: ``max(40M, 1M·dp)`` parameters on the first pipeline stage
+and one bucket on every other stage (``DistributedDataParallel`` turns bucketing off past pipeline
+rank 0, where the reduction is off the critical path). With gloo (the CPU runs) the grid keeps the
+replicated optimizer: megatron-core's distributed optimizer runs on CUDA tensors only.
 """
 
 from __future__ import annotations
 
-from baselines.megatron.schedule import megatron_1f1b_program
+from dataclasses import replace
+from functools import partial
+
+from baselines.megatron.schedule import megatron_1f1b_program, megatron_interleaved_program
 from baselines.placement import grid_search
 from baselines.space import (
+    MEGATRON_OVERLAP,
     BaselineConfig,
     GridResult,
     config_memory_bytes,
@@ -33,7 +47,7 @@ from system.simulator.hardware import V100, Hardware
 from system.simulator.result import SimResult
 from system.workload import Workload
 
-__all__ = ["RING_KWARGS", "simulate_megatron", "grid_search_megatron"]
+__all__ = ["RING_KWARGS", "bucket_params", "simulate_megatron", "grid_search_megatron"]
 
 # What makes simulate_1f1b_ring Megatron (replicated optimizer); every Megatron prediction passes
 # these, the grid's and the registered validation predictions alike.
@@ -46,6 +60,17 @@ RING_KWARGS = {
     # partial distributed optimizer), whichever the link model finds fastest
     "dp_collective": "best",
 }
+
+
+def bucket_params(pp: int, dp: int) -> list[float | None]:
+    """Parameters per gradient bucket on each pipeline stage: megatron-core's default
+    ``max(40_000_000, 1_000_000·dp)`` on the first stage, one bucket (None) on the others
+    (``distributed/distributed_data_parallel.py``).
+
+    >>> bucket_params(3, 64)
+    [64000000.0, None, None]
+    """
+    return [float(max(40_000_000, 1_000_000 * dp))] + [None] * (pp - 1)
 
 
 def simulate_megatron(
@@ -66,13 +91,23 @@ def simulate_megatron(
     True with NCCL (Megatron-LM's GPT ties its input and output embeddings unless
     ``--untie-embeddings-and-output-weights``) and False otherwise (the project's emulated runs
     build megatron-core's GPTModel untied, ``baselines/megatron/train.py``). ``dp_collective``:
-    the DP all-reduce (default: the fastest, :data:`RING_KWARGS`).
+    the DP all-reduce (default: the fastest, :data:`RING_KWARGS`); with the distributed
+    optimizer ``ring`` (reduce-scatter + all-gather) or ``tree`` (all-reduce + all-gather), and
+    with its overlap the bucketed ring reduce-scatter.
     """
     if tied_embedding is None:
         tied_embedding = transport.name.startswith("nccl")
     if config.system != "megatron" or config.zero:
         raise ValueError(f"simulate_megatron: not a Megatron configuration: {config}")
     w = with_micro_batch(workload, config)
+    kwargs = {**RING_KWARGS, **({"dp_collective": dp_collective} if dp_collective else {})}
+    if config.virtual_stages > 1:
+        kwargs["schedule"] = megatron_interleaved_program(config.virtual_stages)
+    if config.distributed_optimizer:
+        kwargs["zero"] = 1
+        kwargs["overlap_grad_reduce"] = config.overlap_grad_reduce
+        kwargs["overlap_param_gather"] = config.overlap_param_gather
+        kwargs["bucket_params"] = bucket_params(config.pp, config.dp)
     res = simulate_1f1b_ring(
         cluster,
         w,
@@ -82,12 +117,13 @@ def simulate_megatron(
         hardware=hardware,
         transport=transport,
         rank_map=rank_map,
-        **{**RING_KWARGS, **({"dp_collective": dp_collective} if dp_collective else {})},
+        **kwargs,
         recompute=config.recompute,
         tied_embedding=tied_embedding,
     )
     assert abs(res.memory_bytes - config_memory_bytes(config, workload)) < 1.0
-    return res
+    # Megatron's own flags (the distributed optimizer, not ``zero``)
+    return replace(res, config=config.to_dict())
 
 
 def grid_search_megatron(
@@ -95,10 +131,14 @@ def grid_search_megatron(
 ) -> GridResult:
     """Megatron's grid search: :func:`baselines.placement.grid_search` over
     :func:`baselines.space.megatron_space` with :func:`simulate_megatron`; ``options``:
-    ``placement``, ``recompute``, ``transport``, ``cache`` as documented there."""
+    ``placement``, ``recompute``, ``transport``, ``cache`` as documented there. On gloo
+    (``transport`` with rendezvous) the distributed optimizer is left out (module docstring)."""
+    transport = options.get("transport", NCCL)
+    nccl = not transport.rendezvous and transport.ring_segment_bytes is None
+    space = megatron_space if nccl else partial(megatron_space, overlap=MEGATRON_OVERLAP[:1])
     return grid_search(
         "megatron",
-        megatron_space,
+        space,
         simulate_megatron,
         cluster,
         workload,

@@ -229,7 +229,9 @@ def _row(key: dict, res: SimResult, cluster: Cluster, **extra) -> dict:
     own = ("rank_map", "placement_how", "dp_collective", "layout_table")  # row columns
     breakdown = {k: v for k, v in res.breakdown.items() if k not in own}
     extra.setdefault("dp_collective", res.breakdown.get("dp_collective"))
-    extra.setdefault("schedule", c.get("schedule", "1f1b"))  # the baselines run 1F1B
+    # the baselines run 1F1B, Megatron's interleaved with virtual stages (``virtual_stages``)
+    interleaved = c.get("virtual_stages", 1) > 1
+    extra.setdefault("schedule", c.get("schedule", "interleaved-1f1b" if interleaved else "1f1b"))
     if "runtime_supported" in c:
         extra.setdefault("runtime_supported", c["runtime_supported"])
     if "rank_map" in res.breakdown:  # baselines: where each launch rank ran
