@@ -357,6 +357,11 @@ def _baseline_config(spec: BaselineSpec):
         dp=spec.dp,
         micro_batch_size=spec.micro_batch_size,
         zero=spec.zero or 0,
+        virtual_stages=spec.virtual_stages,
+        distributed_optimizer=spec.distributed_optimizer,
+        overlap_grad_reduce=spec.overlap_grad_reduce,
+        overlap_param_gather=spec.overlap_param_gather,
+        overlap_comm=spec.overlap_comm,
     )
 
 
