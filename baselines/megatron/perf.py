@@ -47,7 +47,13 @@ from system.simulator.hardware import V100, Hardware
 from system.simulator.result import SimResult
 from system.workload import Workload
 
-__all__ = ["RING_KWARGS", "bucket_params", "simulate_megatron", "grid_search_megatron"]
+__all__ = [
+    "RING_KWARGS",
+    "bucket_params",
+    "ring_kwargs",
+    "simulate_megatron",
+    "grid_search_megatron",
+]
 
 # What makes simulate_1f1b_ring Megatron (replicated optimizer); every Megatron prediction passes
 # these, the grid's and the registered validation predictions alike.
@@ -71,6 +77,23 @@ def bucket_params(pp: int, dp: int) -> list[float | None]:
     [64000000.0, None, None]
     """
     return [float(max(40_000_000, 1_000_000 * dp))] + [None] * (pp - 1)
+
+
+def ring_kwargs(config: BaselineConfig | dict) -> dict:
+    """:data:`RING_KWARGS` with ``config``'s framework features: the interleaved program for
+    virtual stages, and the distributed optimizer (``zero=1``) with its overlap and buckets.
+    ``config`` is a :class:`~baselines.space.BaselineConfig` or its ``to_dict`` (a result's
+    ``config``)."""
+    c = config.to_dict() if isinstance(config, BaselineConfig) else config
+    kwargs = dict(RING_KWARGS)
+    if c.get("virtual_stages", 1) > 1:
+        kwargs["schedule"] = megatron_interleaved_program(c["virtual_stages"])
+    if c.get("distributed_optimizer"):
+        kwargs["zero"] = 1
+        kwargs["overlap_grad_reduce"] = bool(c.get("overlap_grad_reduce"))
+        kwargs["overlap_param_gather"] = bool(c.get("overlap_param_gather"))
+        kwargs["bucket_params"] = bucket_params(c["pp"], c["dp"])
+    return kwargs
 
 
 def simulate_megatron(
@@ -100,14 +123,7 @@ def simulate_megatron(
     if config.system != "megatron" or config.zero:
         raise ValueError(f"simulate_megatron: not a Megatron configuration: {config}")
     w = with_micro_batch(workload, config)
-    kwargs = {**RING_KWARGS, **({"dp_collective": dp_collective} if dp_collective else {})}
-    if config.virtual_stages > 1:
-        kwargs["schedule"] = megatron_interleaved_program(config.virtual_stages)
-    if config.distributed_optimizer:
-        kwargs["zero"] = 1
-        kwargs["overlap_grad_reduce"] = config.overlap_grad_reduce
-        kwargs["overlap_param_gather"] = config.overlap_param_gather
-        kwargs["bucket_params"] = bucket_params(config.pp, config.dp)
+    kwargs = {**ring_kwargs(config), **({"dp_collective": dp_collective} if dp_collective else {})}
     res = simulate_1f1b_ring(
         cluster,
         w,

@@ -329,10 +329,14 @@ def simulate_1f1b_ring(
     if overlap_param_gather and not overlap_grad_reduce:
         raise ValueError("overlap_param_gather is modelled with overlap_grad_reduce only")
     if overlap_grad_reduce and (
-        zero != 1 or transport.rendezvous or transport.ring_segment_bytes is not None
+        zero != 1
+        or transport.rendezvous
+        or transport.ring_segment_bytes is not None
+        or dp_protocol != "ring"
     ):
         raise ValueError(
-            "overlap_grad_reduce: modelled for a sharded optimizer (zero=1) on NCCL only"
+            "overlap_grad_reduce: modelled for a sharded optimizer (zero=1) with the ring DP "
+            "protocol on NCCL only"
         )
     m_all = workload.micro_batches(dp)
     if rounds < 1 or m_all % rounds or (rounds > 1 and schedule != "gpipe"):
