@@ -144,6 +144,8 @@ _SETTING = {
     "overlap_param_gather": "bool",
     "overlap_comm": "bool",
     "baseline_transport": "str",
+    # the baselines' grids with their framework features (virtual stages, overlap) or without
+    "baseline_features": "bool",
 }
 _MEASURED = {
     "iter_time_s": "float",

@@ -192,10 +192,12 @@ def grid_search_deepspeed(
     """DeepSpeed's grid search: :func:`baselines.placement.grid_search` over every variant
     (:func:`baselines.space.deepspeed_space`, ZeRO-1 without a pipeline included) with
     :func:`simulate_deepspeed`; ``options``: ``placement``, ``recompute``, ``transport``,
-    ``cache`` as documented there."""
+    ``cache`` as documented there, and ``features`` (default True; False: ZeRO-1 without
+    ``overlap_comm``)."""
     transport = options.get("transport", NCCL)
     nccl = not transport.rendezvous and transport.ring_segment_bytes is None
-    space = _space if nccl else _space_plain
+    space = _space if nccl and options.pop("features", True) else _space_plain
+    options.pop("features", None)
     return grid_search(
         "deepspeed", space, simulate_deepspeed, cluster, workload, hardware, **options
     )

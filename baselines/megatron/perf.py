@@ -147,11 +147,17 @@ def grid_search_megatron(
 ) -> GridResult:
     """Megatron's grid search: :func:`baselines.placement.grid_search` over
     :func:`baselines.space.megatron_space` with :func:`simulate_megatron`; ``options``:
-    ``placement``, ``recompute``, ``transport``, ``cache`` as documented there. On gloo
+    ``placement``, ``recompute``, ``transport``, ``cache`` as documented there, and
+    ``features`` (default True; False: no virtual stages, no distributed optimizer). On gloo
     (``transport`` with rendezvous) the distributed optimizer is left out (module docstring)."""
     transport = options.get("transport", NCCL)
     nccl = not transport.rendezvous and transport.ring_segment_bytes is None
-    space = megatron_space if nccl else partial(megatron_space, overlap=MEGATRON_OVERLAP[:1])
+    if not options.pop("features", True):  # the plain grid
+        space = partial(megatron_space, virtual=(1,), overlap=MEGATRON_OVERLAP[:1])
+    elif nccl:
+        space = megatron_space
+    else:
+        space = partial(megatron_space, overlap=MEGATRON_OVERLAP[:1])
     return grid_search(
         "megatron",
         space,

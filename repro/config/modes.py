@@ -322,6 +322,12 @@ class SimulateConfig(LayoutOptions, ModelOptions, CaseOptions, RunConfig):
         "tc emulation, the default; system/simulator/sharing.py)",
     )
     baseline_transport: Transport = option(Transport.nccl, "the baselines' transport model")
+    baseline_features: bool = option(
+        True,
+        "the baselines' framework features in their grids: Megatron's interleaved 1F1B and "
+        "distributed optimizer with overlapped gradient reduce-scatter / parameter all-gather, "
+        "DeepSpeed ZeRO-1's overlap_comm (false: the grids without them)",
+    )
     ours_configs: OursConfigs = option(
         OursConfigs.runnable,
         "ours' configuration search: runnable (only what system/runtime runs: GPipe, full or no "

@@ -209,6 +209,7 @@ def _model_knobs(cfg: SimulateConfig) -> dict:
         "compute_efficiency": cfg.compute_efficiency or V100.achievable_fraction,
         "link_sharing": str(cfg.link_sharing),
         "baseline_transport": str(cfg.baseline_transport),
+        "baseline_features": bool(cfg.baseline_features),
     }
 
 
@@ -218,6 +219,7 @@ def _changed_knobs(cfg: SimulateConfig) -> dict:
     default = {
         "compute_efficiency": V100.achievable_fraction,
         "baseline_transport": default_of(SimulateConfig, "baseline_transport"),
+        "baseline_features": default_of(SimulateConfig, "baseline_features"),
     }
     knobs = _model_knobs(cfg)
     return {k: v for k, v in knobs.items() if k == "link_sharing" or v != default[k]}
@@ -229,9 +231,16 @@ def _row(key: dict, res: SimResult, cluster: Cluster, **extra) -> dict:
     own = ("rank_map", "placement_how", "dp_collective", "layout_table")  # row columns
     breakdown = {k: v for k, v in res.breakdown.items() if k not in own}
     extra.setdefault("dp_collective", res.breakdown.get("dp_collective"))
-    # the baselines run 1F1B, Megatron's interleaved with virtual stages (``virtual_stages``)
-    interleaved = c.get("virtual_stages", 1) > 1
-    extra.setdefault("schedule", c.get("schedule", "interleaved-1f1b" if interleaved else "1f1b"))
+    # the baselines' pipelines run 1F1B, Megatron's interleaved with virtual stages
+    # (``virtual_stages``); without a pipeline (pp = 1) there is no schedule
+    baseline = "schedule" not in c
+    if baseline and c.get("pp", 1) == 1:
+        extra.setdefault("schedule", "none")
+    elif baseline:
+        interleaved = c.get("virtual_stages", 1) > 1
+        extra.setdefault("schedule", "interleaved-1f1b" if interleaved else "1f1b")
+    else:
+        extra.setdefault("schedule", c["schedule"])
     if "runtime_supported" in c:
         extra.setdefault("runtime_supported", c["runtime_supported"])
     if "rank_map" in res.breakdown:  # baselines: where each launch rank ran
@@ -323,6 +332,7 @@ def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, s
                 placement=protocol,
                 cache=cache,
                 transport=TRANSPORTS[knobs["baseline_transport"]],
+                features=knobs["baseline_features"],
             )
             for res in grid.results:
                 for r in range(repeats):

@@ -276,3 +276,20 @@ def test_interleaved_long_passes_extrapolate_exactly(p, v, rendezvous):
     exact = replay(f / v, 2 * f / v, *links, m, **kw)
     fast = replay_end_s(f / v, 2 * f / v, *links, micro_batches=m, **kw)
     np.testing.assert_allclose(fast, exact, rtol=1e-9)
+
+
+def test_features_off_gives_the_plain_grids():
+    from baselines.deepspeed.perf import grid_search_deepspeed
+    from baselines.megatron.perf import grid_search_megatron
+
+    c, w = get_case("debug"), Workload(model=MODELS["gpt3_xl"].with_layers(8), global_batch_size=64)
+    on = grid_search_megatron(c, w, recompute=("full",))
+    off = grid_search_megatron(c, w, recompute=("full",), features=False)
+    assert len(off.results) < len(on.results)
+    assert not any(r.config["virtual_stages"] > 1 for r in off.results)
+    assert not any(r.config["distributed_optimizer"] for r in off.results)
+    assert on.best.iter_time_s <= off.best.iter_time_s + 1e-12  # more choices, never slower
+    ds_on = grid_search_deepspeed(c, w, recompute=("full",))
+    ds_off = grid_search_deepspeed(c, w, recompute=("full",), features=False)
+    assert not any(r.config["overlap_comm"] for r in ds_off.results if r.config["zero"] == 1)
+    assert ds_on.best.iter_time_s <= ds_off.best.iter_time_s + 1e-12
