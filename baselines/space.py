@@ -40,7 +40,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from baselines.megatron.schedule import interleaving_allowed
 from system.cluster import Cluster
 from system.simulator.collective import pipeline_memory_bytes
 from system.simulator.hardware import V100, Hardware
@@ -51,6 +50,7 @@ from system.workload import Workload
 __all__ = [
     "MEGATRON_OVERLAP",
     "VIRTUAL_STAGES",
+    "interleaving_allowed",
     "GridPoint",
     "explain_pick",
     "BaselineConfig",
@@ -208,6 +208,18 @@ def explain_pick(best: GridPoint, points: Sequence[GridPoint]) -> str:
         )
     oom = sum(p.status == "oom" for p in points)
     return text + f"; {len(ok)} feasible, {oom} over memory"
+
+
+def interleaving_allowed(p: int, m: int, v: int, layers: int) -> bool:
+    """Whether megatron-core runs the interleaved schedule with ``v`` chunks per stage: more than
+    one stage and chunk, ``layers`` divisible by p·v, and m micro-batches a positive multiple of
+    p (the default group size p: ``forward_backward_pipelining_with_interleaving`` refuses a group
+    larger than m and a last group smaller than p).
+
+    >>> interleaving_allowed(2, 4, 2, 8), interleaving_allowed(2, 3, 2, 8)
+    (True, False)
+    """
+    return p > 1 and v > 1 and layers % (p * v) == 0 and m >= p and m % p == 0
 
 
 def _divisors(n: int) -> list[int]:

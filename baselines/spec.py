@@ -193,7 +193,7 @@ def _check_features(spec: BaselineSpec) -> None:
     if spec.virtual_stages < 1:
         raise ValueError(f"baseline spec: virtual_stages must be >= 1, got {spec.virtual_stages}")
     if spec.virtual_stages > 1:
-        from baselines.megatron.schedule import interleaving_allowed
+        from baselines.space import interleaving_allowed
 
         m = spec.global_batch_size // (spec.dp * spec.micro_batch_size)
         if not interleaving_allowed(spec.pp, m, spec.virtual_stages, spec.gpt_config().num_layers):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 
+from baselines.space import interleaving_allowed
 from system.simulator.replay import (
     Key,
     Msg,
@@ -37,7 +38,7 @@ from system.simulator.replay import (
     register_program,
 )
 
-__all__ = ["megatron_1f1b_program", "megatron_interleaved_program", "interleaving_allowed"]
+__all__ = ["megatron_1f1b_program", "megatron_interleaved_program"]
 
 
 def megatron_1f1b_program(stage: int, p: int, m: int) -> list[Op]:
@@ -86,18 +87,6 @@ def megatron_1f1b_program(stage: int, p: int, m: int) -> list[Op]:
 
 
 register_program("megatron", megatron_1f1b_program)
-
-
-def interleaving_allowed(p: int, m: int, v: int, layers: int) -> bool:
-    """Whether megatron-core runs the interleaved schedule with ``v`` chunks per stage: more than
-    one stage and chunk, ``layers`` divisible by p·v, and m micro-batches a positive multiple of
-    p (the default group size p: ``forward_backward_pipelining_with_interleaving`` refuses a group
-    larger than m and a last group smaller than p).
-
-    >>> interleaving_allowed(2, 4, 2, 8), interleaving_allowed(2, 3, 2, 8)
-    (True, False)
-    """
-    return p > 1 and v > 1 and layers % (p * v) == 0 and m >= p and m % p == 0
 
 
 def _schedule_table(m: int, v: int, group: int) -> list[tuple[int, int]]:

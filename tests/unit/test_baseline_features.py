@@ -11,16 +11,13 @@ import pytest
 
 from baselines.deepspeed.perf import simulate_deepspeed
 from baselines.megatron.perf import bucket_params, simulate_megatron
-from baselines.megatron.schedule import (
-    interleaving_allowed,
-    megatron_1f1b_program,
-    megatron_interleaved_program,
-)
+from baselines.megatron.schedule import megatron_1f1b_program, megatron_interleaved_program
 from baselines.space import (
     MEGATRON_OVERLAP,
     BaselineConfig,
     config_memory_bytes,
     deepspeed_space,
+    interleaving_allowed,
     megatron_space,
 )
 from system.cases import get_case
@@ -76,7 +73,9 @@ def test_interleaved_op_order_worked_by_hand():
     assert sent == got and len(sent) == len(set(sent))
 
 
-@pytest.mark.parametrize("p,m,v", [(2, 4, 2), (4, 8, 2), (4, 8, 4), (8, 16, 2), (3, 6, 3)])
+@pytest.mark.parametrize(
+    "p,m,v", [(2, 4, 2), (4, 8, 2), (4, 8, 4), (8, 16, 2), (3, 6, 3), (4, 4, 2)]
+)  # m = p: every micro-batch of stage 0 in its warm-up
 def test_interleaved_bubble_shrinks_by_v(p, m, v):
     # uniform costs, free links: 1F1B takes (m + p − 1)·(f + b); interleaved 1F1B, each op a
     # chunk of 1/v of the stage, (m + (p − 1)/v)·(f + b): the bubble fraction (p − 1)/m
