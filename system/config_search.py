@@ -24,6 +24,10 @@ default) only those our runtime runs, so ours is credited only with what it can 
 baselines are with what their frameworks run; ``all`` adds 1F1B and selective recomputation, the
 design space's best, a labelled variant. :func:`runtime_spec` builds the runtime's
 :class:`~system.runtime.spec.RunSpec` of a configuration and refuses one the runtime cannot run.
+One difference stays outside both sets: the simulator gives a GPipe configuration the
+gradient-accumulation rounds its memory needs (the paper's protocol, §4.1), while the runtime
+runs one pass over all of an iteration's micro-batches (:mod:`system.runtime.pipeline`); the
+rounds are a property of the device's memory, which the CPU runtime does not model.
 
 Cost: candidates are simulated in order of a compute-only lower bound (the busiest device's
 m·(f + b) + optimizer step, which no schedule beats) and the loop stops once that bound reaches
