@@ -24,10 +24,8 @@ default) only those our runtime runs, so ours is credited only with what it can 
 baselines are with what their frameworks run; ``all`` adds 1F1B and selective recomputation, the
 design space's best, a labelled variant. :func:`runtime_spec` builds the runtime's
 :class:`~system.runtime.spec.RunSpec` of a configuration and refuses one the runtime cannot run.
-One difference stays outside both sets: the simulator gives a GPipe configuration the
-gradient-accumulation rounds its memory needs (the paper's protocol, §4.1), while the runtime
-runs one pass over all of an iteration's micro-batches (:mod:`system.runtime.pipeline`); the
-rounds are a property of the device's memory, which the CPU runtime does not model.
+A GPipe configuration runs the gradient-accumulation passes its memory needs (the paper's
+protocol, §4.1; the result's ``rounds``), which the runtime runs as ``RunSpec.rounds``.
 
 Cost: candidates are simulated in order of a compute-only lower bound (the busiest device's
 m·(f + b) + optimizer step, which no schedule beats) and the loop stops once that bound reaches
@@ -102,10 +100,16 @@ class OursConfig:
 
 
 def runtime_spec(
-    config: OursConfig, workload: Workload, stages: list[list[int]] | None = None, **options
+    config: OursConfig,
+    workload: Workload,
+    stages: list[list[int]] | None = None,
+    *,
+    rounds: int = 1,
+    **options,
 ) -> RunSpec:
     """The runtime's checked :class:`~system.runtime.spec.RunSpec` of ``config`` on
-    ``workload`` (``stages``: the layout's assignment table; ``options``: more RunSpec fields).
+    ``workload`` (``stages``: the layout's assignment table; ``rounds``: its accumulation
+    passes, a simulated result's ``breakdown["rounds"]``; ``options``: more RunSpec fields).
 
     Raises ValueError when the runtime cannot run ``config``: a schedule other than
     :data:`system.runtime.spec.SCHEDULES`, a recomputation other than its ``RECOMPUTE_MODES``,
@@ -134,6 +138,7 @@ def runtime_spec(
         micro_batch_size=config.micro_batch_size,
         checkpointing=RUNTIME_RECOMPUTE[config.recompute],
         stages=stages,
+        rounds=rounds,
         **options,
     )
     spec.validate(world_size=config.pp * config.dp)

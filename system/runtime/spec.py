@@ -175,6 +175,9 @@ class RunSpec(SpecBase):
     dp_mode: str = "sharded_ps"  # sharded_ps | allreduce
     bucket_mb: float = 25.0  # gradient bucket size (MiB of fp32)
     checkpointing: bool = False  # recompute block activations in backward
+    # gradient-accumulation GPipe passes per iteration, each over m/rounds micro-batches (one
+    # pass keeps every micro-batch's activations; more passes, fewer at once)
+    rounds: int = 1
     amp: bool = False  # fp16 autocast (CUDA only)
     loss_scale: float | None = None  # static/initial loss scale; None = 2**16 with amp, else 1
     dynamic_loss_scale: bool = True  # halve on overflow, double after 1000 clean steps
@@ -272,6 +275,12 @@ class RunSpec(SpecBase):
         if self.amp and self.device != "cuda":
             raise ValueError(
                 "RunSpec: amp=True needs device='cuda' (fp16 autocast on CPU is not used)"
+            )
+        m = self.workload().micro_batches(self.dp) if self.dp >= 1 else 0
+        if self.rounds < 1 or (m and m % self.rounds):
+            raise ValueError(
+                f"RunSpec: rounds must be >= 1 and divide the {m} micro-batches per replica, "
+                f"got {self.rounds}"
             )
         if self.recv_ahead is not None and self.recv_ahead < 1:
             raise ValueError(f"RunSpec: recv_ahead must be None or >= 1, got {self.recv_ahead}")

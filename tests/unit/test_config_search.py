@@ -121,7 +121,9 @@ def test_every_runnable_result_is_accepted_by_the_runtime_spec(layers, batch, sh
     for r in found.results:
         k = r.config
         cfg = OursConfig(k["pp"], k["dp"], k["micro_batch_size"], k["recompute"], k["schedule"])
-        spec = runtime_spec(cfg, w, r.breakdown["layout_table"])
+        rounds = r.breakdown["rounds"]  # the accumulation passes memory needs
+        spec = runtime_spec(cfg, w, r.breakdown["layout_table"], rounds=rounds)
+        assert spec.rounds == rounds
         assert spec.checkpointing == (k["recompute"] == "full") and k["runtime_supported"]
         shape = (spec.pp, spec.dp, spec.micro_batch_size)
         assert shape == (k["pp"], k["dp"], k["micro_batch_size"])
