@@ -243,10 +243,15 @@ def grid_points(
 
     if system not in SYSTEMS:
         raise ValueError(f"grid: system {system!r} is not one of {SYSTEMS}")
-    enum = space.megatron_space if system == "megatron" else space.deepspeed_space
+    if system == "megatron":  # the plain grid: no virtual stages, no distributed optimizer
+        found = space.megatron_space(
+            cluster, workload, virtual=(1,), overlap=space.MEGATRON_OVERLAP[:1]
+        )
+    else:
+        found = space.deepspeed_space(cluster, workload)
     configs = {
         (c.tp, c.pp, c.dp, c.micro_batch_size, c.zero if system == "deepspeed" else None): c
-        for c in enum(cluster, workload)
+        for c in found
     }
     mbs = tuple(micro_batch_sizes or space.MICRO_BATCH_SIZES)
     out = []
@@ -352,6 +357,11 @@ def _baseline_config(spec: BaselineSpec):
         dp=spec.dp,
         micro_batch_size=spec.micro_batch_size,
         zero=spec.zero or 0,
+        virtual_stages=spec.virtual_stages,
+        distributed_optimizer=spec.distributed_optimizer,
+        overlap_grad_reduce=spec.overlap_grad_reduce,
+        overlap_param_gather=spec.overlap_param_gather,
+        overlap_comm=spec.overlap_comm,
     )
 
 

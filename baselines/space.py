@@ -8,6 +8,24 @@ sharded as ZeRO says, plus activations under its recomputation mode;
 :mod:`system.simulator.memory`).
 The simulator's grid also varies activation recomputation (full / selective / none,
 ``RECOMPUTE_MODES``); the real-launcher grid keeps full recomputation (its default argument).
+The features the frameworks offer beyond that, each a grid dimension where it changes something
+(the space functions' ``virtual`` / ``overlap`` / ``overlap_comm`` arguments; their defaults
+offer them all, the plain grid is ``virtual=(1,)``, ``overlap=MEGATRON_OVERLAP[:1]``,
+``overlap_comm=False``):
+
+- Megatron: virtual pipeline stages v ∈ :data:`VIRTUAL_STAGES` (interleaved 1F1B; pp ≥ 2,
+  layers divisible by pp·v, micro-batches a multiple of pp: ``interleaving_allowed``), and
+  :data:`MEGATRON_OVERLAP`: the replicated optimizer with the all-reduce after the pipeline
+  flush, or the distributed optimizer (``use_distributed_optimizer``: optimizer state sharded
+  over DP, gradients reduce-scattered, parameters all-gathered) without or with
+  ``overlap_grad_reduce`` + ``overlap_param_gather`` (megatron-core
+  ``DistributedDataParallelConfig``);
+- DeepSpeed: ZeRO's ``overlap_comm`` (reduce buckets as backward fills them) for ZeRO-1 without
+  a pipeline, on and off. Its pipeline engine reduces gradients at its ``ReduceGrads``
+  instruction, after the last backward (``pipe/engine.py``: ``is_gradient_accumulation_boundary``
+  holds only while it runs), so the flag has nothing to overlap there and the pipelines keep it
+  off; ZeRO-3 runs with it on, DeepSpeed's default for stage 3 and what its model (prefetched
+  gathers and reduce-scatters overlapped with compute) assumes.
 Where the ranks go (launch order or topology-aware) is :mod:`baselines.placement`.
 
 The real-launcher grid driver imports :func:`megatron_space` / :func:`deepspeed_space` and
@@ -26,10 +44,13 @@ from system.cluster import Cluster
 from system.simulator.collective import pipeline_memory_bytes
 from system.simulator.hardware import V100, Hardware
 from system.simulator.memory import RECOMPUTE_MODES, training_memory
-from system.simulator.result import SimResult
+from system.simulator.result import SimResult, features_label
 from system.workload import Workload
 
 __all__ = [
+    "MEGATRON_OVERLAP",
+    "VIRTUAL_STAGES",
+    "interleaving_allowed",
     "GridPoint",
     "explain_pick",
     "BaselineConfig",
@@ -45,6 +66,9 @@ __all__ = [
 ]
 
 MICRO_BATCH_SIZES = (1, 2, 4, 8)  # sequences per micro-batch tried by the grid
+VIRTUAL_STAGES = (1, 2, 4)  # Megatron's model chunks per stage (1: non-interleaved 1F1B)
+# Megatron's (distributed optimizer, overlap_grad_reduce, overlap_param_gather) tried by the grid
+MEGATRON_OVERLAP = ((False, False, False), (True, False, False), (True, True, True))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,13 +82,48 @@ class BaselineConfig:
     micro_batch_size: int
     zero: int = 0  # 0 Megatron; DeepSpeed 1 (with a pipeline) or 3 (pure data parallel)
     recompute: str = "full"  # activation recomputation: full | selective | none
+    virtual_stages: int = 1  # Megatron: model chunks per stage (> 1: interleaved 1F1B)
+    distributed_optimizer: bool = False  # Megatron: use_distributed_optimizer
+    overlap_grad_reduce: bool = False  # Megatron: reduce-scatter buckets during backward
+    overlap_param_gather: bool = False  # Megatron: all-gather buckets before their forward
+    # DeepSpeed ZeRO: reduce buckets during backward; None: DeepSpeed's default (ZeRO-3 only)
+    overlap_comm: bool | None = None
 
     def __post_init__(self) -> None:
+        if self.overlap_comm is None:
+            object.__setattr__(self, "overlap_comm", self.system == "deepspeed" and self.zero == 3)
         if self.recompute not in RECOMPUTE_MODES:
             raise ValueError(
                 f"BaselineConfig: recompute must be one of {RECOMPUTE_MODES}, "
                 f"got {self.recompute!r}"
             )
+        megatron_only = (
+            self.virtual_stages != 1,
+            self.distributed_optimizer,
+            self.overlap_grad_reduce,
+            self.overlap_param_gather,
+        )
+        if self.virtual_stages < 1 or (self.system != "megatron" and any(megatron_only)):
+            raise ValueError(
+                f"BaselineConfig: virtual_stages >= 1, and virtual stages, the distributed "
+                f"optimizer and its overlap are Megatron's; got {self}"
+            )
+        if self.overlap_comm and self.system != "deepspeed":
+            raise ValueError(f"BaselineConfig: overlap_comm is DeepSpeed's; got {self}")
+        if self.overlap_param_gather and not (
+            self.overlap_grad_reduce and self.distributed_optimizer
+        ):
+            raise ValueError(
+                "BaselineConfig: overlap_param_gather is modelled with the distributed optimizer "
+                "and overlap_grad_reduce"
+            )
+
+    @property
+    def schedule(self) -> str:
+        """The pipeline schedule: 1f1b, interleaved-1f1b (with ``virtual_stages``), or none."""
+        if self.pp == 1:
+            return "none"
+        return "interleaved-1f1b" if self.virtual_stages > 1 else "1f1b"
 
     @property
     def variant(self) -> str:
@@ -77,7 +136,8 @@ class BaselineConfig:
     def label(self) -> str:
         text = f"tp{self.tp}/pp{self.pp}/dp{self.dp} mbs{self.micro_batch_size}"
         text += f" zero{self.zero}" if self.zero else ""
-        return text + (f" rc-{self.recompute}" if self.recompute != "full" else "")
+        text += f" rc-{self.recompute}" if self.recompute != "full" else ""
+        return text + features_label(self.to_dict())
 
     def to_dict(self) -> dict:
         return {
@@ -87,6 +147,11 @@ class BaselineConfig:
             "micro_batch_size": self.micro_batch_size,
             "zero": self.zero,
             "recompute": self.recompute,
+            "virtual_stages": self.virtual_stages,
+            "distributed_optimizer": self.distributed_optimizer,
+            "overlap_grad_reduce": self.overlap_grad_reduce,
+            "overlap_param_gather": self.overlap_param_gather,
+            "overlap_comm": self.overlap_comm,
         }
 
 
@@ -145,6 +210,18 @@ def explain_pick(best: GridPoint, points: Sequence[GridPoint]) -> str:
     return text + f"; {len(ok)} feasible, {oom} over memory"
 
 
+def interleaving_allowed(p: int, m: int, v: int, layers: int) -> bool:
+    """Whether megatron-core runs the interleaved schedule with ``v`` chunks per stage: more than
+    one stage and chunk, ``layers`` divisible by p·v, and m micro-batches a positive multiple of
+    p (the default group size p: ``forward_backward_pipelining_with_interleaving`` refuses a group
+    larger than m and a last group smaller than p).
+
+    >>> interleaving_allowed(2, 4, 2, 8), interleaving_allowed(2, 3, 2, 8)
+    (True, False)
+    """
+    return p > 1 and v > 1 and layers % (p * v) == 0 and m >= p and m % p == 0
+
+
 def _divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
@@ -161,9 +238,17 @@ def _micro_batches(workload: Workload, dp: int) -> list[int]:
 
 
 def megatron_space(
-    cluster: Cluster, workload: Workload, recompute: tuple[str, ...] = ("full",)
+    cluster: Cluster,
+    workload: Workload,
+    recompute: tuple[str, ...] = ("full",),
+    *,
+    virtual: tuple[int, ...] = VIRTUAL_STAGES,
+    overlap: tuple[tuple[bool, bool, bool], ...] = MEGATRON_OVERLAP,
 ) -> list[BaselineConfig]:
-    """All valid Megatron (tp, pp, dp, micro-batch, recompute) configurations on ``cluster``."""
+    """All valid Megatron (tp, pp, dp, micro-batch, recompute) configurations on ``cluster``,
+    each with every count of ``virtual`` stages the shape allows and every (distributed
+    optimizer, overlap_grad_reduce, overlap_param_gather) of ``overlap`` (only the first
+    without data parallelism) (module docstring)."""
     d, model = cluster.num_devices, workload.model
     out = []
     for tp in _divisors(d):
@@ -173,13 +258,28 @@ def megatron_space(
             if model.num_layers % pp:
                 continue
             dp = d // (tp * pp)
-            out += [
-                BaselineConfig(
-                    system="megatron", tp=tp, pp=pp, dp=dp, micro_batch_size=b, recompute=r
-                )
-                for b in _micro_batches(workload, dp)
-                for r in recompute
-            ]
+            for b in _micro_batches(workload, dp):
+                m = workload.global_batch_size // (dp * b)
+                chunks = [
+                    v for v in virtual if v == 1 or interleaving_allowed(pp, m, v, model.num_layers)
+                ]
+                out += [
+                    BaselineConfig(
+                        system="megatron",
+                        tp=tp,
+                        pp=pp,
+                        dp=dp,
+                        micro_batch_size=b,
+                        recompute=r,
+                        virtual_stages=v,
+                        distributed_optimizer=dist,
+                        overlap_grad_reduce=grad,
+                        overlap_param_gather=param,
+                    )
+                    for r in recompute
+                    for v in chunks
+                    for dist, grad, param in (overlap if dp > 1 else overlap[:1])
+                ]
     return out
 
 
@@ -189,14 +289,24 @@ def deepspeed_space(
     recompute: tuple[str, ...] = ("full",),
     *,
     pure_dp_zero1: bool = False,
+    overlap_comm: bool = True,
 ) -> list[BaselineConfig]:
     """DeepSpeed: ZeRO-3 over all devices, and pipeline (pp >= 2) + ZeRO-1, every micro-batch
     and recomputation mode given; with ``pure_dp_zero1`` also ZeRO-1 without a pipeline (pp = 1:
-    one gradient all-reduce per iteration, optimizer state sharded; the simulator's grid)."""
+    one gradient all-reduce per iteration, optimizer state sharded; the simulator's grid);
+    ``overlap_comm``: ZeRO-1 without a pipeline with ``overlap_comm`` off and on, ZeRO-3 with it
+    on (module docstring); False: every configuration without it."""
     d, model = cluster.num_devices, workload.model
     out = [
         BaselineConfig(
-            system="deepspeed", tp=1, pp=1, dp=d, micro_batch_size=b, zero=3, recompute=r
+            system="deepspeed",
+            tp=1,
+            pp=1,
+            dp=d,
+            micro_batch_size=b,
+            zero=3,
+            recompute=r,
+            overlap_comm=overlap_comm,
         )
         for b in _micro_batches(workload, d)
         for r in recompute
@@ -213,9 +323,11 @@ def deepspeed_space(
                 micro_batch_size=b,
                 zero=1,
                 recompute=r,
+                overlap_comm=overlap,
             )
             for b in _micro_batches(workload, d // pp)
             for r in recompute
+            for overlap in ((False, True) if overlap_comm and pp == 1 and d > 1 else (False,))
         ]
     return out
 
@@ -242,9 +354,15 @@ def config_memory_bytes(config: BaselineConfig, workload: Workload) -> float:
             gathered_layers=2,
             recompute=config.recompute,
         ).total_bytes
-    shards = config.dp if config.zero == 1 else 1
+    shards = config.dp if config.zero == 1 or config.distributed_optimizer else 1
     return pipeline_memory_bytes(
-        w, config.tp, config.pp, config.dp, optimizer_shards=shards, recompute=config.recompute
+        w,
+        config.tp,
+        config.pp,
+        config.dp,
+        optimizer_shards=shards,
+        recompute=config.recompute,
+        virtual_stages=config.virtual_stages,
     )
 
 

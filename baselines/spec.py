@@ -50,6 +50,14 @@ class BaselineSpec(SpecBase):
     recompute: bool = False
     dp_collective: str = "auto"  # one of DP_COLLECTIVES[system]
     dist_opt_instances: int = 1  # Megatron two_level: DP ranks in this many blocks
+    # Megatron's framework features (megatron-core): model chunks per stage (> 1: the
+    # interleaved 1F1B schedule), use_distributed_optimizer, and the DDP overlap flags
+    virtual_stages: int = 1
+    distributed_optimizer: bool = False
+    overlap_grad_reduce: bool = False
+    overlap_param_gather: bool = False
+    # DeepSpeed ZeRO's overlap_comm; None leaves DeepSpeed's default (on for stage 3 only)
+    overlap_comm: bool | None = None
     timeout_s: float = 120.0  # collective timeout inside the workers
     result_path: str | None = None  # rank 0 writes its metrics here (set by run_point)
 
@@ -81,6 +89,11 @@ class BaselineSpec(SpecBase):
 
     def label(self) -> str:
         z = f" zero{self.zero}" if self.system == "deepspeed" else ""
+        z += f" v{self.virtual_stages}" if self.virtual_stages > 1 else ""
+        z += " distopt" if self.distributed_optimizer else ""
+        z += " ovl-grad" if self.overlap_grad_reduce else ""
+        z += " ovl-param" if self.overlap_param_gather else ""
+        z += f" overlap_comm={self.overlap_comm}" if self.overlap_comm is not None else ""
         return f"{self.system} tp{self.tp} pp{self.pp} dp{self.dp} mb{self.micro_batch_size}{z}"
 
 
@@ -119,6 +132,7 @@ def check_spec(spec: BaselineSpec) -> None:
             )
     elif blocks != 1:
         raise ValueError("baseline spec: dist_opt_instances is for dp_collective=two_level only")
+    _check_features(spec)
     if spec.system == "deepspeed":
         if spec.dp_collective == "tree+allgather" and spec.zero not in (1, 2):
             raise ValueError("baseline spec: tree+allgather is ZeRO-1/2's all-reduce path")
@@ -162,3 +176,42 @@ def metrics_from(
         "loss_first": float(losses[0]),
         "loss_last": float(losses[-1]),
     }
+
+
+def _check_features(spec: BaselineSpec) -> None:
+    """The frameworks' features: each on its framework, in the shapes the framework runs."""
+    megatron = (
+        spec.virtual_stages != 1,
+        spec.distributed_optimizer,
+        spec.overlap_grad_reduce,
+        spec.overlap_param_gather,
+    )
+    if spec.system != "megatron" and any(megatron):
+        raise ValueError(
+            "baseline spec: virtual_stages, distributed_optimizer, overlap_grad_reduce and "
+            "overlap_param_gather are megatron's"
+        )
+    if spec.system != "deepspeed" and spec.overlap_comm is not None:
+        raise ValueError("baseline spec: overlap_comm is deepspeed's (ZeRO)")
+    if spec.virtual_stages < 1:
+        raise ValueError(f"baseline spec: virtual_stages must be >= 1, got {spec.virtual_stages}")
+    if spec.virtual_stages > 1:
+        from baselines.space import interleaving_allowed
+
+        m = spec.global_batch_size // (spec.dp * spec.micro_batch_size)
+        if not interleaving_allowed(spec.pp, m, spec.virtual_stages, spec.gpt_config().num_layers):
+            raise ValueError(
+                f"baseline spec: virtual_stages={spec.virtual_stages} needs pp >= 2, layers "
+                f"divisible by pp·virtual_stages and micro-batches ({m}) a multiple of "
+                f"pp={spec.pp} (megatron-core's interleaved schedule)"
+            )
+    if spec.overlap_param_gather and not (spec.distributed_optimizer and spec.overlap_grad_reduce):
+        raise ValueError(
+            "baseline spec: overlap_param_gather needs distributed_optimizer and "
+            "overlap_grad_reduce"
+        )
+    if spec.distributed_optimizer and spec.device != "cuda":
+        raise ValueError(
+            "baseline spec: distributed_optimizer=True needs device=cuda (megatron-core's "
+            "distributed optimizer accepts CUDA tensors only)"
+        )

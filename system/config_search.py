@@ -16,7 +16,16 @@ The paper's configuration on the scheduler's layout (:func:`paper_config`) is al
 and is one of the candidates, so the best is never slower than it (tested). Every result's
 ``config`` records the shape, micro-batch, recomputation, schedule and ``layout`` (which layout
 it ran on); ``runtime_supported`` says whether our runtime implements it today (GPipe with full
-or no recomputation; 1F1B and selective recomputation are simulator-only design options).
+or no recomputation, :data:`system.runtime.spec.SCHEDULES` and ``RECOMPUTE_MODES``; 1F1B and
+selective recomputation are simulator-only design options).
+
+Which configurations are searched (``configs``, :data:`CONFIG_SETS`): ``runnable`` (the
+default) only those our runtime runs, so ours is credited only with what it can run, as the
+baselines are with what their frameworks run; ``all`` adds 1F1B and selective recomputation, the
+design space's best, a labelled variant. :func:`runtime_spec` builds the runtime's
+:class:`~system.runtime.spec.RunSpec` of a configuration and refuses one the runtime cannot run.
+A GPipe configuration runs the gradient-accumulation passes its memory needs (the paper's
+protocol, §4.1; the result's ``rounds``), which the runtime runs as ``RunSpec.rounds``.
 
 Cost: candidates are simulated in order of a compute-only lower bound (the busiest device's
 m·(f + b) + optimizer step, which no schedule beats) and the loop stops once that bound reaches
@@ -32,17 +41,23 @@ from dataclasses import dataclass, field, replace
 
 from system.assignment import Assignment
 from system.cluster import Cluster
+from system.runtime.spec import RECOMPUTE_MODES as RUNTIME_RECOMPUTE
+from system.runtime.spec import SCHEDULES as RUNTIME_SCHEDULES
+from system.runtime.spec import RunSpec
 from system.simulator import V100, Hardware, SimResult, simulate_ours, stage_compute
 from system.simulator.ours import SCHEDULES, accumulation_rounds, ours_memory_bytes
 from system.workload import Workload, stage_gradient_params, tasklet_sizes
 
 __all__ = [
+    "CONFIG_SETS",
     "MICRO_BATCH_SIZES",
+    "RUNTIME_SUPPORTED",
     "SEARCH_LAYOUTS",
     "OursConfig",
     "OursSearch",
     "paper_pp",
     "paper_config",
+    "runtime_spec",
     "search_ours",
 ]
 
@@ -50,7 +65,9 @@ MICRO_BATCH_SIZES = (1, 2, 4, 8)  # the baselines' grid's micro-batch sizes
 # the scheduler's layout for (pp, dp, workload), when the caller keeps its own schedules
 ScheduledLayout = Callable[[int, int, Workload], Assignment]
 SEARCH_LAYOUTS = ("scheduled", "one_pipeline_per_region", "greedy_region_fill")
-RUNTIME_SUPPORTED = {("gpipe", "full"), ("gpipe", "none")}  # what system/runtime implements
+# (schedule, recomputation) pairs that system/runtime implements
+RUNTIME_SUPPORTED = frozenset((s, rc) for s in RUNTIME_SCHEDULES for rc in RUNTIME_RECOMPUTE)
+CONFIG_SETS = ("runnable", "all")  # search_ours' ``configs``: what ours is credited with
 RECOMPUTE_ORDER = ("none", "selective", "full")  # least recomputation first
 
 
@@ -80,6 +97,52 @@ class OursConfig:
     @property
     def runtime_supported(self) -> bool:
         return (self.schedule, self.recompute) in RUNTIME_SUPPORTED
+
+
+def runtime_spec(
+    config: OursConfig,
+    workload: Workload,
+    stages: list[list[int]] | None = None,
+    *,
+    rounds: int = 1,
+    **options,
+) -> RunSpec:
+    """The runtime's checked :class:`~system.runtime.spec.RunSpec` of ``config`` on
+    ``workload`` (``stages``: the layout's assignment table; ``rounds``: its accumulation
+    passes, a simulated result's ``breakdown["rounds"]``; ``options``: more RunSpec fields).
+
+    Raises ValueError when the runtime cannot run ``config``: a schedule other than
+    :data:`system.runtime.spec.SCHEDULES`, a recomputation other than its ``RECOMPUTE_MODES``,
+    or a shape :meth:`RunSpec.validate` refuses.
+    """
+    if config.schedule not in RUNTIME_SCHEDULES:
+        raise ValueError(
+            f"runtime_spec: {config.label()}: the runtime runs schedule {RUNTIME_SCHEDULES}, "
+            f"not {config.schedule!r}"
+        )
+    if config.recompute not in RUNTIME_RECOMPUTE:
+        raise ValueError(
+            f"runtime_spec: {config.label()}: the runtime runs recomputation "
+            f"{tuple(RUNTIME_RECOMPUTE)}, not {config.recompute!r}"
+        )
+    model = workload.model
+    spec = RunSpec(
+        model=model.name,
+        layers=model.num_layers,
+        hidden_size=model.hidden_size,
+        seq_length=model.seq_length,
+        vocab_size=model.vocab_size,
+        pp=config.pp,
+        dp=config.dp,
+        global_batch_size=workload.global_batch_size,
+        micro_batch_size=config.micro_batch_size,
+        checkpointing=RUNTIME_RECOMPUTE[config.recompute],
+        stages=stages,
+        rounds=rounds,
+        **options,
+    )
+    spec.validate(world_size=config.pp * config.dp)
+    return spec
 
 
 def paper_config(num_devices: int, micro_batch_size: int = 1) -> OursConfig:
@@ -253,6 +316,7 @@ def search_ours(
     micro_batch_sizes: tuple[int, ...] = MICRO_BATCH_SIZES,
     recompute: tuple[str, ...] = ("none", "selective", "full"),
     schedules: tuple[str, ...] = SCHEDULES,
+    configs: str = "runnable",
 ) -> OursSearch:
     """Ours' best configuration on ``cluster`` and the paper's (module docstring).
 
@@ -265,8 +329,22 @@ def search_ours(
     ``budget``: the scheduler's (``trials``, ``population``, ``time_limit_s``, …; default its
     own); ``scheduled``: the caller's scheduler instead (``budget`` then unused).
     ``loss_scaling``: charge fp16's finite-flag all-reduce (the paper ran fp16).
-    ValueError when even the paper's configuration does not fit in memory.
+    ``configs``: ``runnable`` keeps only the (schedule, recomputation) pairs our runtime runs
+    (:data:`RUNTIME_SUPPORTED`) out of ``recompute`` × ``schedules``; ``all`` searches them all.
+    ValueError when even the paper's configuration does not fit in memory, or for a bad
+    ``configs``.
     """
+    if configs not in CONFIG_SETS:
+        raise ValueError(f"search_ours: configs must be one of {CONFIG_SETS}, got {configs!r}")
+    if configs == "runnable":
+        schedules = tuple(s for s in schedules if s in RUNTIME_SCHEDULES)
+        recompute = tuple(r for r in recompute if r in RUNTIME_RECOMPUTE)
+        if not schedules or not recompute:
+            raise ValueError(
+                "search_ours: configs='runnable' leaves no schedule or recomputation the "
+                f"runtime runs (schedules {RUNTIME_SCHEDULES}, recomputation "
+                f"{tuple(RUNTIME_RECOMPUTE)})"
+            )
     budget = dict(budget or {})
     layouts = {} if layouts is None else layouts
     space = (tuple(micro_batch_sizes), tuple(recompute), tuple(schedules))
@@ -324,7 +402,7 @@ def search_ours(
             layout = layout_of(pp, dp, kind)
             if layout is None:
                 continue
-            for sch in ("gpipe", "1f1b"):
+            for sch in [x for x in ("gpipe", "1f1b") if x in schedules]:
                 probe = OursConfig(pp, dp, workload.micro_batch_size, "full", sch, kind)
                 res = simulate_on(layout)(probe)
                 if res.status == "ok":

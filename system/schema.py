@@ -154,7 +154,19 @@ _SETTING = {
     "dp_nccl_choice": "str",
     "schedule": "str",  # pipeline schedule: gpipe | 1f1b
     "runtime_supported": "bool",  # ours: a configuration our runtime implements today
+    # ours_search: the configurations searched, runnable (what system/runtime runs) | all
+    "ours_configs": "str",
+    # baselines: Megatron's virtual pipeline stages per device (interleaved 1F1B when > 1), its
+    # distributed optimizer and the overlap of its gradient reduce-scatter with backward and of
+    # its parameter all-gather with the next forward; DeepSpeed ZeRO's overlap_comm
+    "virtual_stages": "int",
+    "distributed_optimizer": "bool",
+    "overlap_grad_reduce": "bool",
+    "overlap_param_gather": "bool",
+    "overlap_comm": "bool",
     "baseline_transport": "str",
+    # the baselines' grids with their framework features (virtual stages, overlap) or without
+    "baseline_features": "bool",
 }
 _MEASURED = {
     "iter_time_s": "float",
@@ -188,6 +200,9 @@ _SIMULATOR = {  # the simulator's breakdown (SimResult.breakdown, prefixed sim_)
     "sim_rounds": "int",
     "sim_micro_batches": "int",
     "sim_micro_steps": "int",
+    "sim_virtual_stages": "int",  # model chunks per stage the replay ran
+    "sim_param_gather_wait_s": "float",  # overlapped parameter all-gather: first forward's wait
+    "sim_grad_buckets": "int",  # gradient buckets reduced (overlap: bucketed reduce-scatter)
     "sim_fwd_s": "float",
     "sim_bwd_s": "float",
     "sim_pp_link_max_s": "float",
@@ -315,6 +330,7 @@ MODEL_SOURCES = (
     "system/data/*.csv",
     "system/cost/*.py",
     "system/scheduler/*.py",
+    "system/config_search.py",
     "system/simulator/**/*.py",
     "baselines/space.py",
     "baselines/placement.py",

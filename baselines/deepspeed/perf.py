@@ -23,9 +23,19 @@
 
 The grid search tries both (``baselines.space.deepspeed_space``) and reports the faster feasible
 configuration, as the paper did.
+
+ZeRO's ``overlap_comm`` (``BaselineConfig.overlap_comm``): ZeRO-3 overlaps its collectives with
+compute when it is on (DeepSpeed's default for stage 3; the model above) and serialises them
+when off; ZeRO-1 without a pipeline reduce-scatters each ``reduce_bucket_size`` bucket (5e8
+elements, DeepSpeed's default, ``runtime/zero/config.py``) as the last micro-step's backward
+fills it (:func:`system.simulator.collective.simulate_1f1b_ring`'s ``overlap_grad_reduce``); the
+pipeline engine reduces after its last backward whatever the flag says (``baselines.space``), so
+the flag changes nothing there.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from baselines.deepspeed.schedule import deepspeed_train_program
 from baselines.placement import grid_search
@@ -43,7 +53,15 @@ from system.simulator.hardware import V100, Hardware, stage_compute
 from system.simulator.result import SimResult
 from system.workload import Workload
 
-__all__ = ["RING_KWARGS", "simulate_zero3", "simulate_deepspeed", "grid_search_deepspeed"]
+__all__ = [
+    "RING_KWARGS",
+    "REDUCE_BUCKET_SIZE",
+    "simulate_zero3",
+    "simulate_deepspeed",
+    "grid_search_deepspeed",
+]
+
+REDUCE_BUCKET_SIZE = 5e8  # ZeRO's reduce_bucket_size default, elements
 
 # What makes simulate_1f1b_ring DeepSpeed's pipeline engine with ZeRO-1; every DeepSpeed pipeline
 # prediction passes these, the grid's and the registered validation predictions alike.
@@ -90,7 +108,7 @@ def simulate_zero3(
     t_gather = float(ring_collective_s(cluster, ring, layer_bytes, kind="allgather")[0])
     t_scatter = float(ring_collective_s(cluster, ring, layer_bytes, kind="reducescatter")[0])
     comm = model.num_layers * (2.0 * t_gather + t_scatter)
-    step = max(f + b, comm)
+    step = max(f + b, comm) if config.overlap_comm else f + b + comm
     iter_s = steps * step + opt
     memory = config_memory_bytes(config, workload)
     return SimResult(
@@ -152,13 +170,23 @@ def simulate_deepspeed(
         rank_map=rank_map,
         **{**RING_KWARGS, **({"dp_collective": dp_collective} if dp_collective else {})},
         recompute=config.recompute,
+        **(
+            {"overlap_grad_reduce": True, "bucket_params": REDUCE_BUCKET_SIZE}
+            if config.overlap_comm and config.pp == 1 and config.dp > 1
+            else {}
+        ),
     )
     res.breakdown["variant"] = config.variant
-    return res
+    return replace(res, config=config.to_dict())
 
 
 def _space(cluster: Cluster, workload: Workload, recompute: tuple[str, ...]):
     return deepspeed_space(cluster, workload, recompute, pure_dp_zero1=True)
+
+
+def _space_plain(cluster: Cluster, workload: Workload, recompute: tuple[str, ...]):
+    """Without ``overlap_comm`` on ZeRO-1 (its overlap is modelled on NCCL only)."""
+    return [c for c in _space(cluster, workload, recompute) if c.zero == 3 or not c.overlap_comm]
 
 
 def grid_search_deepspeed(
@@ -167,7 +195,12 @@ def grid_search_deepspeed(
     """DeepSpeed's grid search: :func:`baselines.placement.grid_search` over every variant
     (:func:`baselines.space.deepspeed_space`, ZeRO-1 without a pipeline included) with
     :func:`simulate_deepspeed`; ``options``: ``placement``, ``recompute``, ``transport``,
-    ``cache`` as documented there."""
+    ``cache`` as documented there, and ``features`` (default True; False: ZeRO-1 without
+    ``overlap_comm``)."""
+    transport = options.get("transport", NCCL)
+    nccl = not transport.rendezvous and transport.ring_segment_bytes is None
+    space = _space if nccl and options.pop("features", True) else _space_plain
+    options.pop("features", None)
     return grid_search(
-        "deepspeed", _space, simulate_deepspeed, cluster, workload, hardware, **options
+        "deepspeed", space, simulate_deepspeed, cluster, workload, hardware, **options
     )

@@ -52,6 +52,8 @@ def ds_config(spec: BaselineSpec) -> dict:
     }
     if spec.dp_collective == "tree+allgather":  # all-reduce the gradients, then all-gather
         cfg["zero_optimization"]["reduce_scatter"] = False
+    if spec.overlap_comm is not None:  # ZeRO: reduce buckets as backward fills them
+        cfg["zero_optimization"]["overlap_comm"] = bool(spec.overlap_comm)
     if spec.zero == 3:
         # small models: keep every parameter partitioned (no persistence threshold shortcut)
         cfg["zero_optimization"].update({"stage3_param_persistence_threshold": 0})

@@ -16,6 +16,7 @@ from baselines.placement import Placement
 from repro.config.base import RunConfig, default_of, register_mode
 from repro.config.options import ConfigError, Options, choice, group, option
 from system.cases import PAPER_CASES, VARIANTS, canonical_case
+from system.config_search import CONFIG_SETS
 from system.emulation.netns import BACKENDS
 from system.emulation.verify import ON_FAIL
 from system.results import SIMULATED_SYSTEMS, TRAINED_SYSTEMS
@@ -65,6 +66,7 @@ DpMode = choice("DpMode", DP_MODES, module=__name__)
 RankLayout = choice("RankLayout", LAYOUTS, module=__name__)
 Device = choice("Device", DEVICES, module=__name__)
 Tables = choice("Tables", ("compact", "wide"), module=__name__)
+OursConfigs = choice("OursConfigs", CONFIG_SETS, module=__name__)
 EmulateLayout = choice("EmulateLayout", ("scheduled", "random", "identity"), module=__name__)
 Backend = choice("Backend", BACKENDS, module=__name__)
 OnFail = choice("OnFail", ON_FAIL, module=__name__)
@@ -328,6 +330,17 @@ class SimulateConfig(LayoutOptions, ModelOptions, CaseOptions, RunConfig):
         "the baselines' DP collective: auto (NCCL's own pick, its tuner), ring | tree | "
         "two_level (Megatron) forced, fastest (the fastest under the link model: what a user "
         "forces with NCCL_ALGO after measuring)",
+    )
+    baseline_features: bool = option(
+        True,
+        "the baselines' framework features in their grids: Megatron's interleaved 1F1B and "
+        "distributed optimizer with overlapped gradient reduce-scatter / parameter all-gather, "
+        "DeepSpeed ZeRO-1's overlap_comm (false: the grids without them)",
+    )
+    ours_configs: OursConfigs = option(
+        OursConfigs.runnable,
+        "ours' configuration search: runnable (only what system/runtime runs: GPipe, full or no "
+        "recomputation) or all (1F1B and selective recomputation too: the design space)",
     )
     tables: Tables = option(Tables.compact, "console: one 100-column table, or the wide ones")
 

@@ -79,7 +79,22 @@ def _row(cfg: LocalRun, spec: BaselineSpec, result: dict, grid: bool, extra_key:
         "device": spec.device,
         "grid": grid,
     }
+    # the frameworks' features the run used (schedule, overlap flags, collective): in the key
+    # where they differ from the plain run's, so the plain runs keep their keys
+    plain = {
+        "virtual_stages": 1,
+        "distributed_optimizer": False,
+        "overlap_grad_reduce": False,
+        "overlap_param_gather": False,
+        "overlap_comm": None,
+        "dp_collective": "ring",
+    }
+    features = {k: getattr(spec, k) for k in plain}
+    key.update({k: v for k, v in features.items() if v != plain[k]})
     values = {k: v for k, v in result.items() if k not in key}
+    values.update({k: v for k, v in features.items() if k not in key})
+    interleaved = spec.virtual_stages > 1
+    values["schedule"] = "interleaved-1f1b" if interleaved else ("1f1b" if spec.pp > 1 else "none")
     values.setdefault("iter_time_s", None)
     values.setdefault("pflops", None)
     values.setdefault("dp_collective_request", spec.dp_collective)  # NCCL_ALGO only if forced

@@ -210,6 +210,7 @@ def _model_knobs(cfg: SimulateConfig) -> dict:
         "link_sharing": str(cfg.link_sharing),
         "baseline_transport": str(cfg.baseline_transport),
         "dp_collective_request": str(cfg.dp_collective),
+        "baseline_features": bool(cfg.baseline_features),
     }
 
 
@@ -220,6 +221,7 @@ def _changed_knobs(cfg: SimulateConfig) -> dict:
         "compute_efficiency": V100.achievable_fraction,
         "baseline_transport": default_of(SimulateConfig, "baseline_transport"),
         "dp_collective_request": default_of(SimulateConfig, "dp_collective"),
+        "baseline_features": default_of(SimulateConfig, "baseline_features"),
     }
     knobs = _model_knobs(cfg)
     return {k: v for k, v in knobs.items() if k == "link_sharing" or v != default[k]}
@@ -235,7 +237,16 @@ def _row(key: dict, res: SimResult, cluster: Cluster, **extra) -> dict:
     for k in ("dp_collective_request", "dp_nccl_choice"):  # baselines: asked, NCCL's pick
         if k in res.breakdown and k not in key:
             extra.setdefault(k, res.breakdown[k])
-    extra.setdefault("schedule", c.get("schedule", "1f1b"))  # the baselines run 1F1B
+    # the baselines' pipelines run 1F1B, Megatron's interleaved with virtual stages
+    # (``virtual_stages``); without a pipeline (pp = 1) there is no schedule
+    baseline = "schedule" not in c
+    if baseline and c.get("pp", 1) == 1:
+        extra.setdefault("schedule", "none")
+    elif baseline:
+        interleaved = c.get("virtual_stages", 1) > 1
+        extra.setdefault("schedule", "interleaved-1f1b" if interleaved else "1f1b")
+    else:
+        extra.setdefault("schedule", c["schedule"])
     if "runtime_supported" in c:
         extra.setdefault("runtime_supported", c["runtime_supported"])
     if "rank_map" in res.breakdown:  # baselines: where each launch rank ran
@@ -290,6 +301,7 @@ def _search(cfg: SimulateConfig, case: str, layers: int, batch: int, schedules) 
         seed=cfg.seed,
         loss_scaling=True,
         scheduled=lambda p, d, w: schedules.get(case, plain, w, p, d).assignment,
+        configs=str(cfg.ours_configs),
     )
 
 
@@ -328,6 +340,7 @@ def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, s
                 cache=cache,
                 transport=TRANSPORTS[knobs["baseline_transport"]],
                 dp_collective=knobs["dp_collective_request"],
+                features=knobs["baseline_features"],
             )
             for res in grid.results:
                 for r in range(repeats):
@@ -395,6 +408,7 @@ def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, s
                     "system": "ours_search",
                     **schedules.key,
                     **{k: c[k] for k in ("pp", "dp", "micro_batch_size", "recompute", "schedule")},
+                    "ours_configs": str(cfg.ours_configs),  # what the search was credited with
                     "placement": c["layout"],
                     "repeat": r,
                 }

@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from baselines.megatron.perf import RING_KWARGS, grid_search_megatron
+from baselines.megatron.perf import grid_search_megatron, ring_kwargs
 from baselines.placement import Placement, candidate_maps, search_placement
 from baselines.space import BaselineConfig
 from repro.config import AttributionConfig, default_layout
@@ -130,12 +130,23 @@ def ladder(
     def megatron(res: SimResult, rank_map, **kw) -> SimResult:
         c = res.config
         w = replace(workload, micro_batch_size=c["micro_batch_size"])
-        args = {**RING_KWARGS, "recompute": c["recompute"], "tied_embedding": True, **kw}
-        return simulate_1f1b_ring(
+        # the configuration's own features (virtual stages, distributed optimizer, overlap)
+        args = {**ring_kwargs(c), "recompute": c["recompute"], "tied_embedding": True, **kw}
+        out = simulate_1f1b_ring(
             cluster, w, tp=1, pp=c["pp"], dp=c["dp"], rank_map=rank_map, **args
         )
+        used = {  # the features this rung ran with, as Megatron's configuration names them
+            "zero": 0,
+            "virtual_stages": out.breakdown["virtual_stages"],
+            "distributed_optimizer": args.get("zero") == 1,
+            "overlap_grad_reduce": bool(args.get("overlap_grad_reduce")),
+            "overlap_param_gather": bool(args.get("overlap_param_gather")),
+        }
+        return replace(out, config={**out.config, **used})
 
-    c0 = BaselineConfig(system="megatron", **{k: launch.config[k] for k in _CONFIG_KEYS})
+    c0 = BaselineConfig(
+        system="megatron", **{k: launch.config[k] for k in _CONFIG_KEYS if k in launch.config}
+    )
     moved, _ = search_placement(cluster, workload, c0, lambda rm: megatron(launch, rm.devices))
     rank_map = topo.breakdown["rank_map"]
     c = topo.config
@@ -143,7 +154,15 @@ def ladder(
     pp, dp, rc = c["pp"], c["dp"], c["recompute"]
     untied = megatron(topo, rank_map, tied_embedding=False)
     no_norm = megatron(topo, rank_map, tied_embedding=False, grad_norm=False)
-    ps = megatron(topo, rank_map, tied_embedding=False, grad_norm=False, dp_protocol="sharded_ps")
+    no_overlap = {"overlap_grad_reduce": False, "overlap_param_gather": False}  # ring DP only
+    ps = megatron(
+        topo,
+        rank_map,
+        tied_embedding=False,
+        grad_norm=False,
+        dp_protocol="sharded_ps",
+        **no_overlap,
+    )
     passes, why = _passes(w, pp, dp, rc)
     gp = megatron(
         topo,
@@ -153,6 +172,7 @@ def ladder(
         dp_protocol="sharded_ps",
         schedule="gpipe",
         rounds=passes,
+        **no_overlap,
     )
     stages = Assignment(device_grid(1, pp, dp, rank_map)[:, :, 0])
 
@@ -210,7 +230,17 @@ def ladder(
     return out
 
 
-_CONFIG_KEYS = ("tp", "pp", "dp", "micro_batch_size", "recompute")
+_CONFIG_KEYS = (
+    "tp",
+    "pp",
+    "dp",
+    "micro_batch_size",
+    "recompute",
+    "virtual_stages",
+    "distributed_optimizer",
+    "overlap_grad_reduce",
+    "overlap_param_gather",
+)
 
 
 def ladder_table(

@@ -48,14 +48,18 @@ def gpipe_iteration(
     recv_ahead: int | None = None,
     wires: StageWires | None = None,
     samples: list[list[int]] | None = None,
+    loss_divisor: int | None = None,
 ) -> list[float]:
     """Run forward and backward of all micro-batches on this stage; gradients accumulate in
     ``stage``'s parameters. Returns the per-micro-batch losses (last stage; else empty).
 
     ``recv_ahead`` receives are kept posted ahead of compute (None: all of the pass at once).
     ``wires``: what crosses the boundaries (default: the tensors in the wire dtype);
-    ``samples``: per micro-batch, its samples' dataset indices (AQ-SGD's buffers need them)."""
+    ``samples``: per micro-batch, its samples' dataset indices (AQ-SGD's buffers need them).
+    ``loss_divisor``: the M of ``loss_i · loss_scale / M`` (default: this pass's micro-batches;
+    an iteration of several accumulation passes divides by all of its micro-batches)."""
     m = len(micro)
+    divisor = m if loss_divisor is None else loss_divisor
     recv_ahead = m if recv_ahead is None else recv_ahead
     dev = comm.device
     tl = comm.timeline
@@ -93,7 +97,7 @@ def gpipe_iteration(
             if place.is_last:
                 loss = lm_loss(y, micro[i][1].to(dev, non_blocking=True))
                 losses.append(loss.detach())
-                y = loss * (loss_scale / m)
+                y = loss * (loss_scale / divisor)
         if not place.is_last:
             with tl.span("codec", f"encode F{i}"):
                 msg = wires.fwd_out.encode(y.detach(), samples[i])

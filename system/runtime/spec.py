@@ -33,6 +33,8 @@ __all__ = [
     "LAYOUTS",
     "STARTS",
     "DATASETS",
+    "SCHEDULES",
+    "RECOMPUTE_MODES",
 ]
 
 DEVICES = ("cpu", "cuda")  # gloo on CPU processes, NCCL on GPUs
@@ -41,6 +43,11 @@ COMPRESSED_DP_MODES = ("sharded_ps", "ring")  # ring: the compressed ring all-ga
 STARTS = ("barrier", "clock", "free")
 DATASETS = ("synthetic", "kjv")  # system.runtime.data.make_data
 LAYOUTS = ("identity", "random")
+# what the runtime runs: the GPipe pass of system/runtime/pipeline.py, with every block's
+# activations kept (``checkpointing=False``: recomputation "none") or recomputed in backward
+# (``checkpointing=True``: "full"); 1F1B and selective recomputation are simulator-only
+SCHEDULES = ("gpipe",)
+RECOMPUTE_MODES = {"none": False, "full": True}  # recomputation -> RunSpec.checkpointing
 OPTIMIZERS = ("adamw", "sgd")
 MAX_LR = 10.0  # far above any rate AdamW or SGD trains a transformer with
 
@@ -168,6 +175,9 @@ class RunSpec(SpecBase):
     dp_mode: str = "sharded_ps"  # sharded_ps | allreduce
     bucket_mb: float = 25.0  # gradient bucket size (MiB of fp32)
     checkpointing: bool = False  # recompute block activations in backward
+    # gradient-accumulation GPipe passes per iteration, each over m/rounds micro-batches (one
+    # pass keeps every micro-batch's activations; more passes, fewer at once)
+    rounds: int = 1
     amp: bool = False  # fp16 autocast (CUDA only)
     loss_scale: float | None = None  # static/initial loss scale; None = 2**16 with amp, else 1
     dynamic_loss_scale: bool = True  # halve on overflow, double after 1000 clean steps
@@ -265,6 +275,12 @@ class RunSpec(SpecBase):
         if self.amp and self.device != "cuda":
             raise ValueError(
                 "RunSpec: amp=True needs device='cuda' (fp16 autocast on CPU is not used)"
+            )
+        m = self.workload().micro_batches(self.dp) if self.dp >= 1 else 0
+        if self.rounds < 1 or (m and m % self.rounds):
+            raise ValueError(
+                f"RunSpec: rounds must be >= 1 and divide the {m} micro-batches per replica, "
+                f"got {self.rounds}"
             )
         if self.recv_ahead is not None and self.recv_ahead < 1:
             raise ValueError(f"RunSpec: recv_ahead must be None or >= 1, got {self.recv_ahead}")

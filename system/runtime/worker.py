@@ -225,18 +225,22 @@ def _train(spec: RunSpec, rank: int, world: int, device: torch.device) -> dict |
             t0, late = _start_iteration(spec, device)
         t_first = t0 if t_first is None else t_first
         sent0 = (comm.bytes_sent, exchange.bytes_sent)
-        mb_losses = gpipe_iteration(
-            stage,
-            place,
-            comm,
-            micro,
-            hidden_size=cfg.hidden_size,
-            loss_scale=scale,
-            amp=spec.amp,
-            recv_ahead=spec.recv_ahead,
-            wires=wires,
-            samples=samples,
-        )
+        mb_losses = []
+        per_pass = len(micro) // spec.rounds
+        for k in range(0, len(micro), per_pass):  # accumulation passes, one after another
+            mb_losses += gpipe_iteration(
+                stage,
+                place,
+                comm,
+                micro[k : k + per_pass],
+                hidden_size=cfg.hidden_size,
+                loss_scale=scale,
+                amp=spec.amp,
+                recv_ahead=spec.recv_ahead,
+                wires=wires,
+                samples=samples[k : k + per_pass],
+                loss_divisor=len(micro),
+            )
         buckets.check_views()
         if diloco is None:
             exchange.sync(it, tl)

@@ -34,7 +34,28 @@ parallel replicas with a ring all-reduce after the pipeline flush (Narayanan et 
   ``finalize_model_grads``, ``_allreduce_embedding_grads``);
 - Megatron then all-reduces the gradient norm (one fp32) over each replica's model-parallel
   group before its optimizer step: NCCL's pick (a forced ring or tree where the row forces
-  one; latency-bound across regions), gloo's segmented ring on the CPU runs.
+  one; latency-bound across regions), gloo's segmented ring on the CPU runs;
+- virtual pipeline stages (Megatron's interleaved 1F1B, a ``schedule`` program with
+  ``virtual_stages`` = v > 1): each stage runs v chunks of 1/v of its layers, so a forward or
+  backward op costs 1/v of the stage's, and the last stage sends to the first over the
+  wrap-around link; stage 0 keeps up to 2·(p − 1) + (v − 1)·p + 1 chunks' activations
+  (Korthikanti et al. 2022, §4.2.3: L·(1 + (p − 1)/(p·v)) layers' worth);
+- overlap, with a sharded optimizer (``zero=1``: ZeRO-1, or Megatron's distributed optimizer)
+  on NCCL: ``overlap_grad_reduce`` reduce-scatters each bucket of ``bucket_params`` parameters
+  (per stage) as soon as the last micro-batch's backward has produced its gradients — the
+  frameworks hook the gradient accumulation of each parameter and launch a bucket's collective
+  when its last gradient is ready, in the last micro-batch only (megatron-core
+  ``distributed/param_and_grad_buffer.py``, ``register_grad_ready``; DeepSpeed ZeRO's
+  ``overlap_comm``, ``runtime/zero/stage_1_and_2.py``) — the buckets one after another on the
+  ring, bucket k ready once the fraction of the stage's parameters up to it has its gradients
+  (the backward spread evenly over the parameters; the stage's last backward taken to end when
+  its pass ends less the shortest time its final gradient send can take, which places buckets
+  no earlier than they are ready); the updated parameters are all-gathered after the step, or
+  with ``overlap_param_gather`` in the next iteration, bucket by bucket, each before the forward
+  of its layers (megatron-core's forward pre-hook ``finish_param_sync``; the first gather starts
+  with the iteration): a stage starts its first op once the gathers its first forward waits for
+  are done, as that forward would have finished without them (its later chunks' gathers counted
+  there too, for an interleaved stage).
 """
 
 from __future__ import annotations
@@ -60,7 +81,7 @@ from system.simulator.comm import (
 )
 from system.simulator.hardware import V100, Hardware, StageCompute, stage_compute
 from system.simulator.memory import training_memory
-from system.simulator.replay import ProgramFn, replay_end_s
+from system.simulator.replay import ProgramFn, program_for, replay_end_s
 from system.simulator.result import SimResult
 from system.workload import Workload, stage_gradient_params
 
@@ -111,9 +132,12 @@ def pipeline_memory_bytes(
     optimizer_shards: int = 1,
     recompute: str = "full",
     in_flight: int | None = None,
+    virtual_stages: int = 1,
 ) -> float:
     """Peak device memory of a 1F1B stage: stage 0 holds up to ``pp`` micro-batches in flight
-    (``in_flight``: a GPipe pass's count instead, on every stage)."""
+    (``in_flight``: a GPipe pass's count instead, on every stage); with ``virtual_stages`` v > 1
+    (interleaved 1F1B) stage 0 holds 2·(p − 1) + (v − 1)·p + 1 chunks of 1/v of its layers and
+    the last stage (v − 1)·p + 1, each at most the m·v chunks of its micro-batches."""
     model = workload.model
     kw = dict(
         layers=model.num_layers // pp,
@@ -123,9 +147,83 @@ def pipeline_memory_bytes(
         recompute=recompute,
     )
     first_n, last_n = (pp, 1) if in_flight is None else (in_flight, in_flight)
+    if virtual_stages > 1 and in_flight is None:  # chunks in flight, in stages' worth
+        v, chunks = virtual_stages, workload.micro_batches(dp) * virtual_stages
+        first_n = min(2 * (pp - 1) + (v - 1) * pp + 1, chunks) / v
+        last_n = min((v - 1) * pp + 1, chunks) / v
     first = training_memory(model, in_flight=first_n, embedding=True, logits=pp == 1, **kw)
     last = training_memory(model, in_flight=last_n, embedding=True, logits=True, **kw)
     return max(first.total_bytes, last.total_bytes)
+
+
+def _buckets(stage_params: np.ndarray, bucket_params) -> list[np.ndarray]:
+    """Per stage, the parameters of each gradient bucket, in the order backward fills them
+    (full buckets of ``bucket_params`` first, the rest last; None or inf: one bucket).
+
+    >>> [b.tolist() for b in _buckets(np.array([10.0, 4.0]), [4.0, None])]
+    [[4.0, 4.0, 2.0], [4.0]]
+    """
+    size = np.broadcast_to(
+        np.asarray(np.inf if bucket_params is None else bucket_params, dtype=float).copy(),
+        stage_params.shape,
+    )
+    size = np.where(np.isnan(size), np.inf, size)
+    out = []
+    for n, b in zip(stage_params, size, strict=True):
+        full = int(n // b) if np.isfinite(b) and b < n else 0
+        rest = n - full * b if full else n
+        out.append(np.array([b] * full + ([rest] if rest > 0 or not full else []), dtype=float))
+    return out
+
+
+def _gather_delay_s(
+    cluster: Cluster, rings: np.ndarray, buckets: list[np.ndarray], f: np.ndarray, tp: int
+) -> np.ndarray:
+    """Per stage, how long its first forward is held by the parameter all-gathers (fp16
+    parameters, bucket by bucket from the iteration's start, each before the forward of its
+    layers): the end of that forward with the gathers, less its end without."""
+    pp = len(buckets)
+    out = np.zeros(pp)
+    for s in range(pp):
+        ring = rings[s * tp : (s + 1) * tp]  # the stage's tensor ranks' rings, at once
+        total = buckets[s].sum()
+        gathered = done = 0.0
+        for n in buckets[s]:
+            gathered += float(ring_collective_s(cluster, ring, 2.0 * n, kind="allgather").max())
+            done = max(done, gathered) + f[s] * n / total
+        out[s] = done - f[s]
+    return out
+
+
+def _bucketed_reduce_end_s(
+    cluster: Cluster,
+    rings: np.ndarray,
+    buckets: list[np.ndarray],
+    last_bwd_end_s: np.ndarray,
+    last_bwd_s: np.ndarray,
+    tp: int,
+    workload: Workload,
+) -> np.ndarray:
+    """(pp·tp, dp) end times of the bucketed gradient reduce-scatter (module docstring): on
+    each stage's rings the buckets one after another, bucket k once its gradients exist on every
+    member (``last_bwd_end_s`` (pp, dp): when each member's last backward, ``last_bwd_s`` (pp,)
+    long, ends)."""
+    pp, dp = last_bwd_end_s.shape
+    done = np.zeros((pp * tp, dp))
+    for s in range(pp):
+        ring = rings[s * tp : (s + 1) * tp]
+        total = buckets[s].sum()
+        end = -np.inf
+        filled = 0.0
+        for n in buckets[s]:
+            filled += n
+            ready = float((last_bwd_end_s[s] - last_bwd_s[s] * (1.0 - filled / total)).max())
+            took = ring_collective_s(
+                cluster, ring, workload.gradient_bytes * n, kind="reducescatter"
+            ).max()
+            end = max(end, ready) + float(took)
+        done[s * tp : (s + 1) * tp] = end
+    return done
 
 
 def dp_sync_end_s(
@@ -200,6 +298,9 @@ def simulate_1f1b_ring(
     dp_collective: str = "auto",
     compute: StageCompute | None = None,
     rounds: int = 1,
+    overlap_grad_reduce: bool = False,
+    overlap_param_gather: bool = False,
+    bucket_params=None,
 ) -> SimResult:
     """One iteration of 1F1B pipelines + ring all-reduce DP in launch order (module docstring).
 
@@ -241,6 +342,9 @@ def simulate_1f1b_ring(
     ``rounds`` (``schedule="gpipe"`` only): gradient-accumulation passes of m/rounds micro-batches,
     back to back — each pass starts when stage 0, the last to finish the previous one, is free,
     so the passes are identical and shifted by one pass time; memory holds one pass's.
+    ``overlap_grad_reduce`` / ``overlap_param_gather`` (``zero=1`` on NCCL; the second needs the
+    first): the bucketed overlap of the module docstring, ``bucket_params`` the bucket size in
+    parameters per stage (a float, or one per stage; None or inf: one bucket per stage).
     Raises ValueError for layouts the cluster or workload cannot hold (sizes, TP across hosts).
     """
     model = workload.model
@@ -257,6 +361,21 @@ def simulate_1f1b_ring(
     if model.num_attention_heads % tp or model.hidden_size % tp:
         raise ValueError(f"tp={tp} does not divide the model's heads/hidden size")
     workload.check_layout(pp, dp)
+    v = int(getattr(program_for(schedule), "virtual_stages", 1)) if schedule != "gpipe" else 1
+    if v > 1 and model.num_layers % (pp * v):
+        raise ValueError(f"{v} virtual stages per stage do not divide {model.num_layers} layers")
+    if overlap_param_gather and not overlap_grad_reduce:
+        raise ValueError("overlap_param_gather is modelled with overlap_grad_reduce only")
+    if overlap_grad_reduce and (
+        zero != 1
+        or transport.rendezvous
+        or transport.ring_segment_bytes is not None
+        or dp_protocol != "ring"
+    ):
+        raise ValueError(
+            "overlap_grad_reduce: modelled for a sharded optimizer (zero=1) with the ring DP "
+            "protocol on NCCL only"
+        )
     m_all = workload.micro_batches(dp)
     if rounds < 1 or m_all % rounds or (rounds > 1 and schedule != "gpipe"):
         raise ValueError(
@@ -284,6 +403,11 @@ def simulate_1f1b_ring(
         )
     f, b, opt = compute.per_stage(pp)
     busy = float((m * (f + b) + opt).max())  # pure compute of the busiest device
+    grid_rings = grid.transpose(0, 2, 1).reshape(-1, dp)  # (pp·tp, dp): one DP ring per (s, t)
+    buckets = _buckets(stage_params, bucket_params)  # per stage: parameters per bucket
+    start = np.zeros((pp, dp))
+    if overlap_param_gather and dp > 1:  # the first forward waits for its gathers
+        start[:] = _gather_delay_s(cluster, grid_rings, buckets, f, tp)[:, None]
 
     act = mbs * model.seq_length * model.hidden_size * workload.activation_bytes
     if tp > 1:  # 6 all-reduces per layer and micro-batch, all TP groups at once
@@ -292,19 +416,20 @@ def simulate_1f1b_ring(
         b = b + 4 * layers * t_ar
     else:
         t_ar = 0.0
-    fwd = np.broadcast_to(f[:, None], (pp, dp))
-    bwd = np.broadcast_to(b[:, None], (pp, dp))
-    occupy = np.zeros((2, max(pp - 1, 0), dp))
-    delay = np.zeros((2, max(pp - 1, 0), dp))
-    buffer_s = np.zeros((2, max(pp - 1, 0), dp))
+    fwd = np.broadcast_to(f[:, None] / v, (pp, dp))  # one chunk of v per op
+    bwd = np.broadcast_to(b[:, None] / v, (pp, dp))
+    links = pp if v > 1 else max(pp - 1, 0)  # interleaved: the wrap-around link last
+    occupy = np.zeros((2, links, dp))
+    delay = np.zeros((2, links, dp))
+    buffer_s = np.zeros((2, links, dp))
     if pp > 1:  # activations forward, gradients backward: each direction's flows at once
         send = act / tp if p2p_scatter else act
-        src, dst = grid[:-1].ravel(), grid[1:].ravel()
+        src, dst = grid[:links].ravel(), np.roll(grid, -1, axis=0)[:links].ravel()
         bw = np.stack(
             [flow_bandwidth_bps(cluster, src, dst), flow_bandwidth_bps(cluster, dst, src)]
-        ).reshape(2, pp - 1, dp, tp)
+        ).reshape(2, links, dp, tp)
         lat = np.stack([cluster.delay_s[src, dst], cluster.delay_s[dst, src]])
-        lat = lat.reshape(2, pp - 1, dp, tp)
+        lat = lat.reshape(2, links, dp, tp)
         occupy = (8.0 * send / bw).max(axis=3)  # the slowest tensor rank's copy
         delay = lat.max(axis=3)
         buffer_s = (8.0 * transport.send_buffer_bytes / bw).min(axis=3)
@@ -320,6 +445,7 @@ def simulate_1f1b_ring(
         schedule=schedule,
         buffer_fwd_s=buffer_s[0],
         buffer_bwd_s=buffer_s[1],
+        **({"start_s": start} if start.any() else {}),
     )  # (pp, dp): when each stage of each replica leaves the pipeline
     ends = ends + (rounds - 1) * ends.max(axis=0, keepdims=True)  # passes back to back
     pipeline_s = float(ends.max())
@@ -330,6 +456,16 @@ def simulate_1f1b_ring(
     if dp > 1 and dp_protocol == "sharded_ps":  # each member enters when its own pass ends
         done = sharded_ps_p2p_s(cluster, rings, grad_bytes, entry)
         collective = "sharded_ps"
+    elif dp > 1 and overlap_grad_reduce:  # buckets during the last backward
+        last_b = ends.copy()
+        if pp > 1:  # less the least its final gradient send to the stage before takes
+            last_b[1:] -= np.maximum(occupy[1][: pp - 1] - buffer_s[1][: pp - 1], 0.0)
+        done = _bucketed_reduce_end_s(cluster, rings, buckets, last_b, b / v, tp, workload)
+        collective = "ring"  # NCCL's reduce-scatter is a ring
+        if dp_collective == "auto" and not (transport.rendezvous or transport.ring_segment_bytes):
+            # recorded as for the unbucketed reduce-scatter: NCCL's pick for the stage's gradients
+            _, _, tuned = nccl_tuned_end_s(cluster, rings, grad_bytes, entry, "reducescatter")
+            nccl_pick = _joined(tuned)
     elif dp > 1:
         done, collective, nccl_pick = dp_sync_end_s(
             cluster, rings, grad_bytes, entry, transport, zero=zero, dp_collective=dp_collective
@@ -372,6 +508,10 @@ def simulate_1f1b_ring(
     norm_s = float(step_at.max() - before_norm)
     step_at = step_at + opt[:, None, None]
     gather = np.zeros(pp)
+    if overlap_grad_reduce and dp > 1 and not overlap_param_gather:  # after the step
+        gather = ring_collective_s(cluster, rings, 2.0 * stage_params.repeat(tp), kind="allgather")
+        gather = gather.reshape(pp, tp).max(axis=1)
+        step_at = step_at + gather[:, None, None]
     if zero == 1 and dp > 1 and transport.rendezvous:
         # DeepSpeed on gloo (no reduce-scatter there): the all-reduce above, then the optimizer
         # step's all-gather of the updated shards, (dp−1) ring steps of S/dp, each behind its
@@ -411,6 +551,7 @@ def simulate_1f1b_ring(
         optimizer_shards=shards,
         recompute=recompute,
         in_flight=m // rounds if schedule == "gpipe" else None,
+        virtual_stages=v,
     )
     return SimResult(
         system=system,
@@ -441,6 +582,9 @@ def simulate_1f1b_ring(
             "zero1_gather_s": float(gather.max()),
             "micro_batches": int(m),
             "rounds": int(rounds),
+            "virtual_stages": v,
+            "param_gather_wait_s": float(start.max()),
+            "grad_buckets": int(sum(len(x) for x in buckets)),
         },
         status="ok" if memory <= hardware.usable_memory_bytes else "oom",
     )

@@ -18,6 +18,13 @@ opposite direction). A send returns once all but ``buffer`` seconds of its bytes
 socket / FIFO buffer). On free links and equal stages 1F1B and blocking GPipe give
 (m + p − 1)·(t_f + t_b) (tested). Long passes of a periodic program are extrapolated from their
 steady state (:func:`replay_end_s`).
+
+Virtual pipeline stages (Megatron's interleaved 1F1B): a program function with the attribute
+``virtual_stages`` = v > 1 runs v model chunks per stage, virtual stage c·p + s on stage s; its
+messages name the virtual link (``Key.link`` in 0 .. p·v − 2, from virtual stage k to k + 1),
+which runs on the physical link k mod p — link p − 1 being the wrap-around from the last stage to
+the first — so the link arrays then have p rows. ``start_s`` delays a stage's first op (e.g. a
+parameter all-gather its first forward waits for).
 """
 
 from __future__ import annotations
@@ -160,14 +167,21 @@ class _Compiled(NamedTuple):
     keys: int
 
 
-def _check_message(role: str, key: tuple, p: int) -> None:
-    """ValueError unless ``(role, key)`` is a message end of a ``p``-stage pipeline (the kernel
-    indexes its arrays by the link without checking)."""
+def _virtual_stages(fn: ProgramFn) -> int:
+    """Model chunks per stage of ``fn``'s programs (its ``virtual_stages`` attribute, default 1)."""
+    return int(getattr(fn, "virtual_stages", 1))
+
+
+def _check_message(role: str, key: tuple, p: int, v: int = 1) -> None:
+    """ValueError unless ``(role, key)`` is a message end of a ``p``-stage pipeline of ``v``
+    virtual stages per stage (the kernel indexes its arrays by the link without checking)."""
     direction, _, link = key
-    if role not in ("send", "recv") or direction not in ("f", "b") or not 0 <= int(link) < p - 1:
+    links = p * v - 1
+    if role not in ("send", "recv") or direction not in ("f", "b") or not 0 <= int(link) < links:
         raise ValueError(
             f"replay: a program's message {role} {tuple(key)} is not one of a {p}-stage "
-            f"pipeline (role send/recv, direction f/b, link 0..{p - 2})"
+            f"pipeline of {v} virtual stages each (role send/recv, direction f/b, link "
+            f"0..{links - 1})"
         )
 
 
@@ -180,6 +194,7 @@ def _programs(p: int, m: int, fn: ProgramFn) -> _Compiled:
     call_start: list[int] = []
     call_len: list[int] = []
     msgs: list[tuple[int, int, int, int, int, int]] = []
+    v = _virtual_stages(fn)
     for s in range(p):
         for o in fn(s, p, m):
             if o.kind in ("F", "B"):
@@ -189,10 +204,11 @@ def _programs(p: int, m: int, fn: ProgramFn) -> _Compiled:
             call_start.append(len(msgs))
             call_len.append(len(o.arg))
             for role, key in o.arg:
-                _check_message(role, key, p)
+                _check_message(role, key, p, v)
                 k = key_ids.setdefault(tuple(key), len(key_ids))
                 send = role == "send"
-                msgs.append((2 * k + send, 2 * k + (not send), k, send, key[0] == "b", key[2]))
+                phys = int(key[2]) % p  # the physical link of a virtual one
+                msgs.append((2 * k + send, 2 * k + (not send), k, send, key[0] == "b", phys))
         op_start.append(len(ops))
     cols = np.array(msgs, dtype=np.int64).reshape(-1, 6).T
     return _Compiled(
@@ -229,13 +245,16 @@ def replay(
     buffer_fwd_s: np.ndarray | float = 0.0,
     buffer_bwd_s: np.ndarray | float = 0.0,
     return_first_bwd: bool = False,
+    start_s: np.ndarray | float = 0.0,
 ) -> np.ndarray:
     """End time of every stage of one pass of ``schedule``'s program, event by event; (p, r).
 
     ``fwd_s``/``bwd_s`` (p, r): compute per micro-batch; ``busy_*``, ``delay_*``, ``buffer_*``
-    (p−1, r): per link and direction (module docstring); r replicas, replayed independently.
+    (p−1, r): per link and direction (module docstring; p rows, the wrap-around link last, for
+    a program of virtual stages); r replicas, replayed independently.
     ``rendezvous``: a message waits for its receiver's posted-receive notice (gloo).
     ``return_first_bwd``: also return stage 0's backward end times, shape (m, r).
+    ``start_s`` (p, r) or a scalar: when each stage may begin its first op (default 0).
     RuntimeError if the programs deadlock (unmatched calls).
     """
     f = np.atleast_2d(np.asarray(fwd_s, float))
@@ -243,10 +262,18 @@ def replay(
     m = int(micro_batches)
     if m < 1:
         raise ValueError(f"replay: micro_batches must be >= 1, got {micro_batches}")
+    fn = program_for(schedule)
+    links = p if _virtual_stages(fn) > 1 and p > 1 else max(p - 1, 0)
     cols = [f, np.broadcast_to(np.asarray(bwd_s, float), (p, r))]
     for x in (busy_fwd_s, busy_bwd_s, delay_fwd_s, delay_bwd_s, buffer_fwd_s, buffer_bwd_s):
-        cols.append(np.broadcast_to(np.asarray(x, float), (max(p - 1, 0), r)))
-    fn = program_for(schedule)
+        x = np.asarray(x, float)
+        if x.ndim == 2 and x.shape[0] != links:
+            raise ValueError(
+                f"replay: link arrays need {links} rows for {p} stages "
+                f"({_virtual_stages(fn)} virtual stages each), got shape {x.shape}"
+            )
+        cols.append(np.broadcast_to(x, (links, r)))
+    cols.append(np.broadcast_to(np.asarray(start_s, float), (p, r)))
     ends, firsts = [], []
     for j in range(r):  # one replay per replica, kept by its times (:func:`_replay_cached`)
         args = tuple(tuple(c[:, j].tolist()) for c in cols)
@@ -262,7 +289,7 @@ def replay(
 @kernel
 def _replay_kernel(
     ops, op_start, call_start, call_len, mine, peer, key, send, back, link, keys,
-    f, b, busy_f, busy_b, delay_f, delay_b, buf_f, buf_b, rendezvous,
+    f, b, busy_f, busy_b, delay_f, delay_b, buf_f, buf_b, start, rendezvous,
 ):  # fmt: skip
     """One replica of :func:`replay`: (end per stage, stage 0's backward ends, whether every
     program finished). Stages run until their next call whose peer has not been issued yet; a
@@ -270,13 +297,13 @@ def _replay_kernel(
     is placed on its link the first time both its ends are known."""
     p = op_start.size - 1
     pc = op_start[:-1].copy()
-    now = np.zeros(p)
+    now = start.copy()
     issued = np.empty(2 * keys)  # issue time of each end
     is_issued = np.zeros(2 * keys, dtype=np.bool_)
     sender_free = np.empty(keys)  # per message: when its sender may return, when it lands
     landing = np.empty(keys)
     placed = np.zeros(keys, dtype=np.bool_)
-    link_free = np.full((2, max(p - 1, 1)), -np.inf)
+    link_free = np.full((2, max(busy_f.shape[0], 1)), -np.inf)
     waiting = np.full(2 * keys, -1)  # the stage blocked until this end is issued
     first_bwd = np.empty(op_start[1] - op_start[0])
     n_first = 0
@@ -383,26 +410,38 @@ def replay_end_s(*args, micro_batches: int, exact_up_to: int | None = None, **kw
     Against exact runs of 300–700 micro-batches on random links (p ≤ 32): eager within 1e-12,
     rendezvous within 1% (p ≥ 16; within 0.05% for p ≤ 8). A program whose function has
     ``is_periodic = False`` (:func:`gpipe_blocking_program`) is always replayed whole.
+    A program of v > 1 virtual stages repeats per group of p micro-batches (each group runs
+    every chunk in turn): the same, in units of groups — stage 0's backward end at the end of
+    each group, the cap and M' multiples of p (default cap p·(16 + 2·t), t the groups its
+    warm-up and cool-down span), T(m) = T(M') + (m − M')/p·λ.
     """
     p = np.atleast_2d(np.asarray(args[0])).shape[0]
-    if not getattr(program_for(kw["schedule"]), "is_periodic", True):
+    fn = program_for(kw["schedule"])
+    if not getattr(fn, "is_periodic", True):
         return replay(*args, micro_batches=micro_batches, **kw)
-    if exact_up_to is None:
-        cap = 8 * p + 32 if kw.get("rendezvous") else 3 * p + 24
-    else:
+    v = _virtual_stages(fn)
+    g = p if v > 1 else 1  # micro-batches per unit of the period
+    tail = p if v == 1 else -(-(2 * (p - 1) + (v - 1) * p) // (p * v)) + 1  # cool-down units
+    if exact_up_to is not None:
         cap = int(exact_up_to)
+    elif v > 1:
+        cap = p * (16 + 2 * tail) * (2 if kw.get("rendezvous") else 1)
+    else:
+        cap = 8 * p + 32 if kw.get("rendezvous") else 3 * p + 24
+    cap = max(cap // g, 1) * g
     m = int(micro_batches)
     while m > cap:
         _, first = replay(*args, micro_batches=cap, return_first_bwd=True, **kw)
-        steady = first[cap // 2 : cap - p]  # before stage 0's cool-down
+        units = first[g * v - 1 :: g * v]  # stage 0's backward end of each unit
+        steady = units[(cap // g) // 2 : cap // g - tail]  # before stage 0's cool-down
         window = np.diff(steady, axis=0)
         cycles = _cycles(np.ascontiguousarray(window), window.shape[0] // 3)
-        if (cycles > 0).all():
+        if window.shape[0] >= 3 and (cycles > 0).all():
             c = int(np.lcm.reduce(cycles))
             if c <= window.shape[0] // 3:
-                lam = (steady[-1] - steady[-1 - c]) / c
-                m_short = cap - ((cap - m) % c)
+                lam = (steady[-1] - steady[-1 - c]) / c  # per unit
+                m_short = cap - ((cap - m) % (c * g))
                 base = replay(*args, micro_batches=m_short, **kw)
-                return base + (m - m_short) * lam[None, :]
+                return base + (m - m_short) / g * lam[None, :]
         cap *= 2
     return replay(*args, micro_batches=m, **kw)

@@ -51,4 +51,23 @@ class SimResult:
             text += f" rc-{c['recompute']}"
         if c.get("schedule", "gpipe") != "gpipe" and self.system.startswith("ours"):
             text += f" {c['schedule']}"  # ours runs GPipe unless told otherwise
-        return text
+        return text + features_label(c)
+
+
+def features_label(config: dict) -> str:
+    """The label's suffix for the frameworks' features a baseline configuration turns on:
+    virtual stages, Megatron's distributed optimizer and overlaps, ZeRO's ``overlap_comm``
+    (ZeRO-3 runs with it by default, so it is named there only when off).
+
+    >>> features_label({"virtual_stages": 2, "distributed_optimizer": True,
+    ...                 "overlap_grad_reduce": True, "overlap_param_gather": True})
+    ' v2 distopt ovl-grad ovl-param'
+    """
+    c = config
+    text = f" v{c['virtual_stages']}" if c.get("virtual_stages", 1) > 1 else ""
+    text += " distopt" if c.get("distributed_optimizer") else ""
+    text += " ovl-grad" if c.get("overlap_grad_reduce") else ""
+    text += " ovl-param" if c.get("overlap_param_gather") else ""
+    if c.get("zero") == 3:
+        return text + ("" if c.get("overlap_comm", True) else " no-ovl-comm")
+    return text + (" ovl-comm" if c.get("overlap_comm") else "")

@@ -360,3 +360,67 @@ def test_a_diverged_baseline_run_is_a_failure_and_its_folder_goes(monkeypatch, t
     assert res["status"] == "failed"
     assert "training diverged: loss nan at iteration 1" in res["error"]
     assert seen and not seen[0].exists()
+
+
+def test_framework_features_reach_the_launchers_configs():
+    # each flag of the spec lands in what the worker hands the framework
+    pytest.importorskip("torch", reason="the workers import torch")
+    from baselines.deepspeed.train import ds_config
+    from baselines.megatron.train import megatron_options
+
+    plain = megatron_options(BaselineSpec(system="megatron", pp=2, dp=2))
+    assert plain["ddp"]["overlap_grad_reduce"] is False
+    assert plain["ddp"]["overlap_param_gather"] is False
+    assert plain["use_distributed_optimizer"] is False
+    assert plain["virtual_pipeline_model_parallel_size"] is None
+    spec = BaselineSpec(
+        system="megatron",
+        pp=2,
+        dp=2,
+        global_batch_size=8,
+        device="cuda",
+        virtual_stages=2,
+        distributed_optimizer=True,
+        overlap_grad_reduce=True,
+        overlap_param_gather=True,
+    )
+    check_spec(spec)
+    got = megatron_options(spec)
+    assert got["ddp"]["overlap_grad_reduce"] is True and got["ddp"]["overlap_param_gather"]
+    assert got["ddp"]["use_distributed_optimizer"] and got["use_distributed_optimizer"]
+    assert got["virtual_pipeline_model_parallel_size"] == 2
+    for overlap in (True, False):
+        ds = BaselineSpec(system="deepspeed", zero=1, dp=4, overlap_comm=overlap)
+        check_spec(ds)
+        assert ds_config(ds)["zero_optimization"]["overlap_comm"] is overlap
+    # unset: DeepSpeed's own default (on for ZeRO-3), so the key is left out
+    assert (
+        "overlap_comm"
+        not in ds_config(BaselineSpec(system="deepspeed", zero=3))["zero_optimization"]
+    )
+
+
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        (dict(system="deepspeed", zero=1, virtual_stages=2), "megatron's"),
+        (dict(system="megatron", overlap_comm=True), "deepspeed's"),
+        (dict(system="megatron", pp=2, global_batch_size=3, virtual_stages=2), "multiple"),
+        (dict(system="megatron", pp=4, virtual_stages=2), "divisible"),  # 4 layers, 8 chunks
+        (dict(system="megatron", dp=2, distributed_optimizer=True), "device=cuda"),
+        (dict(system="megatron", dp=2, overlap_param_gather=True), "overlap_param_gather"),
+    ],
+)
+def test_framework_features_refused_where_the_framework_refuses(kw, match):
+    with pytest.raises(ValueError, match=match):
+        check_spec(BaselineSpec(**kw))
+
+
+def test_the_prediction_of_a_spec_carries_its_features():
+    from baselines.grid import _baseline_config
+
+    spec = BaselineSpec(system="megatron", pp=2, dp=2, global_batch_size=8, virtual_stages=2)
+    c = _baseline_config(spec)
+    assert c.virtual_stages == 2 and c.schedule == "interleaved-1f1b"
+    ds = _baseline_config(BaselineSpec(system="deepspeed", zero=1, dp=4, overlap_comm=True))
+    assert ds.overlap_comm

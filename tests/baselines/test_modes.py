@@ -105,6 +105,9 @@ def test_emulate_path_rows_carry_scales_and_prediction(tmp_path, monkeypatch):
         0.1,
     )
     assert row.predicted_iter_time_s > 0
+    # the row says what Megatron ran: its schedule, overlap flags and DP collective
+    assert (row.schedule, row.virtual_stages, row.dp_collective) == ("1f1b", 1, "ring")
+    assert not row.overlap_grad_reduce and not row.distributed_optimizer
 
 
 def test_emulate_mode_dispatches_the_baselines(monkeypatch):

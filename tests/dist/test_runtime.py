@@ -137,24 +137,22 @@ def test_train_mode_writes_a_row(tmp_path):
     from repro.run import run
     from system.results import read_rows
 
-    cfg = (
-        {
-            "mode": "train",
-            "system": "ours",
-            "model": "debug",
-            "layers": None,
-            "pp": 1,
-            "dp": 1,
-            "iters": 2,
-            "seed": 0,
-            "batch": 4,
-            "micro_batch_size": 1,
-            "metrics_out": None,
-            "study": "t",
-            "results_dir": str(tmp_path),
-            "runtime": {"layout": "random"},
-        }
-    )
+    cfg = {
+        "mode": "train",
+        "system": "ours",
+        "model": "debug",
+        "layers": None,
+        "pp": 1,
+        "dp": 1,
+        "iters": 2,
+        "seed": 0,
+        "batch": 4,
+        "micro_batch_size": 1,
+        "metrics_out": None,
+        "study": "t",
+        "results_dir": str(tmp_path),
+        "runtime": {"layout": "random"},
+    }
     row = run(cfg)
     df = read_rows(tmp_path)
     assert len(df) == 1 and df.iloc[0]["status"] == "ok" and row["iter_time_s"] > 0
@@ -185,3 +183,12 @@ def test_numbers_a_run_cannot_use_are_refused_before_it_starts(field, value, mes
     with pytest.raises(ValueError) as e:
         RunSpec(pp=1, dp=1, **{field: value}).validate(1)
     assert message in str(e.value)
+
+
+def test_accumulation_passes_give_the_losses_of_one_pass():
+    # RunSpec.rounds: the GPipe pass split into passes of m/rounds micro-batches, gradients
+    # accumulated, gives one pass's losses (the simulator's accumulation rounds, runnable)
+    spec = dict(BASE, pp=2, dp=1, checkpointing=True)
+    one = launch(RunSpec(**spec), timeout_s=180)["losses"]
+    two = launch(RunSpec(**spec, rounds=2), timeout_s=180)["losses"]
+    assert _rel(two, one) < 1e-5, (two, one)

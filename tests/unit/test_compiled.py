@@ -66,11 +66,17 @@ def test_lower_edges_compiled_equal_their_source():
     assert np.array_equal(got, want)
 
 
-def test_the_replay_compiled_equals_its_source():
-    p, m = 4, 7
+@pytest.mark.parametrize("v", [1, 2])  # 2: virtual stages, p links (the wrap-around one)
+def test_the_replay_compiled_equals_its_source(v):
+    from baselines.megatron.schedule import megatron_interleaved_program
+
+    p, m = 4, 8
     rng = np.random.default_rng(2)
-    times = [rng.random(p), rng.random(p), *[rng.random(p - 1) for _ in range(6)]]
-    prog = _programs(p, m, megatron_1f1b_program)
+    links = p - 1 if v == 1 else p
+    start = rng.random(p)  # each stage's first op may wait
+    times = [rng.random(p), rng.random(p), *[rng.random(links) for _ in range(6)], start]
+    fn = megatron_1f1b_program if v == 1 else megatron_interleaved_program(v)
+    prog = _programs(p, m, fn)
     for rendezvous in (False, True):
         (got, _), (want, _) = _both(_replay_kernel, *prog, *times, rendezvous)
         assert got[2] and want[2]

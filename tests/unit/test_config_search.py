@@ -105,3 +105,52 @@ def test_dominance_pruning_keeps_the_best_of_a_layout():
     best = min(r.iter_time_s for r in every if r.status == "ok")
     assert min(r.iter_time_s for r in got if r.status == "ok") == pytest.approx(best)
     assert len(got) < len(every)
+
+
+@pytest.mark.parametrize("layers,batch", [(4, 16), (8, 64)])
+@pytest.mark.parametrize("sharing", ["pair", "nic"])
+def test_every_runnable_result_is_accepted_by_the_runtime_spec(layers, batch, sharing):
+    # under configs="runnable" every configuration the search can return (every one it
+    # simulated, its best among them) builds a RunSpec the runtime validates
+    from system.config_search import OursConfig, runtime_spec
+
+    c = with_link_sharing(get_case("debug"), sharing)
+    w = Workload(model=MODELS["gpt3_xl"].with_layers(layers), global_batch_size=batch)
+    found = search_ours(c, w, budget=BUDGET, configs="runnable")
+    assert found.results and found.best in found.results
+    for r in found.results:
+        k = r.config
+        cfg = OursConfig(k["pp"], k["dp"], k["micro_batch_size"], k["recompute"], k["schedule"])
+        rounds = r.breakdown["rounds"]  # the accumulation passes memory needs
+        spec = runtime_spec(cfg, w, r.breakdown["layout_table"], rounds=rounds)
+        assert spec.rounds == rounds
+        assert spec.checkpointing == (k["recompute"] == "full") and k["runtime_supported"]
+        shape = (spec.pp, spec.dp, spec.micro_batch_size)
+        assert shape == (k["pp"], k["dp"], k["micro_batch_size"])
+    assert found.best is found.best_supported
+
+
+def test_runtime_spec_refuses_what_the_runtime_cannot_run():
+    from system.config_search import OursConfig, runtime_spec
+
+    w = Workload(model=MODELS["gpt3_xl"].with_layers(8), global_batch_size=64)
+    runtime_spec(OursConfig(2, 4, 2, "none", "gpipe"), w)  # runnable: no error
+    with pytest.raises(ValueError, match="schedule"):
+        runtime_spec(OursConfig(2, 4, 2, "full", "1f1b"), w)
+    with pytest.raises(ValueError, match="recomputation"):
+        runtime_spec(OursConfig(2, 4, 2, "selective", "gpipe"), w)
+    with pytest.raises(ValueError, match="layers"):
+        runtime_spec(OursConfig(3, 4, 2, "full", "gpipe"), w)  # 8 layers over 3 stages
+
+
+def test_all_configs_is_the_design_space_variant():
+    # "all" may pick what the runtime cannot run; it is never slower than "runnable"
+    c = with_link_sharing(get_case("debug"), "pair")
+    w = Workload(model=MODELS["gpt3_xl"].with_layers(8), global_batch_size=64)
+    every = search_ours(c, w, budget=BUDGET, configs="all")
+    runnable = search_ours(c, w, budget=BUDGET, configs="runnable")
+    assert every.best.iter_time_s <= runnable.best.iter_time_s + 1e-12
+    assert any(not r.config["runtime_supported"] for r in every.results)
+    assert all(r.config["runtime_supported"] for r in runnable.results)
+    with pytest.raises(ValueError, match="configs"):
+        search_ours(c, w, budget=BUDGET, configs="some")

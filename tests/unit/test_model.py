@@ -146,7 +146,34 @@ def test_gpipe_single_stage_equals_full_batch_gradient():
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-7)
 
 
+def test_gpipe_accumulation_passes_equal_one_pass():
+    # two passes of half the micro-batches, each loss divided by all of them, accumulate the
+    # gradient of one pass over all of them
+    from system.runtime.p2p import P2P
+    from system.runtime.pipeline import gpipe_iteration
+    from system.runtime.timeline import Timeline
+
+    b = _data().batch(0)
+    micro = micro_batches(b, dp=1, replica=0, micro_batch_size=2)
+    place = rank_position(Assignment.from_stages([[0]]), 0)
+    one, two = build_model(CFG, seed=0), build_model(CFG, seed=0)
+    gpipe_iteration(
+        one, place, P2P(torch.device("cpu"), Timeline(0)), micro, hidden_size=CFG.hidden_size
+    )
+    comm = P2P(torch.device("cpu"), Timeline(0))
+    losses = []
+    for k in (0, 2):
+        losses += gpipe_iteration(
+            two, place, comm, micro[k : k + 2], hidden_size=CFG.hidden_size, loss_divisor=4
+        )
+    assert len(losses) == 4
+    for p, q in zip(two.parameters(), one.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-7)
+
+
 def test_runspec_rejects_bad_input():
+    with pytest.raises(ValueError, match="rounds"):
+        RunSpec(model="debug", global_batch_size=8, micro_batch_size=1, rounds=3).validate()
     with pytest.raises(ValueError, match="world_size"):
         RunSpec(pp=2, dp=2).validate(3)
     with pytest.raises(ValueError, match="not divisible into pp=3"):

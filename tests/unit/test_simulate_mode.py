@@ -57,6 +57,8 @@ def test_debug_end_to_end_and_rerun_skips_rows(tmp_path):
     assert (search.variant == "paper").sum() == 1 and search.is_best.sum() == 1
     assert search[["schedule", "recompute", "micro_batch_size", "pp", "dp"]].notna().all().all()
     best = search[search.is_best].iloc[0]
+    # ours is credited only with what its runtime runs (ours_configs=runnable, the default)
+    assert set(search.ours_configs) == {"runnable"} and search.runtime_supported.all()
     assert best.iter_time_s <= search[search.variant == "paper"].iter_time_s.iloc[0] + 1e-9
     assert (rows.system == "ours_random").sum() == 3  # three seeded random layouts
     ok = rows[rows.status == "ok"]
