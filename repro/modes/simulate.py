@@ -47,7 +47,7 @@ from system.results import (
 )
 from system.simulator import V100, SimResult, simulate_ours
 from system.simulator.comm import TRANSPORTS
-from system.simulator.sharing import with_link_sharing
+from system.simulator.sharing import link_sharing_of, with_link_sharing
 from system.workload import Workload, get_model, tasklet_sizes
 
 log = logging.getLogger(__name__)
@@ -204,7 +204,8 @@ def prefetch(jobs: list[SimulateConfig]):
 
 
 def _model_knobs(cfg: SimulateConfig) -> dict:
-    """The sensitivity knobs (null efficiency: the hardware model's)."""
+    """The sensitivity knobs as configured (null efficiency: the hardware model's): what the
+    simulator's inputs are built from (:func:`_setting`)."""
     return {
         "compute_efficiency": cfg.compute_efficiency or V100.achievable_fraction,
         "link_sharing": str(cfg.link_sharing),
@@ -213,24 +214,38 @@ def _model_knobs(cfg: SimulateConfig) -> dict:
     }
 
 
-def _changed_knobs(cfg: SimulateConfig) -> dict:
+def _changed_knobs(cfg: SimulateConfig, cluster: Cluster, hw) -> dict:
     """The knobs that go into the rows' key (and run ids): the link-sharing model always (every
-    row says which model it ran under), the others when set away from their default."""
+    row says which model it ran under), the others when set away from their default. The
+    modelling choices are read off what the simulator is given (the cluster's link-sharing
+    model, the hardware's efficiency), the requests off ``cfg``."""
     default = {
         "compute_efficiency": V100.achievable_fraction,
         "baseline_transport": default_of(SimulateConfig, "baseline_transport"),
         "dp_collective_request": default_of(SimulateConfig, "dp_collective"),
     }
-    knobs = _model_knobs(cfg)
+    knobs = {
+        **_model_knobs(cfg),
+        "compute_efficiency": hw.achievable_fraction,
+        "link_sharing": link_sharing_of(cluster),
+    }
     return {k: v for k, v in knobs.items() if k == "link_sharing" or v != default[k]}
 
 
 def _row(key: dict, res: SimResult, cluster: Cluster, **extra) -> dict:
+    """The row of one simulated result; the link-sharing model it records is the one the result
+    says it ran under (the cluster's where nothing was simulated, an over-memory point)."""
     c = res.config
     ok = res.status == "ok"
     own = ("rank_map", "placement_how", "dp_collective", "layout_table")  # row columns
-    own += ("dp_collective_request", "dp_nccl_choice")
+    own += ("dp_collective_request", "dp_nccl_choice", "link_sharing")
     breakdown = {k: v for k, v in res.breakdown.items() if k not in own}
+    used = res.breakdown.get("link_sharing", link_sharing_of(cluster))
+    if key.get("link_sharing", used) != used:
+        raise RuntimeError(
+            f"{res.system}: simulated under link sharing {used!r}, keyed {key['link_sharing']!r}"
+        )
+    key = {**key, "link_sharing": used}
     extra.setdefault("dp_collective", res.breakdown.get("dp_collective"))
     for k in ("dp_collective_request", "dp_nccl_choice"):  # baselines: asked, NCCL's pick
         if k in res.breakdown and k not in key:
@@ -309,7 +324,7 @@ def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, s
         "num_layers": layers,
         "global_batch_size": batch,
         "seed": seed,
-        **_changed_knobs(cfg),
+        **_changed_knobs(cfg, cluster, hw),
     }
     # the baselines first: a helper process may meanwhile finish this setting's schedules and
     # search (:func:`prefetch`); their rows still come after ours'
