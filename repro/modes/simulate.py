@@ -233,19 +233,20 @@ def _changed_knobs(cfg: SimulateConfig, cluster: Cluster, hw) -> dict:
 
 
 def _row(key: dict, res: SimResult, cluster: Cluster, **extra) -> dict:
-    """The row of one simulated result; the link-sharing model it records is the one the result
-    says it ran under (the cluster's where nothing was simulated, an over-memory point)."""
+    """The row of one simulated result. The link-sharing model and the DP collective asked for
+    are recorded as the result says it ran them (the link-sharing model: the cluster's where
+    nothing was simulated, an over-memory point); a key that says otherwise is a bug, refused."""
     c = res.config
     ok = res.status == "ok"
     own = ("rank_map", "placement_how", "dp_collective", "layout_table")  # row columns
     own += ("dp_collective_request", "dp_nccl_choice", "link_sharing")
     breakdown = {k: v for k, v in res.breakdown.items() if k not in own}
-    used = res.breakdown.get("link_sharing", link_sharing_of(cluster))
-    if key.get("link_sharing", used) != used:
-        raise RuntimeError(
-            f"{res.system}: simulated under link sharing {used!r}, keyed {key['link_sharing']!r}"
-        )
-    key = {**key, "link_sharing": used}
+    ran = {"link_sharing": link_sharing_of(cluster), **res.breakdown}
+    for k in ("link_sharing", "dp_collective_request"):
+        if k in key and k in ran:
+            if key[k] != ran[k]:
+                raise RuntimeError(f"{res.system}: simulated with {k}={ran[k]!r}, keyed {key[k]!r}")
+            key = {**key, k: ran[k]}
     extra.setdefault("dp_collective", res.breakdown.get("dp_collective"))
     for k in ("dp_collective_request", "dp_nccl_choice"):  # baselines: asked, NCCL's pick
         if k in res.breakdown and k not in key:

@@ -64,7 +64,6 @@ def test_a_notebook_call_on_case_5_gives_the_main_jobs_iteration_time(tmp_path):
     assert discriminating > 0
 
 
-@pytest.mark.slow  # every system's grid: about 15 s
 def test_the_row_records_the_model_the_simulator_ran_under(tmp_path):
     rows = _main_job(tmp_path, "system=all", "link_sharing=pair", "baseline_placements=[launch]")
     assert set(rows.link_sharing) == {"pair"}
@@ -167,3 +166,23 @@ def replace_bandwidth(c: Cluster, gbps: float) -> Cluster:
     from dataclasses import replace
 
     return replace(c, bandwidth_gbps=(1.0 - np.eye(c.num_devices)) * gbps)
+
+
+def test_a_row_keyed_with_another_model_than_the_result_ran_is_refused():
+    from repro.modes.simulate import _row
+    from system.simulator import SimResult
+
+    res = SimResult(
+        system="ours",
+        iter_time_s=1.0,
+        compute_time_s=0.5,
+        model_flops=1.0,
+        memory_bytes=1.0,
+        config={"pp": 1, "dp": 3},
+        breakdown={"link_sharing": "tc_class"},
+    )
+    c = with_link_sharing(_bare(), "tc_class")
+    key = {"mode": "simulate", "case": "debug", "system": "ours"}
+    assert _row({**key, "link_sharing": "tc_class"}, res, c)["link_sharing"] == "tc_class"
+    with pytest.raises(RuntimeError, match="simulated with link_sharing='tc_class', keyed 'pair'"):
+        _row({**key, "link_sharing": "pair"}, res, c)
