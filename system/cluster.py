@@ -173,6 +173,14 @@ class Cluster:
                 get_gpu(g)  # names the unknown type
             object.__setattr__(self, "gpu_of", gpus)
 
+    def __getstate__(self) -> dict:  # a pickled cluster leaves its memo behind
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+
+    def __setstate__(self, state: dict) -> None:
+        for name, value in state.items():
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "_memo", {})
+
     # ---- sizes -------------------------------------------------------------------------------
     @property
     def num_devices(self) -> int:

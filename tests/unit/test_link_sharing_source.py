@@ -186,3 +186,16 @@ def test_a_row_keyed_with_another_model_than_the_result_ran_is_refused():
     assert _row({**key, "link_sharing": "tc_class"}, res, c)["link_sharing"] == "tc_class"
     with pytest.raises(RuntimeError, match="simulated with link_sharing='tc_class', keyed 'pair'"):
         _row({**key, "link_sharing": "pair"}, res, c)
+
+
+def test_a_pickled_cluster_keeps_its_model_and_leaves_its_memo_behind():
+    import pickle
+
+    c = with_link_sharing(get_case("5"), "flow", streams=4)
+    size = len(pickle.dumps(c))
+    fp = fingerprint(c)
+    _ = c.bandwidth_bps, c.delay_s  # fill the memo
+    assert len(pickle.dumps(c)) == size
+    back = pickle.loads(pickle.dumps(c))
+    assert back.link_sharing == c.link_sharing and fingerprint(back) == fp
+    assert np.array_equal(back.bandwidth_bps, c.bandwidth_bps)
