@@ -43,7 +43,7 @@ from baselines.placement import (
     search_placement,
 )
 from baselines.spec import SYSTEMS, BaselineSpec, check_spec, metrics_from
-from system.cluster import Cluster
+from system.cluster import Cluster, LinkSharing
 from system.lifeline import cancel, on_death
 from system.runtime.launch import LaunchError, LaunchTimeout, run_ranks  # torch-free
 from system.workload import Workload
@@ -209,6 +209,7 @@ def local_cluster(num_devices: int) -> Cluster:
         host_of=(0,) * num_devices,
         delay_ms=off * 0.05,
         bandwidth_gbps=off * 10.0,
+        link_sharing=LinkSharing("pair"),  # loopback: no shaped class, no instance quota
         description="ranks on this machine (loopback)",
     )
 

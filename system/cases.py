@@ -27,12 +27,13 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
-from system.cluster import Cluster
+from system.cluster import Cluster, LinkSharing
 from system.limits import check_devices
 
 __all__ = [
@@ -640,14 +641,20 @@ def canonical_case(name: str | int) -> str:
 
 def get_case(name: str | int, variant: str = "paper", *, max_devices: int | None = None) -> Cluster:
     """The cluster of a named case (``1``..``5``, ``debug``, an alias like ``worldwide``) or of
-    a topology file (``.yaml``/``.yml``/``.json``, :func:`load_topology` with ``max_devices``)."""
+    a topology file (``.yaml``/``.yml``/``.json``, :func:`load_topology` with ``max_devices``),
+    under the default link-sharing model (:data:`system.cluster.DEFAULT_LINK_SHARING`) unless the
+    cluster says another."""
     if is_topology_file(name):
-        return load_topology(name, max_devices=max_devices)
-    key = canonical_case(name)
-    if key not in CASES:
-        raise ValueError(
-            f"unknown case {name!r}; known: {', '.join(CASES)} (or {', '.join(ALIASES)})"
-        )
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown case variant {variant!r}; known: {', '.join(VARIANTS)}")
-    return CASES[key](variant)
+        cluster = load_topology(name, max_devices=max_devices)
+    else:
+        key = canonical_case(name)
+        if key not in CASES:
+            raise ValueError(
+                f"unknown case {name!r}; known: {', '.join(CASES)} (or {', '.join(ALIASES)})"
+            )
+        if variant not in VARIANTS:
+            raise ValueError(f"unknown case variant {variant!r}; known: {', '.join(VARIANTS)}")
+        cluster = CASES[key](variant)
+    if cluster.link_sharing is None:  # the one default, as the harness's
+        cluster = replace(cluster, link_sharing=LinkSharing())
+    return cluster

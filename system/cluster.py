@@ -14,6 +14,7 @@ emulated devices shows RTT = 2·delay_ms.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -24,12 +25,65 @@ import numpy.typing as npt
 from system.gpus import DEFAULT_GPU, get_gpu
 from system.links import SizeDependentLinks
 
-__all__ = ["Cluster", "link_time_s", "fingerprint"]
+__all__ = [
+    "Cluster",
+    "LinkSharing",
+    "LINK_SHARING",
+    "DEFAULT_LINK_SHARING",
+    "MEASURED_STREAMS",
+    "link_time_s",
+    "fingerprint",
+]
+
+# How concurrent flows share the links: the models' names (what each one caps is in
+# :mod:`system.simulator.sharing`, which allocates the rates) and the one default, the model of
+# the paper's own tc-shaped runs: the named cases carry it, and the harness's ``link_sharing``
+# option defaults to it.
+LINK_SHARING = ("pair", "nic", "region", "flow", "tc_class")
+DEFAULT_LINK_SHARING = "tc_class"
+MEASURED_STREAMS = 16  # sockets per pair in the authors' NCCL benchmark (4 threads x 4 sockets)
 
 
 def link_time_s(delay_s: npt.ArrayLike, bandwidth_bps: npt.ArrayLike, nbytes: float) -> np.ndarray:
     """Paper §2: time to move ``nbytes`` over a link, ``α + 8·X/β`` (seconds)."""
     return np.asarray(delay_s, dtype=float) + 8.0 * float(nbytes) / np.asarray(bandwidth_bps, float)
+
+
+@dataclass(frozen=True, slots=True)
+class LinkSharing:
+    """A link-sharing model and its settings: ``model`` one of :data:`LINK_SHARING`;
+    ``streams`` (``flow`` only) sockets per connection, by default as many as the pair figures
+    were measured with; ``nic_gbps`` (``nic`` only) the device cap, by default each device's
+    fastest link.
+
+    >>> LinkSharing("nic", nic_gbps=2.0).label()
+    'nic'
+    """
+
+    model: str = DEFAULT_LINK_SHARING
+    streams: int = MEASURED_STREAMS
+    nic_gbps: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.model not in LINK_SHARING:
+            raise ValueError(
+                f"link sharing must be one of {', '.join(LINK_SHARING)}, got {self.model!r}"
+            )
+        if isinstance(self.streams, bool) or int(self.streams) != self.streams or self.streams < 1:
+            raise ValueError(f"link sharing: streams must be an integer >= 1, got {self.streams!r}")
+        if self.streams != MEASURED_STREAMS and self.model != "flow":
+            raise ValueError(f"link sharing: streams applies to flow only, not {self.model}")
+        if self.nic_gbps is not None:
+            if not float(self.nic_gbps) > 0:
+                raise ValueError(f"link sharing: nic_gbps must be > 0, got {self.nic_gbps}")
+            if self.model != "nic":
+                raise ValueError(f"link sharing: nic_gbps applies to nic only, not {self.model}")
+            object.__setattr__(self, "nic_gbps", float(self.nic_gbps))
+        object.__setattr__(self, "streams", int(self.streams))
+
+    def label(self) -> str:
+        """The model's name, as a result row records it (column ``link_sharing``)."""
+        return self.model
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,8 +113,15 @@ class Cluster:
     # Optional message-size-dependent bandwidth curves per host pair
     # (:class:`system.links.SizeDependentLinks`); None: flat α-β links.
     links: SizeDependentLinks | None = None
+    # How concurrent flows share the links (:mod:`system.simulator.sharing`): the simulator
+    # reads it here and nowhere else. None: not said, and the simulator refuses the cluster;
+    # :func:`system.cases.get_case` gives its clusters :data:`DEFAULT_LINK_SHARING`.
+    link_sharing: LinkSharing | None = None
     description: str = ""
     meta: dict = field(default_factory=dict, compare=False)  # provenance (case, variant, scale)
+    # values computed once per cluster (its fingerprint, SI views of its matrices): the cluster
+    # never changes, and a copy (dataclasses.replace) starts with an empty memo
+    _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         d = len(self.region_of)
@@ -100,6 +161,10 @@ class Cluster:
             if len(nics) != self.num_hosts or min(nics) <= 0:
                 raise ValueError(f"{where}: host_nic_gbps needs {self.num_hosts} positive values")
             object.__setattr__(self, "host_nic_gbps", nics)
+        if self.link_sharing is not None and not isinstance(self.link_sharing, LinkSharing):
+            raise ValueError(
+                f"{where}: link_sharing must be a LinkSharing or None, got {self.link_sharing!r}"
+            )
         if self.gpu_of is not None:
             gpus = tuple(str(g) for g in self.gpu_of)
             if len(gpus) != d:
@@ -107,6 +172,14 @@ class Cluster:
             for g in set(gpus):
                 get_gpu(g)  # names the unknown type
             object.__setattr__(self, "gpu_of", gpus)
+
+    def __getstate__(self) -> dict:  # a pickled cluster leaves its memo behind
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+
+    def __setstate__(self, state: dict) -> None:
+        for name, value in state.items():
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "_memo", {})
 
     # ---- sizes -------------------------------------------------------------------------------
     @property
@@ -138,11 +211,20 @@ class Cluster:
     # ---- SI views ------------------------------------------------------------------------------
     @property
     def delay_s(self) -> np.ndarray:
-        return _si_view(self.delay_ms, 1e-3)
+        return self.memo("delay_s", lambda: _read_only(self.delay_ms * 1e-3))
 
     @property
     def bandwidth_bps(self) -> np.ndarray:
-        return _si_view(self.bandwidth_gbps, 1e9)
+        return self.memo("bandwidth_bps", lambda: _read_only(self.bandwidth_gbps * 1e9))
+
+    def memo(self, name: str, make):
+        """The value ``make()`` computes from this cluster, computed once (a simulation reads
+        the SI views thousands of times per configuration grid); ``name`` names the value."""
+        try:
+            return self._memo[name]
+        except KeyError:
+            value = self._memo[name] = make()
+            return value
 
     def link_time_s(self, nbytes: float) -> np.ndarray:
         """(D, D) seconds to move ``nbytes`` over each link; zero on the diagonal."""
@@ -174,6 +256,7 @@ class Cluster:
             host_nic_gbps=nics,
             gpu_of=None if self.gpu_of is None else tuple(self.gpu_of[i] for i in idx),
             links=None if self.links is None else self.links.subset(list(remap)),
+            link_sharing=self.link_sharing,
             description=self.description,
             meta={**self.meta, "subset_of": self.name, "subset_devices": idx.tolist()},
         )
@@ -194,6 +277,7 @@ class Cluster:
             host_nic_gbps=nics,
             gpu_of=self.gpu_of,
             links=self.links,
+            link_sharing=self.link_sharing,
             description=self.description,
             meta={
                 **self.meta,
@@ -207,46 +291,21 @@ class Cluster:
         return self.subset(list(perm), name=self.name)
 
 
-# Values computed once per object (a cluster or one of its read-only matrices), by the object's
-# id; each entry holds its object, so an id is never reused while the entry is kept.
-_SI_VIEWS: dict[tuple[int, float], tuple[np.ndarray, np.ndarray]] = {}
-_FINGERPRINTS: dict[int, tuple[Cluster, str]] = {}
-MAX_KEPT = 256  # entries per memo
-
-
-def _kept(memo: dict, key, obj, make):
-    """``memo``'s value for ``obj`` under ``key``, made by ``make()`` the first time."""
-    hit = memo.get(key)
-    if hit is not None and hit[0] is obj:
-        return hit[1]
-    value = make()
-    if len(memo) >= MAX_KEPT:
-        memo.clear()
-    memo[key] = (obj, value)
-    return value
-
-
-def _si_view(matrix: np.ndarray, scale: float) -> np.ndarray:
-    """``matrix * scale``, read-only, computed once per matrix (a simulation reads the SI views
-    thousands of times per configuration grid)."""
-
-    def make() -> np.ndarray:
-        view = matrix * scale
-        view.setflags(write=False)
-        return view
-
-    return _kept(_SI_VIEWS, (id(matrix), scale), matrix, make)
+def _read_only(matrix: np.ndarray) -> np.ndarray:
+    matrix.setflags(write=False)
+    return matrix
 
 
 def fingerprint(cluster: Cluster) -> str:
     """SHA-256 of everything a cluster's links and devices are: regions, hosts, NICs, GPUs, both
-    matrices, size-dependent links and the link-sharing settings in ``meta`` — not its name or
-    provenance. Two clusters built apart from the same data (the jobs of a sweep each read their
-    case) have the same fingerprint, so work keyed by it is shared between them."""
+    matrices, size-dependent links and the link-sharing model — not its name or provenance. Two
+    clusters built apart from the same data (the jobs of a sweep each read their case) have the
+    same fingerprint, so work keyed by it is shared between them."""
 
     def make() -> str:
         h = hashlib.sha256()
-        sharing = {k: cluster.meta.get(k) for k in ("link_sharing", "flow_streams", "nic_gbps")}
+        ls = cluster.link_sharing
+        sharing = None if ls is None else dataclasses.asdict(ls)
         plain = [cluster.region_of, cluster.host_of, cluster.host_nic_gbps, cluster.gpu_of, sharing]
         h.update(json.dumps(plain, default=str).encode())
         for m in (cluster.delay_ms, cluster.bandwidth_gbps):
@@ -254,4 +313,4 @@ def fingerprint(cluster: Cluster) -> str:
         h.update(repr(cluster.links).encode())
         return h.hexdigest()
 
-    return _kept(_FINGERPRINTS, id(cluster), cluster, make)
+    return cluster.memo("fingerprint", make)

@@ -47,7 +47,7 @@ from system.results import (
 )
 from system.simulator import V100, SimResult, simulate_ours
 from system.simulator.comm import TRANSPORTS
-from system.simulator.sharing import with_link_sharing
+from system.simulator.sharing import link_sharing_of, with_link_sharing
 from system.workload import Workload, get_model, tasklet_sizes
 
 log = logging.getLogger(__name__)
@@ -204,7 +204,8 @@ def prefetch(jobs: list[SimulateConfig]):
 
 
 def _model_knobs(cfg: SimulateConfig) -> dict:
-    """The sensitivity knobs (null efficiency: the hardware model's)."""
+    """The sensitivity knobs as configured (null efficiency: the hardware model's): what the
+    simulator's inputs are built from (:func:`_setting`)."""
     return {
         "compute_efficiency": cfg.compute_efficiency or V100.achievable_fraction,
         "link_sharing": str(cfg.link_sharing),
@@ -214,25 +215,40 @@ def _model_knobs(cfg: SimulateConfig) -> dict:
     }
 
 
-def _changed_knobs(cfg: SimulateConfig) -> dict:
+def _changed_knobs(cfg: SimulateConfig, cluster: Cluster, hw) -> dict:
     """The knobs that go into the rows' key (and run ids): the link-sharing model always (every
-    row says which model it ran under), the others when set away from their default."""
+    row says which model it ran under), the others when set away from their default. The
+    modelling choices are read off what the simulator is given (the cluster's link-sharing
+    model, the hardware's efficiency), the requests off ``cfg``."""
     default = {
         "compute_efficiency": V100.achievable_fraction,
         "baseline_transport": default_of(SimulateConfig, "baseline_transport"),
         "dp_collective_request": default_of(SimulateConfig, "dp_collective"),
         "baseline_features": default_of(SimulateConfig, "baseline_features"),
     }
-    knobs = _model_knobs(cfg)
+    knobs = {
+        **_model_knobs(cfg),
+        "compute_efficiency": hw.achievable_fraction,
+        "link_sharing": link_sharing_of(cluster),
+    }
     return {k: v for k, v in knobs.items() if k == "link_sharing" or v != default[k]}
 
 
 def _row(key: dict, res: SimResult, cluster: Cluster, **extra) -> dict:
+    """The row of one simulated result. The link-sharing model and the DP collective asked for
+    are recorded as the result says it ran them (the link-sharing model: the cluster's where
+    nothing was simulated, an over-memory point); a key that says otherwise is a bug, refused."""
     c = res.config
     ok = res.status == "ok"
     own = ("rank_map", "placement_how", "dp_collective", "layout_table")  # row columns
-    own += ("dp_collective_request", "dp_nccl_choice")
+    own += ("dp_collective_request", "dp_nccl_choice", "link_sharing")
     breakdown = {k: v for k, v in res.breakdown.items() if k not in own}
+    ran = {"link_sharing": link_sharing_of(cluster), **res.breakdown}
+    for k in ("link_sharing", "dp_collective_request"):
+        if k in key and k in ran:
+            if key[k] != ran[k]:
+                raise RuntimeError(f"{res.system}: simulated with {k}={ran[k]!r}, keyed {key[k]!r}")
+            key = {**key, k: ran[k]}
     extra.setdefault("dp_collective", res.breakdown.get("dp_collective"))
     for k in ("dp_collective_request", "dp_nccl_choice"):  # baselines: asked, NCCL's pick
         if k in res.breakdown and k not in key:
@@ -321,7 +337,7 @@ def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, s
         "num_layers": layers,
         "global_batch_size": batch,
         "seed": seed,
-        **_changed_knobs(cfg),
+        **_changed_knobs(cfg, cluster, hw),
     }
     # the baselines first: a helper process may meanwhile finish this setting's schedules and
     # search (:func:`prefetch`); their rows still come after ours'

@@ -202,12 +202,14 @@ def paper_scale_rows(cases: Sequence[str], systems: dict[str, dict | None]) -> p
     from system.runtime.spec import RunSpec
     from system.scheduler import schedule
     from system.simulator import simulate_ours
+    from system.simulator.sharing import with_link_sharing
     from system.workload import Workload, get_model, tasklet_sizes
 
     wl = Workload(model=get_model("gpt3_xl"), global_batch_size=1024, micro_batch_size=1)
     out = []
     for case in cases:
-        cluster = get_case(str(case))
+        # every pair its own pipe (link sharing ``pair``): the model this table was made under
+        cluster = with_link_sharing(get_case(str(case)), "pair")
         layout = schedule(
             cluster, tasklet_sizes(wl, 8, 8), pp=8, dp=8, seed=0, trials=100, time_limit_s=30
         ).assignment

@@ -55,7 +55,7 @@ from system.scheduler.assignment import Assignment
 from system.simulator import V100, SimResult, simulate_1f1b_ring, simulate_ours
 from system.simulator.collective import device_grid
 from system.simulator.ours import accumulation_rounds
-from system.simulator.sharing import DEFAULT_LINK_SHARING, with_link_sharing
+from system.simulator.sharing import DEFAULT_LINK_SHARING, link_sharing_of, with_link_sharing
 from system.workload import Workload, get_model
 
 log = logging.getLogger(__name__)
@@ -216,7 +216,7 @@ def ladder(
         (best, f"searched: {best.label()}, {best.config.get('layout', '')}"),
     ]
     base = {"case": case, "num_layers": layers, "global_batch_size": batch}
-    base["link_sharing"] = link_sharing
+    base["link_sharing"] = link_sharing_of(cluster)  # what the simulator read
     out, prev = [], None
     for k, ((step, label), (res, constraint)) in enumerate(zip(STEPS, rungs, strict=True)):
         row = {**base, "rung": k, **_row(step, label, res, constraint)}

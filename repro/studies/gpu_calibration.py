@@ -227,9 +227,11 @@ def sensitivity(profile: dict, *, trials: int = 4, time_limit_s: float = 20.0) -
     from system.scheduler import schedule
     from system.simulator import V100, simulate_ours
     from system.simulator.hardware import hardware_from_profile
+    from system.simulator.sharing import with_link_sharing
     from system.workload import Workload, get_model, tasklet_sizes
 
-    cluster = get_case("5")
+    # every pair its own pipe (link sharing ``pair``): the model this comparison was made under
+    cluster = with_link_sharing(get_case("5"), "pair")
     wl = Workload(model=get_model("gpt3_xl", 24), global_batch_size=1024)
     pp, dp = 8, cluster.num_devices // 8
     assign = schedule(

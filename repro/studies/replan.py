@@ -33,6 +33,7 @@ from system.scheduler import schedule
 from system.scheduler.replan import moved_tasklets, replan
 from system.scheduler.replan import spot_trace as trace
 from system.simulator import simulate_ours
+from system.simulator.sharing import with_link_sharing
 from system.workload import Workload, get_model, tasklet_sizes
 
 log = logging.getLogger(__name__)
@@ -193,7 +194,8 @@ def run(cfg: ReplanConfig) -> dict:
         micro_batch_size=cfg.micro_batch_size,
     )
     df = replay(
-        cfg.cluster(),
+        # every pair its own pipe (link sharing ``pair``): the model this study was made under
+        with_link_sharing(cfg.cluster(), "pair"),
         work,
         events=cfg.events,
         step=cfg.step_devices,

@@ -41,7 +41,7 @@ from system.config_search import search_ours
 from system.scheduler.assignment import random_assignment
 from system.simulator import V100, simulate_ours
 from system.simulator.comm import NCCL, NCCL_RENDEZVOUS
-from system.simulator.sharing import DEFAULT_LINK_SHARING, with_link_sharing
+from system.simulator.sharing import DEFAULT_LINK_SHARING, link_sharing_of, with_link_sharing
 from system.workload import PAPER_BATCH_SIZES, PAPER_LAYERS, Workload, get_model
 
 __all__ = ["VARIANTS", "sensitivity_table", "claim_ranges", "run"]
@@ -95,7 +95,7 @@ def sensitivity_table(
                 if key not in schedules:  # the scheduler sees α and β only: one per setting
                     schedules[key] = scheduled_layout("5", base, w, pp, dp, seed)
                 row = {"variant": name, "num_layers": layers_, "global_batch_size": batch}
-                row["link_sharing"] = sharing
+                row["link_sharing"] = link_sharing_of(cluster)  # what the simulator reads
                 row["ours"] = simulate_ours(
                     cluster, schedules[key], w, hardware=hw, loss_scaling=True
                 ).iter_time_s

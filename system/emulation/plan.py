@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from system.cluster import Cluster
+from system.cluster import Cluster, LinkSharing
 
 log = logging.getLogger(__name__)
 
@@ -161,9 +161,7 @@ class EmulationPlan:
         c = self.cluster.scaled(bandwidth_scale=self.bandwidth_scale, delay_scale=self.delay_scale)
         bw = np.minimum(c.bandwidth_gbps, self.max_rate_gbps)
         cap = self.scaled_egress_cap_gbps
-        sharing = {"link_sharing": "pair"}
-        if cap is not None:
-            sharing = {"link_sharing": "nic", "nic_gbps": cap}
+        sharing = LinkSharing("pair") if cap is None else LinkSharing("nic", nic_gbps=cap)
         return Cluster(
             name=c.name,
             region_of=c.region_of,
@@ -171,13 +169,9 @@ class EmulationPlan:
             delay_ms=c.delay_ms,
             bandwidth_gbps=bw,
             host_nic_gbps=None,
+            link_sharing=sharing,
             description=c.description,
-            meta={
-                **c.meta,
-                "emulated": True,
-                "max_rate_gbps": self.max_rate_gbps,
-                **sharing,
-            },
+            meta={**c.meta, "emulated": True, "max_rate_gbps": self.max_rate_gbps},
         )
 
     @property

@@ -83,6 +83,7 @@ from system.simulator.hardware import V100, Hardware, StageCompute, stage_comput
 from system.simulator.memory import training_memory
 from system.simulator.replay import ProgramFn, program_for, replay_end_s
 from system.simulator.result import SimResult
+from system.simulator.sharing import link_sharing_of
 from system.workload import Workload, stage_gradient_params
 
 __all__ = [
@@ -578,6 +579,7 @@ def simulate_1f1b_ring(
             "dp_collective": collective,
             "dp_collective_request": "fastest" if dp_collective == "best" else dp_collective,
             "dp_nccl_choice": nccl_pick,
+            "link_sharing": link_sharing_of(cluster),  # the model the links ran under
             "tied_embedding_s": tied_s,
             "zero1_gather_s": float(gather.max()),
             "micro_batches": int(m),

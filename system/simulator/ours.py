@@ -58,6 +58,7 @@ from system.simulator.hardware import V100, Hardware, StageCompute, stage_comput
 from system.simulator.memory import RECOMPUTE_MODES, training_memory
 from system.simulator.replay import Key, Msg, Op, backward, call, forward, replay_end_s
 from system.simulator.result import SimResult
+from system.simulator.sharing import link_sharing_of
 from system.simulator.timeline import gpipe_timeline
 from system.workload import Workload, stage_gradient_params
 
@@ -216,7 +217,8 @@ def simulate_ours(
     """Predict one training iteration of our runtime (see the module docstring).
 
     Args:
-        cluster: devices and links (and the link-sharing model they run under).
+        cluster: devices and links, and the link-sharing model they run under (its
+            ``link_sharing``, recorded in the result's breakdown).
         assignment: the layout; its pp × dp must equal the cluster's device count.
         workload: model, global batch, micro-batch size.
         compute: per-stage compute seconds per micro-batch; default: the V100 model.
@@ -243,6 +245,7 @@ def simulate_ours(
     """
     pp, dp = assignment.pp, assignment.dp
     check_sizes(cluster, pp, dp)
+    sharing = link_sharing_of(cluster)  # refuses a cluster without a link-sharing model
     workload.check_layout(pp, dp)
     if recompute not in RECOMPUTE_MODES:
         raise ValueError(
@@ -374,6 +377,7 @@ def simulate_ours(
         "flag_allreduce_s": flag_s,
         "flag_allreduce_algo": flag_algo,
         "dp_collective": dp_mode,
+        "link_sharing": sharing,  # the model the links ran under
     }
     config["rounds"] = int(rounds)
     log.debug(

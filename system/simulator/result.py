@@ -13,8 +13,10 @@ class SimResult:
 
     ``compute_time_s`` is the busiest device's compute seconds per iteration; ``comm_time_s`` is
     the rest of the iteration (communication not hidden behind compute, and pipeline bubbles).
-    ``breakdown`` holds the phases (seconds) and model details; ``config`` the layout knobs
-    (tp, pp, dp, micro_batch_size, zero, ...).
+    ``breakdown`` holds the phases (seconds) and model details, among them the modelling choices
+    the simulator applied (``link_sharing``: the cluster's model; ``dp_collective``: the DP
+    exchange that ran), which a result row records; ``config`` the layout knobs (tp, pp, dp,
+    micro_batch_size, zero, ...).
     """
 
     system: str

@@ -30,8 +30,12 @@ Hosts with a NIC of their own (``Cluster.host_nic_gbps``, cases 1–2) cap their
 egress and ingress under every model. Full duplex everywhere: egress and ingress are separate
 capacities.
 
-The default (:data:`DEFAULT_LINK_SHARING` = ``tc_class``), from public evidence about the
-setting the paper's numbers come from:
+A cluster carries its model as a field (:attr:`system.cluster.Cluster.link_sharing`, a
+:class:`~system.cluster.LinkSharing`); the simulator reads it there and nowhere else and refuses
+a cluster built without one. The named cases and topology files
+(:func:`system.cases.get_case`) carry the default (:data:`DEFAULT_LINK_SHARING` = ``tc_class``,
+the harness's default too), chosen from public evidence about the setting the paper's numbers
+come from:
 
 1. the paper's training runs were shaped by the authors' tc script (the training launcher
    applies ``heterogeneous_setup_case<N>.sh`` before ``dist_runner.py``, DS3Lab/DT-FM
@@ -57,30 +61,48 @@ from dataclasses import replace
 
 import numpy as np
 
-from system.cluster import Cluster, fingerprint
+from system.cluster import (
+    DEFAULT_LINK_SHARING,
+    LINK_SHARING,
+    MEASURED_STREAMS,
+    Cluster,
+    LinkSharing,
+    fingerprint,
+)
 
 __all__ = [
     "LINK_SHARING",
     "DEFAULT_LINK_SHARING",
     "MEASURED_STREAMS",
+    "LinkSharing",
     "AWS_REGION_EGRESS_GBPS",
     "INSTANCE_GBPS",
+    "sharing_of",
     "link_sharing_of",
     "with_link_sharing",
     "max_min_rates",
     "shared_bandwidth_bps",
 ]
 
-LINK_SHARING = ("pair", "nic", "region", "flow", "tc_class")
-DEFAULT_LINK_SHARING = "tc_class"
-MEASURED_STREAMS = 16  # sockets per pair in the authors' NCCL benchmark (4 threads x 4 sockets)
 AWS_REGION_EGRESS_GBPS = 5.0  # EC2: traffic to other Regions, instances under 32 vCPUs
 INSTANCE_GBPS = 10.0  # EC2 p3.2xlarge: "up to 10 Gigabit", inbound and outbound each
 
 
+def sharing_of(cluster: Cluster) -> LinkSharing:
+    """The link-sharing model ``cluster`` is simulated under (its ``link_sharing`` field).
+    Raises ValueError, naming the cluster, for a cluster built without one."""
+    if cluster.link_sharing is None:
+        raise ValueError(
+            f"cluster {cluster.name!r} has no link-sharing model: build it with "
+            f"link_sharing=LinkSharing(...) or take with_link_sharing(cluster, "
+            f"{DEFAULT_LINK_SHARING!r}), the default (system/simulator/sharing.py)"
+        )
+    return cluster.link_sharing
+
+
 def link_sharing_of(cluster: Cluster) -> str:
-    """The model ``cluster`` is simulated under (``pair`` when none was set)."""
-    return str(cluster.meta.get("link_sharing", "pair"))
+    """The name of the model ``cluster`` is simulated under (:func:`sharing_of`)."""
+    return sharing_of(cluster).label()
 
 
 def with_link_sharing(
@@ -92,27 +114,12 @@ def with_link_sharing(
 ) -> Cluster:
     """``cluster`` under one of :data:`LINK_SHARING`; ``streams``: sockets per connection under
     ``flow`` (default: as many as the pair figures were measured with); ``nic_gbps``: the
-    device cap under ``nic`` (default: each device's fastest link)."""
-    name = str(sharing)
-    if name not in LINK_SHARING:
-        raise ValueError(f"link sharing must be one of {', '.join(LINK_SHARING)}, got {sharing!r}")
-    if int(streams) < 1:
-        raise ValueError(f"link sharing: streams must be >= 1, got {streams}")
-    if nic_gbps is not None and not nic_gbps > 0:
-        raise ValueError(f"link sharing: nic_gbps must be > 0, got {nic_gbps}")
-    if (
-        name == link_sharing_of(cluster)
-        and cluster.meta.get("flow_streams", streams) == streams
-        and cluster.meta.get("nic_gbps") == nic_gbps
-    ):
+    device cap under ``nic`` (default: each device's fastest link). Raises ValueError for an
+    unknown model or a setting the model does not have."""
+    model = LinkSharing(str(sharing), streams, nic_gbps)
+    if model == cluster.link_sharing:
         return cluster
-    meta = {k: v for k, v in cluster.meta.items() if k not in ("flow_streams", "nic_gbps")}
-    meta["link_sharing"] = name
-    if name == "flow":
-        meta["flow_streams"] = int(streams)
-    if name == "nic" and nic_gbps is not None:
-        meta["nic_gbps"] = float(nic_gbps)
-    return replace(cluster, meta=meta)
+    return replace(cluster, link_sharing=model)
 
 
 def max_min_rates(
@@ -150,10 +157,6 @@ def max_min_rates(
     return rate
 
 
-def _stream_factor(cluster: Cluster) -> float:
-    return float(cluster.meta.get("flow_streams", MEASURED_STREAMS)) / MEASURED_STREAMS
-
-
 class _Derived:
     """What the models read off a cluster's links, computed once per link matrix: region ids,
     each region pair's bandwidth (the median of its device pairs), each device's fastest link,
@@ -180,20 +183,21 @@ class _Derived:
             self.tc_class[s] = np.unique(setting, axis=1, return_inverse=True)[1].ravel()
 
 
-_DERIVED: dict[int, tuple[np.ndarray, _Derived]] = {}
+# :class:`_Derived` by the links it is computed from (the cluster's fingerprint), so that the
+# clusters of one case built apart (the jobs of a sweep) share it
+_DERIVED: dict[str, _Derived] = {}
+MAX_DERIVED = 64  # entries
 
 
 def _derived(cluster: Cluster) -> _Derived:
-    """:class:`_Derived` of ``cluster``, cached per bandwidth matrix (a Cluster never changes
-    its matrices; the cache holds the matrix itself, so an id is never reused while cached)."""
-    hit = _DERIVED.get(id(cluster.bandwidth_gbps))
-    if hit is not None and hit[0] is cluster.bandwidth_gbps:
-        return hit[1]
-    if len(_DERIVED) > 64:
-        _DERIVED.clear()
-    out = _Derived(cluster)
-    _DERIVED[id(cluster.bandwidth_gbps)] = (cluster.bandwidth_gbps, out)
-    return out
+    """:class:`_Derived` of ``cluster``, computed once per content."""
+    key = fingerprint(cluster)
+    hit = _DERIVED.get(key)
+    if hit is None:
+        if len(_DERIVED) >= MAX_DERIVED:
+            _DERIVED.clear()
+        hit = _DERIVED[key] = _Derived(cluster)
+    return hit
 
 
 def _compact(key: np.ndarray) -> tuple[np.ndarray, int]:
@@ -224,6 +228,7 @@ def shared_bandwidth_bps(cluster: Cluster, src: Sequence[int], dst: Sequence[int
     src, dst = np.asarray(src, dtype=int), np.asarray(dst, dtype=int)
     if src.shape != dst.shape:
         raise ValueError(f"flows: src {src.shape} and dst {dst.shape} differ in shape")
+    sharing_of(cluster)  # a cluster without a model is refused, flows or not
     key = (fingerprint(cluster), src.shape, src.tobytes(), dst.tobytes())
     hit = _ALLOCATED.get(key)
     if hit is None:
@@ -242,8 +247,11 @@ def _allocate(cluster: Cluster, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         return out
     s, d = src[moving], dst[moving]
     n, f = cluster.num_devices, s.size
-    model = link_sharing_of(cluster)
-    pair_bps = cluster.bandwidth_bps[s, d] * (_stream_factor(cluster) if model == "flow" else 1.0)
+    sharing = sharing_of(cluster)
+    model = sharing.model
+    pair_bps = cluster.bandwidth_bps[s, d]
+    if model == "flow":  # a connection of ``streams`` sockets gets that many sixteenths
+        pair_bps = pair_bps * (sharing.streams / MEASURED_STREAMS)
     pair, n_pairs = _compact(s * n + d)
     pair_cap = np.zeros(n_pairs)
     pair_cap[pair] = pair_bps
@@ -280,8 +288,8 @@ def _allocate(cluster: Cluster, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         ra, rb = der.region[s], der.region[d]
         across = ra != rb
         if model == "nic" and single:
-            nic = cluster.meta.get("nic_gbps")
-            cap = der.fastest_bps if nic is None else np.full(n, float(nic) * 1e9)
+            nic = sharing.nic_gbps
+            cap = der.fastest_bps if nic is None else np.full(n, nic * 1e9)
             add(every, s, cap[s])
             add(every, d, cap[d])
         if model == "region":

@@ -199,7 +199,7 @@ def test_prediction_grows_with_link_delay():
     import numpy as np
 
     from baselines.grid import predict_iter_time_s
-    from system.cluster import Cluster
+    from system.cluster import Cluster, LinkSharing
 
     def cluster(delay_ms):
         off = 1.0 - np.eye(4)
@@ -209,6 +209,7 @@ def test_prediction_grows_with_link_delay():
             host_of=(0, 1, 2, 3),
             delay_ms=off * delay_ms,
             bandwidth_gbps=off * 1.0,
+            link_sharing=LinkSharing("pair"),
         )
 
     for spec in (
@@ -310,7 +311,7 @@ def _two_region_cluster():
     pipeline crosses the slow link at every boundary, region by region only once."""
     import numpy as np
 
-    from system.cluster import Cluster
+    from system.cluster import Cluster, LinkSharing
 
     region = np.array([0, 1, 0, 1])
     same = region[:, None] == region[None, :]
@@ -321,6 +322,7 @@ def _two_region_cluster():
         host_of=(0, 1, 2, 3),
         delay_ms=off * np.where(same, 1.0, 100.0),
         bandwidth_gbps=off * np.where(same, 1.0, 0.05),
+        link_sharing=LinkSharing("pair"),
     )
 
 

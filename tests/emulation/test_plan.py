@@ -118,7 +118,7 @@ def test_egress_cap_sits_above_the_destination_classes():
     assert plan.single_flow_goodput_bps[0, 1] == pytest.approx(min(plan.goodput_bps[0, 1], 0.1e9))
     # the simulator sees the cap as the nic model at the scaled cap
     sc = plan.scaled_cluster()
-    assert link_sharing_of(sc) == "nic" and sc.meta["nic_gbps"] == pytest.approx(0.1)
+    assert link_sharing_of(sc) == "nic" and sc.link_sharing.nic_gbps == pytest.approx(0.1)
     assert link_sharing_of(make_plan(c, tag="tnocap").scaled_cluster()) == "pair"
     with pytest.raises(ValueError, match="egress_cap_gbps"):
         make_plan(c, tag="tbad", egress_cap_gbps=0.0)

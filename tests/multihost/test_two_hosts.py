@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from system.cluster import Cluster
+from system.cluster import Cluster, LinkSharing
 from system.emulation import tcscript
 from system.emulation.cleanup import cleanup
 from system.emulation.netns import STATE_ROOT, Emulation
@@ -84,6 +84,7 @@ def _device_cluster() -> Cluster:
         host_of=host_of,
         delay_ms=np.where(same, LOCAL_DELAY_MS, WAN_DELAY_MS),
         bandwidth_gbps=np.where(same, LOCAL_GBPS, WAN_GBPS),
+        link_sharing=LinkSharing("pair"),
         host_nic_gbps=(WAN_GBPS, WAN_GBPS),
         description="tests/multihost",
     )
@@ -98,6 +99,7 @@ def _host_cluster() -> Cluster:
         host_of=(0, 1),
         delay_ms=off * WAN_DELAY_MS,
         bandwidth_gbps=off * WAN_GBPS + np.eye(2),
+        link_sharing=LinkSharing("pair"),
     )
 
 
@@ -252,6 +254,7 @@ def test_pp_across_two_hosts_dp_inside_each(hosts, tmp_path):
         host_of=(0, 0, 0, 0),
         delay_ms=np.full((4, 4), LOCAL_DELAY_MS),
         bandwidth_gbps=np.full((4, 4), LOCAL_GBPS),
+        link_sharing=LinkSharing("pair"),
     )
     no_wan_s = simulate_ours(lan, assign, wl, compute=compute).iter_time_s
     print(f"without the WAN the simulator predicts {no_wan_s:.3f} s")

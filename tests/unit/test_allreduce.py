@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from system.cluster import Cluster
+from system.cluster import Cluster, LinkSharing
 from system.simulator.allreduce import (
     TREE_CHUNK_BYTES,
     allreduce_end_s,
@@ -30,6 +30,7 @@ def uniform(n: int, alpha: float = ALPHA, bw: float = BW) -> Cluster:
         host_of=tuple(range(n)),
         delay_ms=np.where(off, alpha * 1e3, 0.0),
         bandwidth_gbps=np.where(off, bw / 1e9, 0.0),
+        link_sharing=LinkSharing("pair"),
     )
 
 
@@ -44,6 +45,7 @@ def two_regions(alpha_in=0.005, bw_in=8e9, alpha_x=0.1, bw_x=1e9) -> Cluster:
         host_of=(0, 1, 2, 3),
         delay_ms=np.where(off, np.where(same, alpha_in, alpha_x) * 1e3, 0.0),
         bandwidth_gbps=np.where(off, np.where(same, bw_in, bw_x) / 1e9, 0.0),
+        link_sharing=LinkSharing("pair"),
     )
 
 

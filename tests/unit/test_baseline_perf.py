@@ -16,7 +16,7 @@ from baselines.space import (
     pick_best,
 )
 from system.cases import get_case
-from system.cluster import Cluster
+from system.cluster import Cluster, LinkSharing
 from system.simulator import V100, Hardware
 from system.simulator.hardware import stage_compute
 from system.workload import MODELS, Workload
@@ -93,6 +93,7 @@ def test_zero3_closed_form_on_uniform_links():
         host_of=tuple(range(n)),
         delay_ms=np.where(off, alpha * 1e3, 0),
         bandwidth_gbps=np.where(off, beta / 1e9, 0),
+        link_sharing=LinkSharing("pair"),
     )
     w = Workload(model=MODELS["debug"], global_batch_size=16)
     cfg = BaselineConfig(system="deepspeed", tp=1, pp=1, dp=n, micro_batch_size=1, zero=3)

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from system.cluster import Cluster
+from system.cluster import Cluster, LinkSharing
 from system.links import FIT_MAX_BYTES, BandwidthCurve, SizeDependentLinks
 from system.simulator.comm import flow_time_s, ring_collective_s
 
@@ -44,6 +44,7 @@ def _two_hosts(links):
         host_of=(0, 0, 1, 1),
         delay_ms=np.zeros((4, 4)),
         bandwidth_gbps=np.full((4, 4), 8 * 92.55 / 4),
+        link_sharing=LinkSharing("pair"),
         links=links,
     )
 

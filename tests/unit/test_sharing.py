@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from system.cluster import Cluster
+from system.cluster import Cluster, LinkSharing
 from system.simulator.sharing import (
     LINK_SHARING,
     link_sharing_of,
@@ -50,6 +50,7 @@ def three_devices() -> Cluster:
         host_of=(0, 1, 2),
         delay_ms=delay,
         bandwidth_gbps=bw,
+        link_sharing=LinkSharing("pair"),
     )
 
 
@@ -86,6 +87,7 @@ def test_host_nics_bind_under_every_model():
         host_of=(0, 0, 1),
         delay_ms=np.zeros((3, 3)),
         bandwidth_gbps=np.full((3, 3), 10.0),
+        link_sharing=LinkSharing("pair"),
         host_nic_gbps=(1.0, 10.0),
     )
     for model in LINK_SHARING:
@@ -103,7 +105,7 @@ def test_bad_model():
     c = three_devices()
     with pytest.raises(ValueError, match="link sharing must be one of"):
         with_link_sharing(c, "device_nic")
-    assert with_link_sharing(c, "pair") is c
+    assert with_link_sharing(c, "pair") is c  # already under it: unchanged
 
 
 def test_a_repeated_flow_set_is_answered_as_computed_and_stays_private():

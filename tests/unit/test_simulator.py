@@ -14,7 +14,7 @@ from baselines.deepspeed.schedule import deepspeed_train_program
 from baselines.megatron.schedule import megatron_1f1b_program
 from system.assignment import Assignment, identity_assignment, random_assignment
 from system.cases import get_case
-from system.cluster import Cluster
+from system.cluster import Cluster, LinkSharing
 from system.cost.model import assignment_cost, dp_cost_matrix_s, dp_group_cost_s
 from system.simulator import Hardware, StageCompute, simulate_1f1b_ring, simulate_ours
 from system.simulator.comm import (
@@ -53,6 +53,7 @@ def uniform(n: int, delay_ms: float = 0.0, bw_gbps: float = 1e9, hosts=None, nic
         host_of=tuple(range(n)) if hosts is None else tuple(hosts),
         delay_ms=np.where(off, delay_ms, 0.0),
         bandwidth_gbps=np.where(off, bw_gbps, 0.0),
+        link_sharing=LinkSharing("pair"),
         host_nic_gbps=nic,
     )
 
@@ -346,6 +347,7 @@ def test_slower_links_never_speed_anything_up(seed):
         host_of=c.host_of,
         delay_ms=c.delay_ms * 1.5,
         bandwidth_gbps=np.where(np.isinf(c.bandwidth_gbps), 0, c.bandwidth_gbps) * factor,
+        link_sharing=LinkSharing("pair"),
     )
     assert simulate_ours(slow, a, w).iter_time_s >= simulate_ours(c, a, w).iter_time_s - 1e-12
     for tp, pp, dp in [(1, 2, 4), (1, 4, 2), (1, 1, 8)]:
@@ -514,7 +516,7 @@ def test_blocking_gpipe_schedule_and_sharded_ps_dp():
 def test_link_sharing_variants():
     from system.simulator.comm import flow_bandwidth_bps, with_link_sharing
 
-    c = get_case("debug")  # 4 regions x 2 devices
+    c = with_link_sharing(get_case("debug"), "pair")  # 4 regions x 2 devices
     src, dst = np.array([0, 1]), np.array([2, 3])  # two flows between the same two regions
     per_pair = flow_bandwidth_bps(c, src, dst)
     region = flow_bandwidth_bps(with_link_sharing(c, "region"), src, dst)

@@ -19,6 +19,7 @@ from baselines.megatron.perf import grid_search_megatron
 from system.assignment import Assignment, identity_assignment
 from system.cases import get_case
 from system.simulator import simulate_ours
+from system.simulator.sharing import with_link_sharing
 from system.workload import MODELS, Workload
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "simulator_cases.json"
@@ -40,7 +41,8 @@ def _values(layers: int, batch: int) -> dict:
     )  # replica r on devices 8r..8r+7
     out = {}
     for case in CASE_NAMES:
-        cluster = get_case(case)
+        # every device pair its own pipe (link sharing ``pair``): the model these values are of
+        cluster = with_link_sharing(get_case(case), "pair")
         meg, ds = grid_search_megatron(cluster, w).best, grid_search_deepspeed(cluster, w).best
         out[_key(case, layers, batch)] = {
             "ours_identity_iter_time_s": simulate_ours(

@@ -35,6 +35,7 @@ from system.simulator.hardware import (
     layer_forward_flops,
     logits_forward_flops,
 )
+from system.simulator.sharing import with_link_sharing
 from system.workload import Workload, get_workload, tasklet_sizes
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,8 @@ def _even(num_layers: int, pp: int) -> list[int]:
 
 def plans(cfg: BenchHeteroConfig) -> pd.DataFrame:
     """The three plans per seed, each simulated (module docstring)."""
-    cluster = cfg.cluster()
+    # every pair its own pipe (link sharing ``pair``): the model this benchmark was made under
+    cluster = with_link_sharing(cfg.cluster(), "pair")
     work = get_workload(cfg.workload)
     pp = dp = 8
     sizes = tasklet_sizes(work, pp, dp)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from system.cluster import Cluster
+from system.cluster import Cluster, LinkSharing
 from system.external.sailor.errors import SailorFormatError, number, positive_int, read_json
 from system.external.sailor.gpus import project_gpu
 from system.links import BandwidthCurve, SizeDependentLinks
@@ -206,5 +206,6 @@ def cluster_from_nodes(
         bandwidth_gbps=bw,
         gpu_of=tuple(gpu_of),
         links=links,
+        link_sharing=LinkSharing("pair"),  # flows share a pair's curve, nothing else (links.py)
         meta={"source": "sailor", "nodes": [(n.zone, n.gpu, n.gpus) for n in nodes]},
     )
