@@ -21,7 +21,7 @@ from baselines.space import (
     megatron_space,
 )
 from system.cases import get_case
-from system.cluster import Cluster
+from system.cluster import Cluster, LinkSharing
 from system.simulator.replay import replay
 from system.workload import MODELS, Workload
 
@@ -160,6 +160,7 @@ def _uniform(n: int, gbps: float, ms: float) -> Cluster:
         host_of=tuple(range(n)),
         delay_ms=np.where(off, ms, 0.0),
         bandwidth_gbps=np.where(off, gbps, 0.0),
+        link_sharing=LinkSharing("pair"),  # every pair its own rate: free, uniform links
     )
 
 
