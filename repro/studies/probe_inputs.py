@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from repro.config import ProbeInputsConfig
+from repro.report.tables import md_cell
 from repro.studies.hostile import (  # noqa: F401 (TOPOLOGY: the tests write its files)
     HOSTILE,
     TOPOLOGY,
@@ -388,10 +389,6 @@ def _describe(folder: Path) -> str:
     return f"left {rows} rows, REPORT.md: {report}"
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def run(cfg: ProbeInputsConfig) -> dict:
     probes = [pr for pr in PROBES if cfg.only is None or cfg.only in pr.name]
     revs = [short_rev(r) for r in (cfg.before, cfg.after)]
@@ -412,8 +409,8 @@ def run(cfg: ProbeInputsConfig) -> dict:
     for pr in probes:
         b, f = old[pr.name], new[pr.name]
         lines.append(
-            f"| {_cell(pr.name)} | {', '.join(b.rc)} | {_cell(b.message)} | "
-            f"{', '.join(f.rc)} | {_cell(f.message)} |"
+            f"| {md_cell(pr.name)} | {', '.join(b.rc)} | {md_cell(b.message)} | "
+            f"{', '.join(f.rc)} | {md_cell(f.message)} |"
         )
     out = Path(cfg.results_dir) / "inputs.md"
     atomic_write_text(out, "\n".join(lines) + "\n")
