@@ -45,6 +45,9 @@ from system.lifeline import cancel, exit_on_signals, on_death
 from system.results import atomic_write_text, has_stored_rows, read_rows
 
 PY = sys.executable
+# the entry of the old layout, which Probe.old_steps are spelled for: a tree without it (a
+# newer "before") runs the probes' own steps
+OLD_ENTRY = "repro/schedule.py"
 
 
 def _s(*args: str) -> list[str]:
@@ -349,9 +352,11 @@ def _run_probe(probe: Probe, ctx, before: bool) -> Outcome:
         "OMP_NUM_THREADS": "1",
         "WANDB_MODE": "disabled",
         "COLUMNS": "200",
-        **(probe.env or {}),
+        **{k: v.replace("R/", f"{scratch}/") for k, v in (probe.env or {}).items()},
     }
-    steps = probe.old_steps if before and probe.old_steps else probe.steps
+    old = before and probe.old_steps and (tree / OLD_ENTRY).is_file()
+    steps = probe.old_steps if old else probe.steps
+    _special(probe.special, scratch)
     cwd = Path(probe.cwd.replace("R/", f"{scratch}/")) if probe.cwd else tree
     cmds = [[_arg(a, tree, scratch) for a in c] for c in steps]
     started_s, t0 = time.time(), time.monotonic()
@@ -377,8 +382,80 @@ def _run_probe(probe: Probe, ctx, before: bool) -> Outcome:
     if extra:
         res.message += "; " + extra
     if probe.inspect:
-        res.message += "; " + _describe(Path(probe.inspect.replace("R/", f"{scratch}/")))
+        folder = Path(probe.inspect.replace("R/", f"{scratch}/"))
+        res.message += "; " + _describe(folder)
+        if probe.note in NOTES:
+            res.message += "; " + NOTES[probe.note](folder)
+    if probe.watch:
+        path = Path(probe.watch.replace("R/", f"{scratch}/"))
+        path = path if path.is_absolute() else cwd / path
+        res.message += f"; {probe.watch} {'CREATED' if path.exists() else 'absent'}"
     return res
+
+
+def _special(what: str, scratch: Path) -> None:
+    """The special file of a probe (:attr:`Probe.special`) in place of a plain one."""
+    if not what:
+        return
+    kind, _, rel = what.partition(":")
+    path = Path(rel.replace("R/", f"{scratch}/"))
+    path.unlink(missing_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "zero":
+        path.symlink_to("/dev/zero")
+    else:
+        raise ValueError(f"Probe.special={what!r}: expected fifo:PATH or zero:PATH")
+
+
+def _listing(folder: Path) -> str:
+    """The files a results folder holds (its top level) and its part files."""
+    if not folder.is_dir():
+        return "no folder"
+    names = sorted(p.name for p in folder.iterdir() if p.is_file())
+    parts = folder / "parts"
+    n_parts = len(list(parts.iterdir())) if parts.is_dir() else 0
+    return f"files: {', '.join(names) or 'none'}; parts: {n_parts}"
+
+
+_UNESCAPED_BAR = re.compile(r"(?<!\\)\|")
+
+
+def _tables(folder: Path) -> str:
+    """Whether every row of every Markdown table in the folder's REPORT.md has its header's
+    cells (a ``|`` or a line break in a cell splits or cuts a row)."""
+    report = folder / "REPORT.md"
+    if not report.is_file():
+        return "no REPORT.md"
+    broken, width = 0, None
+    for line in report.read_text().splitlines():
+        if not line.startswith("|"):
+            if width is not None and line.strip():
+                broken += 1  # a row cut by a line break goes on below the table
+            width = None
+            continue
+        cells = len(_UNESCAPED_BAR.split(line.strip())) - 2
+        if width is None:
+            width = cells
+        elif cells != width:
+            broken += 1
+    return f"REPORT.md tables: {broken} broken rows" if broken else "REPORT.md tables intact"
+
+
+def _mape(folder: Path) -> str:
+    """The first row of the MAPE table of the folder's REPORT.md (ours beside Sailor's)."""
+    report = folder / "REPORT.md"
+    if not report.is_file():
+        return "no REPORT.md"
+    lines = report.read_text().splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("| set |") and i + 2 < len(lines):
+            return "MAPE row: " + lines[i + 2]
+    return "no MAPE table in REPORT.md"
+
+
+NOTES = {"listing": _listing, "tables": _tables, "mape": _mape}
 
 
 def _describe(folder: Path) -> str:
