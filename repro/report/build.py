@@ -145,7 +145,7 @@ def check_rows(rows: pd.DataFrame, folder: str | Path) -> None:
         n = int(system.isin(unknown).sum())
         raise ValueError(
             f"{where}: {n} row(s) of system {', '.join(map(repr, unknown))}, which no mode "
-            f"writes (known: {', '.join(known)}): edited by hand? fix or remove them"
+            f"writes: edited by hand? fix or remove them (known: {', '.join(known)})"
         )
     ok = rows["status"].fillna("ok").eq("ok") if "status" in rows else pd.Series(True, rows.index)
     for column, bad in (

@@ -353,10 +353,13 @@ def _external(scratch: Path) -> None:
 def _edited(scratch: Path) -> None:
     """Studies of two simulated rows (ours, megatron) edited by hand: a negative or infinite
     time, a system no mode writes; and row files of the old store that are a list or broken."""
+    import logging
+
     import pandas as pd
 
     from system.results import make_row, write_rows
 
+    logging.getLogger("system.results").setLevel(logging.WARNING)  # no line per folder made
     key = {"mode": "simulate", "case": "5", "num_layers": 24, "global_batch_size": 1024}
     edits = {
         "edited_negative": {"iter_time_s": -5.0},
