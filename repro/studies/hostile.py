@@ -967,9 +967,9 @@ BUDGETS = [
 WANDB_OFFLINE = {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "HOME": "R/home"}
 PATHS_ENV = [
     Probe(
-        "path/env: study=../R/escaped (climbs out of outputs/)",
-        [_r(*DBG, "study=../R/escaped")],
-        watch="R/escaped",
+        "path/env: study=../escaped (climbs out of outputs/)",
+        [_r(*DBG, "study=../escaped")],
+        watch="escaped",
     ),
     Probe(
         "path/env: a bad value (pp=0): Hydra's run folder",

@@ -1,6 +1,7 @@
 """Run every bad or edge input of the config/results review on two commits; write a table.
 
     python repro/run.py mode=probe_inputs results_dir=results/config    # 370986d vs HEAD
+    python repro/run.py mode=probe_inputs before=57a7390 results_dir=results/config
     python repro/run.py mode=probe_inputs before=REV after=REV results_dir=DIR
     python repro/run.py mode=probe_inputs results_dir=results/config lock_dir=DIR
 
