@@ -55,7 +55,7 @@ class Probe:
     netns: bool = False  # builds network namespaces: root, and the namespace lock
     mount: str = ""  # ro (R/ro: a read-only study) | full (R/full: a full 1 MiB tmpfs)
     cwd: str = ""  # run in this folder of the scratch (default: the copy's root)
-    env: dict | None = None  # extra environment
+    env: dict | None = None  # extra environment (a None value: the variable unset)
     dry_run_scripts: str = ""  # a folder of generated tc scripts to dry-run (DTFM_TC=echo)
     special: str = ""  # fifo:R/PATH (a named pipe) or zero:R/PATH (a link to /dev/zero), made
     # just before the steps (a shared scratch holding them would block every walk of R)
@@ -1001,7 +1001,7 @@ PATHS_ENV = [
         "path/env: wandb.mode=online, the server unreachable (loopback port 9)",
         [_r(*OURS, "logger=wandb", "wandb.mode=online", "results_dir=R/w")],
         env={
-            "WANDB_MODE": "",
+            "WANDB_MODE": None,
             "WANDB_BASE_URL": "http://127.0.0.1:9",
             "WANDB_API_KEY": "x" * 40,
             "WANDB_INIT_TIMEOUT": "5",
@@ -1018,8 +1018,8 @@ PATHS_ENV = [
         inspect="R/w",
     ),
     Probe(
-        "path/env: stdout in ascii (PYTHONIOENCODING=ascii)",
-        [_r(*OURS, "results_dir=R/w")],
+        "path/env: stdout in ascii (PYTHONIOENCODING=ascii), case 5 (its table prints '–')",
+        [_r("case=5", "layers=24", "batch=1024", "system=ours", "results_dir=R/w")],
         env={"PYTHONIOENCODING": "ascii"},
         timeout_s=180,
         inspect="R/w",

@@ -347,14 +347,17 @@ def _arg(a: str, tree: Path, scratch: Path) -> str:
 
 def _run_probe(probe: Probe, ctx, before: bool) -> Outcome:
     tree, scratch = ctx.tree, ctx.scratch
+    extra = probe.env or {}
     env = {
         **os.environ,
         "PYTHONPATH": str(tree),
         "OMP_NUM_THREADS": "1",
         "WANDB_MODE": "disabled",
         "COLUMNS": "200",
-        **{k: v.replace("R/", f"{scratch}/") for k, v in (probe.env or {}).items()},
+        **{k: v.replace("R/", f"{scratch}/") for k, v in extra.items() if v is not None},
     }
+    for k in [k for k, v in extra.items() if v is None]:
+        env.pop(k, None)
     old = before and probe.old_steps and (tree / OLD_ENTRY).is_file()
     steps = probe.old_steps if old else probe.steps
     _special(probe.special, scratch)
