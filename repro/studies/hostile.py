@@ -892,14 +892,15 @@ EXTERNAL = [
 
 CSV_ONLY = [
     Probe(
-        "runs.csv only: simulate into a folder with runs.csv but no runs.parquet",
-        [_r(*OURS, "results_dir=R/csv_only")],
+        "runs.csv only: simulate twice (seeds 0, 1) into a folder with runs.csv but no "
+        "runs.parquet",
+        [_r(*OURS, f"seed={seed}", "results_dir=R/csv_only") for seed in (0, 1)],
         inspect="R/csv_only",
         note="listing",
     ),
     Probe(
-        "runs.csv only: mode=collect on a folder with runs.csv but no runs.parquet",
-        [_r("mode=collect", "results_dir=R/csv_only")],
+        "runs.csv only: simulate, then mode=collect, in a folder with runs.csv but no runs.parquet",
+        [_r(*OURS, "results_dir=R/csv_only"), _r("mode=collect", "results_dir=R/csv_only")],
         inspect="R/csv_only",
         note="listing",
     ),
