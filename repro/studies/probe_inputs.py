@@ -232,6 +232,12 @@ def _last_line(text: str) -> str:
     return lines[-1][:220] if lines else ""
 
 
+def _tail(out: tuple[str, str, str]) -> str:
+    """The last line a step printed: on stderr, else (nothing there but noise) on stdout."""
+    _, stdout, stderr = out
+    return _last_line(stderr) or _last_line(stdout)
+
+
 _EXCEPTION = re.compile(
     r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b.*$", re.M
 )
@@ -255,19 +261,17 @@ def _summary(probe: Probe, outs: list[tuple[str, str, str]]) -> str:
         found = re.findall(r"(\d+) jobs ran, (\d+) skipped", text)
         return "; ".join(
             f"sweep {i + 1}: {r} ran, {s} skipped" for i, (r, s) in enumerate(found)
-        ) or _last_line(outs[-1][2] or outs[-1][1])
+        ) or _tail(outs[-1])
     if "rows written" in probe.note:
         m = re.findall(r"\d+ rows \((\d+) new\)", text)
         which = "third" if "third" in probe.note else "second"
-        return f"{which} run: {m[-1]} new rows" if m else _last_line(outs[-1][2] or outs[-1][1])
+        return f"{which} run: {m[-1]} new rows" if m else _tail(outs[-1])
     if "progress" in probe.note:
         n = len(re.findall(r"trial \d+: best", text))
-        return f"{n} progress lines; " + _last_line(outs[-1][2] or outs[-1][1])
+        return f"{n} progress lines; " + _tail(outs[-1])
     if "row count" in probe.note:
         m = re.search(r"(\d+) rows", text)
-        return (m.group(0) + " in the report; " if m else "") + _last_line(
-            outs[-1][2] or outs[-1][1]
-        )
+        return (m.group(0) + " in the report; " if m else "") + _tail(outs[-1])
     hydra = re.search(r"(Error merging override [^\n]*)\n([^\n]*)", text)
     if hydra:  # Hydra's composition error: the override and what is wrong with it
         return f"{hydra.group(1)}: {hydra.group(2)}"
@@ -277,7 +281,7 @@ def _summary(probe: Probe, outs: list[tuple[str, str, str]]) -> str:
     if all(rc == "0" for rc, _, _ in outs) and "simulated PFLOPS" in text:
         return "ran to the end (printed the results table, no error)"
     errs = [_last_line(e) for rc, _, e in outs if rc not in ("0",) and _last_line(e)]
-    return errs[-1] if errs else _last_line(outs[-1][2] or outs[-1][1])
+    return errs[-1] if errs else _tail(outs[-1])
 
 
 def _start(cmd: list[str], tree: Path, env: dict[str, str]) -> subprocess.Popen:
