@@ -564,6 +564,7 @@ def run_folder(kind: str, study, _root_: DictConfig) -> str:
     A bad one is one ``error:`` line and exit 2 (Hydra would report a resolver's error with its
     own lines and exit 1). A sweep's jobs are validated one by one as they run (a failing job
     is recorded and the sweep goes on), so ``kind="sweep"`` checks the study alone."""
+    study = str(study)
     try:
         check_study(study)
         if kind == "run":
