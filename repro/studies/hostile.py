@@ -783,14 +783,15 @@ def _ext(plans: str, out: str = "R/x") -> list[str]:
 OURS = [*DBG, "system=ours"]
 WORTH = ["mode=scheduler_worth", "link_sharing=[tc_class]", "spot_seeds=[0]", "random_layouts=1"]
 
-CONCURRENT = [
+CONCURRENT = [  # three rounds: a reader meeting a compaction is a race, not a certainty
     Probe(
-        "concurrent: eight simulate runs into one folder at once (seeds 0-7)",
+        f"concurrent: eight simulate runs into one folder at once (seeds 0-7), round {n}",
         [_r(*OURS, f"seed={i}", "results_dir=R/cw") for i in range(8)],
         concurrent=True,
         timeout_s=400,
         inspect="R/cw",
-    ),
+    )
+    for n in (1, 2, 3)
 ]
 
 KEYS = [
