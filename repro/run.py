@@ -21,7 +21,7 @@ from repro.config import MODES, ConfigError, RunConfig, validate
 
 log = logging.getLogger("repro.run")
 
-__all__ = ["run", "main", "entry", "setup_logging"]
+__all__ = ["run", "main", "entry", "setup_logging", "log_level", "tolerate_encoding"]
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 
@@ -33,6 +33,19 @@ USER_ERRORS = (ConfigError, ValueError, OSError, RuntimeError)
 RUN_TAG = "DTFM_RUN_TAG"
 
 
+LOG_LEVEL = "DTFM_LOG_LEVEL"  # the root logger's level (default INFO)
+
+
+def log_level(level: str | None = None) -> str:
+    """``level``, else ``DTFM_LOG_LEVEL``, else INFO; a ValueError naming the variable when it
+    is not one of logging's level names."""
+    given = level or os.environ.get(LOG_LEVEL) or "INFO"
+    names = [n for n in logging.getLevelNamesMapping() if n not in ("NOTSET", "WARN", "FATAL")]
+    if given.upper() not in names:
+        raise ValueError(f"{LOG_LEVEL}={given!r}: expected one of {', '.join(names)}")
+    return given.upper()
+
+
 def setup_logging(level: str | None = None) -> None:
     """One rich logging handler on the root logger (Hydra installs its own; they go)."""
     from rich.logging import RichHandler
@@ -42,7 +55,27 @@ def setup_logging(level: str | None = None) -> None:
         for h in list(root.handlers):
             root.removeHandler(h)
         root.addHandler(RichHandler(show_path=False, rich_tracebacks=False, markup=False))
-    root.setLevel(level or os.environ.get("DTFM_LOG_LEVEL", "INFO"))
+    root.setLevel(log_level(level))
+
+
+def tolerate_encoding() -> str | None:
+    """Let stdout and stderr replace what their encoding cannot show (the tables print '×',
+    '—', Greek letters) instead of failing a run after its rows are stored; returns the one
+    warning line to show when stdout's encoding cannot show them, else None."""
+    warning = None
+    for stream in (sys.stdout, sys.stderr):
+        encoding = getattr(stream, "encoding", None) or "ascii"
+        try:
+            "×—α".encode(encoding)
+        except (UnicodeEncodeError, LookupError):
+            if hasattr(stream, "reconfigure"):
+                stream.reconfigure(errors="replace")
+            if stream is sys.stdout:
+                warning = (
+                    f"warning: stdout's encoding {encoding} cannot show every character of the "
+                    "tables: they print as '?' (set PYTHONIOENCODING=utf-8 to see them)"
+                )
+    return warning
 
 
 def run(cfg: DictConfig | dict | RunConfig, *, multirun: bool = False) -> dict:
@@ -86,6 +119,14 @@ def entry() -> None:
     """The command line: checks what Hydra needs before it starts, then :func:`main`."""
     os.environ[RUN_TAG] = str(os.getpid())
     args = sys.argv[1:]
+    warning = tolerate_encoding()
+    if warning:
+        print(warning, file=sys.stderr)
+    try:
+        log_level()
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     own_dir = any(a.startswith(("hydra.run.dir=", "hydra.sweep.dir=")) for a in args)
     if not own_dir and not os.access(os.getcwd(), os.W_OK) and "--help" not in args:
         print(

@@ -13,7 +13,12 @@ config block, with these defaults:
   and configuration;
 - host memory of a CPU training run (:func:`train_memory_bytes`, default limit
   :data:`DEFAULT_MEMORY_FRACTION` of this machine's memory): every rank of ``mode=train`` runs on
-  this machine in fp32 with Adam.
+  this machine in fp32 with Adam;
+- the budget of one layout search (:data:`DEFAULT_MAX_SEARCH_S` seconds of wall time,
+  :data:`DEFAULT_MAX_TRIALS` trials, population or patience) and the random layouts drawn for one
+  setting (:data:`DEFAULT_MAX_RANDOM_LAYOUTS`): a search stops at its trials, its patience or its
+  time limit, whichever comes first, so a budget of 10^12 trials and 10^300 seconds never ends,
+  and every random layout is held and simulated.
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ __all__ = [
     "DEFAULT_MAX_DEVICES",
     "DEFAULT_MAX_REPEATS",
     "DEFAULT_MEMORY_FRACTION",
+    "DEFAULT_MAX_SEARCH_S",
+    "DEFAULT_MAX_TRIALS",
+    "DEFAULT_MAX_RANDOM_LAYOUTS",
     "RANK_PROCESS_BYTES",
     "check_devices",
     "check_repeats",
@@ -44,6 +52,11 @@ __all__ = [
 DEFAULT_MAX_DEVICES = 1024
 DEFAULT_MAX_REPEATS = 1000
 DEFAULT_MEMORY_FRACTION = 0.8  # of this machine's memory, for the ranks of one training run
+# One search: an hour of wall time; 20x the GA's default 4,900 trials
+# (system.scheduler.api.DEFAULT_TRIALS); 2x the scheduler ablation's 5,000 random layouts per seed.
+DEFAULT_MAX_SEARCH_S = 3600.0
+DEFAULT_MAX_TRIALS = 100_000
+DEFAULT_MAX_RANDOM_LAYOUTS = 10_000
 # Resident memory of one CPU rank besides its model's state: the interpreter with torch and gloo.
 # Measured (VmRSS) during a pp=2 dp=2 run of the debug model, 4 layers: 300-310 MB per rank and
 # 230 MB for the torchrun agent; 400 MB per rank covers both.

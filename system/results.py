@@ -548,11 +548,25 @@ def _load(d: Path, parts: list[Path] | None = None) -> list[dict]:
     legacy = sorted((d / "rows").glob("*.json")) if (d / "rows").is_dir() else []
     if legacy:
         known = {r["run_id"] for r in records + from_parts}
-        old = [json.loads(f.read_text()) for f in legacy]
+        old = [_legacy_row(f) for f in legacy]
         old = [r for r in old if r.get("run_id") not in known]
         if old:
             records += _upgrade(pd.DataFrame.from_records([_rename(r) for r in old]))
     return records + from_parts
+
+
+def _legacy_row(path: Path) -> dict:
+    """One row file of the old store (a JSON object); a ValueError naming the file otherwise."""
+    try:
+        row = json.loads(path.read_text())
+    except (OSError, ValueError) as e:  # unreadable, not UTF-8, not JSON
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ValueError(f"{path}: a row file of the old store, unreadable: {first}") from None
+    if not isinstance(row, dict):
+        raise ValueError(
+            f"{path}: a row file of the old store holds one JSON object, not a {type(row).__name__}"
+        )
+    return row
 
 
 def _view(records: list[dict]):

@@ -36,7 +36,10 @@ from repro.config.options import (
 )
 from system.limits import (
     DEFAULT_MAX_DEVICES,
+    DEFAULT_MAX_RANDOM_LAYOUTS,
     DEFAULT_MAX_REPEATS,
+    DEFAULT_MAX_SEARCH_S,
+    DEFAULT_MAX_TRIALS,
     LimitError,
     check_repeats,
     check_train_memory,
@@ -65,6 +68,13 @@ Logger = choice("Logger", ("none", "wandb"), module=__name__)
 WandbMode = choice("WandbMode", ("offline", "online", "disabled"), module=__name__)
 
 
+# wandb's names of a project and an entity (team or user): no '/', '\\', '#', '?', '%', ':'
+WANDB_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+# Folders wandb writes outside its run folder (staged Table files, read-only; its artifact
+# cache; downloaded artifacts): a study keeps them under its wandb folder (repro.report.wandb_log)
+WANDB_FOLDER_VARS = ("WANDB_DATA_DIR", "WANDB_CACHE_DIR", "WANDB_ARTIFACT_DIR")
+
+
 @dataclass
 class WandbConfig(Options):
     """The wandb mirror of a study (``logger=wandb``)."""
@@ -73,7 +83,37 @@ class WandbConfig(Options):
     project: str = option("dtfm-repro", "wandb project")
     entity: str | None = option(None, "your wandb team or user (mode=online)")
     mode: WandbMode = option(WandbMode.offline, "offline needs no account; WANDB_MODE wins")
-    dir: str | None = option(None, "folder of the wandb/ run folders (null: results_dir)")
+    dir: str | None = option(
+        None, "folder of the wandb/ run folders, inside results_dir (null: results_dir)"
+    )
+
+    def effective_mode(self) -> str:
+        """``WANDB_MODE`` if set, else ``mode``; a ConfigError naming the variable when it is
+        not one of the modes."""
+        mode = os.environ.get("WANDB_MODE") or str(self.mode)
+        if mode not in {m.value for m in WandbMode}:
+            raise ConfigError(f"WANDB_MODE={mode!r}: expected one of {', '.join(WandbMode)}")
+        return mode
+
+    def check_for(self, results_dir: str) -> None:
+        """The mirror of a study in ``results_dir`` can run: its mode, names and folders (all
+        under ``results_dir``, writable)."""
+        self.effective_mode()
+        for key, name in (("project", self.project), ("entity", self.entity)):
+            if name is not None and not WANDB_NAME.fullmatch(name):
+                raise ConfigError(
+                    f"wandb.{key}={name!r}: a wandb name (letters, digits, '_.-', at most 128)"
+                )
+        home = Path(results_dir).resolve()
+        folders = [("wandb.dir", self.dir)] if self.dir is not None else []
+        folders += [(v, os.environ[v]) for v in WANDB_FOLDER_VARS if os.environ.get(v)]
+        for key, value in folders:
+            if not Path(value).resolve().is_relative_to(home):
+                raise ConfigError(
+                    f"{key}={value!r}: outside results_dir={results_dir!r}; wandb's files stay "
+                    "with the study's rows"
+                )
+            _check_folder(key, value)
 
 
 @dataclass
@@ -121,6 +161,15 @@ class LimitsConfig(Options):
         "host memory of a training run's ranks (null: 80% of this machine's memory)",
         gt=0,
     )
+    max_search_s: float = option(
+        DEFAULT_MAX_SEARCH_S, "wall time of one layout search (its time_limit_s)", gt=0
+    )
+    max_trials: int = option(
+        DEFAULT_MAX_TRIALS, "trials, population and patience of one layout search", ge=1
+    )
+    max_random_layouts: int = option(
+        DEFAULT_MAX_RANDOM_LAYOUTS, "random layouts drawn and simulated per setting", ge=1
+    )
 
     def local_ranks(self) -> int:
         return self.max_local_ranks if self.max_local_ranks is not None else 4 * cpu_cores()
@@ -161,6 +210,29 @@ class LimitsConfig(Options):
         except LimitError as e:
             raise ConfigError(str(e)) from None
 
+    def check_search(self, prefix: str, budget) -> None:
+        """The budget of a layout search (``budget``'s ``trials``, ``population``,
+        ``patience_trials``, ``time_limit_s`` and ``random_layouts``, those it has and are set;
+        ``prefix``: their keys' block, e.g. ``scheduler.``) is within these limits."""
+        search = "a search runs until its trials, patience or time limit ends it"
+        for name, key, limit, why in (
+            ("trials", "limits.max_trials", self.max_trials, search),
+            ("population", "limits.max_trials", self.max_trials, "each member is a layout held"),
+            ("patience_trials", "limits.max_trials", self.max_trials, search),
+            ("time_limit_s", "limits.max_search_s", self.max_search_s, search),
+            (
+                "random_layouts",
+                "limits.max_random_layouts",
+                self.max_random_layouts,
+                "each is held and simulated",
+            ),
+        ):
+            value = getattr(budget, name, None)
+            if value is not None and value > limit:
+                shown = f"{value:g}" if isinstance(value, float) else str(value)
+                line = over_limit(f"{prefix}{name}={shown}", shown, key, limit, why)
+                raise ConfigError(str(line))
+
     def check_memory(self, model, *, pp: int, dp: int, micro_batch_size: int, batch: int) -> None:
         """The ranks of a CPU training run of ``model`` fit this machine's memory."""
         try:
@@ -177,6 +249,15 @@ class LimitsConfig(Options):
 
 
 STUDY_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+
+
+def check_study(study) -> None:
+    """ConfigError unless ``study`` is a plain folder name (:data:`STUDY_NAME`)."""
+    if not isinstance(study, str) or not STUDY_NAME.fullmatch(study):
+        raise ConfigError(
+            f"study={study!r}: a plain name (letters, digits, '_.-', not starting "
+            "with '.' or '-'): it names the folders results/<study> and outputs/<study>"
+        )
 
 
 def default_results_dir(study: str, mode: str) -> str:
@@ -218,14 +299,16 @@ class RunConfig(Options):
         super().check()
         if self.mode not in MODES or not isinstance(self, MODES[self.mode].schema):
             raise ConfigError(f"mode={self.mode!r}: expected one of {', '.join(MODES)}")
-        if not STUDY_NAME.fullmatch(self.study):
-            raise ConfigError(
-                f"study={self.study!r}: a plain name (letters, digits, '_.-', not starting "
-                "with '.' or '-'): it names the folder results/<study>"
-            )
+        check_study(self.study)
         if self.results_dir is None:
             self.results_dir = default_results_dir(self.study, self.mode)
         _check_folder("results_dir", self.results_dir)
+        if self.logger == Logger.wandb:
+            self.wandb.check_for(self.results_dir)
+        self.limits.check_search("", self)  # a study's own budget (trials, random_layouts, ...)
+        scheduler = getattr(self, "scheduler", None)
+        if isinstance(scheduler, Options):
+            self.limits.check_search("scheduler.", scheduler)
 
 
 # ---- the registry ------------------------------------------------------------------------------
@@ -473,5 +556,28 @@ def mode_help(mode: str) -> str:
     return "\n".join(lines)
 
 
+# ---- Hydra's run folder ------------------------------------------------------------------------
+def run_folder(kind: str, study, _root_: DictConfig) -> str:
+    """The study's part of Hydra's run and sweep folders (``conf/config.yaml``), checked before
+    Hydra makes the folder: the study is a plain name, and a single run's whole config is
+    validated (:func:`validate`: every key, path and limit), so a bad input creates nothing.
+    A bad one is one ``error:`` line and exit 2 (Hydra would report a resolver's error with its
+    own lines and exit 1). A sweep's jobs are validated one by one as they run (a failing job
+    is recorded and the sweep goes on), so ``kind="sweep"`` checks the study alone."""
+    study = str(study)
+    try:
+        check_study(study)
+        if kind == "run":
+            raw = OmegaConf.to_container(_root_, resolve=False)
+            raw.pop("hydra", None)
+            validate(OmegaConf.create(raw))
+    except (ConfigError, ValueError, OSError, RuntimeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    return study
+
+
 if not OmegaConf.has_resolver("repro_help"):
     OmegaConf.register_new_resolver("repro_help", mode_help)
+if not OmegaConf.has_resolver("repro_folder"):
+    OmegaConf.register_new_resolver("repro_folder", run_folder)

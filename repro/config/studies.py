@@ -143,6 +143,14 @@ class SchedulerWorthConfig(RunConfig):
         if self.sailor_dir is not None:
             for name in ("multizone_bandwidths_het.json", "intra_node_bandwidths.json"):
                 _file("sailor_dir", str(Path(self.sailor_dir) / name))
+            # the multi-zone setting is the table's last: its fits are read now, not after the
+            # other settings have run
+            from repro.studies.scheduler_worth import multizone_cluster
+
+            try:
+                multizone_cluster(self.sailor_dir)
+            except (ValueError, OSError) as e:
+                raise ConfigError(f"sailor_dir={self.sailor_dir!r}: {e}") from None
 
 
 @dataclass

@@ -61,6 +61,8 @@ REPORT_FILES = (
 __all__ = [
     "ReportPaths",
     "build_report",
+    "check_rows",
+    "known_systems",
     "read_ablation",
     "ablation_from_rows",
     "report_study",
@@ -131,6 +133,55 @@ def ablation_from_rows(rows: pd.DataFrame) -> pd.DataFrame | None:
     return pd.DataFrame(out) if out else None
 
 
+def known_systems() -> tuple[str, ...]:
+    """Every value of the ``system`` column a mode writes: the simulated and trained systems,
+    ours on each layout ``mode=emulate`` runs (``ours_<layout>``) and the quality study's."""
+    from repro.config.modes import EmulateLayout
+    from repro.config.studies import QUALITY_SYSTEMS
+    from system.results import SIMULATED_SYSTEMS, TRAINED_SYSTEMS
+
+    emulated = [f"ours_{layout}" for layout in EmulateLayout if layout != EmulateLayout.scheduled]
+    return tuple(dict.fromkeys((*SIMULATED_SYSTEMS, *TRAINED_SYSTEMS, *emulated, *QUALITY_SYSTEMS)))
+
+
+def check_rows(rows: pd.DataFrame, folder: str | Path) -> None:
+    """ValueError, one line naming the table, when ``rows`` (a study's stored rows) hold what no
+    mode writes, as a table edited by hand may: a system no report knows (its rows would drop
+    out of every table), or an ok row whose ``iter_time_s`` is not a positive finite number of
+    seconds, or whose ``pflops`` is negative or not finite (every speed-up, PFLOPS and claim
+    is computed from them)."""
+    where = f"{Path(folder) / 'runs.parquet'}"
+    if rows.empty:
+        return
+    known = known_systems()
+    system = rows["system"].astype("string") if "system" in rows else pd.Series(dtype="string")
+    unknown = sorted(set(system.dropna()) - set(known))
+    if unknown:
+        n = int(system.isin(unknown).sum())
+        raise ValueError(
+            f"{where}: {n} row(s) of system {', '.join(map(repr, unknown))}, which no mode "
+            f"writes: edited by hand? fix or remove them (known: {', '.join(known)})"
+        )
+    ok = rows["status"].fillna("ok").eq("ok") if "status" in rows else pd.Series(True, rows.index)
+    for column, bad in (
+        ("iter_time_s", lambda v: ~(v.gt(0) & v.lt(float("inf")))),
+        ("pflops", lambda v: v.notna() & ~(v.ge(0) & v.lt(float("inf")))),
+    ):
+        if column not in rows:
+            continue
+        values = pd.to_numeric(rows[column], errors="coerce").astype(float)
+        wrong = ok & bad(values)
+        if wrong.any():
+            first = rows.index[wrong][0]
+            run_id = rows.at[first, "run_id"] if "run_id" in rows else first
+            raise ValueError(
+                f"{where}: {int(wrong.sum())} ok row(s) with {column} not a "
+                f"{'positive' if column == 'iter_time_s' else 'non-negative'} finite number "
+                f"(first: run_id {run_id}, {column}={rows.at[first, column]}): edited by hand? "
+                "fix or remove them"
+            )
+
+
 def _python_strings(rows: pd.DataFrame) -> pd.DataFrame:
     """``rows`` with Arrow-backed text columns held as Python strings: the same values and missing
     marks, but the report selects rows hundreds of times and a Python-string column is copied
@@ -156,6 +207,7 @@ def build_report(
     if not d.is_dir():
         raise FileNotFoundError(f"results_dir {d} does not exist")
     rows = _python_strings(read_rows(d))
+    check_rows(rows, d)
     every = rows  # the claims and the summary: every link-sharing model, each on its own
     rows = headline_rows(rows)  # the tables and Fig. 3: the headline model's rows only
     ablation = read_ablation(ablation_path)
@@ -369,8 +421,10 @@ def run(cfg: ReportConfig) -> dict:
     other studies' files alone."""
     from system.results import read_rows
 
-    if read_rows(cfg.results_dir).empty:
+    rows = read_rows(cfg.results_dir)
+    if rows.empty:
         raise ValueError(f"{cfg.results_dir}: no rows in its runs.parquet: nothing to report")
+    check_rows(rows, cfg.results_dir)  # before the parts are folded in or any file written
     paths = report_study(cfg)
     print(f"report: {paths.report}")
     return {"report": str(paths.report)}

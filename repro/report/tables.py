@@ -2,7 +2,9 @@
 
 A table is a DataFrame (anything with ``columns`` and ``itertuples``); missing values print as
 empty cells, floats with ``floatfmt`` unless ``formats`` names a format (a format spec or a
-function) for their column, and a ``|`` inside a cell is escaped so it cannot split the row.
+function) for their column, and every cell goes through :func:`md_cell` (a ``|`` escaped, a line
+break as a space), so no text can split a row or end the table. A table written by hand (a
+report's f-strings) passes its text cells through :func:`md_cell` too.
 
     >>> import pandas as pd
     >>> df = pd.DataFrame({"a": [1.23456, None], "b": ["x|y", "z"], "n": [3, 4]})
@@ -15,10 +17,26 @@ function) for their column, and a ``|`` inside a cell is escaped so it cannot sp
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["markdown_table"]
+__all__ = ["markdown_table", "md_cell"]
+
+# line breaks and other control characters (a table row is one line of text)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]+")
+
+
+def md_cell(value: Any) -> str:
+    r"""``value`` as the text of one GitHub-flavoured Markdown table cell: a backslash and a ``|``
+    escaped (GFM splits a row at every ``|`` not escaped), line breaks and other control
+    characters as one space.
+
+    >>> print(md_cell("a|b\nc"))
+    a\|b c
+    """
+    text = str(value).replace("\\", "\\\\").replace("|", "\\|")
+    return _CONTROL.sub(" ", text)
 
 
 def _is_missing(v: Any) -> bool:
@@ -52,9 +70,9 @@ def markdown_table(
             text = format(v, floatfmt)
         else:
             text = str(v)
-        return text.replace("|", "\\|").replace("\n", " ")
+        return md_cell(text)
 
-    head = "| " + " | ".join(headers.get(c, c) for c in columns) + " |"
+    head = "| " + " | ".join(md_cell(headers.get(c, c)) for c in columns) + " |"
     sep = "|" + "|".join("---" for _ in columns) + "|"
     body = [
         "| " + " | ".join(cell(c, v) for c, v in zip(columns, row, strict=True)) + " |"

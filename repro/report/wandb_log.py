@@ -13,11 +13,17 @@ upload later with ``wandb sync``). ``wandb.mode=online`` logs to ``wandb.entity`
   Tables and bar charts of this run are the comparison report; online, build a Report from them in
   the UI (its panels read these keys).
 
-The tidy rows stay the source of truth; wandb only mirrors them.
+The tidy rows stay the source of truth; wandb only mirrors them: the mirror runs after the rows
+are stored, and a failure of wandb's (a server out of reach, a refused login) is one warning
+line, the run going on to its report. Every file wandb writes stays under the study's wandb
+folder (``wandb.dir``, else ``results_dir``): its run folders in ``wandb/``, and what it would
+keep under the home folder (staged Table files, its cache, artifacts) in ``wandb/data``,
+``wandb/cache`` and ``wandb/artifact``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from pathlib import Path
@@ -25,26 +31,69 @@ from pathlib import Path
 import pandas as pd
 
 from repro.config import RunConfig, as_dict
-from repro.config.base import WandbMode
+from repro.config.base import WANDB_FOLDER_VARS
 from repro.report.variance import SETTING_COLUMNS, best_configs, config_columns, variance_table
 
 log = logging.getLogger(__name__)
 
-__all__ = ["wandb_mode", "log_job", "log_comparison"]
+__all__ = ["wandb_mode", "wandb_folder", "log_job", "log_comparison"]
 
 
 def wandb_mode(cfg: RunConfig) -> str:
-    """``WANDB_MODE`` if set, else ``cfg.wandb.mode``."""
-    mode = os.environ.get("WANDB_MODE") or str(cfg.wandb.mode)
-    if mode not in {m.value for m in WandbMode}:
-        raise ValueError(f"WANDB_MODE must be one of {', '.join(WandbMode)}, got {mode!r}")
-    return mode
+    """``WANDB_MODE`` if set, else ``cfg.wandb.mode`` (checked with the config, before any
+    work: :meth:`repro.config.base.WandbConfig.check_for`)."""
+    return cfg.wandb.effective_mode()
+
+
+def wandb_folder(cfg: RunConfig) -> Path:
+    """The folder of the study's wandb files: ``wandb.dir``, else ``results_dir``."""
+    return Path(cfg.wandb.dir or cfg.results_dir)
+
+
+@contextlib.contextmanager
+def _folders(cfg: RunConfig):
+    """wandb's folders outside its run folders (:data:`WANDB_FOLDER_VARS`: staged Table files,
+    which it makes read-only, its cache, downloaded artifacts) under ``<wandb folder>/wandb/``
+    while the mirror runs, unless the environment names them (checked to be inside
+    ``results_dir``); the environment as it was afterwards."""
+    base = wandb_folder(cfg) / "wandb"
+    saved = {v: os.environ.get(v) for v in WANDB_FOLDER_VARS}
+    try:
+        for v in WANDB_FOLDER_VARS:
+            if not saved[v]:
+                os.environ[v] = str(base / v.removeprefix("WANDB_").removesuffix("_DIR").lower())
+        yield
+    finally:
+        for v, old in saved.items():
+            if old is None:
+                os.environ.pop(v, None)
+            else:
+                os.environ[v] = old
+
+
+# results folders whose mirror failed in this process: their later mirror steps are skipped
+_FAILED: set[str] = set()
+
+
+@contextlib.contextmanager
+def _mirror(cfg: RunConfig, what: str):
+    """The rows are stored before the mirror runs, and stay the source of truth: a failure of
+    wandb (a server out of reach, a refused login, a name it rejects) is one warning line and
+    the run goes on to its report; the later mirror steps of the study are skipped."""
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001 - any error of wandb's, the run's rows are stored
+        first = (str(e).strip().splitlines() or [""])[0][:300]
+        _FAILED.add(str(cfg.results_dir))
+        log.warning(
+            "wandb mirror failed, skipped for this run (%s): %s: %s", what, type(e).__name__, first
+        )
 
 
 def _init(cfg: RunConfig, **kw):
     import wandb
 
-    wdir = Path(cfg.wandb.dir or cfg.results_dir)
+    wdir = wandb_folder(cfg)
     wdir.mkdir(parents=True, exist_ok=True)
     return wandb.init(
         project=cfg.wandb.project,
@@ -73,13 +122,19 @@ def log_job(cfg: RunConfig, rows: pd.DataFrame) -> list[str]:
     A baseline's grid search is one setting: the run's summary is its best configuration and
     the whole grid (every configuration's mean, CV, repeats) goes in a ``grid`` Table.
     """
-    if rows.empty or wandb_mode(cfg) == "disabled":
+    if rows.empty or wandb_mode(cfg) == "disabled" or str(cfg.results_dir) in _FAILED:
         return []
+    names: list[str] = []
+    with _mirror(cfg, "job runs"), _folders(cfg):
+        _log_job(cfg, rows, names)
+    return names
+
+
+def _log_job(cfg: RunConfig, rows: pd.DataFrame, names: list[str]) -> None:
     resolved = as_dict(cfg)
     stats = variance_table(rows)
     best = best_configs(rows)
     keys = list(SETTING_COLUMNS)
-    names = []
     for _, b in best.iterrows():
         setting = {k: _plain(b[k]) for k in keys}
         grid = stats
@@ -106,7 +161,6 @@ def log_job(cfg: RunConfig, rows: pd.DataFrame) -> list[str]:
         run.finish()
         names.append(name)
     log.info("wandb (%s): %d runs", wandb_mode(cfg), len(names))
-    return names
 
 
 def _table(df: pd.DataFrame):
@@ -124,8 +178,14 @@ def log_comparison(
     figures: tuple[Path, ...] = (),
 ) -> str | None:
     """The comparison run (tables + bar charts per case); returns its name or None when off."""
-    if wandb_mode(cfg) == "disabled":
+    if wandb_mode(cfg) == "disabled" or str(cfg.results_dir) in _FAILED:
         return None
+    with _mirror(cfg, "comparison run"), _folders(cfg):
+        return _log_comparison(cfg, best, variance, claims, figures)
+    return None
+
+
+def _log_comparison(cfg, best, variance, claims, figures) -> str:
     import wandb
 
     name = f"{cfg.study}-report"

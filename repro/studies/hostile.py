@@ -6,7 +6,11 @@
 emulation command, corrupt or wrong-schema result stores and reports, paths (cases, studies,
 folders that are files, read-only or full), numbers (seeds, rates, scales, tolerances, limits,
 options another system does not read) and signals (a training or emulated run stopped by SIGTERM,
-SIGHUP or SIGKILL, and what it left: processes, ports, folders, namespaces).
+SIGHUP or SIGKILL, and what it left: processes, ports, folders, namespaces). The second pass
+(:data:`SECOND_PASS`, each name prefixed by its family): concurrent writers into one folder, row
+keys that must change with an input, the external mode's inputs and output sets, a folder with
+``runs.csv`` but no ``runs.parquet``, search budgets, paths and the environment (Hydra's run
+folder, wandb's folders and server, stdout's encoding, the log level) and tables edited by hand.
 
 :mod:`repro.studies.probe_inputs` runs each probe on two commits and writes the table;
 :mod:`repro.studies.probe_runs` prepares what a probe needs around its commands.
@@ -19,7 +23,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Probe", "HOSTILE", "setup", "TOPOLOGY", "MARKER", "EMULATE"]
+__all__ = ["Probe", "HOSTILE", "SECOND_PASS", "setup", "TOPOLOGY", "MARKER", "EMULATE"]
 
 PY = sys.executable
 
@@ -51,8 +55,11 @@ class Probe:
     netns: bool = False  # builds network namespaces: root, and the namespace lock
     mount: str = ""  # ro (R/ro: a read-only study) | full (R/full: a full 1 MiB tmpfs)
     cwd: str = ""  # run in this folder of the scratch (default: the copy's root)
-    env: dict | None = None  # extra environment
+    env: dict | None = None  # extra environment (a None value: the variable unset)
     dry_run_scripts: str = ""  # a folder of generated tc scripts to dry-run (DTFM_TC=echo)
+    special: str = ""  # fifo:R/PATH (a named pipe) or zero:R/PATH (a link to /dev/zero), made
+    # just before the steps (a shared scratch holding them would block every walk of R)
+    watch: str = ""  # a path (R/... or in the working folder) reported as created or absent
 
 
 def _r(*args: str) -> list[str]:
@@ -199,6 +206,9 @@ def setup(scratch: Path) -> None:
     (scratch / "assignment_bad.json").write_text('{"stages": [[0, 1], [2]]')
     _stores(scratch)
     _sharing(scratch)
+    _external(scratch)
+    _edited(scratch)
+    (scratch / "home").mkdir(exist_ok=True)  # a HOME for the wandb probes
 
 
 def _sharing(scratch: Path) -> None:
@@ -246,6 +256,135 @@ def _stores(scratch: Path) -> None:
     full.to_parquet(scratch / "truncated" / "runs.parquet")
     data = (scratch / "truncated" / "runs.parquet").read_bytes()
     (scratch / "truncated" / "runs.parquet").write_bytes(data[: len(data) // 2])
+
+
+# Sailor's data files and one measured plan (the external mode's tests' hand-made set)
+SAILOR_FIXTURE = Path(__file__).resolve().parents[2] / "tests" / "external" / "fixtures" / "tiny"
+PLAN = "plans/clariden/OPT-350/N2/plan_config_N2_D1.json"
+
+
+def _external(scratch: Path) -> None:
+    """Folders ``R/ext_<name>`` of Sailor's data and plans: the hand-made set as it is
+    (``ext_ok``), then one file changed per folder."""
+    import shutil
+
+    if not SAILOR_FIXTURE.is_dir():  # pragma: no cover - a checkout without its tests
+        return
+    ok = scratch / "ext_ok"
+    if not ok.exists():
+        shutil.copytree(SAILOR_FIXTURE, ok)
+
+    def variant(name: str, edit) -> None:
+        d = scratch / f"ext_{name}"
+        if d.exists():
+            return
+        shutil.copytree(ok, d)
+        edit(d)
+
+    def json_edit(rel: str, change):
+        def edit(d: Path) -> None:
+            doc = json.loads((d / rel).read_text())
+            (d / rel).write_text(json.dumps(change(doc)))
+
+        return edit
+
+    def plan(**changes):
+        return json_edit(PLAN, lambda doc: {**doc, **changes})
+
+    def gpus(n: int):
+        def change(doc):
+            doc["pipeline_list"][0]["tmp_per_stage"][0][0][0][0][1] = n
+            return doc
+
+        return json_edit(PLAN, change)
+
+    def renamed(doc):
+        return {**doc, "model": "OPT-351"}
+
+    def one_short(doc):
+        for per_gpu in doc["OPT-350"].values():
+            per_gpu.pop(max(per_gpu, key=int))
+        return doc
+
+    def zero_times(doc):
+        for by_tp in doc["OPT-350"]["GH-96"].values():
+            for layers in by_tp.values():
+                for k in layers:
+                    layers[k] = [0.0, 0.0, 0.0]
+        return doc
+
+    def fits(coefficients):
+        def change(doc):
+            doc["us-central1-a"]["GH-96"]["1"]["us-central1-a"]["GH-96"]["1"][0] = coefficients
+            return doc
+
+        return change
+
+    def moved(name: str):
+        def edit(d: Path) -> None:
+            target = d / PLAN.replace("/N2/", f"/{name}/")
+            target.parent.mkdir(parents=True)
+            (d / PLAN).rename(target)
+
+        return edit
+
+    variant(
+        "unmeasured", json_edit(PLAN, lambda doc: {k: v for k, v in doc.items() if k != "real"})
+    )
+    variant("real_huge", plan(real=1e308))
+    variant("gpus_40000", gpus(40000))
+    variant("model_renamed", json_edit("training_config_opt_350.json", renamed))
+    variant("llm_short", json_edit("llm_info.json", one_short))
+    variant("profile_zero", json_edit("profiles_tmp.json", zero_times))
+    variant("fit_negative", json_edit("multizone_bandwidths_het.json", fits([0.0, -0.1, 0.5])))
+    variant("intra_empty", lambda d: (d / "intra_node_bandwidths.json").write_text("{}"))
+    variant("name_pipe", moved("N2|x"))
+    variant("name_newline", moved("N2\nx"))
+    variant("fifo", lambda d: None)  # the plan becomes a named pipe (Probe.special)
+    variant("zero", lambda d: None)  # the plan becomes a link to /dev/zero (Probe.special)
+    bad_fits = scratch / "sailor_bad_fits"
+    bad_fits.mkdir(exist_ok=True)
+    (bad_fits / "multizone_bandwidths_het.json").write_text('{"us-central1-a": [')
+    (bad_fits / "intra_node_bandwidths.json").write_text(
+        (ok / "intra_node_bandwidths.json").read_text()
+    )
+
+
+def _edited(scratch: Path) -> None:
+    """Studies of two simulated rows (ours, megatron) edited by hand: a negative or infinite
+    time, a system no mode writes; and row files of the old store that are a list or broken."""
+    import logging
+
+    import pandas as pd
+
+    from system.results import make_row, write_rows
+
+    logging.getLogger("system.results").setLevel(logging.WARNING)  # no line per folder made
+    key = {"mode": "simulate", "case": "5", "num_layers": 24, "global_batch_size": 1024}
+    edits = {
+        "edited_negative": {"iter_time_s": -5.0},
+        "edited_inf": {"iter_time_s": float("inf")},
+        "edited_system": {"system": "ours_v2"},
+        "legacy_list": {},
+        "legacy_broken": {},
+    }
+    for name, change in edits.items():
+        d = scratch / name
+        if d.exists():
+            continue
+        rows = [
+            make_row({**key, "system": s}, iter_time_s=t, pflops=1.0 / t)
+            for s, t in (("ours", 10.0), ("megatron", 20.0))
+        ]
+        write_rows(d, rows, collect_after=True)
+        table = pd.read_parquet(d / "runs.parquet")
+        for column, value in change.items():
+            table.loc[table.index[-1], column] = value
+        table.to_parquet(d / "runs.parquet")
+        if name.startswith("legacy"):
+            (d / "rows").mkdir()
+            text = "[1, 2]" if name == "legacy_list" else '{"run_id": '
+            (d / "rows" / "old.json").write_text(text)
 
 
 # ---- the probes --------------------------------------------------------------------------------
@@ -635,4 +774,276 @@ SIGNALS = [
     ],
 ]
 
-HOSTILE = [*TOPOLOGY_FILES, *TC_SCRIPTS, *STORES, *PATHS, *NUMBERS, *SIGNALS]
+
+# ---- the second pass: concurrent writers, complete keys, the external mode, budgets, ... -------
+def _ext(plans: str, out: str = "R/x") -> list[str]:
+    return _r("mode=external", f"plans=R/{plans}/plans", f"results_dir={out}")
+
+
+OURS = [*DBG, "system=ours"]
+WORTH = ["mode=scheduler_worth", "link_sharing=[tc_class]", "spot_seeds=[0]", "random_layouts=1"]
+
+CONCURRENT = [  # three rounds: a reader meeting a compaction is a race, not a certainty
+    Probe(
+        f"concurrent: eight simulate runs into one folder at once (seeds 0-7), round {n}",
+        [_r(*OURS, f"seed={i}", "results_dir=R/cw") for i in range(8)],
+        concurrent=True,
+        timeout_s=400,
+        inspect="R/cw",
+    )
+    for n in (1, 2, 3)
+]
+
+KEYS = [
+    Probe(
+        f"key: simulate, then again with {arg} (same folder)",
+        [_r(*OURS, "results_dir=R/k"), _r(*OURS, arg, "results_dir=R/k")],
+        note="message: rows written by the second run",
+    )
+    for arg in (
+        "link_sharing=pair",
+        "compute_efficiency=0.25",
+        "baseline_transport=nccl_rendezvous",
+    )
+] + [
+    Probe(
+        "key: mode=quality, then again on other links (devices)",
+        [
+            _r(*quality, "results_dir=R/qk")
+            for quality in (
+                [
+                    "mode=quality",
+                    "systems=[ours]",
+                    "iters=16",
+                    "snapshot_every=16",
+                    "target_iters=8",
+                    f"devices=[{devices}]",
+                ]
+                for devices in ("0,1,2,3", "0,8,16,24")
+            )
+        ],
+        netns=True,
+        timeout_s=400,
+        inspect="R/qk",
+    ),
+]
+
+EXTERNAL = [
+    Probe(
+        "external: a second run (no measured plan) into the folder of a first",
+        [_ext("ext_ok", "R/xo"), _ext("ext_unmeasured", "R/xo")],
+        inspect="R/xo",
+        note="listing",
+    ),
+    Probe(
+        "external: a failing run (real: 1e308) into the folder of a good one",
+        [_ext("ext_ok", "R/xf"), _ext("ext_real_huge", "R/xf")],
+        inspect="R/xf",
+        note="listing",
+    ),
+    Probe(
+        "external: one plan of a set, our MAPE beside Sailor's",
+        [_ext("ext_ok", "R/xm")],
+        inspect="R/xm",
+        note="mape",
+    ),
+    Probe(
+        "external: a plan name with '|' (the report's tables)",
+        [_ext("ext_name_pipe", "R/xp")],
+        inspect="R/xp",
+        note="tables",
+    ),
+    Probe(
+        "external: a plan name with a newline (the report's tables)",
+        [_ext("ext_name_newline", "R/xn")],
+        inspect="R/xn",
+        note="tables",
+    ),
+    *[
+        Probe(f"external: {what}", [_ext(folder)], timeout_s=timeout_s, not_before=skip)
+        for what, folder, timeout_s, skip in (
+            ("the training config names another model", "ext_model_renamed", 120, ""),
+            ("llm_info.json one layer short", "ext_llm_short", 120, ""),
+            ("a plan with real: 1e308", "ext_real_huge", 120, ""),
+            (
+                "a node of 40,000 GPUs",
+                "ext_gpus_40000",
+                120,
+                "allocates until memory runs out (MemoryError) on this shared machine",
+            ),
+            ("profile times of 0", "ext_profile_zero", 120, ""),
+            ("a bandwidth fit negative above 32 MB", "ext_fit_negative", 120, ""),
+            ("an empty intra_node_bandwidths.json", "ext_intra_empty", 120, ""),
+        )
+    ],
+    Probe(
+        "external: a named pipe named like a plan",
+        [_ext("ext_fifo")],
+        special=f"fifo:R/ext_fifo/{PLAN}",
+        timeout_s=60,
+    ),
+    Probe(
+        "external: a plan linked to /dev/zero",
+        [_ext("ext_zero")],
+        special=f"zero:R/ext_zero/{PLAN}",
+        timeout_s=60,
+        not_before="reads /dev/zero until memory runs out (MemoryError) on this shared machine",
+    ),
+]
+
+CSV_ONLY = [
+    Probe(
+        "runs.csv only: simulate twice (seeds 0, 1) into a folder with runs.csv but no "
+        "runs.parquet",
+        [_r(*OURS, f"seed={seed}", "results_dir=R/csv_only") for seed in (0, 1)],
+        inspect="R/csv_only",
+        note="listing",
+    ),
+    Probe(
+        "runs.csv only: simulate, then mode=collect, in a folder with runs.csv but no runs.parquet",
+        [_r(*OURS, "results_dir=R/csv_only"), _r("mode=collect", "results_dir=R/csv_only")],
+        inspect="R/csv_only",
+        note="listing",
+    ),
+]
+
+BUDGETS = [
+    Probe(
+        "budget: scheduler_worth random_layouts=100000000",
+        [_r("mode=scheduler_worth", "random_layouts=100000000", "results_dir=R/b")],
+        timeout_s=60,
+        not_before="holds 10^8 layouts: dies of memory after minutes on this shared machine",
+    ),
+    Probe(
+        "budget: scheduler_worth trials=10^9 patience_trials=10^9 time_limit_s=1e300",
+        [
+            _r(
+                *WORTH,
+                "trials=1000000000",
+                "patience_trials=1000000000",
+                "time_limit_s=1e300",
+                "results_dir=R/b",
+            )
+        ],
+        timeout_s=60,
+    ),
+    Probe(
+        "budget: simulate scheduler.trials=10^9 scheduler.time_limit_s=1e300",
+        [
+            _r(
+                *OURS,
+                "scheduler.trials=1000000000",
+                "scheduler.time_limit_s=1e300",
+                "results_dir=R/b",
+            )
+        ],
+        timeout_s=60,
+    ),
+    Probe(
+        "budget: simulate scheduler.patience_trials=10^9 scheduler.trials=10^9",
+        [
+            _r(
+                *OURS,
+                "scheduler.patience_trials=1000000000",
+                "scheduler.trials=1000000000",
+                "results_dir=R/b",
+            )
+        ],
+        timeout_s=60,
+    ),
+    Probe(
+        "budget: scheduler_worth sailor_dir=<a malformed fit>",
+        [
+            _r(
+                *WORTH,
+                "trials=20",
+                "patience_trials=20",
+                "sailor_dir=R/sailor_bad_fits",
+                "results_dir=R/b",
+            )
+        ],
+        timeout_s=300,
+    ),
+]
+
+WANDB_OFFLINE = {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "HOME": "R/home"}
+PATHS_ENV = [
+    Probe(
+        "path/env: study=../escaped (climbs out of outputs/)",
+        [_r(*DBG, "study=../escaped")],
+        watch="escaped",
+    ),
+    Probe(
+        "path/env: a bad value (pp=0): Hydra's run folder",
+        [_r(*DBG, "pp=0", "results_dir=R/a")],
+        cwd="R/adir",
+        watch="R/adir/outputs",
+    ),
+    Probe(
+        "path/env: wandb.dir read-only (inside results_dir)",
+        [_r(*OURS, "logger=wandb", "wandb.dir=R/ro", "results_dir=R/")],
+        env=WANDB_OFFLINE,
+        mount="ro",
+        timeout_s=180,
+    ),
+    Probe(
+        "path/env: wandb.dir outside results_dir",
+        [_r(*OURS, "logger=wandb", "wandb.dir=R/adir", "results_dir=R/w")],
+        env=WANDB_OFFLINE,
+        timeout_s=180,
+    ),
+    Probe(
+        "path/env: offline wandb with HOME=R/home (files under HOME)",
+        [_r(*OURS, "logger=wandb", "results_dir=R/w")],
+        env=WANDB_OFFLINE,
+        timeout_s=180,
+        watch="R/home/.local/share/wandb",
+    ),
+    Probe(
+        "path/env: wandb.mode=online, the server unreachable (loopback port 9)",
+        [_r(*OURS, "logger=wandb", "wandb.mode=online", "results_dir=R/w")],
+        env={
+            "WANDB_MODE": None,
+            "WANDB_BASE_URL": "http://127.0.0.1:9",
+            "WANDB_API_KEY": "x" * 40,
+            "WANDB_INIT_TIMEOUT": "5",
+            "HOME": "R/home",
+        },
+        timeout_s=300,
+        inspect="R/w",
+    ),
+    Probe(
+        "path/env: wandb.project=a/b",
+        [_r(*OURS, "logger=wandb", "wandb.project=a/b", "results_dir=R/w")],
+        env=WANDB_OFFLINE,
+        timeout_s=180,
+        inspect="R/w",
+    ),
+    Probe(
+        "path/env: stdout in ascii (PYTHONIOENCODING=ascii), case 5 (its table prints '–')",
+        [_r("case=5", "layers=24", "batch=1024", "system=ours", "results_dir=R/w")],
+        env={"PYTHONIOENCODING": "ascii"},
+        timeout_s=180,
+        inspect="R/w",
+    ),
+    Probe(
+        "path/env: DTFM_LOG_LEVEL=BOGUS",
+        [_r(*DBG, "results_dir=R/a")],
+        env={"DTFM_LOG_LEVEL": "BOGUS"},
+    ),
+]
+
+HAND_EDITED = [
+    _table(f"hand-edited: {what}", "report", f"R/{folder}")
+    for what, folder in (
+        ("a study with iter_time_s=-5", "edited_negative"),
+        ("a study with iter_time_s=inf", "edited_inf"),
+        ("a study with a row of system ours_v2", "edited_system"),
+        ("a study whose old-store rows/old.json holds a list", "legacy_list"),
+        ("a study whose old-store rows/old.json is broken JSON", "legacy_broken"),
+    )
+]
+
+SECOND_PASS = [*CONCURRENT, *KEYS, *EXTERNAL, *CSV_ONLY, *BUDGETS, *PATHS_ENV, *HAND_EDITED]
+
+HOSTILE = [*TOPOLOGY_FILES, *TC_SCRIPTS, *STORES, *PATHS, *NUMBERS, *SIGNALS, *SECOND_PASS]

@@ -1,6 +1,7 @@
 """Run every bad or edge input of the config/results review on two commits; write a table.
 
     python repro/run.py mode=probe_inputs results_dir=results/config    # 370986d vs HEAD
+    python repro/run.py mode=probe_inputs before=57a7390 results_dir=results/config
     python repro/run.py mode=probe_inputs before=REV after=REV results_dir=DIR
     python repro/run.py mode=probe_inputs results_dir=results/config lock_dir=DIR
 
@@ -31,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from repro.config import ProbeInputsConfig
+from repro.report.tables import md_cell
 from repro.studies.hostile import (  # noqa: F401 (TOPOLOGY: the tests write its files)
     HOSTILE,
     TOPOLOGY,
@@ -44,6 +46,9 @@ from system.lifeline import cancel, exit_on_signals, on_death
 from system.results import atomic_write_text, has_stored_rows, read_rows
 
 PY = sys.executable
+# the entry of the old layout, which Probe.old_steps are spelled for: a tree without it (a
+# newer "before") runs the probes' own steps
+OLD_ENTRY = "repro/schedule.py"
 
 
 def _s(*args: str) -> list[str]:
@@ -227,6 +232,12 @@ def _last_line(text: str) -> str:
     return lines[-1][:220] if lines else ""
 
 
+def _tail(out: tuple[str, str, str]) -> str:
+    """The last line a step printed: on stderr, else (nothing there but noise) on stdout."""
+    _, stdout, stderr = out
+    return _last_line(stderr) or _last_line(stdout)
+
+
 _EXCEPTION = re.compile(
     r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b.*$", re.M
 )
@@ -250,19 +261,17 @@ def _summary(probe: Probe, outs: list[tuple[str, str, str]]) -> str:
         found = re.findall(r"(\d+) jobs ran, (\d+) skipped", text)
         return "; ".join(
             f"sweep {i + 1}: {r} ran, {s} skipped" for i, (r, s) in enumerate(found)
-        ) or _last_line(outs[-1][2] or outs[-1][1])
+        ) or _tail(outs[-1])
     if "rows written" in probe.note:
         m = re.findall(r"\d+ rows \((\d+) new\)", text)
         which = "third" if "third" in probe.note else "second"
-        return f"{which} run: {m[-1]} new rows" if m else _last_line(outs[-1][2] or outs[-1][1])
+        return f"{which} run: {m[-1]} new rows" if m else _tail(outs[-1])
     if "progress" in probe.note:
         n = len(re.findall(r"trial \d+: best", text))
-        return f"{n} progress lines; " + _last_line(outs[-1][2] or outs[-1][1])
+        return f"{n} progress lines; " + _tail(outs[-1])
     if "row count" in probe.note:
         m = re.search(r"(\d+) rows", text)
-        return (m.group(0) + " in the report; " if m else "") + _last_line(
-            outs[-1][2] or outs[-1][1]
-        )
+        return (m.group(0) + " in the report; " if m else "") + _tail(outs[-1])
     hydra = re.search(r"(Error merging override [^\n]*)\n([^\n]*)", text)
     if hydra:  # Hydra's composition error: the override and what is wrong with it
         return f"{hydra.group(1)}: {hydra.group(2)}"
@@ -272,7 +281,7 @@ def _summary(probe: Probe, outs: list[tuple[str, str, str]]) -> str:
     if all(rc == "0" for rc, _, _ in outs) and "simulated PFLOPS" in text:
         return "ran to the end (printed the results table, no error)"
     errs = [_last_line(e) for rc, _, e in outs if rc not in ("0",) and _last_line(e)]
-    return errs[-1] if errs else _last_line(outs[-1][2] or outs[-1][1])
+    return errs[-1] if errs else _tail(outs[-1])
 
 
 def _start(cmd: list[str], tree: Path, env: dict[str, str]) -> subprocess.Popen:
@@ -342,15 +351,20 @@ def _arg(a: str, tree: Path, scratch: Path) -> str:
 
 def _run_probe(probe: Probe, ctx, before: bool) -> Outcome:
     tree, scratch = ctx.tree, ctx.scratch
+    extra = probe.env or {}
     env = {
         **os.environ,
         "PYTHONPATH": str(tree),
         "OMP_NUM_THREADS": "1",
         "WANDB_MODE": "disabled",
         "COLUMNS": "200",
-        **(probe.env or {}),
+        **{k: v.replace("R/", f"{scratch}/") for k, v in extra.items() if v is not None},
     }
-    steps = probe.old_steps if before and probe.old_steps else probe.steps
+    for k in [k for k, v in extra.items() if v is None]:
+        env.pop(k, None)
+    old = before and probe.old_steps and (tree / OLD_ENTRY).is_file()
+    steps = probe.old_steps if old else probe.steps
+    _special(probe.special, scratch)
     cwd = Path(probe.cwd.replace("R/", f"{scratch}/")) if probe.cwd else tree
     cmds = [[_arg(a, tree, scratch) for a in c] for c in steps]
     started_s, t0 = time.time(), time.monotonic()
@@ -376,8 +390,80 @@ def _run_probe(probe: Probe, ctx, before: bool) -> Outcome:
     if extra:
         res.message += "; " + extra
     if probe.inspect:
-        res.message += "; " + _describe(Path(probe.inspect.replace("R/", f"{scratch}/")))
+        folder = Path(probe.inspect.replace("R/", f"{scratch}/"))
+        res.message += "; " + _describe(folder)
+        if probe.note in NOTES:
+            res.message += "; " + NOTES[probe.note](folder)
+    if probe.watch:
+        path = Path(probe.watch.replace("R/", f"{scratch}/"))
+        path = path if path.is_absolute() else cwd / path
+        res.message += f"; {probe.watch} {'CREATED' if path.exists() else 'absent'}"
     return res
+
+
+def _special(what: str, scratch: Path) -> None:
+    """The special file of a probe (:attr:`Probe.special`) in place of a plain one."""
+    if not what:
+        return
+    kind, _, rel = what.partition(":")
+    path = Path(rel.replace("R/", f"{scratch}/"))
+    path.unlink(missing_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "zero":
+        path.symlink_to("/dev/zero")
+    else:
+        raise ValueError(f"Probe.special={what!r}: expected fifo:PATH or zero:PATH")
+
+
+def _listing(folder: Path) -> str:
+    """The files a results folder holds (its top level) and its part files."""
+    if not folder.is_dir():
+        return "no folder"
+    names = sorted(p.name for p in folder.iterdir() if p.is_file())
+    parts = folder / "parts"
+    n_parts = len(list(parts.iterdir())) if parts.is_dir() else 0
+    return f"files: {', '.join(names) or 'none'}; parts: {n_parts}"
+
+
+_UNESCAPED_BAR = re.compile(r"(?<!\\)\|")
+
+
+def _tables(folder: Path) -> str:
+    """Whether every row of every Markdown table in the folder's REPORT.md has its header's
+    cells (a ``|`` or a line break in a cell splits or cuts a row)."""
+    report = folder / "REPORT.md"
+    if not report.is_file():
+        return "no REPORT.md"
+    broken, width = 0, None
+    for line in report.read_text().splitlines():
+        if not line.startswith("|"):
+            if width is not None and line.strip():
+                broken += 1  # a row cut by a line break goes on below the table
+            width = None
+            continue
+        cells = len(_UNESCAPED_BAR.split(line.strip())) - 2
+        if width is None:
+            width = cells
+        elif cells != width:
+            broken += 1
+    return f"REPORT.md tables: {broken} broken rows" if broken else "REPORT.md tables intact"
+
+
+def _mape(folder: Path) -> str:
+    """The first row of the MAPE table of the folder's REPORT.md (ours beside Sailor's)."""
+    report = folder / "REPORT.md"
+    if not report.is_file():
+        return "no REPORT.md"
+    lines = report.read_text().splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("| set |") and i + 2 < len(lines):
+            return "MAPE row: " + lines[i + 2]
+    return "no MAPE table in REPORT.md"
+
+
+NOTES = {"listing": _listing, "tables": _tables, "mape": _mape}
 
 
 def _describe(folder: Path) -> str:
@@ -386,10 +472,6 @@ def _describe(folder: Path) -> str:
     rows = len(read_rows(folder, history=True)) if has_stored_rows(folder) else 0
     report = "yes" if (folder / "REPORT.md").exists() else "no"
     return f"left {rows} rows, REPORT.md: {report}"
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def run(cfg: ProbeInputsConfig) -> dict:
@@ -412,8 +494,8 @@ def run(cfg: ProbeInputsConfig) -> dict:
     for pr in probes:
         b, f = old[pr.name], new[pr.name]
         lines.append(
-            f"| {_cell(pr.name)} | {', '.join(b.rc)} | {_cell(b.message)} | "
-            f"{', '.join(f.rc)} | {_cell(f.message)} |"
+            f"| {md_cell(pr.name)} | {', '.join(b.rc)} | {md_cell(b.message)} | "
+            f"{', '.join(f.rc)} | {md_cell(f.message)} |"
         )
     out = Path(cfg.results_dir) / "inputs.md"
     atomic_write_text(out, "\n".join(lines) + "\n")

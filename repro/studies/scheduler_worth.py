@@ -250,7 +250,8 @@ def run(cfg: SchedulerWorthConfig) -> dict:
     }
     sharing = tuple(str(m) for m in cfg.link_sharing)
     rows = []
-    for s in settings(cfg.sailor_dir, tuple(cfg.spot_seeds)):
+    # every setting's cluster is built (and its input files read) before the first one runs
+    for s in list(settings(cfg.sailor_dir, tuple(cfg.spot_seeds))):
         row = compare(
             s, budget=budget, seed=cfg.seed, sharing=sharing, random_layouts=cfg.random_layouts
         )

@@ -39,6 +39,7 @@ def test_every_file_a_hostile_probe_reads_is_written(tmp_path):
     setup(tmp_path)
     absent = {"missing.yaml", "none.json", "nope", "tc"}  # and the probes' results folders:
     absent |= {"a", "b", "e", "g", "m", "p", "q", "s", "t", "w"}
+    absent |= {"cw", "k", "qk", "x", "xo", "xf", "xm", "xp", "xn"}  # second pass
     for probe in HOSTILE:
         for step in probe.steps:
             for arg in step:
@@ -100,3 +101,31 @@ def test_a_terminated_probe_run_removes_its_copies(tmp_path, monkeypatch):
         pi._run_side("HEAD", pi.PROBES[:1], before=False)
     assert e.value.code == 128 + signal.SIGTERM
     assert not list(tmp_path.glob("probe-*"))
+
+
+def test_report_tables_are_checked_for_rows_a_cell_split_or_cut(tmp_path):
+    from repro.studies.probe_inputs import _tables
+
+    assert _tables(tmp_path) == "no REPORT.md"
+    good = "# r\n\n| a | b |\n|---|---|\n| x\\|y | 1 |\n\ntext\n"
+    (tmp_path / "REPORT.md").write_text(good)
+    assert _tables(tmp_path) == "REPORT.md tables intact"
+    (tmp_path / "REPORT.md").write_text(good.replace("x\\|y", "x|y"))  # a row split
+    assert _tables(tmp_path) == "REPORT.md tables: 1 broken rows"
+    (tmp_path / "REPORT.md").write_text(good.replace("x\\|y", "x\ny"))  # a row cut in two
+    assert _tables(tmp_path) == "REPORT.md tables: 2 broken rows"
+
+
+def test_special_files_and_listings(tmp_path):
+    import stat
+
+    from repro.studies.probe_inputs import _listing, _special
+
+    _special("fifo:R/a/p.json", tmp_path)
+    assert stat.S_ISFIFO((tmp_path / "a" / "p.json").lstat().st_mode)
+    _special("zero:R/a/z.json", tmp_path)
+    assert (tmp_path / "a" / "z.json").readlink().as_posix() == "/dev/zero"
+    (tmp_path / "a" / "parts").mkdir()
+    (tmp_path / "a" / "parts" / "1.parquet").write_text("")
+    (tmp_path / "a" / "runs.csv").write_text("")
+    assert _listing(tmp_path / "a") == "files: runs.csv; parts: 1"

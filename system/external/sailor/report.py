@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from repro.report.tables import md_cell
 from system.external.sailor.predict import PlanRow
 from system.external.sailor.score import (
     errors_frame,
@@ -79,7 +80,8 @@ def render_report(rows: list[PlanRow], *, command: str, figure: str | None) -> s
     ]
     for _, t in table.iterrows():
         lines.append(
-            f"| {t['set']} | {t['plans']} | {t['excluded']} | {_fmt(t['mape_pct'], '.1f', '%')} | "
+            f"| {md_cell(t['set'])} | {t['plans']} | {t['excluded']} | "
+            f"{_fmt(t['mape_pct'], '.1f', '%')} | "
             f"{_fmt(t['max_abs_error_pct'], '.1f', '%')} | "
             f"{_fmt(t['mean_signed_error_pct'], '+.1f', '%')} | "
             f"{_fmt(t['sailor_mape_pct'], '.1f', '%')} | "
@@ -115,7 +117,7 @@ def render_report(rows: list[PlanRow], *, command: str, figure: str | None) -> s
     ]
     for _, e in err.iterrows():
         lines.append(
-            f"| {e['plan']} | {e['real_s']:.4g} | {e['predicted_iter_time_s']:.4g} | "
+            f"| {md_cell(e['plan'])} | {e['real_s']:.4g} | {e['predicted_iter_time_s']:.4g} | "
             f"{e['signed_error_pct']:+.1f}% | {e['abs_error_pct']:.1f}% | "
             f"{_fmt(_num(e['sailor_simulator_s']), '.4g')} | "
             f"{_fmt(_num(e['sailor_signed_error_pct']), '+.1f', '%')} |"
