@@ -90,6 +90,8 @@ def _row(cfg: LocalRun, spec: BaselineSpec, result: dict, grid: bool, extra_key:
         "dp_collective": "ring",
     }
     features = {k: getattr(spec, k) for k in plain}
+    if spec.device != "cuda" and spec.dp_collective == "auto":
+        features["dp_collective"] = "ring"  # what ran: gloo's all-reduce is its ring
     key.update({k: v for k, v in features.items() if v != plain[k]})
     values = {k: v for k, v in result.items() if k not in key}
     values.update({k: v for k, v in features.items() if k not in key})
