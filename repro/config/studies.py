@@ -145,7 +145,7 @@ class SchedulerWorthConfig(RunConfig):
                 _file("sailor_dir", str(Path(self.sailor_dir) / name))
             # the multi-zone setting is the table's last: its fits are read now, not after the
             # other settings have run
-            from repro.studies.scheduler_worth import multizone_cluster
+            from system.external.sailor.bandwidth import multizone_cluster
 
             try:
                 multizone_cluster(self.sailor_dir)

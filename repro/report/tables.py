@@ -17,26 +17,12 @@ report's f-strings) passes its text cells through :func:`md_cell` too.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["markdown_table", "md_cell"]
+from system.markdown import md_cell
 
-# line breaks and other control characters (a table row is one line of text)
-_CONTROL = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]+")
-
-
-def md_cell(value: Any) -> str:
-    r"""``value`` as the text of one GitHub-flavoured Markdown table cell: a backslash and a ``|``
-    escaped (GFM splits a row at every ``|`` not escaped), line breaks and other control
-    characters as one space.
-
-    >>> print(md_cell("a|b\nc"))
-    a\|b c
-    """
-    text = str(value).replace("\\", "\\\\").replace("|", "\\|")
-    return _CONTROL.sub(" ", text)
+__all__ = ["markdown_table"]
 
 
 def _is_missing(v: Any) -> bool:

@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from repro.config import ProbeInputsConfig
-from repro.report.tables import md_cell
 from repro.studies.hostile import (  # noqa: F401 (TOPOLOGY: the tests write its files)
     HOSTILE,
     TOPOLOGY,
@@ -43,6 +42,7 @@ from repro.studies.hostile import (  # noqa: F401 (TOPOLOGY: the tests write its
 from repro.studies.probe_runs import NotRun, after, around, signal_step
 from repro.studies.tree import materialise, short_rev
 from system.lifeline import cancel, exit_on_signals, on_death
+from system.markdown import md_cell
 from system.results import atomic_write_text, has_stored_rows, read_rows
 
 PY = sys.executable

@@ -44,6 +44,7 @@ import pandas as pd
 from repro.config import SchedulerWorthConfig
 from system.cases import get_case
 from system.cluster import Cluster
+from system.external.sailor.bandwidth import multizone_cluster
 from system.results import atomic_write_text, write_set
 from system.scheduler import schedule
 from system.scheduler.assignment import Assignment
@@ -55,13 +56,6 @@ from system.workload import Workload, get_model, tasklet_sizes
 log = logging.getLogger(__name__)
 
 HEURISTIC_LAYOUTS = ("one_pipeline_per_region", "greedy_region_fill", "launch_order", "random")
-MULTIZONE = (  # (zone, nodes): 16 nodes of 4 V100-16 in Sailor's five zones
-    ("us-central1-a", 4),
-    ("us-central1-b", 3),
-    ("us-central1-c", 3),
-    ("us-central1-f", 3),
-    ("us-west1-b", 3),
-)
 
 
 @dataclass(frozen=True)
@@ -83,21 +77,6 @@ def _spot(case: str, gone: int, seed: int) -> Cluster:
     rng = np.random.default_rng([seed, gone, int(case)])
     keep = sorted(rng.choice(c.num_devices, c.num_devices - gone, replace=False).tolist())
     return c.subset(keep, name=f"case{case}-spot{len(keep)}-s{seed}")
-
-
-def multizone_cluster(sailor_dir: str) -> Cluster:
-    """16 nodes of 4 V100-16 in five zones, links from Sailor's fitted bandwidths."""
-    from system.external.sailor.bandwidth import (
-        NodeSpec,
-        cluster_from_nodes,
-        load_bandwidth_fits,
-        load_intra_node_fits,
-    )
-
-    fits = load_bandwidth_fits(f"{sailor_dir}/multizone_bandwidths_het.json")
-    intra = load_intra_node_fits(f"{sailor_dir}/intra_node_bandwidths.json")
-    nodes = [NodeSpec(zone, "V100-16", 4) for zone, n in MULTIZONE for _ in range(n)]
-    return cluster_from_nodes(nodes, fits, intra, name="sailor-multizone")
 
 
 def settings(sailor_dir: str | None, spot_seeds: tuple[int, ...] = (0, 1, 2)) -> Iterator[Setting]:

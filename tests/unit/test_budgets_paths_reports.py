@@ -148,7 +148,8 @@ def test_log_level_names_are_checked():
 
 
 def test_markdown_cells_cannot_split_a_row():
-    from repro.report.tables import markdown_table, md_cell
+    from repro.report.tables import markdown_table
+    from system.markdown import md_cell
 
     assert md_cell("a|b\nc\r\nd\\") == "a\\|b c d\\\\"
     table = markdown_table(pd.DataFrame({"plan": ["x|y\nz", "ok"], "s": [1.0, 2.0]}))
@@ -167,6 +168,11 @@ def test_the_external_report_escapes_plan_and_set_names(monkeypatch):
         "abs_error_pct": 10.0,
         "sailor_simulator_s": None,
         "sailor_signed_error_pct": None,
+        "measured_red_grads_s": 0.5,
+        "predicted_red_grads_s": 0.25,
+        "red_grads_signed_error_pct": -50.0,
+        "dp_algorithm": "ring",
+        "round_rows": False,
     }
     totals = {
         "set": "s|et",
@@ -177,6 +183,11 @@ def test_the_external_report_escapes_plan_and_set_names(monkeypatch):
         "mean_signed_error_pct": 10.0,
         "sailor_mape_pct": None,
         "sailor_max_abs_error_pct": None,
+        "red_grads_plans": 1,
+        "red_grads_mape_pct": 50.0,
+        "red_grads_dp_plans": 1,
+        "red_grads_dp_mape_pct": 50.0,
+        "red_grads_dp_median_ratio": 2.0,
     }
     monkeypatch.setattr(report, "errors_frame", lambda rows: pd.DataFrame([frame]))
     monkeypatch.setattr(report, "mape_table", lambda rows: pd.DataFrame([totals]))
@@ -185,6 +196,9 @@ def test_the_external_report_escapes_plan_and_set_names(monkeypatch):
     row = next(ln for ln in text.splitlines() if ln.startswith("| p\\"))
     assert row.startswith("| p\\|1 q | 1 |") and row.count(" | ") == 6
     assert any(ln.startswith("| s\\|et | 1 | 0 |") for ln in text.splitlines())
+    # the logged reduction's tables: the set and the plan escaped too
+    assert any(ln.startswith("| s\\|et | 1 | 50.0% |") for ln in text.splitlines())
+    assert any(ln.startswith("| p\\|1 q | ring |") for ln in text.splitlines())
 
 
 @pytest.mark.slow  # fresh interpreters

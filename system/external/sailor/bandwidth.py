@@ -41,6 +41,8 @@ __all__ = [
     "load_bandwidth_fits",
     "load_intra_node_fits",
     "cluster_from_nodes",
+    "MULTIZONE",
+    "multizone_cluster",
     "MAX_PEAK_BYTES_PER_S",
 ]
 
@@ -209,3 +211,20 @@ def cluster_from_nodes(
         link_sharing=LinkSharing("pair"),  # flows share a pair's curve, nothing else (links.py)
         meta={"source": "sailor", "nodes": [(n.zone, n.gpu, n.gpus) for n in nodes]},
     )
+
+
+MULTIZONE = (  # (zone, nodes): 16 nodes of 4 V100-16 in Sailor's five zones
+    ("us-central1-a", 4),
+    ("us-central1-b", 3),
+    ("us-central1-c", 3),
+    ("us-central1-f", 3),
+    ("us-west1-b", 3),
+)
+
+
+def multizone_cluster(sailor_dir: str) -> Cluster:
+    """16 nodes of 4 V100-16 in five zones, links from Sailor's fitted bandwidths."""
+    fits = load_bandwidth_fits(f"{sailor_dir}/multizone_bandwidths_het.json")
+    intra = load_intra_node_fits(f"{sailor_dir}/intra_node_bandwidths.json")
+    nodes = [NodeSpec(zone, "V100-16", 4) for zone, n in MULTIZONE for _ in range(n)]
+    return cluster_from_nodes(nodes, fits, intra, name="sailor-multizone")

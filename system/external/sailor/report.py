@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from repro.report.tables import md_cell
 from system.external.sailor.predict import PlanRow
 from system.external.sailor.score import (
     errors_frame,
@@ -23,6 +22,7 @@ from system.external.sailor.score import (
     profile_rows_table,
     warnings_frame,
 )
+from system.markdown import md_cell
 
 __all__ = ["CONSTANTS", "render_report", "plot_predicted_vs_measured"]
 
@@ -102,7 +102,8 @@ def render_report(rows: list[PlanRow], *, command: str, figure: str | None) -> s
             "| --- | --- | --- | --- | --- |",
         ]
         lines += [
-            f"| {t['set']} | {t['rows']} | {t['plans']} | {_fmt(t['mape_pct'], '.1f', '%')} | "
+            f"| {md_cell(t['set'])} | {t['rows']} | {t['plans']} | "
+            f"{_fmt(t['mape_pct'], '.1f', '%')} | "
             f"{_fmt(t['max_abs_error_pct'], '.1f', '%')} |"
             for _, t in split.iterrows()
         ]
@@ -164,7 +165,7 @@ def _red_grads_lines(table: pd.DataFrame, err: pd.DataFrame) -> list[str]:
     ]
     for _, t in table.iterrows():
         lines.append(
-            f"| {t['set']} | {t['red_grads_plans']} | "
+            f"| {md_cell(t['set'])} | {t['red_grads_plans']} | "
             f"{_fmt(t['red_grads_mape_pct'], '.1f', '%')} | {t['red_grads_dp_plans']} | "
             f"{_fmt(t['red_grads_dp_mape_pct'], '.1f', '%')} | "
             f"{_fmt(t['red_grads_dp_median_ratio'], '.2f', '×')} |"
@@ -176,7 +177,7 @@ def _red_grads_lines(table: pd.DataFrame, err: pd.DataFrame) -> list[str]:
     ]
     for _, e in err.dropna(subset=["measured_red_grads_s"]).iterrows():
         lines.append(
-            f"| {e['plan']} | {e['dp_algorithm']} | {e['measured_red_grads_s']:.4g} | "
+            f"| {md_cell(e['plan'])} | {e['dp_algorithm']} | {e['measured_red_grads_s']:.4g} | "
             f"{e['predicted_red_grads_s']:.4g} | "
             f"{_fmt(_num(e['red_grads_signed_error_pct']), '+.1f', '%')} |"
         )
