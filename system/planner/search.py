@@ -39,6 +39,7 @@ runtime can run is reported beside it (``runnable_only`` plans only those).
 
 from __future__ import annotations
 
+import heapq
 import math
 import time
 from dataclasses import dataclass, field
@@ -283,8 +284,17 @@ class Planner:
         best_rate = self.best_rate[stages].sum(axis=0).min()  # the slowest replica
         return (self.batch / dp) * per_seq / best_rate
 
-    def configure(self, name: str, stages: np.ndarray, incumbent: float) -> list[Candidate]:
-        """Every configuration of one layout worth simulating (module docstring)."""
+    def configs(self, name: str, stages: np.ndarray) -> list[tuple]:
+        """Every configuration of one layout, each with its lower bound: entries
+        ``(score bound, time bound, name, stages, mbs, schedule, recompute, layers, rounds)``.
+
+        The time bound is the larger of the busiest stage's compute (m·(f + b) + optimizer
+        step) and, per stage k, the fill and drain every pass pays: the first micro-batch
+        reaches k through the stages and links before it, k computes all m micro-batches, and
+        the last backward returns through them to stage 0 (each link at its fastest replica's
+        α + 8·X/β), then stage 0's optimizer step; and the busiest pipeline link, which streams
+        its replica's m messages one way at 8·X/β each. Neither overlap nor sharing beats
+        that."""
         self.layouts_tried += 1
         pp, dp = stages.shape
         if self.batch % dp:
@@ -293,7 +303,11 @@ class Planner:
         usable = self.usable[stages].min(axis=1)
         price = float(self.usd_per_s[stages].sum())
         gpus = np.asarray(self.cluster.gpus, dtype=object)[stages]
-        todo = []
+        if pp > 1:
+            src, dst = stages[:-1], stages[1:]
+            delay = self.cluster.delay_s[src, dst]
+            inv_bw = 8.0 / self.cluster.bandwidth_bps[src, dst]
+        out = []
         for mbs in self.micro_batch_sizes:
             if per_replica % mbs:
                 continue
@@ -301,6 +315,12 @@ class Planner:
             rate = np.array([[self.compute.rate(g, mbs) for g in row] for row in gpus]).min(axis=1)
             f1 = layer_forward_flops(self.model, mbs)
             fl = logits_forward_flops(self.model, mbs)
+            act = mbs * self.model.seq_length * self.model.hidden_size * 2.0  # fp16 activations
+            hop = np.zeros(pp)  # fastest forward + backward message across boundary s-1 -> s
+            busy = 0.0  # the busiest link streams m messages one way (a replica's own link)
+            if pp > 1:
+                hop[1:] = 2.0 * (delay + act * inv_bw).min(axis=1)
+                busy = float(m * act * inv_bw.max())
             for sch in self.schedules:
                 for rc in self.recompute:
                     again = self._replay_flops(rc, mbs, f1)
@@ -311,35 +331,37 @@ class Planner:
                         pp, m, mbs, rc, sch, usable, per_layer, extra
                     ):
                         fwd, bwd, opt = self.stage_times(stages, layers, mbs, rc)
-                        bound = float((m * (fwd + bwd) + opt).max())
-                        todo.append(
-                            (
-                                self._bound_score(bound, price),
-                                bound,
-                                mbs,
-                                sch,
-                                rc,
-                                layers,
-                                rounds,
-                                fwd,
-                                bwd,
-                                opt,
-                            )
+                        work = fwd + bwd
+                        fill = np.concatenate(([0.0], np.cumsum(work + hop)[:-1])) + hop
+                        passes = rounds if sch == "gpipe" else 1
+                        drain = float((passes * (fill - hop) + m * work).max() + opt[0])
+                        bound = max(float((m * work + opt).max()), drain, busy)
+                        out.append(
+                            (self._bound_score(bound, price), bound, name, stages, mbs, sch, rc)
+                            + (layers, rounds)
                         )
-        todo.sort(key=lambda t: (t[0], t[1]))
-        out = []
-        sub = None
-        for score_bound, _, mbs, sch, rc, layers, rounds, fwd, bwd, opt in todo:
-            if score_bound >= incumbent or self.out_of_time():
-                break
-            if sub is None:
-                sub = self._sub(stages)
-            c = self._simulate(
-                name, stages, sub, layers, mbs, sch, rc, rounds, fwd, bwd, opt, price, usable
-            )
-            out.append(c)
-            incumbent = min(incumbent, self.score(c))
         return out
+
+    def simulate_entry(self, entry: tuple) -> Candidate:
+        _, _, name, stages, mbs, sch, rc, layers, rounds = entry
+        fwd, bwd, opt = self.stage_times(stages, layers, mbs, rc)
+        price = float(self.usd_per_s[stages].sum())
+        usable = self.usable[stages].min(axis=1)
+        return self._simulate(
+            name,
+            stages,
+            self._sub(stages),
+            layers,
+            mbs,
+            sch,
+            rc,
+            rounds,
+            fwd,
+            bwd,
+            opt,
+            price,
+            usable,
+        )
 
     def stage_times(self, stages: np.ndarray, layers, mbs: int, rc: str):
         """(fwd, bwd, opt) seconds per stage: each stage at its slowest device."""
@@ -615,19 +637,31 @@ class Planner:
 
     # ---- the search --------------------------------------------------------------------------
     def _best_first(self, layouts, incumbent: Candidate | None, seen: set) -> Candidate | None:
-        """Configure ``layouts`` ((bound, name, stages)) best-first until the bound passes the
-        incumbent."""
-        layouts.sort(key=lambda t: (t[0], t[1]))
-        for bound, name, stages in layouts:
-            if bound >= self.score(incumbent) or self.out_of_time():
+        """Best-first over ``layouts`` ((bound, name, stages)) and their configurations: pop the
+        least bound; a layout is expanded into its configurations, a configuration simulated;
+        stop once the least bound reaches the incumbent's score."""
+        heap = []
+        for k, (bound, name, stages) in enumerate(layouts):
+            heapq.heappush(heap, (bound, 0, k, (name, stages)))
+        tick = len(layouts)
+        while heap and not self.out_of_time():
+            bound, kind, _, item = heapq.heappop(heap)
+            if bound >= self.score(incumbent):
                 break
-            key = stages.tobytes() + bytes(str(stages.shape), "ascii")
-            if key in seen:
+            if kind == 0:
+                name, stages = item
+                key = stages.tobytes() + bytes(str(stages.shape), "ascii")
+                if key in seen:
+                    continue
+                seen.add(key)
+                for entry in self.configs(name, stages):
+                    if entry[0] < self.score(incumbent):
+                        tick += 1
+                        heapq.heappush(heap, (entry[0], 1, tick, entry))
                 continue
-            seen.add(key)
-            for c in self.configure(name, stages, self.score(incumbent)):
-                if self.score(c) < self.score(incumbent):
-                    incumbent = c
+            c = self.simulate_entry(item)
+            if self.score(c) < self.score(incumbent):
+                incumbent = c
         return incumbent
 
     def _scored(self, name: str, stages: np.ndarray | None):
@@ -719,7 +753,14 @@ class Planner:
                 if a[0] == b[0]:
                     continue  # same stage group: the same iteration
                 st[a], st[b] = st[b], st[a]
-            for c in self.configure("typed+local", st, self.score(best)):
+            entries = sorted(
+                (e for e in self.configs("typed+local", st) if e[0] < self.score(best)),
+                key=lambda e: e[0],
+            )
+            for e in entries[:3]:
+                if e[0] >= self.score(best) or self.out_of_time():
+                    break
+                c = self.simulate_entry(e)
                 if self.score(c) < self.score(best) - 1e-12:
                     best = c
         return best
