@@ -155,7 +155,8 @@ class Planner:
         schedules: tuple[str, ...] = SCHEDULES,
         runnable_only: bool = False,
         local_search: bool = True,
-        layouts: tuple[str, ...] = ("typed", "regional"),
+        layouts: tuple[str, ...] = ("typed", "regional", "anchored"),
+        max_anchors: int = 8,
     ) -> None:
         if objective not in OBJECTIVES:
             raise ValueError(f"objective={objective!r}: expected one of {', '.join(OBJECTIVES)}")
@@ -169,6 +170,7 @@ class Planner:
         rc = tuple(r for r in RECOMPUTE if r in recompute)
         self.recompute = tuple(r for r in rc if r in REPLAY) if runnable_only else rc
         self.runnable_only, self.local_search, self.layouts = runnable_only, local_search, layouts
+        self.max_anchors = max_anchors
         gpus = cluster.gpus
         self.rate1 = np.array([compute.rate(g, 1) for g in gpus])  # sorting key
         self.usable = np.array([get_gpu(g).memory_bytes - RESERVED_BYTES for g in gpus])
@@ -635,6 +637,37 @@ class Planner:
         chains.sort(key=lambda ch: -min(self.rate1[d] for d in ch))
         return np.asarray(chains[:dp], dtype=np.int64).T.copy()
 
+    def anchored(self, pool: list[int], pp: int, dp: int, anchor: str) -> np.ndarray | None:
+        """Devices near ``anchor`` first: its region, then the others by their bandwidth to
+        it; inside a region the machines with the most compute first; pipelines of consecutive
+        devices (so a pipeline stays on a machine where it can), each one's stages fastest
+        last (the last stage also computes the logits)."""
+        n = pp * dp
+        if n > len(pool):
+            return None
+        region = np.asarray(self.cluster.region_of)
+        first = {r: int(np.flatnonzero(region == r)[0]) for r in self.cluster.regions}
+        bw = self.cluster.bandwidth_gbps[first[anchor]]
+        rank = {r: (r != anchor, -bw[first[r]], self.region_index[r]) for r in first}
+        host_power: dict[int, float] = {}
+        for d in pool:
+            h = self.cluster.host_of[d]
+            host_power[h] = host_power.get(h, 0.0) + float(self.rate1[d])
+        devs = sorted(
+            pool,
+            key=lambda d: (
+                rank[region[d]],
+                -host_power[self.cluster.host_of[d]],
+                self.cluster.host_of[d],
+                -self.rate1[d],
+                d,
+            ),
+        )[:n]
+        chains = [
+            sorted(devs[r * pp : (r + 1) * pp], key=lambda d: (self.rate1[d], d)) for r in range(dp)
+        ]
+        return np.asarray(chains, dtype=np.int64).T.copy()
+
     # ---- the search --------------------------------------------------------------------------
     def _best_first(self, layouts, incumbent: Candidate | None, seen: set) -> Candidate | None:
         """Best-first over ``layouts`` ((bound, name, stages)) and their configurations: pop the
@@ -691,6 +724,9 @@ class Planner:
                     layouts.append(self._scored("typed", self.typed(pool, pp, dp)))
                 if "regional" in self.layouts:
                     layouts.append(self._scored("regional", self.regional(pool, pp, dp)))
+                if "anchored" in self.layouts:
+                    for r in self.cluster.regions[: self.max_anchors]:
+                        layouts.append(self._scored("anchored", self.anchored(pool, pp, dp, r)))
         best = self._best_first([x for x in layouts if x], best, seen)
         if self.local_search and best is not None:
             best = self._improve(best)
