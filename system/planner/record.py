@@ -72,6 +72,7 @@ def plan_record(result: PlanResult, *, meta: dict, compute: ComputeModel) -> dic
         k: (None if v is None else {**v.config(), "layers_per_stage": list(v.layers)})
         for k, v in result.heuristics.items()
     }
+    rec["heuristics_cut"] = list(result.heuristics_cut)
     rec["lower_bound_s"] = result.lower_bound_s
     rec["gap"] = best.iter_time_s / result.lower_bound_s - 1.0
     rec["runtime_plan"] = (

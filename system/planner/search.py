@@ -134,6 +134,7 @@ class PlanResult:
     search_time_s: float
     simulations: int
     layouts: int
+    heuristics_cut: tuple[str, ...] = ()  # heuristics whose search stopped at its time share
 
 
 class Planner:
@@ -156,7 +157,7 @@ class Planner:
         runnable_only: bool = False,
         local_search: bool = True,
         layouts: tuple[str, ...] = ("typed", "regional", "anchored"),
-        max_anchors: int = 8,
+        max_anchors: int = 4,
     ) -> None:
         if objective not in OBJECTIVES:
             raise ValueError(f"objective={objective!r}: expected one of {', '.join(OBJECTIVES)}")
@@ -180,6 +181,9 @@ class Planner:
         self._subsets: dict[tuple[int, ...], Cluster] = {}
         self._mem: dict[tuple, float] = {}
         self.even_only = runnable_only  # our runtime splits the layers evenly
+        self.deadline_s = math.inf  # the current phase's end, seconds after t0
+        self.cut = False  # a phase stopped at its deadline
+        self._orders: dict[tuple, list[int]] = {}
         self.simulations = 0
         self.layouts_tried = 0
         self.t0 = time.perf_counter()
@@ -203,7 +207,11 @@ class Planner:
         return time_bound_s * usd_per_s if math.isfinite(usd_per_s) else math.inf
 
     def out_of_time(self) -> bool:
-        return time.perf_counter() - self.t0 > self.time_limit_s
+        now = time.perf_counter() - self.t0
+        if now > min(self.time_limit_s, self.deadline_s):
+            self.cut = True
+            return True
+        return False
 
     # ---- memory ----------------------------------------------------------------------------
     def stage_memory(self, s: int, pp: int, layers: int, mbs: int, in_flight: int, rc: str):
@@ -570,17 +578,20 @@ class Planner:
         region = np.asarray(self.cluster.region_of)
         power = {r: float(self.rate1[region == r].sum()) for r in self.cluster.regions}
         ranked = sorted(self.cluster.regions, key=lambda r: (-power[r], self.region_index[r]))
-        for k in range(1, len(ranked)):
+        for k in range(1, min(len(ranked), 4)):
             keep = [d for d in range(total) if region[d] in ranked[:k]]
             out.append((f"top {k} region(s)", keep))
         return out
 
-    def typed(self, pool: list[int], pp: int, dp: int) -> np.ndarray | None:
+    def typed(self, pool: list[int], pp: int, dp: int, pool_name: str = "") -> np.ndarray | None:
         """The fastest devices, stage groups by type, each replica's next stage near its last."""
         n = pp * dp
         if n > len(pool):
             return None
-        devs = sorted(pool, key=lambda d: (-self.rate1[d], *self._host_key(d)))[:n]
+        key = ("typed", pool_name or tuple(pool))
+        if key not in self._orders:
+            self._orders[key] = sorted(pool, key=lambda d: (-self.rate1[d], *self._host_key(d)))
+        devs = self._orders[key][:n]
         blocks = [devs[s * dp : (s + 1) * dp] for s in range(pp)]
         host = self.cluster.host_of
         region = self.cluster.region_of
@@ -637,7 +648,9 @@ class Planner:
         chains.sort(key=lambda ch: -min(self.rate1[d] for d in ch))
         return np.asarray(chains[:dp], dtype=np.int64).T.copy()
 
-    def anchored(self, pool: list[int], pp: int, dp: int, anchor: str) -> np.ndarray | None:
+    def anchored(
+        self, pool: list[int], pp: int, dp: int, anchor: str, pool_name: str = ""
+    ) -> np.ndarray | None:
         """Devices near ``anchor`` first: its region, then the others by their bandwidth to
         it; inside a region the machines with the most compute first; pipelines of consecutive
         devices (so a pipeline stays on a machine where it can), each one's stages fastest
@@ -645,6 +658,16 @@ class Planner:
         n = pp * dp
         if n > len(pool):
             return None
+        key = ("anchored", anchor, pool_name or tuple(pool))
+        if key not in self._orders:
+            self._orders[key] = self._anchored_order(pool, anchor)
+        devs = self._orders[key][:n]
+        chains = [
+            sorted(devs[r * pp : (r + 1) * pp], key=lambda d: (self.rate1[d], d)) for r in range(dp)
+        ]
+        return np.asarray(chains, dtype=np.int64).T.copy()
+
+    def _anchored_order(self, pool: list[int], anchor: str) -> list[int]:
         region = np.asarray(self.cluster.region_of)
         first = {r: int(np.flatnonzero(region == r)[0]) for r in self.cluster.regions}
         bw = self.cluster.bandwidth_gbps[first[anchor]]
@@ -653,7 +676,7 @@ class Planner:
         for d in pool:
             h = self.cluster.host_of[d]
             host_power[h] = host_power.get(h, 0.0) + float(self.rate1[d])
-        devs = sorted(
+        return sorted(
             pool,
             key=lambda d: (
                 rank[region[d]],
@@ -662,11 +685,7 @@ class Planner:
                 -self.rate1[d],
                 d,
             ),
-        )[:n]
-        chains = [
-            sorted(devs[r * pp : (r + 1) * pp], key=lambda d: (self.rate1[d], d)) for r in range(dp)
-        ]
-        return np.asarray(chains, dtype=np.int64).T.copy()
+        )
 
     # ---- the search --------------------------------------------------------------------------
     def _best_first(self, layouts, incumbent: Candidate | None, seen: set) -> Candidate | None:
@@ -704,7 +723,12 @@ class Planner:
         return (self._bound_score(self.layout_bound(stages), price), name, stages)
 
     def run(self) -> PlanResult:
+        """Plan (module docstring). The time limit is shared out: 45% to the heuristics (a
+        quarter each; one stopped at its share reports the best it found and is listed in
+        ``heuristics_cut``), then the planner's layouts until 85%, the local search until 90%,
+        the best plan our runtime runs until the end."""
         self.t0 = time.perf_counter()
+        limit = self.time_limit_s
         mbs_rates = np.array(
             [[self.compute.rate(g, b) for b in self.micro_batch_sizes] for g in self.cluster.gpus]
         )
@@ -712,24 +736,37 @@ class Planner:
         total = self.cluster.num_devices
         all_shapes = self.shapes(total)
         heuristics: dict[str, Candidate | None] = {}
-        for name in HEURISTICS:
-            layouts = [self._scored(name, self.heuristic(name, pp, dp)) for pp, dp in all_shapes]
+        self.heuristics_cut = []
+        for k, name in enumerate(HEURISTICS):
+            self.deadline_s, self.cut = 0.45 * limit * (k + 1) / len(HEURISTICS), False
+            layouts = []
+            for pp, dp in all_shapes:
+                if self.out_of_time():
+                    break
+                layouts.append(self._scored(name, self.heuristic(name, pp, dp)))
             heuristics[name] = self._best_first([x for x in layouts if x], None, set())
+            if self.cut:
+                self.heuristics_cut.append(name)
         best = min(heuristics.values(), key=self.score, default=None)
-        seen: set = set()
+        self.deadline_s = 0.85 * limit
         layouts = []
-        for _pool_name, pool in self.pools():
+        for pool_name, pool in self.pools():
             for pp, dp in self.shapes(len(pool)):
+                if self.out_of_time():
+                    break
                 if "typed" in self.layouts:
-                    layouts.append(self._scored("typed", self.typed(pool, pp, dp)))
+                    layouts.append(self._scored("typed", self.typed(pool, pp, dp, pool_name)))
                 if "regional" in self.layouts:
                     layouts.append(self._scored("regional", self.regional(pool, pp, dp)))
-                if "anchored" in self.layouts:
-                    for r in self.cluster.regions[: self.max_anchors]:
-                        layouts.append(self._scored("anchored", self.anchored(pool, pp, dp, r)))
-        best = self._best_first([x for x in layouts if x], best, seen)
+                if "anchored" in self.layouts and not pool_name.startswith("top"):
+                    for r in self.anchors():
+                        got = self.anchored(pool, pp, dp, r, pool_name)
+                        layouts.append(self._scored("anchored", got))
+        best = self._best_first([x for x in layouts if x], best, set())
+        self.deadline_s = 0.90 * limit
         if self.local_search and best is not None:
             best = self._improve(best)
+        self.deadline_s = limit
         runtime = best if best is not None and best.runtime_supported else None
         if runtime is None and not self.runnable_only and best is not None:
             runtime = self._runtime_plan(best)
@@ -741,7 +778,15 @@ class Planner:
             search_time_s=time.perf_counter() - self.t0,
             simulations=self.simulations,
             layouts=self.layouts_tried,
+            heuristics_cut=tuple(self.heuristics_cut),
         )
+
+    def anchors(self) -> list[str]:
+        """The regions the anchored layouts start from: the most compute first."""
+        region = np.asarray(self.cluster.region_of)
+        power = {r: float(self.rate1[region == r].sum()) for r in self.cluster.regions}
+        ranked = sorted(self.cluster.regions, key=lambda r: (-power[r], self.region_index[r]))
+        return ranked[: self.max_anchors]
 
     def _runtime_plan(self, best: Candidate) -> Candidate | None:
         """The best plan our runtime can run on the incumbent's layouts' shapes (a short search
@@ -756,12 +801,11 @@ class Planner:
         for _pool_name, pool in self.pools()[:1]:
             for pp, dp in self.shapes(len(pool)):
                 if self.model.num_layers % pp == 0:
-                    layouts.append(sub._scored("typed", sub.typed(pool, pp, dp)))
+                    layouts.append(sub._scored("typed", sub.typed(pool, pp, dp, "all")))
         for name in HEURISTICS:
             for pp, dp in self.shapes(self.cluster.num_devices):
                 if self.model.num_layers % pp == 0:
                     layouts.append(sub._scored(name, sub.heuristic(name, pp, dp)))
-        sub.time_limit_s = self.time_limit_s * 1.2
         found = sub._best_first([x for x in layouts if x], None, set())
         self.simulations = sub.simulations
         if found is not None and not found.runtime_supported:
