@@ -14,9 +14,11 @@ per replica) on any ``pp·dp`` devices of the fleet, each at its best sustained 
   rate): ``T >= (m − 1)·b·w·dp / S + b·w / r_max``.
 
 The bound is the least over every shape and micro-batch size the planner searches of the larger
-of the two. Communication (the pipeline's messages, the data-parallel exchange) and the
-optimizer step are left out, so the bound holds for every placement, link-sharing model and
-schedule; the gap it leaves is what those cost, and what no shape can avoid.
+of the two, leaving out the shapes whose stages cannot fit on the fleet's largest GPU even with
+one micro-batch in flight and full recomputation (some stage holds ``⌈L / pp⌉`` layers).
+Communication (the pipeline's messages, the data-parallel exchange) and the optimizer step
+are left out, so the bound holds for every placement, link-sharing model and schedule; the
+gap it leaves is what those cost, and what no shape can avoid.
 """
 
 from __future__ import annotations
@@ -36,7 +38,11 @@ def iteration_lower_bound_s(planner) -> float:
     top = np.cumsum(rates)  # top[n-1]: the n fastest devices' summed rate
     r_max = float(rates[0])
     best = np.inf
+    most = float(np.max(planner.usable))
     for pp, dp in planner.shapes(len(rates)):
+        layers = -(-model.num_layers // pp)
+        if planner.stage_memory(pp // 2 if pp > 2 else 0, pp, layers, 1, 1, "full") > most:
+            continue  # a middle stage (the first when pp <= 2) cannot hold its layers
         s = float(top[pp * dp - 1])
         for b in planner.micro_batch_sizes:
             if planner.batch % (dp * b):

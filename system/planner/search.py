@@ -76,6 +76,7 @@ MICRO_BATCH_SIZES = (1, 2, 4, 8)
 RECOMPUTE = ("none", "selective", "full")  # least recomputation first
 SCHEDULES = ("gpipe", "1f1b")
 RUNTIME_SUPPORTED = {("gpipe", "full"), ("gpipe", "none")}
+SMALL_FLEET = 64  # devices: up to here every stage count is a shape
 RESERVED_BYTES = Hardware().reserved_bytes  # CUDA context and fragmentation, per GPU
 REPLAY = {"none": 0.0, "full": 1.0}  # forward replays per layer in the backward pass
 # memory is the planner's check (per stage, against its smallest GPU), not the simulator's
@@ -173,7 +174,12 @@ class Planner:
         self.runnable_only, self.local_search, self.layouts = runnable_only, local_search, layouts
         self.max_anchors = max_anchors
         gpus = cluster.gpus
-        self.rate1 = np.array([compute.rate(g, 1) for g in gpus])  # sorting key
+        kinds = sorted(set(gpus))
+        kind_of = np.array([kinds.index(g) for g in gpus])
+        self._rates: dict[int, np.ndarray] = {}  # micro-batch size -> rate per device
+        for b in sorted({1, *micro_batch_sizes}):
+            self._rates[b] = np.array([compute.rate(g, b) for g in kinds])[kind_of]
+        self.rate1 = self._rates[1]  # sorting key
         self.usable = np.array([get_gpu(g).memory_bytes - RESERVED_BYTES for g in gpus])
         self.usd_per_s = np.array([usd_per_hour(g) / 3600.0 for g in gpus])
         self.hbm = np.array([get_gpu(g).hbm_bandwidth_bps for g in gpus])
@@ -312,7 +318,6 @@ class Planner:
         per_replica = self.batch // dp
         usable = self.usable[stages].min(axis=1)
         price = float(self.usd_per_s[stages].sum())
-        gpus = np.asarray(self.cluster.gpus, dtype=object)[stages]
         if pp > 1:
             src, dst = stages[:-1], stages[1:]
             delay = self.cluster.delay_s[src, dst]
@@ -322,7 +327,7 @@ class Planner:
             if per_replica % mbs:
                 continue
             m = per_replica // mbs
-            rate = np.array([[self.compute.rate(g, mbs) for g in row] for row in gpus]).min(axis=1)
+            rate = self._rates[mbs][stages].min(axis=1)
             f1 = layer_forward_flops(self.model, mbs)
             fl = logits_forward_flops(self.model, mbs)
             act = mbs * self.model.seq_length * self.model.hidden_size * 2.0  # fp16 activations
@@ -375,8 +380,7 @@ class Planner:
 
     def stage_times(self, stages: np.ndarray, layers, mbs: int, rc: str):
         """(fwd, bwd, opt) seconds per stage: each stage at its slowest device."""
-        gpus = np.asarray(self.cluster.gpus, dtype=object)[stages]
-        rate = np.array([[self.compute.rate(g, mbs) for g in row] for row in gpus]).min(axis=1)
+        rate = self._rates[mbs][stages].min(axis=1)
         hbm = self.hbm[stages].min(axis=1)
         f1 = layer_forward_flops(self.model, mbs)
         fl = logits_forward_flops(self.model, mbs)
@@ -514,7 +518,8 @@ class Planner:
     # ---- layouts -----------------------------------------------------------------------------
     def shapes(self, n: int) -> list[tuple[int, int]]:
         """(pp, dp) with pp·dp <= n devices: dp divides the batch, pp at most the layers; per dp
-        the most stages that fit and every smaller pp dividing the layers."""
+        every pp on a small fleet (at most :data:`SMALL_FLEET` devices), else the most stages
+        that fit and every smaller pp dividing the layers that uses over half the devices."""
         out = []
         for dp in range(1, min(n, self.batch) + 1):
             if self.batch % dp:
@@ -522,9 +527,12 @@ class Planner:
             top = min(self.model.num_layers, n // dp)
             if top < 1:
                 continue
-            pps = {top} | {
-                p for p in range(1, top) if self.model.num_layers % p == 0 and p * dp * 2 > n
-            }
+            if n <= SMALL_FLEET:
+                pps = set(range(1, top + 1))
+            else:
+                pps = {top} | {
+                    p for p in range(1, top) if self.model.num_layers % p == 0 and p * dp * 2 > n
+                }
             out += [(p, dp) for p in sorted(pps)]
         return out
 
@@ -729,10 +737,7 @@ class Planner:
         the best plan our runtime runs until the end."""
         self.t0 = time.perf_counter()
         limit = self.time_limit_s
-        mbs_rates = np.array(
-            [[self.compute.rate(g, b) for b in self.micro_batch_sizes] for g in self.cluster.gpus]
-        )
-        self.best_rate = mbs_rates.max(axis=1)
+        self.best_rate = np.max([self._rates[b] for b in self.micro_batch_sizes], axis=0)
         total = self.cluster.num_devices
         all_shapes = self.shapes(total)
         heuristics: dict[str, Candidate | None] = {}
