@@ -339,9 +339,16 @@ class SimulateConfig(LayoutOptions, ModelOptions, CaseOptions, RunConfig):
     def check(self) -> None:
         super().check()
         if self.plan is not None:
-            from repro.modes.plan import check_plan_file
+            from system.planner.record import check_plan, read_plan
 
-            check_plan_file(self)
+            if len(self.cases()) != 1:
+                raise ConfigError(f"plan={self.plan!r}: give the plan's one fleet as case")
+            try:
+                check_plan(
+                    read_plan(self.plan), self.cases()[0], str(self.model), self.layers, self.batch
+                )
+            except ValueError as e:
+                raise ConfigError(f"plan={self.plan!r}: {e}") from None
             return
         if not self.baseline_placements:
             raise ConfigError("baseline_placements=[]: name launch, topology or both")
@@ -518,9 +525,16 @@ class EmulateConfig(LocalRunOptions, LayoutOptions, ModelOptions, CaseOptions, R
     def check(self) -> None:
         super().check()
         if self.plan is not None:
-            from repro.modes.plan import check_plan_file
+            from system.planner.record import check_plan, read_plan
 
-            check_plan_file(self)
+            if len(self.cases()) != 1:
+                raise ConfigError(f"plan={self.plan!r}: give the plan's one fleet as case")
+            try:
+                check_plan(
+                    read_plan(self.plan), self.cases()[0], str(self.model), self.layers, self.batch
+                )
+            except ValueError as e:
+                raise ConfigError(f"plan={self.plan!r}: {e}") from None
             return
         if not self.baseline_placements:
             raise ConfigError("baseline_placements=[]: name launch, topology or both")

@@ -14,9 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from pathlib import Path
 
-from repro.config.options import ConfigError
 from repro.config.plan import PlanConfig
 from system.cases import case_digest, case_label
 from system.results import atomic_write_text, path_in
@@ -99,49 +97,14 @@ def run(cfg: PlanConfig) -> dict:
     return {"out": out, "iteration_time_s": rec["iteration_time_s"]}
 
 
-def _read_plan(path: str) -> dict:
-    from system.cases import parse_document
-
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"plan={path!r}: no such file")
-    data = parse_document(p.read_bytes(), f"plan file {p}", json_only=True)
-    if not isinstance(data, dict):
-        raise ConfigError(f"plan={path!r}: expected a JSON object (mode=plan's plan.json)")
-    return data
-
-
-def check_plan_file(cfg) -> None:
-    """``mode=simulate plan=FILE``: the file is a plan of this case's fleet, and the model,
-    layers and batch given (if any) are the plan's."""
-    try:
-        rec = _read_plan(cfg.plan)
-    except ValueError as e:
-        raise ConfigError(f"plan={cfg.plan!r}: {e}") from None
-    cases = cfg.cases()
-    if len(cases) != 1:
-        raise ConfigError(f"plan={cfg.plan!r}: give the plan's one fleet as case")
-    missing = [k for k in ("model", "layers", "batch", "stages", "config") if k not in rec]
-    if missing:
-        raise ConfigError(f"plan={cfg.plan!r}: missing key(s) {missing}")
-    for key, given in (("model", cfg.model), ("layers", cfg.layers), ("batch", cfg.batch)):
-        if given is not None and str(given) != str(rec[key]) and key != "model":
-            raise ConfigError(f"plan={cfg.plan!r}: {key}={given} but the plan's is {rec[key]}")
-    if str(cfg.model) != str(rec["model"]):
-        raise ConfigError(f"plan={cfg.plan!r}: model={cfg.model} but the plan's is {rec['model']}")
-    digest = rec.get("case_sha256")
-    if digest is not None and case_digest(cases[0]) not in (None, digest):
-        raise ConfigError(f"plan={cfg.plan!r}: made for another version of {cases[0]}")
-
-
 def simulate_plan(cfg) -> dict:
     """The plan of ``cfg.plan`` simulated again on the fleet ``cfg.case`` (no result rows)."""
     from system.planner.compute import compute_model
-    from system.planner.record import simulate_record
+    from system.planner.record import read_plan, simulate_record
     from system.simulator.sharing import with_link_sharing
     from system.workload import get_model
 
-    rec = _read_plan(cfg.plan)
+    rec = read_plan(cfg.plan)
     case = cfg.cases()[0]
     from repro.config.modes import load_case
 

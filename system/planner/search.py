@@ -40,6 +40,7 @@ runtime can run is reported beside it (``runnable_only`` plans only those).
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import time
 from dataclasses import dataclass, field
@@ -818,8 +819,24 @@ class Planner:
         return found
 
     def _improve(self, best: Candidate) -> Candidate:
-        """Swap moves on the incumbent's placement while time allows (module docstring)."""
+        """Local search on the incumbent's placement while time allows (module docstring):
+        first every swap of two whole stages (the order the pipeline visits its groups in),
+        repeated while one improves; then random swaps of two devices of different stages and
+        of a used device with an idle one."""
         total = self.cluster.num_devices
+        improved = True
+        while improved and not self.out_of_time():
+            improved = False
+            pp = best.pp
+            for i, j in itertools.combinations(range(pp), 2):
+                st = best.stages.copy()
+                st[[i, j]] = st[[j, i]]
+                got = self._try(st, best)
+                if got is not best:
+                    best, improved = got, True
+                    break
+                if self.out_of_time():
+                    break
         tries = 0
         while not self.out_of_time() and tries < 400:
             tries += 1
@@ -838,16 +855,23 @@ class Planner:
                 if a[0] == b[0]:
                     continue  # same stage group: the same iteration
                 st[a], st[b] = st[b], st[a]
-            entries = sorted(
-                (e for e in self.configs("typed+local", st) if e[0] < self.score(best)),
-                key=lambda e: e[0],
-            )
-            for e in entries[:3]:
-                if e[0] >= self.score(best) or self.out_of_time():
-                    break
-                c = self.simulate_entry(e)
-                if self.score(c) < self.score(best) - 1e-12:
-                    best = c
+            best = self._try(st, best)
+        return best
+
+    def _try(self, stages: np.ndarray, best: Candidate) -> Candidate:
+        """``best``, or the best of ``stages``' three most promising configurations where one
+        is better."""
+        name = best.layout if best.layout.endswith("+local") else f"{best.layout}+local"
+        entries = sorted(
+            (e for e in self.configs(name, stages) if e[0] < self.score(best)),
+            key=lambda e: e[0],
+        )
+        for e in entries[:3]:
+            if e[0] >= self.score(best) or self.out_of_time():
+                break
+            c = self.simulate_entry(e)
+            if self.score(c) < self.score(best) - 1e-12:
+                best = c
         return best
 
     # ---- lower bound -------------------------------------------------------------------------
