@@ -261,3 +261,35 @@ def test_mode_plan_writes_a_plan_that_mode_simulate_reads_back(tmp_path):
     assert sum(rec["layers_per_stage"]) == 4
     got = run({"mode": "simulate", "plan": str(out), **common})
     assert got["iteration_time_s"] == pytest.approx(rec["iteration_time_s"], rel=1e-12)
+
+
+def test_synthetic_fleet_is_a_topology_file(tmp_path):
+    from system.planner.fleets import fleet
+
+    p = tmp_path / "f.json"
+    p.write_text(json.dumps(fleet(128)))
+    c = load_topology(p)
+    assert c.num_devices == 128 and sorted(set(c.gpus)) == ["A100", "L4", "T4", "V100"]
+    assert all(c.gpus.count(g) == 32 for g in set(c.gpus))
+    per_host = {h: c.host_of.count(h) for h in set(c.host_of)}
+    assert set(per_host.values()) == {4, 8}
+    with pytest.raises(ValueError, match="multiple of 64"):
+        fleet(100)
+
+
+def test_time_limit_cuts_the_search_and_says_so(tmp_path):
+    """A limit too short for the heuristics' searches: the plan is still never slower than a
+    heuristic that reported, and the cut ones are listed."""
+    from system.planner.fleets import fleet
+
+    p = tmp_path / "f.json"
+    p.write_text(json.dumps(fleet(64)))
+    cluster = load_topology(p)
+    model = get_model("gpt3_xl", 8)
+    got = Planner(
+        cluster, model, 64, compute_model(model, set(cluster.gpus)), time_limit_s=0.5
+    ).run()
+    assert got.search_time_s < 30
+    assert got.heuristics_cut  # 0.5 s is too short for four full searches of 64 devices
+    for h in got.heuristics.values():
+        assert h is None or got.best.iter_time_s <= h.iter_time_s
