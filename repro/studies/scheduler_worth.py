@@ -33,7 +33,8 @@ regions a pipeline and a DP group span on average in the two layouts — the why
 peak × the shared efficiency as in the rows above): the plan of ``mode=plan`` for the
 setting's model, depth and batch — any devices, shape, layer split, micro-batch,
 recomputation, schedule and placement — beside the best of the heuristics given that same
-configuration search (``heuristics_searched``), and ``planner_ratio`` = the table's best
+configuration search (``heuristics_searched``; ``heuristics_searched_cut`` names those whose
+search stopped at their share of the time limit), and ``planner_ratio`` = the table's best
 heuristic / the planner's plan (>= 1: the planner is not below it).
 """
 
@@ -217,6 +218,7 @@ def compare(
         )
         searched = [h for h in got.heuristics.values() if h is not None]
         row["heuristics_searched_s"] = min(h.iter_time_s for h in searched)
+        row["heuristics_searched_cut"] = " ".join(got.heuristics_cut)  # stopped at their share
         row["planner_wall_s"] = time.perf_counter() - t0
     for m in sharing:
         sims: dict[str, SimResult] = {}
