@@ -1,0 +1,95 @@
+"""Sailor's planner studies imported: a hand-made study file, its plans written as plan_config
+documents that the plan loader and the predictor read back, and bad study files."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import baselines.deepspeed.schedule  # noqa: F401  (registers the "deepspeed" op order)
+from system.external.sailor.errors import SailorFormatError
+from system.external.sailor.plan import load_plan
+from system.external.sailor.planner_import import load_study, write_plans
+from system.external.sailor.predict import predict_plans
+from tests.external._tiny import plan, write_data
+
+
+def _study(chosen_plan, **point):
+    sim = {
+        "fits": True,
+        "iter_time_s": 1.5,
+        "compute_usd_per_iter": 0.2,
+        "comm_usd_per_iter": 0.0,
+        "usd_per_iter": 0.2,
+    }
+    p = {
+        "point": 0,
+        "duration_s": 120.0,
+        "gpus": {"GH-96_us-central1-a": 2},
+        "search_time_s": 0.5,
+        "planner_init_s": 3.0,
+        "chosen": {"plan": chosen_plan, "planner_iter_time_s": 1.4, "sailor_sim": sim},
+    }
+    p.update(point)
+    return {"model": "OPT-350", "trace": "gpu_trace_x.csv", "points": [p]}
+
+
+def test_study_round_trips_into_plans_the_predictor_reads(tmp_path):
+    data = write_data(tmp_path / "data")
+    doc = plan([[0, 1], [2, 3]], 1, mbs=1, gbs=4)
+    chosen = {"pipeline_list": doc["pipeline_list"], "mbs": 1, "gbs": 4}
+    f = tmp_path / "het_OPT-350.json"
+    f.write_text(json.dumps(_study(chosen)))
+    study = load_study(f)
+    (pt,) = study.points
+    assert pt.gpus == {("GH-96", "us-central1-a"): 2} and pt.gpus_offered == 2
+    assert pt.sailor_sim["iter_time_s"] == 1.5 and pt.planner_iter_time_s == 1.4
+    (path,) = write_plans(study, tmp_path / "plans", "het")
+    assert path.relative_to(tmp_path / "plans").as_posix() == "het/OPT-350/plan_config_het_p0.json"
+    loaded = load_plan(path, "OPT-350", 4)
+    assert (loaded.pp, loaded.dp, loaded.nodes_declared, loaded.micro_batches) == (2, 1, 2, 4)
+    (row,) = predict_plans(tmp_path / "plans", data)
+    assert row.prediction is not None and row.prediction.iter_time_s > 0
+
+
+def test_point_without_a_plan_writes_nothing(tmp_path):
+    f = tmp_path / "s.json"
+    doc = _study(None)
+    doc["points"][0]["chosen"] = None
+    f.write_text(json.dumps(doc))
+    study = load_study(f)
+    assert study.points[0].plan is None
+    assert write_plans(study, tmp_path / "plans", "geo") == []
+
+
+@pytest.mark.parametrize(
+    "mutate, field",
+    [
+        (lambda d: d.update(model="GPT-9"), "model"),
+        (lambda d: d.update(trace="../x;rm"), "trace"),
+        (lambda d: d["points"][0].update(gpus={"A100 40 zone": 4}), "points[0].gpus"),
+        (lambda d: d["points"][0].update(search_time_s="fast"), "points[0].search_time_s"),
+        (lambda d: d["points"][0]["chosen"]["sailor_sim"].pop("iter_time_s"), "sailor_sim"),
+        (lambda d: d["points"][0].update(point=3), "points"),
+    ],
+)
+def test_bad_study_one_error_naming_file_and_field(tmp_path, mutate, field):
+    doc = _study({"pipeline_list": plan([[0, 1, 2, 3]], 1)["pipeline_list"], "mbs": 1, "gbs": 1})
+    mutate(doc)
+    f = tmp_path / "bad.json"
+    f.write_text(json.dumps(doc))
+    with pytest.raises(SailorFormatError) as e:
+        load_study(f)
+    assert str(f) in str(e.value) and field in str(e.value) and "\n" not in str(e.value)
+
+
+def test_bad_study_name_refused(tmp_path):
+    f = tmp_path / "s.json"
+    f.write_text(
+        json.dumps(
+            _study({"pipeline_list": plan([[0, 1, 2, 3]], 1)["pipeline_list"], "mbs": 1, "gbs": 1})
+        )
+    )
+    with pytest.raises(ValueError, match="study name"):
+        write_plans(load_study(f), tmp_path, "../up")
