@@ -480,6 +480,28 @@ class ExternalConfig(RunConfig):
             raise ConfigError(f"{key}: {data} lacks {', '.join(missing)}")
 
 
+@dataclass
+@register_mode("sailor_planner", "repro.studies.sailor_planner:run")
+class SailorPlannerConfig(RunConfig):
+    """Sailor's planner on its own studies beside ours: every plan under both simulators."""
+
+    data_dir: str = option(
+        "../shared/reference/external/sailor",
+        "Sailor's data files (profiles, layer sizes, bandwidth fits, training configs)",
+    )
+    gpus_per_host: int = option(4, "GPUs per machine in the fleets (Sailor's studies: 4)", ge=1)
+
+    def check(self) -> None:
+        super().check()
+        data = Path(self.data_dir)
+        missing = [n for n in DATA_FILES if not (data / n).is_file()]
+        if missing:
+            raise ConfigError(f"data_dir={self.data_dir!r}: lacks {', '.join(missing)}")
+        runs = Path(self.results_dir) / "sailor_runs"
+        if not any(runs.glob("*.json")):
+            raise ConfigError(f"results_dir: {runs} holds no Sailor study (*.json)")
+
+
 # ---- beyond the paper --------------------------------------------------------------------------
 @dataclass
 @register_mode("quality", "repro.studies.quality:run", rows=True)
