@@ -190,7 +190,7 @@ def _studies(out: Path) -> list[tuple[str, SailorStudy]]:
 def _predicted(plans_dir: Path, data_dir) -> dict[str, object]:
     if not plans_dir.is_dir():
         return {}
-    return {r.plan: r for r in predict_plans(plans_dir, data_dir)}
+    return {r.plan: r for r in predict_plans(plans_dir, data_dir, mixed_tp=True)}
 
 
 def run(cfg) -> dict:

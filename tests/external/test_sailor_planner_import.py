@@ -12,7 +12,7 @@ from system.external.sailor.errors import SailorFormatError
 from system.external.sailor.plan import load_plan
 from system.external.sailor.planner_import import load_study, write_plans
 from system.external.sailor.predict import predict_plans
-from tests.external._tiny import plan, write_data
+from tests.external._tiny import BWD, FWD, plan, write_data
 
 
 def _study(chosen_plan, **point):
@@ -93,3 +93,60 @@ def test_bad_study_name_refused(tmp_path):
     )
     with pytest.raises(ValueError, match="study name"):
         write_plans(load_study(f), tmp_path, "../up")
+
+
+def _two_tp_data(root):
+    """The tiny data set with a tp = 2 profile (half the times), sizes and count-2 links."""
+    from tests.external._tiny import ACT_OUT, BWD, FWD, OPT_S, PARAMS
+
+    z, flat = "us-central1-a", [[0.0, 0.0, 1.0], 1e9]
+    prof = {
+        "OPT-350": {
+            "GH-96": {
+                "1": {
+                    str(tp): {str(i): [FWD[i] / tp, BWD[i] / tp, OPT_S] for i in range(4)}
+                    for tp in (1, 2)
+                }
+            }
+        }
+    }
+    sizes = {
+        "OPT-350": {
+            str(tp): {
+                str(i): {
+                    "params_floats": PARAMS[i] / tp,
+                    "act_output_floats": ACT_OUT,
+                    "act_mem_floats": 2e6 / tp,
+                }
+                for i in range(4)
+            }
+            for tp in (1, 2)
+        }
+    }
+    counts = {c: {z: {"GH-96": {"1": flat, "2": flat}}} for c in ("1", "2")}
+    fits = {z: {"GH-96": counts}}
+    return write_data(root, profiles=prof, llm=sizes, fits=fits)
+
+
+def test_mixed_tp_stage_is_an_error_unless_asked_and_then_timed(tmp_path):
+    data = _two_tp_data(tmp_path / "data")
+    doc = plan([[0, 1, 2, 3]], 2, mbs=1, gbs=4)
+    doc["pipeline_list"][0]["tmp_per_stage"][0][1] = [[["GH-96", 2, "us-central1-a"]], 2]
+    f = tmp_path / "plans" / "het" / "OPT-350" / "plan_config_het_p0.json"
+    f.parent.mkdir(parents=True)
+    f.write_text(json.dumps(doc))
+    with pytest.raises(SailorFormatError, match="replicas differ in tp"):
+        load_plan(f, "OPT-350", 4)
+    (row,) = predict_plans(tmp_path / "plans", data, mixed_tp=True)
+    pred = row.prediction
+    # the tp = 1 replica computes the whole stage: m·(f + b) of the tp = 1 profile
+    assert pred.compute_s == pytest.approx(2 * (sum(FWD) + sum(BWD)))
+    assert pred.dp_s > 0 and pred.iter_time_s > pred.compute_s
+    uniform = plan([[0, 1, 2, 3]], 2, mbs=1, gbs=4)
+    g = tmp_path / "u" / "het" / "OPT-350" / "plan_config_u_p0.json"
+    g.parent.mkdir(parents=True)
+    g.write_text(json.dumps(uniform))
+    (u,) = predict_plans(tmp_path / "u", data, mixed_tp=True)
+    # the all-reduce runs at the narrowest TP degree: the whole stage through the tp = 1 GPU's
+    # link, as two tp = 1 replicas do
+    assert pred.dp_s == pytest.approx(u.prediction.dp_s)
