@@ -515,7 +515,16 @@ def case_names() -> tuple[str, ...]:
     return tuple(CASES)
 
 
-TOPOLOGY_KEYS = ("name", "devices", "pairs", "intra_delay_ms", "intra_bandwidth_gbps")
+TOPOLOGY_KEYS = (
+    "name",
+    "devices",
+    "pairs",
+    "intra_delay_ms",
+    "intra_bandwidth_gbps",
+    "intra_host_bandwidth_gbps",
+    "intra_host_delay_ms",
+)
+DEVICE_KEYS = ("region", "gpu", "host")  # a device given as a mapping
 # A topology's name and its regions reach log lines, tables, file names and the comment line of
 # generated shell scripts (system/emulation/tcscript.py): letters (any script), digits, and
 # ``_ . - ( )`` and inner spaces only, so no newline, quote, ``;``, ``$`` or backtick gets through.
@@ -577,21 +586,82 @@ def case_label(case) -> str:
     return label
 
 
+def _device_entries(devices: list, p: Path) -> tuple[list[str], list[str] | None, list[int]]:
+    """Region, GPU type and host index per device entry of topology file ``p`` (the forms of
+    :func:`load_topology`); a bad entry is a ValueError naming the file and the entry."""
+    from system.gpus import DEFAULT_GPU, GPU_TYPES
+
+    region_of, gpu_of, host_of = [], [], []
+    hosts: dict[str, tuple[int, str]] = {}  # host name -> (index, region)
+    typed = False
+    for i, entry in enumerate(devices):
+        where = f"{p}: devices[{i}] = {entry!r}"[:200]
+        if isinstance(entry, str):
+            region, gpu, host = entry, None, None
+        elif isinstance(entry, dict):
+            extra = sorted(map(str, set(entry) - set(DEVICE_KEYS)))
+            if extra:
+                raise ValueError(
+                    f"{where}: unknown key(s) {extra}; known: {', '.join(DEVICE_KEYS)}"
+                )
+            if "region" not in entry:
+                raise ValueError(f"{where}: needs a region")
+            region, gpu, host = entry["region"], entry.get("gpu"), entry.get("host")
+            typed = True
+        else:
+            raise ValueError(f"{where}: expected a region name or {{region, gpu, host}}")
+        if not isinstance(region, str):
+            raise ValueError(f"{where}: region must be a name")
+        try:
+            check_name(region, "region")
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
+        if gpu is not None and (not isinstance(gpu, str) or gpu not in GPU_TYPES):
+            raise ValueError(f"{where}: unknown GPU type {gpu!r}; known: {', '.join(GPU_TYPES)}")
+        if host is None:
+            key = f"\0{i}"  # a machine of its own
+        elif isinstance(host, bool) or not isinstance(host, (str, int)):
+            raise ValueError(f"{where}: host must be a name or a number")
+        else:
+            key = str(host)
+            try:
+                check_name(key, "host")
+            except ValueError as e:
+                raise ValueError(f"{where}: {e}") from None
+        if key in hosts and hosts[key][1] != region:
+            raise ValueError(
+                f"{where}: host {host!r} is already in region {hosts[key][1]!r}; a machine "
+                "is in one region"
+            )
+        hosts.setdefault(key, (len(hosts), region))
+        region_of.append(region)
+        gpu_of.append(gpu or DEFAULT_GPU)
+        host_of.append(hosts[key][0])
+    return region_of, (gpu_of if typed else None), host_of
+
+
 def load_topology(path: str | Path, *, max_devices: int | None = None) -> Cluster:
     """A user topology file (YAML or JSON), usable wherever a case name is::
 
-    name: three-sites                 # optional (default: the file name)
-    devices: [Oregon, Oregon, Tokyo]  # region of each device, in device order
-    pairs:                            # one row per region pair (and {r, r} inside r)
-      - {region_a: Oregon, region_b: Tokyo, delay_ms: 48.5, bandwidth_gbps: 0.6}
-    intra_delay_ms: 0.1               # optional: links inside a region without a row
-    intra_bandwidth_gbps: 10
+        name: three-sites                 # optional (default: the file name)
+        devices: [Oregon, Oregon, Tokyo]  # region of each device, in device order
+        pairs:                            # one row per region pair (and {r, r} inside r)
+          - {region_a: Oregon, region_b: Tokyo, delay_ms: 48.5, bandwidth_gbps: 0.6}
+        intra_delay_ms: 0.1               # optional: links inside a region without a row
+        intra_bandwidth_gbps: 10
 
-    Bad input is one ValueError line naming the file: malformed YAML/JSON, aliases, custom tags
-    (:func:`parse_document`), unknown keys, a name or region that is not a plain name
-    (:func:`check_name`); more than ``max_devices`` devices is a
-    :class:`system.limits.LimitError` (a ValueError; None: the default limit), raised before
-    any link matrix is built.
+    A device is a region name (a V100 alone on its machine, the paper's testbed) or a mapping
+    ``{region: R, gpu: T, host: H}``: ``T`` a :data:`system.gpus.GPU_TYPES` name (default V100),
+    devices with the same ``H`` (a plain name or a number) on one machine (default: a machine of
+    its own), all of one region. Between two GPUs of one machine the links take the optional
+    top-level ``intra_host_bandwidth_gbps`` and ``intra_host_delay_ms`` (default 0 ms); without
+    them they take the region's link. A bad device entry is one line naming the file and the entry.
+
+        Bad input is one ValueError line naming the file: malformed YAML/JSON, aliases, custom tags
+        (:func:`parse_document`), unknown keys, a name or region that is not a plain name
+        (:func:`check_name`); more than ``max_devices`` devices is a
+        :class:`system.limits.LimitError` (a ValueError; None: the default limit), raised before
+        any link matrix is built.
     """
     p = Path(path)
     if not p.is_file():
@@ -604,24 +674,37 @@ def load_topology(path: str | Path, *, max_devices: int | None = None) -> Cluste
     if extra:
         raise ValueError(f"{p}: unknown key(s) {extra}; known: {', '.join(TOPOLOGY_KEYS)}")
     devices = data.get("devices")
-    if not isinstance(devices, list) or not devices or not all(isinstance(d, str) for d in devices):
-        raise ValueError(f"{p}: devices must be a non-empty list of region names")
+    if not isinstance(devices, list) or not devices:
+        raise ValueError(f"{p}: devices must be a non-empty list of region names or mappings")
     check_devices(len(devices), what=f"topology file {p}", limit=max_devices)
     name = data.get("name")
     name = p.stem if name is None else check_name(name, f"{p}: name")
-    for region in dict.fromkeys(devices):
-        check_name(region, f"{p}: region")
+    region_of, gpu_of, host_of = _device_entries(devices, p)
     intra = {}
     for k in ("intra_delay_ms", "intra_bandwidth_gbps"):
         if data.get(k) is not None:
             intra[k] = _number(data[k], k, str(p), 0)
+    host_link = {}
+    for k in ("intra_host_bandwidth_gbps", "intra_host_delay_ms"):
+        if data.get(k) is not None:
+            host_link[k] = _number(data[k], k, str(p), 0)
+    if (
+        host_link.get("intra_host_bandwidth_gbps", 1.0) <= 0
+        or host_link.get("intra_host_delay_ms", 0.0) < 0
+    ):
+        raise ValueError(f"{p}: need intra_host_bandwidth_gbps > 0 and intra_host_delay_ms >= 0")
+    if "intra_host_delay_ms" in host_link and "intra_host_bandwidth_gbps" not in host_link:
+        raise ValueError(f"{p}: intra_host_delay_ms needs intra_host_bandwidth_gbps too")
     digest = _digest(raw)
     cluster = cluster_from_regions(
         name,
-        devices,
+        region_of,
         _pairs_from_rows(data.get("pairs"), str(p)),
+        host_of=host_of,
+        gpu_of=gpu_of,
         meta={"source": str(p), "source_sha256": digest},
         **intra,
+        **host_link,
     )
     _DIGESTS[str(p.resolve())] = digest
     return cluster

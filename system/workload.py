@@ -7,6 +7,7 @@ biases, 2 LayerNorms); FLOPs from Narayanan et al., SC'21 (appendix).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 __all__ = [
@@ -194,20 +195,30 @@ def tasklet_sizes(workload: Workload, pp: int, dp: int) -> TaskletSizes:
     )
 
 
-def stage_gradient_params(model: GPTConfig, pp: int, *, tied: bool = False) -> list[float]:
+def stage_gradient_params(
+    model: GPTConfig, pp: int, *, tied: bool = False, layers: Sequence[int] | None = None
+) -> list[float]:
     """Parameters whose gradients each of ``pp`` equal stages synchronises over data parallel.
 
-    Every stage holds ``num_layers / pp`` layers; the first also the token and position
+    Every stage holds ``num_layers / pp`` layers (or ``layers[s]``, an uneven split summing to
+    ``num_layers``); the first also the token and position
     embeddings, (V + s)·h; the last also the output head, V·h, and the final LayerNorm, 2h. With
     ``tied`` output weights (Megatron-LM's default) the last stage's head is a copy of the word
     embedding (one matrix when pp = 1); untied (our runtime, :mod:`system.runtime.model`) it is a
     matrix of its own. :func:`tasklet_sizes` leaves these out (the paper's c_dp constant does);
     the simulators charge them.
     """
-    if pp < 1 or model.num_layers % pp:
-        raise ValueError(f"num_layers={model.num_layers} is not divisible into pp={pp} stages")
     h, v = model.hidden_size, model.vocab_size
-    out = [float(model.num_layers // pp * model.params_per_layer)] * pp
+    if layers is not None:
+        if len(layers) != pp or sum(layers) != model.num_layers or min(layers) < 1:
+            raise ValueError(
+                f"layers={list(layers)}: need {pp} stages summing to {model.num_layers}"
+            )
+        out = [float(k * model.params_per_layer) for k in layers]
+    elif pp < 1 or model.num_layers % pp:
+        raise ValueError(f"num_layers={model.num_layers} is not divisible into pp={pp} stages")
+    else:
+        out = [float(model.num_layers // pp * model.params_per_layer)] * pp
     out[0] += model.embedding_params
     out[-1] += 2.0 * h + (0.0 if tied and pp == 1 else float(v * h))
     return out

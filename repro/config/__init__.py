@@ -9,7 +9,7 @@
 - :mod:`~repro.config.reports`: the reports.
 """
 
-from repro.config import modes, reports, studies  # noqa: F401  (each registers its modes)
+from repro.config import modes, plan, reports, studies  # noqa: F401  (each registers its modes)
 from repro.config.base import (
     MODES,
     LimitsConfig,

@@ -176,7 +176,8 @@ def codec_overhead_s(
         fwd[1:] += one  # every stage but the first receives them
         bwd[1:] += one
         bwd[:-1] += one
-    params = np.asarray(stage_gradient_params(model, pp), dtype=float)
+    active = (options.dp.active and dp > 1) or options.local.active
+    params = np.asarray(stage_gradient_params(model, pp), dtype=float) if active else None
     dp_s = np.zeros(pp)
     if options.dp.active and dp > 1:
         passes = QUANTIZE_PASSES + (TOPK_PASSES if options.dp.method == "topk" else 1.0)

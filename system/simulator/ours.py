@@ -44,6 +44,8 @@ time, and for DiLoCo the mean over H iterations of which one ends with the outer
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -178,12 +180,16 @@ def _pipeline_links(
     }
 
 
-def _dp_exchange_end_s(cluster, stages, workload, options: Compression, dp_mode, entry_s):
+def _dp_exchange_end_s(
+    cluster, stages, workload, options: Compression, dp_mode, entry_s, layers_per_stage=None
+):
     """When each device's per-stage exchange ends (the DiLoCo outer exchange when local SGD is
     on): the sharded PS of ``gradient_bytes`` per value, or of the compressed messages; the
     compressed ring all-gather from the stage's last entry."""
     pp, dp = stages.shape
-    params = np.asarray(stage_gradient_params(workload.model, pp), dtype=float)
+    params = np.asarray(
+        stage_gradient_params(workload.model, pp, layers=layers_per_stage), dtype=float
+    )
     shard = np.ceil(params / dp)
     if options.local.active:
         per_msg = np.array([options.local.message_nbytes(x) for x in shard], dtype=float)
@@ -212,6 +218,7 @@ def simulate_ours(
     recompute: str = "full",
     schedule: str = "gpipe",
     loss_scaling: bool = False,
+    layers_per_stage: Sequence[int] | None = None,
 ) -> SimResult:
     """Predict one training iteration of our runtime (see the module docstring).
 
@@ -234,6 +241,10 @@ def simulate_ours(
             device all-reduces a finite-gradient flag (one float) over all ranks, the runtime's
             ``all_reduce(flag, MAX)`` (NCCL's ring or tree, whichever ends first; ranks are
             devices). False for fp32 runs (the CPU runs), which skip it.
+        layers_per_stage: an uneven layer split (one count per stage, summing to the model's
+            layers) for the data-parallel payload; it needs ``compute`` (the stages' times)
+            and ``rounds`` or 1F1B, and the memory check is then the caller's (``hardware``'s
+            memory is compared with the even split's).
 
     Returns:
         A SimResult (status ``oom`` with ``iter_time_s`` NaN when nothing fits).
@@ -243,7 +254,12 @@ def simulate_ours(
     """
     pp, dp = assignment.pp, assignment.dp
     check_sizes(cluster, pp, dp)
-    workload.check_layout(pp, dp)
+    if layers_per_stage is None:
+        workload.check_layout(pp, dp)
+    else:
+        if compute is None:
+            raise ValueError("simulate_ours: layers_per_stage needs compute (the stages' times)")
+        replace(workload, model=workload.model.with_layers(pp)).check_layout(pp, dp)
     if recompute not in RECOMPUTE_MODES:
         raise ValueError(
             f"simulate_ours: recompute must be one of {RECOMPUTE_MODES}, got {recompute!r}"
@@ -340,7 +356,9 @@ def simulate_ours(
                 break
     pipeline_s = free.max(axis=1)  # (pp,) when every replica of the stage is done
 
-    done = _dp_exchange_end_s(cluster, assignment.stages, workload, options, dp_mode, free)
+    done = _dp_exchange_end_s(
+        cluster, assignment.stages, workload, options, dp_mode, free, layers_per_stage
+    )
     done = done + overhead["dp_s"][:, None]
     flag_s, flag_algo = 0.0, "none"
     if loss_scaling and cluster.num_devices > 1:

@@ -1,0 +1,737 @@
+"""The planner: devices, shape, layer split, micro-batch, recomputation, schedule and placement
+of ours on a heterogeneous fleet, with the simulator's iteration time as the objective.
+
+A plan uses ``pp × dp`` of the fleet's devices (the others stay idle): ``stages[s][r]`` runs
+stage ``s`` of replica ``r``; stage ``s`` holds ``layers[s]`` layers (an uneven split by stage
+speed and memory). Each stage runs at its slowest device (the pipeline waits for it and its
+data-parallel group for its gradients); its memory is checked against its smallest GPU.
+Every candidate is judged by :func:`system.simulator.simulate_ours` (fp16 loss scaling, the
+cluster's link-sharing model) on the fleet restricted to the devices it uses, with the stages'
+compute times from :mod:`system.planner.compute`.
+
+Objectives: ``throughput`` (the shortest iteration) or ``cost`` (the fewest dollars per
+iteration, :mod:`system.planner.prices`, at most ``max_iter_time_s`` per iteration when given).
+
+The search, best-first: every layout (a pool of devices, a shape, a placement) has a compute
+lower bound — its replica's work spread perfectly over its devices — and is configured in the
+order of that bound until the bound passes the incumbent; per layout every (micro-batch,
+recomputation, schedule, layer split) is simulated in the order of its own compute bound (the
+busiest stage's m·(f + b) + optimizer step, which no schedule beats) until that passes the
+incumbent (as :mod:`system.config_search` does for one layout).
+
+- The heuristics (:data:`HEURISTICS`: launch order, one pipeline per region, greedy region fill,
+  fastest GPUs first, each generalised to shapes using fewer than all devices) get the same
+  configuration search over every shape; each one's best is reported, and the best of them is
+  the planner's first incumbent, so the plan is never worse than any heuristic under the same
+  simulator (tested).
+- The planner's own layouts, over pools of devices (all; the k fastest GPU types; the k regions
+  with the most compute): ``typed`` (the fastest devices first, each stage's group one GPU type
+  where it can, each replica's next stage on the same host, else the same region, as its last)
+  and ``regional`` (pipelines inside one region, the fastest chains first).
+- Then, while the time limit allows, a local search on the incumbent's placement: swaps of two
+  devices of different stages, and of a used device with an idle one, kept when the simulator
+  says the objective improves.
+
+Our runtime (:mod:`system.runtime.spec`) runs GPipe with full or no recomputation and an even
+layer split; a plan outside that is labelled (``runtime_supported``) and the best plan the
+runtime can run is reported beside it (``runnable_only`` plans only those).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from system.assignment import Assignment
+from system.cluster import Cluster
+from system.gpus import get_gpu
+from system.planner.compute import ComputeModel
+from system.planner.prices import usd_per_hour
+from system.simulator import Hardware, StageCompute, simulate_ours
+from system.simulator.hardware import (
+    ADAM_BYTES_PER_PARAM,
+    layer_forward_flops,
+    logits_forward_flops,
+)
+from system.simulator.memory import training_memory
+from system.workload import GPTConfig, Workload
+
+__all__ = [
+    "OBJECTIVES",
+    "HEURISTICS",
+    "Candidate",
+    "PlanResult",
+    "Planner",
+    "plan",
+    "RESERVED_BYTES",
+]
+
+OBJECTIVES = ("throughput", "cost")
+HEURISTICS = ("launch_order", "one_pipeline_per_region", "greedy_region_fill", "fastest_first")
+MICRO_BATCH_SIZES = (1, 2, 4, 8)
+RECOMPUTE = ("none", "selective", "full")  # least recomputation first
+SCHEDULES = ("gpipe", "1f1b")
+RUNTIME_SUPPORTED = {("gpipe", "full"), ("gpipe", "none")}
+RESERVED_BYTES = Hardware().reserved_bytes  # CUDA context and fragmentation, per GPU
+REPLAY = {"none": 0.0, "full": 1.0}  # forward replays per layer in the backward pass
+# memory is the planner's check (per stage, against its smallest GPU), not the simulator's
+_NO_MEMORY_CHECK = Hardware(name="planner", memory_bytes=1e30, reserved_bytes=0.0)
+
+
+@dataclass
+class Candidate:
+    """One simulated plan."""
+
+    layout: str  # which constructor placed it
+    stages: np.ndarray  # (pp, dp) device ids of the fleet
+    layers: tuple[int, ...]
+    micro_batch_size: int
+    recompute: str
+    schedule: str
+    rounds: int
+    iter_time_s: float
+    cost_usd: float
+    stage_memory_bytes: tuple[float, ...]
+    breakdown: dict = field(default_factory=dict)
+
+    @property
+    def pp(self) -> int:
+        return int(self.stages.shape[0])
+
+    @property
+    def dp(self) -> int:
+        return int(self.stages.shape[1])
+
+    @property
+    def runtime_supported(self) -> bool:
+        even = len(set(self.layers)) == 1
+        return even and (self.schedule, self.recompute) in RUNTIME_SUPPORTED
+
+    def config(self) -> dict:
+        return {
+            "tp": 1,
+            "pp": self.pp,
+            "dp": self.dp,
+            "micro_batch_size": self.micro_batch_size,
+            "recompute": self.recompute,
+            "schedule": self.schedule,
+            "rounds": self.rounds,
+            "layout": self.layout,
+            "runtime_supported": self.runtime_supported,
+        }
+
+
+@dataclass
+class PlanResult:
+    best: Candidate
+    best_runtime: Candidate | None  # the best plan our runtime can run
+    heuristics: dict[str, Candidate | None]
+    lower_bound_s: float
+    search_time_s: float
+    simulations: int
+    layouts: int
+
+
+class Planner:
+    """One planning problem (module docstring); :meth:`run` plans it."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        model: GPTConfig,
+        batch: int,
+        compute: ComputeModel,
+        *,
+        objective: str = "throughput",
+        max_iter_time_s: float | None = None,
+        time_limit_s: float = 50.0,
+        seed: int = 0,
+        micro_batch_sizes: tuple[int, ...] = MICRO_BATCH_SIZES,
+        recompute: tuple[str, ...] = RECOMPUTE,
+        schedules: tuple[str, ...] = SCHEDULES,
+        runnable_only: bool = False,
+        local_search: bool = True,
+        layouts: tuple[str, ...] = ("typed", "regional"),
+    ) -> None:
+        if objective not in OBJECTIVES:
+            raise ValueError(f"objective={objective!r}: expected one of {', '.join(OBJECTIVES)}")
+        if max_iter_time_s is not None and not max_iter_time_s > 0:
+            raise ValueError(f"max_iter_time_s={max_iter_time_s}: must be > 0")
+        self.cluster, self.model, self.batch, self.compute = cluster, model, int(batch), compute
+        self.objective, self.max_iter_time_s = objective, max_iter_time_s
+        self.time_limit_s, self.rng = float(time_limit_s), np.random.default_rng(seed)
+        self.micro_batch_sizes = tuple(micro_batch_sizes)
+        self.schedules = ("gpipe",) if runnable_only else tuple(schedules)
+        rc = tuple(r for r in RECOMPUTE if r in recompute)
+        self.recompute = tuple(r for r in rc if r in REPLAY) if runnable_only else rc
+        self.runnable_only, self.local_search, self.layouts = runnable_only, local_search, layouts
+        gpus = cluster.gpus
+        self.rate1 = np.array([compute.rate(g, 1) for g in gpus])  # sorting key
+        self.usable = np.array([get_gpu(g).memory_bytes - RESERVED_BYTES for g in gpus])
+        self.usd_per_s = np.array([usd_per_hour(g) / 3600.0 for g in gpus])
+        self.hbm = np.array([get_gpu(g).hbm_bandwidth_bps for g in gpus])
+        self.region_index = {r: k for k, r in enumerate(cluster.regions)}
+        self._subsets: dict[tuple[int, ...], Cluster] = {}
+        self._mem: dict[tuple, float] = {}
+        self.even_only = runnable_only  # our runtime splits the layers evenly
+        self.simulations = 0
+        self.layouts_tried = 0
+        self.t0 = time.perf_counter()
+
+    # ---- objective -------------------------------------------------------------------------
+    def score(self, c: Candidate | None) -> float:
+        """The objective's value (lower is better; inf when infeasible)."""
+        if c is None or not math.isfinite(c.iter_time_s):
+            return math.inf
+        if self.max_iter_time_s is not None and c.iter_time_s > self.max_iter_time_s:
+            return math.inf
+        if self.objective == "throughput":
+            return c.iter_time_s
+        return c.cost_usd if math.isfinite(c.cost_usd) else math.inf
+
+    def _bound_score(self, time_bound_s: float, usd_per_s: float) -> float:
+        if self.max_iter_time_s is not None and time_bound_s > self.max_iter_time_s:
+            return math.inf
+        if self.objective == "throughput":
+            return time_bound_s
+        return time_bound_s * usd_per_s if math.isfinite(usd_per_s) else math.inf
+
+    def out_of_time(self) -> bool:
+        return time.perf_counter() - self.t0 > self.time_limit_s
+
+    # ---- memory ----------------------------------------------------------------------------
+    def stage_memory(self, s: int, pp: int, layers: int, mbs: int, in_flight: int, rc: str):
+        key = (s == 0, s == pp - 1, layers, mbs, in_flight, rc)
+        if key not in self._mem:
+            self._mem[key] = training_memory(
+                self.model,
+                layers=layers,
+                micro_batch_size=mbs,
+                in_flight=in_flight,
+                embedding=s in (0, pp - 1),
+                logits=s == pp - 1,
+                recompute=rc,
+            ).total_bytes
+        return self._mem[key]
+
+    def layer_caps(self, usable: np.ndarray, in_flight: list[int], mbs: int, rc: str) -> list[int]:
+        """Most layers each stage can hold with ``in_flight[s]`` micro-batches (memory is linear
+        in the layer count)."""
+        pp = len(usable)
+        caps = []
+        for s in range(pp):
+            one = self.stage_memory(s, pp, 1, mbs, in_flight[s], rc)
+            two = self.stage_memory(s, pp, 2, mbs, in_flight[s], rc)
+            per = two - one
+            caps.append(
+                int(max(0, math.floor((usable[s] - one) / per + 1e-9)) + 1)
+                if one <= usable[s]
+                else 0
+            )
+        return caps
+
+    def fits(self, layers, usable, in_flight: list[int], mbs: int, rc: str) -> np.ndarray | None:
+        pp = len(layers)
+        mem = np.array(
+            [self.stage_memory(s, pp, layers[s], mbs, in_flight[s], rc) for s in range(pp)]
+        )
+        return mem if np.all(mem <= usable) else None
+
+    # ---- layer split -------------------------------------------------------------------------
+    def split(self, per_layer_s: np.ndarray, extra_s: np.ndarray, caps: list[int]) -> tuple | None:
+        """Layers per stage minimising max_s layers_s·per_layer_s + extra_s, 1 <= layers_s <=
+        caps_s: each layer to the stage whose time after taking it is least (optimal for a
+        min-max of increasing terms); None when memory cannot hold the model."""
+        pp, total = len(per_layer_s), self.model.num_layers
+        if total < pp or min(caps) < 1 or sum(caps) < total:
+            return None
+        layers = [1] * pp
+        for _ in range(total - pp):
+            best, arg = math.inf, -1
+            for s in range(pp):
+                if layers[s] < caps[s]:
+                    t = (layers[s] + 1) * per_layer_s[s] + extra_s[s]
+                    if t < best:
+                        best, arg = t, s
+            layers[arg] += 1
+        return tuple(layers)
+
+    # ---- one layout, every configuration -------------------------------------------------------
+    def _sub(self, stages: np.ndarray) -> tuple[Cluster, Assignment]:
+        used = tuple(sorted(int(d) for d in stages.ravel()))
+        if used == tuple(range(self.cluster.num_devices)):
+            return self.cluster, Assignment(stages.copy())
+        if used not in self._subsets:
+            if len(self._subsets) > 64:
+                self._subsets.clear()
+            self._subsets[used] = self.cluster.subset(list(used), name=self.cluster.name)
+        where = np.full(self.cluster.num_devices, -1, dtype=np.int64)
+        where[list(used)] = np.arange(len(used))
+        return self._subsets[used], Assignment(where[stages])
+
+    def layout_bound(self, stages: np.ndarray) -> float:
+        """Compute lower bound of any configuration of this layout: each replica's forward and
+        backward FLOPs (no recomputation) spread over its devices at their best rates."""
+        pp, dp = stages.shape
+        per_seq = 3.0 * (
+            self.model.num_layers * layer_forward_flops(self.model, 1)
+            + logits_forward_flops(self.model, 1)
+        )
+        best_rate = self.best_rate[stages].sum(axis=0).min()  # the slowest replica
+        return (self.batch / dp) * per_seq / best_rate
+
+    def configure(self, name: str, stages: np.ndarray, incumbent: float) -> list[Candidate]:
+        """Every configuration of one layout worth simulating (module docstring)."""
+        self.layouts_tried += 1
+        pp, dp = stages.shape
+        if self.batch % dp:
+            return []
+        per_replica = self.batch // dp
+        usable = self.usable[stages].min(axis=1)
+        price = float(self.usd_per_s[stages].sum())
+        gpus = np.asarray(self.cluster.gpus, dtype=object)[stages]
+        todo = []
+        for mbs in self.micro_batch_sizes:
+            if per_replica % mbs:
+                continue
+            m = per_replica // mbs
+            rate = np.array([[self.compute.rate(g, mbs) for g in row] for row in gpus]).min(axis=1)
+            f1 = layer_forward_flops(self.model, mbs)
+            fl = logits_forward_flops(self.model, mbs)
+            for sch in self.schedules:
+                for rc in self.recompute:
+                    again = self._replay_flops(rc, mbs, f1)
+                    per_layer = (3.0 * f1 + again) / rate
+                    extra = np.zeros(pp)
+                    extra[-1] = 3.0 * fl / rate[-1]
+                    for layers, rounds in self._splits(
+                        pp, m, mbs, rc, sch, usable, per_layer, extra
+                    ):
+                        fwd, bwd, opt = self.stage_times(stages, layers, mbs, rc)
+                        bound = float((m * (fwd + bwd) + opt).max())
+                        todo.append(
+                            (
+                                self._bound_score(bound, price),
+                                bound,
+                                mbs,
+                                sch,
+                                rc,
+                                layers,
+                                rounds,
+                                fwd,
+                                bwd,
+                                opt,
+                            )
+                        )
+        todo.sort(key=lambda t: (t[0], t[1]))
+        out = []
+        sub = None
+        for score_bound, _, mbs, sch, rc, layers, rounds, fwd, bwd, opt in todo:
+            if score_bound >= incumbent or self.out_of_time():
+                break
+            if sub is None:
+                sub = self._sub(stages)
+            c = self._simulate(
+                name, stages, sub, layers, mbs, sch, rc, rounds, fwd, bwd, opt, price, usable
+            )
+            out.append(c)
+            incumbent = min(incumbent, self.score(c))
+        return out
+
+    def stage_times(self, stages: np.ndarray, layers, mbs: int, rc: str):
+        """(fwd, bwd, opt) seconds per stage: each stage at its slowest device."""
+        gpus = np.asarray(self.cluster.gpus, dtype=object)[stages]
+        rate = np.array([[self.compute.rate(g, mbs) for g in row] for row in gpus]).min(axis=1)
+        hbm = self.hbm[stages].min(axis=1)
+        f1 = layer_forward_flops(self.model, mbs)
+        fl = logits_forward_flops(self.model, mbs)
+        again = self._replay_flops(rc, mbs, f1)
+        lay = np.asarray(layers, dtype=float)
+        fwd = lay * f1 / rate
+        fwd[-1] += fl / rate[-1]
+        bwd = lay * (2.0 * f1 + again) / rate
+        bwd[-1] += 2.0 * fl / rate[-1]
+        opt = 8.0 * ADAM_BYTES_PER_PARAM * lay * self.model.params_per_layer / hbm
+        return fwd, bwd, opt
+
+    def _replay_flops(self, rc: str, mbs: int, f1: float) -> float:
+        """Forward FLOPs one layer replays in its backward pass (hardware.py's modes)."""
+        if rc in REPLAY:
+            return REPLAY[rc] * f1
+        return 4.0 * self.model.seq_length**2 * self.model.hidden_size * mbs  # selective
+
+    def evaluate(
+        self, name: str, stages: np.ndarray, layers, mbs: int, rc: str, sch: str, rounds: int
+    ) -> Candidate:
+        """One given plan, simulated (iteration time inf where it does not fit in memory)."""
+        pp, dp = stages.shape
+        if self.batch % (dp * mbs):
+            raise ValueError(f"plan: batch {self.batch} is not divisible by dp {dp} x mbs {mbs}")
+        m = self.batch // (dp * mbs)
+        if sch not in SCHEDULES or rc not in RECOMPUTE:
+            raise ValueError(f"plan: unknown schedule {sch!r} or recomputation {rc!r}")
+        if sch == "gpipe" and (rounds < 1 or m % rounds):
+            raise ValueError(f"plan: rounds={rounds} must divide the {m} micro-batches")
+        usable = self.usable[stages].min(axis=1)
+        in_flight = [min(pp - s, m) for s in range(pp)] if sch == "1f1b" else [m // rounds] * pp
+        fwd, bwd, opt = self.stage_times(stages, layers, mbs, rc)
+        price = float(self.usd_per_s[stages].sum())
+        c = self._simulate(
+            name,
+            stages,
+            self._sub(stages),
+            layers,
+            mbs,
+            sch,
+            rc,
+            rounds,
+            fwd,
+            bwd,
+            opt,
+            price,
+            usable,
+        )
+        if self.fits(layers, usable, in_flight, mbs, rc) is None:
+            c.iter_time_s, c.cost_usd = math.inf, math.nan
+        return c
+
+    def _splits(self, pp, m, mbs, rc, sch, usable, per_layer, extra):
+        """(layers, rounds) candidates: the split by speed under each memory regime, and the
+        even split where the layers divide evenly."""
+        total = self.model.num_layers
+        found = []
+        if self.even_only:
+            if total % pp:
+                return []
+            even = (total // pp,) * pp
+            for r in (1,) if sch == "1f1b" else [r for r in range(1, m + 1) if m % r == 0]:
+                k = [min(pp - s, m) for s in range(pp)] if sch == "1f1b" else [m // r] * pp
+                if self.fits(even, usable, k, mbs, rc) is not None:
+                    return [(even, r)]
+            return []
+        if sch == "1f1b":
+            in_flight = [min(pp - s, m) for s in range(pp)]
+            caps = self.layer_caps(usable, in_flight, mbs, rc)
+            sp = self.split(per_layer, extra, caps) if min(caps) >= 1 else None
+            if sp is not None:
+                found.append((sp, 1))
+            if total % pp == 0:
+                even = (total // pp,) * pp
+                if even != sp and self.fits(even, usable, in_flight, mbs, rc) is not None:
+                    found.append((even, 1))
+            return found
+        divisors = [r for r in range(1, m + 1) if m % r == 0]
+        seen = set()
+        for r_cap in (1, m):  # caps at a whole pass in flight, and at one micro-batch
+            in_flight = [m // r_cap] * pp
+            caps = self.layer_caps(usable, in_flight, mbs, rc)
+            if min(caps) < 1:
+                continue
+            sp = self.split(per_layer, extra, caps)
+            if sp is not None:
+                seen.add(sp)
+        if total % pp == 0:
+            seen.add((total // pp,) * pp)
+        for layers in seen:
+            for r in divisors:
+                if self.fits(layers, usable, [m // r] * pp, mbs, rc) is not None:
+                    found.append((layers, r))
+                    break
+        return found
+
+    def _simulate(
+        self, name, stages, sub, layers, mbs, sch, rc, rounds, fwd, bwd, opt, price, usable
+    ) -> Candidate:
+        cl, a = sub
+        w = Workload(model=self.model, global_batch_size=self.batch, micro_batch_size=mbs)
+        res = simulate_ours(
+            cl,
+            a,
+            w,
+            compute=StageCompute(fwd_s=tuple(fwd), bwd_s=tuple(bwd), opt_s=tuple(opt)),
+            hardware=_NO_MEMORY_CHECK,
+            rounds=rounds if sch == "gpipe" else None,
+            recompute=rc,
+            schedule=sch,
+            loss_scaling=True,
+            layers_per_stage=layers,
+        )
+        self.simulations += 1
+        pp, dp = stages.shape
+        m = self.batch // (dp * mbs)
+        in_flight = [min(pp - s, m) for s in range(pp)] if sch == "1f1b" else [m // rounds] * pp
+        mem = tuple(self.stage_memory(s, pp, layers[s], mbs, in_flight[s], rc) for s in range(pp))
+        t = res.iter_time_s if res.status == "ok" else math.inf
+        return Candidate(
+            layout=name,
+            stages=stages,
+            layers=tuple(int(x) for x in layers),
+            micro_batch_size=mbs,
+            recompute=rc,
+            schedule=sch,
+            rounds=int(rounds),
+            iter_time_s=t,
+            cost_usd=t * price if math.isfinite(price) else math.nan,
+            stage_memory_bytes=mem,
+            breakdown={k: v for k, v in res.breakdown.items() if isinstance(v, (int, float, str))},
+        )
+
+    # ---- layouts -----------------------------------------------------------------------------
+    def shapes(self, n: int) -> list[tuple[int, int]]:
+        """(pp, dp) with pp·dp <= n devices: dp divides the batch, pp at most the layers; per dp
+        the most stages that fit and every smaller pp dividing the layers."""
+        out = []
+        for dp in range(1, min(n, self.batch) + 1):
+            if self.batch % dp:
+                continue
+            top = min(self.model.num_layers, n // dp)
+            if top < 1:
+                continue
+            pps = {top} | {
+                p for p in range(1, top) if self.model.num_layers % p == 0 and p * dp * 2 > n
+            }
+            out += [(p, dp) for p in sorted(pps)]
+        return out
+
+    def _order(self, devs, key) -> list[int]:
+        return sorted(devs, key=key)
+
+    def _host_key(self, d: int):
+        return (self.region_index[self.cluster.region_of[d]], self.cluster.host_of[d], d)
+
+    def heuristic(self, name: str, pp: int, dp: int) -> np.ndarray | None:
+        n, total = pp * dp, self.cluster.num_devices
+        if n > total:
+            return None
+        if name == "launch_order":
+            return np.arange(n, dtype=np.int64).reshape(pp, dp)
+        if name == "fastest_first":
+            devs = sorted(range(total), key=lambda d: (-self.rate1[d], d))[:n]
+            return np.asarray(devs, dtype=np.int64).reshape(pp, dp)
+        regions = [[] for _ in self.cluster.regions]
+        for d in sorted(range(total), key=self._host_key):
+            regions[self.region_index[self.cluster.region_of[d]]].append(d)
+        if name == "one_pipeline_per_region":
+            if n == total and any(len(r) % pp for r in regions):
+                return None
+            chains = [r[i : i + pp] for r in regions for i in range(0, len(r) - pp + 1, pp)]
+            if len(chains) < dp:
+                return None
+            return np.asarray(chains[:dp], dtype=np.int64).T.copy()
+        if name == "greedy_region_fill":
+            free = [list(r) for r in regions]
+            chains = []
+            for _ in range(dp):
+                chain: list[int] = []
+                while len(chain) < pp:
+                    k = max(range(len(free)), key=lambda i: (len(free[i]), -i))
+                    take = free[k][: pp - len(chain)]
+                    free[k] = free[k][len(take) :]
+                    chain += take
+                chains.append(chain)
+            return np.asarray(chains, dtype=np.int64).T.copy()
+        raise ValueError(f"unknown heuristic {name!r}")
+
+    def pools(self) -> list[tuple[str, list[int]]]:
+        """Device pools the planner's layouts draw from (module docstring)."""
+        total = self.cluster.num_devices
+        out = [("all", list(range(total)))]
+        speeds = sorted({float(x) for x in self.rate1}, reverse=True)
+        for k in range(1, len(speeds)):
+            keep = [d for d in range(total) if self.rate1[d] >= speeds[k - 1]]
+            out.append((f"fastest {k} type(s)", keep))
+        region = np.asarray(self.cluster.region_of)
+        power = {r: float(self.rate1[region == r].sum()) for r in self.cluster.regions}
+        ranked = sorted(self.cluster.regions, key=lambda r: (-power[r], self.region_index[r]))
+        for k in range(1, len(ranked)):
+            keep = [d for d in range(total) if region[d] in ranked[:k]]
+            out.append((f"top {k} region(s)", keep))
+        return out
+
+    def typed(self, pool: list[int], pp: int, dp: int) -> np.ndarray | None:
+        """The fastest devices, stage groups by type, each replica's next stage near its last."""
+        n = pp * dp
+        if n > len(pool):
+            return None
+        devs = sorted(pool, key=lambda d: (-self.rate1[d], *self._host_key(d)))[:n]
+        blocks = [devs[s * dp : (s + 1) * dp] for s in range(pp)]
+        host = self.cluster.host_of
+        region = self.cluster.region_of
+        chains = [[d] for d in blocks[0]]
+        for s in range(1, pp):
+            left = list(blocks[s])
+            by_host: dict[int, list[int]] = {}
+            by_region: dict[str, list[int]] = {}
+            for d in left:
+                by_host.setdefault(host[d], []).append(d)
+                by_region.setdefault(region[d], []).append(d)
+            taken = set()
+            need = []
+            for ch in chains:
+                last = ch[-1]
+                pick = None
+                for cand in by_host.get(host[last], ()):
+                    if cand not in taken:
+                        pick = cand
+                        break
+                if pick is None:
+                    need.append(ch)
+                    continue
+                taken.add(pick)
+                ch.append(pick)
+            rest = []
+            for ch in need:
+                pick = None
+                for cand in by_region.get(region[ch[-1]], ()):
+                    if cand not in taken:
+                        pick = cand
+                        break
+                if pick is None:
+                    rest.append(ch)
+                    continue
+                taken.add(pick)
+                ch.append(pick)
+            spare = [d for d in left if d not in taken]
+            for ch, d in zip(rest, spare, strict=True):
+                ch.append(d)
+        return np.asarray(chains, dtype=np.int64).T.copy()
+
+    def regional(self, pool: list[int], pp: int, dp: int) -> np.ndarray | None:
+        """Pipelines inside one region, the chains of the fastest devices first."""
+        region = self.cluster.region_of
+        by_region: dict[str, list[int]] = {}
+        for d in sorted(pool, key=lambda d: (-self.rate1[d], *self._host_key(d))):
+            by_region.setdefault(region[d], []).append(d)
+        chains = []
+        for devs in by_region.values():
+            chains += [devs[i : i + pp] for i in range(0, len(devs) - pp + 1, pp)]
+        if len(chains) < dp:
+            return None
+        chains.sort(key=lambda ch: -min(self.rate1[d] for d in ch))
+        return np.asarray(chains[:dp], dtype=np.int64).T.copy()
+
+    # ---- the search --------------------------------------------------------------------------
+    def _best_first(self, layouts, incumbent: Candidate | None, seen: set) -> Candidate | None:
+        """Configure ``layouts`` ((bound, name, stages)) best-first until the bound passes the
+        incumbent."""
+        layouts.sort(key=lambda t: (t[0], t[1]))
+        for bound, name, stages in layouts:
+            if bound >= self.score(incumbent) or self.out_of_time():
+                break
+            key = stages.tobytes() + bytes(str(stages.shape), "ascii")
+            if key in seen:
+                continue
+            seen.add(key)
+            for c in self.configure(name, stages, self.score(incumbent)):
+                if self.score(c) < self.score(incumbent):
+                    incumbent = c
+        return incumbent
+
+    def _scored(self, name: str, stages: np.ndarray | None):
+        if stages is None:
+            return None
+        price = float(self.usd_per_s[stages].sum())
+        return (self._bound_score(self.layout_bound(stages), price), name, stages)
+
+    def run(self) -> PlanResult:
+        self.t0 = time.perf_counter()
+        mbs_rates = np.array(
+            [[self.compute.rate(g, b) for b in self.micro_batch_sizes] for g in self.cluster.gpus]
+        )
+        self.best_rate = mbs_rates.max(axis=1)
+        total = self.cluster.num_devices
+        all_shapes = self.shapes(total)
+        heuristics: dict[str, Candidate | None] = {}
+        for name in HEURISTICS:
+            layouts = [self._scored(name, self.heuristic(name, pp, dp)) for pp, dp in all_shapes]
+            heuristics[name] = self._best_first([x for x in layouts if x], None, set())
+        best = min(heuristics.values(), key=self.score, default=None)
+        seen: set = set()
+        layouts = []
+        for _pool_name, pool in self.pools():
+            for pp, dp in self.shapes(len(pool)):
+                if "typed" in self.layouts:
+                    layouts.append(self._scored("typed", self.typed(pool, pp, dp)))
+                if "regional" in self.layouts:
+                    layouts.append(self._scored("regional", self.regional(pool, pp, dp)))
+        best = self._best_first([x for x in layouts if x], best, seen)
+        if self.local_search and best is not None:
+            best = self._improve(best)
+        runtime = best if best is not None and best.runtime_supported else None
+        if runtime is None and not self.runnable_only and best is not None:
+            runtime = self._runtime_plan(best)
+        return PlanResult(
+            best=best,
+            best_runtime=runtime,
+            heuristics=heuristics,
+            lower_bound_s=self.lower_bound_s(),
+            search_time_s=time.perf_counter() - self.t0,
+            simulations=self.simulations,
+            layouts=self.layouts_tried,
+        )
+
+    def _runtime_plan(self, best: Candidate) -> Candidate | None:
+        """The best plan our runtime can run on the incumbent's layouts' shapes (a short search
+        of its own; the time limit still holds)."""
+        sub = Planner.__new__(Planner)
+        sub.__dict__.update(self.__dict__)
+        sub.schedules = ("gpipe",)
+        sub.recompute = tuple(r for r in self.recompute if r in REPLAY)
+        sub.runnable_only = True
+        sub.even_only = True
+        layouts = []
+        for _pool_name, pool in self.pools()[:1]:
+            for pp, dp in self.shapes(len(pool)):
+                if self.model.num_layers % pp == 0:
+                    layouts.append(sub._scored("typed", sub.typed(pool, pp, dp)))
+        for name in HEURISTICS:
+            for pp, dp in self.shapes(self.cluster.num_devices):
+                if self.model.num_layers % pp == 0:
+                    layouts.append(sub._scored(name, sub.heuristic(name, pp, dp)))
+        sub.time_limit_s = self.time_limit_s * 1.2
+        found = sub._best_first([x for x in layouts if x], None, set())
+        self.simulations = sub.simulations
+        if found is not None and not found.runtime_supported:
+            return None
+        return found
+
+    def _improve(self, best: Candidate) -> Candidate:
+        """Swap moves on the incumbent's placement while time allows (module docstring)."""
+        total = self.cluster.num_devices
+        tries = 0
+        while not self.out_of_time() and tries < 400:
+            tries += 1
+            st = best.stages.copy()
+            pp, dp = st.shape
+            used = set(int(d) for d in st.ravel())
+            idle = [d for d in range(total) if d not in used]
+            if idle and self.rng.random() < 0.3:
+                s, r = int(self.rng.integers(pp)), int(self.rng.integers(dp))
+                st[s, r] = idle[int(self.rng.integers(len(idle)))]
+            else:
+                if pp * dp < 2:
+                    break
+                i, j = self.rng.choice(pp * dp, 2, replace=False)
+                a, b = np.unravel_index(i, st.shape), np.unravel_index(j, st.shape)
+                if a[0] == b[0]:
+                    continue  # same stage group: the same iteration
+                st[a], st[b] = st[b], st[a]
+            for c in self.configure("typed+local", st, self.score(best)):
+                if self.score(c) < self.score(best) - 1e-12:
+                    best = c
+        return best
+
+    # ---- lower bound -------------------------------------------------------------------------
+    def lower_bound_s(self) -> float:
+        """A lower bound on any plan's iteration time (module of :mod:`system.planner.bounds`)."""
+        from system.planner.bounds import iteration_lower_bound_s
+
+        return iteration_lower_bound_s(self)
+
+
+def plan(cluster: Cluster, model: GPTConfig, batch: int, compute: ComputeModel, **kw) -> PlanResult:
+    """Plan ``model`` at global batch ``batch`` on ``cluster`` (:class:`Planner`)."""
+    return Planner(cluster, model, batch, compute, **kw).run()
