@@ -485,21 +485,18 @@ class ExternalConfig(RunConfig):
 class SailorPlannerConfig(RunConfig):
     """Sailor's planner on its own studies beside ours: every plan under both simulators."""
 
-    data_dir: str = option(
-        "../shared/reference/external/sailor",
-        "Sailor's data files (profiles, layer sizes, bandwidth fits, training configs)",
+    data_dir: str | None = option(
+        None, "folder of Sailor's data files (profiles, layer sizes, bandwidth fits, configs)"
     )
     gpus_per_host: int = option(4, "GPUs per machine in the fleets (Sailor's studies: 4)", ge=1)
 
     def check(self) -> None:
         super().check()
+        _required("data_dir", self.data_dir, "the folder of Sailor's data files")
         data = Path(self.data_dir)
         missing = [n for n in DATA_FILES if not (data / n).is_file()]
         if missing:
             raise ConfigError(f"data_dir={self.data_dir!r}: lacks {', '.join(missing)}")
-        runs = Path(self.results_dir) / "sailor_runs"
-        if not any(runs.glob("*.json")):
-            raise ConfigError(f"results_dir: {runs} holds no Sailor study (*.json)")
 
 
 # ---- beyond the paper --------------------------------------------------------------------------

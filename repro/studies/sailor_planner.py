@@ -49,6 +49,7 @@ from system.external.sailor.planner_import import (
     write_plans,
 )
 from system.external.sailor.predict import predict_plans
+from system.gpus import get_gpu
 from system.results import atomic_write, atomic_write_text
 
 __all__ = [
@@ -161,6 +162,15 @@ def ours_plan_config(record: dict, devices, gbs: int, where: str) -> dict:
     }
 
 
+def _fits(pred, plan: dict | None) -> bool | None:
+    """Whether the judge's peak memory (fullest GPU) fits the smallest GPU the plan uses."""
+    if pred is None or not plan:
+        return None
+    gpus = {rep[0][0][0] for st in plan["pipeline_list"][0]["tmp_per_stage"] for rep in st}
+    smallest = min(get_gpu(project_gpu(g, "plan", "gpu")).memory_bytes for g in gpus)
+    return bool(pred.peak_memory_bytes <= smallest)
+
+
 def _gpu_usd_per_s(plan: dict) -> float:
     total = 0.0
     for st in plan["pipeline_list"][0]["tmp_per_stage"]:
@@ -247,7 +257,9 @@ def run(cfg) -> dict:
                 "planner_estimate_s": p.planner_iter_time_s,
                 "ours_judge_iter_time_s": s_pred.iter_time_s if s_pred else None,
                 "ours_judge_usd_per_iter": s_pred.iter_time_s * usd_s if s_pred else None,
+                "ours_judge_fits": _fits(s_pred, p.plan),
                 "ours_judge_note": getattr(s_row, "excluded", "") if s_row else "no plan",
+                "sailor_judge_fits": True if p.sailor_sim else None,
                 "sailor_judge_iter_time_s": p.sailor_sim["iter_time_s"] if p.sailor_sim else None,
                 "sailor_judge_usd_per_iter": p.sailor_sim["usd_per_iter"] if p.sailor_sim else None,
                 "sailor_judge_comm_usd_per_iter": (
@@ -272,7 +284,9 @@ def run(cfg) -> dict:
                 "planner_estimate_s": rec.get("iteration_time_s") if rec else None,
                 "ours_judge_iter_time_s": o_pred.iter_time_s if o_pred else None,
                 "ours_judge_usd_per_iter": o_pred.iter_time_s * usd_o if o_pred else None,
+                "ours_judge_fits": _fits(o_pred, odoc),
                 "ours_judge_note": (getattr(o_row, "excluded", "") if o_row else "no plan"),
+                "sailor_judge_fits": judged.get("fits") if judged else None,
                 "sailor_judge_iter_time_s": judged.get("iter_time_s") if judged else None,
                 "sailor_judge_usd_per_iter": judged.get("usd_per_iter") if judged else None,
                 "sailor_judge_comm_usd_per_iter": (
@@ -294,6 +308,7 @@ def run(cfg) -> dict:
         "ours_judge_usd_per_iter",
         "sailor_judge_usd_per_iter",
     ]
+    atomic_write_text(out / "table.md", _markdown(frame))
     print(frame[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     log.info("%d rows into %s", len(frame), out / "table.csv")
     return {"rows": len(frame)}
@@ -313,3 +328,30 @@ def _shape(plan: dict | None) -> str:
     dp = str(dps[0]) if len(dps) == 1 else "/".join(map(str, pl["dp"]))
     gpus = " ".join(f"{k}:{v}" for k, v in sorted(used.items()))
     return f"{pl['num_stages']}x{dp} mbs{plan['mbs']} {gpus}"
+
+
+def _cell(x, fmt: str, fits=None) -> str:
+    if x is None or (isinstance(x, float) and x != x):
+        return "—"
+    text = format(x, fmt)
+    return text + (" (OOM)" if fits is False else "")
+
+
+def _markdown(frame: pd.DataFrame) -> str:
+    """``table.csv`` as a Markdown table: per point Sailor's row, ours' row, ours' ratios."""
+    lines = [
+        "| study | model | point | GPUs offered | planner | plan (pp×dp, mbs, GPUs/tp) | "
+        "planner wall s | ours' judge s/iter | Sailor's judge s/iter | ours' judge $/iter | "
+        "Sailor's judge $/iter |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for _, r in frame.iterrows():
+        lines.append(
+            f"| {r.study} | {r.model} | {r.point} | {r.gpus_offered} | {r.planner} | "
+            f"{r['shape'] or '—'} | {_cell(r.planner_wall_s, '.2f')} | "
+            f"{_cell(r.ours_judge_iter_time_s, '.3f', r.ours_judge_fits)} | "
+            f"{_cell(r.sailor_judge_iter_time_s, '.3f', r.sailor_judge_fits)} | "
+            f"{_cell(r.ours_judge_usd_per_iter, '.3f')} | "
+            f"{_cell(r.sailor_judge_usd_per_iter, '.3f')} |"
+        )
+    return "\n".join(lines) + "\n"
