@@ -76,7 +76,7 @@ class Cluster:
                 raise ValueError(f"{where}: {label} has shape {m.shape}, expected ({d}, {d})")
             if not np.all(np.isfinite(m[~np.eye(d, dtype=bool)])):
                 raise ValueError(f"{where}: {label} has non-finite off-diagonal entries")
-            if not np.allclose(m, m.T, rtol=1e-9, atol=1e-12):
+            if not (np.array_equal(m, m.T) or np.allclose(m, m.T, rtol=1e-9, atol=1e-12)):
                 i, j = np.argwhere(~np.isclose(m, m.T))[0]
                 raise ValueError(
                     f"{where}: {label} is not symmetric: [{i},{j}]={m[i, j]} vs [{j},{i}]={m[j, i]}"

@@ -321,6 +321,9 @@ class SimulateConfig(LayoutOptions, ModelOptions, CaseOptions, RunConfig):
     )
     baseline_transport: Transport = option(Transport.nccl, "the baselines' transport model")
     tables: Tables = option(Tables.compact, "console: one 100-column table, or the wide ones")
+    plan: str | None = option(
+        None, "a plan.json of mode=plan: simulate that plan on its fleet (case) instead"
+    )
 
     def _canonical(self, case) -> list[str]:
         items = list(case) if isinstance(case, (list, tuple)) else [case]
@@ -335,6 +338,18 @@ class SimulateConfig(LayoutOptions, ModelOptions, CaseOptions, RunConfig):
 
     def check(self) -> None:
         super().check()
+        if self.plan is not None:
+            from system.planner.record import check_plan, read_plan
+
+            if len(self.cases()) != 1:
+                raise ConfigError(f"plan={self.plan!r}: give the plan's one fleet as case")
+            try:
+                check_plan(
+                    read_plan(self.plan), self.cases()[0], str(self.model), self.layers, self.batch
+                )
+            except ValueError as e:
+                raise ConfigError(f"plan={self.plan!r}: {e}") from None
+            return
         if not self.baseline_placements:
             raise ConfigError("baseline_placements=[]: name launch, topology or both")
         self.baseline_placements = list(dict.fromkeys(self.baseline_placements))
@@ -509,6 +524,18 @@ class EmulateConfig(LocalRunOptions, LayoutOptions, ModelOptions, CaseOptions, R
 
     def check(self) -> None:
         super().check()
+        if self.plan is not None:
+            from system.planner.record import check_plan, read_plan
+
+            if len(self.cases()) != 1:
+                raise ConfigError(f"plan={self.plan!r}: give the plan's one fleet as case")
+            try:
+                check_plan(
+                    read_plan(self.plan), self.cases()[0], str(self.model), self.layers, self.batch
+                )
+            except ValueError as e:
+                raise ConfigError(f"plan={self.plan!r}: {e}") from None
+            return
         if not self.baseline_placements:
             raise ConfigError("baseline_placements=[]: name launch, topology or both")
         if self.scheduler.objective != Objective.comm:

@@ -130,6 +130,9 @@ class SchedulerWorthConfig(RunConfig):
         gt=0,
     )
     random_layouts: int = option(5, "random rank maps per setting (the median is reported)", ge=1)
+    planner_time_limit_s: float | None = option(
+        60.0, "the planner's (system/planner) time limit per setting; null: no planner column", gt=0
+    )
     link_sharing: list[LinkSharing] = option(
         [LinkSharing(DEFAULT_LINK_SHARING), LinkSharing.pair, LinkSharing.nic],
         "link-sharing models each layout is simulated under (the first is the table's)",

@@ -67,6 +67,7 @@ def plan_case(cfg: PlanConfig) -> dict:
         "max_iter_time_s": cfg.max_iter_time_s,
         "link_sharing": str(cfg.link_sharing),
         "seed": cfg.seed,
+        "profiles": cfg.profiles,
     }
     rec = plan_record(result, meta=meta, compute=compute)
     rec["load_time_s"] = load_s
@@ -94,3 +95,28 @@ def run(cfg: PlanConfig) -> dict:
     )
     log.info("plan written to %s", out)
     return {"out": out, "iteration_time_s": rec["iteration_time_s"]}
+
+
+def simulate_plan(cfg) -> dict:
+    """The plan of ``cfg.plan`` simulated again on the fleet ``cfg.case`` (no result rows)."""
+    from system.planner.compute import compute_model
+    from system.planner.record import read_plan, simulate_record
+    from system.simulator.sharing import with_link_sharing
+    from system.workload import get_model
+
+    rec = read_plan(cfg.plan)
+    case = cfg.cases()[0]
+    from repro.config.modes import load_case
+
+    cluster = with_link_sharing(
+        load_case(case, cfg.case_variant, cfg.limits.max_devices), str(cfg.link_sharing)
+    )
+    model = get_model(str(rec["model"]), int(rec["layers"]))
+    profiles = rec.get("profiles")
+    compute = compute_model(model, set(cluster.gpus), profiles)
+    got = simulate_record(cluster, rec, compute, batch=int(rec["batch"]))
+    print(
+        f"plan {cfg.plan}: simulated {got.iter_time_s:.3f} s per iteration "
+        f"(recorded {rec.get('iteration_time_s')}), {got.config()}, layers {list(got.layers)}"
+    )
+    return {"iteration_time_s": got.iter_time_s, "recorded": rec.get("iteration_time_s")}

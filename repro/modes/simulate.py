@@ -434,7 +434,12 @@ def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, s
 
 def run(cfg: SimulateConfig) -> dict:
     """Simulate the configured settings, write their rows, print their summary; returns it with
-    the written ``run_ids`` (the study's report files are the entry's, :mod:`repro.sweep`)."""
+    the written ``run_ids`` (the study's report files are the entry's, :mod:`repro.sweep`);
+    with ``plan=FILE`` the plan of ``mode=plan`` simulated again (:mod:`repro.modes.plan`)."""
+    if cfg.plan is not None:
+        from repro.modes.plan import simulate_plan
+
+        return simulate_plan(cfg)
     t0 = time.perf_counter()
     results_dir = Path(cfg.results_dir)
     schedules = Schedules(cfg.scheduler, cfg.seed)

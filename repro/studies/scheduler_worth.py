@@ -28,6 +28,13 @@ Each layout is simulated under the link-sharing models listed (the first is the 
 table gives the search's time, each heuristic's, the best heuristic and ``ratio`` = best
 heuristic / search (> 1: the search wins), each phase's share of the difference, and how many
 regions a pipeline and a DP group span on average in the two layouts — the why.
+
+``planner`` (:mod:`system.planner`, under the table's link-sharing model, every GPU type at
+peak × the shared efficiency as in the rows above): the plan of ``mode=plan`` for the
+setting's model, depth and batch — any devices, shape, layer split, micro-batch,
+recomputation, schedule and placement — beside the best of the heuristics given that same
+configuration search (``heuristics_searched``), and ``planner_ratio`` = the table's best
+heuristic / the planner's plan (>= 1: the planner is not below it).
 """
 
 from __future__ import annotations
@@ -139,7 +146,13 @@ def _simulate(s: Setting, a: Assignment, w: Workload, sharing: str) -> SimResult
 
 
 def compare(
-    s: Setting, *, budget: dict, seed: int, sharing: tuple[str, ...], random_layouts: int
+    s: Setting,
+    *,
+    budget: dict,
+    seed: int,
+    sharing: tuple[str, ...],
+    random_layouts: int,
+    planner_time_limit_s: float | None = None,
 ) -> dict:
     """One row of the table (module docstring)."""
     w = Workload(model=get_model("gpt3_xl", s.layers), global_batch_size=s.batch)
@@ -182,6 +195,29 @@ def compare(
         "search_wall_s": search_s,
         "search_trials": found.trials,
     }
+    if planner_time_limit_s:
+        from system.planner.compute import compute_model
+        from system.planner.search import plan
+
+        cl = with_link_sharing(s.cluster, sharing[0])
+        t0 = time.perf_counter()
+        got = plan(
+            cl,
+            w.model,
+            s.batch,
+            compute_model(w.model, set(cl.gpus)),
+            time_limit_s=planner_time_limit_s,
+            seed=seed,
+        )
+        b = got.best
+        row["planner_s"] = b.iter_time_s
+        row["planner_plan"] = (
+            f"pp{b.pp}/dp{b.dp} mbs{b.micro_batch_size} {b.schedule} rc-{b.recompute} "
+            f"[{b.layout}] {len(b.stages.ravel())} dev"
+        )
+        searched = [h for h in got.heuristics.values() if h is not None]
+        row["heuristics_searched_s"] = min(h.iter_time_s for h in searched)
+        row["planner_wall_s"] = time.perf_counter() - t0
     for m in sharing:
         sims: dict[str, SimResult] = {}
         for name, a in layouts.items():
@@ -198,6 +234,8 @@ def compare(
             continue
         for name in ("search", "search_iteration_time", *HEURISTIC_LAYOUTS):
             row[f"{name}_s"] = sims[name].iter_time_s if name in sims else float("nan")
+        if "planner_s" in row:
+            row["planner_ratio"] = sims[best].iter_time_s / row["planner_s"]
         for name, tag in (("search", "search"), (best, "best")):
             r = sims[name]
             row[f"{tag}_pipeline_s"] = r.breakdown["pipeline_s"]
@@ -228,7 +266,10 @@ def _markdown(table: pd.DataFrame, sharing: tuple[str, ...]) -> str:
 
     cols = ["setting", "devices", "pp", "dp", "layers", "search_s", "search_iteration_time_s"]
     cols += [f"{h}_s" for h in HEURISTIC_LAYOUTS]
-    cols += ["best_heuristic", "ratio"] + [f"ratio_{m}" for m in sharing[1:]] + ["why"]
+    cols += ["best_heuristic", "ratio"] + [f"ratio_{m}" for m in sharing[1:]]
+    if "planner_s" in table:
+        cols += ["heuristics_searched_s", "planner_s", "planner_plan", "planner_ratio"]
+    cols += ["why"]
     heads = {
         "search_s": "search s",
         "search_iteration_time_s": "search (iteration-time objective) s",
@@ -238,6 +279,10 @@ def _markdown(table: pd.DataFrame, sharing: tuple[str, ...]) -> str:
         "random_s": "random s (median)",
         "ratio": f"best heuristic / search ({sharing[0]})",
         **{f"ratio_{m}": f"... ({m})" for m in sharing[1:]},
+        "heuristics_searched_s": "best heuristic, configuration searched s",
+        "planner_s": "planner s",
+        "planner_plan": "planner's plan",
+        "planner_ratio": f"best heuristic / planner ({sharing[0]})",
     }
     return markdown_table(table.reindex(columns=cols), floatfmt=".2f", headers=heads)
 
@@ -252,7 +297,12 @@ def run(cfg: SchedulerWorthConfig) -> dict:
     rows = []
     for s in settings(cfg.sailor_dir, tuple(cfg.spot_seeds)):
         row = compare(
-            s, budget=budget, seed=cfg.seed, sharing=sharing, random_layouts=cfg.random_layouts
+            s,
+            budget=budget,
+            seed=cfg.seed,
+            sharing=sharing,
+            random_layouts=cfg.random_layouts,
+            planner_time_limit_s=cfg.planner_time_limit_s,
         )
         rows.append(row)
         log.info(

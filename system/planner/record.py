@@ -14,6 +14,7 @@ the best plan our runtime can run, the compute source of every GPU type and the 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 
@@ -21,7 +22,14 @@ from system.cluster import Cluster
 from system.planner.compute import ComputeModel
 from system.planner.search import Candidate, Planner, PlanResult
 
-__all__ = ["plan_record", "simulate_record", "candidate_fields", "PLAN_KEYS"]
+__all__ = [
+    "plan_record",
+    "simulate_record",
+    "candidate_fields",
+    "read_plan",
+    "check_plan",
+    "PLAN_KEYS",
+]
 
 PLAN_KEYS = ("stages", "layers_per_stage", "config")
 
@@ -64,6 +72,7 @@ def plan_record(result: PlanResult, *, meta: dict, compute: ComputeModel) -> dic
         k: (None if v is None else {**v.config(), "layers_per_stage": list(v.layers)})
         for k, v in result.heuristics.items()
     }
+    rec["heuristics_cut"] = list(result.heuristics_cut)
     rec["lower_bound_s"] = result.lower_bound_s
     rec["gap"] = best.iter_time_s / result.lower_bound_s - 1.0
     rec["runtime_plan"] = (
@@ -106,3 +115,32 @@ def simulate_record(
         )
     planner = Planner(cluster, compute.model, batch, compute, local_search=False)
     return planner.evaluate(str(cfg.get("layout", "plan")), stages, layers, mbs, rc, sch, rounds)
+
+
+def read_plan(path: str | Path) -> dict:
+    """A plan.json as a dict (ValueError naming the file when it is not one)."""
+    from system.cases import parse_document
+
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"plan file {p} does not exist")
+    data = parse_document(p.read_bytes(), f"plan file {p}", json_only=True)
+    if not isinstance(data, dict):
+        raise ValueError(f"plan file {p}: expected a JSON object (mode=plan's plan.json)")
+    return data
+
+
+def check_plan(rec: dict, case: str, model: str, layers: int | None, batch: int | None) -> None:
+    """``rec`` is a plan of fleet ``case`` for this model (and layers and batch, when given):
+    a ValueError naming the first disagreement."""
+    from system.cases import case_digest
+
+    missing = [k for k in ("model", "layers", "batch", *PLAN_KEYS) if k not in rec]
+    if missing:
+        raise ValueError(f"missing key(s) {missing}")
+    for key, given in (("model", model), ("layers", layers), ("batch", batch)):
+        if given is not None and str(given) != str(rec[key]):
+            raise ValueError(f"{key}={given} but the plan's is {rec[key]}")
+    digest = rec.get("case_sha256")
+    if digest is not None and case_digest(case) not in (None, digest):
+        raise ValueError(f"made for another version of {case}")

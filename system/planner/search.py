@@ -39,6 +39,8 @@ runtime can run is reported beside it (``runnable_only`` plans only those).
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 import time
 from dataclasses import dataclass, field
@@ -75,6 +77,7 @@ MICRO_BATCH_SIZES = (1, 2, 4, 8)
 RECOMPUTE = ("none", "selective", "full")  # least recomputation first
 SCHEDULES = ("gpipe", "1f1b")
 RUNTIME_SUPPORTED = {("gpipe", "full"), ("gpipe", "none")}
+SMALL_FLEET = 64  # devices: up to here every stage count is a shape
 RESERVED_BYTES = Hardware().reserved_bytes  # CUDA context and fragmentation, per GPU
 REPLAY = {"none": 0.0, "full": 1.0}  # forward replays per layer in the backward pass
 # memory is the planner's check (per stage, against its smallest GPU), not the simulator's
@@ -133,6 +136,7 @@ class PlanResult:
     search_time_s: float
     simulations: int
     layouts: int
+    heuristics_cut: tuple[str, ...] = ()  # heuristics whose search stopped at its time share
 
 
 class Planner:
@@ -154,7 +158,8 @@ class Planner:
         schedules: tuple[str, ...] = SCHEDULES,
         runnable_only: bool = False,
         local_search: bool = True,
-        layouts: tuple[str, ...] = ("typed", "regional"),
+        layouts: tuple[str, ...] = ("typed", "regional", "anchored"),
+        max_anchors: int = 4,
     ) -> None:
         if objective not in OBJECTIVES:
             raise ValueError(f"objective={objective!r}: expected one of {', '.join(OBJECTIVES)}")
@@ -168,8 +173,14 @@ class Planner:
         rc = tuple(r for r in RECOMPUTE if r in recompute)
         self.recompute = tuple(r for r in rc if r in REPLAY) if runnable_only else rc
         self.runnable_only, self.local_search, self.layouts = runnable_only, local_search, layouts
+        self.max_anchors = max_anchors
         gpus = cluster.gpus
-        self.rate1 = np.array([compute.rate(g, 1) for g in gpus])  # sorting key
+        kinds = sorted(set(gpus))
+        kind_of = np.array([kinds.index(g) for g in gpus])
+        self._rates: dict[int, np.ndarray] = {}  # micro-batch size -> rate per device
+        for b in sorted({1, *micro_batch_sizes}):
+            self._rates[b] = np.array([compute.rate(g, b) for g in kinds])[kind_of]
+        self.rate1 = self._rates[1]  # sorting key
         self.usable = np.array([get_gpu(g).memory_bytes - RESERVED_BYTES for g in gpus])
         self.usd_per_s = np.array([usd_per_hour(g) / 3600.0 for g in gpus])
         self.hbm = np.array([get_gpu(g).hbm_bandwidth_bps for g in gpus])
@@ -177,6 +188,9 @@ class Planner:
         self._subsets: dict[tuple[int, ...], Cluster] = {}
         self._mem: dict[tuple, float] = {}
         self.even_only = runnable_only  # our runtime splits the layers evenly
+        self.deadline_s = math.inf  # the current phase's end, seconds after t0
+        self.cut = False  # a phase stopped at its deadline
+        self._orders: dict[tuple, list[int]] = {}
         self.simulations = 0
         self.layouts_tried = 0
         self.t0 = time.perf_counter()
@@ -200,7 +214,11 @@ class Planner:
         return time_bound_s * usd_per_s if math.isfinite(usd_per_s) else math.inf
 
     def out_of_time(self) -> bool:
-        return time.perf_counter() - self.t0 > self.time_limit_s
+        now = time.perf_counter() - self.t0
+        if now > min(self.time_limit_s, self.deadline_s):
+            self.cut = True
+            return True
+        return False
 
     # ---- memory ----------------------------------------------------------------------------
     def stage_memory(self, s: int, pp: int, layers: int, mbs: int, in_flight: int, rc: str):
@@ -283,8 +301,17 @@ class Planner:
         best_rate = self.best_rate[stages].sum(axis=0).min()  # the slowest replica
         return (self.batch / dp) * per_seq / best_rate
 
-    def configure(self, name: str, stages: np.ndarray, incumbent: float) -> list[Candidate]:
-        """Every configuration of one layout worth simulating (module docstring)."""
+    def configs(self, name: str, stages: np.ndarray) -> list[tuple]:
+        """Every configuration of one layout, each with its lower bound: entries
+        ``(score bound, time bound, name, stages, mbs, schedule, recompute, layers, rounds)``.
+
+        The time bound is the larger of the busiest stage's compute (m·(f + b) + optimizer
+        step) and, per stage k, the fill and drain every pass pays: the first micro-batch
+        reaches k through the stages and links before it, k computes all m micro-batches, and
+        the last backward returns through them to stage 0 (each link at its fastest replica's
+        α + 8·X/β), then stage 0's optimizer step; and the busiest pipeline link, which streams
+        its replica's m messages one way at 8·X/β each. Neither overlap nor sharing beats
+        that."""
         self.layouts_tried += 1
         pp, dp = stages.shape
         if self.batch % dp:
@@ -292,15 +319,24 @@ class Planner:
         per_replica = self.batch // dp
         usable = self.usable[stages].min(axis=1)
         price = float(self.usd_per_s[stages].sum())
-        gpus = np.asarray(self.cluster.gpus, dtype=object)[stages]
-        todo = []
+        if pp > 1:
+            src, dst = stages[:-1], stages[1:]
+            delay = self.cluster.delay_s[src, dst]
+            inv_bw = 8.0 / self.cluster.bandwidth_bps[src, dst]
+        out = []
         for mbs in self.micro_batch_sizes:
             if per_replica % mbs:
                 continue
             m = per_replica // mbs
-            rate = np.array([[self.compute.rate(g, mbs) for g in row] for row in gpus]).min(axis=1)
+            rate = self._rates[mbs][stages].min(axis=1)
             f1 = layer_forward_flops(self.model, mbs)
             fl = logits_forward_flops(self.model, mbs)
+            act = mbs * self.model.seq_length * self.model.hidden_size * 2.0  # fp16 activations
+            hop = np.zeros(pp)  # fastest forward + backward message across boundary s-1 -> s
+            busy = 0.0  # the busiest link streams m messages one way (a replica's own link)
+            if pp > 1:
+                hop[1:] = 2.0 * (delay + act * inv_bw).min(axis=1)
+                busy = float(m * act * inv_bw.max())
             for sch in self.schedules:
                 for rc in self.recompute:
                     again = self._replay_flops(rc, mbs, f1)
@@ -311,40 +347,41 @@ class Planner:
                         pp, m, mbs, rc, sch, usable, per_layer, extra
                     ):
                         fwd, bwd, opt = self.stage_times(stages, layers, mbs, rc)
-                        bound = float((m * (fwd + bwd) + opt).max())
-                        todo.append(
-                            (
-                                self._bound_score(bound, price),
-                                bound,
-                                mbs,
-                                sch,
-                                rc,
-                                layers,
-                                rounds,
-                                fwd,
-                                bwd,
-                                opt,
-                            )
+                        work = fwd + bwd
+                        fill = np.concatenate(([0.0], np.cumsum(work + hop)[:-1])) + hop
+                        passes = rounds if sch == "gpipe" else 1
+                        drain = float((passes * (fill - hop) + m * work).max() + opt[0])
+                        bound = max(float((m * work + opt).max()), drain, busy)
+                        out.append(
+                            (self._bound_score(bound, price), bound, name, stages, mbs, sch, rc)
+                            + (layers, rounds)
                         )
-        todo.sort(key=lambda t: (t[0], t[1]))
-        out = []
-        sub = None
-        for score_bound, _, mbs, sch, rc, layers, rounds, fwd, bwd, opt in todo:
-            if score_bound >= incumbent or self.out_of_time():
-                break
-            if sub is None:
-                sub = self._sub(stages)
-            c = self._simulate(
-                name, stages, sub, layers, mbs, sch, rc, rounds, fwd, bwd, opt, price, usable
-            )
-            out.append(c)
-            incumbent = min(incumbent, self.score(c))
         return out
+
+    def simulate_entry(self, entry: tuple) -> Candidate:
+        _, _, name, stages, mbs, sch, rc, layers, rounds = entry
+        fwd, bwd, opt = self.stage_times(stages, layers, mbs, rc)
+        price = float(self.usd_per_s[stages].sum())
+        usable = self.usable[stages].min(axis=1)
+        return self._simulate(
+            name,
+            stages,
+            self._sub(stages),
+            layers,
+            mbs,
+            sch,
+            rc,
+            rounds,
+            fwd,
+            bwd,
+            opt,
+            price,
+            usable,
+        )
 
     def stage_times(self, stages: np.ndarray, layers, mbs: int, rc: str):
         """(fwd, bwd, opt) seconds per stage: each stage at its slowest device."""
-        gpus = np.asarray(self.cluster.gpus, dtype=object)[stages]
-        rate = np.array([[self.compute.rate(g, mbs) for g in row] for row in gpus]).min(axis=1)
+        rate = self._rates[mbs][stages].min(axis=1)
         hbm = self.hbm[stages].min(axis=1)
         f1 = layer_forward_flops(self.model, mbs)
         fl = logits_forward_flops(self.model, mbs)
@@ -482,7 +519,8 @@ class Planner:
     # ---- layouts -----------------------------------------------------------------------------
     def shapes(self, n: int) -> list[tuple[int, int]]:
         """(pp, dp) with pp·dp <= n devices: dp divides the batch, pp at most the layers; per dp
-        the most stages that fit and every smaller pp dividing the layers."""
+        every pp on a small fleet (at most :data:`SMALL_FLEET` devices), else the most stages
+        that fit and every smaller pp dividing the layers that uses over half the devices."""
         out = []
         for dp in range(1, min(n, self.batch) + 1):
             if self.batch % dp:
@@ -490,9 +528,12 @@ class Planner:
             top = min(self.model.num_layers, n // dp)
             if top < 1:
                 continue
-            pps = {top} | {
-                p for p in range(1, top) if self.model.num_layers % p == 0 and p * dp * 2 > n
-            }
+            if n <= SMALL_FLEET:
+                pps = set(range(1, top + 1))
+            else:
+                pps = {top} | {
+                    p for p in range(1, top) if self.model.num_layers % p == 0 and p * dp * 2 > n
+                }
             out += [(p, dp) for p in sorted(pps)]
         return out
 
@@ -546,17 +587,20 @@ class Planner:
         region = np.asarray(self.cluster.region_of)
         power = {r: float(self.rate1[region == r].sum()) for r in self.cluster.regions}
         ranked = sorted(self.cluster.regions, key=lambda r: (-power[r], self.region_index[r]))
-        for k in range(1, len(ranked)):
+        for k in range(1, min(len(ranked), 4)):
             keep = [d for d in range(total) if region[d] in ranked[:k]]
             out.append((f"top {k} region(s)", keep))
         return out
 
-    def typed(self, pool: list[int], pp: int, dp: int) -> np.ndarray | None:
+    def typed(self, pool: list[int], pp: int, dp: int, pool_name: str = "") -> np.ndarray | None:
         """The fastest devices, stage groups by type, each replica's next stage near its last."""
         n = pp * dp
         if n > len(pool):
             return None
-        devs = sorted(pool, key=lambda d: (-self.rate1[d], *self._host_key(d)))[:n]
+        key = ("typed", pool_name or tuple(pool))
+        if key not in self._orders:
+            self._orders[key] = sorted(pool, key=lambda d: (-self.rate1[d], *self._host_key(d)))
+        devs = self._orders[key][:n]
         blocks = [devs[s * dp : (s + 1) * dp] for s in range(pp)]
         host = self.cluster.host_of
         region = self.cluster.region_of
@@ -613,21 +657,72 @@ class Planner:
         chains.sort(key=lambda ch: -min(self.rate1[d] for d in ch))
         return np.asarray(chains[:dp], dtype=np.int64).T.copy()
 
+    def anchored(
+        self, pool: list[int], pp: int, dp: int, anchor: str, pool_name: str = ""
+    ) -> np.ndarray | None:
+        """Devices near ``anchor`` first: its region, then the others by their bandwidth to
+        it; inside a region the machines with the most compute first; pipelines of consecutive
+        devices (so a pipeline stays on a machine where it can), each one's stages fastest
+        last (the last stage also computes the logits)."""
+        n = pp * dp
+        if n > len(pool):
+            return None
+        key = ("anchored", anchor, pool_name or tuple(pool))
+        if key not in self._orders:
+            self._orders[key] = self._anchored_order(pool, anchor)
+        devs = self._orders[key][:n]
+        chains = [
+            sorted(devs[r * pp : (r + 1) * pp], key=lambda d: (self.rate1[d], d)) for r in range(dp)
+        ]
+        return np.asarray(chains, dtype=np.int64).T.copy()
+
+    def _anchored_order(self, pool: list[int], anchor: str) -> list[int]:
+        region = np.asarray(self.cluster.region_of)
+        first = {r: int(np.flatnonzero(region == r)[0]) for r in self.cluster.regions}
+        bw = self.cluster.bandwidth_gbps[first[anchor]]
+        rank = {r: (r != anchor, -bw[first[r]], self.region_index[r]) for r in first}
+        host_power: dict[int, float] = {}
+        for d in pool:
+            h = self.cluster.host_of[d]
+            host_power[h] = host_power.get(h, 0.0) + float(self.rate1[d])
+        return sorted(
+            pool,
+            key=lambda d: (
+                rank[region[d]],
+                -host_power[self.cluster.host_of[d]],
+                self.cluster.host_of[d],
+                -self.rate1[d],
+                d,
+            ),
+        )
+
     # ---- the search --------------------------------------------------------------------------
     def _best_first(self, layouts, incumbent: Candidate | None, seen: set) -> Candidate | None:
-        """Configure ``layouts`` ((bound, name, stages)) best-first until the bound passes the
-        incumbent."""
-        layouts.sort(key=lambda t: (t[0], t[1]))
-        for bound, name, stages in layouts:
-            if bound >= self.score(incumbent) or self.out_of_time():
+        """Best-first over ``layouts`` ((bound, name, stages)) and their configurations: pop the
+        least bound; a layout is expanded into its configurations, a configuration simulated;
+        stop once the least bound reaches the incumbent's score."""
+        heap = []
+        for k, (bound, name, stages) in enumerate(layouts):
+            heapq.heappush(heap, (bound, 0, k, (name, stages)))
+        tick = len(layouts)
+        while heap and not self.out_of_time():
+            bound, kind, _, item = heapq.heappop(heap)
+            if bound >= self.score(incumbent):
                 break
-            key = stages.tobytes() + bytes(str(stages.shape), "ascii")
-            if key in seen:
+            if kind == 0:
+                name, stages = item
+                key = stages.tobytes() + bytes(str(stages.shape), "ascii")
+                if key in seen:
+                    continue
+                seen.add(key)
+                for entry in self.configs(name, stages):
+                    if entry[0] < self.score(incumbent):
+                        tick += 1
+                        heapq.heappush(heap, (entry[0], 1, tick, entry))
                 continue
-            seen.add(key)
-            for c in self.configure(name, stages, self.score(incumbent)):
-                if self.score(c) < self.score(incumbent):
-                    incumbent = c
+            c = self.simulate_entry(item)
+            if self.score(c) < self.score(incumbent):
+                incumbent = c
         return incumbent
 
     def _scored(self, name: str, stages: np.ndarray | None):
@@ -637,29 +732,47 @@ class Planner:
         return (self._bound_score(self.layout_bound(stages), price), name, stages)
 
     def run(self) -> PlanResult:
+        """Plan (module docstring). The time limit is shared out: 45% to the heuristics (a
+        quarter each; one stopped at its share reports the best it found and is listed in
+        ``heuristics_cut``), then the planner's layouts until 85%, the local search until 90%,
+        the best plan our runtime runs until the end."""
         self.t0 = time.perf_counter()
-        mbs_rates = np.array(
-            [[self.compute.rate(g, b) for b in self.micro_batch_sizes] for g in self.cluster.gpus]
-        )
-        self.best_rate = mbs_rates.max(axis=1)
+        limit = self.time_limit_s
+        self.best_rate = np.max([self._rates[b] for b in self.micro_batch_sizes], axis=0)
         total = self.cluster.num_devices
         all_shapes = self.shapes(total)
         heuristics: dict[str, Candidate | None] = {}
-        for name in HEURISTICS:
-            layouts = [self._scored(name, self.heuristic(name, pp, dp)) for pp, dp in all_shapes]
+        self.heuristics_cut = []
+        for k, name in enumerate(HEURISTICS):
+            self.deadline_s, self.cut = 0.45 * limit * (k + 1) / len(HEURISTICS), False
+            layouts = []
+            for pp, dp in all_shapes:
+                if self.out_of_time():
+                    break
+                layouts.append(self._scored(name, self.heuristic(name, pp, dp)))
             heuristics[name] = self._best_first([x for x in layouts if x], None, set())
+            if self.cut:
+                self.heuristics_cut.append(name)
         best = min(heuristics.values(), key=self.score, default=None)
-        seen: set = set()
+        self.deadline_s = 0.85 * limit
         layouts = []
-        for _pool_name, pool in self.pools():
+        for pool_name, pool in self.pools():
             for pp, dp in self.shapes(len(pool)):
+                if self.out_of_time():
+                    break
                 if "typed" in self.layouts:
-                    layouts.append(self._scored("typed", self.typed(pool, pp, dp)))
+                    layouts.append(self._scored("typed", self.typed(pool, pp, dp, pool_name)))
                 if "regional" in self.layouts:
                     layouts.append(self._scored("regional", self.regional(pool, pp, dp)))
-        best = self._best_first([x for x in layouts if x], best, seen)
+                if "anchored" in self.layouts and not pool_name.startswith("top"):
+                    for r in self.anchors():
+                        got = self.anchored(pool, pp, dp, r, pool_name)
+                        layouts.append(self._scored("anchored", got))
+        best = self._best_first([x for x in layouts if x], best, set())
+        self.deadline_s = 0.90 * limit
         if self.local_search and best is not None:
             best = self._improve(best)
+        self.deadline_s = limit
         runtime = best if best is not None and best.runtime_supported else None
         if runtime is None and not self.runnable_only and best is not None:
             runtime = self._runtime_plan(best)
@@ -671,7 +784,15 @@ class Planner:
             search_time_s=time.perf_counter() - self.t0,
             simulations=self.simulations,
             layouts=self.layouts_tried,
+            heuristics_cut=tuple(self.heuristics_cut),
         )
+
+    def anchors(self) -> list[str]:
+        """The regions the anchored layouts start from: the most compute first."""
+        region = np.asarray(self.cluster.region_of)
+        power = {r: float(self.rate1[region == r].sum()) for r in self.cluster.regions}
+        ranked = sorted(self.cluster.regions, key=lambda r: (-power[r], self.region_index[r]))
+        return ranked[: self.max_anchors]
 
     def _runtime_plan(self, best: Candidate) -> Candidate | None:
         """The best plan our runtime can run on the incumbent's layouts' shapes (a short search
@@ -686,12 +807,11 @@ class Planner:
         for _pool_name, pool in self.pools()[:1]:
             for pp, dp in self.shapes(len(pool)):
                 if self.model.num_layers % pp == 0:
-                    layouts.append(sub._scored("typed", sub.typed(pool, pp, dp)))
+                    layouts.append(sub._scored("typed", sub.typed(pool, pp, dp, "all")))
         for name in HEURISTICS:
             for pp, dp in self.shapes(self.cluster.num_devices):
                 if self.model.num_layers % pp == 0:
                     layouts.append(sub._scored(name, sub.heuristic(name, pp, dp)))
-        sub.time_limit_s = self.time_limit_s * 1.2
         found = sub._best_first([x for x in layouts if x], None, set())
         self.simulations = sub.simulations
         if found is not None and not found.runtime_supported:
@@ -699,8 +819,24 @@ class Planner:
         return found
 
     def _improve(self, best: Candidate) -> Candidate:
-        """Swap moves on the incumbent's placement while time allows (module docstring)."""
+        """Local search on the incumbent's placement while time allows (module docstring):
+        first every swap of two whole stages (the order the pipeline visits its groups in),
+        repeated while one improves; then random swaps of two devices of different stages and
+        of a used device with an idle one."""
         total = self.cluster.num_devices
+        improved = True
+        while improved and not self.out_of_time():
+            improved = False
+            pp = best.pp
+            for i, j in itertools.combinations(range(pp), 2):
+                st = best.stages.copy()
+                st[[i, j]] = st[[j, i]]
+                got = self._try(st, best)
+                if got is not best:
+                    best, improved = got, True
+                    break
+                if self.out_of_time():
+                    break
         tries = 0
         while not self.out_of_time() and tries < 400:
             tries += 1
@@ -719,9 +855,23 @@ class Planner:
                 if a[0] == b[0]:
                     continue  # same stage group: the same iteration
                 st[a], st[b] = st[b], st[a]
-            for c in self.configure("typed+local", st, self.score(best)):
-                if self.score(c) < self.score(best) - 1e-12:
-                    best = c
+            best = self._try(st, best)
+        return best
+
+    def _try(self, stages: np.ndarray, best: Candidate) -> Candidate:
+        """``best``, or the best of ``stages``' three most promising configurations where one
+        is better."""
+        name = best.layout if best.layout.endswith("+local") else f"{best.layout}+local"
+        entries = sorted(
+            (e for e in self.configs(name, stages) if e[0] < self.score(best)),
+            key=lambda e: e[0],
+        )
+        for e in entries[:3]:
+            if e[0] >= self.score(best) or self.out_of_time():
+                break
+            c = self.simulate_entry(e)
+            if self.score(c) < self.score(best) - 1e-12:
+                best = c
         return best
 
     # ---- lower bound -------------------------------------------------------------------------
