@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 from pathlib import Path
 
@@ -40,7 +41,9 @@ from system.external.sailor.bandwidth import (
     load_intra_node_fits,
 )
 from system.external.sailor.errors import read_json
+from system.external.sailor.framework import replicas_fit
 from system.external.sailor.gpus import project_gpu
+from system.external.sailor.plan import load_plan
 from system.external.sailor.planner_import import (
     MODEL_DIRS,
     SailorStudy,
@@ -48,8 +51,7 @@ from system.external.sailor.planner_import import (
     load_study,
     write_plans,
 )
-from system.external.sailor.predict import predict_plans
-from system.gpus import get_gpu
+from system.external.sailor.predict import load_inputs, predict_plans
 from system.results import atomic_write, atomic_write_text
 
 __all__ = [
@@ -63,7 +65,8 @@ __all__ = [
 log = logging.getLogger("repro.sailor_planner")
 
 # US dollars per GPU-hour, GCP on-demand (https://cloud.google.com/compute/gpus-pricing and the
-# A2 machine types): the constants Sailor's planner study prices every plan with.
+# A2 machine types): the constants Sailor's planner study prices every plan with. Other types:
+# no price (NaN dollars).
 GCP_USD_PER_GPU_HOUR = {"A100-40": 3.673385, "V100-16": 2.859998}
 _RUN = re.compile(r"(?P<study>[a-z]+)_(?P<model>OPT-350|GPT-Neo-2\.7)\.json")
 
@@ -162,20 +165,19 @@ def ours_plan_config(record: dict, devices, gbs: int, where: str) -> dict:
     }
 
 
-def _fits(pred, plan: dict | None) -> bool | None:
-    """Whether the judge's peak memory (fullest GPU) fits the smallest GPU the plan uses."""
-    if pred is None or not plan:
+def _fits(pred, path: Path, model: str, inputs) -> bool | None:
+    """Whether ours' judge finds every stage replica's peak bytes within its own GPU's memory."""
+    if pred is None:
         return None
-    gpus = {rep[0][0][0] for st in plan["pipeline_list"][0]["tmp_per_stage"] for rep in st}
-    smallest = min(get_gpu(project_gpu(g, "plan", "gpu")).memory_bytes for g in gpus)
-    return bool(pred.peak_memory_bytes <= smallest)
+    plan = load_plan(path, model, inputs.shapes[model].num_all_layers, mixed_tp=True)
+    return replicas_fit(plan, inputs)
 
 
 def _gpu_usd_per_s(plan: dict) -> float:
     total = 0.0
     for st in plan["pipeline_list"][0]["tmp_per_stage"]:
         for rep in st:
-            total += rep[1] * GCP_USD_PER_GPU_HOUR[rep[0][0][0]] / 3600.0
+            total += rep[1] * GCP_USD_PER_GPU_HOUR.get(rep[0][0][0], math.nan) / 3600.0
     return total
 
 
@@ -232,6 +234,7 @@ def run(cfg) -> dict:
                     doc,
                 )
             rows.append((name, study, p, rec, judged[p.point] if judged else None))
+    inputs = load_inputs(cfg.data_dir)
     ours_judge_sailor = _predicted(sailor_dir, cfg.data_dir)
     ours_judge_ours = _predicted(ours_dir, cfg.data_dir)
     table = []
@@ -257,7 +260,7 @@ def run(cfg) -> dict:
                 "planner_estimate_s": p.planner_iter_time_s,
                 "ours_judge_iter_time_s": s_pred.iter_time_s if s_pred else None,
                 "ours_judge_usd_per_iter": s_pred.iter_time_s * usd_s if s_pred else None,
-                "ours_judge_fits": _fits(s_pred, p.plan),
+                "ours_judge_fits": _fits(s_pred, sailor_dir / rel, study.model, inputs),
                 "ours_judge_note": getattr(s_row, "excluded", "") if s_row else "no plan",
                 "sailor_judge_fits": True if p.sailor_sim else None,
                 "sailor_judge_iter_time_s": p.sailor_sim["iter_time_s"] if p.sailor_sim else None,
@@ -284,7 +287,7 @@ def run(cfg) -> dict:
                 "planner_estimate_s": rec.get("iteration_time_s") if rec else None,
                 "ours_judge_iter_time_s": o_pred.iter_time_s if o_pred else None,
                 "ours_judge_usd_per_iter": o_pred.iter_time_s * usd_o if o_pred else None,
-                "ours_judge_fits": _fits(o_pred, odoc),
+                "ours_judge_fits": _fits(o_pred, ours_dir / rel, study.model, inputs),
                 "ours_judge_note": (getattr(o_row, "excluded", "") if o_row else "no plan"),
                 "sailor_judge_fits": judged.get("fits") if judged else None,
                 "sailor_judge_iter_time_s": judged.get("iter_time_s") if judged else None,

@@ -150,3 +150,23 @@ def test_mixed_tp_stage_is_an_error_unless_asked_and_then_timed(tmp_path):
     # the all-reduce runs at the narrowest TP degree: the whole stage through the tp = 1 GPU's
     # link, as two tp = 1 replicas do
     assert pred.dp_s == pytest.approx(u.prediction.dp_s)
+
+
+def test_replicas_fit_checks_each_gpu_against_its_own_memory(tmp_path):
+    from system.external.sailor.framework import replicas_fit
+    from system.external.sailor.predict import load_inputs
+
+    data = write_data(tmp_path / "data")
+    f = tmp_path / "plan_config_x.json"
+    f.write_text(json.dumps(plan([[0, 1], [2, 3]], 1, mbs=1, gbs=1)))
+    assert replicas_fit(load_plan(f, "OPT-350", 4), load_inputs(data))
+    big = {
+        "OPT-350": {
+            "1": {
+                str(i): {"params_floats": 1e10, "act_output_floats": 1e6, "act_mem_floats": 2e6}
+                for i in range(4)
+            }
+        }
+    }
+    data2 = write_data(tmp_path / "data2", llm=big)  # 16 B x 2e10 per stage > a GH200's 96 GB
+    assert not replicas_fit(load_plan(f, "OPT-350", 4), load_inputs(data2))

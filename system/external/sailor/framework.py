@@ -104,6 +104,8 @@ __all__ = [
     "SailorInputs",
     "predict_plan",
     "peak_memory_bytes",
+    "stage_memory_bytes",
+    "replicas_fit",
     "BYTES_PER_ELEMENT",
     "DP_COLLECTIVES",
 ]
@@ -416,17 +418,32 @@ def _optimizer_s(plan: SailorPlan, inputs: SailorInputs) -> float:
     return worst
 
 
+def stage_memory_bytes(plan: SailorPlan, inputs: SailorInputs, s: int, tp: int) -> float:
+    """Peak bytes on one GPU of stage ``s`` in a replica of TP degree ``tp`` (module docstring)."""
+    sizes = inputs.sizes.get(plan.model, tp)
+    idx = list(plan.stages[s].layers)
+    params = float(sizes.params[idx].sum())
+    in_flight = min(plan.pp - s, plan.micro_batches)
+    acts = in_flight * plan.mbs * float(sizes.act_mem[idx].sum()) * BYTES_PER_ELEMENT
+    state = ADAM_STATE_BYTES_PER_PARAM * params
+    bucket = BYTES_PER_ELEMENT * min(params, BUCKET_ELEMENTS) if plan.dp > 1 else 0.0
+    return state + max(acts, bucket) + CONTEXT_BYTES
+
+
 def peak_memory_bytes(plan: SailorPlan, inputs: SailorInputs) -> float:
     """Peak bytes on the fullest GPU (module docstring)."""
-    peak = 0.0
-    for s, st in enumerate(plan.stages):
-        for tp in sorted({rep.tp for rep in st.replicas}):
-            sizes = inputs.sizes.get(plan.model, tp)
-            idx = list(st.layers)
-            params = float(sizes.params[idx].sum())
-            in_flight = min(plan.pp - s, plan.micro_batches)
-            acts = in_flight * plan.mbs * float(sizes.act_mem[idx].sum()) * BYTES_PER_ELEMENT
-            state = ADAM_STATE_BYTES_PER_PARAM * params
-            bucket = BYTES_PER_ELEMENT * min(params, BUCKET_ELEMENTS) if plan.dp > 1 else 0.0
-            peak = max(peak, state + max(acts, bucket) + CONTEXT_BYTES)
-    return peak
+    return max(
+        stage_memory_bytes(plan, inputs, s, tp)
+        for s, st in enumerate(plan.stages)
+        for tp in {rep.tp for rep in st.replicas}
+    )
+
+
+def replicas_fit(plan: SailorPlan, inputs: SailorInputs) -> bool:
+    """Whether every stage replica's GPUs hold its peak bytes (each GPU type its own memory)."""
+    return all(
+        stage_memory_bytes(plan, inputs, s, rep.tp)
+        <= get_gpu(project_gpu(rep.gpu, plan.file, "gpu")).memory_bytes
+        for s, st in enumerate(plan.stages)
+        for rep in st.replicas
+    )
