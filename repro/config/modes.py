@@ -338,7 +338,7 @@ class SimulateConfig(LayoutOptions, ModelOptions, CaseOptions, RunConfig):
 
     def check(self) -> None:
         super().check()
-        if self.plan is not None:
+        if getattr(self, "plan", None) is not None:  # mode=emulate shares this check
             from system.planner.record import check_plan, read_plan
 
             if len(self.cases()) != 1:
@@ -524,7 +524,7 @@ class EmulateConfig(LocalRunOptions, LayoutOptions, ModelOptions, CaseOptions, R
 
     def check(self) -> None:
         super().check()
-        if self.plan is not None:
+        if getattr(self, "plan", None) is not None:  # mode=emulate shares this check
             from system.planner.record import check_plan, read_plan
 
             if len(self.cases()) != 1:

@@ -81,6 +81,7 @@ def plan_record(result: PlanResult, *, meta: dict, compute: ComputeModel) -> dic
     rec["compute"] = compute.rows()
     rec["search_time_s"] = result.search_time_s
     rec["simulations"] = result.simulations
+    rec["skipped_as_too_slow"] = result.skipped
     rec["layouts_configured"] = result.layouts
     return rec
 
