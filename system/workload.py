@@ -82,6 +82,25 @@ MODELS: dict[str, GPTConfig] = {
         seq_length=2048,
         vocab_size=GPT2_VOCAB,
     ),
+    # The models of Sailor's planner studies (Strati et al., SOSP'25; its training configs):
+    # OPT-350M (Zhang et al. 2022) and GPT-Neo 2.7B (EleutherAI; GPT-2's vocabulary, as the
+    # layer sizes of Sailor's profiles count it).
+    "opt_350": GPTConfig(
+        name="opt_350",
+        num_layers=24,
+        hidden_size=1024,
+        num_attention_heads=16,
+        seq_length=2048,
+        vocab_size=50272,
+    ),
+    "gpt_neo_2_7": GPTConfig(
+        name="gpt_neo_2_7",
+        num_layers=32,
+        hidden_size=2560,
+        num_attention_heads=32,
+        seq_length=2048,
+        vocab_size=50257,
+    ),
     # Small GPT for the quality benchmark on CPU: the character-level corpus
     # (system/runtime/corpus.py, 63 symbols) fits its 64-token vocabulary; 0.8M parameters.
     "small": GPTConfig(

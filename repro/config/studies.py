@@ -505,6 +505,25 @@ class ExternalConfig(RunConfig):
             raise ConfigError(str(e)) from None
 
 
+@dataclass
+@register_mode("sailor_planner", "repro.studies.sailor_planner:run")
+class SailorPlannerConfig(RunConfig):
+    """Sailor's planner on its own studies beside ours: every plan under both simulators."""
+
+    data_dir: str | None = option(
+        None, "folder of Sailor's data files (profiles, layer sizes, bandwidth fits, configs)"
+    )
+    gpus_per_host: int = option(4, "GPUs per machine in the fleets (Sailor's studies: 4)", ge=1)
+
+    def check(self) -> None:
+        super().check()
+        _required("data_dir", self.data_dir, "the folder of Sailor's data files")
+        data = Path(self.data_dir)
+        missing = [n for n in DATA_FILES if not (data / n).is_file()]
+        if missing:
+            raise ConfigError(f"data_dir={self.data_dir!r}: lacks {', '.join(missing)}")
+
+
 # ---- beyond the paper --------------------------------------------------------------------------
 @dataclass
 @register_mode("quality", "repro.studies.quality:run", rows=True)

@@ -105,6 +105,7 @@ NEEDS = {
     "mode=measure": [f"predictions={VAL}/predictions.json"],
     "mode=score": [f"predictions={VAL}/predictions.json", f"measured={VAL}/measured.csv"],
     "mode=external": ["plans=tests/external/fixtures/tiny/plans"],
+    "mode=sailor_planner": ["data_dir=tests/external/fixtures/tiny"],
 }
 
 

@@ -61,6 +61,16 @@ Peak memory per GPU (:func:`peak_memory_bytes`): fp32 weights, gradients and Ada
 moments (16 bytes per parameter), the activations of ``min(p − s, m)`` micro-batches in flight
 on stage s (DeepSpeed's ``num_pipe_buffers``; ``act_mem`` elements per sequence), the flattened
 gradient bucket during the all-reduce, and 1 GiB for the CUDA context and allocator (assumed).
+
+Replicas of one stage with different TP degrees (plans of Sailor's planner, read with
+``mixed_tp``; none of its measured runs has one) are timed as an extension of the above, not a
+description of a measured run: each replica computes at its own (GPU, tp) profile; a wider TP
+group sending to a narrower one sends every part (rank t to rank t mod tp of the receiver); the
+data-parallel all-reduce runs one group per TP rank of the narrowest replica, each over the
+stage's parameters at that width (a tp = 1 replica's GPU sends the whole stage's gradients, its
+link the bottleneck; a wider replica's first ranks stand for it, the gather inside its node left
+out), as Sailor's own simulator reduces a stage at its smallest TP degree; memory is checked at
+every TP degree of the stage.
 """
 
 from __future__ import annotations
@@ -94,6 +104,8 @@ __all__ = [
     "SailorInputs",
     "predict_plan",
     "peak_memory_bytes",
+    "stage_memory_bytes",
+    "replicas_fit",
     "BYTES_PER_ELEMENT",
     "DP_COLLECTIVES",
 ]
@@ -227,6 +239,8 @@ def _p2p(plan, inputs, cluster, devs, s, r) -> tuple[float, float, float]:
     full = sizes.act_output[last] * plan.mbs * BYTES_PER_ELEMENT
     part = full / rep.tp
     src, dst = devs[s][r], devs[s + 1][r]
+    if src.size > dst.size:  # a wider TP group sends to a narrower one: every part is sent
+        dst = dst[np.arange(src.size) % dst.size]
     k = min(src.size, dst.size)
     data = flow_time_s(cluster, src[:k], dst[:k], part).max()
     meta = flow_time_s(cluster, src[:k], dst[:k], META_BYTES).max()
@@ -356,8 +370,9 @@ def _tied_grads_end_s(plan, inputs, cluster, devs, ends, dp_collective) -> np.nd
 
 
 def _stage_params(plan: SailorPlan, inputs: SailorInputs, s: int) -> float:
-    """Parameters per GPU of stage ``s`` (its TP degree)."""
-    tp = plan.stages[s].replicas[0].tp
+    """Parameters per GPU of stage ``s`` at its narrowest TP degree (one all-reduce group per
+    TP rank of the narrowest replica)."""
+    tp = min(rep.tp for rep in plan.stages[s].replicas)
     return float(inputs.sizes.get(plan.model, tp).params[list(plan.stages[s].layers)].sum())
 
 
@@ -370,7 +385,7 @@ def _data_parallel_s(plan, inputs, cluster, devs, dp_collective) -> tuple[float,
         params = _stage_params(plan, inputs, s)
         buckets = max(1, math.ceil(params / BUCKET_ELEMENTS))
         nbytes = params * BYTES_PER_ELEMENT / buckets
-        tp = st.replicas[0].tp
+        tp = min(rep.tp for rep in st.replicas)  # uniform TP: the stage's
         groups = np.array([[devs[s][r][t] for r in range(plan.dp)] for t in range(tp)])
         if plan.dp > 1:
             done, used = _allreduce_end_s(
@@ -403,17 +418,32 @@ def _optimizer_s(plan: SailorPlan, inputs: SailorInputs) -> float:
     return worst
 
 
+def stage_memory_bytes(plan: SailorPlan, inputs: SailorInputs, s: int, tp: int) -> float:
+    """Peak bytes on one GPU of stage ``s`` in a replica of TP degree ``tp`` (module docstring)."""
+    sizes = inputs.sizes.get(plan.model, tp)
+    idx = list(plan.stages[s].layers)
+    params = float(sizes.params[idx].sum())
+    in_flight = min(plan.pp - s, plan.micro_batches)
+    acts = in_flight * plan.mbs * float(sizes.act_mem[idx].sum()) * BYTES_PER_ELEMENT
+    state = ADAM_STATE_BYTES_PER_PARAM * params
+    bucket = BYTES_PER_ELEMENT * min(params, BUCKET_ELEMENTS) if plan.dp > 1 else 0.0
+    return state + max(acts, bucket) + CONTEXT_BYTES
+
+
 def peak_memory_bytes(plan: SailorPlan, inputs: SailorInputs) -> float:
     """Peak bytes on the fullest GPU (module docstring)."""
-    peak = 0.0
-    for s, st in enumerate(plan.stages):
-        tp = st.replicas[0].tp
-        sizes = inputs.sizes.get(plan.model, tp)
-        idx = list(st.layers)
-        params = float(sizes.params[idx].sum())
-        in_flight = min(plan.pp - s, plan.micro_batches)
-        acts = in_flight * plan.mbs * float(sizes.act_mem[idx].sum()) * BYTES_PER_ELEMENT
-        state = ADAM_STATE_BYTES_PER_PARAM * params
-        bucket = BYTES_PER_ELEMENT * min(params, BUCKET_ELEMENTS) if plan.dp > 1 else 0.0
-        peak = max(peak, state + max(acts, bucket) + CONTEXT_BYTES)
-    return peak
+    return max(
+        stage_memory_bytes(plan, inputs, s, tp)
+        for s, st in enumerate(plan.stages)
+        for tp in {rep.tp for rep in st.replicas}
+    )
+
+
+def replicas_fit(plan: SailorPlan, inputs: SailorInputs) -> bool:
+    """Whether every stage replica's GPUs hold its peak bytes (each GPU type its own memory)."""
+    return all(
+        stage_memory_bytes(plan, inputs, s, rep.tp)
+        <= get_gpu(project_gpu(rep.gpu, plan.file, "gpu")).memory_bytes
+        for s, st in enumerate(plan.stages)
+        for rep in st.replicas
+    )

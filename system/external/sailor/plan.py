@@ -144,13 +144,15 @@ def load_plan(
     same_layer_time: Callable[[int, int], bool] | None = None,
     *,
     fields: Collection[str] | None = None,
+    mixed_tp: bool = False,
 ) -> SailorPlan:
     """Read and check one plan of ``model`` (which has ``num_layers`` layers in all).
 
     ``same_layer_time(a, b)``: whether layers a and b have identical profiled times (lets a
     layer listed twice stand in for a missing one, with a warning); None: that is an error.
     ``fields``: the only top-level fields read (the rest dropped as the file is parsed, before
-    anything looks at them); None: all.
+    anything looks at them); None: all. ``mixed_tp``: replicas of one stage may differ in tp
+    (Sailor's planner makes such plans); otherwise that is an error.
     """
     f = str(path)
     d = read_json(path, max_bytes=MAX_PLAN_BYTES)
@@ -195,7 +197,7 @@ def load_plan(
                 raise SailorFormatError(f, w + "[1]", f"tp={tp} exceeds the node's {gpus} GPUs")
             replicas.append(Replica(gpu, gpus, zone, tp))
         tps = {r.tp for r in replicas}
-        if len(tps) != 1:
+        if len(tps) != 1 and not mixed_tp:
             raise SailorFormatError(
                 f, f"{where}tmp_per_stage[{s}]", f"replicas differ in tp: {sorted(tps)}"
             )

@@ -137,9 +137,12 @@ def round_profile_rows(inputs: SailorInputs, model: str, gpu: str, mbs: int, tp:
     return bool(abs(f - f.round()).max() < 1e-9 and abs(b - b.round()).max() > 1e-6)
 
 
-def predict_plans(plans_dir, data_dir=None, *, dp_collective: str = "auto") -> list[PlanRow]:
+def predict_plans(
+    plans_dir, data_dir=None, *, dp_collective: str = "auto", mixed_tp: bool = False
+) -> list[PlanRow]:
     """One :class:`PlanRow` per ``plan_config_*.json`` under ``plans_dir``, path order;
-    ``dp_collective`` as :func:`~system.external.sailor.framework.predict_plan` takes it."""
+    ``dp_collective`` as :func:`~system.external.sailor.framework.predict_plan` takes it;
+    ``mixed_tp`` as :func:`~system.external.sailor.plan.load_plan` takes it."""
     root = Path(plans_dir)
     if not root.is_dir():
         raise NotADirectoryError(f"plans: {plans_dir} is not a folder")
@@ -160,6 +163,7 @@ def predict_plans(plans_dir, data_dir=None, *, dp_collective: str = "auto") -> l
                 shape.num_all_layers,
                 _same_time(inputs, model),
                 fields=CONFIG_FIELDS if hidden else None,
+                mixed_tp=mixed_tp,
             )
         except SailorFormatError as e:
             real = None if hidden else _measured(path, "real")
