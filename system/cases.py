@@ -708,7 +708,8 @@ def load_topology(path: str | Path, *, max_devices: int | None = None) -> Cluste
         **host_link,
     )
     _DIGESTS[str(p.resolve())] = digest
-    return cluster
+    # a file names no link-sharing model: the one default, as get_case and the harness use
+    return replace(cluster, link_sharing=LinkSharing())
 
 
 def canonical_case(name: str | int) -> str:
