@@ -38,7 +38,22 @@ __all__ = [
 
 SETTING_COLUMNS = ("case", "system", "num_layers", "global_batch_size")
 # a baseline's grid-search knobs, including where its ranks were placed (launch / topology)
-CONFIG_COLUMNS = ("tp", "pp", "dp", "micro_batch_size", "zero", "recompute", "placement")
+CONFIG_COLUMNS = (
+    "tp",
+    "pp",
+    "dp",
+    "micro_batch_size",
+    "zero",
+    "recompute",
+    "placement",
+    # the frameworks' features: Megatron's virtual stages and distributed optimizer with its
+    # overlap, DeepSpeed's overlap_comm (configurations that differ only here are not repeats)
+    "virtual_stages",
+    "distributed_optimizer",
+    "overlap_grad_reduce",
+    "overlap_param_gather",
+    "overlap_comm",
+)
 CV_LIMIT = 0.05  # appendix 10.1: "variance within 5%"
 # Modes whose rows are timed runs. ``simulate`` rows are deterministic: their "repeats" are
 # scheduler seeds (ours) and random layouts (ours_random) or identical copies (baselines), so

@@ -60,3 +60,16 @@ def test_bad_input_is_one_clear_error():
         variance_table(pd.DataFrame({"case": [1]}))
     with pytest.raises(ValueError, match="cv_limit"):
         variance_table(_rows([1.0]), cv_limit=5)
+
+
+def test_configurations_that_differ_only_in_a_framework_feature_are_not_repeats():
+    # Megatron with and without its distributed optimizer (same tp/pp/dp/...): two
+    # configurations, the faster one the pick, not the mean of both
+    base = dict(tp=1, pp=8, dp=8, micro_batch_size=1, zero=0, recompute="none")
+    plain = _rows([50.0] * 3, "megatron", distributed_optimizer=False, **base)
+    sharded = _rows([30.0] * 3, "megatron", distributed_optimizer=True, **base)
+    t = variance_table(pd.concat([plain, sharded]))
+    assert len(t) == 2 and not t.flagged.any()
+    best = best_configs(pd.concat([plain, sharded]))
+    assert best.iter_time_s_mean.tolist() == [30.0]
+    assert bool(best.distributed_optimizer.iloc[0])
