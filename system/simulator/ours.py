@@ -53,7 +53,7 @@ from system.assignment import Assignment
 from system.cluster import Cluster
 from system.compression import Compression
 from system.cost.model import check_sizes
-from system.simulator.allreduce import choose_allreduce
+from system.simulator.allreduce import nccl_tuned_end_s
 from system.simulator.comm import flow_time_s, ring_collective_s, sharded_ps_p2p_s
 from system.simulator.compression import codec_overhead_s
 from system.simulator.hardware import V100, Hardware, StageCompute, stage_compute
@@ -241,8 +241,9 @@ def simulate_ours(
             design option the runtime does not implement).
         loss_scaling: fp16 with loss scaling, as the paper ran: before its optimizer step every
             device all-reduces a finite-gradient flag (one float) over all ranks, the runtime's
-            ``all_reduce(flag, MAX)`` (NCCL's ring or tree, whichever ends first; ranks are
-            devices). False for fp32 runs (the CPU runs), which skip it.
+            ``all_reduce(flag, MAX)`` (the ring or tree NCCL's tuner picks,
+            :func:`system.simulator.allreduce.nccl_tuned_end_s`; ranks are devices). False for
+            fp32 runs (the CPU runs), which skip it.
         layers_per_stage: an uneven layer split (one count per stage, summing to the model's
             layers) for the data-parallel payload; it needs ``compute`` (the stages' times)
             and ``rounds`` or 1F1B, and the memory check is then the caller's (``hardware``'s
@@ -367,9 +368,8 @@ def simulate_ours(
     if loss_scaling and cluster.num_devices > 1:
         ranks = np.argsort(assignment.stages.ravel())  # device d's position in stages.ravel()
         entry = done.ravel()[ranks][None, :]  # per rank = device, in rank order
-        flag_end, flag_algo = choose_allreduce(
-            cluster, [list(range(cluster.num_devices))], 4.0, entry, ("ring", "tree")
-        )
+        flag_end, ran, _ = nccl_tuned_end_s(cluster, [list(range(cluster.num_devices))], 4.0, entry)
+        flag_algo = ran[0]
         flag_s = float(flag_end.max() - done.max())
         done = flag_end[0][assignment.stages.ravel()].reshape(pp, dp)
     end = done + opt[:, None]
