@@ -52,6 +52,7 @@ from system.cluster import Cluster
 from system.gpus import get_gpu
 from system.planner.compute import ComputeModel
 from system.planner.prices import usd_per_hour
+from system.scheduler.heuristics import greedy_region_chains
 from system.simulator import Hardware, StageCompute, simulate_ours
 from system.simulator.hardware import (
     ADAM_BYTES_PER_PARAM,
@@ -577,16 +578,7 @@ class Planner:
                 return None
             return np.asarray(chains[:dp], dtype=np.int64).T.copy()
         if name == "greedy_region_fill":
-            free = [list(r) for r in regions]
-            chains = []
-            for _ in range(dp):
-                chain: list[int] = []
-                while len(chain) < pp:
-                    k = max(range(len(free)), key=lambda i: (len(free[i]), -i))
-                    take = free[k][: pp - len(chain)]
-                    free[k] = free[k][len(take) :]
-                    chain += take
-                chains.append(chain)
+            chains = greedy_region_chains(regions, pp, dp)
             return np.asarray(chains, dtype=np.int64).T.copy()
         raise ValueError(f"unknown heuristic {name!r}")
 

@@ -24,7 +24,7 @@ import numpy as np
 from system.assignment import Assignment, identity_assignment, random_assignment
 from system.cluster import Cluster
 
-__all__ = ["HEURISTICS", "heuristic_assignment"]
+__all__ = ["HEURISTICS", "greedy_region_chains", "heuristic_assignment"]
 
 HEURISTICS = ("one_pipeline_per_region", "greedy_region_fill", "launch_order", "random")
 
@@ -43,6 +43,27 @@ def _region_devices(cluster: Cluster) -> list[list[int]]:
 def _from_chains(chains: list[list[int]]) -> Assignment:
     """Replica r runs stage s on ``chains[r][s]``."""
     return Assignment(np.asarray(chains, dtype=np.int64).T.copy())
+
+
+def greedy_region_chains(regions: list[list[int]], pp: int, dp: int) -> list[list[int]]:
+    """``greedy_region_fill``'s replicas (module docstring): ``dp`` chains of ``pp`` devices, each
+    taken from the region (a list of its free devices, in order) with the most free devices,
+    ties to the region listed first. The regions must hold at least pp·dp devices."""
+    free = [list(devs) for devs in regions]
+    if sum(map(len, free)) < pp * dp:
+        raise ValueError(
+            f"greedy region fill: {pp} x {dp} needs more devices than the regions hold"
+        )
+    chains = []
+    for _ in range(dp):
+        chain: list[int] = []
+        while len(chain) < pp:
+            k = max(range(len(free)), key=lambda i: (len(free[i]), -i))
+            take = free[k][: pp - len(chain)]
+            free[k] = free[k][len(take) :]
+            chain += take
+        chains.append(chain)
+    return chains
 
 
 def heuristic_assignment(
@@ -65,15 +86,5 @@ def heuristic_assignment(
             return None
         return _from_chains([devs[i : i + pp] for devs in regions for i in range(0, len(devs), pp)])
     if name == "greedy_region_fill":
-        free = [list(devs) for devs in regions]
-        chains = []
-        for _ in range(dp):
-            chain: list[int] = []
-            while len(chain) < pp:
-                k = max(range(len(free)), key=lambda i: (len(free[i]), -i))
-                take = free[k][: pp - len(chain)]
-                free[k] = free[k][len(take) :]
-                chain += take
-            chains.append(chain)
-        return _from_chains(chains)
+        return _from_chains(greedy_region_chains(regions, pp, dp))
     raise ValueError(f"unknown heuristic {name!r}; known: {', '.join(HEURISTICS)}")
