@@ -44,9 +44,9 @@ give more total bandwidth; channels doubled at half the speed when the speed is 
 (not from sm90 with more than 4 channels below 50 GB/s); then the speed raised while the
 channels still fit. The tree keeps the ring's channel count, and raises its ``bwIntra`` alone
 up to twice ``bwInter`` — the two-node case where NCCL's tree predicts up to twice the ring's
-network bandwidth (NVIDIA/nccl issue #946). Not modelled: CollNet and NVLS (they need SHARP
-switches or NVSwitch multicast), PCIe switches between GPUs, AMD/ARM/POWER CPUs, NCCL_ALGO /
-NCCL_PROTO overrides (forcing is the caller's), tuner plugins, aggregated calls (one operation
+network bandwidth (``tuning.cc``). Not modelled: CollNet and NVLS (they need SHARP switches or
+NVSwitch multicast), PCIe switches between GPUs, AMD/ARM/POWER CPUs, NCCL_ALGO / NCCL_PROTO
+overrides (forcing is the caller's), tuner plugins, aggregated calls (one operation
 per launch).
 """
 

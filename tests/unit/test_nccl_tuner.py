@@ -95,9 +95,9 @@ def test_fast_nics_and_many_ranks_take_the_tree_at_one_mib_by_hand():
 
 
 def test_two_nodes_of_eight_gpus_take_the_tree_by_hand():
-    # The special case NVIDIA/nccl issue #946 discusses: 2 nodes x 8 V100 over NVLink (6 links x
-    # 20 GB/s = 120 GB/s per GPU), one 100 Gbit/s NIC (12.5 GB/s) per node under the GPUs' PCIe
-    # switch (PXB).
+    # Two nodes, where the tree's bwIntra may reach twice bwInter: 2 nodes x 8 V100 (NVLink,
+    # 6 links x 20 GB/s = 120 GB/s per GPU), one 100 Gbit/s NIC (12.5 GB/s) per node under the
+    # GPUs' PCIe switch (PXB).
     # Ring graph: fastest GPU->NIC path min(12.5, 12) = 12 -> speed 12, 12.5 // 12 = 1 channel;
     #   lower speeds bring no more total (6 GB/s x 2 = 12, not more); no duplication (< 25).
     # Tree graph: 1 channel at bwInter 12; bwIntra raised 15, 18, 20, 24 (stops at 2 x 12).
