@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import statistics
 import tempfile
@@ -51,6 +50,7 @@ import pandas as pd
 
 from system.cases import get_case, is_topology_file
 from system.emulation.plan import EmulationPlan, make_plan
+from system.emulation.sharing_check import MAX_DEVICES, check_link_and_run_numbers
 from system.simulator.allreduce import (
     TREE_CHUNK_BYTES,
     allreduce_end_s,
@@ -79,8 +79,6 @@ __all__ = [
 TOLERANCE = 0.10  # a prediction holds when |median measured / predicted − 1| <= this
 ALGORITHMS = ("ring", "tree", "two_level", "gloo_ring")
 EXCHANGE = {"ring": "ring_p2p", "tree": "tree", "two_level": "two_level", "gloo_ring": "ring"}
-MAX_DEVICES = 16  # emulated devices (each a namespace and a rank on this machine)
-MAX_NBYTES = 2**30  # gradient bytes per device
 PRED_COLUMNS = ("case", "capped", "algorithm", "variant", "block", "predicted_s")
 
 
@@ -119,14 +117,7 @@ class CollectivesExperiment:
                     f"settings: devices {list(devices)} of case {case}: 2..{MAX_DEVICES} "
                     f"distinct ids of 0..{n - 1}"
                 )
-        for key in ("bandwidth_scale", "delay_scale", "egress_cap_gbps"):
-            v = getattr(self, key)
-            if not _is_number(v) or not 0 < v <= 100:
-                raise ValueError(f"{key}={v!r}: a finite number in (0, 100]")
-        for key, low, high in (("nbytes", 4, MAX_NBYTES), ("repeats", 1, 100), ("warmup", 0, 100)):
-            v = getattr(self, key)
-            if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
-                raise ValueError(f"{key}={v!r}: an integer in {low}..{high}")
+        check_link_and_run_numbers(self, min_nbytes=4)
         if (
             not self.algorithms
             or any(a not in ALGORITHMS for a in self.algorithms)
@@ -336,10 +327,6 @@ def measure(
                             }
                         )
     return rows
-
-
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def read_registration(folder: Path) -> tuple[CollectivesExperiment, pd.DataFrame]:

@@ -95,14 +95,7 @@ class SharingExperiment:
                 f"devices={list(devices)}: 2..{MAX_DEVICES} distinct ids of case "
                 f"{self.case}'s 0..{n - 1}"
             )
-        for key in ("bandwidth_scale", "delay_scale", "egress_cap_gbps"):
-            v = getattr(self, key)
-            if not _is_number(v) or not 0 < v <= 100:
-                raise ValueError(f"{key}={v!r}: a finite number in (0, 100]")
-        for key, low, high in (("nbytes", 1, MAX_NBYTES), ("repeats", 1, 100), ("warmup", 0, 100)):
-            v = getattr(self, key)
-            if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
-                raise ValueError(f"{key}={v!r}: an integer in {low}..{high}")
+        check_link_and_run_numbers(self, min_nbytes=1)
         if not self.models or any(m not in LINK_SHARING for m in self.models):
             raise ValueError(
                 f"models={list(self.models)}: one or more of {', '.join(LINK_SHARING)}"
@@ -223,6 +216,24 @@ def measure(exp: SharingExperiment, *, verify_pairs: int = 3) -> list[dict]:
 
 def _is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def check_link_and_run_numbers(experiment, *, min_nbytes: int) -> None:
+    """ValueError naming the key unless an emulated experiment's link scales and egress cap are
+    finite numbers in (0, 100] and its ``nbytes`` (``min_nbytes``..:data:`MAX_NBYTES`),
+    ``repeats`` (1..100) and ``warmup`` (0..100) are integers in range."""
+    for key in ("bandwidth_scale", "delay_scale", "egress_cap_gbps"):
+        v = getattr(experiment, key)
+        if not _is_number(v) or not 0 < v <= 100:
+            raise ValueError(f"{key}={v!r}: a finite number in (0, 100]")
+    for key, low, high in (
+        ("nbytes", min_nbytes, MAX_NBYTES),
+        ("repeats", 1, 100),
+        ("warmup", 0, 100),
+    ):
+        v = getattr(experiment, key)
+        if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
+            raise ValueError(f"{key}={v!r}: an integer in {low}..{high}")
 
 
 def read_registration(path: Path) -> tuple[dict, SharingExperiment]:
