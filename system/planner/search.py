@@ -375,6 +375,11 @@ class Planner:
 
     def _simulate_entry(self, entry: tuple) -> Candidate:
         _, _, name, stages, mbs, sch, rc, layers, rounds = entry
+        return self._simulate_layout(name, stages, mbs, sch, rc, layers, rounds)
+
+    def _simulate_layout(self, name, stages, mbs, sch, rc, layers, rounds) -> Candidate:
+        """``stages`` under one configuration: its stage times, price and usable memory, then
+        the simulator (no memory check)."""
         fwd, bwd, opt = self.stage_times(stages, layers, mbs, rc)
         price = float(self.usd_per_s[stages].sum())
         usable = self.usable[stages].min(axis=1)
@@ -429,23 +434,7 @@ class Planner:
             raise ValueError(f"plan: rounds={rounds} must divide the {m} micro-batches")
         usable = self.usable[stages].min(axis=1)
         in_flight = [min(pp - s, m) for s in range(pp)] if sch == "1f1b" else [m // rounds] * pp
-        fwd, bwd, opt = self.stage_times(stages, layers, mbs, rc)
-        price = float(self.usd_per_s[stages].sum())
-        c = self._simulate(
-            name,
-            stages,
-            self._sub(stages),
-            layers,
-            mbs,
-            sch,
-            rc,
-            rounds,
-            fwd,
-            bwd,
-            opt,
-            price,
-            usable,
-        )
+        c = self._simulate_layout(name, stages, mbs, sch, rc, layers, rounds)
         if self.fits(layers, usable, in_flight, mbs, rc) is None:
             c.iter_time_s, c.cost_usd = math.inf, math.nan
         return c
