@@ -270,6 +270,19 @@ _QUALITY = {  # mode=quality: time to a target loss (repro/studies/quality.py)
     "corpus_text_sha256": "str",
     "corpus_tokens": "int",
     "corpus_vocab_size": "int",
+    # mode=quality_curves (repro/studies/quality_curves): runs trained in one process
+    "phase": "str",  # tune (validation split) or score (test split)
+    "eval_split": "str",
+    "eval_every": "int",
+    "eval_sequences": "int",
+    "hparams": "str",  # the method's RunSpec options, JSON
+    "spec_sha256": "str",  # digest of the whole RunSpec trained
+    "seq_length": "int",
+    "iters": "int",
+    "train_loss": "json",  # mean training loss per iteration
+    "eval_iters": "json",  # iterations done at each held-out evaluation
+    "eval_loss": "json",  # held-out loss there
+    "dp_bytes_total": "int",  # bytes every replica's exchanges sent over the run
 }
 COLUMNS: dict[str, str] = {
     **_IDENTITY,

@@ -57,6 +57,7 @@ from repro.config.studies import (
     ScoreConfig,
     SensitivityConfig,
 )
+from repro.studies.quality_curves import config as _quality_curves  # noqa: F401
 
 __all__ = [
     "MODES",

@@ -208,6 +208,26 @@ class CorpusData:
 
         return torch.from_numpy(self._windows[1].copy())
 
+    def heldout(self, split: str, count: int):
+        """``count`` held-out sequences of one half of the held-out windows, (count,
+        seq_length + 1) LongTensor: ``validation`` takes the even-numbered held-out windows,
+        ``test`` the odd-numbered ones (evenly spaced within the half), so hyperparameters chosen
+        on one half are scored on the other."""
+        import torch
+
+        if split not in ("validation", "test"):
+            raise ValueError(f"CorpusData.heldout: split {split!r} is not validation or test")
+        ids = _tokens()[1]
+        n = self.seq_length + 1
+        win = ids[: ids.size // n * n].reshape(-1, n)
+        hold = win[np.arange(len(win)) % HOLDOUT_EVERY == HOLDOUT_EVERY - 1]
+        half = hold[0::2] if split == "validation" else hold[1::2]
+        if not 1 <= count <= len(half):
+            raise ValueError(
+                f"CorpusData.heldout: count={count} must be in 1..{len(half)} ({split} windows)"
+            )
+        return torch.from_numpy(half[np.linspace(0, len(half) - 1, count).astype(int)].copy())
+
     def epoch_of(self, i: int) -> float:
         """Epochs completed at the start of global batch ``i``."""
         return i * self.global_batch_size / self.num_train

@@ -17,6 +17,7 @@ gathers them, and :meth:`RunSpec.validate` refuses a bad value before any proces
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
@@ -49,6 +50,7 @@ LAYOUTS = ("identity", "random")
 SCHEDULES = ("gpipe",)
 RECOMPUTE_MODES = {"none": False, "full": True}  # recomputation -> RunSpec.checkpointing
 OPTIMIZERS = ("adamw", "sgd")
+LR_SCHEDULES = ("constant", "cosine")
 MAX_LR = 10.0  # far above any rate AdamW or SGD trains a transformer with
 
 
@@ -170,6 +172,12 @@ class RunSpec(SpecBase):
     # on emulated WAN links the second iteration is still up to 30% slow with 8 ranks)
     warmup_iters: int = 1
     optimizer: str = "adamw"  # adamw | sgd
+    # the learning rate over iterations (:meth:`RunSpec.lr_factor`): "constant", or "cosine" —
+    # a linear warm-up over ``lr_warmup_iters`` iterations, then a cosine decay to
+    # ``lr_min_ratio`` × ``lr`` at the last iteration (the GPT-3 recipe, Brown et al. 2020 §B)
+    lr_schedule: str = "constant"
+    lr_warmup_iters: int = 0
+    lr_min_ratio: float = 0.1
     stages: list[list[int]] | None = None  # assignment table; None = from layout
     layout: str = "identity"  # identity | random (used when stages is None)
     dp_mode: str = "sharded_ps"  # sharded_ps | allreduce
@@ -250,6 +258,17 @@ class RunSpec(SpecBase):
             ),
         )
 
+    def lr_factor(self, step: int) -> float:
+        """The learning rate of iteration ``step`` (0-based) as a multiple of ``lr``."""
+        if self.lr_schedule == "constant":
+            return 1.0
+        if step < self.lr_warmup_iters:
+            return (step + 1) / self.lr_warmup_iters
+        span = max(1, self.iters - 1 - self.lr_warmup_iters)
+        frac = min(1.0, (step - self.lr_warmup_iters) / span)
+        low = self.lr_min_ratio
+        return low + (1.0 - low) * 0.5 * (1.0 + math.cos(math.pi * frac))
+
     def resolved(self) -> RunSpec:
         """The same spec with ``stages`` filled in from ``layout`` (what workers receive)."""
         return replace(self, stages=self.assignment().stages.tolist())
@@ -270,6 +289,17 @@ class RunSpec(SpecBase):
         modes = tuple(dict.fromkeys(DP_MODES + COMPRESSED_DP_MODES))
         if self.dp_mode not in modes:
             raise ValueError(f"RunSpec: dp_mode {self.dp_mode!r} is not one of {modes}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(
+                f"RunSpec: lr_schedule {self.lr_schedule!r} is not one of {LR_SCHEDULES}"
+            )
+        if not 0 <= self.lr_warmup_iters < self.iters:
+            raise ValueError(
+                f"RunSpec: lr_warmup_iters must be in 0..iters-1 ({self.iters - 1}), "
+                f"got {self.lr_warmup_iters}"
+            )
+        if not 0 <= self.lr_min_ratio <= 1:
+            raise ValueError(f"RunSpec: lr_min_ratio must be in [0, 1], got {self.lr_min_ratio}")
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"RunSpec: optimizer {self.optimizer!r} is not one of {OPTIMIZERS}")
         if self.amp and self.device != "cuda":

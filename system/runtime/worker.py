@@ -170,6 +170,7 @@ def _train(spec: RunSpec, rank: int, world: int, device: torch.device) -> dict |
         opt = torch.optim.AdamW(stage.parameters(), lr=spec.lr, weight_decay=0.0)
     else:
         opt = torch.optim.SGD(stage.parameters(), lr=spec.lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, spec.lr_factor)
     data = make_data(spec)
     tl = Timeline(rank, use_cuda_events=device.type == "cuda", keep_events=bool(spec.trace_path))
     comm = P2P(device, tl)
@@ -253,6 +254,7 @@ def _train(spec: RunSpec, rank: int, world: int, device: torch.device) -> dict |
                 ok = flag.item() == 0.0
             if ok:
                 opt.step()
+            sched.step()
         if diloco is not None and exchanges:
             diloco.outer_step(lambda it=it: exchange.sync(it, tl))
         if device.type == "cuda":
