@@ -166,7 +166,7 @@ class _Replica:
                 h = st(h)
             loss = lm_loss(h, y)
             (loss / divisor).backward()
-            total += float(loss)
+            total += float(loss.detach())
         return total
 
     @torch.no_grad()

@@ -42,7 +42,8 @@ def bootstrap_median_ci(
     rng = np.random.default_rng(seed)
     meds = np.median(x[rng.integers(0, x.size, size=(resamples, x.size))], axis=1)
     a = (1 - level) / 2
-    return float(np.median(x)), float(np.quantile(meds, a)), float(np.quantile(meds, 1 - a))
+    low, high = np.quantile(meds, [a, 1 - a], method="inverted_cdf")
+    return float(np.median(x)), float(low), float(high)
 
 
 def verdict(low: float, high: float) -> str:
