@@ -283,6 +283,11 @@ _QUALITY = {  # mode=quality: time to a target loss (repro/studies/quality.py)
     "eval_iters": "json",  # iterations done at each held-out evaluation
     "eval_loss": "json",  # held-out loss there
     "dp_bytes_total": "int",  # bytes every replica's exchanges sent over the run
+    # mode=quality_links's end-to-end check (repro/studies/quality_curves/links.py)
+    "check_target_loss": "float",
+    "check_iters_to_target": "int",
+    "check_predicted_s": "float",  # iterations to target x the run's median s/iteration
+    "check_measured_s": "float",  # the emulated run's clock when it reached the target
 }
 COLUMNS: dict[str, str] = {
     **_IDENTITY,

@@ -138,10 +138,30 @@ def known_systems() -> tuple[str, ...]:
     ours on each layout ``mode=emulate`` runs (``ours_<layout>``) and the quality study's."""
     from repro.config.modes import EmulateLayout
     from repro.config.studies import QUALITY_SYSTEMS
+    from repro.studies.quality_curves.methods import METHODS
     from system.results import SIMULATED_SYSTEMS, TRAINED_SYSTEMS
 
     emulated = [f"ours_{layout}" for layout in EmulateLayout if layout != EmulateLayout.scheduled]
-    return tuple(dict.fromkeys((*SIMULATED_SYSTEMS, *TRAINED_SYSTEMS, *emulated, *QUALITY_SYSTEMS)))
+    return tuple(
+        dict.fromkeys((*SIMULATED_SYSTEMS, *TRAINED_SYSTEMS, *emulated, *QUALITY_SYSTEMS, *METHODS))
+    )
+
+
+# modes whose rows measure no time per iteration (loss curves trained without links)
+UNTIMED_MODES = ("quality_curves",)
+# modes whose study has a report of its own ("module:function" taking the results folder)
+OWN_REPORTS = {
+    "quality_curves": "repro.studies.quality_curves.report:build_report",
+    "quality_links": "repro.studies.quality_curves.report:build_report",
+}
+
+
+def _own_report(rows: pd.DataFrame) -> str | None:
+    """The report of the study when every row is of modes sharing one report of their own."""
+    if rows.empty or "mode" not in rows:
+        return None
+    found = {OWN_REPORTS.get(str(m)) for m in rows["mode"].dropna().unique()}
+    return found.pop() if len(found) == 1 and None not in found else None
 
 
 def check_rows(rows: pd.DataFrame, folder: str | Path) -> None:
@@ -163,8 +183,9 @@ def check_rows(rows: pd.DataFrame, folder: str | Path) -> None:
             f"writes: edited by hand? fix or remove them (known: {', '.join(known)})"
         )
     ok = rows["status"].fillna("ok").eq("ok") if "status" in rows else pd.Series(True, rows.index)
+    timed = ~rows["mode"].isin(UNTIMED_MODES) if "mode" in rows else pd.Series(True, rows.index)
     for column, bad in (
-        ("iter_time_s", lambda v: ~(v.gt(0) & v.lt(float("inf")))),
+        ("iter_time_s", lambda v: timed & ~(v.gt(0) & v.lt(float("inf")))),
         ("pflops", lambda v: v.notna() & ~(v.ge(0) & v.lt(float("inf")))),
     ):
         if column not in rows:
@@ -208,6 +229,19 @@ def build_report(
         raise FileNotFoundError(f"results_dir {d} does not exist")
     rows = _python_strings(read_rows(d))
     check_rows(rows, d)
+    own = _own_report(rows)
+    if own is not None:  # a study whose rows have their own report (the paper's does not fit)
+        from importlib import import_module
+
+        module, func = own.split(":")
+        report = getattr(import_module(module), func)(d)
+        return ReportPaths(
+            report=report,
+            variance=d / "variance.csv",
+            claims=d / "claims.csv",
+            best=d / "best.csv",
+            figures=(),
+        )
     every = rows  # the claims and the summary: every link-sharing model, each on its own
     rows = headline_rows(rows)  # the tables and Fig. 3: the headline model's rows only
     ablation = read_ablation(ablation_path)

@@ -187,7 +187,4 @@ def run(cfg) -> dict:
         chosen[m] = json.loads(row["hparams"])
     scored = [_task(cfg, m, "score", s, chosen[m]) for m in methods[1:] for s in seeds]
     _execute(cfg, scored)
-    from repro.studies.quality_curves.report import build_report
-
-    report = build_report(cfg.results_dir)
-    return {"chosen": chosen, "job_s": time.monotonic() - t0, "report": str(report)}
+    return {"chosen": chosen, "job_s": time.monotonic() - t0}
