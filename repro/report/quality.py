@@ -1,6 +1,6 @@
 """The quality study's report: time to a target loss per system and case (``mode=quality``).
 
-    results/quality/REPORT.md, quality_summary.csv, quality_loss.png, paper_scale.csv
+    results/quality_emulated/REPORT.md, quality_summary.csv, quality_loss.png, paper_scale.csv
 
 Metric (MLPerf's time-to-train, on a training-loss target). A run is its per-iteration training
 losses — the global-batch mean, on the same batches in the same order for every system of a

@@ -43,6 +43,8 @@ BAD = {
     "sailor_planner": ({"data_dir": "no/such"}, {}, "data_dir='no/such': lacks profiles_tmp.json"),
     "quality": ({"target_iters": 100}, {}, "target_iters=100 is past iters=64"),
     "plan": ({"max_iter_time_s": 10.0}, {"case": "debug"}, "applies to objective=cost only"),
+    "quality_curves": ({"eval_every": 40}, {}, "eval_every=40 must be a multiple of diloco_h16"),
+    "quality_links": ({"timing_warmup": 12}, {}, "timing_warmup=12 must be below timing_iters"),
 }
 
 

@@ -20,6 +20,7 @@ class QualityCurvesConfig(RunConfig):
     """Loss against tokens of every method, tuned on a validation split, then scored over
     seeds on a test split; trained in one process (the runtime's arithmetic, no links)."""
 
+    study: str = option("quality", "the study's name: results go to results/<study>")
     model: ModelName = option(ModelName.small, "the GPT trained (system/workload.py MODELS)")
     seq_length: int = option(64, "tokens per sequence (characters of the corpus)", ge=2)
     pp: int = option(2, "pipeline stages (the boundary pipe compression acts on)", ge=1)
