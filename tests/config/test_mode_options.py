@@ -69,7 +69,7 @@ def test_emulate_refuses_an_objective_it_would_not_use(tmp_path):
 
 
 def test_one_search_spelling_for_every_mode_that_schedules():
-    from repro.config.modes import SchedulerOptions
+    from repro.config.shared import SchedulerOptions
 
     s = SchedulerOptions(trials=7)
     got = s.search_kwargs("W", trials=300, time_limit_s=60.0)

@@ -78,12 +78,13 @@ def test_the_graph_is_read_from_the_sources():
     g = import_graph()
     assert {m.split(".")[0] for m in g} == set(PACKAGES)
     assert "repro.config.base" in g["repro.config"]
-    assert "repro.modes.baselines" in g["repro.modes.emulate"]  # a function-level import
+    # a function-level import
+    assert "repro.modes.train.baselines" in g["repro.modes.emulate.run"]
     assert "repro.config" in g["repro.run"]
     assert "system.cluster" in g["system.simulator.sharing"]
     assert "system.cases" in g["repro.report.quality"]  # across packages, inside a function
     # importing system.simulator.sharing runs system/simulator/__init__.py first
-    assert {"system.simulator.sharing", "system.simulator"} <= g["repro.modes.simulate"]
+    assert {"system.simulator.sharing", "system.simulator"} <= g["repro.modes.simulate.run"]
     # ... but not for a module inside that package, which it is already importing
     assert "system.simulator" not in g["system.simulator.ours"]
     assert "system.simulator.replay" in g["baselines.megatron.schedule"]
