@@ -110,7 +110,7 @@ def test_bad_input_raises_and_writes_nothing(tmp_path, override, match):
 
 
 def test_default_layout_is_one_function():
-    """Every mode and study that needs a layout takes :func:`repro.config.default_layout`:
+    """Every mode and study that needs a layout takes :func:`repro.config.shared.default_layout`:
     the divisor nearest the square root as pp, so the paper's layer counts divide."""
     assert default_layout(64) == (8, 8) and default_layout(8) == (2, 4)
     assert default_layout(32) == (4, 8) and default_layout(128) == (8, 16)

@@ -27,7 +27,7 @@ forces a choice (GPipe keeps a whole pass's micro-batches: as many accumulation 
 8. ``flag``: + ours' fp16 finite-flag all-reduce over all ranks (its loss scaling);
 9. ``full_recompute``: full activation recomputation (ours' runtime default), passes re-derived;
 10. ``micro_batch``: the paper's micro-batch size, passes re-derived;
-11. ``ours_shape``: the paper's pp × dp (:func:`repro.config.default_layout`), on the best of
+11. ``ours_shape``: the paper's pp × dp (:func:`repro.config.shared.default_layout`), on the best of
     the baselines' topology-aware rank maps for that shape, each simulated — the paper's
     configuration on a heuristic layout;
 12. ``ours``: the scheduler's layout — our system as the paper ran it (``mode=simulate``'s

@@ -15,7 +15,7 @@ folder's parent), its all-reduces by ``dp_collective``'s algorithm. Writes into 
   warnings, constants) and ``predicted_vs_measured.png``.
 
 Every input is checked with the config, before any prediction runs or any folder is made
-(:class:`repro.config.studies.ExternalConfig` calls :func:`system.external.sailor.check.
+(:class:`repro.studies.external.config.ExternalConfig` calls :func:`system.external.sailor.check.
 check_inputs`: one line naming the file and what is wrong, exit 2), and the files are written as
 one set (:func:`system.results.write_set`): a reader sees the previous run's files or this
 run's, never a mix, and a failing run leaves the previous set as it was.
