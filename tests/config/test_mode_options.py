@@ -43,6 +43,7 @@ BAD = {
     "sailor_planner": ({"data_dir": "no/such"}, {}, "data_dir='no/such': lacks profiles_tmp.json"),
     "quality": ({"target_iters": 100}, {}, "target_iters=100 is past iters=64"),
     "plan": ({"max_iter_time_s": 10.0}, {"case": "debug"}, "applies to objective=cost only"),
+    "link_sharing": ({"step": "verdict"}, {}, "predictions.json"),
 }
 
 

@@ -519,8 +519,9 @@ TC_SCRIPTS = [
     *[
         Probe(
             f"link-sharing experiment: {what}",
-            [_emu("sharing", step, f"R/{folder}")],
+            [_r("mode=link_sharing", f"step={step}", f"results_dir=R/{folder}")],
             netns=step == "measure",
+            old_steps=[_emu("sharing", step, f"R/{folder}")],
         )
         for what, step, folder in (
             ("measure a registration of 10^9 repeats", "measure", "sharing_repeats"),

@@ -1,12 +1,14 @@
 """The link-sharing experiment's registration and verdict (no root: the measurement itself runs
-under ``python -m system.emulation sharing measure``)."""
+under ``python repro/run.py mode=link_sharing step=measure``)."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from system.emulation.sharing_check import RUNS, SharingExperiment, predict, verdict
+from repro.config import ConfigError, validate
+from repro.run import run as run_job
+from repro.studies.link_sharing.experiment import RUNS, SharingExperiment, predict, verdict
 
 
 def test_predictions_separate_the_models_and_the_verdict_names_the_right_one():
@@ -33,10 +35,11 @@ def test_predictions_separate_the_models_and_the_verdict_names_the_right_one():
     assert table.loc[("ring", True), "err_nic"] == pytest.approx(0.0)
 
 
-def _main(*argv: str) -> int:
-    from system.emulation.__main__ import main
-
-    return main(list(argv))
+def _step(step: str, folder) -> str:
+    """The one error line ``mode=link_sharing step=STEP results_dir=FOLDER`` stops with."""
+    with pytest.raises(ConfigError) as e:
+        validate({"mode": "link_sharing", "step": step, "results_dir": str(folder)})
+    return str(e.value)
 
 
 # a registration as a user could edit it: (what is changed, what the error line says)
@@ -60,13 +63,13 @@ BAD_REGISTRATIONS = [
 
 @pytest.mark.parametrize("change,message", BAD_REGISTRATIONS, ids=[m for _, m in BAD_REGISTRATIONS])
 def test_a_bad_registration_is_one_line_naming_it_before_any_emulation(
-    tmp_path, capsys, monkeypatch, change, message
+    tmp_path, monkeypatch, change, message
 ):
-    """``sharing measure`` and ``verdict`` read the registration a user may have edited; each
+    """``step=measure`` and ``step=verdict`` read the registration a user may have edited; each
     bad one is one line (exit 2), not a traceback or a run of a billion repeats."""
     import json
 
-    from system.emulation import sharing_check
+    from repro.studies.link_sharing import experiment
 
     reg = predict(SharingExperiment())
     if isinstance(change, str):
@@ -78,10 +81,9 @@ def test_a_bad_registration_is_one_line_naming_it_before_any_emulation(
         text = json.dumps(reg)
     (tmp_path / "predictions.json").write_text(text)
     called = []
-    monkeypatch.setattr(sharing_check, "measure", lambda *a, **k: called.append(1) or [])
+    monkeypatch.setattr(experiment, "measure", lambda *a, **k: called.append(1) or [])
     for step in ("measure", "verdict"):
-        assert _main("sharing", step, str(tmp_path)) == 2
-        err = capsys.readouterr().err.strip()
+        err = _step(step, tmp_path)
         assert message in err and len(err.splitlines()) == 1, err
         assert "predictions.json" in err
     assert called == []
@@ -95,17 +97,36 @@ def test_a_bad_registration_is_one_line_naming_it_before_any_emulation(
         ("exchange,capped,measured_s\n", "measured_s: no rows"),
     ],
 )
-def test_bad_measured_rows_are_one_line_naming_the_file(tmp_path, capsys, text, message):
+def test_bad_measured_rows_are_one_line_naming_the_file(tmp_path, text, message):
     import json
 
     (tmp_path / "predictions.json").write_text(json.dumps(predict(SharingExperiment())))
     (tmp_path / "measured.csv").write_text(text)
-    assert _main("sharing", "verdict", str(tmp_path)) == 2
-    err = capsys.readouterr().err.strip()
+    err = _step("verdict", tmp_path)
     assert message in err and "measured.csv" in err and len(err.splitlines()) == 1, err
 
 
-def test_a_missing_folder_is_one_line(tmp_path, capsys):
-    assert _main("sharing", "verdict", str(tmp_path / "none")) == 2
-    err = capsys.readouterr().err.strip()
+def test_a_missing_folder_is_one_line(tmp_path):
+    err = _step("verdict", tmp_path / "none")
     assert "predictions.json" in err and len(err.splitlines()) == 1, err
+
+
+def test_register_then_verdict_through_the_mode(tmp_path, monkeypatch):
+    """The steps as ``python repro/run.py mode=link_sharing`` runs them: the registration it
+    writes is the one :func:`predict` makes, and the verdict scores rows measured at pair's
+    (uncapped) and nic's (capped) predictions."""
+    import json
+
+    run_job({"mode": "link_sharing", "step": "register", "results_dir": str(tmp_path)})
+    reg = json.loads((tmp_path / "predictions.json").read_text())
+    assert reg["predictions"] == predict(SharingExperiment())["predictions"]
+    p = pd.DataFrame(reg["predictions"]).set_index(["exchange", "capped", "model"]).predicted_s
+    rows = [
+        {"exchange": ex, "capped": capped, "measured_s": p[ex, capped, "nic" if capped else "pair"]}
+        for ex, capped in RUNS
+    ]
+    pd.DataFrame(rows).to_csv(tmp_path / "measured.csv", index=False)
+    run_job({"mode": "link_sharing", "step": "verdict", "results_dir": str(tmp_path)})
+    table = pd.read_csv(tmp_path / "verdict.csv").set_index(["exchange", "capped"])
+    assert table.loc[("sharded_ps", True), "closest"] == "nic"
+    assert (tmp_path / "verdict.md").read_text().startswith("| exchange")

@@ -22,16 +22,16 @@ one connection per pair (one stream: the measured pair figure's 1/16); the other
 A model *predicts* a run when the median of its repeats is within :data:`TOLERANCE` of the
 prediction; the verdict lists, per run, those models and the closest one.
 
-Steps (each a command of ``python -m system.emulation sharing``): ``register DIR`` writes
-``predictions.json`` (commit it before measuring), ``measure DIR`` builds each emulation, checks
-its links and times the runs (root; under the netns and cpu locks), ``verdict DIR`` scores them.
+Steps (``python repro/run.py mode=link_sharing step=STEP results_dir=DIR``, :mod:`.run`):
+``register`` writes ``predictions.json`` (commit it before measuring), ``measure`` builds each
+emulation, checks its links and times the runs (root; under the netns and cpu locks),
+``verdict`` scores them.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 import statistics
 import tempfile
 from dataclasses import asdict, dataclass, field, fields
@@ -41,6 +41,11 @@ import numpy as np
 import pandas as pd
 
 from system.cases import get_case, is_topology_file
+from system.emulation.experiment_limits import (
+    MAX_DEVICES,
+    check_link_and_run_numbers,
+    is_finite_number,
+)
 from system.emulation.plan import EmulationPlan, make_plan
 from system.simulator.comm import GLOO, ring_allreduce_end_s, sharded_ps_p2p_s
 from system.simulator.sharing import LINK_SHARING, with_link_sharing
@@ -60,8 +65,6 @@ __all__ = [
 TOLERANCE = 0.20  # a model predicts a run when |measured / predicted − 1| <= this
 RUNS = (("sharded_ps", False), ("sharded_ps", True), ("ring", False), ("ring", True))
 GLOO_STREAMS = 1  # gloo opens one connection per pair
-MAX_DEVICES = 16  # emulated devices (each a namespace and a rank on this machine)
-MAX_NBYTES = 2**30  # gradient bytes per device (each rank holds a few copies)
 
 
 @dataclass(frozen=True)
@@ -214,28 +217,6 @@ def measure(exp: SharingExperiment, *, verify_pairs: int = 3) -> list[dict]:
     return rows
 
 
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def check_link_and_run_numbers(experiment, *, min_nbytes: int) -> None:
-    """ValueError naming the key unless an emulated experiment's link scales and egress cap are
-    finite numbers in (0, 100] and its ``nbytes`` (``min_nbytes``..:data:`MAX_NBYTES`),
-    ``repeats`` (1..100) and ``warmup`` (0..100) are integers in range."""
-    for key in ("bandwidth_scale", "delay_scale", "egress_cap_gbps"):
-        v = getattr(experiment, key)
-        if not _is_number(v) or not 0 < v <= 100:
-            raise ValueError(f"{key}={v!r}: a finite number in (0, 100]")
-    for key, low, high in (
-        ("nbytes", min_nbytes, MAX_NBYTES),
-        ("repeats", 1, 100),
-        ("warmup", 0, 100),
-    ):
-        v = getattr(experiment, key)
-        if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
-            raise ValueError(f"{key}={v!r}: an integer in {low}..{high}")
-
-
 def read_registration(path: Path) -> tuple[dict, SharingExperiment]:
     """The registration at ``path`` and its experiment; one ValueError naming the file when it
     is not JSON, lacks a part or holds a value out of range."""
@@ -243,7 +224,7 @@ def read_registration(path: Path) -> tuple[dict, SharingExperiment]:
         reg = json.loads(Path(path).read_text())
         exp = SharingExperiment.from_registration(reg)
         tol = reg.get("tolerance")
-        if not _is_number(tol) or not 0 < tol <= 1:
+        if not is_finite_number(tol) or not 0 < tol <= 1:
             raise ValueError(f"tolerance={tol!r}: a number in (0, 1]")
         rows = reg.get("predictions")
         keys = {"exchange", "capped", "model", "predicted_s"}
@@ -252,7 +233,7 @@ def read_registration(path: Path) -> tuple[dict, SharingExperiment]:
         for r in rows:
             if not isinstance(r, dict) or not keys <= set(r):
                 raise ValueError(f"a prediction without {sorted(keys)}: {str(r)[:80]}")
-            if not _is_number(r["predicted_s"]) or not r["predicted_s"] > 0:
+            if not is_finite_number(r["predicted_s"]) or not r["predicted_s"] > 0:
                 raise ValueError(f"predicted_s={r['predicted_s']!r}: a finite number > 0")
     except ValueError as e:  # a JSONDecodeError is one too
         raise ValueError(f"registration {path}: {e}") from None
