@@ -59,3 +59,30 @@ def test_a_mode_config_imported_first_is_still_stored_for_hydra():
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip().splitlines()[-1] == "True"
+
+
+def _layout_table() -> str:
+    text = (ROOT / "README.md").read_text()
+    start = text.index("## Layout")
+    return text[start : text.index("\n## ", start + 1)]
+
+
+def test_the_readme_layout_names_paths_that_exist_and_every_mode_folder():
+    """The README's layout section matches the tree: every path it names in its first column
+    exists, and every folder of a mode, study or check is named in it."""
+    import re
+
+    table = _layout_table()
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    named = [p for row in rows for p in re.findall(r"`([\w./-]+)`", row.split(" | ")[0])]
+    assert named, "no layout table"
+    missing = [p for p in named if not (ROOT / p).exists()]
+    assert missing == [], f"README layout names paths that do not exist: {missing}"
+    folders = [
+        p
+        for parent in ("modes", "studies", "checks")
+        for p in sorted((ROOT / "repro" / parent).iterdir())
+        if p.is_dir() and (p / "__init__.py").is_file()
+    ]
+    unnamed = [f"{p.parent.name}/{p.name}" for p in folders if f"`{p.name}/`" not in table]
+    assert unnamed == [], f"mode folders the README's layout does not name: {unnamed}"
