@@ -33,6 +33,7 @@ __all__ = [
     "TrainedSystem",
     "LinkSharing",
     "Backend",
+    "EmulateLayout",
     "default_layout",
     "fill_layout",
     "check_layout",
@@ -57,6 +58,8 @@ Objective = choice("Objective", OBJECTIVES, module=__name__)
 TrainedSystem = choice("TrainedSystem", TRAINED_SYSTEMS, module=__name__)
 LinkSharing = choice("LinkSharing", LINK_SHARING, module=__name__)
 Backend = choice("Backend", BACKENDS, module=__name__)
+# the layouts mode=emulate runs ours on (a row's system is ours_<layout>, read by the reports)
+EmulateLayout = choice("EmulateLayout", ("scheduled", "random", "identity"), module=__name__)
 
 
 def default_layout(num_devices: int) -> tuple[int, int]:

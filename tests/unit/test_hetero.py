@@ -87,8 +87,8 @@ def test_iteration_time_objective_separates_fast_and_slow_gpus():
 
 
 def test_stage_compute_runs_each_stage_at_its_slowest_gpu():
-    from repro.checks.bench.hetero import stage_compute_for
     from system.assignment import Assignment
+    from system.simulator.hardware import stage_compute_for
 
     c = get_case("mixed").subset([0, 16, 32, 48])  # A100, V100, T4, L4
     work = Workload(model=MODELS["gpt3_xl"], global_batch_size=8)

@@ -17,49 +17,21 @@ with per-stage compute times from the slowest GPU of each stage and the plan's l
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 
 from repro.checks.bench.config import BenchHeteroConfig
 from system.assignment import Assignment
-from system.cluster import Cluster
-from system.cost.iteration import ACHIEVABLE, IterationTimeEvaluator
-from system.gpus import get_gpu
+from system.cost.iteration import IterationTimeEvaluator
 from system.results import atomic_write_text
 from system.scheduler import schedule
-from system.simulator import StageCompute, simulate_ours
-from system.simulator.hardware import (
-    ADAM_BYTES_PER_PARAM,
-    layer_forward_flops,
-    logits_forward_flops,
-)
+from system.simulator import simulate_ours
+from system.simulator.hardware import stage_compute_for
 from system.simulator.sharing import with_link_sharing
-from system.workload import Workload, get_workload, tasklet_sizes
+from system.workload import get_workload, tasklet_sizes
 
 log = logging.getLogger(__name__)
-
-
-def stage_compute_for(
-    cluster: Cluster, a: Assignment, work: Workload, layers: Sequence[int]
-) -> StageCompute:
-    """Per-stage micro-batch times: each stage at its slowest GPU, ``layers[s]`` layers."""
-    m = work.model
-    speed = cluster.peak_flops() * ACHIEVABLE
-    f_layer = layer_forward_flops(m, work.micro_batch_size)
-    f_logit = logits_forward_flops(m, work.micro_batch_size)
-    fwd, bwd, opt = [], [], []
-    for s in range(a.pp):
-        devs = a.group(s)
-        v = float(speed[devs].min())
-        hbm = min(get_gpu(cluster.gpus[d]).hbm_bandwidth_bps for d in devs)
-        f = layers[s] * f_layer + (f_logit if s == a.pp - 1 else 0.0)
-        b = 3.0 * layers[s] * f_layer + (2.0 * f_logit if s == a.pp - 1 else 0.0)
-        fwd.append(f / v)
-        bwd.append(b / v)
-        opt.append(8.0 * ADAM_BYTES_PER_PARAM * layers[s] * m.params_per_layer / hbm)
-    return StageCompute(fwd_s=tuple(fwd), bwd_s=tuple(bwd), opt_s=tuple(opt))
 
 
 def _even(num_layers: int, pp: int) -> list[int]:

@@ -11,6 +11,7 @@ from repro.config.options import ConfigError, choice, group, option
 from repro.config.shared import (
     Backend,
     CaseOptions,
+    EmulateLayout,
     LayoutOptions,
     LocalRunOptions,
     ModelName,
@@ -25,9 +26,8 @@ from repro.config.shared import (
 )
 from system.emulation.verify import ON_FAIL
 
-__all__ = ["EmulateConfig", "EmulateLayout"]
+__all__ = ["EmulateConfig"]
 
-EmulateLayout = choice("EmulateLayout", ("scheduled", "random", "identity"), module=__name__)
 OnFail = choice("OnFail", ON_FAIL, module=__name__)
 
 

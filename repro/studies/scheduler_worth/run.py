@@ -114,9 +114,9 @@ def _simulate(s: Setting, a: Assignment, w: Workload, sharing: str) -> SimResult
     cluster = with_link_sharing(s.cluster, sharing)
     compute = None
     if s.kind == "mixed":  # each stage at its slowest GPU, layers split by stage speed
-        from repro.checks.bench.hetero import stage_compute_for
         from system.cost.iteration import IterationTimeEvaluator
         from system.scheduler.api import layers_in_stage_order
+        from system.simulator.hardware import stage_compute_for
 
         sizes = tasklet_sizes(w, s.pp, s.dp)
         ev = IterationTimeEvaluator(s.cluster, sizes, pp=s.pp, dp=s.dp, workload=w)
