@@ -8,10 +8,18 @@
 - ``checks/`` — checks of the harness itself: benchmarks, the GPU check, the bad-input probes;
 - ``report/`` — reports rebuilt from a study's stored rows.
 
-A mode is one folder: ``config.py`` (its options, imported by the registry) and ``run.py``.
+A mode is one folder: ``config.py`` (its options) and ``run.py`` (its work). Importing this
+package imports every mode's ``config.py`` and nothing of their work
+(:func:`repro.config.base.discover_modes`), so every mode is registered, and stored with Hydra's
+ConfigStore, before any of them is composed or run; a ``config.py`` imports only
+:mod:`repro.config`, which imports no mode.
 
 Importing ``baselines`` registers the frameworks' pipeline op orders with the simulator's event
 replay, so ``simulate_1f1b_ring(schedule="megatron" | "deepspeed")`` resolves everywhere.
 """
 
 import baselines  # noqa: F401
+from repro.config.base import discover_modes, store_schemas
+
+discover_modes()
+store_schemas()

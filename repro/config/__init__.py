@@ -9,8 +9,9 @@
 
 A mode's own options live beside its code, in the ``config.py`` of its folder
 (``repro/modes/<name>/``, ``repro/studies/<name>/``, ``repro/checks/<name>/``; the reports' in
-``repro/report/config.py``); importing this package imports those files, and only those
-(:func:`~repro.config.base.discover_modes`), so every mode is registered before Hydra composes.
+``repro/report/config.py``). Those files import this package, which imports none of them: the
+``repro`` package's ``__init__`` imports them (:func:`~repro.config.base.discover_modes`), so
+importing anything of ``repro`` registers every mode before Hydra composes.
 """
 
 from repro.config.base import (
@@ -49,6 +50,3 @@ __all__ = [
     "store_schemas",
     "validate",
 ]
-
-discover_modes()
-store_schemas()

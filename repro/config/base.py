@@ -379,8 +379,9 @@ MODE_CONFIGS = (
 
 
 def discover_modes() -> None:
-    """Import every mode's ``config.py`` (:data:`MODE_CONFIGS`), each registering its modes; the
-    modes' run code is imported only when a mode runs (:meth:`ModeSpec.function`)."""
+    """Import every mode's ``config.py`` (:data:`MODE_CONFIGS`), each registering its modes
+    (called once, by ``repro/__init__.py``); the modes' run code is imported only when a mode
+    runs (:meth:`ModeSpec.function`)."""
     root = Path(__file__).resolve().parents[1]
     found = [p for pattern in MODE_CONFIGS for p in sorted(root.glob(pattern))]
     legacy = root / "config" / "studies.py"  # options not yet beside their study
@@ -453,8 +454,7 @@ _STORED = False  # store_schemas ran: a mode registered later is stored as it re
 def store_schemas() -> None:
     """Register the shared schema (``config_schema``) and every mode (group ``mode``) with
     Hydra's ConfigStore, as :class:`_SchemaNode`; ``conf/config.yaml`` composes them. A mode
-    registered afterwards (its ``config.py`` imported first, which imports this package) is
-    stored when it registers."""
+    registered afterwards (a test's, or one made at run time) is stored when it registers."""
     global _STORED
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=RunConfig)
