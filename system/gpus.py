@@ -20,7 +20,7 @@ sparsity) and on-board memory:
 ``fp32_flops`` is the plain FP32 (CUDA-core, no tensor core) peak from the same sources: V100
 15.7, A100 19.5, T4 8.1, L4 30.3, GH200 67, RTX 3090 35.6, RTX 2080 10.1, TITAN RTX 16.3 TFLOPS.
 It is what an FP32 training run can reach on GPUs without TF32 (the V100 and the Turing cards);
-:mod:`system.external.sailor.precision` uses it to tell measured FP32 from FP16 profiles.
+:mod:`repro.studies.external.precision` uses it to tell measured FP32 from FP16 profiles.
 
 Every compute time in this repository derives from ``peak_flops`` times one achievable fraction
 shared by all types (the V100 calibration of :mod:`system.simulator.hardware`), so only the

@@ -41,8 +41,8 @@ def tmpfs(tmp_path):
     (a full disk, a read-only folder), unmounted after it; skips without root."""
     import contextlib
 
-    from repro.studies.probe_runs import NotRun
-    from repro.studies.probe_runs import tmpfs as mount
+    from repro.checks.probe_inputs.probe_runs import NotRun
+    from repro.checks.probe_inputs.probe_runs import tmpfs as mount
 
     with contextlib.ExitStack() as stack:
 

@@ -1,15 +1,19 @@
-"""The typed configuration of ``repro/run.py``: one dataclass per mode, checked before any work.
+"""The typed configuration of ``repro/run.py``: the shared option machinery and the mode registry.
 
 - :mod:`~repro.config.options`: how an option is declared (:func:`option`: type, default,
   help, range) and checked (:class:`Options`);
 - :mod:`~repro.config.base`: the keys every mode shares (:class:`RunConfig`), the mode
   registry (:func:`register_mode`, :data:`MODES`) and :func:`validate`;
-- :mod:`~repro.config.modes`: the modes that run a model (simulate, schedule, train, emulate);
-- :mod:`~repro.config.studies`: the studies, benchmarks and validation steps;
-- :mod:`~repro.config.reports`: the reports.
+- :mod:`~repro.config.shared`: option blocks several modes take (case, model, layout, the
+  scheduler's search, local runs) and the enums of their values.
+
+A mode's own options live beside its code, in the ``config.py`` of its folder
+(``repro/modes/<name>/``, ``repro/studies/<name>/``, ``repro/checks/<name>/``; the reports' in
+``repro/report/config.py``). Those files import this package, which imports none of them: the
+``repro`` package's ``__init__`` imports them (:func:`~repro.config.base.discover_modes`), so
+importing anything of ``repro`` registers every mode before Hydra composes.
 """
 
-from repro.config import modes, plan, reports, studies  # noqa: F401  (each registers its modes)
 from repro.config.base import (
     MODES,
     LimitsConfig,
@@ -18,46 +22,13 @@ from repro.config.base import (
     as_dict,
     default_of,
     default_results_dir,
+    discover_modes,
     mode_help,
     register_mode,
     store_schemas,
     validate,
 )
-from repro.config.modes import (
-    EmulateConfig,
-    ScheduleConfig,
-    SimulateConfig,
-    TrainConfig,
-    default_layout,
-)
 from repro.config.options import ConfigError, Options, choice, cpu_cores, group, option
-from repro.config.reports import (
-    CollectConfig,
-    CompareBaselinesConfig,
-    EmulationReportConfig,
-    ReportConfig,
-)
-from repro.config.studies import (
-    AttributionConfig,
-    BenchHeteroConfig,
-    BenchRuntimeConfig,
-    BenchSchedulerConfig,
-    BenchStoreConfig,
-    BenchSweepConfig,
-    CalibrateConfig,
-    ExternalConfig,
-    GpuCheckConfig,
-    MeasureConfig,
-    PredictConfig,
-    ProbeInputsConfig,
-    ProfileConfig,
-    ReplanConfig,
-    SchedulerAblationConfig,
-    SchedulerWorthConfig,
-    ScoreConfig,
-    SensitivityConfig,
-)
-from repro.studies.quality_curves import config as _quality_curves  # noqa: F401
 
 __all__ = [
     "MODES",
@@ -69,41 +40,13 @@ __all__ = [
     "as_dict",
     "choice",
     "cpu_cores",
-    "default_layout",
     "default_of",
     "default_results_dir",
+    "discover_modes",
     "group",
     "mode_help",
     "option",
     "register_mode",
     "store_schemas",
     "validate",
-    "SimulateConfig",
-    "ScheduleConfig",
-    "TrainConfig",
-    "EmulateConfig",
-    "AttributionConfig",
-    "SchedulerWorthConfig",
-    "SensitivityConfig",
-    "SchedulerAblationConfig",
-    "ReplanConfig",
-    "BenchSchedulerConfig",
-    "BenchHeteroConfig",
-    "BenchRuntimeConfig",
-    "BenchStoreConfig",
-    "BenchSweepConfig",
-    "GpuCheckConfig",
-    "ProbeInputsConfig",
-    "ProfileConfig",
-    "CalibrateConfig",
-    "PredictConfig",
-    "MeasureConfig",
-    "ScoreConfig",
-    "ExternalConfig",
-    "ReportConfig",
-    "CollectConfig",
-    "EmulationReportConfig",
-    "CompareBaselinesConfig",
 ]
-
-store_schemas()

@@ -62,6 +62,7 @@ __all__ = [
     "store_schemas",
     "default_results_dir",
     "mode_help",
+    "discover_modes",
 ]
 
 Logger = choice("Logger", ("none", "wandb"), module=__name__)
@@ -298,7 +299,7 @@ class RunConfig(Options):
     def check(self) -> None:
         super().check()
         if self.mode not in MODES or not isinstance(self, MODES[self.mode].schema):
-            raise ConfigError(f"mode={self.mode!r}: expected one of {', '.join(MODES)}")
+            raise ConfigError(f"mode={self.mode!r}: expected one of {', '.join(sorted(MODES))}")
         check_study(self.study)
         if self.results_dir is None:
             self.results_dir = default_results_dir(self.study, self.mode)
@@ -336,20 +337,57 @@ class ModeSpec:
 MODES: dict[str, ModeSpec] = {}
 
 
-def register_mode(name: str, runner: str, *, rows: bool = False, prefetch: str | None = None):
+def register_mode(
+    name: str, runner: str | None = None, *, rows: bool = False, prefetch: str | None = None
+):
     """Class decorator, placed below ``@dataclass``: ``name`` is a mode, configured by the class
-    and run by ``runner`` (``"package.module:function"``, the function taking the class);
-    ``rows``: it stores result rows; ``prefetch``: :attr:`ModeSpec.prefetch`."""
+    and run by ``runner`` (``"package.module:function"``, the function taking the class; none:
+    ``run`` of the ``run.py`` beside the class's ``config.py``); ``rows``: it stores result rows;
+    ``prefetch``: :attr:`ModeSpec.prefetch`."""
 
     def wrap(cls):
         if "__dataclass_fields__" in cls.__dict__:
             raise TypeError(f"@register_mode({name!r}) goes below @dataclass")
         cls.__annotations__ = {**cls.__dict__.get("__annotations__", {}), "mode": str}
         cls.mode = dataclasses.field(default=name, metadata={"help": "this mode"})
-        MODES[name] = ModeSpec(name, cls, runner, rows, prefetch)
+        MODES[name] = ModeSpec(name, cls, runner or _beside(cls, name), rows, prefetch)
+        if _STORED:
+            _store_mode(MODES[name])
         return cls
 
     return wrap
+
+
+def _beside(cls: type, name: str) -> str:
+    """``"<package>.run:run"`` for a class defined in ``<package>.config``."""
+    package, _, module = cls.__module__.rpartition(".")
+    if module != "config":
+        raise TypeError(
+            f"@register_mode({name!r}): give the runner (the class is not in a mode's config.py)"
+        )
+    return f"{package}.run:run"
+
+
+# Where the modes' options live, relative to the ``repro`` package: every ``config.py`` of a
+# mode's folder, and the reports' (one file for the modes of ``repro/report``)
+MODE_CONFIGS = (
+    "modes/*/config.py",
+    "report/config.py",
+    "studies/*/config.py",
+    "checks/*/config.py",
+)
+
+
+def discover_modes() -> None:
+    """Import every mode's ``config.py`` (:data:`MODE_CONFIGS`), each registering its modes
+    (called once, by ``repro/__init__.py``); the modes' run code is imported only when a mode
+    runs (:meth:`ModeSpec.function`)."""
+    root = Path(__file__).resolve().parents[1]
+    found = [p for pattern in MODE_CONFIGS for p in sorted(root.glob(pattern))]
+    legacy = root / "config" / "studies.py"  # options not yet beside their study
+    for path in [*found, *([legacy] if legacy.is_file() else [])]:
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        importlib.import_module(".".join(parts))
 
 
 class _SchemaNode(ConfigNode):
@@ -410,17 +448,30 @@ def _unpickled_schema_node(
     return _schema_node(ConfigNode(name, structured, group, package, provider), schema)
 
 
+_STORED = False  # store_schemas ran: a mode registered later is stored as it registers
+
+
 def store_schemas() -> None:
     """Register the shared schema (``config_schema``) and every mode (group ``mode``) with
-    Hydra's ConfigStore, as :class:`_SchemaNode`; ``conf/config.yaml`` composes them."""
+    Hydra's ConfigStore, as :class:`_SchemaNode`; ``conf/config.yaml`` composes them. A mode
+    registered afterwards (a test's, or one made at run time) is stored when it registers."""
+    global _STORED
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=RunConfig)
-    stored = [(cs.repo, None, "config_schema.yaml", RunConfig)]
+    cs.repo["config_schema.yaml"] = _SCHEMA_NODES[(None, "config_schema.yaml")] = _schema_node(
+        cs.repo["config_schema.yaml"], RunConfig
+    )
     for spec in MODES.values():
-        cs.store(group="mode", name=spec.name, node=spec.schema, package="_global_")
-        stored.append((cs.repo["mode"], "mode", f"{spec.name}.yaml", spec.schema))
-    for folder, group_name, name, schema in stored:
-        folder[name] = _SCHEMA_NODES[(group_name, name)] = _schema_node(folder[name], schema)
+        _store_mode(spec)
+    _STORED = True
+
+
+def _store_mode(spec: ModeSpec) -> None:
+    cs = ConfigStore.instance()
+    cs.store(group="mode", name=spec.name, node=spec.schema, package="_global_")
+    name = f"{spec.name}.yaml"
+    folder = cs.repo["mode"]
+    folder[name] = _SCHEMA_NODES[("mode", name)] = _schema_node(folder[name], spec.schema)
 
 
 # ---- building the typed config -----------------------------------------------------------------
@@ -453,7 +504,7 @@ def validate(cfg: DictConfig | dict | RunConfig) -> RunConfig:
     raw = _plain(cfg)
     mode = raw.setdefault("mode", "simulate")
     if mode not in MODES:
-        raise ConfigError(f"mode={mode!r}: expected one of {', '.join(MODES)}")
+        raise ConfigError(f"mode={mode!r}: expected one of {', '.join(sorted(MODES))}")
     try:
         return OmegaConf.to_object(OmegaConf.merge(_structured(MODES[mode].schema), raw))
     except ConfigError:
@@ -512,7 +563,12 @@ def _options(cls: type, prefix: str = "") -> list[tuple[str, str, str, str]]:
     return out
 
 
-SECTIONS = (("repro.modes", "Modes"), ("repro.studies", "Studies"), ("repro.report", "Reports"))
+SECTIONS = (
+    ("repro.modes", "Modes"),
+    ("repro.studies", "Studies"),
+    ("repro.checks", "Checks of the harness"),
+    ("repro.report", "Reports"),
+)
 
 
 def mode_help(mode: str) -> str:
@@ -528,7 +584,7 @@ def mode_help(mode: str) -> str:
         lines += ["", f"{title} (mode=NAME; python repro/run.py mode=NAME --help: its options):"]
         lines += [
             f"  {n:<{width}}  {s.summary}"
-            for n, s in MODES.items()
+            for n, s in sorted(MODES.items())
             if s.runner.startswith(package + ".")
         ]
     spec = MODES.get(mode)

@@ -1,2 +1,3 @@
-"""The modes that run a model, one module each: ``run(cfg)`` takes the mode's typed config
-(:mod:`repro.config.modes`) and returns a summary dict."""
+"""The modes that run a model, one folder each: ``config.py`` holds the mode's typed options
+(registered with :func:`repro.config.register_mode`), ``run.py`` its ``run(cfg)``, which takes
+them and returns a summary dict."""

@@ -31,7 +31,7 @@ from pathlib import Path
 import pandas as pd
 
 from baselines.placement import Placement
-from repro.config import CompareBaselinesConfig
+from repro.report.config import CompareBaselinesConfig
 from system.results import atomic_write_text, has_stored_rows, read_rows
 
 MATCH = [

@@ -24,8 +24,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from repro.config import CollectConfig, ReportConfig, RunConfig
+from repro.config import RunConfig
 from repro.helper import Helper, take
+from repro.report.config import CollectConfig, ReportConfig
 from repro.report.figures.fig3 import plot_fig3
 from repro.report.figures.fig4 import plot_fig4
 from repro.report.protocols import (
@@ -136,7 +137,7 @@ def ablation_from_rows(rows: pd.DataFrame) -> pd.DataFrame | None:
 def known_systems() -> tuple[str, ...]:
     """Every value of the ``system`` column a mode writes: the simulated and trained systems,
     ours on each layout ``mode=emulate`` runs (``ours_<layout>``) and the quality study's."""
-    from repro.config.modes import EmulateLayout
+    from repro.config.shared import EmulateLayout
     from repro.config.studies import QUALITY_SYSTEMS
     from repro.studies.quality_curves.methods import METHODS
     from system.results import SIMULATED_SYSTEMS, TRAINED_SYSTEMS

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from repro.config import EmulationReportConfig
+from repro.report.config import EmulationReportConfig
 from repro.report.figures import save_figure
 from repro.report.tables import markdown_table
 from system.results import atomic_write_text, read_rows, write_set

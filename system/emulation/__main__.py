@@ -7,9 +7,6 @@
   CUBIC routes, TCP sysctls; :mod:`system.emulation.tcscript`) for a real multi-host cluster.
 - ``check --case debug [--devices 0,2,4,6] [--bandwidth-scale 0.1] [--pairs 6]``: build the
   emulated network, verify sampled links, print the table, tear it down.
-- ``sharing {register,measure,verdict} DIR``: the link-sharing experiment
-  (:mod:`system.emulation.sharing_check`): write ``DIR/predictions.json``; measure the runs into
-  ``DIR/measured.csv`` (root); score them into ``DIR/verdict.{csv,md}``.
 - ``collectives {register,measure,posthoc,verdict} DIR``: the simulator's all-reduce algorithms
   against the runtime's (:mod:`system.emulation.collectives_check`): write ``DIR/predictions.csv``
   for ``DIR/experiment.json`` (the default experiment, written there, when absent; an existing
@@ -117,9 +114,6 @@ def main(argv: list[str] | None = None) -> int:
         else:
             p.add_argument("--pairs", type=_number(1, 10_000, kind=int), default=6)
             p.add_argument("--backend", default="auto")
-    s = sub.add_parser("sharing", help="which link-sharing model predicts emulated exchanges")
-    s.add_argument("step", choices=("register", "measure", "verdict"))
-    s.add_argument("dir", help="folder of predictions.json, measured.csv, verdict.*")
     s = sub.add_parser("collectives", help="the simulator's all-reduces against the runtime's")
     s.add_argument("step", choices=("register", "measure", "posthoc", "verdict"))
     s.add_argument(
@@ -127,8 +121,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     try:
-        if args.cmd == "sharing":
-            return _sharing(args.step, args.dir)
         if args.cmd == "collectives":
             return _collectives(args.step, args.dir)
         if args.cmd == "cleanup":
@@ -170,39 +162,6 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError, RuntimeError) as e:  # a missing or unwritable file too
         print(f"error: {e}", file=sys.stderr)
         return 2
-    return 0
-
-
-def _sharing(step: str, folder: str) -> int:
-    """One step of the link-sharing experiment (module docstring)."""
-    from pathlib import Path
-
-    import pandas as pd
-
-    from system.emulation import sharing_check as sc
-    from system.results import atomic_write_text
-    from system.schema import git_state
-
-    out = Path(folder)
-    reg_path = out / "predictions.json"
-    if step == "register":
-        out.mkdir(parents=True, exist_ok=True)
-        sha, dirty = git_state()
-        reg = {**sc.predict(sc.SharingExperiment()), "git_sha": sha, "git_dirty": dirty}
-        atomic_write_text(reg_path, json.dumps(reg, indent=1) + "\n")
-        print(reg_path)
-        return 0
-    reg, exp = sc.read_registration(reg_path)
-    if step == "measure":
-        sha, dirty = git_state()
-        rows = [{**r, "git_sha": sha, "git_dirty": dirty} for r in sc.measure(exp)]
-        atomic_write_text(out / "measured.csv", pd.DataFrame(rows).to_csv(index=False))
-        print(out / "measured.csv")
-        return 0
-    table = sc.verdict(reg, sc.read_measured(out / "measured.csv"))
-    atomic_write_text(out / "verdict.csv", table.to_csv(index=False, float_format="%.4g"))
-    atomic_write_text(out / "verdict.md", sc.verdict_markdown(table) + "\n")
-    print(sc.verdict_markdown(table))
     return 0
 
 

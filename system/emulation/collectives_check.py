@@ -49,8 +49,8 @@ import numpy as np
 import pandas as pd
 
 from system.cases import get_case, is_topology_file
+from system.emulation.experiment_limits import MAX_DEVICES, check_link_and_run_numbers
 from system.emulation.plan import EmulationPlan, make_plan
-from system.emulation.sharing_check import MAX_DEVICES, check_link_and_run_numbers
 from system.simulator.allreduce import (
     TREE_CHUNK_BYTES,
     allreduce_end_s,

@@ -10,7 +10,7 @@ an efficiency:
   of the FP16 peak. The profiled model whose hidden size is nearest the planned model's is used
   (ties: the larger), at the profiled micro-batch nearest the planned one. A row whose rate does
   not exceed the type's plain FP32 peak was measured without tensor cores (the rule of
-  :mod:`system.external.sailor.precision`) and says nothing about an FP16 run: it is not used;
+  :mod:`repro.studies.external.precision`) and says nothing about an FP16 run: it is not used;
 - ``peak``: the shared achievable fraction of :mod:`system.simulator.hardware` (0.30 of the
   FP16 peak, one value for every type).
 

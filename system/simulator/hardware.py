@@ -19,10 +19,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from system.workload import GPTConfig
+
+if TYPE_CHECKING:
+    from system.assignment import Assignment
+    from system.cluster import Cluster
+    from system.workload import Workload
 
 __all__ = [
     "Hardware",
@@ -31,6 +37,7 @@ __all__ = [
     "layer_forward_flops",
     "logits_forward_flops",
     "stage_compute",
+    "stage_compute_for",
     "ADAM_BYTES_PER_PARAM",
     "hardware_from_profile",
 ]
@@ -175,3 +182,29 @@ def hardware_from_profile(profile: dict, base: Hardware = V100) -> Hardware:
         reserved_bytes=base.reserved_bytes,
         hbm_bandwidth_bps=float(bw) if bw else base.hbm_bandwidth_bps,
     )
+
+
+def stage_compute_for(
+    cluster: Cluster, a: Assignment, work: Workload, layers: Sequence[int]
+) -> StageCompute:
+    """Per-stage micro-batch times of a mixed fleet: each stage at its slowest GPU (peak ×
+    :data:`system.cost.iteration.ACHIEVABLE`, the scheduler's surrogate's speed), ``layers[s]``
+    layers, the logits on the last stage, the optimizer step at the stage's slowest memory."""
+    from system.cost.iteration import ACHIEVABLE
+    from system.gpus import get_gpu
+
+    m = work.model
+    speed = cluster.peak_flops() * ACHIEVABLE
+    f_layer = layer_forward_flops(m, work.micro_batch_size)
+    f_logit = logits_forward_flops(m, work.micro_batch_size)
+    fwd, bwd, opt = [], [], []
+    for s in range(a.pp):
+        devs = a.group(s)
+        v = float(speed[devs].min())
+        hbm = min(get_gpu(cluster.gpus[d]).hbm_bandwidth_bps for d in devs)
+        f = layers[s] * f_layer + (f_logit if s == a.pp - 1 else 0.0)
+        b = 3.0 * layers[s] * f_layer + (2.0 * f_logit if s == a.pp - 1 else 0.0)
+        fwd.append(f / v)
+        bwd.append(b / v)
+        opt.append(8.0 * ADAM_BYTES_PER_PARAM * layers[s] * m.params_per_layer / hbm)
+    return StageCompute(fwd_s=tuple(fwd), bwd_s=tuple(bwd), opt_s=tuple(opt))

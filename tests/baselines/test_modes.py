@@ -1,4 +1,4 @@
-"""repro/modes/baselines.py without processes: config mapping, rows, the emulate path."""
+"""repro/modes/train/baselines.py without processes: config mapping, rows, the emulate path."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def _fake_result(spec, **kw):
 
 
 def _spec(*overrides):
-    from repro.modes.baselines import _base_spec
+    from repro.modes.train.baselines import _base_spec
 
     cfg = _cfg("mode=train", *overrides)
     return _base_spec(cfg, cfg.runtime)
@@ -50,7 +50,7 @@ def test_deepspeed_zero_defaults_follow_the_pipeline():
 
 
 def test_bad_layout_is_one_value_error(tmp_path):
-    from repro.modes.baselines import run_local
+    from repro.modes.train.baselines import run_local
 
     with pytest.raises(ValueError, match="not divisible into pp=3"):
         run_local(
@@ -79,7 +79,7 @@ class FakeEmulation:
 def test_emulate_path_rows_carry_scales_and_prediction(tmp_path, monkeypatch):
     import system.emulation.netns as netns
     from baselines import worker
-    from repro.modes import baselines
+    from repro.modes.train import baselines
 
     monkeypatch.setattr(netns, "Emulation", FakeEmulation)
     monkeypatch.setattr(worker, "calibrated_cpu_hardware", lambda spec: None)  # V100 model
@@ -114,7 +114,8 @@ def test_emulate_mode_dispatches_the_baselines(monkeypatch):
     """``repro/run.py mode=emulate system=megatron|deepspeed`` runs the baseline, not ours."""
     from hydra.errors import ConfigCompositionException
 
-    from repro.modes import baselines, emulate
+    from repro.modes.emulate import run as emulate
+    from repro.modes.train import baselines
 
     seen = []
     monkeypatch.setattr(baselines, "run_emulated", lambda cfg: seen.append(str(cfg.system)) or {})
@@ -135,7 +136,7 @@ def test_emulated_topology_grid_runs_and_predicts_under_one_map(tmp_path, monkey
     import system.emulation.netns as netns
     from baselines import worker as common
     from baselines.grid import BaselineSpec, place_spec, predict_iter_time_s
-    from repro.modes import baselines
+    from repro.modes.train import baselines
     from system.cases import get_case
     from system.emulation.plan import make_plan
     from system.simulator.comm import GLOO

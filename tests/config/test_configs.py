@@ -10,7 +10,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from repro.config import MODES, validate
-from repro.config.modes import SimulatedSystem
+from repro.modes.simulate.config import SimulatedSystem
 from system.cases import CASES
 from system.workload import MODELS
 
@@ -158,7 +158,8 @@ def test_every_command_the_readme_lists_is_one_entry():
 
 def test_every_mode_is_listed_by_help():
     """``python repro/run.py --help`` lists every mode, and a mode's ``--help`` its options."""
-    from repro.config import SimulateConfig, mode_help
+    from repro.config import mode_help
+    from repro.modes.simulate.config import SimulateConfig
 
     text = mode_help("simulate")
     for name in MODES:

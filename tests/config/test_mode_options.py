@@ -45,6 +45,7 @@ BAD = {
     "plan": ({"max_iter_time_s": 10.0}, {"case": "debug"}, "applies to objective=cost only"),
     "quality_curves": ({"eval_every": 40}, {}, "eval_every=40 must be a multiple of diloco_h16"),
     "quality_links": ({"timing_warmup": 12}, {}, "timing_warmup=12 must be below timing_iters"),
+    "link_sharing": ({"step": "verdict"}, {}, "predictions.json"),
 }
 
 
@@ -71,7 +72,7 @@ def test_emulate_refuses_an_objective_it_would_not_use(tmp_path):
 
 
 def test_one_search_spelling_for_every_mode_that_schedules():
-    from repro.config.modes import SchedulerOptions
+    from repro.config.shared import SchedulerOptions
 
     s = SchedulerOptions(trials=7)
     got = s.search_kwargs("W", trials=300, time_limit_s=60.0)

@@ -24,7 +24,7 @@ def test_emulate_mode_writes_measured_and_simulated_rows(tmp_path):
     from hydra import compose, initialize_config_dir
 
     from repro.config import validate
-    from repro.modes.emulate import run
+    from repro.modes.emulate.run import run
     from system.results import read_rows
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from repro.studies.hostile import EMULATE  # 4 devices, a loaded machine only warns
-from repro.studies.leftovers import cmdline, left_after, snapshot, start_job, stop
+from repro.checks.leftovers import cmdline, left_after, snapshot, start_job, stop
+from repro.checks.probe_inputs.hostile import EMULATE  # 4 devices, a loaded machine only warns
 from system.emulation.cleanup import STATE_ROOT
 from system.emulation.shell import netns_list
 from system.lifeline import descendants

@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from repro.studies.leftovers import guard_of
+from repro.checks.leftovers import guard_of
 from system.cases import get_case
 from system.emulation.cleanup import STATE_ROOT
 from system.emulation.netns import Emulation

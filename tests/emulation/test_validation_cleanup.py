@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.studies.leftovers import guard_of
+from repro.checks.leftovers import guard_of
 from repro.studies.validation.predict import predict_setting
 from repro.studies.validation.profile import shape_key
 from repro.studies.validation.settings import Setting

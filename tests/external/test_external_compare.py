@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from repro.run import run
-from system.external.sailor.score import SAILOR_SIMULATOR_S, sailor_on_same_plans
+from repro.studies.external.score import SAILOR_SIMULATOR_S, sailor_on_same_plans
 from tests.external.test_sailor_importers import SHARED, shipped
 
 

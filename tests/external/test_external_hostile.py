@@ -250,7 +250,7 @@ def test_a_second_run_replaces_the_whole_set(tmp_path):
 
 
 def test_a_run_failing_after_its_checks_leaves_the_old_set(tmp_path, monkeypatch):
-    import repro.studies.external as mode
+    import repro.studies.external.run as mode
 
     d = write_data(tmp_path / "d")
     write_plan(d, "clariden/OPT-350/N2/plan_config_N2_D1.json", plan([[0, 1], [2, 3]], 1, real=0.7))

@@ -80,7 +80,7 @@ def test_predict_plans_rows_and_excluded_plan(tmp_path):
 
 
 def test_layer_rates_by_hand(tmp_path):
-    from system.external.sailor.precision import efficiency_by_micro_batch, layer_rates
+    from repro.studies.external.precision import efficiency_by_micro_batch, layer_rates
 
     # tiny model: s 128, h 64 -> one layer forward 24·128·64² + 4·128²·64 = 16,777,216 FLOPs;
     # profiled transformer layers: fwd 0.1 s, bwd 0.2 s -> 3 x 16.78e6 / 0.3 = 1.6777e8 FLOP/s

@@ -6,15 +6,15 @@ from __future__ import annotations
 import pytest
 
 import baselines.deepspeed.schedule  # noqa: F401  (registers the "deepspeed" op order)
-from system.external.sailor.plan import load_plan
-from system.external.sailor.predict import CONFIG_FIELDS, held_out, predict_plans
-from system.external.sailor.report import render_report
-from system.external.sailor.score import (
+from repro.studies.external.report import render_report
+from repro.studies.external.score import (
     errors_frame,
     mape_table,
     predictions_frame,
     profile_rows_table,
 )
+from system.external.sailor.plan import load_plan
+from system.external.sailor.predict import CONFIG_FIELDS, held_out, predict_plans
 from tests.external._tiny import plan, write_data, write_plan
 
 

@@ -9,7 +9,7 @@ import importlib.util
 import pandas as pd
 import pytest
 
-from repro.studies.bench.sweep import run_sweep
+from repro.checks.bench.sweep import run_sweep
 
 pytestmark = [
     pytest.mark.slow,

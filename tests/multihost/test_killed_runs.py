@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.studies.leftovers import cmdline, left_after, snapshot, start_job, stop
+from repro.checks.leftovers import cmdline, left_after, snapshot, start_job, stop
 from system.lifeline import descendants
 
 pytestmark = [pytest.mark.dist]

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from repro.studies.leftovers import listening, socket_inodes
+from repro.checks.leftovers import listening, socket_inodes
 from system.lifeline import descendants
 from system.runtime.launch import launch
 from system.runtime.spec import RunSpec

@@ -205,7 +205,7 @@ def _torchrun_on_hosts(emu, spec_path: Path, log_dir: Path) -> None:
 
 
 def test_pp_across_two_hosts_dp_inside_each(hosts, tmp_path):
-    from repro.modes.emulate import measured_compute
+    from repro.modes.emulate.run import measured_compute
     from system.simulator import simulate_ours
     from system.workload import Workload
 

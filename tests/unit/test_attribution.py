@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from repro.studies.attribution import STEPS, ladder, plot_attribution
+from repro.studies.attribution.run import STEPS, ladder, plot_attribution
 
 
 @pytest.fixture(scope="module")

@@ -239,7 +239,7 @@ def test_interleaved_megatron_in_the_simulator():
 
 
 def test_baseline_rows_record_schedule_and_overlap():
-    from repro.modes.simulate import _row
+    from repro.modes.simulate.run import _row
 
     cluster = get_case("1")
     c = BaselineConfig(

@@ -12,7 +12,7 @@ from repro.config import validate
 
 @pytest.mark.slow  # a whole sweep (sweep=smoke, 10 jobs)
 def test_the_table_splits_each_job_and_names_its_command(tmp_path):
-    from repro.studies.bench.sweep import run
+    from repro.checks.bench.sweep import run
 
     cfg = validate(
         {
@@ -35,7 +35,7 @@ def test_the_table_splits_each_job_and_names_its_command(tmp_path):
 
 
 def test_two_trees_agree_within_floating_point_order_only():
-    from repro.studies.bench.sweep import agreement
+    from repro.checks.bench.sweep import agreement
 
     a = [1.0, 2.0, 138.49711809590224]
     assert agreement(a, [1.0, 2.0, 138.49711809590224 * (1 + 3e-14)]).startswith("the same")

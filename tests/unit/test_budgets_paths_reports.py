@@ -99,7 +99,7 @@ def test_scheduler_worth_reads_sailor_fits_before_any_setting(tmp_path):
 
 
 def test_scheduler_worth_builds_every_setting_before_the_first_runs(tmp_path, monkeypatch):
-    from repro.studies import scheduler_worth as sw
+    from repro.studies.scheduler_worth import run as sw
 
     ran = []
     first = next(iter(sw.settings(None, (0,))))
@@ -158,7 +158,7 @@ def test_markdown_cells_cannot_split_a_row():
 
 
 def test_the_external_report_escapes_plan_and_set_names(monkeypatch):
-    from system.external.sailor import report
+    from repro.studies.external import report
 
     frame = {
         "plan": "p|1\nq",

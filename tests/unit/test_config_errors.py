@@ -13,7 +13,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 import repro.config  # noqa: F401  (the schema conf/config.yaml names)
-from repro.studies.probe_inputs import TOPOLOGY
+from repro.checks.probe_inputs.run import TOPOLOGY
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -192,7 +192,7 @@ def _mode_made_here(name: str):
     from repro.config import MODES, RunConfig, option, register_mode, store_schemas
 
     @dataclass
-    @register_mode(name, "repro.modes.schedule:run")
+    @register_mode(name, "repro.modes.schedule.run:run")
     class ProbeConfig(RunConfig):
         """A mode for this test."""
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from repro.run import run
-from repro.studies.gpu_calibration import datasheet, hardware_profile, sensitivity
+from repro.studies.gpu_calibration.run import datasheet, hardware_profile, sensitivity
 from system.simulator import V100
 from system.simulator.hardware import hardware_from_profile
 

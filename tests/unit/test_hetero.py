@@ -87,8 +87,8 @@ def test_iteration_time_objective_separates_fast_and_slow_gpus():
 
 
 def test_stage_compute_runs_each_stage_at_its_slowest_gpu():
-    from repro.studies.bench.hetero import stage_compute_for
     from system.assignment import Assignment
+    from system.simulator.hardware import stage_compute_for
 
     c = get_case("mixed").subset([0, 16, 32, 48])  # A100, V100, T4, L4
     work = Workload(model=MODELS["gpt3_xl"], global_batch_size=8)
@@ -102,8 +102,8 @@ def test_stage_compute_runs_each_stage_at_its_slowest_gpu():
 
 
 def test_bench_scheduler_spot_variants_and_sections():
+    from repro.checks.bench import scheduler as bench_scheduler
     from repro.config import validate
-    from repro.studies.bench import scheduler as bench_scheduler
 
     for name in bench_scheduler.SPOT_VARIANTS:
         assert bench_scheduler.spot_variant(name).num_devices == 64

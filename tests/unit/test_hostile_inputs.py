@@ -209,7 +209,7 @@ def test_two_sweeps_started_in_the_same_second_get_their_own_hydra_folders(tmp_p
 
 @pytest.fixture
 def read_only_folder(tmpfs):
-    from repro.studies.probe_runs import read_only
+    from repro.checks.probe_inputs.probe_runs import read_only
 
     d = tmpfs("ro")
     read_only(d)

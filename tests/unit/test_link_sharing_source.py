@@ -169,7 +169,7 @@ def replace_bandwidth(c: Cluster, gbps: float) -> Cluster:
 
 
 def test_a_row_keyed_with_another_model_than_the_result_ran_is_refused():
-    from repro.modes.simulate import _row
+    from repro.modes.simulate.run import _row
     from system.simulator import SimResult
 
     res = SimResult(

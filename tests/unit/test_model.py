@@ -221,7 +221,7 @@ def test_launch_refuses_bad_input_before_starting_anything(monkeypatch):
 
 def test_train_mode_maps_its_config_to_a_run_spec(tmp_path):
     from repro.config import validate
-    from repro.modes.train import run_spec
+    from repro.modes.train.run import run_spec
 
     (tmp_path / "a.json").write_text(json.dumps({"stages": [[3, 1], [0, 2]]}))
     cfg = validate(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from repro.studies.probe_inputs import _describe
+from repro.checks.probe_inputs.run import _describe
 from system.results import PARTS, make_row, write_rows
 
 KEY = {"mode": "simulate", "case": "5", "system": "ours"}
@@ -34,7 +34,7 @@ def test_every_file_a_hostile_probe_reads_is_written(tmp_path):
     instead of the bad one; only the probes about missing things name absent files."""
     import re
 
-    from repro.studies.hostile import HOSTILE, setup
+    from repro.checks.probe_inputs.hostile import HOSTILE, setup
 
     setup(tmp_path)
     absent = {"missing.yaml", "none.json", "nope", "tc"}  # and the probes' results folders:
@@ -50,7 +50,7 @@ def test_every_file_a_hostile_probe_reads_is_written(tmp_path):
 
 
 def test_a_traceback_shows_as_its_exception_line():
-    from repro.studies.probe_inputs import _traceback
+    from repro.checks.probe_inputs.run import _traceback
 
     text = (
         'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\n'
@@ -66,8 +66,8 @@ def test_a_traceback_shows_as_its_exception_line():
 def test_hydra_refusing_an_unknown_key_shows_the_key_and_the_mode():
     """Hydra's key check prints its reason above four lines of context; the table shows the
     reason, not the last context line."""
-    from repro.studies.hostile import Probe
-    from repro.studies.probe_inputs import _summary
+    from repro.checks.probe_inputs.hostile import Probe
+    from repro.checks.probe_inputs.run import _summary
 
     err = (
         "Could not override 'tp'.\nTo append to your config use +tp=2\n"
@@ -86,7 +86,7 @@ def test_a_terminated_probe_run_removes_its_copies(tmp_path, monkeypatch):
 
     import pytest
 
-    from repro.studies import probe_inputs as pi
+    from repro.checks.probe_inputs import run as pi
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
@@ -104,7 +104,7 @@ def test_a_terminated_probe_run_removes_its_copies(tmp_path, monkeypatch):
 
 
 def test_report_tables_are_checked_for_rows_a_cell_split_or_cut(tmp_path):
-    from repro.studies.probe_inputs import _tables
+    from repro.checks.probe_inputs.run import _tables
 
     assert _tables(tmp_path) == "no REPORT.md"
     good = "# r\n\n| a | b |\n|---|---|\n| x\\|y | 1 |\n\ntext\n"
@@ -119,7 +119,7 @@ def test_report_tables_are_checked_for_rows_a_cell_split_or_cut(tmp_path):
 def test_special_files_and_listings(tmp_path):
     import stat
 
-    from repro.studies.probe_inputs import _listing, _special
+    from repro.checks.probe_inputs.run import _listing, _special
 
     _special("fifo:R/a/p.json", tmp_path)
     assert stat.S_ISFIFO((tmp_path / "a" / "p.json").lstat().st_mode)

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from repro.config import validate
-from repro.studies import replan as replan_mode
+from repro.studies.replan import run as replan_mode
 from system.cases import get_case
 from system.cost.partition import PartitionEvaluator
 from system.scheduler import schedule

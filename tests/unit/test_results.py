@@ -217,7 +217,7 @@ def test_a_bad_table_is_one_line_naming_the_file(tmp_path, where, content):
 
 
 def test_a_full_disk_is_one_line_naming_the_file_and_loses_no_row(tmpfs):
-    from repro.studies.probe_runs import fill
+    from repro.checks.probe_inputs.probe_runs import fill
 
     full_disk = tmpfs("small")
     write_rows(full_disk, [make_row(KEY, iter_time_s=1.0)])

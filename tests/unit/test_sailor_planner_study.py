@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from repro.studies.sailor_planner import fleet_devices, fleet_document, ours_plan_config
+from repro.studies.sailor_planner.run import fleet_devices, fleet_document, ours_plan_config
 from system.cases import load_topology
 from system.external.sailor.planner_import import StudyPoint
 from tests.external._tiny import write_data
@@ -68,7 +68,7 @@ def test_mode_end_to_end_on_the_tiny_data(tmp_path):
     import pandas as pd
 
     import baselines.deepspeed.schedule  # noqa: F401  (registers the "deepspeed" op order)
-    from repro.studies.sailor_planner import run
+    from repro.studies.sailor_planner.run import run
     from tests.external._tiny import plan
 
     data = write_data(tmp_path / "data")

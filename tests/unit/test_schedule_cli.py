@@ -12,10 +12,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from repro.checks.bench import scheduler as bench_scheduler
 from repro.config import validate
-from repro.modes.schedule import schedule_case
-from repro.studies import scheduler_ablation
-from repro.studies.bench import scheduler as bench_scheduler
+from repro.modes.schedule.run import schedule_case
+from repro.studies.scheduler_ablation import run as scheduler_ablation
 from system.assignment import Assignment
 from system.cases import get_case
 from system.cost.model import assignment_cost

@@ -1,11 +1,11 @@
-"""The scheduler-vs-heuristics study on one small setting (repro/studies/scheduler_worth.py)."""
+"""The scheduler-vs-heuristics study on one small setting (repro/studies/scheduler_worth/run.py)."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from repro.studies.scheduler_worth import HEURISTIC_LAYOUTS, Setting, compare, settings, why
+from repro.studies.scheduler_worth.run import HEURISTIC_LAYOUTS, Setting, compare, settings, why
 from system.cases import get_case
 
 

@@ -3,7 +3,7 @@
 import pandas as pd
 import pytest
 
-from repro.studies.sensitivity import HEADLINE, HEADLINE_CHOICES, VARIANTS, headline_table
+from repro.studies.sensitivity.run import HEADLINE, HEADLINE_CHOICES, VARIANTS, headline_table
 
 
 def _table(scale: dict[str, float]) -> pd.DataFrame:

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
 
-from repro.config import default_layout
+from repro.config.shared import default_layout
 from repro.run import run as simulate
 from system.results import COLUMNS as SCHEMA_COLUMNS
 
@@ -110,7 +110,7 @@ def test_bad_input_raises_and_writes_nothing(tmp_path, override, match):
 
 
 def test_default_layout_is_one_function():
-    """Every mode and study that needs a layout takes :func:`repro.config.default_layout`:
+    """Every mode and study that needs a layout takes :func:`repro.config.shared.default_layout`:
     the divisor nearest the square root as pp, so the paper's layer counts divide."""
     assert default_layout(64) == (8, 8) and default_layout(8) == (2, 4)
     assert default_layout(32) == (4, 8) and default_layout(128) == (8, 16)
@@ -169,7 +169,7 @@ def test_a_prefetched_schedule_is_the_one_a_job_makes(tmp_path):
     from concurrent.futures import Future
 
     from repro.config import validate
-    from repro.modes import simulate as sim
+    from repro.modes.simulate import run as sim
 
     def layouts(d):
         cfg = validate(_cfg(d, "system=ours", "batch=16"))
@@ -194,7 +194,7 @@ def test_a_search_run_ahead_is_the_one_a_job_makes(tmp_path):
     stores the same configurations and times as when it searches itself (a helper stopped
     before it got there: tests/unit/test_helper.py)."""
     from repro.config import validate
-    from repro.modes import simulate as sim
+    from repro.modes.simulate import run as sim
 
     def rows(d, ahead):
         cfg = validate(_cfg(d, "system=ours_search", "batch=16"))
@@ -218,8 +218,8 @@ def test_a_search_run_ahead_is_the_one_a_job_makes(tmp_path):
 def test_the_default_search_runs_its_whole_budget_on_a_slow_machine(monkeypatch):
     """Ours' layout must not depend on the machine's load: on a clock that runs 100 s per
     reading (a very slow machine) the default search still runs all its trials."""
-    from repro.config.modes import SchedulerOptions
-    from repro.modes import simulate as sim
+    from repro.config.shared import SchedulerOptions
+    from repro.modes.simulate import run as sim
     from system.cases import get_case
     from system.scheduler import genetic
     from system.workload import Workload, get_model

@@ -29,7 +29,7 @@ from system.results import collect, make_row, read_rows, write_rows
 from tests.unit._workflow_rows import TWO_DEBUG_JOBS
 
 ROOT = Path(__file__).resolve().parents[2]
-HAS_SIMULATE = importlib.util.find_spec("repro.modes.simulate") is not None
+HAS_SIMULATE = importlib.util.find_spec("repro.modes.simulate.run") is not None
 N_SMOKE = 10  # jobs in conf/sweep/smoke.yaml (checked in test_smoke_has_ten_jobs)
 
 
@@ -244,7 +244,7 @@ def _kill_after_jobs(results_dir: Path, n_jobs: int, timeout_s: float = 120) -> 
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not HAS_SIMULATE, reason="needs repro/modes/simulate.py (mode=simulate)")
+@pytest.mark.skipif(not HAS_SIMULATE, reason="needs repro/modes/simulate/run.py (mode=simulate)")
 def test_smoke_sweep_killed_resumed_and_rerun(tmp_path):
     """The CI smoke: killed half-way, started again (skips, loses nothing), then once more."""
     done = _kill_after_jobs(tmp_path, 3)
@@ -637,7 +637,7 @@ def test_a_shipped_callback_leaves_the_sweeps_machinery_behind():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not HAS_SIMULATE, reason="needs repro/modes/simulate.py (mode=simulate)")
+@pytest.mark.skipif(not HAS_SIMULATE, reason="needs repro/modes/simulate/run.py (mode=simulate)")
 def test_every_job_of_a_sweep_lands_in_the_one_sweep_folder(tmp_path):
     """The default sweep folder is named by the time it starts (${now:...}, to the second):
     the pre-check composes every job before the sweeper resolves it, and each job still gets

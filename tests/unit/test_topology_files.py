@@ -87,8 +87,8 @@ def test_editing_a_topology_file_gives_new_rows_that_supersede_the_old(tmp_path)
 
 
 def test_a_schedule_is_kept_for_a_topology_files_content_not_its_path(tmp_path):
-    from repro.config.modes import SchedulerOptions
-    from repro.modes.simulate import Schedules
+    from repro.config.shared import SchedulerOptions
+    from repro.modes.simulate.run import Schedules
     from system.workload import Workload, get_model
 
     topo, keys = tmp_path / "edit.yaml", []

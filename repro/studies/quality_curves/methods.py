@@ -19,7 +19,9 @@ method then tries three settings of its own knobs around the reference's chosen 
 
 from __future__ import annotations
 
-REFERENCE = "ours"
+from repro.studies.quality_curves.config import METHODS as CONFIG_METHODS
+
+REFERENCE = CONFIG_METHODS[0]
 TRIALS = 3
 
 # the reference's learning rates (AdamW peak rate of the cosine schedule)
@@ -57,6 +59,7 @@ GRIDS: dict[str, list[dict]] = {
     "diloco_h64": _diloco(64),
 }
 METHODS = (REFERENCE, *GRIDS)
+assert METHODS == CONFIG_METHODS, "the config's method names and the grids disagree"
 assert all(len(g) == TRIALS for g in GRIDS.values()) and len(REFERENCE_LRS) == TRIALS
 
 

@@ -33,8 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from repro.config import CalibrateConfig
-from repro.config.studies import CALIBRATE_TAG_PREFIX
+from repro.studies.validation.config import CALIBRATE_TAG_PREFIX, CalibrateConfig
 from repro.studies.validation.profile import PROFILE_VERSION, load_profile, shape_key
 from repro.studies.validation.settings import Setting, load_settings
 

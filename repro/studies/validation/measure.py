@@ -34,8 +34,7 @@ from pathlib import Path
 import pandas as pd
 
 from baselines.placement import Placement
-from repro.config import MeasureConfig
-from repro.config.studies import MEASURE_TAG_PREFIX
+from repro.studies.validation.config import MEASURE_TAG_PREFIX, MeasureConfig
 from repro.studies.validation.predict import git_revision, load_predictions, sha256_file
 from repro.studies.validation.settings import Setting
 
@@ -117,7 +116,7 @@ def _run_ours(s: Setting, pred: dict, emu, margin_s: float, timeout_s: float) ->
         master_addr=emu.master_addr,
         timeout_s=timeout_s,
     )
-    from repro.modes.emulate import measured_compute
+    from repro.modes.emulate.run import measured_compute
 
     comp = measured_compute(m, s.pp, s.warmup_iters)  # per-stage medians in this run
     return {

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from baselines.placement import Placement
-from repro.config import PredictConfig
+from repro.studies.validation.config import PredictConfig
 from repro.studies.validation.profile import load_profile, stage_times
 from repro.studies.validation.settings import (
     Setting,

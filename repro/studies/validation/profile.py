@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from repro.config import ProfileConfig
+from repro.studies.validation.config import ProfileConfig
 from repro.studies.validation.settings import Setting, load_settings, read_document
 
 __all__ = ["shape_key", "profile_setting", "profile_settings", "load_profile", "stage_times"]

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from repro.config import ScoreConfig
+from repro.studies.validation.config import ScoreConfig
 from repro.studies.validation.predict import load_predictions
 from repro.studies.validation.registration import check_registered
 from repro.studies.validation.settings import SYSTEMS

@@ -1,0 +1,57 @@
+"""``mode=plan``'s options: the planner (system/planner) on one fleet."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from repro.config.base import RunConfig, register_mode
+from repro.config.options import ConfigError, choice, option
+from repro.config.shared import CaseOptions, LinkSharing, ModelName
+from system.planner.search import OBJECTIVES
+from system.simulator.sharing import DEFAULT_LINK_SHARING
+
+__all__ = ["PlanConfig", "PlanObjective"]
+
+PlanObjective = choice("PlanObjective", OBJECTIVES, module=__name__)
+
+
+@dataclass
+@register_mode("plan")
+class PlanConfig(CaseOptions, RunConfig):
+    """Plan ours on a fleet: devices, shape, layer split, micro-batch, schedule, placement."""
+
+    model: ModelName = option(ModelName.gpt3_xl, "system/workload.py MODELS")
+    layers: int | None = option(None, "number of layers (null: the model's)", ge=1)
+    batch: int = option(1024, "global batch in sequences", ge=1)
+    objective: PlanObjective = option(
+        PlanObjective.throughput, "throughput: shortest iteration; cost: fewest dollars each"
+    )
+    max_iter_time_s: float | None = option(
+        None, "objective=cost: the longest iteration allowed (null: any)", gt=0
+    )
+    time_limit_s: float = option(50.0, "wall-clock limit of the search", gt=0, le=3600)
+    profiles: str | None = option(
+        None,
+        "a folder of Sailor-format profiles (profiles_tmp.json, training_config_*.json) for "
+        "compute per GPU type; null: every type at peak x the shared efficiency",
+    )
+    link_sharing: LinkSharing = option(
+        LinkSharing(DEFAULT_LINK_SHARING), "how concurrent flows share links (the simulator's)"
+    )
+    runnable_only: bool = option(
+        False, "plan only what our runtime runs (GPipe, full or no recomputation, even split)"
+    )
+    local_search: bool = option(True, "swap moves on the best placement while time allows")
+    out: str | None = option(None, "the plan's JSON file (null: results_dir/plan-<case>.json)")
+
+    def check(self) -> None:
+        super().check()
+        if self.max_iter_time_s is not None and str(self.objective) != "cost":
+            raise ConfigError("max_iter_time_s: applies to objective=cost only")
+        if self.profiles is not None:
+            need = Path(self.profiles) / "profiles_tmp.json"
+            if not need.is_file():
+                raise ConfigError(f"profiles={self.profiles!r}: no profiles_tmp.json in it")
+        if self.out is not None and (not self.out.strip() or self.out.endswith("/")):
+            raise ConfigError(f"out={self.out!r}: not a file path")

@@ -1,1 +1,0 @@
-"""Benchmarks: each prints a table measured side by side in one run."""
