@@ -33,10 +33,15 @@ finitely many ``l·c_j``):
   machines of times ``p`` take at least ``Σ p + (m − 1)·max p`` (Johnson's flow-shop bound):
   stage 0 is done no earlier than ``G(M) + (m − 1)·max(2M/3, a)``, ``G(M)`` the least
   ``Σ t_s`` of a split with every ``t_s <= M`` (the layers to the fastest stages first, each
-  stage at least one layer: exact) plus the logits, plus ``2k·(α + a)`` for the ``k =
-  ⌈pp / H⌉ − 1`` boundaries of each replica that must cross machines (``H`` the most GPUs on
-  one machine): a message of ``b·seq·hidden`` fp16 values takes ``a = 8·X / β`` on the fastest
-  link between machines and at least the least delay ``α`` between machines, each way;
+  stage at least one layer: exact) plus the logits, plus the messages of one micro-batch
+  each way over the ``pp − 1`` boundaries: a message of ``b·seq·hidden`` fp16 values (``Y``
+  bits) takes at least the least delay ``α`` plus ``a = Y / β``, ``β`` the fastest link at
+  most the device's cap ``κ`` (under ``tc_class`` and ``flow`` with no host NIC given, the
+  instance NIC :data:`system.simulator.sharing.INSTANCE_GBPS` caps all of a device's flows,
+  those inside a machine too), and the ``k = ⌈pp / H⌉ − 1`` boundaries of each replica that
+  must cross machines (``H`` the most GPUs on one machine) at least the least delay and the
+  fastest link between machines; every link is a machine of the flow shop too (size-dependent
+  links, where a fleet has them, are not charged);
 - then stage 0's exchange (dp >= 2): every member ``j`` sends each other member ``i`` its
   shard ``X = g·P_0 / dp`` bytes (``g = 2`` fp16 bytes, ``P_0`` at least one layer's and the
   embeddings' parameters) and, on the same connection after it, its reduced shard, so ``i``
@@ -51,18 +56,23 @@ finitely many ``l·c_j``):
   and every set of member regions (all 2^regions, or one relaxation past
   :data:`MAX_REGIONS_ENUMERATED`) is found by bisection; it scales with ``X``. Under the
   other link-sharing models only one flow's ``α + 2·8X / β_max`` is charged (a pair is capped
-  at its β by every model). The optimizer step (at least one layer's Adam update at the
-  fleet's fastest memory bandwidth) follows.
+  at its β by every model). Wherever the group sits, a member sends ``2·(dp − 1)`` shards
+  within its cap: at least ``16X·(dp − 1) / κ``. The optimizer step (at least one layer's
+  Adam update at the fleet's fastest memory bandwidth) follows.
 
-**Term 2: every stage's compute, then its exchange.** Stage ``j`` ends its last backward no
-earlier than ``m·t_j`` and then needs its exchange, at least ``l_j·τ_1`` (``τ_1`` the exchange
-bound above for one layer's parameters, the embeddings left out): ``T >= min over splits of
-max_j l_j·(m·c_j + τ_1)``, exact over integer splits.
+**Term 2: every stage's compute, then its exchange.** Stage ``j``'s slowest device runs at some
+rate ``θ <= r_((j+1)·dp)`` (one of the fleet's rates), and its group then holds only devices at
+least that fast; the stage ends its last backward no earlier than ``m·l_j·3F(b)/θ`` and then
+needs its exchange, at least ``l_j·τ_1(θ)`` (``τ_1(θ)`` the exchange bound above for one
+layer's parameters, the embeddings left out, drawn from the devices at least as fast as
+``θ``): ``T >= min over splits of max_j l_j·min_θ (3m·F(b)/θ + τ_1(θ))``, exact over integer
+splits.
 
-Not charged (so the bound holds for every placement): the flag all-reduce beyond its first hop,
-the pipeline's sends inside a machine, the exchange's pairs on one machine, memory beyond the
-shape filter (recomputation it forces, stages it forces onto larger GPUs), and that stage groups
-share the regions' devices.
+Not charged (so the bound holds for every placement): the flag all-reduce, the pipeline's sends
+beyond one micro-batch's fill and the busiest link, the exchange of every stage but one (term
+1) beyond its own compute (term 2), memory beyond the shape filter (recomputation it forces,
+stages it forces onto larger GPUs), which GPU types each region has beyond term 2's
+restriction, and that stage groups share the regions' devices.
 """
 
 from __future__ import annotations
@@ -129,10 +139,15 @@ def shape_terms_s(planner, pp: int, dp: int, b: int, net=None) -> dict[str, floa
     c = 3.0 * f1 / slowest  # seconds per layer per micro-batch, fastest stage first
     head = 3.0 * logits_forward_flops(model, b) / rates[0]
     # pipeline boundaries between machines
+    # pipeline boundaries: every one at the fastest link (at most the device's cap), those
+    # that must cross machines at the fastest link between machines
     cross = max(0, -(-pp // net.host_gpus) - 1)
     act_bits = 8.0 * b * model.seq_length * model.hidden_size * ACTIVATION_BYTES
-    a = act_bits / net.off_bw_bps if cross and net.off_bw_bps > 0 else 0.0
-    fill_links = 2.0 * cross * (net.off_delay_s + a) if cross else 0.0
+    a_any = act_bits / net.any_bps if pp > 1 and net.any_bps > 0 else 0.0
+    a_off = act_bits / net.off_bps if cross and net.off_bps > 0 else 0.0
+    inside = pp - 1 - cross
+    fill_links = 2.0 * (inside * (net.any_delay_s + a_any) + cross * (net.off_delay_s + a_off))
+    a = max(a_any, a_off)
     # term 1
     cand = np.unique((np.arange(1, total + 1)[:, None] * c[None, :]).ravel())
     caps = np.minimum(np.floor(cand[:, None] / c[None, :] * (1 + 1e-12)), total - pp + 1)
@@ -175,7 +190,7 @@ class _Network:
 
     def __init__(self, cluster) -> None:
         from system.gpus import get_gpu
-        from system.simulator.sharing import link_sharing_of
+        from system.simulator.sharing import INSTANCE_GBPS, link_sharing_of
 
         host = np.asarray(cluster.host_of)
         region = np.asarray(cluster.region_of)
@@ -184,6 +199,18 @@ class _Network:
         off = host[:, None] != host[None, :]
         self.off_bw_bps = float(bw[off].max()) if off.any() else 0.0
         self.off_delay_s = float(delay[off].min()) if off.any() else 0.0
+        # a device's cap on all its flows together: the instance NIC under tc_class and flow
+        # where devices are their own instances (system/simulator/sharing.py)
+        sharing = link_sharing_of(cluster)
+        single = cluster.host_nic_gbps is None and sharing in ("tc_class", "flow")
+        self.cap_bps = INSTANCE_GBPS * 1e9 if single else math.inf
+        plain = cluster.links is None  # flat α-β links (size-dependent fits: not charged)
+        pair = ~np.eye(len(host), dtype=bool)
+        self.any_bps = min(float(bw[pair].max()), self.cap_bps) if plain and pair.any() else 0.0
+        self.any_delay_s = float(delay[pair].min()) if plain and pair.any() else 0.0
+        self.off_bps = min(self.off_bw_bps, self.cap_bps) if plain else 0.0
+        if not plain:
+            self.off_delay_s = 0.0
         self.hbm_max_bps = max(get_gpu(g).hbm_bandwidth_bps for g in cluster.gpus)
         self.regions = sorted(set(region.tolist()))
         k = len(self.regions)
@@ -220,16 +247,18 @@ class _Network:
         """The least time from a stage's last backward to its exchange's end, seconds, for a
         group of ``dp`` devices exchanging shards of ``shard_bytes`` (module docstring), drawn
         from the devices ``keep`` (a boolean mask; all when None)."""
-        if dp <= self.host_gpus:
-            return 0.0  # the group may sit on one machine, whose links are not charged
-        alpha = self.off_delay_s if delay else 0.0
-        if self.off_bw_bps <= 0:
+        if dp <= 1:
             return 0.0
+        # every member sends its dp − 1 peers two shards each within its own cap
+        capped = 16.0 * shard_bytes * (dp - 1) / self.cap_bps
+        if dp <= self.host_gpus or self.off_bw_bps <= 0:
+            return capped  # the group may sit on one machine
+        alpha = self.off_delay_s if delay else 0.0
         one_flow = alpha + 16.0 * shard_bytes / self.off_bw_bps
         if not self.tc_class:
-            return one_flow
+            return max(capped, one_flow)
         u = self.min_peers_per_bps(dp, keep)
-        return max(one_flow, alpha + 16.0 * shard_bytes * u)
+        return max(capped, one_flow, alpha + 16.0 * shard_bytes * u)
 
     def min_peers_per_bps(self, dp: int, keep: np.ndarray | None = None) -> float:
         """The least ``u`` (s/bit) such that ``dp`` devices of ``keep`` fit the regions with at
