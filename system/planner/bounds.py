@@ -312,3 +312,46 @@ class _Network:
             hi, lo = np.where(ok, mid, hi), np.where(ok, lo, mid)
         feasible = fits(np.full(s, 1e6))
         return float(lo[feasible].min())
+
+
+def layout_exchange_terms(planner, stages: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per stage of one layout: ``(α_s, k_s)`` such that its exchange of ``X`` bytes per shard
+    ends no earlier than ``α_s + k_s·X`` after its devices' last backward (0, 0 when dp = 1 or
+    the fleet's links are size-dependent).
+
+    Every pair ``j -> i`` of a stage group carries the shard and then the reduced shard, so
+    ``i`` is done no earlier than ``e_j + α_ji + 2·8X / ρ_ji``; ``ρ_ji`` is at most the pair's
+    bandwidth, at most ``β_σ / n_σ`` for the slowest of the ``n_σ`` flows ``j`` sends in one
+    ``tc_class`` class ``σ`` (one (delay, bandwidth) setting, :mod:`system.simulator.sharing`),
+    and at most ``κ / (dp − 1)`` for the slowest of all ``j``'s flows under a device cap ``κ``
+    (the module docstring's). ``α_s`` is the least delay between two members."""
+    from system.simulator.sharing import INSTANCE_GBPS, _derived, link_sharing_of
+
+    cluster = planner.cluster
+    pp, dp = stages.shape
+    alpha, k = np.zeros(pp), np.zeros(pp)
+    if dp == 1 or cluster.links is not None:
+        return alpha, k
+    sharing = link_sharing_of(cluster)
+    single = cluster.host_nic_gbps is None and sharing in ("tc_class", "flow")
+    cap = INSTANCE_GBPS * 1e9 if single else math.inf
+    off = ~np.eye(dp, dtype=bool)
+    cls_all = _derived(cluster).tc_class if sharing == "tc_class" else None
+    for s in range(pp):
+        g = stages[s]
+        bw = np.minimum(cluster.bandwidth_bps[np.ix_(g, g)], cap)
+        alpha[s] = float(cluster.delay_s[np.ix_(g, g)][off].min())
+        per_byte = float((16.0 / bw[off]).max())  # one flow alone
+        per_byte = max(per_byte, 16.0 * (dp - 1) / cap)
+        if cls_all is not None:
+            cls = cls_all[np.ix_(g, g)]
+            width = int(cls.max()) + 1
+            rows = np.repeat(np.arange(dp), dp).reshape(dp, dp)
+            key = (rows * width + cls)[off]
+            n = np.bincount(key, minlength=dp * width)
+            rate = np.zeros(dp * width)
+            rate[key] = cluster.bandwidth_bps[np.ix_(g, g)][off]  # one setting per class
+            used = n > 0
+            per_byte = max(per_byte, float((16.0 * n[used] / rate[used]).max()))
+        k[s] = per_byte
+    return alpha, k

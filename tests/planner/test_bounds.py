@@ -21,18 +21,25 @@ from system.workload import get_model
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _recording(monkeypatch) -> list:
-    """Every candidate the planner simulates, in a list."""
-    seen = []
-    simulate = Planner._simulate
+def _recording(monkeypatch) -> tuple[list, list]:
+    """Every candidate the planner simulates, and (configuration bound, candidate) for those
+    the search simulates from a bounded entry."""
+    seen, entries = [], []
+    simulate, simulate_entry = Planner._simulate, Planner.simulate_entry
 
     def record(self, *args, **kw):
         c = simulate(self, *args, **kw)
         seen.append(c)
         return c
 
+    def record_entry(self, entry):
+        c = simulate_entry(self, entry)
+        entries.append((entry[1], c))
+        return c
+
     monkeypatch.setattr(Planner, "_simulate", record)
-    return seen
+    monkeypatch.setattr(Planner, "simulate_entry", record_entry)
+    return seen, entries
 
 
 def _check_every(planner: Planner, seen: list) -> int:
@@ -54,17 +61,20 @@ def _check_every(planner: Planner, seen: list) -> int:
 def test_bound_below_every_plan_the_planner_simulates(tmp_path, monkeypatch, sharing):
     """A 64-GPU fleet of four types on machines of 4 and 8 in eight regions: every candidate
     the search simulates (heuristics, the planner's layouts, the local search) takes at least
-    its shape's bound."""
+    its shape's bound, and at least the bound its configuration was searched in the order
+    of (which prunes the search)."""
     from system.planner.fleets import fleet
 
     p = tmp_path / "f.json"
     p.write_text(json.dumps(fleet(64)))
     cluster = with_link_sharing(load_topology(p), sharing)
     model = get_model("gpt3_xl", 8)
-    seen = _recording(monkeypatch)
+    seen, entries = _recording(monkeypatch)
     planner = Planner(cluster, model, 64, compute_model(model, set(cluster.gpus)), time_limit_s=8)
     result = planner.run()
-    assert _check_every(planner, seen) > 50
+    assert _check_every(planner, seen) > 10
+    for bound, c in entries:
+        assert c.iter_time_s >= bound * (1 - 1e-9), (c.config(), c.iter_time_s, bound)
     assert result.lower_bound_s <= result.best.iter_time_s
 
 
