@@ -201,7 +201,7 @@ class _Network:
         self.off_delay_s = float(delay[off].min()) if off.any() else 0.0
         # a device's cap on all its flows together: the instance NIC under tc_class and flow
         # where devices are their own instances (system/simulator/sharing.py)
-        sharing = link_sharing_of(cluster)
+        sharing = self.sharing = link_sharing_of(cluster)
         single = cluster.host_nic_gbps is None and sharing in ("tc_class", "flow")
         self.cap_bps = INSTANCE_GBPS * 1e9 if single else math.inf
         plain = cluster.links is None  # flat α-β links (size-dependent fits: not charged)
@@ -238,6 +238,8 @@ class _Network:
                 else:
                     self.inter_bps[r, q] = float(vals.max())
         self.tc_class = link_sharing_of(cluster) == "tc_class" and cluster.links is None and uniform
+        same_host = (~off) & ~np.eye(len(host), dtype=bool)
+        self.host_bps = float(bw[same_host].max()) if same_host.any() else math.inf
         self._u: dict[tuple, float] = {}
         self._masks: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
 
@@ -259,6 +261,33 @@ class _Network:
             return max(capped, one_flow)
         u = self.min_peers_per_bps(dp, keep)
         return max(capped, one_flow, alpha + 16.0 * shard_bytes * u)
+
+    def group_per_byte(self, group: np.ndarray) -> float:
+        """The largest ``16·n_σ / β_σ`` (s per shard byte) over the senders of one stage
+        group and the classes of their destinations, classes per region (another region's
+        devices; this region's other machines; this machine), each class's rate capped by the
+        device cap."""
+        reg, hst = self._idx[group], self._host[group]
+        k = len(self.regions)
+        count = np.bincount(reg, minlength=k).astype(float)
+        present = np.flatnonzero(count)
+        best = 0.0
+        if present.size > 1:
+            inter = np.minimum(self.inter_bps[np.ix_(present, present)], self.cap_bps)
+            n = np.broadcast_to(count[present][None, :], inter.shape)
+            ratio = np.where(inter > 0, n / np.where(inter > 0, inter, 1.0), 0.0)
+            np.fill_diagonal(ratio, 0.0)
+            best = float(ratio.max())
+        per_host = np.unique(hst, return_counts=True)[1]
+        for r in present:
+            on = reg == r
+            fewest = np.unique(hst[on], return_counts=True)[1].min()
+            others = count[r] - fewest  # peers of a member of the emptiest machine, off it
+            if others > 0 and self.intra_bps[r] > 0:
+                best = max(best, others / min(self.intra_bps[r], self.cap_bps))
+        if per_host.max() > 1:
+            best = max(best, (per_host.max() - 1) / min(self.host_bps, self.cap_bps))
+        return 16.0 * best
 
     def min_peers_per_bps(self, dp: int, keep: np.ndarray | None = None) -> float:
         """The least ``u`` (s/bit) such that ``dp`` devices of ``keep`` fit the regions with at
@@ -324,25 +353,36 @@ def layout_exchange_terms(planner, stages: np.ndarray) -> tuple[np.ndarray, np.n
     bandwidth, at most ``β_σ / n_σ`` for the slowest of the ``n_σ`` flows ``j`` sends in one
     ``tc_class`` class ``σ`` (one (delay, bandwidth) setting, :mod:`system.simulator.sharing`),
     and at most ``κ / (dp − 1)`` for the slowest of all ``j``'s flows under a device cap ``κ``
-    (the module docstring's). ``α_s`` is the least delay between two members."""
-    from system.simulator.sharing import INSTANCE_GBPS, _derived, link_sharing_of
+    (the module docstring's). ``α_s`` is the least delay between two devices of the fleet.
+    Where links are set per region pair (:class:`_Network`), a class is counted per region of
+    the destinations (a sender's destinations in another region share one setting; two
+    regions of one setting would share more), in ``O(dp)``; elsewhere per pair, in
+    ``O(dp²)``, and past :data:`MAX_DENSE_GROUP` members only the cap is charged."""
+    from system.simulator.sharing import _derived
 
     cluster = planner.cluster
     pp, dp = stages.shape
     alpha, k = np.zeros(pp), np.zeros(pp)
     if dp == 1 or cluster.links is not None:
         return alpha, k
-    sharing = link_sharing_of(cluster)
-    single = cluster.host_nic_gbps is None and sharing in ("tc_class", "flow")
-    cap = INSTANCE_GBPS * 1e9 if single else math.inf
+    net = getattr(planner, "_bound_network", None)
+    if net is None:
+        net = planner._bound_network = _Network(cluster)
+    alpha[:] = net.any_delay_s
+    k[:] = 16.0 * (dp - 1) / net.cap_bps
+    if net.tc_class:
+        for s in range(pp):
+            k[s] = max(k[s], net.group_per_byte(stages[s]))
+        return alpha, k
+    if dp > MAX_DENSE_GROUP:
+        return alpha, k
+    sharing_tc = net.sharing == "tc_class"
+    cls_all = _derived(cluster).tc_class if sharing_tc else None
     off = ~np.eye(dp, dtype=bool)
-    cls_all = _derived(cluster).tc_class if sharing == "tc_class" else None
     for s in range(pp):
         g = stages[s]
-        bw = np.minimum(cluster.bandwidth_bps[np.ix_(g, g)], cap)
-        alpha[s] = float(cluster.delay_s[np.ix_(g, g)][off].min())
-        per_byte = float((16.0 / bw[off]).max())  # one flow alone
-        per_byte = max(per_byte, 16.0 * (dp - 1) / cap)
+        bw = np.minimum(cluster.bandwidth_bps[np.ix_(g, g)], net.cap_bps)
+        per_byte = max(k[s], float((16.0 / bw[off]).max()))  # one flow alone
         if cls_all is not None:
             cls = cls_all[np.ix_(g, g)]
             width = int(cls.max()) + 1
@@ -355,3 +395,6 @@ def layout_exchange_terms(planner, stages: np.ndarray) -> tuple[np.ndarray, np.n
             per_byte = max(per_byte, float((16.0 * n[used] / rate[used]).max()))
         k[s] = per_byte
     return alpha, k
+
+
+MAX_DENSE_GROUP = 256  # members: past this a group's pairs are not enumerated

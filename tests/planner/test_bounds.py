@@ -130,3 +130,23 @@ def test_exchange_term_by_hand(tmp_path):
     assert net.exchange_s(8, 1e6) == pytest.approx(0.002 + 16e6 * 4 / 0.5e9, rel=1e-9)
     pair = bounds._Network(with_link_sharing(load_topology(p), "pair"))
     assert pair.exchange_s(8, 1e6) == pytest.approx(0.002 + 16e6 / 5e9, rel=1e-9)
+
+
+def test_layout_exchange_by_region_counts_equals_the_pairwise_count(tmp_path):
+    """On a fleet whose links are set per region pair, counting a sender's destinations per
+    region gives the pairwise classes' bound exactly."""
+    from system.planner.fleets import fleet
+
+    p = tmp_path / "f.json"
+    p.write_text(json.dumps(fleet(128)))
+    cluster = with_link_sharing(load_topology(p), "tc_class")
+    model = get_model("gpt3_xl", 8)
+    planner = Planner(cluster, model, 64, compute_model(model, set(cluster.gpus)))
+    rng = np.random.default_rng(0)
+    for pp, dp in ((2, 16), (4, 8), (1, 32), (8, 4)):
+        stages = rng.permutation(128)[: pp * dp].reshape(pp, dp)
+        fast = bounds.layout_exchange_terms(planner, stages)[1]
+        planner._bound_network.tc_class = False  # the pairwise count
+        dense = bounds.layout_exchange_terms(planner, stages)[1]
+        planner._bound_network.tc_class = True
+        assert fast == pytest.approx(dense, rel=1e-12), (pp, dp)
