@@ -98,7 +98,7 @@ _BISECTIONS = 200
 
 def iteration_lower_bound_s(planner) -> float:
     """The bound (module docstring) of ``planner``'s problem, seconds."""
-    net = _Network(planner.cluster)
+    net = network_of(planner)
     best = math.inf
     for pp, dp, b in _shapes(planner):
         best = min(best, shape_lower_bound_s(planner, pp, dp, b, net))
@@ -196,50 +196,59 @@ class _Network:
         region = np.asarray(cluster.region_of)
         self.host_gpus = int(np.bincount(host).max())
         bw, delay = np.asarray(cluster.bandwidth_bps), np.asarray(cluster.delay_s)
-        off = host[:, None] != host[None, :]
-        self.off_bw_bps = float(bw[off].max()) if off.any() else 0.0
-        self.off_delay_s = float(delay[off].min()) if off.any() else 0.0
+        self.regions = sorted(set(region.tolist()))
+        k = len(self.regions)
+        idx = np.unique(region, return_inverse=True)[1].ravel()  # sorted names: self.regions
+        self._idx, self._host = idx, host
+        self.avail = np.bincount(idx, minlength=k).astype(float)
+        self.region_host_gpus = np.zeros(k)
+        self.intra_bps = np.zeros(k)  # fastest link between two machines of one region
+        self.inter_bps = np.zeros((k, k))  # β_RR', the fastest device pair (uniform: checked)
+        off_bw, off_delay, host_bw, host_delay = 0.0, math.inf, 0.0, math.inf
+        uniform = True
+        members = [np.flatnonzero(idx == r) for r in range(k)]
+        for r in range(k):
+            rows = members[r]
+            self.region_host_gpus[r] = np.bincount(host[rows]).max()
+            for q in range(k):
+                cols = members[q]
+                sub_bw, sub_delay = bw[np.ix_(rows, cols)], delay[np.ix_(rows, cols)]
+                if q != r and not np.intersect1d(host[rows], host[cols]).size:
+                    vals, dels = sub_bw.ravel(), sub_delay.ravel()  # every pair off-machine
+                else:
+                    sub_off = host[rows][:, None] != host[cols][None, :]
+                    if q == r:  # pairs of one machine, a device to itself left out
+                        same = ~sub_off & (rows[:, None] != cols[None, :])
+                        if same.any():
+                            host_bw = max(host_bw, float(sub_bw[same].max()))
+                            host_delay = min(host_delay, float(sub_delay[same].min()))
+                    if not sub_off.any():
+                        continue
+                    vals, dels = sub_bw[sub_off], sub_delay[sub_off]
+                if np.ptp(vals) > 0 or np.ptp(dels) > 0:
+                    uniform = False
+                off_bw, off_delay = max(off_bw, float(vals.max())), min(off_delay, dels.min())
+                if q == r:
+                    self.intra_bps[r] = float(vals.max())
+                else:
+                    self.inter_bps[r, q] = float(vals.max())
+        self.off_bw_bps = off_bw
+        self.off_delay_s = float(off_delay) if off_bw > 0 else 0.0
+        self.host_bps = host_bw if host_bw > 0 else math.inf
         # a device's cap on all its flows together: the instance NIC under tc_class and flow
         # where devices are their own instances (system/simulator/sharing.py)
         sharing = self.sharing = link_sharing_of(cluster)
         single = cluster.host_nic_gbps is None and sharing in ("tc_class", "flow")
         self.cap_bps = INSTANCE_GBPS * 1e9 if single else math.inf
         plain = cluster.links is None  # flat α-β links (size-dependent fits: not charged)
-        pair = ~np.eye(len(host), dtype=bool)
-        self.any_bps = min(float(bw[pair].max()), self.cap_bps) if plain and pair.any() else 0.0
-        self.any_delay_s = float(delay[pair].min()) if plain and pair.any() else 0.0
+        fastest = max(off_bw, host_bw)
+        self.any_bps = min(fastest, self.cap_bps) if plain and fastest > 0 else 0.0
+        self.any_delay_s = float(min(off_delay, host_delay)) if plain and fastest > 0 else 0.0
         self.off_bps = min(self.off_bw_bps, self.cap_bps) if plain else 0.0
         if not plain:
             self.off_delay_s = 0.0
         self.hbm_max_bps = max(get_gpu(g).hbm_bandwidth_bps for g in cluster.gpus)
-        self.regions = sorted(set(region.tolist()))
-        k = len(self.regions)
-        idx = np.array([self.regions.index(r) for r in region])
-        self._idx, self._host = idx, host
-        self.avail = np.bincount(idx, minlength=k).astype(float)
-        self.region_host_gpus = np.zeros(k)
-        self.intra_bps = np.zeros(k)  # fastest link between two machines of one region
-        self.inter_bps = np.zeros((k, k))  # β_RR', the fastest device pair (uniform: checked)
-        uniform = True
-        for r in range(k):
-            rows = np.flatnonzero(idx == r)
-            self.region_host_gpus[r] = np.bincount(host[rows]).max()
-            for q in range(k):
-                cols = np.flatnonzero(idx == q)
-                sub_off = off[np.ix_(rows, cols)]
-                if not sub_off.any():
-                    continue
-                vals = bw[np.ix_(rows, cols)][sub_off]
-                dels = delay[np.ix_(rows, cols)][sub_off]
-                if np.ptp(vals) > 0 or np.ptp(dels) > 0:
-                    uniform = False
-                if q == r:
-                    self.intra_bps[r] = float(vals.max())
-                else:
-                    self.inter_bps[r, q] = float(vals.max())
-        self.tc_class = link_sharing_of(cluster) == "tc_class" and cluster.links is None and uniform
-        same_host = (~off) & ~np.eye(len(host), dtype=bool)
-        self.host_bps = float(bw[same_host].max()) if same_host.any() else math.inf
+        self.tc_class = sharing == "tc_class" and plain and uniform
         self._u: dict[tuple, float] = {}
         self._masks: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
 
@@ -365,9 +374,7 @@ def layout_exchange_terms(planner, stages: np.ndarray) -> tuple[np.ndarray, np.n
     alpha, k = np.zeros(pp), np.zeros(pp)
     if dp == 1 or cluster.links is not None:
         return alpha, k
-    net = getattr(planner, "_bound_network", None)
-    if net is None:
-        net = planner._bound_network = _Network(cluster)
+    net = network_of(planner)
     alpha[:] = net.any_delay_s
     k[:] = 16.0 * (dp - 1) / net.cap_bps
     if net.tc_class:
@@ -398,3 +405,11 @@ def layout_exchange_terms(planner, stages: np.ndarray) -> tuple[np.ndarray, np.n
 
 
 MAX_DENSE_GROUP = 256  # members: past this a group's pairs are not enumerated
+
+
+def network_of(planner) -> _Network:
+    """The planner's fleet as the bounds read it, built once per planner."""
+    net = getattr(planner, "_bound_network", None)
+    if net is None:
+        net = planner._bound_network = _Network(planner.cluster)
+    return net
