@@ -150,3 +150,15 @@ def test_layout_exchange_by_region_counts_equals_the_pairwise_count(tmp_path):
         dense = bounds.layout_exchange_terms(planner, stages)[1]
         planner._bound_network.tc_class = True
         assert fast == pytest.approx(dense, rel=1e-12), (pp, dp)
+
+
+@pytest.mark.parametrize("gpus", [1024, 4096])
+def test_bound_at_scale_is_the_committed_one_and_below_its_plan(gpus):
+    fleet = ROOT / "system" / "data" / "fleets" / f"mixed-{gpus}.json"
+    cluster = with_link_sharing(load_topology(fleet, max_devices=gpus), "tc_class")
+    model = get_model("gpt3_xl", 40)
+    planner = Planner(cluster, model, gpus, compute_model(model, set(cluster.gpus)))
+    got = planner.lower_bound_s()
+    rec = json.loads((ROOT / "results" / "planner" / f"mixed-{gpus}-plan.json").read_text())
+    assert rec["lower_bound_s"] == pytest.approx(got, rel=1e-9)
+    assert 2.0 < got <= rec["iteration_time_s"]
