@@ -196,6 +196,10 @@ class _Network:
         region = np.asarray(cluster.region_of)
         self.host_gpus = int(np.bincount(host).max())
         bw, delay = np.asarray(cluster.bandwidth_bps), np.asarray(cluster.delay_s)
+        # under ``flow`` a connection of more sockets than the pair figures' gets more
+        self.pair_scale = pair_scale(cluster)
+        if self.pair_scale != 1.0:
+            bw = bw * self.pair_scale
         self.regions = sorted(set(region.tolist()))
         k = len(self.regions)
         idx = np.unique(region, return_inverse=True)[1].ravel()  # sorted names: self.regions
@@ -388,7 +392,7 @@ def layout_exchange_terms(planner, stages: np.ndarray) -> tuple[np.ndarray, np.n
     off = ~np.eye(dp, dtype=bool)
     for s in range(pp):
         g = stages[s]
-        bw = np.minimum(cluster.bandwidth_bps[np.ix_(g, g)], net.cap_bps)
+        bw = np.minimum(cluster.bandwidth_bps[np.ix_(g, g)] * net.pair_scale, net.cap_bps)
         per_byte = max(k[s], float((16.0 / bw[off]).max()))  # one flow alone
         if cls_all is not None:
             cls = cls_all[np.ix_(g, g)]
@@ -405,6 +409,17 @@ def layout_exchange_terms(planner, stages: np.ndarray) -> tuple[np.ndarray, np.n
 
 
 MAX_DENSE_GROUP = 256  # members: past this a group's pairs are not enumerated
+
+
+def pair_scale(cluster) -> float:
+    """How far above its bandwidth one pair's connection can run: ``streams / 16`` under
+    ``flow`` with more sockets than the pair figures were measured with, else 1."""
+    from system.simulator.sharing import MEASURED_STREAMS, sharing_of
+
+    model = sharing_of(cluster)
+    if model.model == "flow":
+        return max(1.0, model.streams / MEASURED_STREAMS)
+    return 1.0
 
 
 def network_of(planner) -> _Network:

@@ -57,8 +57,10 @@ def _check_every(planner: Planner, seen: list) -> int:
     return checked
 
 
-@pytest.mark.parametrize("sharing", ["tc_class", "pair"])
-def test_bound_below_every_plan_the_planner_simulates(tmp_path, monkeypatch, sharing):
+@pytest.mark.parametrize(
+    "sharing, streams", [("tc_class", 16), ("pair", 16), ("nic", 16), ("flow", 16), ("flow", 64)]
+)
+def test_bound_below_every_plan_the_planner_simulates(tmp_path, monkeypatch, sharing, streams):
     """A 64-GPU fleet of four types on machines of 4 and 8 in eight regions: every candidate
     the search simulates (heuristics, the planner's layouts, the local search) takes at least
     its shape's bound, and at least the bound its configuration was searched in the order
@@ -67,7 +69,8 @@ def test_bound_below_every_plan_the_planner_simulates(tmp_path, monkeypatch, sha
 
     p = tmp_path / "f.json"
     p.write_text(json.dumps(fleet(64)))
-    cluster = with_link_sharing(load_topology(p), sharing)
+    extra = {"streams": streams} if sharing == "flow" else {}
+    cluster = with_link_sharing(load_topology(p), sharing, **extra)
     model = get_model("gpt3_xl", 8)
     seen, entries = _recording(monkeypatch)
     planner = Planner(cluster, model, 64, compute_model(model, set(cluster.gpus)), time_limit_s=8)
