@@ -15,9 +15,10 @@ iteration, :mod:`system.planner.prices`, at most ``max_iter_time_s`` per iterati
 The search, best-first: every layout (a pool of devices, a shape, a placement) has a compute
 lower bound — its replica's work spread perfectly over its devices — and is configured in the
 order of that bound until the bound passes the incumbent; per layout every (micro-batch,
-recomputation, schedule, layer split) is simulated in the order of its own compute bound (the
-busiest stage's m·(f + b) + optimizer step, which no schedule beats) until that passes the
-incumbent (as :mod:`system.config_search` does for one layout).
+recomputation, schedule, layer split) is simulated in the order of its own bound (the busiest
+stage's m·(f + b) + optimizer step, the pipeline's fill and drain, and each stage's compute
+then its data-parallel exchange, which no schedule beats; :meth:`Planner.configs`) until that
+passes the incumbent (as :mod:`system.config_search` does for one layout).
 
 - The heuristics (:data:`HEURISTICS`: launch order, one pipeline per region, greedy region fill,
   fastest GPUs first, each generalised to shapes using fewer than all devices) get the same
