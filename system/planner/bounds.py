@@ -129,7 +129,7 @@ def shape_terms_s(planner, pp: int, dp: int, b: int, net=None) -> dict[str, floa
     """The terms (module docstring) for one shape and micro-batch size, seconds: ``stage0``
     (stage 0's last backward), ``exchange0`` (its exchange and the optimizer step after it),
     ``term1`` (their sum), ``term2``."""
-    net = net if net is not None else _Network(planner.cluster)
+    net = net if net is not None else network_of(planner)
     model = planner.model
     total = int(model.num_layers)
     m = planner.batch // (dp * b)
@@ -138,7 +138,6 @@ def shape_terms_s(planner, pp: int, dp: int, b: int, net=None) -> dict[str, floa
     f1 = layer_forward_flops(model, b)
     c = 3.0 * f1 / slowest  # seconds per layer per micro-batch, fastest stage first
     head = 3.0 * logits_forward_flops(model, b) / rates[0]
-    # pipeline boundaries between machines
     # pipeline boundaries: every one at the fastest link (at most the device's cap), those
     # that must cross machines at the fastest link between machines
     cross = max(0, -(-pp // net.host_gpus) - 1)
@@ -254,7 +253,6 @@ class _Network:
         self.hbm_max_bps = max(get_gpu(g).hbm_bandwidth_bps for g in cluster.gpus)
         self.tc_class = sharing == "tc_class" and plain and uniform
         self._u: dict[tuple, float] = {}
-        self._masks: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
 
     def exchange_s(
         self, dp: int, shard_bytes: float, delay: bool = True, keep: np.ndarray | None = None
