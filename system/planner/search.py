@@ -15,9 +15,10 @@ iteration, :mod:`system.planner.prices`, at most ``max_iter_time_s`` per iterati
 The search, best-first: every layout (a pool of devices, a shape, a placement) has a compute
 lower bound — its replica's work spread perfectly over its devices — and is configured in the
 order of that bound until the bound passes the incumbent; per layout every (micro-batch,
-recomputation, schedule, layer split) is simulated in the order of its own compute bound (the
-busiest stage's m·(f + b) + optimizer step, which no schedule beats) until that passes the
-incumbent (as :mod:`system.config_search` does for one layout).
+recomputation, schedule, layer split) is simulated in the order of its own bound (the busiest
+stage's m·(f + b) + optimizer step, the pipeline's fill and drain, and each stage's compute
+then its data-parallel exchange, which no schedule beats; :meth:`Planner.configs`) until that
+passes the incumbent (as :mod:`system.config_search` does for one layout).
 
 - The heuristics (:data:`HEURISTICS`: launch order, one pipeline per region, greedy region fill,
   fastest GPUs first, each generalised to shapes using fewer than all devices) get the same
@@ -50,6 +51,7 @@ import numpy as np
 from system.assignment import Assignment
 from system.cluster import Cluster
 from system.gpus import get_gpu
+from system.planner.bounds import layout_exchange_terms
 from system.planner.compute import ComputeModel
 from system.planner.prices import usd_per_hour
 from system.scheduler.heuristics import greedy_region_chains
@@ -60,7 +62,7 @@ from system.simulator.hardware import (
     logits_forward_flops,
 )
 from system.simulator.memory import training_memory
-from system.workload import GPTConfig, Workload
+from system.workload import GPTConfig, Workload, stage_gradient_params
 
 __all__ = [
     "OBJECTIVES",
@@ -83,6 +85,7 @@ SMALL_FLEET = 64  # devices: up to here every stage count is a shape
 # dp 256 took 5.4 s on this project's shared two-core machine (~2e-5 s per message)
 SECONDS_PER_MESSAGE = 2e-5
 RESERVED_BYTES = Hardware().reserved_bytes  # CUDA context and fragmentation, per GPU
+GRADIENT_BYTES = Workload.__dataclass_fields__["gradient_bytes"].default  # on the wire
 REPLAY = {"none": 0.0, "full": 1.0}  # forward replays per layer in the backward pass
 # memory is the planner's check (per stage, against its smallest GPU), not the simulator's
 _NO_MEMORY_CHECK = Hardware(name="planner", memory_bytes=1e30, reserved_bytes=0.0)
@@ -316,9 +319,11 @@ class Planner:
         step) and, per stage k, the fill and drain every pass pays: the first micro-batch
         reaches k through the stages and links before it, k computes all m micro-batches, and
         the last backward returns through them to stage 0 (each link at its fastest replica's
-        α + 8·X/β), then stage 0's optimizer step; and the busiest pipeline link, which streams
-        its replica's m messages one way at 8·X/β each. Neither overlap nor sharing beats
-        that."""
+        α + 8·X/β), then stage 0's optimizer step; the busiest pipeline link, which streams
+        its replica's m messages one way at 8·X/β each; and, per stage, its compute, then its
+        data-parallel exchange (:func:`system.planner.bounds.layout_exchange_terms`: the
+        slowest flow of a sender's link class or of its cap) and its optimizer step. Neither
+        overlap nor sharing beats that."""
         self.layouts_tried += 1
         pp, dp = stages.shape
         if self.batch % dp:
@@ -330,6 +335,7 @@ class Planner:
             src, dst = stages[:-1], stages[1:]
             delay = self.cluster.delay_s[src, dst]
             inv_bw = 8.0 / self.cluster.bandwidth_bps[src, dst]
+        ex_alpha, ex_per_byte = layout_exchange_terms(self, stages)
         out = []
         for mbs in self.micro_batch_sizes:
             if per_replica % mbs:
@@ -359,11 +365,20 @@ class Planner:
                         passes = rounds if sch == "gpipe" else 1
                         drain = float((passes * (fill - hop) + m * work).max() + opt[0])
                         bound = max(float((m * work + opt).max()), drain, busy)
+                        if dp > 1:  # each stage's own compute, then its exchange
+                            shard = self._shard_bytes(pp, dp, layers)
+                            ex = ex_alpha + ex_per_byte * shard
+                            bound = max(bound, float((m * work + ex + opt).max()))
                         out.append(
                             (self._bound_score(bound, price), bound, name, stages, mbs, sch, rc)
                             + (layers, rounds)
                         )
         return out
+
+    def _shard_bytes(self, pp: int, dp: int, layers) -> np.ndarray:
+        """Each stage's data-parallel shard, bytes (the simulator's fp16 gradients / dp)."""
+        params = stage_gradient_params(self.model, pp, layers=layers)
+        return GRADIENT_BYTES * np.asarray(params, dtype=float) / dp
 
     def simulate_entry(self, entry: tuple) -> Candidate:
         t0 = time.perf_counter()

@@ -202,7 +202,11 @@ def _derived(cluster: Cluster) -> _Derived:
 
 def _compact(key: np.ndarray) -> tuple[np.ndarray, int]:
     """Dense ids 0..K−1 of non-negative integer keys (first-seen order not kept) and K."""
-    seen = np.zeros(int(key.max()) + 1, dtype=bool)
+    top = int(key.max()) + 1
+    if top > 64 * key.size + 4096:  # few keys spread wide (e.g. one flow of n² pair keys)
+        distinct, code = np.unique(key, return_inverse=True)  # the same ids: sorted rank
+        return code.ravel(), int(distinct.size)
+    seen = np.zeros(top, dtype=bool)
     seen[key] = True
     code = np.cumsum(seen) - 1
     return code[key], int(seen.sum())
