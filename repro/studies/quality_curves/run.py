@@ -158,9 +158,45 @@ def choose(cfg, method: str, rows: list[dict], target: float) -> dict:
     return min(rows, key=rank)
 
 
-def run(cfg) -> dict:
+def select(cfg, tuned: dict[str, list[dict]]) -> tuple[dict[str, dict], float]:
+    """(each method's chosen setting, the selection target) from its tuning rows (phases 1 and
+    2 of the module docstring); ``tuned`` maps a method to its decoded rows, the reference's
+    among them."""
     from repro.studies.quality_curves.targets import loss_at
 
+    ref = choose(cfg, REFERENCE, tuned[REFERENCE], 0.0)
+    at = int(round(cfg.select_fraction * cfg.iters / cfg.eval_every)) * cfg.eval_every
+    target = loss_at(ref["eval_iters"], ref["eval_loss"], at)
+    chosen = {REFERENCE: {"lr": float(ref["lr"])}}
+    for m, rows in tuned.items():
+        if m != REFERENCE:
+            chosen[m] = json.loads(choose(cfg, m, rows, target)["hparams"])
+    return chosen, target
+
+
+def chosen_from_store(cfg) -> dict[str, dict]:
+    """Each method's chosen setting from the tuning rows stored in ``cfg.results_dir``."""
+    from system.results import read_rows
+
+    df = read_rows(cfg.results_dir)
+    if df.empty or "phase" not in df.columns:
+        raise ValueError(f"results_dir={cfg.results_dir}: no mode=quality_curves rows")
+    t = df[
+        (df["mode"] == "quality_curves")
+        & (df["phase"] == "tune")
+        & (df["status"] == "ok")
+        & (df["seed"] == cfg.tune_seed)
+        & (df["iters"] == cfg.iters)
+    ]
+    methods = [str(m) for m in cfg.methods]
+    tuned = {m: [decoded(r) for r in t[t["system"] == m].to_dict("records")] for m in methods}
+    short = [m for m, rows in tuned.items() if not rows]
+    if short:
+        raise ValueError(f"results_dir={cfg.results_dir}: no tuning rows yet for {short}")
+    return select(cfg, tuned)[0]
+
+
+def run(cfg) -> dict:
     os.environ["OMP_NUM_THREADS"] = "1"  # the joblib workers inherit it
     t0 = time.monotonic()
     methods = [str(m) for m in cfg.methods]
@@ -168,11 +204,9 @@ def run(cfg) -> dict:
 
     ref_tasks = [_task(cfg, REFERENCE, "tune", cfg.tune_seed, o) for o in trials(REFERENCE, None)]
     _execute(cfg, ref_tasks)
-    ref = choose(cfg, REFERENCE, _rows(cfg, ref_tasks), 0.0)
-    lr_star = float(ref["lr"])
-    at = int(round(cfg.select_fraction * cfg.iters / cfg.eval_every)) * cfg.eval_every
-    target = loss_at(ref["eval_iters"], ref["eval_loss"], at)
-    log.info("quality_curves: lr* = %g; selection target %.4f (iteration %d)", lr_star, target, at)
+    ref_rows = _rows(cfg, ref_tasks)
+    lr_star = float(choose(cfg, REFERENCE, ref_rows, 0.0)["lr"])
+    log.info("quality_curves: lr* = %g", lr_star)
 
     tune = {
         m: [_task(cfg, m, "tune", cfg.tune_seed, o) for o in trials(m, lr_star)]
@@ -181,10 +215,9 @@ def run(cfg) -> dict:
     ref_scored = [_task(cfg, REFERENCE, "score", s, {"lr": lr_star}) for s in seeds]
     _execute(cfg, ref_scored + [t for ts in tune.values() for t in ts])
 
-    chosen = {REFERENCE: {"lr": lr_star}}
-    for m, ts in tune.items():
-        row = choose(cfg, m, _rows(cfg, ts), target)
-        chosen[m] = json.loads(row["hparams"])
+    tuned = {REFERENCE: ref_rows, **{m: _rows(cfg, ts) for m, ts in tune.items()}}
+    chosen, target = select(cfg, tuned)
+    log.info("quality_curves: selection target %.4f; chosen %s", target, chosen)
     scored = [_task(cfg, m, "score", s, chosen[m]) for m in methods[1:] for s in seeds]
     _execute(cfg, scored)
     return {"chosen": chosen, "job_s": time.monotonic() - t0}

@@ -17,7 +17,8 @@ __all__ = ["QualityLinksConfig"]
 class QualityLinksConfig(QualityCurvesConfig):
     """Seconds per iteration of every method's scored setting on emulated links (cases 4 and 5),
     and end-to-end runs checking time to target = iterations to target × seconds per iteration.
-    Reads the chosen settings from the ``mode=quality_curves`` rows in ``results_dir``."""
+    Each method's setting is chosen from the ``mode=quality_curves`` tuning rows in
+    ``results_dir``, as that mode chooses it."""
 
     cases: list[str] = option(["4", "5"], "the paper cases whose links are emulated")
     timing_iters: int = option(12, "iterations of each timing run", ge=2)

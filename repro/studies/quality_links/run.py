@@ -5,9 +5,10 @@ time to target is the product of the two factors.
 
 1. **Timing**: for each case, the first device of each of ``pp·dp`` regions in network
    namespaces with the case's delays and ``bandwidth_scale`` × its bandwidths
-   (:mod:`system.emulation`), the scheduler's layout for those links, and every method's scored
-   setting (read from the ``mode=quality_curves`` rows) run for ``timing_iters`` iterations back
-   to back: the median seconds per iteration after ``timing_warmup``.
+   (:mod:`system.emulation`), the scheduler's layout for those links, and every method's
+   setting (chosen from the ``mode=quality_curves`` tuning rows, as that mode chooses) run for
+   ``timing_iters`` iterations back to back: the median seconds per iteration after
+   ``timing_warmup``.
 2. **End-to-end check**: ``check_methods`` on ``check_case``, each a full run of
    ``check_iters`` iterations (its own warm-up and cosine schedule). The same spec trained in
    one process gives the loss curve (the runtime's losses equal it, a test); the target is its
@@ -28,22 +29,9 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-__all__ = ["run", "chosen_settings", "first_reached"]
+__all__ = ["run", "first_reached"]
 
 WINDOW = 16  # training losses averaged over this many iterations (the check's curve)
-
-
-def chosen_settings(results_dir) -> dict[str, dict]:
-    """Each method's scored setting, from the stored ``mode=quality_curves`` rows."""
-    from system.results import read_rows
-
-    df = read_rows(results_dir)
-    if df.empty or "phase" not in df.columns:
-        raise ValueError(f"results_dir={results_dir}: no mode=quality_curves rows")
-    s = df[(df["mode"] == "quality_curves") & (df["phase"] == "score")]
-    if s.empty:
-        raise ValueError(f"results_dir={results_dir}: no scored quality_curves rows yet")
-    return {m: json.loads(g.iloc[0]["hparams"]) for m, g in s.groupby("system")}
 
 
 def first_reached(losses, target: float, window: int = WINDOW) -> int | None:
@@ -85,6 +73,7 @@ def _devices(cfg, case: str) -> list[int]:
 
 def run(cfg) -> dict:
     from baselines.grid import emulation_kwargs
+    from repro.studies.quality_curves.run import chosen_from_store
     from system.cases import get_case
     from system.emulation.netns import Emulation
     from system.emulation.plan import make_plan
@@ -92,7 +81,7 @@ def run(cfg) -> dict:
     from system.runtime.inprocess import train_in_process
     from system.runtime.launch import launch
 
-    chosen = chosen_settings(cfg.results_dir)
+    chosen = chosen_from_store(cfg)
     done, t_job = [], time.monotonic()
     for case in dict.fromkeys([*map(str, cfg.cases), str(cfg.check_case)]):
         devices = _devices(cfg, case)
