@@ -58,6 +58,9 @@ Objective = choice("Objective", OBJECTIVES, module=__name__)
 TrainedSystem = choice("TrainedSystem", TRAINED_SYSTEMS, module=__name__)
 LinkSharing = choice("LinkSharing", LINK_SHARING, module=__name__)
 Backend = choice("Backend", BACKENDS, module=__name__)
+# the methods of the time-to-quality study (mode=quality_curves; a row's system, read by the
+# reports), the reference first; each one's settings: repro/studies/quality_curves/methods.py
+QUALITY_METHODS = ("ours", "pipe_q", "aq_sgd", "dp_topk", "diloco_h4", "diloco_h16", "diloco_h64")
 # the layouts mode=emulate runs ours on (a row's system is ours_<layout>, read by the reports)
 EmulateLayout = choice("EmulateLayout", ("scheduled", "random", "identity"), module=__name__)
 

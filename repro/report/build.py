@@ -137,14 +137,15 @@ def ablation_from_rows(rows: pd.DataFrame) -> pd.DataFrame | None:
 def known_systems() -> tuple[str, ...]:
     """Every value of the ``system`` column a mode writes: the simulated and trained systems,
     ours on each layout ``mode=emulate`` runs (``ours_<layout>``) and the quality study's."""
-    from repro.config.shared import EmulateLayout
+    from repro.config.shared import QUALITY_METHODS, EmulateLayout
     from repro.config.studies import QUALITY_SYSTEMS
-    from repro.studies.quality_curves.methods import METHODS
     from system.results import SIMULATED_SYSTEMS, TRAINED_SYSTEMS
 
     emulated = [f"ours_{layout}" for layout in EmulateLayout if layout != EmulateLayout.scheduled]
     return tuple(
-        dict.fromkeys((*SIMULATED_SYSTEMS, *TRAINED_SYSTEMS, *emulated, *QUALITY_SYSTEMS, *METHODS))
+        dict.fromkeys(
+            (*SIMULATED_SYSTEMS, *TRAINED_SYSTEMS, *emulated, *QUALITY_SYSTEMS, *QUALITY_METHODS)
+        )
     )
 
 

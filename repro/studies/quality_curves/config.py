@@ -6,12 +6,11 @@ from dataclasses import dataclass
 
 from repro.config.base import RunConfig, register_mode
 from repro.config.options import ConfigError, choice, option
-from repro.config.shared import ModelName, load_case
+from repro.config.shared import QUALITY_METHODS, ModelName, load_case
 
 __all__ = ["QualityCurvesConfig", "QualityMethod", "METHODS"]
 
-# the study's methods, the reference first (each one's settings: .methods.GRIDS)
-METHODS = ("ours", "pipe_q", "aq_sgd", "dp_topk", "diloco_h4", "diloco_h16", "diloco_h64")
+METHODS = QUALITY_METHODS  # the study's methods, the reference first (settings: .methods.GRIDS)
 QualityMethod = choice("QualityMethod", METHODS, module=__name__)
 
 
