@@ -29,10 +29,11 @@ sharing model) without the cap, the ``nic`` model at the cap with it — the sha
 emulation has (``results/emulation/sharing/`` measured both within 1%). A prediction *holds* when
 the median of the repeats is within :data:`TOLERANCE` of it.
 
-Steps (each a command of ``python -m system.emulation collectives``): ``register DIR`` writes
-``predictions.csv`` and ``experiment.json`` (commit them before measuring), ``measure DIR``
-builds each emulation, checks its links and times every algorithm (root; under the netns and
-cpu locks), ``verdict DIR`` scores them into ``verdict.{csv,md}``.
+Steps (each ``python repro/run.py mode=collectives step=STEP results_dir=DIR``,
+:mod:`repro.studies.collectives.run`): ``register`` writes ``predictions.csv`` and
+``experiment.json`` (commit them before measuring), ``measure`` builds each emulation, checks its
+links and times every algorithm (root; under the netns and cpu locks), ``verdict`` scores them
+into ``verdict.{csv,md}``.
 """
 
 from __future__ import annotations
