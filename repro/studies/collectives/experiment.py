@@ -50,7 +50,11 @@ import numpy as np
 import pandas as pd
 
 from system.cases import get_case, is_topology_file
-from system.emulation.experiment_limits import MAX_DEVICES, check_link_and_run_numbers
+from system.emulation.experiment_limits import (
+    MAX_DEVICES,
+    are_device_ids,
+    check_link_and_run_numbers,
+)
 from system.emulation.plan import EmulationPlan, make_plan
 from system.simulator.allreduce import (
     TREE_CHUNK_BYTES,
@@ -108,12 +112,7 @@ class CollectivesExperiment:
             if not isinstance(case, str) or is_topology_file(case):
                 raise ValueError(f"settings: case {case!r} must be a named case")
             n = get_case(case).num_devices  # an unknown case is its own one-line error
-            if (
-                not 2 <= len(devices) <= MAX_DEVICES
-                or any(isinstance(d, bool) or not isinstance(d, int) for d in devices)
-                or len(set(devices)) != len(devices)
-                or not all(0 <= d < n for d in devices)
-            ):
+            if not are_device_ids(devices, n):
                 raise ValueError(
                     f"settings: devices {list(devices)} of case {case}: 2..{MAX_DEVICES} "
                     f"distinct ids of 0..{n - 1}"
