@@ -5,8 +5,8 @@ data, then pipeline) and a launcher puts rank r on the r-th device it was given.
 baselines used the devices in the order they were listed (``launch``: rank r on device r). A
 careful user would list them in a better order (``topology``): keep tensor- and pipeline-parallel
 groups inside a host or region where they fit and visit the regions in a good order. That is a
-*rank map*, launch rank -> device, which :func:`system.simulator.collective.simulate_1f1b_ring`
-takes as ``rank_map``.
+*rank map*, launch rank -> device, which
+:func:`system.simulator.baseline_training.simulate_1f1b_ring` takes as ``rank_map``.
 
 The topology search, per configuration (tp, pp, dp):
 
@@ -27,7 +27,7 @@ The topology search, per configuration (tp, pp, dp):
    scheduler's (:mod:`system.cost.model`): per micro-batch, activations forward and gradients
    back over the slowest stage boundary, plus the fill/drain over all boundaries, plus the
    slowest DP gradient synchronisation of a stage, by the collective the row will run
-   (:func:`system.simulator.collective.dp_sync_end_s`: NCCL's pick under ``auto``, else the
+   (:func:`system.simulator.baseline_training.dp_sync_end_s`: NCCL's pick under ``auto``, else the
    forced one; ZeRO-3's rings). Launch order and the ``SIMULATE_TOP`` best
    ranked others are simulated in full and the fastest kept, so ``topology`` is never slower
    than ``launch`` for a configuration.
@@ -52,7 +52,7 @@ from baselines.space import (
 )
 from system.cluster import Cluster, fingerprint
 from system.cost.tsp import open_tsp_path
-from system.simulator.collective import dp_sync_end_s
+from system.simulator.baseline_training import dp_sync_end_s
 from system.simulator.comm import NCCL, Transport, ring_collective_s
 from system.simulator.hardware import V100, Hardware
 from system.simulator.result import SimResult
@@ -390,7 +390,7 @@ def grid_search(
     hardware and transport (both protocols) so that launch-order simulations are reused.
     ``layout`` names what the grid varies, for the error raised when the space is empty.
     ``dp_collective``: the DP collective every configuration runs
-    (:data:`system.simulator.collective.DP_REQUESTS`; default ``auto``, NCCL's pick), passed
+    (:data:`system.simulator.baseline_training.DP_REQUESTS`; default ``auto``, NCCL's pick), passed
     to ``simulate`` and to the rank-map search's ranking.
     """
     configs = space(cluster, workload, recompute)

@@ -41,7 +41,7 @@ from typing import NamedTuple
 import numpy as np
 
 from system.cluster import Cluster
-from system.simulator.collective import pipeline_memory_bytes
+from system.simulator.baseline_training import pipeline_memory_bytes
 from system.simulator.hardware import V100, Hardware
 from system.simulator.memory import RECOMPUTE_MODES, training_memory
 from system.simulator.result import SimResult, features_label

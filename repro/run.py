@@ -94,7 +94,8 @@ def run(cfg: DictConfig | dict | RunConfig, *, multirun: bool = False) -> dict:
 
 @hydra.main(config_path=CONF, config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    from repro.sweep import is_multirun, record_failure
+    from repro.hydra_fast import is_multirun
+    from repro.sweep import record_failure
 
     setup_logging()
     multirun = is_multirun()

@@ -27,15 +27,11 @@ where everything is. The command exits 1 when the report or a job failed.
 from __future__ import annotations
 
 import contextlib
-import copy
 import datetime as _dt
-import hashlib
-import hmac
 import json
 import logging
 import math
 import os
-import pickle
 import shutil
 import sys
 import threading
@@ -49,9 +45,20 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from repro.config import RunConfig, as_dict, validate
+from repro.hydra_fast import (
+    SHARED,
+    ShippedLoad,
+    SweepComposer,
+    SweepLoad,
+    config_loader,
+    hydra_state,
+    is_multirun,
+    job_overrides,
+    output_dir,
+    sweep_overrides,
+)
 from repro.keys import input_digests, rows_of
 from system.results import (
-    atomic_write_bytes,
     atomic_write_text,
     current_run_ids,
     deferred_collect,
@@ -71,19 +78,15 @@ __all__ = [
     "job_key",
     "ledger_path",
     "finished_job",
-    "is_multirun",
     "run_job",
     "record_failure",
     "WorkflowCallback",
     "Outcome",
     "count_jobs",
-    "job_overrides",
     "check_jobs",
     "ledger_stamps",
     "count_outcomes",
     "finish_study",
-    "SharedStore",
-    "shared_store",
 ]
 
 # Keys that only change how a run is reported (or how long it may take), never its rows.
@@ -134,31 +137,12 @@ def finished_job(results_dir: str | Path, key: str) -> dict | None:
     return rec
 
 
-def _output_dir() -> str | None:
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        return str(HydraConfig.get().runtime.output_dir)
-    except (ImportError, ValueError):  # not under Hydra (tests call run_job directly)
-        return None
-
-
-def is_multirun() -> bool:
-    try:
-        from hydra.core.hydra_config import HydraConfig
-        from hydra.types import RunMode
-
-        return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-    except (ImportError, ValueError):
-        return False
-
-
 def _write_ledger(cfg: RunConfig, key: str, **fields) -> None:
     rec = {
         "job_key": key,
         "model_version": model_version(),
         "finished_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "output_dir": _output_dir(),
+        "output_dir": output_dir(),
         "config": as_dict(cfg),
         **fields,
     }
@@ -231,288 +215,18 @@ def record_failure(cfg: RunConfig, error: BaseException) -> None:
 
 
 # ---- the sweep's jobs --------------------------------------------------------------------------
-def _sweep_overrides(config: DictConfig) -> list:
-    """The basic sweeper's overrides: sweep-file params, then the command line (which wins)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    params = dict(config.hydra.sweeper.get("params") or {})
-    lines = [f"{k}={v}" for k, v in params.items()] + list(config.hydra.overrides.task)
-    by_key = {o.get_key_element(): o for o in OverridesParser.create().parse_overrides(lines)}
-    return list(by_key.values())
-
-
 def count_jobs(config: DictConfig) -> int | None:
     """How many jobs the basic sweeper will launch (sweep-file params + command-line overrides)."""
     try:
         sizes = [
             len(list(o.sweep_string_iterator()))
-            for o in _sweep_overrides(config)
+            for o in sweep_overrides(config)
             if o.is_sweep_override()
         ]
         return math.prod(sizes)
     except Exception as e:  # a custom sweeper: progress without a total
         log.debug("cannot count jobs: %s", e)
         return None
-
-
-def job_overrides(config: DictConfig) -> list[list[str]]:
-    """One override list per job, in the basic sweeper's order."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-
-    batches = BasicSweeper.split_arguments(_sweep_overrides(config), None)
-    return [list(job) for batch in batches for job in batch]
-
-
-class SweepComposer:
-    """The configs of a sweep's jobs as Hydra's ``load_sweep_config`` composes them, each job once.
-
-    Hydra composes every job twice (the sweeper checks that each can be composed, then the
-    launcher composes it to run it), and each composition walks the whole defaults list again,
-    though a sweep mostly varies plain values. Here the defaults are composed once per distinct
-    choice of config groups (with the sweep's Hydra overrides), then a job's value overrides are
-    applied and Hydra's bookkeeping of them redone: the override lists, ``override_dirname``, and
-    (when a job's config is handed out) the master config's resolver cache. Which override names
-    a group is decided as Hydra decides it (the config repository's groups; a dict value is
-    always a value). Every job's config is kept, and each call returns a fresh copy. Tests
-    compare jobs of the sweep files with Hydra's own composition.
-
-    :meth:`install` puts it in place of the config loader's ``load_sweep_config`` for the rest
-    of the sweep (the basic launcher composes in this process; the sweeper's check always does).
-    """
-
-    def __init__(self, loader, master: DictConfig) -> None:
-        from hydra.core.override_parser.overrides_parser import OverridesParser
-
-        self.loader, self.master = loader, master
-        self.config_name = master.hydra.job.config_name
-        self._parser = OverridesParser.create()
-        self._repo = None
-        self._bases: dict[tuple[str, ...], DictConfig] = {}
-        self._jobs: dict[tuple[str, ...], DictConfig] = {}
-
-    def _is_group(self, override) -> bool:
-        if self._repo is None:  # the search path is the sweep's: its Hydra overrides decide it
-            hydra_lines = list(self.master.hydra.overrides.hydra)
-            _, self._repo = self.loader._parse_overrides_and_create_caching_repo(
-                self.config_name, hydra_lines
-            )
-        return not isinstance(override.value(), dict) and self._repo.group_exists(
-            override.key_or_group
-        )
-
-    def _compose(self, lines: tuple[str, ...]) -> DictConfig:
-        from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
-        from hydra.types import RunMode
-
-        parsed = self._parser.parse_overrides(list(lines))
-        fixed = tuple(o.input_line for o in parsed if o.is_hydra_override() or self._is_group(o))
-        if fixed not in self._bases:
-            self._bases[fixed] = self.loader.load_configuration(
-                config_name=self.config_name, overrides=list(fixed), run_mode=RunMode.RUN
-            )
-        cfg = copy.deepcopy(self._bases[fixed])
-        # every value override, the sweep's Hydra ones again too, in order, as Hydra applies them
-        values = [o for o in parsed if not self._is_group(o)]
-        ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
-        task = [o for o in parsed if not o.is_hydra_override()]
-        cfg.hydra.overrides.hydra = [o.input_line for o in parsed if o.is_hydra_override()]
-        cfg.hydra.overrides.task = [o.input_line for o in task]
-        names = cfg.hydra.job.config.override_dirname
-        cfg.hydra.job.override_dirname = get_overrides_dirname(
-            overrides=task,
-            kv_sep=names.kv_sep,
-            item_sep=names.item_sep,
-            exclude_keys=names.exclude_keys,
-        )
-        return cfg
-
-    def _lines(self, overrides: list[str]) -> tuple[str, ...]:
-        return (*self.master.hydra.overrides.hydra, *overrides)
-
-    def _kept(self, overrides: list[str]) -> DictConfig:
-        lines = self._lines(overrides)
-        if lines not in self._jobs:
-            self._jobs[lines] = self._compose(lines)
-        return self._jobs[lines]
-
-    def kept(self, jobs: list[list[str]]) -> dict[tuple[str, ...], DictConfig]:
-        """The configs composed so far of ``jobs`` (override lists), for :meth:`keep`."""
-        lines = [self._lines(o) for o in jobs]
-        return {k: self._jobs[k] for k in lines if k in self._jobs}
-
-    def keep(self, composed: dict[tuple[str, ...], DictConfig]) -> None:
-        """Take the jobs' configs another composer of this sweep made (:meth:`kept`)."""
-        self._jobs.update(composed)
-
-    def job(self, overrides: list[str], *, last: bool = False) -> DictConfig:
-        """One job's config (with its ``hydra`` node), as ``load_sweep_config`` returns it: with
-        the master config's resolver cache as it is now (the sweep folder's ``${now:...}``,
-        resolved when the sweeper starts, is the same in every job). ``last``: no later call
-        asks for this job (a launcher's worker runs each job once), so the kept config itself
-        is handed out instead of a copy."""
-        from omegaconf import OmegaConf
-
-        if last:
-            lines = self._lines(overrides)
-            cfg = self._jobs.pop(lines, None)
-            cfg = self._compose(lines) if cfg is None else cfg
-        else:
-            cfg = copy.deepcopy(self._kept(overrides))
-        OmegaConf.copy_cache(from_config=self.master, to_config=cfg)
-        return cfg
-
-    def task(self, overrides: list[str]) -> DictConfig:
-        """One job's task config: :meth:`job` without the ``hydra`` node, as a job sees it (a
-        copy of the task's keys only: the ``hydra`` node is most of a config)."""
-        from omegaconf import OmegaConf
-
-        cfg = self._kept(overrides)
-        return OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
-
-    def install(self, *, once: bool = False) -> Callable[[], None]:
-        """Answer the config loader's ``load_sweep_config`` calls for this sweep; returns the
-        function that takes it away again. ``once``: each job is asked for once here (a launcher
-        that composes the jobs in other processes leaves only the sweeper's check to this one):
-        the kept configs are handed out themselves (:meth:`job`'s ``last``)."""
-        self.loader.load_sweep_config = _SweepLoad(self, once=once)
-
-        def remove() -> None:
-            self.loader.__dict__.pop("load_sweep_config", None)
-
-        return remove
-
-
-class _SweepLoad:
-    """The config loader's ``load_sweep_config`` while a :class:`SweepComposer` is installed.
-    A launcher that ships the loader to other processes (joblib, Slurm) pickles it: there it is
-    a :class:`_ShippedLoad` that composes with a composer of its own (the kept configs stay
-    here)."""
-
-    def __init__(self, composer: SweepComposer, *, once: bool = False) -> None:
-        self.composer, self.once = composer, once
-        self.token = os.urandom(8).hex()  # this sweep, as the other processes tell it apart
-
-    def __call__(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
-        loader = self.composer.loader
-        if master_config is not self.composer.master:
-            return type(loader).load_sweep_config(loader, master_config, sweep_overrides)
-        return self.composer.job(list(sweep_overrides), last=self.once)
-
-    def composer_for(self, master_config: DictConfig) -> SweepComposer:
-        """The sweep's composer (a joblib run with one worker calls here, in this process)."""
-        return self.composer
-
-    def __reduce__(self):
-        return _ShippedLoad, (self.composer.loader, self.token)
-
-
-def _scan_plugins_once() -> None:
-    """In a launcher's worker: scan Hydra's plugins once for the process's life.
-
-    Hydra's joblib launcher restores the submitting process's Hydra state before every job
-    (``Singleton.set_state``); that state leaves the plugin registry out, so each job builds it
-    again, and the scan executes every plugin module anew (tens of milliseconds a job). The
-    installed plugins do not change while a worker runs: the first scan's classes are
-    registered again at each later rebuild (into that job's own registries, as before)."""
-    from hydra.core.plugins import Plugins
-
-    scan = Plugins.__dict__["_scan_all_plugins"]
-    if getattr(scan.__func__, "memo", None) is not None:
-        return
-    memo: dict[tuple[str, ...], Any] = {}
-
-    def scan_once(modules: list[Any]):
-        key = tuple(m.__name__ for m in modules)
-        if key not in memo:
-            memo[key] = scan.__func__(modules)
-        return memo[key]
-
-    scan_once.memo = memo  # type: ignore[attr-defined]
-    Plugins._scan_all_plugins = staticmethod(scan_once)
-
-
-# A launcher's worker process (joblib's run many jobs each) keeps the composer of the sweep it
-# works for, so it composes the defaults once per choice of groups, as the submitting process
-# does; a new sweep's token replaces it.
-_SHIPPED: dict[str, SweepComposer] = {}
-
-
-class _ShippedLoad:
-    """``load_sweep_config`` of a config loader shipped to a launcher's worker: the master config
-    arrives with every job (a fresh copy each time); the composer is the worker's own."""
-
-    def __init__(self, loader, token: str) -> None:
-        self.loader, self.token = loader, token
-
-    def composer_for(self, master_config: DictConfig) -> SweepComposer:
-        """This process's composer of the sweep, made at the sweep's first call here."""
-        composer = _SHIPPED.get(self.token)
-        if composer is None:
-            _scan_plugins_once()
-            _SHIPPED.clear()
-            composer = _SHIPPED[self.token] = SweepComposer(self.loader, master_config)
-        composer.master = master_config  # its Hydra overrides and resolver cache
-        return composer
-
-    def __call__(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
-        return self.composer_for(master_config).job(list(sweep_overrides), last=True)
-
-    def __reduce__(self):
-        return _ShippedLoad, (self.loader, self.token)
-
-
-class SharedStore:
-    """Values the jobs of one sweep share across the launcher's processes: one file per key in
-    ``folder``, a pickle signed with the sweep's secret (HMAC-SHA256), so a file the sweep did
-    not write is never unpickled. Written atomically; a missing, torn or foreign file reads as
-    absent, and the job computes the value itself."""
-
-    def __init__(self, folder: Path, secret: str) -> None:
-        self.folder, self._secret = Path(folder), secret.encode()
-
-    def _path(self, key: str) -> Path:
-        return self.folder / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.pkl"
-
-    def _mac(self, key: str, payload: bytes) -> bytes:
-        return hmac.new(self._secret, key.encode() + b"\0" + payload, "sha256").digest()
-
-    def get(self, key: str) -> Any | None:
-        try:
-            raw = self._path(key).read_bytes()
-        except OSError:
-            return None
-        mac, payload = raw[:32], raw[32:]
-        if not hmac.compare_digest(mac, self._mac(key, payload)):
-            return None
-        return pickle.loads(payload)
-
-    def put(self, key: str, value: Any) -> None:
-        payload = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-        self.folder.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(self._path(key), self._mac(key, payload) + payload)
-
-
-SHARED = ".shared"  # the sweep folder's subfolder of shared values, removed at the sweep's end
-
-
-def shared_store(name: str) -> SharedStore | None:
-    """The running sweep's store ``name`` in a launcher's worker process (joblib's, a Slurm
-    job): its secret is the sweep's token, which reaches a worker inside its jobs (in memory
-    under joblib; in submitit's job files, the user's own, under Slurm), never in the store.
-    None elsewhere (a single run; the serial launcher's jobs share one process)."""
-    token = next(iter(_SHIPPED), None)
-    if token is None or not is_multirun():
-        return None
-    from hydra.core.hydra_config import HydraConfig
-
-    return SharedStore(Path(str(HydraConfig.get().sweep.dir)) / SHARED / name, token)
-
-
-def _loader():
-    """The running Hydra's config loader (the app's, or the compose API's)."""
-    from hydra.core.global_hydra import GlobalHydra
-
-    return GlobalHydra.instance().hydra.config_loader
 
 
 def _check_one(composer: SweepComposer, n: int, overrides: list[str]) -> RunConfig | str:
@@ -533,7 +247,7 @@ def _check(
     config: DictConfig, composer: SweepComposer | None = None
 ) -> tuple[list[str], list[RunConfig]]:
     """(one line per bad job, the typed config of every good job)."""
-    composer = composer or SweepComposer(_loader(), config)
+    composer = composer or SweepComposer(config_loader(), config)
     return _split([_check_one(composer, n, o) for n, o in enumerate(job_overrides(config))])
 
 
@@ -553,21 +267,15 @@ def joblib_kwargs(config: DictConfig) -> dict:
 
 
 def _check_part(
-    load: _SweepLoad | _ShippedLoad,
+    load: SweepLoad | ShippedLoad,
     master: DictConfig,
     part: list[tuple[int, list[str]]],
-    hydra_state: dict,
+    state: dict,
 ):
     """A joblib worker's share of the pre-check, composed by the composer it keeps for the
     sweep's jobs, under the Hydra state the launcher gives each job (its version base, the
     job's name: they are part of a composed config)."""
-    if isinstance(load, _ShippedLoad):  # in a worker (joblib runs one share here, in order)
-        from hydra.core.singleton import Singleton
-        from hydra.core.utils import setup_globals
-
-        _scan_plugins_once()
-        setup_globals()
-        Singleton.set_state(hydra_state)
+    load.enter(state)  # a worker (joblib runs one share there, in order) takes the job's state
     composer = load.composer_for(master)
     checked = [_check_one(composer, n, overrides) for n, overrides in part]
     composed = composer.kept([overrides for _, overrides in part])
@@ -584,7 +292,7 @@ def _check_part(
     return checked, composed
 
 
-def _check_on_workers(config: DictConfig, load: _SweepLoad) -> tuple[list[str], list[RunConfig]]:
+def _check_on_workers(config: DictConfig, load: SweepLoad) -> tuple[list[str], list[RunConfig]]:
     """:func:`_check` for the joblib launcher, run by its own worker processes.
 
     joblib keeps the loky workers of a ``Parallel`` call for the next call with the same
@@ -597,14 +305,13 @@ def _check_on_workers(config: DictConfig, load: _SweepLoad) -> tuple[list[str], 
     did not check is composed from its kept defaults, or from scratch). Were the arguments to
     differ, joblib would start new workers for the jobs: slower, the same result.
     """
-    from hydra.core.singleton import Singleton
     from joblib import Parallel, delayed, effective_n_jobs
 
     kwargs = joblib_kwargs(config)
     jobs = list(enumerate(job_overrides(config)))
     workers = max(1, min(len(jobs), effective_n_jobs(kwargs.get("n_jobs", -1))))
     parts = [jobs[w::workers] for w in range(workers)]
-    state = Singleton.get_state()  # what the launcher ships with every job
+    state = hydra_state()  # what the launcher ships with every job
     done = Parallel(**kwargs)(delayed(_check_part)(load, config, p, state) for p in parts)
     checked: list[RunConfig | str] = [""] * len(jobs)
     for part, (results, composed) in zip(parts, done, strict=True):
@@ -830,7 +537,7 @@ class WorkflowCallback(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         t0 = time.monotonic()
-        composer = SweepComposer(_loader(), config)
+        composer = SweepComposer(config_loader(), config)
         joblib = _launcher_is(config, "JoblibLauncher")
         remove = composer.install(once=joblib)
         if joblib:

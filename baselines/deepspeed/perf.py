@@ -19,7 +19,7 @@
   all-gather (``dp_collective=tree``; ``fastest``: whichever the link model finds faster, what
   a user sets after measuring; rows record ``ring`` or ``tree+allgather``); optimizer state
   sharded over DP
-  (:func:`system.simulator.collective.simulate_1f1b_ring` with ``zero=1``).
+  (:func:`system.simulator.baseline_training.simulate_1f1b_ring` with ``zero=1``).
 
 The grid search tries both (``baselines.space.deepspeed_space``) and reports the faster feasible
 configuration, as the paper did.
@@ -28,9 +28,9 @@ ZeRO's ``overlap_comm`` (``BaselineConfig.overlap_comm``): ZeRO-3 overlaps its c
 compute when it is on (DeepSpeed's default for stage 3; the model above) and serialises them
 when off; ZeRO-1 without a pipeline reduce-scatters each ``reduce_bucket_size`` bucket (5e8
 elements, DeepSpeed's default, ``runtime/zero/config.py``) as the last micro-step's backward
-fills it (:func:`system.simulator.collective.simulate_1f1b_ring`'s ``overlap_grad_reduce``); the
-pipeline engine reduces after its last backward whatever the flag says (``baselines.space``), so
-the flag changes nothing there.
+fills it (:func:`system.simulator.baseline_training.simulate_1f1b_ring`'s
+``overlap_grad_reduce``); the pipeline engine reduces after its last backward whatever the flag
+says (``baselines.space``), so the flag changes nothing there.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from baselines.space import (
     with_micro_batch,
 )
 from system.cluster import Cluster
-from system.simulator.collective import simulate_1f1b_ring
+from system.simulator.baseline_training import simulate_1f1b_ring
 from system.simulator.comm import NCCL, Transport, ring_collective_s
 from system.simulator.hardware import V100, Hardware, stage_compute
 from system.simulator.result import SimResult

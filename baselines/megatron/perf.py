@@ -11,7 +11,7 @@ the tied word embedding's gradient all-reduced
 between the first and last stage, the gradient-norm all-reduce; ranks
 ``rank = tp + TP·(dp + DP·pp)`` placed on devices in launch order or by a topology-aware rank
 map (:mod:`baselines.placement`); the shared model is
-:func:`system.simulator.collective.simulate_1f1b_ring`. The grid (``baselines.space``) varies
+:func:`system.simulator.baseline_training.simulate_1f1b_ring`. The grid (``baselines.space``) varies
 TP (inside a host), PP, DP, the micro-batch size and activation recomputation; the fastest
 configuration that fits in 16 GB is Megatron's number for a setting, as the paper's grid search
 did. The pipeline's op order is :func:`baselines.megatron.schedule.megatron_1f1b_program`, or
@@ -20,7 +20,7 @@ with virtual stages (interleaved 1F1B)
 megatron-core's distributed optimizer (optimizer state sharded over DP: reduce-scatter of the
 gradients, all-gather of the updated parameters), alone and with ``overlap_grad_reduce`` +
 ``overlap_param_gather`` (:data:`baselines.space.MEGATRON_OVERLAP`), simulated as
-:func:`~system.simulator.collective.simulate_1f1b_ring` with ``zero=1`` and its overlap; the
+:func:`~system.simulator.baseline_training.simulate_1f1b_ring` with ``zero=1`` and its overlap; the
 gradient buckets are megatron-core's: ``max(40M, 1M·dp)`` parameters on the first pipeline stage
 and one bucket on every other stage (``DistributedDataParallel`` turns bucketing off past pipeline
 rank 0, where the reduction is off the critical path). With gloo (the CPU runs) the grid keeps the
@@ -43,7 +43,7 @@ from baselines.space import (
     with_micro_batch,
 )
 from system.cluster import Cluster
-from system.simulator.collective import simulate_1f1b_ring
+from system.simulator.baseline_training import simulate_1f1b_ring
 from system.simulator.comm import NCCL, Transport
 from system.simulator.hardware import V100, Hardware
 from system.simulator.result import SimResult
@@ -117,7 +117,7 @@ def simulate_megatron(
     ``--untie-embeddings-and-output-weights``) and False otherwise (the project's emulated runs
     build megatron-core's GPTModel untied, ``baselines/megatron/train.py``). ``dp_collective``:
     the DP all-reduce (default ``auto``, NCCL's pick; :data:`RING_KWARGS`), one of
-    :data:`system.simulator.collective.DP_REQUESTS`; with the distributed optimizer
+    :data:`system.simulator.baseline_training.DP_REQUESTS`; with the distributed optimizer
     reduce-scatter + all-gather (``tree``: all-reduce + all-gather), and with its overlap the
     bucketed ring reduce-scatter.
     """

@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from hydra.core.config_store import ConfigNode, ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -34,6 +33,7 @@ from repro.config.options import (
     group,
     option,
 )
+from repro.hydra_fast import store_schema
 from system.limits import (
     DEFAULT_MAX_DEVICES,
     DEFAULT_MAX_RANDOM_LAYOUTS,
@@ -390,88 +390,23 @@ def discover_modes() -> None:
         importlib.import_module(".".join(parts))
 
 
-class _SchemaNode(ConfigNode):
-    """A schema as the ConfigStore keeps it, shared rather than copied.
-
-    Every Hydra composition deep-copies the whole ConfigStore (``CachingConfigRepository``),
-    which with one schema per mode costs about a second, and a launcher that runs jobs in other
-    processes pickles the ConfigStore into every job. A stored schema is never changed
-    (``ConfigStore.load`` hands out a copy of it): copies share it, and its pickle names the
-    schema class instead of holding the composed schema, so the receiving process uses its own
-    node for the same class (built from the code, as a pickled function is). A class no pickle
-    can name (one made at run time) is pickled with its node, whole."""
-
-    schema: type | None = None  # None: a node unpickled by value
-
-    def __deepcopy__(self, memo):
-        return self
-
-    def __copy__(self):  # what ConfigStore.load copies (then replaces the copy's node)
-        copied = object.__new__(_SchemaNode)
-        copied.__dict__.update(self.__dict__)
-        return copied
-
-    def __reduce__(self):
-        if _importable(self.schema):
-            named = (self.name, self.group, self.package, self.provider, self.schema)
-            return _unpickled_schema_node, named
-        return _SchemaNode, (self.name, self.node, self.group, self.package, self.provider)
-
-
-def _importable(cls: type | None) -> bool:
-    """``cls`` is its module's attribute of its name (a pickle can name it)."""
-    found = sys.modules.get(getattr(cls, "__module__", ""))
-    for part in getattr(cls, "__qualname__", "<none>").split("."):
-        found = getattr(found, part, None)
-    return cls is not None and found is cls
-
-
-# (group, file name) -> this process's stored node of that schema
-_SCHEMA_NODES: dict[tuple[str | None, str], _SchemaNode] = {}
-
-
-def _schema_node(stored: ConfigNode, schema: type) -> _SchemaNode:
-    node = _SchemaNode(**vars(stored))
-    node.schema = schema
-    return node
-
-
-def _unpickled_schema_node(
-    name: str, group: str | None, package: str | None, provider: str | None, schema: type
-) -> _SchemaNode:
-    """The node a pickled :class:`_SchemaNode` names: this process's own for the same class,
-    or one built here for a class it did not store."""
-    node = _SCHEMA_NODES.get((group, name))
-    if node is not None and node.schema is schema:
-        return node
-    structured = OmegaConf.structured(schema)
-    return _schema_node(ConfigNode(name, structured, group, package, provider), schema)
-
-
 _STORED = False  # store_schemas ran: a mode registered later is stored as it registers
 
 
 def store_schemas() -> None:
     """Register the shared schema (``config_schema``) and every mode (group ``mode``) with
-    Hydra's ConfigStore, as :class:`_SchemaNode`; ``conf/config.yaml`` composes them. A mode
-    registered afterwards (a test's, or one made at run time) is stored when it registers."""
+    Hydra's ConfigStore (:func:`repro.hydra_fast.store_schema`); ``conf/config.yaml`` composes
+    them. A mode registered afterwards (a test's, or one made at run time) is stored when it
+    registers."""
     global _STORED
-    cs = ConfigStore.instance()
-    cs.store(name="config_schema", node=RunConfig)
-    cs.repo["config_schema.yaml"] = _SCHEMA_NODES[(None, "config_schema.yaml")] = _schema_node(
-        cs.repo["config_schema.yaml"], RunConfig
-    )
+    store_schema("config_schema", RunConfig)
     for spec in MODES.values():
         _store_mode(spec)
     _STORED = True
 
 
 def _store_mode(spec: ModeSpec) -> None:
-    cs = ConfigStore.instance()
-    cs.store(group="mode", name=spec.name, node=spec.schema, package="_global_")
-    name = f"{spec.name}.yaml"
-    folder = cs.repo["mode"]
-    folder[name] = _SCHEMA_NODES[("mode", name)] = _schema_node(folder[name], spec.schema)
+    store_schema(spec.name, spec.schema, group="mode", package="_global_")
 
 
 # ---- building the typed config -----------------------------------------------------------------

@@ -48,6 +48,8 @@ __all__ = [
     "LocalRunOptions",
     "check_local_ranks",
     "check_emulated_links",
+    "SPEC_KEYS",
+    "runtime_spec",
 ]
 
 CaseVariant = choice("CaseVariant", VARIANTS, module=__name__)
@@ -295,6 +297,34 @@ def _shown(value) -> str:
 def check_local_ranks(cfg, ranks: int) -> None:
     """The ranks of a local run (``tp*pp*dp``) fit ``cfg.limits``."""
     cfg.limits.check_ranks(ranks, f"tp*pp*dp = {cfg.tp}*{cfg.pp or 1}*{cfg.dp or 1}")
+
+
+# A mode's keys that name a field of our runtime's RunSpec the same way
+SPEC_KEYS = (
+    "model",
+    "layers",
+    "hidden_size",
+    "seq_length",
+    "vocab_size",
+    "pp",
+    "dp",
+    "micro_batch_size",
+    "iters",
+    "seed",
+    "warmup_iters",
+)
+
+
+def runtime_spec(cfg, **fields):
+    """The :class:`system.runtime.spec.RunSpec` of a mode's config: each of :data:`SPEC_KEYS`
+    the config has, as it is (the model by name), then ``fields`` (what the mode decides
+    itself: the layout it resolved, the global batch, the start, ...), which win."""
+    from system.runtime.spec import RunSpec
+
+    taken = {k: getattr(cfg, k) for k in SPEC_KEYS if hasattr(cfg, k)}
+    if "model" in taken:
+        taken["model"] = str(taken["model"])
+    return RunSpec(**{**taken, **fields})
 
 
 def check_emulated_links(cluster, bandwidth_scale: float, delay_scale: float) -> None:

@@ -1,4 +1,7 @@
-"""CLI: ``python -m system.emulation {cleanup,tc-script,check}``.
+"""The emulation tools' CLI: ``python -m system.emulation {cleanup,tc-script,check}``.
+
+The emulation's experiments are modes of ``python repro/run.py`` (``mode=emulate``,
+``mode=link_sharing``, ``mode=collectives``); this CLI holds only the tools around them.
 
 - ``cleanup [--force] [--dry-run] [--tag T]``: remove leftovers of runs whose owner is dead
   (dtfm-* namespaces, state; ``--force`` also live owners'; ``--tag`` one run's only).
@@ -7,13 +10,6 @@
   CUBIC routes, TCP sysctls; :mod:`system.emulation.tcscript`) for a real multi-host cluster.
 - ``check --case debug [--devices 0,2,4,6] [--bandwidth-scale 0.1] [--pairs 6]``: build the
   emulated network, verify sampled links, print the table, tear it down.
-- ``collectives {register,measure,posthoc,verdict} DIR``: the simulator's all-reduce algorithms
-  against the runtime's (:mod:`system.emulation.collectives_check`): write ``DIR/predictions.csv``
-  for ``DIR/experiment.json`` (the default experiment, written there, when absent; an existing
-  registration is never rewritten); measure into ``DIR/measured.csv``
-  (root); score into ``DIR/verdict.{csv,md}`` (``posthoc``: the current model's predictions
-  of the registered experiment into ``DIR/posthoc.csv``, scored beside the registered ones;
-  made after the measurement, they are never the registered verdict).
 """
 
 from __future__ import annotations
@@ -114,15 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             p.add_argument("--pairs", type=_number(1, 10_000, kind=int), default=6)
             p.add_argument("--backend", default="auto")
-    s = sub.add_parser("collectives", help="the simulator's all-reduces against the runtime's")
-    s.add_argument("step", choices=("register", "measure", "posthoc", "verdict"))
-    s.add_argument(
-        "dir", help="folder of experiment.json, predictions.csv, measured.csv, verdict.*"
-    )
     args = ap.parse_args(argv)
     try:
-        if args.cmd == "collectives":
-            return _collectives(args.step, args.dir)
         if args.cmd == "cleanup":
             from system.emulation.cleanup import cleanup
 
@@ -162,48 +151,6 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError, RuntimeError) as e:  # a missing or unwritable file too
         print(f"error: {e}", file=sys.stderr)
         return 2
-    return 0
-
-
-def _collectives(step: str, folder: str) -> int:
-    """One step of the all-reduce experiment (module docstring)."""
-    from pathlib import Path
-
-    import pandas as pd
-
-    from system.emulation import collectives_check as cc
-    from system.results import atomic_write_text
-    from system.schema import git_state
-
-    out = Path(folder)
-    sha, dirty = git_state()
-    if step == "register":
-        if (out / "predictions.csv").exists():
-            raise ValueError(f"{out / 'predictions.csv'} exists: a registration is not rewritten")
-        exp = cc.read_experiment(out) if (out / "experiment.json").exists() else None
-        exp = exp or cc.CollectivesExperiment()
-        pred = cc.predict(exp).assign(git_sha=sha, git_dirty=dirty)
-        out.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(out / "experiment.json", json.dumps(exp.to_json(), indent=1) + "\n")
-        atomic_write_text(out / "predictions.csv", pred.to_csv(index=False))
-        print(out / "predictions.csv")
-        return 0
-    exp, pred = cc.read_registration(out)
-    if step == "measure":
-        rows = [{**r, "git_sha": sha, "git_dirty": dirty} for r in cc.measure(exp, pred)]
-        atomic_write_text(out / "measured.csv", pd.DataFrame(rows).to_csv(index=False))
-        print(out / "measured.csv")
-        return 0
-    if step == "posthoc":
-        post = cc.predict(exp).assign(git_sha=sha, git_dirty=dirty)
-        atomic_write_text(out / "posthoc.csv", post.to_csv(index=False))
-        print(out / "posthoc.csv")
-        return 0
-    post = cc.read_predictions(out / "posthoc.csv", exp) if (out / "posthoc.csv").exists() else None
-    table = cc.verdict(pred, cc.read_measured(out / "measured.csv"), exp=exp, posthoc=post)
-    atomic_write_text(out / "verdict.csv", table.to_csv(index=False, float_format="%.4g"))
-    atomic_write_text(out / "verdict.md", cc.verdict_markdown(table) + "\n")
-    print(cc.verdict_markdown(table))
     return 0
 
 

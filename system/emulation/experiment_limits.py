@@ -6,7 +6,13 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["MAX_DEVICES", "MAX_NBYTES", "is_finite_number", "check_link_and_run_numbers"]
+__all__ = [
+    "MAX_DEVICES",
+    "MAX_NBYTES",
+    "is_finite_number",
+    "are_device_ids",
+    "check_link_and_run_numbers",
+]
 
 MAX_DEVICES = 16  # emulated devices (each a namespace and a rank on this machine)
 MAX_NBYTES = 2**30  # gradient bytes per device (each rank holds a few copies)
@@ -15,6 +21,16 @@ MAX_NBYTES = 2**30  # gradient bytes per device (each rank holds a few copies)
 def is_finite_number(v) -> bool:
     """``v`` is an int or float (not a bool) and finite."""
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def are_device_ids(devices, num_devices: int) -> bool:
+    """``devices`` are 2..:data:`MAX_DEVICES` distinct integer ids of a case's ``num_devices``."""
+    return (
+        2 <= len(devices) <= MAX_DEVICES
+        and all(isinstance(d, int) and not isinstance(d, bool) for d in devices)
+        and len(set(devices)) == len(devices)
+        and all(0 <= d < num_devices for d in devices)
+    )
 
 
 def check_link_and_run_numbers(experiment, *, min_nbytes: int) -> None:

@@ -15,7 +15,7 @@ the all-reduce algorithms, NCCL's choice between them (its tuner, re-implemented
 :mod:`system.simulator.allreduce`.
 """
 
-from system.simulator.collective import rank_grid, simulate_1f1b_ring
+from system.simulator.baseline_training import rank_grid, simulate_1f1b_ring
 from system.simulator.hardware import V100, Hardware, StageCompute, stage_compute
 from system.simulator.ours import simulate_ours
 from system.simulator.replay import (

@@ -50,8 +50,8 @@ come from:
 ``tc_class`` equals ``pair`` wherever a device's concurrent flows go to different regions (the
 scheduled layouts of case 5), and differs where a device sends to several devices of one region
 at once. Which model a real deployment across AWS regions follows is not known; every headline
-is reported under ``pair`` and ``nic`` as well. On emulated links each model predicts the
-network built with its sharing structure within 1% (``results/emulation/sharing/``).
+is reported under ``pair`` and ``nic`` as well. How each model predicts emulated links is
+measured in ``results/emulation/sharing/`` (``mode=link_sharing``).
 """
 
 from __future__ import annotations

@@ -46,6 +46,7 @@ BAD = {
     "quality_curves": ({"eval_every": 40}, {}, "eval_every=40 must be a multiple of diloco_h16"),
     "quality_links": ({"timing_warmup": 12}, {}, "timing_warmup=12 must be below timing_iters"),
     "link_sharing": ({"step": "verdict"}, {}, "predictions.json"),
+    "collectives": ({"step": "verdict"}, {}, "experiment.json"),
 }
 
 

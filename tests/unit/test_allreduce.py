@@ -1,5 +1,5 @@
 """All-reduce algorithms against hand computations (system/simulator/allreduce.py), and their use
-in the baselines' DP step (system/simulator/collective.py)."""
+in the baselines' DP step (system/simulator/baseline_training.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from system.simulator.allreduce import (
     dtree_parents,
     two_level_block,
 )
-from system.simulator.collective import simulate_1f1b_ring
+from system.simulator.baseline_training import simulate_1f1b_ring
 from system.simulator.sharing import with_link_sharing
 from system.workload import MODELS, Workload
 

@@ -324,7 +324,7 @@ def test_a_schema_made_at_run_time_is_pickled_whole():
     import cloudpickle
     from omegaconf import OmegaConf
 
-    from repro.config.base import _SCHEMA_NODES
+    from repro.hydra_fast import _SCHEMA_NODES
 
     with _mode_made_here("probe_pickle"):
         node = _SCHEMA_NODES[("mode", "probe_pickle.yaml")]

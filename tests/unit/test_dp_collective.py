@@ -1,5 +1,6 @@
 """The baselines' DP collective request (auto | fastest | ring | tree | two_level): what runs, what
-rows record, and the rank-map search's ranking by it (collective.py, placement.py, perf.py)."""
+rows record, and the rank-map search's ranking by it (baseline_training.py, placement.py,
+perf.py)."""
 
 from __future__ import annotations
 

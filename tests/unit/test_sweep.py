@@ -437,7 +437,7 @@ def test_the_sweep_composer_gives_every_job_hydras_own_config(sweep, extra):
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
-    from repro.sweep import SweepComposer, job_overrides
+    from repro.hydra_fast import SweepComposer, job_overrides
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         master = compose("config", overrides=[f"sweep={sweep}", *extra], return_hydra_config=True)
@@ -474,8 +474,8 @@ def test_a_shipped_config_loader_composes_as_hydra_does():
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
-    from repro import sweep
-    from repro.sweep import SweepComposer, job_overrides
+    from repro import hydra_fast
+    from repro.hydra_fast import SweepComposer, job_overrides
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         master = compose("config", overrides=["sweep=smoke"], return_hydra_config=True)
@@ -494,7 +494,7 @@ def test_a_shipped_config_loader_composes_as_hydra_does():
             got = shipped.load_sweep_config(copy, job)
             hydras = type(loader).load_sweep_config(loader, master, job)
             assert OmegaConf.to_container(got) == OmegaConf.to_container(hydras)
-        kept = sweep._SHIPPED[shipped.load_sweep_config.token]
+        kept = hydra_fast._SHIPPED[shipped.load_sweep_config.token]
         assert len(kept._bases) == 1 and not kept._jobs  # each job's config handed out once
         again = shipped.load_sweep_config(master, jobs[0])  # asked again: composed again
         assert OmegaConf.to_container(again) == OmegaConf.to_container(
@@ -506,13 +506,13 @@ def test_a_shipped_config_loader_composes_as_hydra_does():
         finally:
             remove()
         other.load_sweep_config(master, jobs[0])
-        assert list(sweep._SHIPPED) == [other.load_sweep_config.token]
+        assert list(hydra_fast._SHIPPED) == [other.load_sweep_config.token]
 
 
 def _kept_tokens() -> list[str]:
-    from repro import sweep
+    from repro import hydra_fast
 
-    return list(sweep._SHIPPED)
+    return list(hydra_fast._SHIPPED)
 
 
 @pytest.mark.parametrize("extra", [[], ["batch=-1"]])
@@ -526,7 +526,8 @@ def test_joblibs_workers_check_a_sweep_and_keep_its_composer_for_the_jobs(extra)
     from joblib import Parallel, delayed
     from omegaconf import OmegaConf
 
-    from repro.sweep import SweepComposer, _check, _check_on_workers, job_overrides, joblib_kwargs
+    from repro.hydra_fast import SweepComposer, job_overrides
+    from repro.sweep import _check, _check_on_workers, joblib_kwargs
 
     launcher = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
@@ -595,7 +596,7 @@ def test_a_sweeps_shared_store_returns_only_what_the_sweep_wrote(tmp_path):
     """Values shared between a sweep's processes: read back as written; a file another secret
     signed, a torn file, an edited one or none at all read as absent (the job computes the
     value itself), and nothing from a foreign file is unpickled."""
-    from repro.sweep import SharedStore, shared_store
+    from repro.hydra_fast import SharedStore, shared_store
 
     store = SharedStore(tmp_path / "schedules", "secret-a")
     assert store.get("k") is None
@@ -658,14 +659,14 @@ def test_a_worker_scans_hydras_plugins_once_and_registers_the_same_ones():
     keeps the first scan."""
     from hydra.core.plugins import Plugins
 
-    from repro.sweep import _scan_plugins_once
+    from repro.hydra_fast import scan_plugins_once
 
     original = Plugins.__dict__["_scan_all_plugins"]
     before = dict(Plugins.instance().class_name_to_class)
     try:
-        _scan_plugins_once()
+        scan_plugins_once()
         installed = Plugins.__dict__["_scan_all_plugins"]
-        _scan_plugins_once()
+        scan_plugins_once()
         assert Plugins.__dict__["_scan_all_plugins"] is installed
         plugins = Plugins.instance()
         plugins._initialize()

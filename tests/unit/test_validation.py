@@ -88,7 +88,7 @@ def test_baseline_kwargs_match_the_baseline_models():
     from baselines.deepspeed.perf import simulate_deepspeed
     from baselines.megatron.perf import simulate_megatron
     from baselines.space import BaselineConfig
-    from system.simulator.collective import simulate_1f1b_ring
+    from system.simulator.baseline_training import simulate_1f1b_ring
     from system.simulator.comm import GLOO
 
     s = _setting()
@@ -109,7 +109,7 @@ def test_baseline_kwargs_match_the_baseline_models():
 
 def test_1f1b_compute_profile_is_used():
     from system.simulator import StageCompute
-    from system.simulator.collective import simulate_1f1b_ring
+    from system.simulator.baseline_training import simulate_1f1b_ring
     from system.simulator.comm import GLOO
 
     s = _setting()
@@ -174,7 +174,7 @@ def test_topology_prediction_is_the_searched_map_and_never_slower_than_launch():
     the same simulator and profile, never slower than launch order, and here a different map."""
     from baselines.placement import search_placement
     from baselines.space import BaselineConfig
-    from system.simulator.collective import simulate_1f1b_ring
+    from system.simulator.baseline_training import simulate_1f1b_ring
     from system.simulator.comm import GLOO
 
     systems = ["megatron", "deepspeed", "megatron_topology", "deepspeed_topology"]

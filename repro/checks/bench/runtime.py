@@ -30,6 +30,7 @@ import logging
 import statistics
 
 from repro.checks.bench.config import BenchRuntimeConfig
+from repro.config.shared import runtime_spec
 from system.runtime.ideal import gpipe_ideal_s
 
 log = logging.getLogger(__name__)
@@ -67,20 +68,9 @@ def bench_one(
     ``master_addr`` to run inside emulated-WAN namespaces: the ideal then uses the slow links'
     probed times, which is the "communication hidden" check)."""
     from system.runtime.launch import launch
-    from system.runtime.spec import RunSpec
 
-    spec = RunSpec(
-        model=str(cfg.model),
-        layers=cfg.layers,
-        hidden_size=cfg.hidden_size,
-        seq_length=cfg.seq_length,
-        pp=cfg.pp,
-        dp=cfg.dp,
-        micro_batch_size=cfg.micro_batch_size,
-        global_batch_size=micro_batches * cfg.micro_batch_size * cfg.dp,
-        iters=cfg.iters,
-        seed=cfg.seed,
-        probe_links=True,
+    spec = runtime_spec(
+        cfg, global_batch_size=micro_batches * cfg.micro_batch_size * cfg.dp, probe_links=True
     )
     m = launch(spec, **dict({"timeout_s": 600}, **(launch_kw or {})))
     pp, stage_of, pr = spec.pp, m["stage_of_rank"], m["per_rank"]

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from repro.config.shared import fill_layout
+from repro.config.shared import fill_layout, runtime_spec
 from repro.modes.emulate.config import EmulateConfig
 from system.assignment import Assignment, random_assignment
 from system.cases import case_label
@@ -111,20 +111,7 @@ def run(cfg: EmulateConfig) -> dict:
     batch = cfg.batch or 4 * dp
     warmup = cfg.warmup_iters
     seed, iters = cfg.seed, max(warmup + 1, cfg.iters)
-    base = RunSpec(
-        model=str(cfg.model),
-        layers=cfg.layers,
-        hidden_size=cfg.hidden_size,
-        seq_length=cfg.seq_length,
-        vocab_size=cfg.vocab_size,
-        pp=pp,
-        dp=dp,
-        global_batch_size=batch,
-        micro_batch_size=cfg.micro_batch_size,
-        iters=iters,
-        seed=seed,
-        warmup_iters=warmup,
-    )
+    base = runtime_spec(cfg, pp=pp, dp=dp, global_batch_size=batch, iters=iters)
     model = base.gpt_config()
     # the CPU runtime sends fp32 activations and fp32 gradients
     wl = Workload(

@@ -33,9 +33,9 @@ from baselines.megatron.perf import grid_search_megatron
 from repro.config.base import as_dict, default_of
 from repro.config.shared import SchedulerOptions, fill_layout
 from repro.helper import Helper, take
+from repro.hydra_fast import is_multirun, shared_store
 from repro.modes.simulate.config import SimulateConfig
 from repro.report.summary import print_compact, print_wide, summary_from_rows
-from repro.sweep import is_multirun, shared_store
 from system.assignment import random_assignment
 from system.cases import get_case
 from system.cluster import Cluster
@@ -122,7 +122,7 @@ class Schedules:
 
     def get(self, case: str, cluster: Cluster, workload: Workload, pp: int, dp: int):
         """The schedule: this process's, else the sweep's other processes' (a launcher's
-        workers: :func:`repro.sweep.shared_store`), else made here (and shared)."""
+        workers: :func:`repro.hydra_fast.shared_store`), else made here (and shared)."""
         from system.scheduler import schedule
 
         key, (cl, sizes, kwargs) = self.call(case, cluster, workload, pp, dp)

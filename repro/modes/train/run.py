@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 
+from repro.config.shared import runtime_spec
 from repro.modes.train.config import TrainConfig
 from system.results import make_row, write_rows
 from system.runtime.spec import RunSpec, SpecBase
@@ -33,15 +34,11 @@ def run_spec(cfg: TrainConfig) -> RunSpec:
         stages = Assignment.load(rt.assignment).stages.tolist()
     pp = cfg.pp if cfg.pp is not None else (len(stages) if stages else 1)
     dp = cfg.dp if cfg.dp is not None else (len(stages[0]) if stages else 1)
-    return RunSpec(
-        model=str(cfg.model),
-        layers=cfg.layers,
+    return runtime_spec(
+        cfg,
         pp=pp,
         dp=dp,
         global_batch_size=cfg.batch or SpecBase.global_batch_size,
-        micro_batch_size=cfg.micro_batch_size,
-        iters=cfg.iters,
-        seed=cfg.seed,
         stages=stages,
         layout=str(rt.layout),
         dp_mode=str(rt.dp_mode),

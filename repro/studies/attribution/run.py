@@ -50,11 +50,11 @@ from baselines.placement import Placement, candidate_maps, search_placement
 from baselines.space import BaselineConfig
 from repro.config.shared import default_layout
 from repro.studies.attribution.config import AttributionConfig
+from system.assignment import Assignment
 from system.cases import get_case
 from system.config_search import search_ours
-from system.scheduler.assignment import Assignment
 from system.simulator import V100, SimResult, simulate_1f1b_ring, simulate_ours
-from system.simulator.collective import device_grid
+from system.simulator.baseline_training import device_grid
 from system.simulator.ours import accumulation_rounds
 from system.simulator.sharing import DEFAULT_LINK_SHARING, link_sharing_of, with_link_sharing
 from system.workload import Workload, get_model

@@ -43,6 +43,7 @@ import pandas as pd
 from system.cases import get_case, is_topology_file
 from system.emulation.experiment_limits import (
     MAX_DEVICES,
+    are_device_ids,
     check_link_and_run_numbers,
     is_finite_number,
 )
@@ -88,12 +89,7 @@ class SharingExperiment:
             raise ValueError(f"case={self.case!r}: a named case, not a topology file")
         n = get_case(self.case).num_devices  # an unknown case is its own one-line error
         devices = self.devices
-        if (
-            not 2 <= len(devices) <= MAX_DEVICES
-            or any(isinstance(d, bool) or not isinstance(d, int) for d in devices)
-            or len(set(devices)) != len(devices)
-            or not all(0 <= d < n for d in devices)
-        ):
+        if not are_device_ids(devices, n):
             raise ValueError(
                 f"devices={list(devices)}: 2..{MAX_DEVICES} distinct ids of case "
                 f"{self.case}'s 0..{n - 1}"

@@ -50,12 +50,12 @@ import numpy as np
 import pandas as pd
 
 from repro.studies.scheduler_worth.config import SchedulerWorthConfig
+from system.assignment import Assignment
 from system.cases import get_case
 from system.cluster import Cluster
 from system.external.sailor.bandwidth import multizone_cluster
 from system.results import atomic_write_text, write_set
 from system.scheduler import schedule
-from system.scheduler.assignment import Assignment
 from system.scheduler.heuristics import heuristic_assignment
 from system.simulator import SimResult, simulate_ours
 from system.simulator.sharing import with_link_sharing

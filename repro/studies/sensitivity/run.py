@@ -46,9 +46,9 @@ from baselines.megatron.perf import grid_search_megatron
 from baselines.placement import Placement
 from repro.config.shared import default_layout
 from repro.studies.sensitivity.config import SensitivityConfig
+from system.assignment import random_assignment
 from system.cases import get_case
 from system.config_search import search_ours
-from system.scheduler.assignment import random_assignment
 from system.simulator import V100, simulate_ours
 from system.simulator.comm import NCCL, NCCL_RENDEZVOUS
 from system.simulator.sharing import DEFAULT_LINK_SHARING, link_sharing_of, with_link_sharing

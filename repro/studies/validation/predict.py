@@ -122,10 +122,10 @@ def predict_setting(s: Setting, profile: dict, *, schedule_trials: int = 300) ->
     """One prediction per system of ``s`` (module docstring), each with what the run must use."""
     from baselines.placement import search_placement
     from baselines.space import BaselineConfig
+    from system.assignment import random_assignment
     from system.scheduler import schedule
-    from system.scheduler.assignment import random_assignment
     from system.simulator import simulate_ours
-    from system.simulator.collective import simulate_1f1b_ring
+    from system.simulator.baseline_training import simulate_1f1b_ring
     from system.simulator.comm import GLOO
     from system.workload import tasklet_sizes
 

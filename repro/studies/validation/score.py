@@ -121,7 +121,7 @@ def _with_run_compute(rows: pd.DataFrame, doc: dict) -> pd.Series:
     own per-stage compute (our rows; NaN for others). Its error isolates the communication and
     pipeline model from the compute calibration."""
     from repro.studies.validation.predict import scaled_cluster
-    from system.scheduler.assignment import Assignment
+    from system.assignment import Assignment
     from system.simulator import StageCompute, simulate_ours
 
     out = []

@@ -1,5 +1,5 @@
-"""The all-reduce experiment: its registration and verdict (no root), and the whole study —
-register, measure on emulated links, verdict — at a tiny size (root)."""
+"""The all-reduce experiment (``mode=collectives``): its registration and verdict (no root), and
+the whole study — register, measure on emulated links, verdict — at a tiny size (root)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import json
 import pandas as pd
 import pytest
 
-from system.emulation.collectives_check import (
+from repro.config import ConfigError, validate
+from repro.run import run as run_job
+from repro.studies.collectives.experiment import (
     ALGORITHMS,
     CollectivesExperiment,
     measure,
@@ -66,10 +68,11 @@ def test_the_verdict_scores_the_median_against_the_prediction():
     assert not verdict(pred, pd.DataFrame(rows))["holds"].any()
 
 
-def _main(*argv: str) -> int:
-    from system.emulation.__main__ import main
-
-    return main(list(argv))
+def _step(step: str, folder) -> str:
+    """The one error line ``mode=collectives step=STEP results_dir=FOLDER`` stops with."""
+    with pytest.raises(ConfigError) as e:
+        validate({"mode": "collectives", "step": step, "results_dir": str(folder)})
+    return str(e.value)
 
 
 @pytest.mark.parametrize(
@@ -84,28 +87,45 @@ def _main(*argv: str) -> int:
         ({"bogus": 1}, "unknown key(s) ['bogus']"),
     ],
 )
-def test_a_bad_registration_is_one_line_naming_it(tmp_path, capsys, monkeypatch, change, message):
-    from system.emulation import collectives_check
+def test_a_bad_registration_is_one_line_naming_it(tmp_path, monkeypatch, change, message):
+    from repro.studies.collectives import experiment
 
     exp = TINY.to_json()
     exp.update(change)
     (tmp_path / "experiment.json").write_text(json.dumps(exp))
     predict(TINY).to_csv(tmp_path / "predictions.csv", index=False)
     called = []
-    monkeypatch.setattr(collectives_check, "measure", lambda *a, **k: called.append(1) or [])
-    for step in ("measure", "verdict"):
-        assert _main("collectives", step, str(tmp_path)) == 2
-        err = capsys.readouterr().err.strip()
+    monkeypatch.setattr(experiment, "measure", lambda *a, **k: called.append(1) or [])
+    for step in ("measure", "posthoc", "verdict"):
+        err = _step(step, tmp_path)
         assert message in err and "experiment.json" in err and len(err.splitlines()) == 1, err
     assert called == []
 
 
-def test_missing_predictions_are_one_line(tmp_path, capsys):
+def test_missing_predictions_are_one_line(tmp_path):
     (tmp_path / "experiment.json").write_text(json.dumps(TINY.to_json()))
     predict(TINY).iloc[:-1].to_csv(tmp_path / "predictions.csv", index=False)
-    assert _main("collectives", "verdict", str(tmp_path)) == 2
-    err = capsys.readouterr().err.strip()
+    err = _step("verdict", tmp_path)
     assert "no prediction for" in err and "predictions.csv" in err, err
+
+
+def test_register_posthoc_verdict_through_the_mode(tmp_path):
+    """The steps as ``python repro/run.py mode=collectives`` runs them: the registration is
+    :func:`predict`'s of the experiment in the folder, and the verdict scores rows measured at
+    the predictions (the post hoc predictions scored beside them)."""
+    (tmp_path / "experiment.json").write_text(json.dumps(TINY.to_json()))
+    run_job({"mode": "collectives", "step": "register", "results_dir": str(tmp_path)})
+    exp, pred = read_registration(tmp_path)
+    assert exp == TINY
+    want = predict(TINY)
+    assert pred["predicted_s"].tolist() == pytest.approx(want["predicted_s"].tolist())
+    rows = pred[["case", "capped", "algorithm"]].assign(measured_s=pred["predicted_s"])
+    rows.to_csv(tmp_path / "measured.csv", index=False)
+    run_job({"mode": "collectives", "step": "posthoc", "results_dir": str(tmp_path)})
+    run_job({"mode": "collectives", "step": "verdict", "results_dir": str(tmp_path)})
+    table = pd.read_csv(tmp_path / "verdict.csv")
+    assert len(table) == len(pred) and table["holds"].all()
+    assert (tmp_path / "verdict.md").is_file()
 
 
 @pytest.mark.emulation
@@ -133,14 +153,12 @@ def test_the_study_runs_end_to_end_at_a_tiny_size(tmp_path):
     ]
 
 
-def test_register_reads_the_folders_experiment_and_never_rewrites_a_registration(tmp_path, capsys):
+def test_register_reads_the_folders_experiment_and_never_rewrites_a_registration(tmp_path):
     (tmp_path / "experiment.json").write_text(json.dumps(TINY.to_json()))
-    assert _main("collectives", "register", str(tmp_path)) == 0
+    run_job({"mode": "collectives", "step": "register", "results_dir": str(tmp_path)})
     exp, pred = read_registration(tmp_path)
     assert exp == TINY and len(pred) == 2 * len(ALGORITHMS)
     before = (tmp_path / "predictions.csv").read_text()
-    capsys.readouterr()
-    assert _main("collectives", "register", str(tmp_path)) == 2
-    err = capsys.readouterr().err.strip()
+    err = _step("register", tmp_path)
     assert "is not rewritten" in err and len(err.splitlines()) == 1, err
     assert (tmp_path / "predictions.csv").read_text() == before

@@ -16,23 +16,17 @@ classes, and scores the simulator's registered prediction of each run:
   :func:`system.simulator.comm.ring_allreduce_end_s` with the ``GLOO`` transport), the ring
   the runtime's other studies measure, for reference.
 
-The setting (:class:`CollectivesExperiment`): 8 devices per case, two in each of four regions
-(case 4: Virginia, Oregon, California, Ohio; case 5: Oregon, Virginia, Tokyo, London), in that
-rank order, so a two-level all-reduce has four blocks of two; bandwidths × 0.05 so the userspace
-delayer keeps up on two shared cores; a 16 MiB fp32 gradient per device (32 tree chunks, 16 per
-tree); a cap of 0.4 Gbit/s before scaling (20 Mbit/s: below every link of case 4, below the
-case-5 links of 0.42 Gbit/s and up).
+The setting (:class:`CollectivesExperiment`, described in
+``results/emulation/collectives/FINDINGS.md``): 8 devices per case, two in each of four regions in
+rank order (a two-level all-reduce has four blocks of two), bandwidths scaled down so the
+userspace delayer keeps up, a 16 MiB fp32 gradient per device, with and without an egress cap.
 
 Predictions (:func:`predict`) come from the simulator on the cluster the emulation realises
 (:meth:`system.emulation.plan.EmulationPlan.scaled_cluster`): each pair its own link (the ``pair``
 sharing model) without the cap, the ``nic`` model at the cap with it — the sharing structure each
-emulation has (``results/emulation/sharing/`` measured both within 1%). A prediction *holds* when
-the median of the repeats is within :data:`TOLERANCE` of it.
-
-Steps (each a command of ``python -m system.emulation collectives``): ``register DIR`` writes
-``predictions.csv`` and ``experiment.json`` (commit them before measuring), ``measure DIR``
-builds each emulation, checks its links and times every algorithm (root; under the netns and
-cpu locks), ``verdict DIR`` scores them into ``verdict.{csv,md}``.
+emulation has (``results/emulation/sharing/``). A prediction *holds* when the median of the
+repeats is within :data:`TOLERANCE` of it. The steps that register, measure and score are
+:mod:`repro.studies.collectives.run`'s.
 """
 
 from __future__ import annotations
@@ -49,7 +43,11 @@ import numpy as np
 import pandas as pd
 
 from system.cases import get_case, is_topology_file
-from system.emulation.experiment_limits import MAX_DEVICES, check_link_and_run_numbers
+from system.emulation.experiment_limits import (
+    MAX_DEVICES,
+    are_device_ids,
+    check_link_and_run_numbers,
+)
 from system.emulation.plan import EmulationPlan, make_plan
 from system.simulator.allreduce import (
     TREE_CHUNK_BYTES,
@@ -107,12 +105,7 @@ class CollectivesExperiment:
             if not isinstance(case, str) or is_topology_file(case):
                 raise ValueError(f"settings: case {case!r} must be a named case")
             n = get_case(case).num_devices  # an unknown case is its own one-line error
-            if (
-                not 2 <= len(devices) <= MAX_DEVICES
-                or any(isinstance(d, bool) or not isinstance(d, int) for d in devices)
-                or len(set(devices)) != len(devices)
-                or not all(0 <= d < n for d in devices)
-            ):
+            if not are_device_ids(devices, n):
                 raise ValueError(
                     f"settings: devices {list(devices)} of case {case}: 2..{MAX_DEVICES} "
                     f"distinct ids of 0..{n - 1}"

@@ -1,4 +1,4 @@
-"""Collective-communication training (Megatron-style 3D parallel, DeepSpeed pipe + ZeRO-1).
+"""The baselines' training simulated (Megatron-style 3D parallel, DeepSpeed pipe + ZeRO-1).
 
 The shared model of the baselines that run a 1F1B pipeline with blocking p2p and synchronise data
 parallel replicas with a ring all-reduce after the pipeline flush (Narayanan et al., SC'21):
