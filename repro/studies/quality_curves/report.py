@@ -305,6 +305,22 @@ def _markdown(df, tune, tab, targets, at, chosen, per_iter, sources, base, check
         h = json.loads(r.hparams)
         mark = "✓" if h == chosen.get(r.system) else ""
         lines.append(f"| {r.system} | `{r.hparams}` | {r.eval_loss[-1]:.4f} | {mark} |")
+    unscored = sorted(set(tune["system"]) - set(chosen))
+    if unscored:
+        lines += [
+            "",
+            f"**Not scored yet: {', '.join(unscored)}** — tuned above, their test-split seeds "
+            "not run (the same command trains them; stored runs are skipped).",
+        ]
+    short = {m: n for m, n in df[df["phase"] == "score"].groupby("system").size().items()}
+    short = {m: n for m, n in short.items() if n < n_ref}
+    if short:
+        lines += [
+            "",
+            "Fewer scored seeds than the reference: "
+            + ", ".join(f"{m} {n}" for m, n in sorted(short.items()))
+            + ".",
+        ]
     lines += ["", "## Targets (the highest test loss of the reference's seeds there)", ""]
     lines += [
         f"- {int(f * 100)}% of its run (iteration {a}): {targets[f]:.4f}"
