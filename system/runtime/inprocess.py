@@ -13,10 +13,9 @@ step (:class:`~system.runtime.diloco.DiLoCo`), AdamW and the learning-rate sched
 (:meth:`RunSpec.lr_factor`). A plain (uncompressed) exchange is the average of the replicas'
 buckets, which is what the sharded parameter server and an all-reduce compute.
 
-It runs the whole model per replica on one core: for the ``small`` GPT on 2 cores about 20×
-cheaper than the same run on emulated links, so loss-against-tokens curves can be long
-(``results/quality``). A test trains the same spec here and under the launcher and compares the
-losses.
+It runs every replica's stages one after another on one core, with no emulated links, no root
+and no waiting on messages, so loss-against-tokens curves can be long (``results/quality``). A
+test trains the same spec here and under the launcher and compares the losses.
 
 Held-out loss is measured every ``eval_every`` iterations (and before the first) on the
 corpus's held-out windows, split in two halves that never mix: ``validation`` (for choosing
