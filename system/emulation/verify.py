@@ -4,15 +4,15 @@ For each sampled ordered pair (i, j): RTT by ``ping`` (median of a few, first on
 ARP) against 2·delay_ms, capacity by a UDP flood (:mod:`system.emulation.probe`) converted to
 TCP-goodput terms against the pair's scaled bandwidth, and what the runtime sees: the time of a TCP
 message (0.1 s of link time, at least 64 KiB) and a one-byte reply over a warm connection, against
-α_ij + 8·X/β_ij + α_ji. The TCP check catches what the link checks cannot — a transport that does
-not fill the link (BBR's pacing of short bursts did exactly that here). A pair passes when both are
-within ``tolerance`` (relative; RTT also passes within ``rtt_floor_ms`` absolute, which matters only
-for near-zero delays, e.g. 0.2 ms of bridge/delayer path on a 0 ms link). A pair that misses is
-measured again up to ``retries`` times (the probes are Python processes on shared cores); every
-attempt is kept in the report, and the last one decides. Pairs that still miss while other work
-keeps this machine's CPUs busy are measured again once the load falls (:func:`verify_links`),
-and a miss under load is reported as such (:class:`EmulationOverloaded`), not as a broken
-emulator."""
+α_ij + 8·X/β_ij + α_ji. The TCP check catches what the link checks cannot: a transport that does
+not fill the link (a congestion control that paces short bursts below the link rate). A pair passes
+when both are within ``tolerance`` (relative; RTT also passes within ``rtt_floor_ms`` absolute,
+which matters only for near-zero delays, e.g. 0.2 ms of bridge/delayer path on a 0 ms link). A pair
+that misses is measured again up to ``retries`` times (the probes are Python processes on shared
+cores); every attempt is kept in the report, and the last one decides. Pairs that still miss while
+other work keeps this machine's CPUs busy are measured again once the load falls
+(:func:`verify_links`), and a miss under load is reported as such (:class:`EmulationOverloaded`),
+not as a broken emulator."""
 
 from __future__ import annotations
 

@@ -8,14 +8,15 @@ take from the run itself, per iteration, the per-stage forward/backward compute 
 micro-batch (mean over its micro-batches) and the per-stage tail (gradient exchange + optimizer
 step), and the per-link time of one activation message (a probe before training); compute that
 iteration's ideal GPipe time (:func:`system.runtime.ideal.gpipe_ideal_s`) and report the median
-over iterations (after the first) of measured/ideal. Target: within 15% of ideal on loopback,
-10% on slow links.
+over iterations (after the first) of measured/ideal. The bench's targets (what it aims at, not
+what it found): measured/ideal ≤ 1.15 on loopback and ≤ 1.10 on slow links, where the time must
+also stay well under the no-overlap time ("communication hidden"). The measured ratios are the
+rows of ``results/runtime/``.
 Keep ``pp·dp`` at most the number of free cores: the ideal assumes the stages run in parallel.
 
 Slow links (needs root; :mod:`system.emulation`): ``link_mbps=20 delay_ms=1`` puts every rank in
-its own network namespace with those links, probes them, and also prints the no-overlap time
-(compute + every transfer in sequence) — the "communication hidden" target is measured
-≤ 1.1 × the ideal (overlapped) time and well under the no-overlap time::
+its own network namespace with those links, probes them, and also reports the no-overlap time
+(compute + every transfer in sequence)::
 
     python repro/run.py mode=bench_runtime link_mbps=20 delay_ms=1 micro=[8] \\
         results_dir=results/runtime table=bench_slow.csv

@@ -3,14 +3,14 @@
 For every V100 profile row: the transformer layer's FLOPs per GPU, (24·s·h² + 4·s²·h)·mbs/tp
 forward and twice that backward (Narayanan et al., SC'21), over its measured forward + backward
 time is the rate it reached; beside it, that rate as a fraction of the V100's plain FP32 peak
-(15.7 TFLOPS) and of its FP16 tensor-core peak (125 TFLOPS), and the ratio of the measured time
-to the project's V100 compute model at the same shape (:mod:`system.simulator.hardware`: 30% of
-125 TFLOPS; forward + backward, no recomputation, like the profile).
+(15.7 TFLOPS) and of its FP16 tensor-core peak (125 TFLOPS) (NVIDIA's V100 datasheet), and the
+ratio of the measured time to the project's V100 compute model at the same shape
+(:mod:`system.simulator.hardware`: 30% of 125 TFLOPS; forward + backward, no recomputation, like
+the profile).
 
-Evidence this table gives (``PRECISION.md`` in the results says it with the configuration
-evidence): a rate can exceed the FP32 peak only with tensor cores, and no V100 row does; the
-rows sit at 40–80% of the FP32 peak and 4–10% of the FP16 tensor peak, where FP16 GEMMs of these
-sizes run several times faster than FP32 ones.
+How to read it: a rate can exceed the FP32 peak only with tensor cores, and FP16 GEMMs of these
+sizes run several times faster than FP32 ones. What the rows show, with the configuration
+evidence, is in ``results/external/sailor/PRECISION.md``.
 """
 
 from __future__ import annotations
