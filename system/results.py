@@ -2,46 +2,32 @@
 
 A study folder holds:
 
-* ``runs.parquet`` -- the consolidated table, committed with the study. Append-only: rows are
-  added and never dropped; readers see the newest row of each setting (:func:`read_rows`), or
-  every row ever written with ``history=True``.
+* ``runs.parquet`` -- the consolidated table, committed with the study. Append-only: readers see
+  the newest row of each setting (:func:`read_rows`), or every row ever written with
+  ``history=True``.
 * ``parts/*.parquet`` -- rows written since the last compaction, one immutable file per
-  :func:`write_rows` call. A write types its rows, writes them to a fresh part (temporary file,
-  ``fsync``, rename) and takes no lock, so its cost does not grow with the study and parallel
-  sweep jobs (joblib workers, Slurm jobs on a shared filesystem) never wait for each other.
-  Part names start with the write's time in nanoseconds, so sorted names are write order
-  (across hosts as far as their clocks agree; the newest row is chosen by ``timestamp_utc``).
-* ``runs.csv`` -- the newest row of each setting as text for people and diffs, rebuilt by
-  every compaction. A folder left with ``runs.csv`` and no ``runs.parquet`` is read from the
-  text view, and its next compaction rebuilds the table from it (:func:`_table_file`).
-* ``.lock`` -- the folder lock (``fcntl.flock``) held by a compaction (:func:`compact`,
-  :func:`collect`).
+  :func:`write_rows` call (temporary file, ``fsync``, rename; no lock, so parallel sweep jobs on
+  one machine or a shared filesystem never wait for each other). Part names start with the
+  write's time in nanoseconds, so sorted names are write order; the newest row of a setting is
+  chosen by ``timestamp_utc``.
+* ``runs.csv`` -- the newest row of each setting as text, rebuilt by every compaction. A folder
+  with ``runs.csv`` and no ``runs.parquet`` is read from it (:func:`_table_file`).
+* ``.lock`` -- the lock (``fcntl.flock``) a compaction holds (:func:`compact`, :func:`collect`).
 
-**Reads** (:func:`read_rows`, :func:`run_ids`) merge the consolidated table with every part.
-Every read opens a file once and reads that handle (footer, schema and data alike), so it is
-safe beside a compaction in another process: the compaction replaces ``runs.parquet`` by a
-rename, and an open handle keeps the file it opened, whole. Reading by path instead can take the
-footer of one version and the data of the next ("Couldn't deserialize thrift"). Why this and
-not a lock that readers take: readers then never wait for a compaction (seconds on a large
-study) nor for a writer stalled on a shared filesystem, need no write access to the folder
-(committed results are read from read-only checkouts), and no reader can be forgotten by a lock
-protocol, since there is no protocol, only the one function every read goes through
-(:func:`_opened`). ``tests/unit/test_results_stress.py`` runs eight writers and readers
-against one study for 20 s and checks every read and every row.
-**Compaction** folds the parts into ``runs.parquet`` and rebuilds ``runs.csv`` under the lock:
-the new table is written and ``fsync``-ed before the parts it holds are deleted; it also deletes
-the temporary files of writers killed before their rename (:data:`STALE_TMP_AGE_S`). A crash after
-the table is written and before its parts are gone leaves rows that exist twice; a row's key is
-``(run_id, timestamp_utc)``, and a part's row whose key the consolidated table already holds is
-dropped on read, so no row is ever counted twice and compacting again is harmless. Readers list
-and read the parts before the consolidated table: a part deleted meanwhile was folded into the
-table they read next. A single run compacts after its write (so ``runs.csv`` is current); a
-sweep's jobs only write parts (:func:`deferred_collect`) and the sweep compacts once at the end.
+**Reads** (:func:`read_rows`, :func:`run_ids`) merge the table with every part, listing the parts
+first (a part deleted meanwhile was folded into the table read next). Every read opens a file once
+and reads that handle (:func:`_opened`): a compaction replaces ``runs.parquet`` by a rename and an
+open handle keeps the version it opened, whereas reading by path can mix one version's footer
+with the next one's data. Readers take no lock, so they never wait and need no write access.
+**Compaction** folds the parts into ``runs.parquet`` under the lock, ``fsync``-ing the new table
+before deleting the parts it holds, and removes temporary files older than
+:data:`STALE_TMP_AGE_S` (writers killed before their rename). A row's key is
+``(run_id, timestamp_utc)``; a part's row already in the table is dropped on read, so a crash
+between the two steps counts no row twice. A single run compacts after its write; a sweep's jobs
+only write parts (:func:`deferred_collect`) and the sweep compacts once at the end.
 
-The row itself (its columns and types, ``setting_id``, ``run_id`` and ``model_version``) is
-defined in :mod:`system.schema`; this module keeps rows in files.
-
-The core imports no pandas at module level (pandas is loaded by the functions that build tables).
+The row itself (columns, types, ``setting_id``, ``run_id``, ``model_version``) is defined in
+:mod:`system.schema`. No pandas at module level (the functions that build tables load it).
 """
 
 from __future__ import annotations

@@ -3,42 +3,31 @@
 :func:`run_ranks` starts ``world_size`` ranks of ``python -m MODULE ARGS`` and waits for them:
 
 * **torchrun** (every run on this machine): one agent, ``python -m system.runtime.torchrun``
-  (torchrun with stores bound to the advertised address, :mod:`system.runtime.store`),
-  ``--nnodes 1 --nproc-per-node W``, c10d rendezvous on ``127.0.0.1:PORT``; gloo binds
-  loopback too (``GLOO_SOCKET_IFNAME=lo``). Each rank's output is kept as ``rank<i>.log``.
-* **one process per rank** (``rank_prefix``), where torchrun cannot do the job: it starts all
-  of a node's ranks in its own network namespace, while the WAN emulation runs every rank in its
-  own namespace (``["ip", "netns", "exec", "dtfm-T-d3"]``; one torchrun agent per rank would
-  double the processes on a small machine). The launcher then sets torchrun's environment
-  itself (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``,
-  ``MASTER_PORT``), so the workers cannot tell the difference. The per-device lists are
-  indexed by device and ``rank_map[r]`` names the device global rank r runs on (default r), so
-  a baseline's rank-ordered groups land on the devices a placement chose.
+  (its stores bound to the advertised address, :mod:`system.runtime.store`), ``--nnodes 1
+  --nproc-per-node W``, c10d on ``127.0.0.1:PORT``, gloo on loopback; logs in ``rank<i>.log``.
+* **one process per rank** (``rank_prefix``, e.g. ``["ip", "netns", "exec", "dtfm-T-d3"]``): the
+  WAN emulation runs each rank in its own network namespace, which torchrun cannot; the launcher
+  sets torchrun's environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
+  ``MASTER_ADDR``, ``MASTER_PORT``) itself. ``rank_map[r]`` names the device global rank r runs on
+  (default r; per-device lists are indexed by device), so a baseline's groups land as placed.
 
-If any rank fails, the time runs out, or the caller presses Ctrl-C, every rank is killed and
-:class:`LaunchError` (or :class:`LaunchTimeout`) names the failing rank with its log tail.
-:func:`launch` runs a :class:`RunSpec` of our runtime and returns rank 0's metrics.
+On a rank's failure, a timeout or Ctrl-C every rank is killed and :class:`LaunchError` (or
+:class:`LaunchTimeout`) names the failing rank with its log tail. No rank outlives its launcher
+(:mod:`system.lifeline`): SIGTERM and SIGHUP unwind it like Ctrl-C, the kernel signals ranks and
+agent when their parent dies, and a guard process kills every rank's process tree and removes
+:func:`launch`'s temporary folder even after a SIGKILL. :func:`launch` runs a :class:`RunSpec`
+of our runtime and returns rank 0's metrics.
 
-No rank outlives its launcher (:mod:`system.lifeline`): SIGTERM and SIGHUP to the launcher (what
-``timeout``, Slurm and a closed terminal send) unwind it like Ctrl-C, killing every rank; the
-ranks and the torchrun agent get a signal from the kernel when their parent dies (the agent
-SIGTERM, so it stops its workers; a worker SIGKILL); and a guard process kills every rank's
-process tree and removes :func:`launch`'s temporary folder when the launcher dies even by
-SIGKILL.
-
-Several hosts: start one torchrun agent per host yourself, with the same worker and spec::
+Several hosts: start one agent per host yourself, with the same worker and spec::
 
     python -m system.runtime.torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d \\
         --rdzv-endpoint HOST0:29500 --rdzv-id JOB --rdzv-conf is_host=1 \\
         --local-addr THIS_HOST -m system.runtime.worker spec.json     # is_host=0 elsewhere
 
-(``system.runtime.torchrun`` is torchrun with every store on the host's own address; plain
-``torchrun`` works too but listens on every interface. Set ``GLOO_SOCKET_IFNAME`` /
-``NCCL_SOCKET_IFNAME`` to the interface that reaches the other hosts, and ``metrics_out`` in the
-spec: rank 0 writes it.) Device ``i`` of the assignment is global rank ``i`` = group rank ·
-nproc_per_node + local rank; c10d numbers the hosts in join order, so use ``--rdzv-backend
-static --node-rank K --master-addr HOST0 --master-port 29500`` when the rank → host map
-matters (a scheduled assignment on hosts with different links).
+with ``GLOO_SOCKET_IFNAME`` / ``NCCL_SOCKET_IFNAME`` set to the interface that reaches the other
+hosts and ``metrics_out`` in the spec (rank 0 writes it). Device ``i`` is global rank ``i`` =
+group rank · nproc_per_node + local rank; c10d numbers hosts in join order, so when the rank →
+host map matters use ``--rdzv-backend static --node-rank K --master-addr HOST0 --master-port N``.
 """
 
 from __future__ import annotations

@@ -1,63 +1,33 @@
 """Lower bounds on TOTAL and exact optima on small instances: certified gaps for the scheduler.
 
-TOTAL = DATAP-COST + 2·PIPELINEP-COST (paper §3.2–3.3). Every bound below holds for *every*
-assignment of the cluster, so ``(result − bound) / result`` is a certified gap.
+TOTAL = DATAP-COST + 2·PIPELINEP-COST (paper §3.2–3.3). Every bound holds for *every* assignment
+of the cluster, so ``(result − bound) / result`` is a certified gap (:func:`gap_pct`).
 
-Combinatorial bounds (any size, microseconds):
+- Combinatorial (any size): d shares a group with dp − 1 peers and DP(C) is at least d's row sum
+  in C, so ``dp_bound_s`` = max_d Σ (d's dp − 1 cheapest DP pair costs). With m_d d's fastest
+  pipeline link, sorted: rooting the stage path at its cheapest stage maps boundaries one-to-one
+  onto the other stages, the k-th cheapest stage maximum is ≥ m_(k·dp), so ``pp_bound_s`` =
+  Σ_{k=2..pp} m_(k·dp).
+- LP relaxation (``lp_bound_s``, ≤ :data:`MAX_LP_DEVICES` devices, SciPy's HiGHS; None at its
+  time limit without an optimum), x_e (pair e shares a group), y_e (e is a pipeline link) in
+  [0, 1]: minimise z + 2·w s.t. Σ_{e∋d} x_e = dp − 1, 1 ≤ Σ_{e∋d} y_e ≤ 2 (pp ≥ 2),
+  Σ_e y_e = dp·(pp − 1), x_e + y_e ≤ 1, z ≥ Σ_{e∋d} pair_e·x_e for each d, w ≥ Σ_e link_e·y_e / dp,
+  z ≥ dp_bound_s, w ≥ pp_bound_s. Any assignment is a feasible point with z ≤ DATAP and
+  w ≤ PIPELINEP. ``integral=True`` solves the MILP; HiGHS's dual bound at its limit stays valid.
+- Region bound (``region_bound_s``, :func:`_region_bound`, ≤ :data:`MAX_COMPOSITIONS` group
+  compositions): each cost becomes the minimum over its (region, region) block, so a group is its
+  composition n (devices per region) with DP ≥ DP̲(n) = max_{r∈n} Σ_s (n_s − [s = r])·P̲[r, s];
+  every boundary costs ≥ e0 (the fastest link), one between compositions ≥ e1 (the fastest link
+  between regions). With K(τ) the LP bound on how many distinct compositions with DP̲ ≤ τ make up
+  the cluster (:func:`_min_compositions`) and τ_k the smallest DP̲ with K(τ_k) ≤ k (bisection):
 
-- ``dp_bound_s``: device d shares a group with dp − 1 peers, and DP(C) is at least d's row sum
-  in C, so DATAP ≥ max_d (sum of d's dp − 1 cheapest DP pair costs).
-- ``pp_bound_s``: let m_d be d's fastest pipeline link. A boundary's bottleneck is at least the
-  largest m_d over its two stages; rooting the stage path at its cheapest stage maps boundaries
-  one-to-one onto the other stages, and the k-th cheapest stage maximum is at least the
-  (k·dp)-th smallest m_d, so PIPELINEP ≥ Σ_{k=2..pp} m_(k·dp).
+      TOTAL ≥ min_k max(τ_k, dp_bound_s) + 2·max(pp_bound_s, (pp − 1)·e0 + (k − 1)·(e1 − e0)).
 
-LP relaxation (``lp_bound_s``, up to :data:`MAX_LP_DEVICES` devices, SciPy's HiGHS; None if
-HiGHS stops at its time limit without an optimum): variables
-x_e (the pair e shares a group) and y_e (e is a pipeline link of some replica), in [0, 1]:
-
-    minimise  z + 2·w
-    s.t.      Σ_{e∋d} x_e = dp − 1,   1 ≤ Σ_{e∋d} y_e ≤ 2  (pp ≥ 2),   Σ_e y_e = dp·(pp − 1),
-              x_e + y_e ≤ 1  (a pipeline link joins two different groups),
-              z ≥ Σ_{e∋d} pair_e·x_e  (each device's row sum in its group),
-              w ≥ Σ_e link_e·y_e / dp  (the bottlenecks sum to at least the mean replica's path),
-              z ≥ dp_bound_s,  w ≥ pp_bound_s.
-
-Any assignment gives a feasible point with z ≤ DATAP and w ≤ PIPELINEP, so the LP value is a
-lower bound. It couples the two terms: cheap pairs cannot serve both as group mates and as
-pipeline links. With ``integral=True`` x, y are binary (a MILP); HiGHS's dual bound at its time
-limit is still a valid bound.
-
-Region bound (``region_bound_s``, :func:`_region_bound`, any size with at most
-:data:`MAX_COMPOSITIONS` group compositions): replace every pair cost and link time by the
-minimum over its (region, region) block; no assignment gets dearer, and devices of one region
-become interchangeable, so a group is described by its composition n (devices per region). Then
-
-- DP(group) ≥ DP̲(n) = max over regions r in n of Σ_s (n_s − [s = r])·P̲[r, s];
-- every pipeline boundary costs at least e0 (the fastest link); one between groups of different
-  compositions matches some device to another region, so it costs at least e1 (the fastest
-  link between two regions); a path through K distinct compositions has at least K − 1 such
-  boundaries: PIPELINEP ≥ (pp − 1)·e0 + (K − 1)·max(0, e1 − e0).
-
-Let K(τ) be a lower bound on how many distinct compositions with DP̲ ≤ τ can make up the
-cluster: the LP relaxation (SciPy's HiGHS) of min Σ z_n s.t. Σ m_n = pp, Σ m_n·n = devices per
-region, 0 ≤ m_n ≤ cap_n·z_n (cap_n: how many groups of composition n fit), rounded up. A layout
-whose slowest group costs τ* and that uses K* compositions has K(τ*) ≤ K*, so
-
-    TOTAL ≥ min_k max(τ_k, dp_bound_s) + 2·max(pp_bound_s, (pp − 1)·e0 + (k − 1)·(e1 − e0)),
-
-τ_k the smallest DP̲ value with K(τ_k) ≤ k (K is a step function of τ; its steps are found by
-bisection, a few dozen small LPs). Cuts sharpen the crossing charge: for a set A of regions,
-if the groups' count of A-devices is not the same in every group, some boundary matches an
-A-device to a non-A one and costs at least L̲(A, rest), not only e1; the count can stay constant
-only if compositions with that count and DP̲ ≤ τ make up the cluster (an LP), which fails below
-some τ (:func:`_cut_thresholds`). This certifies layouts that put every region in every stage
-(cases 3 and 4 at 64 devices): any cheaper DP needs groups of several compositions, and each
-extra composition costs a slow boundary.
-
-Exact optimum (:func:`exact_optimum`): branch and bound over balanced partitions (the group of
-the lowest free device first), pruned by the DP cost of the groups so far plus 2·``pp_bound_s``,
-with :class:`~system.cost.partition.PartitionEvaluator` costing the leaves in batches.
+  Region cuts (:func:`_cut_thresholds`) charge L̲(A, rest) instead of e1 for a crossing out of a
+  region set A whose device count per group cannot stay constant.
+- Exact optimum (:func:`exact_optimum`): branch and bound over balanced partitions (the lowest
+  free device's group first), pruned by the groups' DP cost so far + 2·``pp_bound_s``, leaves
+  costed in batches by :class:`~system.cost.partition.PartitionEvaluator`.
 """
 
 from __future__ import annotations
