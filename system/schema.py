@@ -2,38 +2,29 @@
 
 **Schema.** :data:`COLUMNS` fixes one name and one type per concept (``final_loss``, not
 ``loss_last``; ``predicted_iter_time_s``, not ``sim_iter_time_s``; ``recompute``, not
-``checkpointing``); :data:`RENAMED` maps the old spellings, so rows written by older code and
-the parquet files of schema version 1 read back under the new names. Adding a column is one line
-in :data:`COLUMNS`. A field not in the schema is still stored (as a float when every value is a
-number, else as JSON text) and logged once, so a new field never breaks a run; the tests check
-that the modes write declared fields only.
+``checkpointing``); :data:`RENAMED` maps the old spellings, so rows written by older code and the
+parquet files of schema version 1 read back under the new names. Adding a column is one line in
+:data:`COLUMNS`. A field not in the schema is still stored (a float when every value is a number,
+else JSON text) and logged once, so a new field never breaks a run.
 
 **Identity.** ``setting_id`` hashes the settings that identify a run (``key`` of
-:func:`make_row`); ``run_id`` hashes them together with ``model_version``, a fingerprint of the
-performance model's source (:func:`model_version`). A rerun with unchanged code finds its
-``run_id`` and adds nothing; a rerun after a model change adds new rows that supersede the old
-ones in every report, while the old ones stay in the file. A key whose ``case`` names a topology
-file also holds the file's content digest (``case_sha256``, :func:`system.cases.case_digest`):
-``run_id`` covers what the row was computed from, not only the file's name, so an edited file
-gets new rows that supersede the old content's (the digest is a version, like
-``model_version``: in ``run_id``, not in ``setting_id``).
+:func:`make_row`); ``run_id`` hashes them with ``model_version``, a fingerprint of the performance
+model's source (:func:`model_version`). A rerun with unchanged code finds its ``run_id`` and adds
+nothing; after a model change it adds rows that supersede the old ones in every report, while the
+old ones stay in the file. A key whose ``case`` names a topology file also holds the file's content
+digest (``case_sha256``, :func:`system.cases.case_digest`), in ``run_id`` and not in
+``setting_id``: an edited file gets new rows that supersede the old content's.
 
-**Complete keys.** ``key`` names the setting a row reports (what ``setting_id`` groups); it is
-listed by each mode, so it could miss a setting. ``run_id`` therefore also holds
-``config_key``, a digest of the complete typed config of the mode that made the row: every field
-but those declared result-neutral, and the content of every input file it names
-(:func:`repro.keys.config_key`). The harness sets it around every mode's run
-(:func:`rows_of_config`), so a rerun that changes any setting (the links of ``mode=quality``,
-say) makes rows with new run ids, which supersede the old ones of the same setting instead of
-being skipped as stored. Rows made outside a mode's run (tests, benchmarks) have none.
+**Complete keys.** ``key`` is listed by each mode, so it could miss a setting; ``run_id`` also
+holds ``config_key``, a digest of the mode's complete typed config (every field not declared
+result-neutral, and the content of every input file it names; :func:`repro.keys.config_key`). The
+harness sets it around every mode's run (:func:`rows_of_config`), so a rerun that changes any
+setting makes new run ids instead of being skipped as stored. Rows made outside a mode's run
+(tests, benchmarks) have none.
 
-Why a source fingerprint and not a hand-bumped ``MODEL_VERSION`` constant: a constant is only as
-good as the memory of whoever edits the simulator, and a test fingerprinting the model to force
-the bump would need the same hash anyway. Hashing the parsed syntax tree with docstrings removed
-(:mod:`ast`) ignores comments, docstrings and formatting, so only code or data changes make a
-new version.
-
-The core imports no pandas at module level (pandas is loaded by the functions that build tables).
+``model_version`` hashes the parsed syntax tree with docstrings removed (:mod:`ast`), so comments,
+docstrings and formatting do not make a new version and no one has to remember to bump a
+constant. No pandas at module level (the functions that build tables load it).
 """
 
 from __future__ import annotations

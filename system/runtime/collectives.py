@@ -4,34 +4,28 @@ Three sum all-reduces of a 1-D tensor over a group of global ranks (``ranks`` in
 in place, built from ``isend``/``irecv`` only (gloo on CPU), as
 :mod:`system.simulator.allreduce` models them:
 
-- ``ring``: reduce-scatter then all-gather around the ring ``ranks[0] → ranks[1] → …``, n − 1
-  steps each; in step s of the reduce-scatter the member at position q sends segment
-  (q − s) mod n to q + 1 and adds segment (q − s − 1) mod n from q − 1 into its own, so after
-  n − 1 steps it holds segment (q + 1) mod n summed over all; the all-gather passes the summed
-  segments on around the ring (Patarasuk and Yuan, JPDC 2009; NCCL's ring all-reduce);
-- ``tree``: NCCL's double binary tree (``src/graph/trees.cc``, ``ncclGetDtree``; the parent
-  arrays are :func:`system.simulator.allreduce.dtree_parents`, one source for both). Each tree
-  carries half of the tensor (the first tree all of it when the tensor is one chunk, as NCCL
-  runs a small message on one channel), cut into chunks of
-  :data:`~system.simulator.allreduce.TREE_CHUNK_BYTES`: a member adds its children's chunk c
-  into its own and sends the sum to its parent, the root then holds chunk c summed, and the
-  summed chunk travels back down, each member forwarding it to its children. Chunks pipeline:
-  a member sends chunk c up as soon as it has its children's, whatever the later chunks do;
-- ``two_level``: blocks of ``block`` consecutive members (a region's devices): a ring
-  reduce-scatter inside each block, an all-reduce (``inner``: ring or tree) of each summed
-  segment across the blocks among the members at the same position, a ring all-gather inside
-  each block (megatron-core's partial distributed optimizer).
+- ``ring``: reduce-scatter then all-gather around ``ranks[0] → ranks[1] → …``, n − 1 steps each;
+  in reduce-scatter step s the member at position q sends segment (q − s) mod n to q + 1 and adds
+  segment (q − s − 1) mod n from q − 1 into its own, so it ends holding segment (q + 1) mod n
+  summed; the all-gather passes the sums on (Patarasuk and Yuan, JPDC 2009; NCCL's ring);
+- ``tree``: NCCL's double binary tree (``src/graph/trees.cc``, ``ncclGetDtree``; parent arrays
+  from :func:`system.simulator.allreduce.dtree_parents`, one source for both). Each tree carries
+  half of the tensor (the first tree all of it when it is one chunk, as NCCL runs a small message
+  on one channel) in chunks of :data:`~system.simulator.allreduce.TREE_CHUNK_BYTES`: a member adds
+  its children's chunk c into its own and sends the sum up as soon as it has them; the root's sum
+  travels back down. Chunks pipeline;
+- ``two_level``: blocks of ``block`` consecutive members (a region's devices): ring reduce-scatter
+  inside each block, an all-reduce (``inner``: ring or tree) of each summed segment across blocks
+  among members at the same position, ring all-gather inside each block (megatron-core's partial
+  distributed optimizer).
 
-Every receive is posted by :meth:`AllReduce.post` before the collective starts, into buffers of
-its own (NCCL's receivers own pre-registered FIFO slots, so its sends never wait for a receive
-to be posted; gloo sends a message only once the receiver's notice of a posted receive has
-arrived, which pre-posting hides). :meth:`AllReduce.run` then does the sends and reductions.
-The tree runs one thread per tree and direction (up, down): gloo's ``Work`` reports completion
-only through ``wait``, so a member waits on each stream of chunks in its own thread, and one
-tree's chunk never waits behind the other's.
-
-Message tags: each phase of a collective gets a block of :data:`TAG_STRIDE` tags from the
-``tag`` it is built with; concurrent collectives over the same ranks need distinct ``tag``\\ s.
+:meth:`AllReduce.post` posts every receive, into buffers of its own, before the collective
+starts: NCCL's receivers own pre-registered FIFO slots, so its sends never wait for a posted
+receive, while gloo sends only once the receiver's notice of a posted receive arrives, which
+pre-posting hides. :meth:`AllReduce.run` does the sends and reductions. The tree runs one thread
+per tree and direction (gloo's ``Work`` reports completion only through ``wait``), so one tree's
+chunk never waits behind the other's. Each phase gets a block of :data:`TAG_STRIDE` message tags
+from ``tag``; concurrent collectives over the same ranks need distinct ``tag``\\ s.
 """
 
 from __future__ import annotations

@@ -3,37 +3,31 @@
     python repro/run.py mode=attribution results_dir=results/attribution     # cases 4, 5; L40
     python repro/run.py mode=attribution cases=[5] layers=[24] batches=[1024] results_dir=DIR
 
-Each rung changes exactly one thing and is simulated in full (no rung is derived from another),
-every rung fits in device memory, and the speed-up of a rung is the previous rung's iteration
-time over its own, so the rungs multiply up to Megatron-as-launched / ours exactly. Where memory
-forces a choice (GPipe keeps a whole pass's micro-batches: as many accumulation passes as the
-16 GB need), the rung says so in ``constraint``. All rungs run under the ``link_sharing`` given.
+Each rung changes one thing and is simulated in full under the ``link_sharing`` given; every rung
+fits in device memory; a rung's speed-up is the previous rung's iteration time over its own, so
+the rungs multiply to Megatron-as-launched / ours exactly. Where memory forces a choice (GPipe
+keeps a whole pass's micro-batches: as many accumulation passes as 16 GB need), ``constraint``
+says so.
 
-0. ``megatron_launch``: Megatron's grid best with ranks in launch order (the paper's protocol)
-   — configuration C0 with its DP collective (ring, tree or two-level, the fastest);
-1. ``topology``: the same C0 on its best topology-aware rank map (:mod:`baselines.placement`);
-2. ``retune``: Megatron's grid best for topology-aware maps, C1 (the grid re-picks the
-   configuration for that placement; 1.00× when C1 = C0);
-3. ``untie``: without the tied-embedding all-reduce (an untied output head, as ours has; its
-   gradients join the last stage's DP payload);
-4. ``no_grad_norm``: without the gradient-norm all-reduce (ours clips nothing);
-5. ``sharded_ps``: the DP all-reduce replaced by the paper's sharded parameter server (§3.2),
-   each member entering when its own pass ends;
-6. ``gpipe``: 1F1B replaced by GPipe with the same blocking p2p calls, in the fewest
-   accumulation passes that fit (1F1B keeps ≤ pp micro-batches, GPipe a whole pass);
-7. ``overlap``: receive, compute and send on separate streams, messages streamed — our
-   runtime's timeline (:func:`system.simulator.simulate_ours`), same layout, passes, micro-batch
-   size and recomputation;
+0. ``megatron_launch``: Megatron's grid best C0, ranks in launch order (the paper's protocol;
+   its DP collective in the ``dp_collective`` column);
+1. ``topology``: C0 on its best topology-aware rank map (:mod:`baselines.placement`);
+2. ``retune``: Megatron's grid best C1 for topology-aware maps (the grid re-picks for them);
+3. ``untie``: no tied-embedding all-reduce (an untied head, as ours; its gradients join the last
+   stage's DP payload);
+4. ``no_grad_norm``: no gradient-norm all-reduce (ours clips nothing);
+5. ``sharded_ps``: the paper's sharded parameter server (§3.2) for the DP all-reduce, each member
+   entering when its own pass ends;
+6. ``gpipe``: GPipe for 1F1B, same blocking p2p, in the fewest accumulation passes that fit;
+7. ``overlap``: receive, compute and send on separate streams, messages streamed — our runtime's
+   timeline (:func:`system.simulator.simulate_ours`), same layout, passes, micro-batch, recompute;
 8. ``flag``: + ours' fp16 finite-flag all-reduce over all ranks (its loss scaling);
 9. ``full_recompute``: full activation recomputation (ours' runtime default), passes re-derived;
 10. ``micro_batch``: the paper's micro-batch size, passes re-derived;
-11. ``ours_shape``: the paper's pp × dp (:func:`repro.config.shared.default_layout`), on the best of
-    the baselines' topology-aware rank maps for that shape, each simulated — the paper's
-    configuration on a heuristic layout;
-12. ``ours``: the scheduler's layout — our system as the paper ran it (``mode=simulate``'s
-    ``ours``);
-13. ``ours_best``: ours' configuration search (:func:`system.config_search.search_ours`: shape,
-    micro-batch, recomputation, schedule and layout together) — the best this design can do.
+11. ``ours_shape``: the paper's pp × dp (:func:`repro.config.shared.default_layout`) on the best
+    of the baselines' topology-aware rank maps for that shape;
+12. ``ours``: the scheduler's layout — our system as the paper ran it (``mode=simulate``'s);
+13. ``ours_best``: ours' configuration search (:func:`system.config_search.search_ours`).
 """
 
 from __future__ import annotations

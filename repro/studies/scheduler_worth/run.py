@@ -3,39 +3,30 @@
     python repro/run.py mode=scheduler_worth sailor_dir=DIR results_dir=results/scheduler
 
 ``DIR`` holds Sailor's published bandwidth fits (eth-easl/sailor, MIT License:
-``multizone_bandwidths_het.json``, ``intra_node_bandwidths.json``) for the multi-zone setting;
-without it that setting is left out. The table is written to ``worth.{csv,md}``.
+``multizone_bandwidths_het.json``, ``intra_node_bandwidths.json``); without it the multi-zone
+setting is left out. The table is written to ``worth.{csv,md}``.
 
 Per setting, ours runs in the paper's configuration (pp × dp as listed, micro-batch 1, full
-recomputation, GPipe, fp16 loss scaling; :func:`system.simulator.simulate_ours`) on:
+recomputation, GPipe, fp16 loss scaling; :func:`system.simulator.simulate_ours`) on ``search``,
+the paper's hybrid GA with local search (:func:`system.scheduler.schedule`; on the mixed
+fleet also the ``iteration_time`` objective, which sees GPU types: ``search_iteration_time``),
+and on the heuristics of :mod:`system.scheduler.heuristics`: one pipeline per region (where
+regions hold whole pipelines), greedy region fill, launch order, and a random rank map (the
+median of ``random_layouts`` seeded draws).
 
-- ``search``: the paper's scheduler (hybrid GA with the tailored local search on the paper's
-  communication cost, :func:`system.scheduler.schedule`; the budget in the config); on the mixed
-  fleet also the project's ``iteration_time`` objective, which sees GPU types
-  (``search_iteration_time``, beside the table's ratio);
-- the heuristics of :mod:`system.scheduler.heuristics`: one pipeline per region (where every
-  region holds whole pipelines), greedy region fill, launch order, and a random rank map (the
-  median of ``random_layouts`` seeded draws).
+Settings (:func:`settings`): paper cases 1–5 (L40, batch 1024, pp = dp = 8); spot variants (case
+5 and case 4 with 16 of 64 devices pre-empted, case 5 with 32, three seeded draws each); the
+mixed fleet (:func:`system.cases.mixed`: every stage at its slowest GPU, layers split by stage
+speed for every layout alike); 16 four-V100 nodes in five Google Cloud zones from Sailor's
+bandwidth fits (:func:`system.external.sailor.bandwidth.cluster_from_nodes`).
 
-The settings (:func:`settings`): paper cases 1–5 (L40, batch 1024, pp = dp = 8); spot variants
-(case 5 and case 4 after 16 of 64 devices were pre-empted, case 5 after 32, three seeded draws
-each: uneven regions); the mixed fleet (:func:`system.cases.mixed`: every stage runs at its
-slowest GPU, layers split by stage speed for every layout alike); and a multi-zone cluster of
-16 four-V100 nodes in five Google Cloud zones built from Sailor's measured bandwidth fits
-(:func:`system.external.sailor.bandwidth.cluster_from_nodes`).
-
-Each layout is simulated under the link-sharing models listed (the first is the table's); the
-table gives the search's time, each heuristic's, the best heuristic and ``ratio`` = best
-heuristic / search (> 1: the search wins), each phase's share of the difference, and how many
-regions a pipeline and a DP group span on average in the two layouts — the why.
-
-``planner`` (:mod:`system.planner`, under the table's link-sharing model, every GPU type at
-peak × the shared efficiency as in the rows above): the plan of ``mode=plan`` for the
-setting's model, depth and batch — any devices, shape, layer split, micro-batch,
-recomputation, schedule and placement — beside the best of the heuristics given that same
-configuration search (``heuristics_searched``; ``heuristics_searched_cut`` names those whose
-search stopped at their share of the time limit), and ``planner_ratio`` = the table's best
-heuristic / the planner's plan (>= 1: the planner is not below it).
+Each layout is simulated under the link-sharing models listed (the first is the table's). The
+table gives each layout's time, ``ratio`` = best heuristic / search (> 1: the search wins), each
+phase's share of the difference, and how many regions a pipeline and a DP group span on average.
+``planner`` (:mod:`system.planner`, same link model and GPU efficiency): the plan of ``mode=plan``
+for the setting's model, depth and batch beside the best heuristic given the same configuration
+search (``heuristics_searched``; ``heuristics_searched_cut`` names those stopped at their share of
+the time limit), and ``planner_ratio`` = the table's best heuristic / the planner's plan.
 """
 
 from __future__ import annotations

@@ -7,30 +7,27 @@ them, NCCL's eager sends), one knob at a time:
 
 - compute efficiency 0.2, 0.3, 0.4, 0.5 of peak (``Hardware.achievable_fraction``, every system);
 - link sharing (:mod:`system.simulator.sharing`): ``tc_class`` (default: a device's flows to one
-  region share that region's rate), ``pair`` (every device pair its own measured bandwidth),
-  ``nic`` (a device's concurrent flows share one NIC as fast as its fastest link), ``region``
-  (concurrent flows between two regions share the pair's bandwidth) and ``flow`` (16 streams per
-  NCCL connection as measured, AWS's 5 Gbit/s cross-region quota per instance);
-- the baselines' transport: NCCL eager (default) or NCCL with a rendezvous (a send waits for
-  the receiver's posted receive, as gloo's does; :data:`system.simulator.comm.NCCL_RENDEZVOUS`).
-  Ours' timeline always waits for the receiver's notice, as its runtime does;
-- the baselines' DP collective: ``auto`` (default: NCCL's own tuner,
-  :mod:`system.simulator.nccl_tuner`), ``ring`` forced, or ``fastest`` (the fastest under the
-  link model: what a user forces with ``NCCL_ALGO`` after measuring);
+  region share that region's rate), ``pair`` (every pair its own measured bandwidth), ``nic`` (a
+  device's flows share one NIC as fast as its fastest link), ``region`` (flows between two regions
+  share the pair's bandwidth), ``flow`` (the pair figures as measured over 16 sockets per NCCL
+  connection, plus AWS's 5 Gbit/s cross-region quota per instance);
+- the baselines' transport: NCCL eager (default) or with a rendezvous (a send waits for the
+  receiver's posted receive, as gloo's does; :data:`system.simulator.comm.NCCL_RENDEZVOUS`);
+  ours' timeline always waits for the receiver's notice, as its runtime does;
+- the baselines' DP collective: ``auto`` (default: :mod:`system.simulator.nccl_tuner`), ``ring``
+  forced, or ``fastest`` under the link model (what ``NCCL_ALGO`` forces after measuring);
 - ours' credited configurations: ``runnable`` (default: what ``system/runtime`` runs) or ``all``
-  (1F1B and selective recomputation too, which the runtime cannot run);
+  (1F1B and selective recomputation too);
 - the baselines' framework features: on (default: Megatron's interleaved 1F1B and distributed
   optimizer with overlapped reduce-scatter / all-gather, DeepSpeed's ``overlap_comm``) or off.
 
-For every variant and each of the 9 case-5 settings it simulates ours (the paper's configuration
-on the scheduled layout, the same for every variant: the scheduler sees only α and β), ours'
-best configuration (:func:`system.config_search.search_ours`), 3 random layouts, and Megatron's
-and DeepSpeed's grids under both placement protocols; each claim is the median over the
-settings as in ``repro/report/claims.py`` (the maximum for the paper's "up to 2.7×" over random
-layouts), for ours as the paper ran it and for ours at its best.
-The report gives each claim's value per variant and its range (``sensitivity.md``), and "what
-moves the headline" (``headline.md``): per variant, ours over each fairly placed baseline (each on
-its best topology-aware rank map), the median over the settings and their range.
+Per variant and each of the 9 case-5 settings it simulates ours (the paper's configuration on the
+scheduled layout, the same for every variant: the scheduler sees only α and β), ours' best
+configuration (:func:`system.config_search.search_ours`), 3 random layouts, and Megatron's and
+DeepSpeed's grids under both placement protocols. Each claim is the median over the settings as in
+``repro/report/claims.py`` (the maximum for the paper's "up to 2.7×" over random layouts), for
+ours as the paper ran it and at its best. Written: each claim per variant with its range
+(``sensitivity.md``), and ours over each fairly placed baseline, median and range (``headline.md``).
 """
 
 from __future__ import annotations
