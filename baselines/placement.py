@@ -2,35 +2,30 @@
 
 Megatron and DeepSpeed number their ranks ``rank = t + TP·(d + DP·s)`` (tensor innermost, then
 data, then pipeline) and a launcher puts rank r on the r-th device it was given. The paper's
-baselines used the devices in the order they were listed (``launch``: rank r on device r). A
-careful user would list them in a better order (``topology``): keep tensor- and pipeline-parallel
-groups inside a host or region where they fit and visit the regions in a good order. That is a
-*rank map*, launch rank -> device, which
-:func:`system.simulator.baseline_training.simulate_1f1b_ring` takes as ``rank_map``.
+baselines used the devices in the order listed (``launch``: rank r on device r). A careful user
+lists them in a better order (``topology``): tensor- and pipeline-parallel groups inside a host or
+region where they fit, regions visited in a good order. That is a *rank map*, launch rank ->
+device, the ``rank_map`` of :func:`system.simulator.baseline_training.simulate_1f1b_ring`.
 
 The topology search, per configuration (tp, pp, dp):
 
 1. Regions are ordered up to four ways: as listed; by the cheapest open path over the region
-   graph (the scheduler's exact Held–Karp, :func:`system.cost.tsp.open_tsp_path`) weighted with
-   the pipeline's message time (α + 8·activation/β between two regions) and with the
-   data-parallel ring's (α + 8·(stage gradient / DP)/β); and, for at most
-   :data:`MAX_RING_REGIONS` regions, the closed ring whose slowest edge is fastest (ties: the
-   smallest sum), because a ring all-reduce step lasts as long as its slowest edge
-   (:func:`system.simulator.comm.ring_collective_s`). Inside a region devices keep their host
-   order, so a TP group that fits a host stays on it.
-2. The devices, region by region in that order, fill the (pp, dp, tp) rank grid two ways:
-   ``stage-major`` (the launch order's shape: each stage's DP group is contiguous, so a stage sits
-   inside a region when dp·tp fits one and the pipeline walks the region path) and
-   ``replica-major`` (each pipeline replica contiguous, so a pipeline sits inside a region when
-   pp·tp fits one and the DP rings walk the region path).
-3. The distinct candidates (at most 8) are ranked by a communication cost in the style of the
-   scheduler's (:mod:`system.cost.model`): per micro-batch, activations forward and gradients
-   back over the slowest stage boundary, plus the fill/drain over all boundaries, plus the
-   slowest DP gradient synchronisation of a stage, by the collective the row will run
-   (:func:`system.simulator.baseline_training.dp_sync_end_s`: NCCL's pick under ``auto``, else the
-   forced one; ZeRO-3's rings). Launch order and the ``SIMULATE_TOP`` best
-   ranked others are simulated in full and the fastest kept, so ``topology`` is never slower
-   than ``launch`` for a configuration.
+   graph (:func:`system.cost.tsp.open_tsp_path`, exact Held–Karp) weighted by the pipeline's
+   message time (α + 8·activation/β) and by the data-parallel ring's (α + 8·(stage gradient /
+   DP)/β); and, for at most :data:`MAX_RING_REGIONS` regions, the closed ring whose slowest edge
+   is fastest (ties: smallest sum), since a ring all-reduce step lasts as long as its slowest
+   edge (:func:`system.simulator.comm.ring_collective_s`). Devices keep their host order inside a
+   region, so a TP group that fits a host stays on it.
+2. The devices, region by region in that order, fill the (pp, dp, tp) rank grid ``stage-major``
+   (each stage's DP group contiguous: a stage sits in a region when dp·tp fits one) and
+   ``replica-major`` (each pipeline contiguous: it sits in a region when pp·tp fits one).
+3. The distinct candidates (at most 8) are ranked by a communication cost in the style of
+   :mod:`system.cost.model`: per micro-batch, activations forward and gradients back over the
+   slowest stage boundary, the fill/drain over all boundaries, and the slowest DP gradient
+   synchronisation of a stage by the collective the row will run
+   (:func:`system.simulator.baseline_training.dp_sync_end_s`). Launch order and the
+   ``SIMULATE_TOP`` best others are simulated in full and the fastest kept, so ``topology`` is
+   never slower than ``launch`` for a configuration.
 """
 
 from __future__ import annotations

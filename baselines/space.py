@@ -4,31 +4,27 @@ The paper grid-searched Megatron and DeepSpeed per setting (§4.1, appendix 10.2
 is valid when its shape divides the cluster and workload and (Megatron) every tensor-parallel group
 sits inside one host in launch order (TP only over NVLink, as the paper and Megatron recommend);
 it is *feasible* when its per-device memory fits the accelerator (16 B/param mixed-precision Adam,
-sharded as ZeRO says, plus activations under its recomputation mode;
-:mod:`system.simulator.memory`).
-The simulator's grid also varies activation recomputation (full / selective / none,
-``RECOMPUTE_MODES``); the real-launcher grid keeps full recomputation (its default argument).
-The features the frameworks offer beyond that, each a grid dimension where it changes something
-(the space functions' ``virtual`` / ``overlap`` / ``overlap_comm`` arguments; their defaults
-offer them all, the plain grid is ``virtual=(1,)``, ``overlap=MEGATRON_OVERLAP[:1]``,
+sharded as ZeRO says, plus activations under its recomputation; :mod:`system.simulator.memory`).
+The simulator's grid also varies recomputation (full / selective / none, ``RECOMPUTE_MODES``); the
+real-launcher grid keeps full recomputation. The frameworks' further features are grid dimensions
+where they change something (the ``virtual`` / ``overlap`` / ``overlap_comm`` arguments, all
+offered by default; the plain grid is ``virtual=(1,)``, ``overlap=MEGATRON_OVERLAP[:1]``,
 ``overlap_comm=False``):
 
-- Megatron: virtual pipeline stages v ∈ :data:`VIRTUAL_STAGES` (interleaved 1F1B; pp ≥ 2,
-  layers divisible by pp·v, micro-batches a multiple of pp: ``interleaving_allowed``), and
-  :data:`MEGATRON_OVERLAP`: the replicated optimizer with the all-reduce after the pipeline
-  flush, or the distributed optimizer (``use_distributed_optimizer``: optimizer state sharded
-  over DP, gradients reduce-scattered, parameters all-gathered) without or with
-  ``overlap_grad_reduce`` + ``overlap_param_gather`` (megatron-core
-  ``DistributedDataParallelConfig``);
-- DeepSpeed: ZeRO's ``overlap_comm`` (reduce buckets as backward fills them) for ZeRO-1 without
-  a pipeline, on and off. Its pipeline engine reduces gradients at its ``ReduceGrads``
-  instruction, after the last backward (``pipe/engine.py``: ``is_gradient_accumulation_boundary``
-  holds only while it runs), so the flag has nothing to overlap there and the pipelines keep it
-  off; ZeRO-3 runs with it on, DeepSpeed's default for stage 3 and what its model (prefetched
-  gathers and reduce-scatters overlapped with compute) assumes.
-Where the ranks go (launch order or topology-aware) is :mod:`baselines.placement`.
+- Megatron: virtual pipeline stages v ∈ :data:`VIRTUAL_STAGES` (interleaved 1F1B; pp ≥ 2, layers
+  divisible by pp·v, micro-batches a multiple of pp: ``interleaving_allowed``), and
+  :data:`MEGATRON_OVERLAP`: the replicated optimizer with the all-reduce after the pipeline flush,
+  or the distributed optimizer (``use_distributed_optimizer``: optimizer state sharded over DP,
+  gradients reduce-scattered, parameters all-gathered) without or with ``overlap_grad_reduce`` +
+  ``overlap_param_gather`` (megatron-core ``DistributedDataParallelConfig``);
+- DeepSpeed: ZeRO's ``overlap_comm`` (reduce buckets as backward fills them), on and off, for
+  ZeRO-1 without a pipeline. The pipeline engine reduces gradients at its ``ReduceGrads``
+  instruction after the last backward (``pipe/engine.py``: ``is_gradient_accumulation_boundary``
+  holds only while it runs), so the pipelines keep it off; ZeRO-3 runs with it on, DeepSpeed's
+  default for stage 3 and what its model (gathers and reduce-scatters overlapped) assumes.
 
-The real-launcher grid driver imports :func:`megatron_space` / :func:`deepspeed_space` and
+Where the ranks go (launch order or topology-aware) is :mod:`baselines.placement`. The
+real-launcher grid driver imports :func:`megatron_space` / :func:`deepspeed_space` and
 :func:`config_memory_bytes` from here, so the simulator and real runs search the same grid.
 """
 

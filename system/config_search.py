@@ -12,25 +12,21 @@ both "the paper's system" and "the best this design can do" are reported:
 - per (shape, layout): micro-batch {1, 2, 4, 8}, recomputation {full, selective, none} and
   schedule {gpipe, 1f1b} (:func:`system.simulator.simulate_ours`), where memory allows.
 
-The paper's configuration on the scheduler's layout (:func:`paper_config`) is always simulated
-and is one of the candidates, so the best is never slower than it (tested). Every result's
-``config`` records the shape, micro-batch, recomputation, schedule and ``layout`` (which layout
-it ran on); ``runtime_supported`` says whether our runtime implements it today (GPipe with full
-or no recomputation, :data:`system.runtime.spec.SCHEDULES` and ``RECOMPUTE_MODES``; 1F1B and
-selective recomputation are simulator-only design options).
+The paper's configuration on the scheduler's layout (:func:`paper_config`) is always one of the
+candidates, so the best is never slower than it. Every result's ``config`` records the shape,
+micro-batch, recomputation, schedule and ``layout``; ``runtime_supported`` says whether our
+runtime runs it (GPipe with full or no recomputation, :data:`system.runtime.spec.SCHEDULES` and
+``RECOMPUTE_MODES``; 1F1B and selective recomputation are simulator-only design options).
+``configs`` (:data:`CONFIG_SETS`): ``runnable`` (default) searches only those, so ours is credited
+only with what it can run, as the baselines are; ``all`` adds the rest, a labelled variant.
+:func:`runtime_spec` builds the :class:`~system.runtime.spec.RunSpec` of a configuration and
+refuses one the runtime cannot run; a GPipe configuration runs the accumulation passes its
+memory needs (paper §4.1; the result's ``rounds``) as ``RunSpec.rounds``.
 
-Which configurations are searched (``configs``, :data:`CONFIG_SETS`): ``runnable`` (the
-default) only those our runtime runs, so ours is credited only with what it can run, as the
-baselines are with what their frameworks run; ``all`` adds 1F1B and selective recomputation, the
-design space's best, a labelled variant. :func:`runtime_spec` builds the runtime's
-:class:`~system.runtime.spec.RunSpec` of a configuration and refuses one the runtime cannot run.
-A GPipe configuration runs the gradient-accumulation passes its memory needs (the paper's
-protocol, §4.1; the result's ``rounds``), which the runtime runs as ``RunSpec.rounds``.
-
-Cost: candidates are simulated in order of a compute-only lower bound (the busiest device's
-m·(f + b) + optimizer step, which no schedule beats) and the loop stops once that bound reaches
-the best time found; layouts are scheduled once per shape and kept in ``layouts`` (a dict the
-caller may share between settings with the same tasklet sizes).
+Candidates are simulated in order of a compute-only lower bound (the busiest device's
+m·(f + b) + optimizer step, which no schedule beats), stopping once that bound reaches the best
+time found; layouts are scheduled once per shape and kept in ``layouts`` (a dict the caller may
+share between settings with the same tasklet sizes).
 """
 
 from __future__ import annotations

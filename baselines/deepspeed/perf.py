@@ -3,34 +3,30 @@
 - **ZeRO-3** (Rajbhandari et al., SC'20): pure data parallelism over all devices, ranks in launch
   order on one ring. Per micro-step, layer by layer: parameter all-gather in the forward pass,
   again in the backward pass, gradient reduce-scatter (≈ 1.5× the bytes of a DP all-reduce,
-  Rajbhandari et al. §7), each a ring collective over every device. Prefetching overlaps it with
-  compute, so a micro-step costs max(compute, communication) — generous to ZeRO-3. Gradient
-  accumulation repeats all of it per micro-step (parameters are re-gathered for every
-  micro-batch).
-- **ZeRO-1 without a pipeline** (``dp+zero1``, the simulator's grid only): the same model with
-  pp = 1 — gradient accumulation over the micro-batches, one gradient all-reduce (reduce-scatter +
-  all-gather) per iteration, optimizer state sharded over all devices.
+  Rajbhandari et al. §7), each a ring collective over every device, repeated for every
+  micro-batch of the accumulation. Prefetching overlaps it with compute, so a micro-step costs
+  max(compute, communication) — generous to ZeRO-3.
+- **ZeRO-1 without a pipeline** (``dp+zero1``, the simulator's grid only): pp = 1, gradient
+  accumulation, one gradient all-reduce (reduce-scatter + all-gather) per iteration, optimizer
+  state sharded over all devices.
 - **Pipeline + ZeRO-1**: PipelineModule (rank = pipe·DP + data), 1F1B in ``TrainSchedule``'s
   order with separate blocking sends and receives
-  (:func:`baselines.deepspeed.schedule.deepspeed_train_program`), gradient
-  reduce-scatter + parameter all-gather (= one all-reduce of volume) across replicas (DeepSpeed's
-  default, run under ``dp_collective=auto`` with NCCL's reduce-scatter pick recorded), or, with
-  ZeRO's ``"reduce_scatter": false``, a gradient all-reduce (NCCL's double binary tree) + the
-  all-gather (``dp_collective=tree``; ``fastest``: whichever the link model finds faster, what
-  a user sets after measuring; rows record ``ring`` or ``tree+allgather``); optimizer state
-  sharded over DP
-  (:func:`system.simulator.baseline_training.simulate_1f1b_ring` with ``zero=1``).
+  (:func:`baselines.deepspeed.schedule.deepspeed_train_program`), optimizer state sharded over DP
+  (:func:`system.simulator.baseline_training.simulate_1f1b_ring` with ``zero=1``). Across
+  replicas: gradient reduce-scatter + parameter all-gather (DeepSpeed's default; NCCL's pick
+  under ``dp_collective=auto``), or with ZeRO's ``"reduce_scatter": false`` a gradient all-reduce
+  (NCCL's double binary tree) + the all-gather (``dp_collective=tree``; ``fastest``: whichever the
+  link model finds faster). Rows record ``ring`` or ``tree+allgather``.
 
 The grid search tries both (``baselines.space.deepspeed_space``) and reports the faster feasible
 configuration, as the paper did.
 
 ZeRO's ``overlap_comm`` (``BaselineConfig.overlap_comm``): ZeRO-3 overlaps its collectives with
-compute when it is on (DeepSpeed's default for stage 3; the model above) and serialises them
-when off; ZeRO-1 without a pipeline reduce-scatters each ``reduce_bucket_size`` bucket (5e8
-elements, DeepSpeed's default, ``runtime/zero/config.py``) as the last micro-step's backward
-fills it (:func:`system.simulator.baseline_training.simulate_1f1b_ring`'s
-``overlap_grad_reduce``); the pipeline engine reduces after its last backward whatever the flag
-says (``baselines.space``), so the flag changes nothing there.
+compute when on (DeepSpeed's default for stage 3; the model above) and serialises them when off;
+ZeRO-1 without a pipeline reduce-scatters each ``reduce_bucket_size`` bucket (5e8 elements,
+DeepSpeed's default, ``runtime/zero/config.py``) as the last micro-step's backward fills it
+(``overlap_grad_reduce`` of ``simulate_1f1b_ring``); the pipeline engine reduces after its last
+backward whatever the flag says (``baselines.space``), so the flag changes nothing there.
 """
 
 from __future__ import annotations
