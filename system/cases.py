@@ -6,11 +6,12 @@ every delay is a one-way latency in ms (see :mod:`system.cluster` for the delay 
 Two variants:
 
 - ``paper`` (default): the numbers the paper states, unit-correct.
-- ``dtfm_code``: what the authors' code used instead — 10 ms inside a region (their tc value) in
-  cases 4–5; 5 Gbit/s and 1 ms inside a campus and 11 ms across in case 3; and in cases 1–2 the
-  links between hosts at the GB/s figures read as Gbit/s (the unit bug, i.e. 8× too low), while
-  the links inside a host carry the value 100 of their matrices in both cases. Offered only so
-  their numbers can be compared.
+- ``dtfm_code``: what the authors' code used instead (the scheduler's link matrices, DS3Lab/DT-FM
+  ``scheduler/generate_sim_com_matrices.py``) — 10 ms inside a region (their tc value) in cases
+  4–5; 5 Gbit/s and 1 ms inside a campus and 11 ms across in case 3; and in cases 1–2 the links
+  between hosts at the GB/s figures read as Gbit/s (the unit bug, i.e. 8× too low), while the
+  links inside a host carry the value 100 of their matrices in both cases. Offered only so their
+  numbers can be compared.
 
 User topologies: :func:`cluster_from_files` reads a pair table (CSV or YAML: region_a, region_b,
 delay_ms, bandwidth_gbps, plus optional ``intra`` rows with region_a == region_b) and a
