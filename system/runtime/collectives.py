@@ -2,7 +2,7 @@
 
 Three sum all-reduces of a 1-D tensor over a group of global ranks (``ranks`` in group order),
 in place, built from ``isend``/``irecv`` only (gloo on CPU), as
-:mod:`system.simulator.allreduce` models them:
+:mod:`system.simulator.collectives` models them:
 
 - ``ring``: reduce-scatter then all-gather around the ring ``ranks[0] → ranks[1] → …``, n − 1
   steps each; in step s of the reduce-scatter the member at position q sends segment
@@ -10,10 +10,10 @@ in place, built from ``isend``/``irecv`` only (gloo on CPU), as
   n − 1 steps it holds segment (q + 1) mod n summed over all; the all-gather passes the summed
   segments on around the ring (Patarasuk and Yuan, JPDC 2009; NCCL's ring all-reduce);
 - ``tree``: NCCL's double binary tree (``src/graph/trees.cc``, ``ncclGetDtree``; the parent
-  arrays are :func:`system.simulator.allreduce.dtree_parents`, one source for both). Each tree
+  arrays are :func:`system.simulator.collectives.dtree_parents`, one source for both). Each tree
   carries half of the tensor (the first tree all of it when the tensor is one chunk, as NCCL
   runs a small message on one channel), cut into chunks of
-  :data:`~system.simulator.allreduce.TREE_CHUNK_BYTES`: a member adds its children's chunk c
+  :data:`~system.simulator.collectives.TREE_CHUNK_BYTES`: a member adds its children's chunk c
   into its own and sends the sum to its parent, the root then holds chunk c summed, and the
   summed chunk travels back down, each member forwarding it to its children. Chunks pipeline:
   a member sends chunk c up as soon as it has its children's, whatever the later chunks do;
@@ -44,7 +44,7 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 
-from system.simulator.allreduce import TREE_CHUNK_BYTES, dtree_parents
+from system.simulator.collectives import TREE_CHUNK_BYTES, dtree_parents
 
 __all__ = ["ALGORITHMS", "AllReduce", "TAG_STRIDE", "allreduce"]
 

@@ -27,7 +27,7 @@ parallel replicas with a ring all-reduce after the pipeline flush (Narayanan et 
   order, all rings at once, each starting when its stage's last replica leaves the pipeline
   (NCCL's pick from its tuner by default, or a forced ring, tree or two-level one:
   :func:`simulate_1f1b_ring`'s ``dp_collective``; gloo's segmented ring on the CPU runs,
-  :func:`system.simulator.comm.ring_allreduce_s`); ZeRO-1 replaces it by reduce-scatter +
+  :func:`system.simulator.collectives.ring_allreduce_s`); ZeRO-1 replaces it by reduce-scatter +
   all-gather of the same volume and shards the optimizer state and step;
 - tied embeddings (Megatron-LM's default): after the DP all-reduce the first and the last stage
   of each replica all-reduce the word-embedding gradient, V·h/TP values (megatron-core's
@@ -63,27 +63,23 @@ from __future__ import annotations
 import numpy as np
 
 from system.cluster import Cluster
-from system.simulator.allreduce import (
+from system.simulator.collectives import (
     ALGORITHMS,
     allreduce_end_s,
     choose_allreduce,
     nccl_tuned_end_s,
-    two_level_block,
-)
-from system.simulator.comm import (
-    NCCL,
-    Transport,
-    flow_bandwidth_bps,
     ring_allreduce_end_s,
     ring_allreduce_s,
     ring_collective_s,
     sharded_ps_p2p_s,
+    two_level_block,
 )
 from system.simulator.hardware import V100, Hardware, StageCompute, stage_compute
 from system.simulator.memory import training_memory
 from system.simulator.replay import ProgramFn, program_for, replay_end_s
 from system.simulator.result import SimResult
 from system.simulator.sharing import link_sharing_of
+from system.simulator.transfers import NCCL, Transport, flow_bandwidth_bps
 from system.workload import Workload, stage_gradient_params
 
 __all__ = [
@@ -305,8 +301,8 @@ def simulate_1f1b_ring(
 ) -> SimResult:
     """One iteration of 1F1B pipelines + ring all-reduce DP in launch order (module docstring).
 
-    ``transport``: :data:`~system.simulator.comm.NCCL` (GPU runs, the paper) or
-    :data:`~system.simulator.comm.GLOO` (the CPU baselines on emulated links). ``zero`` 0
+    ``transport``: :data:`~system.simulator.transfers.NCCL` (GPU runs, the paper) or
+    :data:`~system.simulator.transfers.GLOO` (the CPU baselines on emulated links). ``zero`` 0
     (Megatron, replicated optimizer) or 1 (DeepSpeed ZeRO-1: optimizer sharded). ``grad_norm``:
     before the optimizer step every replica's model-parallel group (its tp·pp ranks) all-reduces
     the squared gradient norm, one fp32 (Megatron-core's optimizer always does). ``schedule``:
@@ -320,12 +316,12 @@ def simulate_1f1b_ring(
     ``full``, ``selective`` or ``none`` activation recomputation. ``tied_embedding``: the first
     and last stages all-reduce the shared word-embedding gradient after the DP all-reduce.
     ``dp_protocol``: ``ring`` (the frameworks' all-reduce) or ``sharded_ps`` (the paper's
-    sharded parameter server, :func:`system.simulator.comm.sharded_ps_p2p_s`, each member
+    sharded parameter server, :func:`system.simulator.collectives.sharded_ps_p2p_s`, each member
     entering when its own pass ends; for the speed-up attribution). ``schedule`` may also be
     ``gpipe`` (all forwards, then all backwards, with the same blocking p2p calls).
     ``dp_collective`` (with ``dp_protocol="ring"``): the DP gradients' collective on NCCL, one
     of :data:`DP_REQUESTS` — ``auto`` (default) NCCL's own pick per DP group from its tuner
-    (:func:`system.simulator.allreduce.nccl_tuned_end_s`: ring or tree, then simulated under
+    (:func:`system.simulator.collectives.nccl_tuned_end_s`: ring or tree, then simulated under
     the link model; the frameworks' defaults, so no two-level), ``ring``, ``tree``,
     ``two_level`` (Megatron, where the rank map allows it; elsewhere ``auto`` runs) forced,
     or ``fastest`` (``best``: its older name) the fastest of those under the link model
