@@ -1,4 +1,4 @@
-"""Message-size-dependent links: the fitted curve's edges and the hook in comm.flow_time_s."""
+"""Message-size-dependent links: the fitted curve's edges and the hook in transfers.flow_time_s."""
 
 from __future__ import annotations
 

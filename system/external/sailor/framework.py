@@ -338,7 +338,7 @@ def _allreduce_end_s(cluster, groups, nbytes, entry, dp_collective) -> tuple[np.
     else:
         picks = [dp_collective] * g.shape[0]
     if g.shape[1] < 3:
-        picks = ["ring"] * g.shape[0]  # a tree of two ranks is the ring (allreduce module)
+        picks = ["ring"] * g.shape[0]  # a tree of two ranks is the ring (collectives module)
     unknown = sorted(set(picks) - {"ring", "tree"})
     if unknown:
         raise ValueError(f"all-reduce: no timing for NCCL's {', '.join(unknown)} algorithm")
