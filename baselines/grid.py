@@ -395,7 +395,7 @@ def predict_iter_time_s(
     """The simulator's iteration time for ``spec`` on ``cluster`` (baselines/*/perf.py).
 
     ``hardware`` is a :class:`system.simulator.hardware.Hardware` (default V100), ``transport``
-    a :class:`system.simulator.comm.Transport` (default NCCL; the CPU runs use GLOO),
+    a :class:`system.simulator.transfers.Transport` (default NCCL; the CPU runs use GLOO),
     ``rank_map`` the device of each global rank (default launch order). None when the simulator
     has no model for the point (it raises ValueError, e.g. ZeRO-0/2 or TP across hosts).
     """

@@ -14,7 +14,7 @@ The topology search, per configuration (tp, pp, dp):
    message time (α + 8·activation/β) and by the data-parallel ring's (α + 8·(stage gradient /
    DP)/β); and, for at most :data:`MAX_RING_REGIONS` regions, the closed ring whose slowest edge
    is fastest (ties: smallest sum), since a ring all-reduce step lasts as long as its slowest
-   edge (:func:`system.simulator.comm.ring_collective_s`). Devices keep their host order inside a
+   edge (:func:`system.simulator.collectives.ring_collective_s`). Devices keep their host order inside a
    region, so a TP group that fits a host stays on it.
 2. The devices, region by region in that order, fill the (pp, dp, tp) rank grid ``stage-major``
    (each stage's DP group contiguous: a stage sits in a region when dp·tp fits one) and
@@ -48,9 +48,10 @@ from baselines.space import (
 from system.cluster import Cluster, fingerprint
 from system.cost.tsp import open_tsp_path
 from system.simulator.baseline_training import dp_sync_end_s
-from system.simulator.comm import NCCL, Transport, ring_collective_s
+from system.simulator.collectives import ring_collective_s
 from system.simulator.hardware import V100, Hardware
 from system.simulator.result import SimResult
+from system.simulator.transfers import NCCL, Transport
 from system.workload import Workload, stage_gradient_params
 
 __all__ = [

@@ -1,7 +1,7 @@
 """Message-size-dependent links: bandwidth as a function of the message size.
 
-The α-β model (:mod:`system.simulator.comm`) charges every message ``α + 8·X/β`` with one β per
-link. Measured point-to-point bandwidth is not flat: small messages pay latency and protocol
+The α-β model (:mod:`system.simulator.transfers`) charges every message ``α + 8·X/β`` with one
+β per link. Measured point-to-point bandwidth is not flat: small messages pay latency and protocol
 set-up, so the bytes-per-second a transfer reaches grows with its size until the link saturates.
 Sailor (Strati et al., SOSP 2025) measures it with NCCL send/recv between two nodes for messages
 of 2^16 .. 2^30 bytes and fits ``β(x) = a·x² + b·x + c`` GB/s with ``x = log2(bytes / 1e6)``;
@@ -15,12 +15,13 @@ of 2^16 .. 2^30 bytes and fits ``β(x) = a·x² + b·x + c`` GB/s with ``x = log
 
 :class:`SizeDependentLinks` attaches such curves to a :class:`~system.cluster.Cluster` (its
 ``links`` field), one per ordered host pair plus one per host for traffic inside it. The
-cluster's ``bandwidth_gbps`` matrix then holds each device pair's *per-flow peak*, so the sharing
-rules of :func:`system.simulator.comm.flow_bandwidth_bps` (flows on one pair split it; host NICs)
-act on it unchanged, and a transfer of X bytes reaches the fraction ``β(X)/β_peak`` of that
-(:meth:`SizeDependentLinks.efficiency`); :func:`system.simulator.comm.flow_time_s` applies it,
-so every collective built on it (rings, trees, the sharded PS) becomes size-dependent too. The
-latency α is part of the fitted curve, so clusters built from fits carry ``delay_ms`` = 0.
+cluster's ``bandwidth_gbps`` matrix then holds each device pair's *per-flow peak*, so the
+sharing rules of :func:`system.simulator.transfers.flow_bandwidth_bps` (flows on one pair split
+it; host NICs) act on it unchanged, and a transfer of X bytes reaches the fraction
+``β(X)/β_peak`` of that (:meth:`SizeDependentLinks.efficiency`);
+:func:`system.simulator.transfers.flow_time_s` applies it, so every collective built on it
+(rings, trees, the sharded PS) becomes size-dependent too. The latency α is part of the fitted
+curve, so clusters built from fits carry ``delay_ms`` = 0.
 """
 
 from __future__ import annotations

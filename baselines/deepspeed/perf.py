@@ -44,9 +44,10 @@ from baselines.space import (
 )
 from system.cluster import Cluster
 from system.simulator.baseline_training import simulate_1f1b_ring
-from system.simulator.comm import NCCL, Transport, ring_collective_s
+from system.simulator.collectives import ring_collective_s
 from system.simulator.hardware import V100, Hardware, stage_compute
 from system.simulator.result import SimResult
+from system.simulator.transfers import NCCL, Transport
 from system.workload import Workload
 
 __all__ = [

@@ -44,9 +44,9 @@ from baselines.space import (
 )
 from system.cluster import Cluster
 from system.simulator.baseline_training import simulate_1f1b_ring
-from system.simulator.comm import NCCL, Transport
 from system.simulator.hardware import V100, Hardware
 from system.simulator.result import SimResult
+from system.simulator.transfers import NCCL, Transport
 from system.workload import Workload
 
 __all__ = [

@@ -95,7 +95,7 @@ def predict_now(base: pd.DataFrame) -> pd.Series:
     from baselines.worker import calibrated_cpu_hardware
     from system.cases import get_case
     from system.emulation.plan import make_plan
-    from system.simulator.comm import GLOO
+    from system.simulator.transfers import GLOO
 
     hardware, out = {}, pd.Series(float("nan"), index=base.index)
     for i, r in base[base.status == "ok"].iterrows():

@@ -133,8 +133,8 @@ def _baseline(cfg, name, emu_kw, scaled, margin) -> dict:
     from baselines.placement import Placement
     from baselines.worker import calibrated_cpu_hardware
     from system.compression import Compression
-    from system.simulator.comm import GLOO
     from system.simulator.compression import iteration_bytes
+    from system.simulator.transfers import GLOO
 
     spec = BaselineSpec(
         system=name,

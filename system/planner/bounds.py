@@ -6,8 +6,8 @@ of the fleet, micro-batches of ``b`` sequences, ``m = B / (dp·b)`` of them per 
 ``dp`` devices; every pass is GPipe or 1F1B (one operation at a time per device, a micro-batch's
 backward at stage ``s`` after its forward there and after its backward at ``s + 1``); after its
 last backward a stage's devices exchange gradients in the sharded parameter server (paper §3.2,
-:func:`system.simulator.comm.sharded_ps_p2p_s`), then all devices all-reduce the fp16 overflow
-flag and take the optimizer step. The bound holds for every such plan whatever its devices,
+:func:`system.simulator.collectives.sharded_ps_p2p_s`), then all devices all-reduce the fp16
+overflow flag and take the optimizer step. The bound holds for every such plan whatever its devices,
 placement, layer split, recomputation and schedule. Per shape ``(pp, dp)`` (every ``pp <= L``
 and ``dp`` dividing ``B`` with ``pp·dp`` at most the fleet's devices: a superset of the shapes
 the search builds) and micro-batch size ``b`` it takes the larger of two terms, and the bound

@@ -2,16 +2,16 @@
 
 Three sum all-reduces of a 1-D tensor over a group of global ranks (``ranks`` in group order),
 in place, built from ``isend``/``irecv`` only (gloo on CPU), as
-:mod:`system.simulator.allreduce` models them:
+:mod:`system.simulator.collectives` models them:
 
 - ``ring``: reduce-scatter then all-gather around ``ranks[0] → ranks[1] → …``, n − 1 steps each;
   in reduce-scatter step s the member at position q sends segment (q − s) mod n to q + 1 and adds
   segment (q − s − 1) mod n from q − 1 into its own, so it ends holding segment (q + 1) mod n
   summed; the all-gather passes the sums on (Patarasuk and Yuan, JPDC 2009; NCCL's ring);
 - ``tree``: NCCL's double binary tree (``src/graph/trees.cc``, ``ncclGetDtree``; parent arrays
-  from :func:`system.simulator.allreduce.dtree_parents`, one source for both). Each tree carries
+  from :func:`system.simulator.collectives.dtree_parents`, one source for both). Each tree carries
   half of the tensor (the first tree all of it when it is one chunk, as NCCL runs a small message
-  on one channel) in chunks of :data:`~system.simulator.allreduce.TREE_CHUNK_BYTES`: a member adds
+  on one channel) in chunks of :data:`~system.simulator.collectives.TREE_CHUNK_BYTES`: a member adds
   its children's chunk c into its own and sends the sum up as soon as it has them; the root's sum
   travels back down. Chunks pipeline;
 - ``two_level``: blocks of ``block`` consecutive members (a region's devices): ring reduce-scatter
@@ -38,7 +38,7 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 
-from system.simulator.allreduce import TREE_CHUNK_BYTES, dtree_parents
+from system.simulator.collectives import TREE_CHUNK_BYTES, dtree_parents
 
 __all__ = ["ALGORITHMS", "AllReduce", "TAG_STRIDE", "allreduce"]
 

@@ -18,7 +18,7 @@ buffer after iteration 1). Two exchanges, both AVERAGED over the ``dp`` replicas
   Mbit/s link with 3.26 MB shards: 2.41 s for the collectives against 1.49 s for this exchange
   when one replica entered 0.3 s late; 1.39 s against 1.28 s when both entered together). With
   receives posted ahead, an early replica's shards travel while its peers still compute, and a
-  transfer costs α + X/β once the data exists (``system.simulator.comm.sharded_ps_p2p_s``).
+  transfer costs α + X/β once the data exists (``system.simulator.collectives.sharded_ps_p2p_s``).
 * ``allreduce`` — one ``all_reduce`` per bucket, then divide by dp.
 
 All buckets' transfers are posted before the first is waited on. :attr:`GradBuckets.bytes_sent`

@@ -1,6 +1,6 @@
 """Ideal GPipe iteration time from per-stage compute and per-link transfer times (paper §3.5).
 
-A thin view of the simulator's GPipe model (:func:`system.simulator.timeline.gpipe_timeline`)
+A thin view of the simulator's GPipe model (:func:`system.simulator.gpipe_timeline.gpipe_timeline`)
 in the terms the runtime benchmark measures: one replica, one message time per link.
 
 The runtime's schedule as a flow shop: stage s computes the forward of micro-batch i when it has
@@ -31,7 +31,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from system.simulator.timeline import gpipe_timeline
+from system.simulator.gpipe_timeline import gpipe_timeline
 
 __all__ = ["gpipe_ideal_s"]
 

@@ -9,10 +9,11 @@ Pure Python + NumPy (no torch). Entry points:
 - :func:`replay` / :func:`replay_end_s` — the event replay of a pipeline from an op-order
   program (:mod:`system.simulator.replay`); the frameworks' programs live in ``baselines/``.
 
-Links are shared as the cluster's link-sharing model says (:mod:`system.simulator.sharing`);
-the all-reduce algorithms, NCCL's choice between them (its tuner, re-implemented in
-:mod:`system.simulator.nccl_tuner`) and the fastest under the link model are in
-:mod:`system.simulator.allreduce`.
+Links are shared as the cluster's link-sharing model says (:mod:`system.simulator.sharing`)
+and a transfer takes α + 8·X/β (:mod:`system.simulator.transfers`); the collectives (ring,
+sharded parameter server, double binary tree, two-level) and the choice between them — NCCL's
+own, from its tuner re-implemented in :mod:`system.simulator.nccl_tuner`, or the fastest under
+the link model — are in :mod:`system.simulator.collectives`.
 """
 
 from system.simulator.baseline_training import rank_grid, simulate_1f1b_ring

@@ -1,61 +1,32 @@
 """The baselines' training simulated (Megatron-style 3D parallel, DeepSpeed pipe + ZeRO-1).
 
-The shared model of the baselines that run a 1F1B pipeline with blocking p2p and synchronise data
-parallel replicas with a ring all-reduce after the pipeline flush (Narayanan et al., SC'21):
+1F1B pipelines with blocking point-to-point calls, whose data-parallel replicas synchronise
+with a collective after the pipeline flush (Narayanan et al., SC'21):
 
 - ranks in launch order, ``rank = t + TP·(d + DP·s)`` (Megatron: tensor innermost, then data,
   then pipeline; DeepSpeed's PipeDataParallelTopology is the TP = 1 case), rank r on device
-  ``rank_map[r]`` (default r: the order the launcher lists the devices; ``baselines.placement``
-  searches topology-aware maps).
-  Worked example, TP=2, PP=2, DP=2 on 8 devices: stage 0 holds devices 0–3 (replica 0: 0, 1;
-  replica 1: 2, 3), stage 1 devices 4–7; the DP ring of (t=0, s=0) is devices [0, 2];
-- tensor parallel: per layer and micro-batch 2 all-reduces of the activations (b·s·h fp16) in the
-  forward pass, 2 more in the recomputed forward and 2 in the backward (Shoeybi et al. 2019);
-  only inside a host;
-- pipeline: replayed event by event from the framework's op-order program (``schedule``, a
-  :data:`~system.simulator.replay.ProgramFn` or a registered name; the frameworks' programs live
-  in ``baselines/<framework>/schedule.py``, :func:`system.simulator.replay.replay_end_s`); each
-  micro-batch exchanges one
-  activation (forward) and one gradient (backward) with each neighbour; Megatron's
-  scatter/gather optimisation sends 1/TP of it per tensor rank.
-  The ``transport`` decides whether a send waits for the receiver's posted receive (gloo) or
-  goes eagerly (NCCL, the paper's runs) — on WAN latencies that is up to 2× on a
-  communication-bound pipeline (``results/baselines/COMPARISON.md``);
-- data parallel: an all-reduce of the stage's gradients (``workload.gradient_bytes`` per
-  parameter, 1/TP per rank: its layers, plus the embeddings on the first stage and the output
-  head on the last, :func:`system.workload.stage_gradient_params`) over the DP ranks in rank
-  order, all rings at once, each starting when its stage's last replica leaves the pipeline
-  (NCCL's pick from its tuner by default, or a forced ring, tree or two-level one:
-  :func:`simulate_1f1b_ring`'s ``dp_collective``; gloo's segmented ring on the CPU runs,
-  :func:`system.simulator.comm.ring_allreduce_s`); ZeRO-1 replaces it by reduce-scatter +
-  all-gather of the same volume and shards the optimizer state and step;
-- tied embeddings (Megatron-LM's default): after the DP all-reduce the first and the last stage
-  of each replica all-reduce the word-embedding gradient, V·h/TP values (megatron-core's
-  ``finalize_model_grads``, ``_allreduce_embedding_grads``);
-- Megatron then all-reduces the gradient norm (one fp32) over each replica's model-parallel
-  group before its optimizer step: NCCL's pick (a forced ring or tree where the row forces
-  one; latency-bound across regions), gloo's segmented ring on the CPU runs;
-- virtual pipeline stages (Megatron's interleaved 1F1B, a ``schedule`` program with
-  ``virtual_stages`` = v > 1): each stage runs v chunks of 1/v of its layers, so a forward or
-  backward op costs 1/v of the stage's, and the last stage sends to the first over the
-  wrap-around link; stage 0 keeps up to 2·(p − 1) + (v − 1)·p + 1 chunks' activations
-  (Korthikanti et al. 2022, §4.2.3: L·(1 + (p − 1)/(p·v)) layers' worth);
-- overlap, with a sharded optimizer (``zero=1``: ZeRO-1, or Megatron's distributed optimizer)
-  on NCCL: ``overlap_grad_reduce`` reduce-scatters each bucket of ``bucket_params`` parameters
-  (per stage) as soon as the last micro-batch's backward has produced its gradients — the
-  frameworks hook the gradient accumulation of each parameter and launch a bucket's collective
-  when its last gradient is ready, in the last micro-batch only (megatron-core
-  ``distributed/param_and_grad_buffer.py``, ``register_grad_ready``; DeepSpeed ZeRO's
-  ``overlap_comm``, ``runtime/zero/stage_1_and_2.py``) — the buckets one after another on the
-  ring, bucket k ready once the fraction of the stage's parameters up to it has its gradients
-  (the backward spread evenly over the parameters; the stage's last backward taken to end when
-  its pass ends less the shortest time its final gradient send can take, which places buckets
-  no earlier than they are ready); the updated parameters are all-gathered after the step, or
-  with ``overlap_param_gather`` in the next iteration, bucket by bucket, each before the forward
-  of its layers (megatron-core's forward pre-hook ``finish_param_sync``; the first gather starts
-  with the iteration): a stage starts its first op once the gathers its first forward waits for
-  are done, as that forward would have finished without them (its later chunks' gathers counted
-  there too, for an interleaved stage).
+  ``rank_map[r]`` (default r; ``baselines.placement`` searches topology-aware maps). With TP=2,
+  PP=2, DP=2 on 8 devices stage 0 holds devices 0–3 (replica 0: 0, 1; replica 1: 2, 3), stage 1
+  devices 4–7, and the DP ring of (t=0, s=0) is devices [0, 2];
+- tensor parallel, inside a host: 2 all-reduces of the activations (b·s·h fp16) per layer and
+  micro-batch in the forward, the recomputed forward and the backward each (Shoeybi et al. 2019);
+- pipeline: replayed event by event from the framework's op-order program (``schedule``,
+  :func:`system.simulator.replay.replay_end_s`; the programs live in
+  ``baselines/<framework>/schedule.py``), one activation and one gradient per micro-batch and
+  neighbour (1/TP of it per tensor rank with Megatron's scatter/gather); the ``transport`` says
+  whether a send waits for the receiver's posted receive (gloo) or goes eagerly (NCCL). Virtual
+  stages (interleaved 1F1B, v > 1) run v chunks of 1/v of a stage's layers each, the last stage
+  sending to the first over the wrap-around link (Korthikanti et al. 2022, §4.2.3);
+- data parallel: each stage's gradients (:func:`system.workload.stage_gradient_params`, 1/TP per
+  rank) reduced over its DP ranks, all groups at once, each starting when its stage's last
+  replica leaves the pipeline: NCCL's pick or a forced algorithm (``dp_collective``,
+  :mod:`system.simulator.collectives`), gloo's segmented ring on the CPU runs; ZeRO-1 runs a
+  reduce-scatter + all-gather of the same volume and shards the optimizer state and step;
+- then the tied word-embedding gradient between the first and the last stage (megatron-core's
+  ``finalize_model_grads``) and Megatron's gradient-norm all-reduce (one fp32) per replica;
+- overlap with a sharded optimizer on NCCL: gradient buckets reduce-scattered as the last
+  backward fills them, parameters all-gathered bucket by bucket before their forward
+  (:func:`_bucketed_reduce_end_s`, :func:`_gather_delay_s`).
 """
 
 from __future__ import annotations
@@ -63,27 +34,23 @@ from __future__ import annotations
 import numpy as np
 
 from system.cluster import Cluster
-from system.simulator.allreduce import (
+from system.simulator.collectives import (
     ALGORITHMS,
     allreduce_end_s,
     choose_allreduce,
     nccl_tuned_end_s,
-    two_level_block,
-)
-from system.simulator.comm import (
-    NCCL,
-    Transport,
-    flow_bandwidth_bps,
     ring_allreduce_end_s,
     ring_allreduce_s,
     ring_collective_s,
     sharded_ps_p2p_s,
+    two_level_block,
 )
 from system.simulator.hardware import V100, Hardware, StageCompute, stage_compute
 from system.simulator.memory import training_memory
 from system.simulator.replay import ProgramFn, program_for, replay_end_s
 from system.simulator.result import SimResult
 from system.simulator.sharing import link_sharing_of
+from system.simulator.transfers import NCCL, Transport, flow_bandwidth_bps
 from system.workload import Workload, stage_gradient_params
 
 __all__ = [
@@ -180,9 +147,12 @@ def _buckets(stage_params: np.ndarray, bucket_params) -> list[np.ndarray]:
 def _gather_delay_s(
     cluster: Cluster, rings: np.ndarray, buckets: list[np.ndarray], f: np.ndarray, tp: int
 ) -> np.ndarray:
-    """Per stage, how long its first forward is held by the parameter all-gathers (fp16
-    parameters, bucket by bucket from the iteration's start, each before the forward of its
-    layers): the end of that forward with the gathers, less its end without."""
+    """Per stage, how long its first forward is held by the parameter all-gathers of
+    ``overlap_param_gather`` (fp16 parameters, bucket by bucket from the iteration's start, each
+    before the forward of its layers: megatron-core's forward pre-hook ``finish_param_sync``):
+    the end of that forward with the gathers, less its end without. A stage starts its first op
+    once the gathers its first forward waits for are done, as that forward would have finished
+    without them (its later chunks' gathers counted there too, for an interleaved stage)."""
     pp = len(buckets)
     out = np.zeros(pp)
     for s in range(pp):
@@ -205,10 +175,19 @@ def _bucketed_reduce_end_s(
     tp: int,
     workload: Workload,
 ) -> np.ndarray:
-    """(pp·tp, dp) end times of the bucketed gradient reduce-scatter (module docstring): on
+    """(pp·tp, dp) end times of ``overlap_grad_reduce``'s bucketed gradient reduce-scatter: on
     each stage's rings the buckets one after another, bucket k once its gradients exist on every
     member (``last_bwd_end_s`` (pp, dp): when each member's last backward, ``last_bwd_s`` (pp,)
-    long, ends)."""
+    long, ends).
+
+    The frameworks hook each parameter's gradient accumulation and launch a bucket's collective
+    when its last gradient is ready, in the last micro-batch only (megatron-core
+    ``distributed/param_and_grad_buffer.py``, ``register_grad_ready``; DeepSpeed ZeRO's
+    ``overlap_comm``, ``runtime/zero/stage_1_and_2.py``). The backward is spread evenly over the
+    stage's parameters, so bucket k is ready once the fraction of them up to it has its
+    gradients; the caller takes the last backward to end when its pass ends less the shortest
+    time its final gradient send can take, which places buckets no earlier than they are ready.
+    """
     pp, dp = last_bwd_end_s.shape
     done = np.zeros((pp * tp, dp))
     for s in range(pp):
@@ -305,8 +284,8 @@ def simulate_1f1b_ring(
 ) -> SimResult:
     """One iteration of 1F1B pipelines + ring all-reduce DP in launch order (module docstring).
 
-    ``transport``: :data:`~system.simulator.comm.NCCL` (GPU runs, the paper) or
-    :data:`~system.simulator.comm.GLOO` (the CPU baselines on emulated links). ``zero`` 0
+    ``transport``: :data:`~system.simulator.transfers.NCCL` (GPU runs, the paper) or
+    :data:`~system.simulator.transfers.GLOO` (the CPU baselines on emulated links). ``zero`` 0
     (Megatron, replicated optimizer) or 1 (DeepSpeed ZeRO-1: optimizer sharded). ``grad_norm``:
     before the optimizer step every replica's model-parallel group (its tp·pp ranks) all-reduces
     the squared gradient norm, one fp32 (Megatron-core's optimizer always does). ``schedule``:
@@ -320,12 +299,12 @@ def simulate_1f1b_ring(
     ``full``, ``selective`` or ``none`` activation recomputation. ``tied_embedding``: the first
     and last stages all-reduce the shared word-embedding gradient after the DP all-reduce.
     ``dp_protocol``: ``ring`` (the frameworks' all-reduce) or ``sharded_ps`` (the paper's
-    sharded parameter server, :func:`system.simulator.comm.sharded_ps_p2p_s`, each member
+    sharded parameter server, :func:`system.simulator.collectives.sharded_ps_p2p_s`, each member
     entering when its own pass ends; for the speed-up attribution). ``schedule`` may also be
     ``gpipe`` (all forwards, then all backwards, with the same blocking p2p calls).
     ``dp_collective`` (with ``dp_protocol="ring"``): the DP gradients' collective on NCCL, one
     of :data:`DP_REQUESTS` — ``auto`` (default) NCCL's own pick per DP group from its tuner
-    (:func:`system.simulator.allreduce.nccl_tuned_end_s`: ring or tree, then simulated under
+    (:func:`system.simulator.collectives.nccl_tuned_end_s`: ring or tree, then simulated under
     the link model; the frameworks' defaults, so no two-level), ``ring``, ``tree``,
     ``two_level`` (Megatron, where the rank map allows it; elsewhere ``auto`` runs) forced,
     or ``fastest`` (``best``: its older name) the fastest of those under the link model
@@ -344,7 +323,8 @@ def simulate_1f1b_ring(
     back to back — each pass starts when stage 0, the last to finish the previous one, is free,
     so the passes are identical and shifted by one pass time; memory holds one pass's.
     ``overlap_grad_reduce`` / ``overlap_param_gather`` (``zero=1`` on NCCL; the second needs the
-    first): the bucketed overlap of the module docstring, ``bucket_params`` the bucket size in
+    first): the bucketed overlap (:func:`_bucketed_reduce_end_s`, :func:`_gather_delay_s`),
+    ``bucket_params`` the bucket size in
     parameters per stage (a float, or one per stage; None or inf: one bucket per stage).
     Raises ValueError for layouts the cluster or workload cannot hold (sizes, TP across hosts).
     """

@@ -8,46 +8,19 @@ of NCCL 2.27.7 (tag ``v2.27.7-1``, commit 593de54e), ``src/graph/tuning.cc``
 channel count it starts from, ``src/graph/search.cc`` (``ncclTopoCompute``) and
 ``src/graph/topo.h``. The predicted times are NCCL's, not this project's link model: NCCL knows
 a NIC's nominal speed and fixed per-hop latencies, nothing of WAN delays or of how flows share
-links.
+links (:mod:`system.simulator.collectives` simulates the pick under the link model).
 
-The model, per (algorithm, protocol), for n ranks on N nodes (p = n/N GPUs each):
+Steps, each NCCL's: the ring and tree graphs NCCL would search (channels, ``bwIntra``,
+``bwInter``; :func:`search_graphs`, in closed form for the node shapes this project models: p
+identical GPUs per node linked all-to-all by NVLink or by PCIe, ``nics_per_node`` NICs of
+``net_gbps`` each); per collective, algorithm and protocol a latency and a bandwidth
+(:func:`tune_model`); the predicted time of one call (:func:`algo_time_us`); the fastest pair
+(:func:`choose`). :func:`system_for_group` describes a group of a :class:`~system.cluster.Cluster`
+as NCCL sees it.
 
-- bus bandwidth ``nChannels · bw`` (GB/s) of the graph NCCL searched: ``bwIntra`` on one or two
-  nodes, ``bwInter`` on more; refinements: Ring/LL ``min(llMaxBw, ½·busBw)``; Ring/LL128
-  ``min(0.92·busBw, nChannels·perChMaxRingLL128Bw)``; Tree all-reduce ``min(0.92·busBw,
-  nChannels·perChMaxTreeBw)``, then Tree/LL ``min(busBw/3.8, llMaxBw)``, Tree/LL128
-  ``min(busBw·(7/9 on one node, 120/128 otherwise), nChannels·perChMaxTreeLL128Bw)``, and ×0.85
-  when the tree graph is a plain (not balanced) tree; PAT ×0.75;
-- algorithm bandwidth: the ring's bus bandwidth × n/nsteps (all-reduce: nsteps = 2(n−1), the
-  ring's n/(2(n−1))), the tree's × ½ (PAT for reduce-scatter/all-gather keeps its bus bandwidth);
-- latency (µs): a base per algorithm × protocol, plus per hop a hardware latency by link
-  (NVLink, PCI, NET): the ring ``(nsteps − interSteps)·intra + interSteps·inter`` with
-  interSteps = 2(N−1) for an all-reduce, N−1 for reduce-scatter/all-gather; the tree
-  ``2·((p−1)·intra + ⌊log2 N⌋·inter)``; with one GPU per node every hop is a network hop at the
-  tree's network latency; the ring's per-step latency is at least the network post overhead
-  (1 µs on Intel CPUs, ×3 for Simple);
-- ``ncclTopoGetAlgoTime``: the tree's bandwidth × a correction factor per power-of-two size
-  (64 B … 256 MiB), the multi-node Ring/Simple all-reduce's latency ×1.9 (before sm80) or ×1.4
-  once a chunk per rank and channel reaches 64 B, and ``time = latency + bytes/(1000·bw)`` µs;
-- LL128 on by default only when the graph's GPU–NIC path is at most PXB (PXN from sm90), the
-  intra-node path at most NVB (NVLink, possibly through a GPU), and all GPUs one arch (sm70+).
-
-The graph (``nChannels``, ``bwIntra``, ``bwInter``), which NCCL finds by a recursive search
-over the machine's PCI/NVLink/NIC topology, is computed here in closed form for the node shapes
-this project models — p identical GPUs per node, linked all-to-all by NVLink (through NVSwitch or
-direct links) or by PCIe, ``nics_per_node`` NICs of ``net_gbps`` each — by NCCL's own steps:
-the first speed of NCCL's speed table (per arch, intra-node or inter-node) not above the
-fastest path (GPU→NIC on several nodes, GPU→GPU on one); as many channels as the links hold at
-that speed (a channel uses a NIC at its speed, and each GPU's NVLink or PCIe link once per
-direction), lower speeds tried while they stay above 49% of the best found and kept when they
-give more total bandwidth; channels doubled at half the speed when the speed is ≥ 25 GB/s
-(not from sm90 with more than 4 channels below 50 GB/s); then the speed raised while the
-channels still fit. The tree keeps the ring's channel count, and raises its ``bwIntra`` alone
-up to twice ``bwInter`` — the two-node case where NCCL's tree predicts up to twice the ring's
-network bandwidth (``tuning.cc``). Not modelled: CollNet and NVLS (they need SHARP switches or
-NVSwitch multicast), PCIe switches between GPUs, AMD/ARM/POWER CPUs, NCCL_ALGO / NCCL_PROTO
-overrides (forcing is the caller's), tuner plugins, aggregated calls (one operation
-per launch).
+Not modelled: CollNet and NVLS (they need SHARP switches or NVSwitch multicast), PCIe switches
+between GPUs, AMD/ARM/POWER CPUs, NCCL_ALGO / NCCL_PROTO overrides (forcing is the caller's),
+tuner plugins, aggregated calls (one operation per launch).
 """
 
 from __future__ import annotations
@@ -241,8 +214,15 @@ def _fit(sys: NcclSystem, inter: bool, s_inter: float, s_intra: float) -> int:
 
 
 def _search(sys: NcclSystem, pattern: str, min_ch: int, max_ch: int) -> tuple[int, float, float]:
-    """``ncclTopoCompute``'s bandwidth search, in closed form (module docstring): channels,
-    bwIntra, bwInter."""
+    """``ncclTopoCompute``'s bandwidth search, in closed form: channels, bwIntra, bwInter.
+
+    NCCL's own steps: the first speed of NCCL's speed table (per arch, intra-node or inter-node)
+    not above the fastest path (GPU→NIC on several nodes, GPU→GPU on one); as many channels as
+    the links hold at that speed (a channel uses a NIC at its speed, and each GPU's NVLink or
+    PCIe link once per direction), lower speeds tried while they stay above 49% of the best
+    found and kept when they give more total bandwidth; channels doubled at half the speed when
+    the speed is ≥ 25 GB/s (not from sm90 with more than 4 channels below 50 GB/s); then the
+    speed raised while the channels still fit."""
     inter = sys.n_nodes > 1
     g = sys.gpus_per_node
     speeds = _speeds(sys.arch, inter)
@@ -297,7 +277,10 @@ def _search(sys: NcclSystem, pattern: str, min_ch: int, max_ch: int) -> tuple[in
 
 @functools.lru_cache(maxsize=1024)
 def search_graphs(sys: NcclSystem) -> dict[str, Graph]:
-    """The ring and tree graphs NCCL would search on ``sys`` (module docstring)."""
+    """The ring and tree graphs NCCL would search on ``sys`` (:func:`_search`). The tree keeps
+    the ring's channel count, and raises its ``bwIntra`` alone up to twice ``bwInter`` — the
+    two-node case where NCCL's tree predicts up to twice the ring's network bandwidth
+    (``tuning.cc``)."""
     g = sys.gpus_per_node
     if g > 1:
         type_intra = _path("NVL") if sys.intra == "nvlink" else _path("PHB")
@@ -328,7 +311,28 @@ class TunerModel(NamedTuple):
 
 @functools.lru_cache(maxsize=1024)
 def tune_model(sys: NcclSystem) -> TunerModel:
-    """``ncclTopoTuneModel`` for all-reduce, reduce-scatter and all-gather (module docstring)."""
+    """``ncclTopoTuneModel`` for all-reduce, reduce-scatter and all-gather.
+
+    Per (algorithm, protocol), for n ranks on N nodes (p = n/N GPUs each):
+
+    - bus bandwidth ``nChannels · bw`` (GB/s) of the searched graph: ``bwIntra`` on one or two
+      nodes, ``bwInter`` on more; Ring/LL ``min(llMaxBw, ½·busBw)``; Ring/LL128
+      ``min(0.92·busBw, nChannels·perChMaxRingLL128Bw)``; Tree all-reduce ``min(0.92·busBw,
+      nChannels·perChMaxTreeBw)``, then Tree/LL ``min(busBw/3.8, llMaxBw)``, Tree/LL128
+      ``min(busBw·(7/9 on one node, 120/128 otherwise), nChannels·perChMaxTreeLL128Bw)``, and
+      ×0.85 when the tree graph is a plain (not balanced) tree; PAT ×0.75;
+    - algorithm bandwidth: the ring's bus bandwidth × n/nsteps (all-reduce: nsteps = 2(n−1)),
+      the tree's × ½ (PAT for reduce-scatter/all-gather keeps its bus bandwidth);
+    - latency (µs): a base per algorithm × protocol, plus per hop a hardware latency by link
+      (NVLink, PCI, NET): the ring ``(nsteps − interSteps)·intra + interSteps·inter`` with
+      interSteps = 2(N−1) for an all-reduce, N−1 for reduce-scatter/all-gather; the tree
+      ``2·((p−1)·intra + ⌊log2 N⌋·inter)``; with one GPU per node every hop is a network hop at
+      the tree's network latency; the ring's per-step latency is at least the network post
+      overhead (1 µs on Intel CPUs, ×3 for Simple);
+    - LL128 on by default only when the graph's GPU–NIC path is at most PXB (PXN from sm90), the
+      intra-node path at most NVB (NVLink, possibly through a GPU), and all GPUs one arch
+      (sm70+).
+    """
     graphs = search_graphs(sys)
     n, nodes = sys.n_ranks, sys.n_nodes
     ppn = n / nodes
@@ -408,7 +412,10 @@ def _log2i(x: int) -> int:
 
 
 def algo_time_us(model: TunerModel, coll: str, algo: str, proto: str, nbytes: float) -> float:
-    """``ncclTopoGetAlgoTime`` for one operation: predicted µs, or −1 where disabled."""
+    """``ncclTopoGetAlgoTime`` for one operation: predicted µs, or −1 where disabled. The
+    tree's bandwidth × a correction factor per power-of-two size (64 B … 256 MiB), the
+    multi-node Ring/Simple all-reduce's latency ×1.9 (before sm80) or ×1.4 once a chunk per rank
+    and channel reaches 64 B, and ``time = latency + bytes/(1000·bw)`` µs."""
     bw = model.bandwidth_gbs.get((coll, algo, proto), 0.0)
     lat = model.latency_us.get((coll, algo, proto), 0.0)
     if bw == 0:

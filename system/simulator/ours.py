@@ -4,36 +4,23 @@ One iteration of the runtime:
 
 1. GPipe over the assignment's pipelines (``stages[s][r]``): all forwards, then all backwards,
    micro-batches of ``micro_batch_size`` sequences; receive, compute and send on separate streams
-   (:func:`system.simulator.timeline.gpipe_timeline`). All pipelines run concurrently, so their
-   boundary transfers share links and host NICs (:mod:`system.simulator.comm`). A link streams
-   its messages (busy 8·X/β each, landing α later), and a message leaves only after its
-   receiver's posted receive has been announced across the link (α; the runtime posts the
-   pass's receives at its start).
+   (:func:`system.simulator.gpipe_timeline.gpipe_timeline`). All pipelines run concurrently, so
+   their boundary transfers share links and host NICs (:mod:`system.simulator.transfers`); a
+   message leaves only after its receiver's posted receive has been announced across the link.
 2. If a replica's micro-batches do not fit in memory at once, the pass is split into equal
    gradient-accumulation rounds, each a GPipe pass starting when the device is free.
-3. Sharded-parameter-server data parallelism (§3.2) over each stage's group, point-to-point and
-   concurrent (:func:`system.simulator.comm.sharded_ps_p2p_s`): each device enters when its own
-   last backward ends, so an early replica's shards travel while its peers still compute.
+3. Sharded-parameter-server data parallelism (§3.2) over each stage's group
+   (:func:`system.simulator.collectives.sharded_ps_p2p_s`), each device entering when its own
+   last backward ends; the payload is the stage's gradients (its layers, plus the embeddings on
+   the first stage and the output head on the last: :func:`system.workload.stage_gradient_params`).
 4. With fp16 loss scaling (``loss_scaling``, the paper's setting), a one-float all-reduce over
    all ranks of a finite-gradient flag, as the runtime does inside its timed iteration.
 5. The optimizer step on each device after its exchange; the iteration ends with the last.
 
 Beyond the paper's runtime (options the configuration search explores, labelled as such): a
-1F1B order of the same overlapped streams (``schedule="1f1b"``: at most p micro-batches in flight,
-so no accumulation rounds) and selective or no activation recomputation (``recompute``).
-
-Use it with the V100 model (default) or with measured compute times::
-
-    simulate_ours(cluster, assignment, workload,
-                  compute=StageCompute(fwd_s=0.012, bwd_s=0.030, opt_s=0.002))
-
-The DP payload is each stage's gradients, :func:`system.workload.stage_gradient_params`: its
-layers, plus the token and position embeddings on the first stage and the (untied) output head
-on the last. The scheduler's cost model charges :func:`system.workload.tasklet_sizes`'s c_dp, the
-layers only (the paper's constant leaves the embeddings out). The cost model sums a device's
-transfers over its peers (the paper's serialised charge); the runtime sends them concurrently, so
-the simulated exchange is at most that charge for synchronised entry (tested), and much less for
-large groups.
+1F1B order of the same overlapped streams (``schedule="1f1b"``) and selective or no activation
+recomputation (``recompute``). Compute times come from the V100 model (default) or are given
+(``compute=StageCompute(fwd_s=..., bwd_s=..., opt_s=...)``, e.g. measured).
 
 ``compression=`` (:mod:`system.compression`) predicts the same iteration with pipeline or
 data-parallel compression or DiLoCo: the compressed message sizes, the modelled encode/decode
@@ -53,15 +40,15 @@ from system.assignment import Assignment
 from system.cluster import Cluster
 from system.compression import Compression
 from system.cost.model import check_sizes
-from system.simulator.allreduce import nccl_tuned_end_s
-from system.simulator.comm import flow_time_s, ring_collective_s, sharded_ps_p2p_s
+from system.simulator.collectives import nccl_tuned_end_s, ring_collective_s, sharded_ps_p2p_s
 from system.simulator.compression import codec_overhead_s
+from system.simulator.gpipe_timeline import gpipe_timeline
 from system.simulator.hardware import V100, Hardware, StageCompute, stage_compute
 from system.simulator.memory import RECOMPUTE_MODES, training_memory
 from system.simulator.replay import Key, Msg, Op, backward, call, forward, replay_end_s
 from system.simulator.result import SimResult
 from system.simulator.sharing import link_sharing_of
-from system.simulator.timeline import gpipe_timeline
+from system.simulator.transfers import flow_time_s
 from system.workload import Workload, stage_gradient_params
 
 log = logging.getLogger(__name__)
@@ -242,7 +229,7 @@ def simulate_ours(
         loss_scaling: fp16 with loss scaling, as the paper ran: before its optimizer step every
             device all-reduces a finite-gradient flag (one float) over all ranks, the runtime's
             ``all_reduce(flag, MAX)`` (the ring or tree NCCL's tuner picks,
-            :func:`system.simulator.allreduce.nccl_tuned_end_s`; ranks are devices). False for
+            :func:`system.simulator.collectives.nccl_tuned_end_s`; ranks are devices). False for
             fp32 runs (the CPU runs), which skip it.
         layers_per_stage: an uneven layer split (one count per stage, summing to the model's
             layers) for the data-parallel payload; it needs ``compute`` (the stages' times)

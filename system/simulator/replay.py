@@ -100,7 +100,7 @@ def call(*msgs: Msg) -> Op:
 def gpipe_blocking_program(stage: int, p: int, m: int) -> list[Op]:
     """GPipe with blocking p2p: every forward as receive, compute, send, then every backward the
     same way; no overlap of transfers and compute (the speed-up attribution's 1F1B -> GPipe step;
-    ours overlaps, see :func:`system.simulator.timeline.gpipe_timeline`). Not periodic: two
+    ours overlaps, see :func:`system.simulator.gpipe_timeline.gpipe_timeline`). Not periodic: two
     phases, so :func:`replay_end_s` always replays it whole."""
     s = stage
     ops: list[Op] = []

@@ -1,57 +1,31 @@
 """Link-sharing models: what bandwidth each of a set of concurrent flows gets (max-min fair).
 
-A case gives one bandwidth β per ordered device pair. How concurrent flows share the network
-behind those numbers is a modelling choice the case data do not settle; each choice is a named
-model (``link_sharing=`` in every result row). Every model allocates rates max-min fairly
-(progressive filling, Bertsekas & Gallager, *Data Networks*, §6.5.2: raise every flow's rate
-together, freeze the flows of each capacity that fills) over the capacities it names:
+A case gives one bandwidth β per ordered device pair; how concurrent flows share the network
+behind those numbers is a modelling choice, each choice a named model (``link_sharing=`` in every
+result row). Every model allocates rates max-min fairly (progressive filling, Bertsekas &
+Gallager, *Data Networks*, §6.5.2) over the capacities it names:
 
 - ``pair``: each ordered device pair's flows share its β; pairs are independent;
 - ``nic``: as ``pair``, plus every device's egress and ingress capped at its fastest link's
   bandwidth (in cases 3–5 the within-region 2 Gbit/s, paper §4.1), or at ``nic_gbps``;
 - ``region``: as ``pair``, plus all flows from region A to region B share that region pair's β,
-  as if the measured figure were the pipe between the regions (e.g. one VPN gateway each);
-- ``flow``: each TCP stream is limited by its path: the pair figures were measured by NCCL over
-  :data:`MEASURED_STREAMS` sockets (the authors' benchmark sets ``NCCL_SOCKET_NTHREADS=4`` and
-  ``NCCL_NSOCKS_PERTHREAD=4``, DS3Lab/DT-FM ``udp_hole_punching_test``), so one stream gets
-  β / 16 and a connection of ``streams`` sockets ``streams`` times that. On top, the AWS
-  instance quotas (Amazon EC2 documentation, "Amazon EC2 instance network bandwidth"):
-  traffic to other Regions is limited to :data:`AWS_REGION_EGRESS_GBPS` per instance with fewer
-  than 32 vCPUs (p3.2xlarge has 8), and all traffic to the instance bandwidth,
-  :data:`INSTANCE_GBPS` for a p3.2xlarge ("up to 10 Gigabit"), in each direction;
-- ``tc_class``: the paper's own runs. The authors emulated cases 3–5 on AWS instances in one VPC
-  with ``tc``: per sender a ``prio`` root and one ``netem delay … rate …`` child per *distinct
-  (delay, bandwidth) setting* of its destinations, destinations filtered to it by IP
-  (DS3Lab/DT-FM ``scheduler/generate_heterogeneous_tc.py``). A sender's flows to destinations
-  with the same setting — in cases 3–5 its destinations in one region — therefore share one
-  rate; nothing else is shaped but the instance NIC (:data:`INSTANCE_GBPS`).
+  as if the measured figure were the pipe between the regions;
+- ``flow``: one TCP stream gets β / :data:`MEASURED_STREAMS` (the pair figures were measured by
+  NCCL over 4 threads × 4 sockets, DS3Lab/DT-FM ``udp_hole_punching_test``), a connection of
+  ``streams`` sockets that many times it, within the AWS instance quotas (Amazon EC2
+  documentation, "Amazon EC2 instance network bandwidth"): :data:`AWS_REGION_EGRESS_GBPS` to
+  other Regions and :data:`INSTANCE_GBPS` in all, per direction;
+- ``tc_class``: the paper's own runs, emulated with ``tc`` on AWS instances in one VPC: per
+  sender one ``netem delay … rate …`` class per distinct (delay, bandwidth) setting of its
+  destinations (DS3Lab/DT-FM ``scheduler/generate_heterogeneous_tc.py``), so a sender's flows to
+  one region share one rate; nothing else is shaped but the instance NIC (:data:`INSTANCE_GBPS`).
 
-Hosts with a NIC of their own (``Cluster.host_nic_gbps``, cases 1–2) cap their cross-host
-egress and ingress under every model. Full duplex everywhere: egress and ingress are separate
-capacities.
-
-A cluster carries its model as a field (:attr:`system.cluster.Cluster.link_sharing`, a
-:class:`~system.cluster.LinkSharing`); the simulator reads it there and nowhere else and refuses
-a cluster built without one. The named cases and topology files
-(:func:`system.cases.get_case`) carry the default (:data:`DEFAULT_LINK_SHARING` = ``tc_class``,
-the harness's default too), chosen from public evidence about the setting the paper's numbers
-come from:
-
-1. the paper's training runs were shaped by the authors' tc script (the training launcher
-   applies ``heterogeneous_setup_case<N>.sh`` before ``dist_runner.py``, DS3Lab/DT-FM
-   ``scripts/local_scripts/gpt3_xl_pp8_dp8.sh``), on 64 single-GPU instances in one VPC (the
-   script's 64 private addresses), so what shared a rate there is what ``tc_class`` shares;
-2. the pair figures themselves were NCCL send/recv between two instances alone, 16 sockets,
-   through a VPN: they describe one connection, not how several connections share anything;
-3. AWS's quotas (5 Gbit/s per flow outside a placement group, 5 Gbit/s to other Regions per
-   instance under 32 vCPUs, p3.2xlarge "up to 10 Gigabit") lie above every measured pair figure
-   (0.3–1.3 Gbit/s) and bind only where several flows add up (the ``flow`` model).
-
-``tc_class`` equals ``pair`` wherever a device's concurrent flows go to different regions (the
-scheduled layouts of case 5), and differs where a device sends to several devices of one region
-at once. Which model a real deployment across AWS regions follows is not known; every headline
-is reported under ``pair`` and ``nic`` as well. How each model predicts emulated links is
-measured in ``results/emulation/sharing/`` (``mode=link_sharing``).
+Hosts with a NIC of their own (``Cluster.host_nic_gbps``, cases 1–2) cap their cross-host egress
+and ingress under every model; egress and ingress are separate capacities. A cluster carries its
+model (:attr:`system.cluster.Cluster.link_sharing`); the simulator reads it there and refuses a
+cluster without one. The named cases carry :data:`DEFAULT_LINK_SHARING` = ``tc_class``, since the
+authors' training launcher applies their tc script before training (DS3Lab/DT-FM
+``scripts/local_scripts/gpt3_xl_pp8_dp8.sh`` runs ``heterogeneous_setup_case<N>.sh``).
 """
 
 from __future__ import annotations

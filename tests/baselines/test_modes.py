@@ -139,7 +139,7 @@ def test_emulated_topology_grid_runs_and_predicts_under_one_map(tmp_path, monkey
     from repro.modes.train import baselines
     from system.cases import get_case
     from system.emulation.plan import make_plan
-    from system.simulator.comm import GLOO
+    from system.simulator.transfers import GLOO
 
     monkeypatch.setattr(netns, "Emulation", FakeEmulation)
     monkeypatch.setattr(common, "calibrated_cpu_hardware", lambda spec: None)  # V100 model

@@ -20,7 +20,7 @@ from system.external.sailor.errors import SailorFormatError
 from system.external.sailor.plan import load_plan, plan_files
 from system.external.sailor.predict import load_inputs, model_of, predict_plans, set_of
 from system.external.sailor.profile import load_llm_info, load_profiles, load_training_config
-from system.simulator.comm import flow_time_s
+from system.simulator.transfers import flow_time_s
 from tests.external._tiny import BWD, FWD, plan, write_data, write_plan
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "reference" / "external" / "sailor"

@@ -1,4 +1,4 @@
-"""All-reduce algorithms against hand computations (system/simulator/allreduce.py), and their use
+"""All-reduce algorithms against hand computations (system/simulator/collectives.py), and their use
 in the baselines' DP step (system/simulator/baseline_training.py)."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from system.cluster import Cluster, LinkSharing
-from system.simulator.allreduce import (
+from system.simulator.baseline_training import simulate_1f1b_ring
+from system.simulator.collectives import (
     TREE_CHUNK_BYTES,
     allreduce_end_s,
     btree_parents,
@@ -15,7 +16,6 @@ from system.simulator.allreduce import (
     dtree_parents,
     two_level_block,
 )
-from system.simulator.baseline_training import simulate_1f1b_ring
 from system.simulator.sharing import with_link_sharing
 from system.workload import MODELS, Workload
 

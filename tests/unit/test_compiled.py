@@ -13,9 +13,9 @@ from baselines.megatron.schedule import megatron_1f1b_program
 from system.cost.matching import _values
 from system.cost.partition import _lower_edges
 from system.cost.tsp import _open_values
-from system.simulator.allreduce import _tree_pass, _trees
+from system.simulator.collectives import _tree_pass, _trees
+from system.simulator.gpipe_timeline import _chains, gpipe_timeline
 from system.simulator.replay import _cycles, _programs, _replay_kernel
-from system.simulator.timeline import _chains, gpipe_timeline
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,9 +12,9 @@ from baselines.megatron.perf import simulate_megatron
 from baselines.placement import candidate_maps, proxy_cost_s
 from baselines.space import BaselineConfig
 from system.cases import get_case
-from system.simulator.allreduce import allreduce_end_s, nccl_tuned_end_s
-from system.simulator.comm import NCCL
+from system.simulator.collectives import allreduce_end_s, nccl_tuned_end_s
 from system.simulator.nccl_tuner import system_for_group, tune_allreduce
+from system.simulator.transfers import NCCL
 from system.workload import MODELS, Workload, get_model
 
 CASE5 = get_case("5")

@@ -1,4 +1,4 @@
-"""Message-size-dependent links: the fitted curve's edges and the hook in comm.flow_time_s."""
+"""Message-size-dependent links: the fitted curve's edges and the hook in transfers.flow_time_s."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 
 from system.cluster import Cluster, LinkSharing
 from system.links import FIT_MAX_BYTES, BandwidthCurve, SizeDependentLinks
-from system.simulator.comm import flow_time_s, ring_collective_s
+from system.simulator.collectives import ring_collective_s
+from system.simulator.transfers import flow_time_s
 
 # GH-96 4 -> 4 node fit of Sailor's data: negative below ~0.1 MB, ~74 GB/s at 8 MB
 GH = BandwidthCurve(-0.65351182, 11.42553946, 45.25031399, peak_bps=8 * 92.55e9, flows=4)

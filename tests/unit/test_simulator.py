@@ -17,20 +17,17 @@ from system.cases import get_case
 from system.cluster import Cluster, LinkSharing
 from system.cost.model import assignment_cost, dp_cost_matrix_s, dp_group_cost_s
 from system.simulator import Hardware, StageCompute, simulate_1f1b_ring, simulate_ours
-from system.simulator.comm import (
-    GLOO,
-    NCCL,
-    flow_bandwidth_bps,
-    flow_time_s,
+from system.simulator.collectives import (
     ring_allreduce_end_s,
     ring_allreduce_s,
     ring_collective_s,
     sharded_ps_p2p_s,
 )
+from system.simulator.gpipe_timeline import gpipe_timeline
 from system.simulator.hardware import V100, stage_compute
 from system.simulator.memory import training_memory
 from system.simulator.replay import replay, replay_end_s
-from system.simulator.timeline import gpipe_timeline
+from system.simulator.transfers import GLOO, NCCL, flow_bandwidth_bps, flow_time_s
 from system.workload import MODELS, Workload, tasklet_sizes
 
 _PROGRAMS = {"megatron": megatron_1f1b_program, "deepspeed": deepspeed_train_program}
@@ -403,7 +400,7 @@ def test_megatron_grad_norm_allreduce():
 
 
 def test_nccl_choice_tree_for_small_ring_for_large_behind_a_nic():
-    from system.simulator.allreduce import choose_allreduce
+    from system.simulator.collectives import choose_allreduce
     from system.simulator.sharing import with_link_sharing
 
     alpha, bw = 0.05, 10e9
@@ -514,7 +511,8 @@ def test_blocking_gpipe_schedule_and_sharded_ps_dp():
 
 
 def test_link_sharing_variants():
-    from system.simulator.comm import flow_bandwidth_bps, with_link_sharing
+    from system.simulator.sharing import with_link_sharing
+    from system.simulator.transfers import flow_bandwidth_bps
 
     c = with_link_sharing(get_case("debug"), "pair")  # 4 regions x 2 devices
     src, dst = np.array([0, 1]), np.array([2, 3])  # two flows between the same two regions

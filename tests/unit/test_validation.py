@@ -89,7 +89,7 @@ def test_baseline_kwargs_match_the_baseline_models():
     from baselines.megatron.perf import simulate_megatron
     from baselines.space import BaselineConfig
     from system.simulator.baseline_training import simulate_1f1b_ring
-    from system.simulator.comm import GLOO
+    from system.simulator.transfers import GLOO
 
     s = _setting()
     cl, wl = scaled_cluster(s), s.workload
@@ -110,7 +110,7 @@ def test_baseline_kwargs_match_the_baseline_models():
 def test_1f1b_compute_profile_is_used():
     from system.simulator import StageCompute
     from system.simulator.baseline_training import simulate_1f1b_ring
-    from system.simulator.comm import GLOO
+    from system.simulator.transfers import GLOO
 
     s = _setting()
     cl, wl = scaled_cluster(s), s.workload
@@ -175,7 +175,7 @@ def test_topology_prediction_is_the_searched_map_and_never_slower_than_launch():
     from baselines.placement import search_placement
     from baselines.space import BaselineConfig
     from system.simulator.baseline_training import simulate_1f1b_ring
-    from system.simulator.comm import GLOO
+    from system.simulator.transfers import GLOO
 
     systems = ["megatron", "deepspeed", "megatron_topology", "deepspeed_topology"]
     s = _setting(devices=[0, 1, 8, 9], systems=systems)

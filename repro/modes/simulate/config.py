@@ -23,8 +23,8 @@ from system.cases import PAPER_CASES, canonical_case
 from system.config_search import CONFIG_SETS
 from system.results import SIMULATED_SYSTEMS
 from system.simulator.baseline_training import DP_REQUESTS
-from system.simulator.comm import TRANSPORTS
 from system.simulator.sharing import DEFAULT_LINK_SHARING
+from system.simulator.transfers import TRANSPORTS
 from system.workload import PAPER_BATCH_SIZES, PAPER_LAYERS
 
 __all__ = ["SimulateConfig", "SimulatedSystem"]

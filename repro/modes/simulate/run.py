@@ -47,8 +47,8 @@ from system.results import (
     write_rows,
 )
 from system.simulator import V100, SimResult, simulate_ours
-from system.simulator.comm import TRANSPORTS
 from system.simulator.sharing import link_sharing_of, with_link_sharing
+from system.simulator.transfers import TRANSPORTS
 from system.workload import Workload, get_model, tasklet_sizes
 
 log = logging.getLogger(__name__)

@@ -222,7 +222,7 @@ def run_emulated(cfg: EmulateConfig) -> dict:
     from baselines.worker import calibrated_cpu_hardware
     from system.emulation.netns import Emulation
     from system.emulation.plan import make_plan
-    from system.simulator.comm import GLOO
+    from system.simulator.transfers import GLOO
 
     full = cfg.cluster()
     devices = cfg.picked_devices(full)

@@ -2,18 +2,18 @@
 measure, decide.
 
 The baselines' data-parallel step is simulated with NCCL's ring, its double binary tree or the
-two-level all-reduce (:mod:`system.simulator.allreduce`). This experiment runs each of them,
+two-level all-reduce (:mod:`system.simulator.collectives`). This experiment runs each of them,
 implemented over point-to-point in the runtime (:mod:`system.runtime.collectives`), on emulated
 case-4 and case-5 links, with and without a per-device egress cap above the per-destination HTB
 classes, and scores the simulator's registered prediction of each run:
 
 - ``ring``: NCCL's ring, reduce-scatter + all-gather over point-to-point (predicted by the
-  simulator's ``ring``, :func:`system.simulator.comm.ring_collective_s`);
+  simulator's ``ring``, :func:`system.simulator.collectives.ring_collective_s`);
 - ``tree``: NCCL's double binary tree, 512 KiB chunks, half the message per tree;
 - ``two_level``: ring reduce-scatter in region blocks, ring or tree across the blocks (the one
   the simulator picks for the setting, recorded in the registration), ring all-gather;
 - ``gloo_ring``: ``torch.distributed.all_reduce``, gloo's segmented ring (predicted by
-  :func:`system.simulator.comm.ring_allreduce_end_s` with the ``GLOO`` transport), the ring
+  :func:`system.simulator.collectives.ring_allreduce_end_s` with the ``GLOO`` transport), the ring
   the runtime's other studies measure, for reference.
 
 The setting (:class:`CollectivesExperiment`, described in
@@ -49,13 +49,14 @@ from system.emulation.experiment_limits import (
     check_link_and_run_numbers,
 )
 from system.emulation.plan import EmulationPlan, make_plan
-from system.simulator.allreduce import (
+from system.simulator.collectives import (
     TREE_CHUNK_BYTES,
     allreduce_end_s,
     dtree_parents,
+    ring_allreduce_end_s,
     two_level_block,
 )
-from system.simulator.comm import GLOO, ring_allreduce_end_s
+from system.simulator.transfers import GLOO
 
 log = logging.getLogger(__name__)
 

@@ -48,8 +48,9 @@ from system.emulation.experiment_limits import (
     is_finite_number,
 )
 from system.emulation.plan import EmulationPlan, make_plan
-from system.simulator.comm import GLOO, ring_allreduce_end_s, sharded_ps_p2p_s
+from system.simulator.collectives import ring_allreduce_end_s, sharded_ps_p2p_s
 from system.simulator.sharing import LINK_SHARING, with_link_sharing
+from system.simulator.transfers import GLOO
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ them, NCCL's eager sends), one knob at a time:
   share the pair's bandwidth), ``flow`` (the pair figures as measured over 16 sockets per NCCL
   connection, plus AWS's 5 Gbit/s cross-region quota per instance);
 - the baselines' transport: NCCL eager (default) or with a rendezvous (a send waits for the
-  receiver's posted receive, as gloo's does; :data:`system.simulator.comm.NCCL_RENDEZVOUS`);
+  receiver's posted receive, as gloo's does; :data:`system.simulator.transfers.NCCL_RENDEZVOUS`);
   ours' timeline always waits for the receiver's notice, as its runtime does;
 - the baselines' DP collective: ``auto`` (default: :mod:`system.simulator.nccl_tuner`), ``ring``
   forced, or ``fastest`` under the link model (what ``NCCL_ALGO`` forces after measuring);
@@ -47,8 +47,8 @@ from system.assignment import random_assignment
 from system.cases import get_case
 from system.config_search import search_ours
 from system.simulator import V100, simulate_ours
-from system.simulator.comm import NCCL, NCCL_RENDEZVOUS
 from system.simulator.sharing import DEFAULT_LINK_SHARING, link_sharing_of, with_link_sharing
+from system.simulator.transfers import NCCL, NCCL_RENDEZVOUS
 from system.workload import PAPER_BATCH_SIZES, PAPER_LAYERS, Workload, get_model
 
 __all__ = ["Variant", "VARIANTS", "sensitivity_table", "claim_ranges", "headline_table", "run"]

@@ -126,7 +126,7 @@ def predict_setting(s: Setting, profile: dict, *, schedule_trials: int = 300) ->
     from system.scheduler import schedule
     from system.simulator import simulate_ours
     from system.simulator.baseline_training import simulate_1f1b_ring
-    from system.simulator.comm import GLOO
+    from system.simulator.transfers import GLOO
     from system.workload import tasklet_sizes
 
     entry = stage_times(profile, s)

@@ -32,7 +32,7 @@ iteration (``train_batch``) does, in order, and how each part is timed here:
    NCCL's tuner picks from its own constants for the group's ranks, nodes and message size
    (:mod:`system.simulator.nccl_tuner`; every group here has one rank per node); ``fastest``,
    ring or tree, whichever ends first on the fitted links
-   (:func:`system.simulator.allreduce.nccl_allreduce_end_s`); ``ring`` or ``tree`` forced. It is
+   (:func:`system.simulator.collectives.nccl_allreduce_end_s`); ``ring`` or ``tree`` forced. It is
    timed on the fitted links, plus the bucket's flatten and unflatten copies at the GPU's memory
    bandwidth; a stage without replicas still flattens, all-reduces over its one rank and copies
    back (DeepSpeed's ``buffered_allreduce_fallback`` makes no exception for dp = 1), so it pays
@@ -95,9 +95,9 @@ from system.external.sailor.profile import (
 )
 from system.gpus import get_gpu
 from system.links import BandwidthCurve
-from system.simulator.allreduce import allreduce_end_s, nccl_allreduce_end_s
-from system.simulator.comm import flow_time_s, ring_collective_s
+from system.simulator.collectives import allreduce_end_s, nccl_allreduce_end_s, ring_collective_s
 from system.simulator.replay import replay_end_s
+from system.simulator.transfers import flow_time_s
 
 __all__ = [
     "PlanPrediction",
@@ -338,7 +338,7 @@ def _allreduce_end_s(cluster, groups, nbytes, entry, dp_collective) -> tuple[np.
     else:
         picks = [dp_collective] * g.shape[0]
     if g.shape[1] < 3:
-        picks = ["ring"] * g.shape[0]  # a tree of two ranks is the ring (allreduce module)
+        picks = ["ring"] * g.shape[0]  # a tree of two ranks is the ring (collectives module)
     unknown = sorted(set(picks) - {"ring", "tree"})
     if unknown:
         raise ValueError(f"all-reduce: no timing for NCCL's {', '.join(unknown)} algorithm")
