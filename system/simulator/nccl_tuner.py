@@ -475,6 +475,18 @@ def tune_allreduce(sys: NcclSystem, nbytes: float) -> TunerChoice:
     return choose(sys, "allreduce", nbytes)
 
 
+def _host_egress_gbps(cluster) -> dict[int, float]:
+    """Per host, the fastest link from one of its devices to a device of another host (0.0 for
+    a host alone in the cluster)."""
+    host = np.asarray(cluster.host_of)
+    other = host[:, None] != host[None, :]
+    fastest = np.where(other, cluster.bandwidth_gbps, 0.0).max(axis=1)  # per device
+    out: dict[int, float] = {}
+    for d, h in enumerate(cluster.host_of):
+        out[h] = max(out.get(h, 0.0), float(fastest[d]))
+    return out
+
+
 def system_for_group(cluster, group, *, gpu_nic_path: str = "PHB") -> NcclSystem:
     """The :class:`NcclSystem` NCCL would detect for a communicator over ``group`` (devices of
     ``cluster``): its ranks, its hosts as nodes, the slowest arch among its GPUs, NVLink inside a
@@ -482,10 +494,18 @@ def system_for_group(cluster, group, *, gpu_nic_path: str = "PHB") -> NcclSystem
     run faster than PCIe, else PCIe; each host's NIC at ``cluster.host_nic_gbps`` or, where the
     cluster names none, at the fastest link that leaves the host (a NIC is at least that fast;
     NCCL reads the NIC's nominal speed, not the path's), the slowest host's for all (NCCL takes
-    the minimum over ranks)."""
-    devs = [int(d) for d in group]
+    the minimum over ranks). Computed once per cluster, group and path."""
+    devs = tuple(int(d) for d in group)
     if not devs or len(set(devs)) != len(devs):
         raise ValueError(f"NCCL communicator: group must list distinct devices, got {group}")
+    known = cluster.memo("nccl_systems", dict)
+    key = (devs, gpu_nic_path)
+    if key not in known:
+        known[key] = _detect_system(cluster, devs, gpu_nic_path)
+    return known[key]
+
+
+def _detect_system(cluster, devs: tuple[int, ...], gpu_nic_path: str) -> NcclSystem:
     hosts = [cluster.host_of[d] for d in devs]
     types = [cluster.gpus[d] for d in devs]
     unknown = sorted(set(types) - set(GPU_ARCH))
@@ -502,14 +522,11 @@ def system_for_group(cluster, group, *, gpu_nic_path: str = "PHB") -> NcclSystem
         ]
         if min(pairs) / 8.0 > _PCI_BW[_arch_key(arch, _PCI_BW)]:
             intra, nvlinks = "nvlink", min(NVLINKS_PER_GPU[t] for t in types)
-    host = np.asarray(host_of)
-    off = np.where(np.eye(len(host), dtype=bool), 0.0, bw)
-    nets = []
-    for h in sorted(set(hosts)):
-        if cluster.host_nic_gbps is not None:
-            nets.append(cluster.host_nic_gbps[h])
-        elif np.any(host != h):
-            nets.append(float(off[np.ix_(host == h, host != h)].max()))
+    if cluster.host_nic_gbps is not None:
+        nets = [cluster.host_nic_gbps[h] for h in set(hosts)]
+    else:
+        egress = cluster.memo("nccl_host_egress_gbps", lambda: _host_egress_gbps(cluster))
+        nets = [egress[h] for h in set(hosts) if egress[h] > 0]
     net = min(nets) if nets else 100.0
     return NcclSystem(
         n,

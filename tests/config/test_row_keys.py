@@ -128,6 +128,7 @@ def test_the_key_holds_the_content_of_input_files(tmp_path):
     assert config_key_of(plain) != before
 
 
+@pytest.mark.slow
 def test_simulate_skips_a_subset_and_reruns_a_changed_setting(tmp_path):
     """Rows named by their own key (batch) are found again by a run of a subset; a changed
     field (link sharing) makes new rows."""

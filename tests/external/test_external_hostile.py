@@ -200,6 +200,7 @@ def test_the_copied_plans_pass_so_each_refusal_is_the_edit(data):
     assert (out / "REPORT.md").read_text() != OLD["REPORT.md"]
 
 
+@pytest.mark.slow
 def test_a_fifo_named_like_a_plan_is_refused_at_once(data):
     """The command line itself: exit 2, one ``error:`` line, no wait on the FIFO's writer."""
     os.mkfifo(data / "plans" / "clariden/OPT-350/N2/plan_config_fifo.json")

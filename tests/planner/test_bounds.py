@@ -58,7 +58,14 @@ def _check_every(planner: Planner, seen: list) -> int:
 
 
 @pytest.mark.parametrize(
-    "sharing, streams", [("tc_class", 16), ("pair", 16), ("nic", 16), ("flow", 16), ("flow", 64)]
+    "sharing, streams",
+    [
+        ("tc_class", 16),
+        ("pair", 16),
+        ("nic", 16),
+        pytest.param("flow", 16, marks=pytest.mark.slow),
+        pytest.param("flow", 64, marks=pytest.mark.slow),
+    ],
 )
 def test_bound_below_every_plan_the_planner_simulates(tmp_path, monkeypatch, sharing, streams):
     """A 64-GPU fleet of four types on machines of 4 and 8 in eight regions: every candidate
@@ -155,6 +162,7 @@ def test_layout_exchange_by_region_counts_equals_the_pairwise_count(tmp_path):
         assert fast == pytest.approx(dense, rel=1e-12), (pp, dp)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gpus", [1024, 4096])
 def test_bound_at_scale_is_the_committed_one_and_below_its_plan(gpus):
     fleet = ROOT / "system" / "data" / "fleets" / f"mixed-{gpus}.json"

@@ -219,6 +219,7 @@ def test_plan_never_slower_than_a_heuristic_and_near_the_enumerated_optimum(tmp_
 COST_FLEET = ["{region: east, gpu: V100, host: a}"] * 2 + ["{region: east, gpu: L4, host: b}"] * 2
 
 
+@pytest.mark.slow
 def test_cost_objective_respects_max_iter_time(tmp_path):
     cluster = _small(tmp_path, COST_FLEET)
     model = get_model("gpt3_xl", 4)

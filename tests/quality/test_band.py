@@ -82,6 +82,7 @@ def test_runtime_variants_stay_inside_the_reference_band(band, options):
     assert outside_band(curve, band) == [], (curve, band.tolist())
 
 
+@pytest.mark.slow
 def test_stale_gradient_buffer_leaves_the_band(band, monkeypatch):
     from system.runtime.data_parallel import GradBuckets
 

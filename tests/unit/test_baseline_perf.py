@@ -156,6 +156,7 @@ def test_candidate_maps_are_made_once_per_shape_and_cluster():
     assert placement.candidate_maps(c, GPT, wide) == placement._candidate_maps(c, GPT, wide)
 
 
+@pytest.mark.slow
 def test_topology_never_slower_and_records_its_map():
     c = get_case("5")
     launch = grid_search_megatron(c, GPT, placement="launch")

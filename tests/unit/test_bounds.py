@@ -35,6 +35,7 @@ def brute_force(cluster: Cluster, sizes: TaskletSizes, pp: int, dp: int) -> floa
     return float(ev.totals(list(rec(tuple(range(cluster.num_devices))))).min())
 
 
+@pytest.mark.slow
 @given(seeds, st.sampled_from([(4, 2), (2, 4), (3, 3), (2, 3)]), st.floats(0.01, 10.0))
 def test_bounds_never_exceed_the_enumerated_optimum(seed, shape, scale):
     pp, dp = shape

@@ -67,6 +67,7 @@ def test_profile_carries_the_mb1_fraction_and_scales_bandwidth():
         hardware_from_profile({"device": "x"})
 
 
+@pytest.mark.slow
 def test_sensitivity_under_the_default_fraction_equals_the_v100_model():
     # the profile at V100's own fraction is the V100 model in every field but its name, so the
     # sensitivity rows under it are the V100 rows (the simulator is deterministic); one

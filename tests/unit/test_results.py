@@ -141,6 +141,7 @@ def _writer(args):
         write_rows(folder, [make_row({"worker": worker, "i": i}, iter_time_s=float(i))])
 
 
+@pytest.mark.slow
 def test_concurrent_writers_lose_no_rows(tmp_path):
     with mp.get_context("spawn").Pool(2) as pool:
         pool.map(_writer, [(str(tmp_path), 0), (str(tmp_path), 1)])

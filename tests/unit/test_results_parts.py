@@ -50,6 +50,7 @@ def _writer(args: tuple[str, int]) -> list[str]:
     return ids
 
 
+@pytest.mark.slow
 def test_two_writer_processes_lose_and_duplicate_no_row(tmp_path):
     with mp.get_context("spawn").Pool(2) as pool:
         written = pool.map(_writer, [(str(tmp_path), 0), (str(tmp_path), 1)])

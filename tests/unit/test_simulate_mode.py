@@ -40,6 +40,7 @@ def _cfg(tmp_path, *overrides):
         )
 
 
+@pytest.mark.slow
 def test_debug_end_to_end_and_rerun_skips_rows(tmp_path):
     out = simulate(_cfg(tmp_path))
     rows = pd.read_csv(tmp_path / "runs.csv")
@@ -261,6 +262,7 @@ def test_an_alias_is_stored_as_its_case(tmp_path):
     assert line["case"] == "5" and "(best baseline)" not in line["paper_vs_megatron"]
 
 
+@pytest.mark.slow
 def test_every_file_of_a_run_is_rebuilt_from_runs_parquet_alone(tmp_path):
     """A single run and the report of its committed rows write the same files, byte for byte:
     both are the report's (mode=report), built from ``runs.parquet`` alone."""
@@ -278,6 +280,7 @@ def test_every_file_of_a_run_is_rebuilt_from_runs_parquet_alone(tmp_path):
         assert (fresh / name).read_text() == (tmp_path / "run" / name).read_text(), name
 
 
+@pytest.mark.slow
 def test_summary_merges_jobs_of_one_setting(tmp_path):
     simulate(_cfg(tmp_path, "system=ours"))
     simulate(_cfg(tmp_path, "system=megatron"))
@@ -288,6 +291,7 @@ def test_summary_merges_jobs_of_one_setting(tmp_path):
     assert s.speedup_vs_megatron.to_numpy() == pytest.approx(ratio.to_numpy())
 
 
+@pytest.mark.slow
 def test_both_protocols_rows_and_summary(tmp_path):
     out = simulate(_cfg(tmp_path, "baseline_placements=[launch,topology]"))
     rows = pd.read_csv(tmp_path / "runs.csv")
@@ -335,6 +339,7 @@ def test_sensitivity_knobs(tmp_path):
     assert not (tmp_path / "c").exists()
 
 
+@pytest.mark.slow
 def test_dp_collective_request_is_recorded_and_keys_the_rows(tmp_path):
     kw = ("system=megatron", "baseline_placements=[launch]")
     simulate(_cfg(tmp_path / "auto", *kw))

@@ -515,6 +515,7 @@ def _kept_tokens() -> list[str]:
     return list(hydra_fast._SHIPPED)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra", [[], ["batch=-1"]])
 def test_joblibs_workers_check_a_sweep_and_keep_its_composer_for_the_jobs(extra):
     """Under the joblib launcher the pre-check runs in its worker processes: the same lines
