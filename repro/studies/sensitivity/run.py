@@ -16,8 +16,7 @@ them, NCCL's eager sends), one knob at a time:
   ours' timeline always waits for the receiver's notice, as its runtime does;
 - the baselines' DP collective: ``auto`` (default: :mod:`system.simulator.nccl_tuner`), ``ring``
   forced, or ``fastest`` under the link model (what ``NCCL_ALGO`` forces after measuring);
-- ours' credited configurations: ``runnable`` (default: what ``system/runtime`` runs) or ``all``
-  (1F1B and selective recomputation too);
+- ours' credited configurations: ``runnable`` (default: what the runtime runs) or ``all`` (more);
 - the baselines' framework features: on (default: Megatron's interleaved 1F1B and distributed
   optimizer with overlapped reduce-scatter / all-gather, DeepSpeed's ``overlap_comm``) or off.
 
