@@ -14,8 +14,8 @@ The topology search, per configuration (tp, pp, dp):
    message time (α + 8·activation/β) and by the data-parallel ring's (α + 8·(stage gradient /
    DP)/β); and, for at most :data:`MAX_RING_REGIONS` regions, the closed ring whose slowest edge
    is fastest (ties: smallest sum), since a ring all-reduce step lasts as long as its slowest
-   edge (:func:`system.simulator.collectives.ring_collective_s`). Devices keep their host order inside a
-   region, so a TP group that fits a host stays on it.
+   edge (:func:`system.simulator.collectives.ring_collective_s`). Devices keep their host order
+   inside a region, so a TP group that fits a host stays on it.
 2. The devices, region by region in that order, fill the (pp, dp, tp) rank grid ``stage-major``
    (each stage's DP group contiguous: a stage sits in a region when dp·tp fits one) and
    ``replica-major`` (each pipeline contiguous: it sits in a region when pp·tp fits one).
