@@ -218,13 +218,13 @@ def paper_scale_rows(cases: Sequence[str], systems: dict[str, dict | None]) -> p
                 continue
             spec = RunSpec(**opts)
             sim = simulate_ours(
-                cluster, layout, wl, compression=spec.compression(), dp_mode=spec.dp_mode
+                cluster, layout, wl, compression=spec.compression, dp_mode=spec.dp_mode
             )
             out.append(
                 {
                     "case": str(case),
                     "system": name,
-                    "compression": spec.compression().label(),
+                    "compression": spec.compression.label(),
                     "iter_time_s": sim.iter_time_s,
                     "tokens_per_s": wl.tokens_per_iteration / sim.iter_time_s,
                 }

@@ -20,7 +20,7 @@ __all__ = ["predicted_iteration_bytes"]
 
 def predicted_iteration_bytes(spec: RunSpec) -> tuple[list[float], list[float]]:
     """Per iteration of ``spec``: (pipeline bytes, data-parallel bytes) over all ranks."""
-    options = spec.compression()
+    options = spec.compression
     new_rows = None
     if options.pipe.method == "aq_sgd":
         data = make_data(spec)
