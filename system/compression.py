@@ -26,7 +26,7 @@ Quantization is symmetric per group of :data:`GROUP_SIZE` consecutive elements: 
 (the group's largest magnitude / (2^(bits−1) − 1)) and one signed integer per element, two
 4-bit values per byte. This module only states the options and counts the bytes; the runtime's
 codecs (``system.runtime.codec``) pack real tensors and count what they send, the simulator
-(``system.simulator.compression``) uses these counts. The two are compared by a test.
+(``system.simulator.compressed_traffic``) uses these counts. The two are compared by a test.
 
     >>> quantized_nbytes(1000, 8)  # 8 groups of 128: 1024 one-byte values + 8 fp32 scales
     1056

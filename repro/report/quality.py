@@ -475,7 +475,7 @@ def _report_text(rows, summary, paper, fig) -> str:
             "",
             "GPT3-XL, batch 1024, the case's 64 devices (pp = dp = 8, the scheduler's layout), "
             "the simulator with each option's bytes and modelled encode time "
-            "(`system.simulator.compression`). Tokens per second say nothing about loss: a "
+            "(`system.simulator.compressed_traffic`). Tokens per second say nothing about loss: a "
             "method that sends fewer bytes may need more iterations.",
             "",
             "| case | system | options | iteration, s | tokens/s | vs ours |",

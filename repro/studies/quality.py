@@ -134,7 +134,7 @@ def _baseline(cfg, name, emu_kw, scaled, margin) -> dict:
     from baselines.worker import calibrated_cpu_hardware
     from system.compression import Compression
     from system.simulator.comm import GLOO
-    from system.simulator.compression import iteration_bytes
+    from system.simulator.compressed_traffic import iteration_bytes
 
     spec = BaselineSpec(
         system=name,

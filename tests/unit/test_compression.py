@@ -26,7 +26,7 @@ from system.compression import (
 from system.runtime.codec import Quantizer, Raw, Sparsifier
 from system.runtime.spec import RunSpec
 from system.runtime.wire import AQSGDWire, make_wires
-from system.simulator.compression import aq_sgd_new_rows, iteration_bytes
+from system.simulator.compressed_traffic import aq_sgd_new_rows, iteration_bytes
 from system.workload import Workload, get_model
 
 arrays = st.tuples(
