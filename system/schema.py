@@ -250,7 +250,7 @@ _EMULATION = {
     "load_avg_1m_start": "float",  # the machine's 1-minute load average when the run started
     "load_avg_1m_end": "float",  # ... and when it ended (2 shared cores: the cause of spreads)
 }
-_QUALITY = {  # mode=quality: time to a target loss (repro/studies/quality.py)
+_QUALITY = {  # mode=quality: time to a target loss (repro/studies/quality/)
     "lr": "float",
     "train_sequences": "int",
     "target_iters": "int",

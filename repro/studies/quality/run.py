@@ -39,7 +39,7 @@ import logging
 import tempfile
 import time
 
-from repro.config.studies import QUALITY_SYSTEMS as SYSTEMS
+from repro.studies.quality.config import QUALITY_SYSTEMS as SYSTEMS
 
 log = logging.getLogger(__name__)
 
