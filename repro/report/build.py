@@ -153,6 +153,7 @@ def known_systems() -> tuple[str, ...]:
 UNTIMED_MODES = ("quality_curves",)
 # modes whose study has a report of its own ("module:function" taking the results folder)
 OWN_REPORTS = {
+    "quality": "repro.report.quality:build_quality_report",
     "quality_curves": "repro.studies.quality_curves.report:build_report",
     "quality_links": "repro.studies.quality_curves.report:build_report",
 }
