@@ -1,32 +1,26 @@
 """Communication-reducing training options and the bytes they put on the wire (pure Python).
 
-Three families, each off by default, each usable with any scheduled layout (pp stages × dp
-replicas):
+:class:`Compression` holds three families, each off by default (``method="none"``), each usable
+with any scheduled layout; it is ``RunSpec.compression``, and :meth:`Compression.to_dict` /
+:meth:`Compression.from_dict` are its nested JSON form (``{"pipe": {...}, "dp": {...}}``).
 
-* **pipeline compression** (:class:`PipeCompression`): the activation a stage sends forward and
-  the gradient it sends back are quantized to 8 or 4 bits (``quantize``); or the forward message
-  is the quantized *change* of each sample's activation against a per-sample buffer that sender
-  and receiver keep in step (``aq_sgd``, Wang et al., "Fine-tuning Language Models over Slow
-  Networks using Activation Compression with Guarantees", NeurIPS 2022); the first time a sample
-  crosses a boundary its activation goes in full precision, so the buffer starts exact, and the
-  backward gradient is quantized directly, as in that paper;
-* **data-parallel compression** (:class:`DPCompression`): each gradient shard is sparsified —
-  its ``ratio`` largest magnitudes (``topk``, indices sent as int32) or a random subset chosen
-  from a seed every replica shares (``random``, no indices on the wire) — and the kept values
-  are quantized to ``bits`` (32: fp32), with error feedback: what compression dropped is added
-  to the next step's gradient (Seide et al. 2014; Karimireddy et al., ICML 2019). CocktailSGD
-  (Wang et al., ICML 2023) combines these with error feedback on both the workers and the
-  servers, which the sharded exchange does too;
-* **local SGD** (:class:`LocalSGD`): DiLoCo (Douillard et al., 2023): each replica takes ``H``
-  inner optimizer steps alone, then the replicas average their pseudo-gradient (parameters at
-  the last outer step minus their own), and an outer SGD with Nesterov momentum updates the
-  shared parameters; the outer exchange can be int8 (INTELLECT-1, Jaghouar et al., 2024).
+* :class:`PipeCompression`: the activations a stage sends forward and the gradients it sends
+  back quantized (``quantize``), or the forward message the quantized change of each sample's
+  activation against a buffer sender and receiver keep in step (``aq_sgd``, Wang et al.,
+  NeurIPS 2022; a sample's first crossing goes in full precision);
+* :class:`DPCompression`: each gradient shard sparsified — its ``ratio`` largest magnitudes
+  (``topk``, int32 indices) or a random subset from a seed every replica shares (``random``, no
+  indices) — the kept values quantized to ``bits`` (32: fp32), with error feedback (Seide et
+  al. 2014; Karimireddy et al., ICML 2019; CocktailSGD, Wang et al., ICML 2023);
+* :class:`LocalSGD`: DiLoCo (Douillard et al., 2023): ``inner_steps`` optimizer steps per
+  replica alone, then an outer Nesterov SGD step on the averaged pseudo-gradient, its exchange
+  fp32 or int8 (INTELLECT-1, Jaghouar et al., 2024).
 
-Quantization is symmetric per group of :data:`GROUP_SIZE` consecutive elements: one fp32 scale
-(the group's largest magnitude / (2^(bits−1) − 1)) and one signed integer per element, two
-4-bit values per byte. This module only states the options and counts the bytes; the runtime's
-codecs (``system.runtime.codec``) pack real tensors and count what they send, the simulator
-(``system.simulator.compressed_traffic``) uses these counts. The two are compared by a test.
+Quantization is symmetric per group of :data:`GROUP_SIZE` elements: one fp32 scale (the group's
+largest magnitude / (2^(bits−1) − 1)) and one signed integer per element, two 4-bit values per
+byte. This module states the options and counts their bytes; the runtime's codecs
+(:mod:`system.runtime.codec`) pack real tensors, the simulator
+(:mod:`system.simulator.compressed_traffic`) uses these counts, and a test compares the two.
 
     >>> quantized_nbytes(1000, 8)  # 8 groups of 128: 1024 one-byte values + 8 fp32 scales
     1056
