@@ -275,7 +275,7 @@ _QUALITY = {  # mode=quality: time to a target loss (repro/studies/quality/)
     "eval_split": "str",
     "eval_every": "int",
     "eval_sequences": "int",
-    "hparams": "str",  # the method's RunSpec options, JSON
+    "hparams": "str",  # the method's setting, JSON (quality_curves/methods.py: hparams_text)
     "spec_sha256": "str",  # digest of the whole RunSpec trained
     "seq_length": "int",
     "iters": "int",
