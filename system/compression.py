@@ -1,32 +1,26 @@
 """Communication-reducing training options and the bytes they put on the wire (pure Python).
 
-Three families, each off by default, each usable with any scheduled layout (pp stages × dp
-replicas):
+:class:`Compression` holds three families, each off by default (``method="none"``), each usable
+with any scheduled layout; it is ``RunSpec.compression``, and :meth:`Compression.to_dict` /
+:meth:`Compression.from_dict` are its nested JSON form (``{"pipe": {...}, "dp": {...}}``).
 
-* **pipeline compression** (:class:`PipeCompression`): the activation a stage sends forward and
-  the gradient it sends back are quantized to 8 or 4 bits (``quantize``); or the forward message
-  is the quantized *change* of each sample's activation against a per-sample buffer that sender
-  and receiver keep in step (``aq_sgd``, Wang et al., "Fine-tuning Language Models over Slow
-  Networks using Activation Compression with Guarantees", NeurIPS 2022); the first time a sample
-  crosses a boundary its activation goes in full precision, so the buffer starts exact, and the
-  backward gradient is quantized directly, as in that paper;
-* **data-parallel compression** (:class:`DPCompression`): each gradient shard is sparsified —
-  its ``ratio`` largest magnitudes (``topk``, indices sent as int32) or a random subset chosen
-  from a seed every replica shares (``random``, no indices on the wire) — and the kept values
-  are quantized to ``bits`` (32: fp32), with error feedback: what compression dropped is added
-  to the next step's gradient (Seide et al. 2014; Karimireddy et al., ICML 2019). CocktailSGD
-  (Wang et al., ICML 2023) combines these with error feedback on both the workers and the
-  servers, which the sharded exchange does too;
-* **local SGD** (:class:`LocalSGD`): DiLoCo (Douillard et al., 2023): each replica takes ``H``
-  inner optimizer steps alone, then the replicas average their pseudo-gradient (parameters at
-  the last outer step minus their own), and an outer SGD with Nesterov momentum updates the
-  shared parameters; the outer exchange can be int8 (INTELLECT-1, Jaghouar et al., 2024).
+* :class:`PipeCompression`: the activations a stage sends forward and the gradients it sends
+  back quantized (``quantize``), or the forward message the quantized change of each sample's
+  activation against a buffer sender and receiver keep in step (``aq_sgd``, Wang et al.,
+  NeurIPS 2022; a sample's first crossing goes in full precision);
+* :class:`DPCompression`: each gradient shard sparsified — its ``ratio`` largest magnitudes
+  (``topk``, int32 indices) or a random subset from a seed every replica shares (``random``, no
+  indices) — the kept values quantized to ``bits`` (32: fp32), with error feedback (Seide et
+  al. 2014; Karimireddy et al., ICML 2019; CocktailSGD, Wang et al., ICML 2023);
+* :class:`LocalSGD`: DiLoCo (Douillard et al., 2023): ``inner_steps`` optimizer steps per
+  replica alone, then an outer Nesterov SGD step on the averaged pseudo-gradient, its exchange
+  fp32 or int8 (INTELLECT-1, Jaghouar et al., 2024).
 
-Quantization is symmetric per group of :data:`GROUP_SIZE` consecutive elements: one fp32 scale
-(the group's largest magnitude / (2^(bits−1) − 1)) and one signed integer per element, two
-4-bit values per byte. This module only states the options and counts the bytes; the runtime's
-codecs (``system.runtime.codec``) pack real tensors and count what they send, the simulator
-(``system.simulator.compression``) uses these counts. The two are compared by a test.
+Quantization is symmetric per group of :data:`GROUP_SIZE` elements: one fp32 scale (the group's
+largest magnitude / (2^(bits−1) − 1)) and one signed integer per element, two 4-bit values per
+byte. This module states the options and counts their bytes; the runtime's codecs
+(:mod:`system.runtime.codec`) pack real tensors, the simulator
+(:mod:`system.simulator.compressed_traffic`) uses these counts, and a test compares the two.
 
     >>> quantized_nbytes(1000, 8)  # 8 groups of 128: 1024 one-byte values + 8 fp32 scales
     1056
@@ -37,7 +31,8 @@ codecs (``system.runtime.codec``) pack real tensors and count what they send, th
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
 
 __all__ = [
     "GROUP_SIZE",
@@ -106,10 +101,10 @@ class PipeCompression:
     bwd_bits: int = 8  # activation gradients
 
     def check(self, where: str) -> None:
-        _one_of(where, "pipe_compress", self.method, PIPE_METHODS)
+        _one_of(where, "pipe.method", self.method, PIPE_METHODS)
         if self.active:
-            _one_of(where, "pipe_fwd_bits", self.fwd_bits, QUANT_BITS)
-            _one_of(where, "pipe_bwd_bits", self.bwd_bits, QUANT_BITS)
+            _one_of(where, "pipe.fwd_bits", self.fwd_bits, QUANT_BITS)
+            _one_of(where, "pipe.bwd_bits", self.bwd_bits, QUANT_BITS)
 
     @property
     def active(self) -> bool:
@@ -139,11 +134,11 @@ class DPCompression:
     error_feedback: bool = True
 
     def check(self, where: str) -> None:
-        _one_of(where, "dp_compress", self.method, DP_METHODS)
+        _one_of(where, "dp.method", self.method, DP_METHODS)
         if self.active:
             if not (isinstance(self.ratio, (int, float)) and 0 < self.ratio <= 1):
-                raise ValueError(f"{where}: dp_ratio={self.ratio!r} must be in (0, 1]")
-            _one_of(where, "dp_bits", self.bits, VALUE_BITS)
+                raise ValueError(f"{where}: dp.ratio={self.ratio!r} must be in (0, 1]")
+            _one_of(where, "dp.bits", self.bits, VALUE_BITS)
 
     @property
     def active(self) -> bool:
@@ -167,19 +162,19 @@ class LocalSGD:
     outer_bits: int = 32  # outer exchange: 32 (fp32) or 8 (int8)
 
     def check(self, where: str) -> None:
-        _one_of(where, "local_sgd", self.method, LOCAL_SGD_METHODS)
+        _one_of(where, "local.method", self.method, LOCAL_SGD_METHODS)
         if self.active:
             if not (isinstance(self.inner_steps, int) and self.inner_steps >= 1):
-                raise ValueError(f"{where}: diloco_inner_steps H={self.inner_steps!r} must be >= 1")
+                raise ValueError(f"{where}: local.inner_steps={self.inner_steps!r} must be >= 1")
             if not self.outer_lr > 0:
-                raise ValueError(f"{where}: diloco_outer_lr must be > 0, got {self.outer_lr}")
+                raise ValueError(f"{where}: local.outer_lr must be > 0, got {self.outer_lr}")
             if not 0 <= self.outer_momentum < 1:
                 raise ValueError(
-                    f"{where}: diloco_outer_momentum must be in [0, 1), got {self.outer_momentum}"
+                    f"{where}: local.outer_momentum must be in [0, 1), got {self.outer_momentum}"
                 )
             if self.nesterov and self.outer_momentum == 0:
-                raise ValueError(f"{where}: diloco_nesterov needs diloco_outer_momentum > 0")
-            _one_of(where, "diloco_outer_bits", self.outer_bits, OUTER_BITS)
+                raise ValueError(f"{where}: local.nesterov needs local.outer_momentum > 0")
+            _one_of(where, "local.outer_bits", self.outer_bits, OUTER_BITS)
 
     @property
     def active(self) -> bool:
@@ -204,15 +199,15 @@ class Compression:
         self.local.check(where)
         if self.dp.active and dp_mode not in ("sharded_ps", "ring"):
             raise ValueError(
-                f"{where}: dp_compress={self.dp.method!r} runs inside dp_mode 'sharded_ps' or "
+                f"{where}: dp.method={self.dp.method!r} runs inside dp_mode 'sharded_ps' or "
                 f"'ring', not {dp_mode!r}"
             )
         if dp_mode == "ring" and not self.dp.active:
-            raise ValueError(f"{where}: dp_mode 'ring' is the compressed ring; set dp_compress")
+            raise ValueError(f"{where}: dp_mode 'ring' is the compressed ring; set dp.method")
         if self.local.active and self.dp.active:
             raise ValueError(
-                f"{where}: local_sgd='diloco' has no per-step gradient exchange to compress; "
-                "use diloco_outer_bits=8 for its outer exchange instead of dp_compress"
+                f"{where}: local.method='diloco' has no per-step gradient exchange to compress; "
+                "use local.outer_bits=8 for its outer exchange instead of dp.method"
             )
 
     @property
@@ -231,5 +226,38 @@ class Compression:
             parts.append(f"diloco-H{self.local.inner_steps}-outer{self.local.outer_bits}")
         return " ".join(parts) or "none"
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+    def to_dict(self, *, only_active: bool = False) -> dict:
+        """The nested form ``{"pipe": {...}, "dp": {...}, "local": {...}}`` (JSON-ready), what
+        :meth:`from_dict` reads back; ``only_active``: the families that are on, alone."""
+        out = asdict(self)
+        if only_active:
+            out = {k: v for k, v in out.items() if getattr(self, k).active}
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping, where: str = "Compression") -> Compression:
+        """The options of :meth:`to_dict`'s nested form; a family or field left out keeps its
+        default. An unknown family or field is one ValueError naming it."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"{where}: expected a mapping of pipe/dp/local, got {data!r}")
+        families = {f.name: f.default_factory for f in fields(cls)}
+        unknown = sorted(set(data) - set(families))
+        if unknown:
+            raise ValueError(f"{where}: unknown part(s) {unknown}; known: {sorted(families)}")
+        parts = {}
+        for name, value in data.items():
+            family = families[name]
+            if isinstance(value, family):
+                parts[name] = value
+                continue
+            if not isinstance(value, Mapping):
+                raise ValueError(f"{where}: {name} must be a mapping, got {value!r}")
+            known = {f.name for f in fields(family)}
+            extra = sorted(set(value) - known)
+            if extra:
+                raise ValueError(
+                    f"{where}: unknown field(s) {[f'{name}.{k}' for k in extra]}; "
+                    f"known: {sorted(known)}"
+                )
+            parts[name] = family(**value)
+        return cls(**parts)

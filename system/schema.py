@@ -241,7 +241,7 @@ _EMULATION = {
     "load_avg_1m_start": "float",  # the machine's 1-minute load average when the run started
     "load_avg_1m_end": "float",  # ... and when it ended (2 shared cores: the cause of spreads)
 }
-_QUALITY = {  # mode=quality: time to a target loss (repro/studies/quality.py)
+_QUALITY = {  # mode=quality: time to a target loss (repro/studies/quality/)
     "lr": "float",
     "train_sequences": "int",
     "target_iters": "int",
@@ -266,7 +266,7 @@ _QUALITY = {  # mode=quality: time to a target loss (repro/studies/quality.py)
     "eval_split": "str",
     "eval_every": "int",
     "eval_sequences": "int",
-    "hparams": "str",  # the method's RunSpec options, JSON
+    "hparams": "str",  # the method's setting, JSON (quality_curves/methods.py: hparams_text)
     "spec_sha256": "str",  # digest of the whole RunSpec trained
     "seq_length": "int",
     "iters": "int",

@@ -383,9 +383,7 @@ def discover_modes() -> None:
     (called once, by ``repro/__init__.py``); the modes' run code is imported only when a mode
     runs (:meth:`ModeSpec.function`)."""
     root = Path(__file__).resolve().parents[1]
-    found = [p for pattern in MODE_CONFIGS for p in sorted(root.glob(pattern))]
-    legacy = root / "config" / "studies.py"  # options not yet beside their study
-    for path in [*found, *([legacy] if legacy.is_file() else [])]:
+    for path in [p for pattern in MODE_CONFIGS for p in sorted(root.glob(pattern))]:
         parts = path.relative_to(root.parent).with_suffix("").parts
         importlib.import_module(".".join(parts))
 

@@ -138,7 +138,7 @@ def known_systems() -> tuple[str, ...]:
     """Every value of the ``system`` column a mode writes: the simulated and trained systems,
     ours on each layout ``mode=emulate`` runs (``ours_<layout>``) and the quality study's."""
     from repro.config.shared import QUALITY_METHODS, EmulateLayout
-    from repro.config.studies import QUALITY_SYSTEMS
+    from repro.studies.quality.config import QUALITY_SYSTEMS
     from system.results import SIMULATED_SYSTEMS, TRAINED_SYSTEMS
 
     emulated = [f"ours_{layout}" for layout in EmulateLayout if layout != EmulateLayout.scheduled]
@@ -153,6 +153,7 @@ def known_systems() -> tuple[str, ...]:
 UNTIMED_MODES = ("quality_curves",)
 # modes whose study has a report of its own ("module:function" taking the results folder)
 OWN_REPORTS = {
+    "quality": "repro.report.quality:build_quality_report",
     "quality_curves": "repro.studies.quality_curves.report:build_report",
     "quality_links": "repro.studies.quality_curves.report:build_report",
 }

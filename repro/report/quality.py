@@ -35,8 +35,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from repro.config.studies import QUALITY_REFERENCE as REFERENCE
-from repro.config.studies import QUALITY_SYSTEMS as SYSTEMS
+from repro.studies.quality.config import QUALITY_REFERENCE as REFERENCE
+from repro.studies.quality.config import QUALITY_SYSTEMS as SYSTEMS
 
 log = logging.getLogger(__name__)
 
@@ -218,13 +218,13 @@ def paper_scale_rows(cases: Sequence[str], systems: dict[str, dict | None]) -> p
                 continue
             spec = RunSpec(**opts)
             sim = simulate_ours(
-                cluster, layout, wl, compression=spec.compression(), dp_mode=spec.dp_mode
+                cluster, layout, wl, compression=spec.compression, dp_mode=spec.dp_mode
             )
             out.append(
                 {
                     "case": str(case),
                     "system": name,
-                    "compression": spec.compression().label(),
+                    "compression": spec.compression.label(),
                     "iter_time_s": sim.iter_time_s,
                     "tokens_per_s": wl.tokens_per_iteration / sim.iter_time_s,
                 }
@@ -416,7 +416,7 @@ def _report_text(rows, summary, paper, fig) -> str:
             "Every system trains the same GPT on the same batches, in the same order per seed, on",
             "the same emulated links (one job per case and seed: `python repro/run.py -m "
             "sweep=quality`; definitions in `repro/report/quality.py`, runs in "
-            "`repro/studies/quality.py`).",
+            "`repro/studies/quality/`).",
             "",
             f"- corpus: `{head.corpus_package}` {head.corpus_version} (wheel sha256 "
             f"`{head.corpus_wheel_sha256}`), the King James Bible, character-level "
@@ -475,7 +475,7 @@ def _report_text(rows, summary, paper, fig) -> str:
             "",
             "GPT3-XL, batch 1024, the case's 64 devices (pp = dp = 8, the scheduler's layout), "
             "the simulator with each option's bytes and modelled encode time "
-            "(`system.simulator.compression`). Tokens per second say nothing about loss: a "
+            "(`system.simulator.compressed_traffic`). Tokens per second say nothing about loss: a "
             "method that sends fewer bytes may need more iterations.",
             "",
             "| case | system | options | iteration, s | tokens/s | vs ours |",

@@ -2,8 +2,8 @@
 
 Parameters of a stage are packed into buckets (``bucket_mb`` MiB each); every parameter's
 ``.grad`` is a view into its bucket, so backward accumulates straight into the flat buffers and
-:meth:`GradBuckets.zero` clears them before each iteration (the authors' runtime kept a stale
-buffer after iteration 1). Two exchanges, both AVERAGED over the ``dp`` replicas:
+:meth:`GradBuckets.zero` clears them before each iteration. Two exchanges, both AVERAGED over
+the ``dp`` replicas:
 
 * ``sharded_ps`` — colocated sharded parameter server: each bucket is cut into ``dp`` shards;
   replica k owns shard k. Every replica sends shard k of its gradient to replica k, which sums
@@ -13,12 +13,10 @@ buffer after iteration 1). Two exchanges, both AVERAGED over the ``dp`` replicas
   are posted when the iteration starts (:meth:`GradBuckets.post_receives`), before the
   pipeline runs. Why not ``all_to_all`` + ``all_gather``: gloo sends a message only after the
   receiver's "ready" notice has arrived, and inside its collectives that notice is posted after
-  the rank's own outgoing data on the same connection; a replica that enters the exchange late
-  then holds its peers' data back by a whole transfer (measured on an emulated 96 ms / 52
-  Mbit/s link with 3.26 MB shards: 2.41 s for the collectives against 1.49 s for this exchange
-  when one replica entered 0.3 s late; 1.39 s against 1.28 s when both entered together). With
-  receives posted ahead, an early replica's shards travel while its peers still compute, and a
-  transfer costs α + X/β once the data exists (``system.simulator.collectives.sharded_ps_p2p_s``).
+  the rank's own outgoing data on the same connection, so a replica that enters the exchange
+  late holds its peers' data back by a whole transfer. With receives posted ahead, an early
+  replica's shards travel while its peers still compute, and a transfer costs α + X/β once the
+  data exists (``system.simulator.collectives.sharded_ps_p2p_s``).
 * ``allreduce`` — one ``all_reduce`` per bucket, then divide by dp.
 
 All buckets' transfers are posted before the first is waited on. :attr:`GradBuckets.bytes_sent`

@@ -29,7 +29,7 @@ class DiLoCo:
 
     def __init__(self, params: list[nn.Parameter], options: LocalSGD) -> None:
         if not options.active:
-            raise ValueError("DiLoCo: local_sgd is 'none'")
+            raise ValueError("DiLoCo: local.method is 'none'")
         self.options = options
         self.params = [p for p in params if p.requires_grad]
         self.outer_params = [p.detach().clone() for p in self.params]

@@ -127,7 +127,7 @@ class _Replica:
 
     def __init__(self, spec: RunSpec, replica: int) -> None:
         cfg = spec.gpt_config()
-        options = spec.compression()
+        options = spec.compression
         self.stages = [build_stage(cfg, spec.pp, s, spec.seed) for s in range(spec.pp)]
         self.wires = [make_wires(options.pipe) for _ in range(spec.pp)]
         self.buckets = [
@@ -231,11 +231,11 @@ def train_in_process(
         raise ValueError(f"train_in_process: eval_split {eval_split!r} is not one of {EVAL_SPLITS}")
     if eval_every < 1:
         raise ValueError(f"train_in_process: eval_every must be >= 1, got {eval_every}")
-    options = spec.compression()
+    options = spec.compression
     if options.local.active and eval_every % options.local.inner_steps:
         raise ValueError(
             f"train_in_process: eval_every={eval_every} must be a multiple of "
-            f"diloco_inner_steps={options.local.inner_steps}"
+            f"compression.local.inner_steps={options.local.inner_steps}"
         )
     t_start = time.perf_counter()
     data = make_data(spec)

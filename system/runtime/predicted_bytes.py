@@ -1,10 +1,11 @@
 """The bytes the simulator predicts for each iteration of one run of the runtime.
 
-:func:`system.simulator.compression.iteration_bytes` counts a step's messages from the options
-and the model's shapes; for AQ-SGD it also needs which samples each boundary has seen, which
-depends on the run's data order. :func:`predicted_iteration_bytes` supplies that from the spec's
-data (the same ``sample_ids`` the workers use) and the CPU runtime's fp32 wire format, so a run's
-counted bytes (``pipe_bytes``, ``dp_bytes`` in its metrics) can be set beside the prediction.
+:func:`system.simulator.compressed_traffic.iteration_bytes` counts a step's messages from the
+options and the model's shapes; for AQ-SGD it also needs which samples each boundary has seen,
+which depends on the run's data order. :func:`predicted_iteration_bytes` supplies that from the
+spec's data (the same ``sample_ids`` the workers use) and the CPU runtime's fp32 wire format, so
+a run's counted bytes (``pipe_bytes``, ``dp_bytes`` in its metrics) can be set beside the
+prediction.
 """
 
 from __future__ import annotations
@@ -13,14 +14,14 @@ from dataclasses import replace
 
 from system.runtime.data import make_data, micro_samples
 from system.runtime.spec import RunSpec
-from system.simulator.compression import aq_sgd_new_rows, iteration_bytes
+from system.simulator.compressed_traffic import aq_sgd_new_rows, iteration_bytes
 
 __all__ = ["predicted_iteration_bytes"]
 
 
 def predicted_iteration_bytes(spec: RunSpec) -> tuple[list[float], list[float]]:
     """Per iteration of ``spec``: (pipeline bytes, data-parallel bytes) over all ranks."""
-    options = spec.compression()
+    options = spec.compression
     new_rows = None
     if options.pipe.method == "aq_sgd":
         data = make_data(spec)

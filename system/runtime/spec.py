@@ -8,10 +8,12 @@ clear ``ValueError`` in the caller, never a hang in a worker.
 ``s`` of replica ``r``, :class:`system.assignment.Assignment`); when it is ``None`` the
 ``layout`` (``identity`` or ``random`` with ``seed``) makes one.
 
-Communication-reducing options (all off by default; :mod:`system.compression`): pipeline
-compression (``pipe_*``), compressed data-parallel exchange (``dp_*``, inside ``sharded_ps`` or
-the compressed ``ring``) and DiLoCo (``local_sgd``, ``diloco_*``); :meth:`RunSpec.compression`
-gathers them, and :meth:`RunSpec.validate` refuses a bad value before any process starts.
+Communication-reducing options are one field, ``compression``
+(:class:`system.compression.Compression`, all off by default): pipeline compression
+(``compression.pipe``), compressed data-parallel exchange (``compression.dp``, inside
+``sharded_ps`` or the compressed ``ring``) and DiLoCo (``compression.local``). The JSON the
+workers read holds it in its nested form, and :meth:`RunSpec.from_dict` rebuilds the
+dataclasses; :meth:`RunSpec.validate` refuses a bad value before any process starts.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from system.assignment import Assignment, identity_assignment, random_assignment
-from system.compression import Compression, DPCompression, LocalSGD, PipeCompression
+from system.compression import Compression
 from system.workload import GPTConfig, Workload, get_model
 
 __all__ = [
@@ -198,20 +200,8 @@ class RunSpec(SpecBase):
     metrics_out: str | None = None  # rank 0 writes its metrics JSON here
     pg_timeout_s: float = 120.0  # torch.distributed timeout per collective
     extra: dict = field(default_factory=dict)  # free-form labels carried into metrics
-    # ---- communication-reducing options (system.compression; all off by default) -----------
-    pipe_compress: str = "none"  # none | quantize | aq_sgd
-    pipe_fwd_bits: int = 8  # 4 | 8: activations (aq_sgd: their per-sample changes)
-    pipe_bwd_bits: int = 8  # 4 | 8: activation gradients
-    dp_compress: str = "none"  # none | topk | random (inside dp_mode sharded_ps or ring)
-    dp_ratio: float = 0.05  # fraction of each shard kept, (0, 1]
-    dp_bits: int = 8  # kept values: 4 | 8 | 32 (fp32)
-    dp_error_feedback: bool = True
-    local_sgd: str = "none"  # none | diloco
-    diloco_inner_steps: int = 8  # H
-    diloco_outer_lr: float = 0.7
-    diloco_outer_momentum: float = 0.9
-    diloco_nesterov: bool = True
-    diloco_outer_bits: int = 32  # 32 | 8 (int8 outer exchange)
+    # communication-reducing options: pipe / dp / local (system.compression; all off by default)
+    compression: Compression = field(default_factory=Compression)
     # replica 0's stage parameters every ``snapshot_every`` iterations (and after the last),
     # saved under ``snapshot_dir`` for held-out evaluation after the run (0: none)
     snapshot_every: int = 0
@@ -235,28 +225,6 @@ class RunSpec(SpecBase):
         if self.layout == "random":
             return random_assignment(self.pp, self.dp, self.seed)
         return identity_assignment(self.pp, self.dp)
-
-    def compression(self) -> Compression:
-        """The communication-reducing options as :class:`system.compression.Compression`."""
-        return Compression(
-            pipe=PipeCompression(
-                method=self.pipe_compress, fwd_bits=self.pipe_fwd_bits, bwd_bits=self.pipe_bwd_bits
-            ),
-            dp=DPCompression(
-                method=self.dp_compress,
-                ratio=self.dp_ratio,
-                bits=self.dp_bits,
-                error_feedback=self.dp_error_feedback,
-            ),
-            local=LocalSGD(
-                method=self.local_sgd,
-                inner_steps=self.diloco_inner_steps,
-                outer_lr=self.diloco_outer_lr,
-                outer_momentum=self.diloco_outer_momentum,
-                nesterov=self.diloco_nesterov,
-                outer_bits=self.diloco_outer_bits,
-            ),
-        )
 
     def lr_factor(self, step: int) -> float:
         """The learning rate of iteration ``step`` (0-based) as a multiple of ``lr``."""
@@ -325,20 +293,27 @@ class RunSpec(SpecBase):
             out = getattr(self, name)
             if out is not None and (not str(out).strip() or Path(out).is_dir()):
                 raise ValueError(f"RunSpec: {name}={out!r} must name a file, not a folder")
-        self.compression().check("RunSpec", dp_mode=self.dp_mode)
-        if self.pipe_compress == "aq_sgd" and self.amp:
-            raise ValueError("RunSpec: pipe_compress='aq_sgd' keeps fp32 buffers; use amp=False")
+        if not isinstance(self.compression, Compression):
+            raise ValueError(
+                "RunSpec: compression must be a system.compression.Compression (a dict: "
+                f"Compression.from_dict), got {type(self.compression).__name__}"
+            )
+        self.compression.check("RunSpec.compression", dp_mode=self.dp_mode)
+        if self.compression.pipe.method == "aq_sgd" and self.amp:
+            raise ValueError(
+                "RunSpec.compression: pipe.method='aq_sgd' keeps fp32 buffers; use amp=False"
+            )
         if self.snapshot_every < 0:
             raise ValueError(f"RunSpec: snapshot_every must be >= 0, got {self.snapshot_every}")
         if self.snapshot_every and not self.snapshot_dir:
             raise ValueError("RunSpec: snapshot_every > 0 needs snapshot_dir")
-        if self.snapshot_every and self.local_sgd != "none":
-            if self.snapshot_every % self.diloco_inner_steps:
-                raise ValueError(
-                    f"RunSpec: snapshot_every={self.snapshot_every} must be a multiple of "
-                    f"diloco_inner_steps={self.diloco_inner_steps}: the shared model exists "
-                    "only after an outer step"
-                )
+        local = self.compression.local
+        if self.snapshot_every and local.active and self.snapshot_every % local.inner_steps:
+            raise ValueError(
+                f"RunSpec: snapshot_every={self.snapshot_every} must be a multiple of "
+                f"compression.local.inner_steps={local.inner_steps}: the shared model exists "
+                "only after an outer step"
+            )
         self.workload().check_layout(self.pp, self.dp)  # layers % pp, batch % (dp·micro)
         if self.stages is not None:
             try:
@@ -351,7 +326,17 @@ class RunSpec(SpecBase):
                     f"run asks for pp={self.pp}, dp={self.dp}"
                 )
 
-    # ---- JSON (to_dict, to_json, from_dict: SpecBase) ---------------------------------------
+    # ---- JSON (to_dict, to_json: SpecBase) ---------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: dict) -> RunSpec:
+        """The spec of :meth:`to_dict`'s form: ``compression`` nested, rebuilt as dataclasses."""
+        data = dict(data)
+        if "compression" in data:
+            data["compression"] = Compression.from_dict(
+                data["compression"], where="RunSpec.compression"
+            )
+        return super(RunSpec, cls).from_dict(data)  # slots: no zero-argument super()
+
     @classmethod
     def load(cls, path: str | Path) -> RunSpec:
         return cls.from_dict(json.loads(Path(path).read_text()))

@@ -8,7 +8,8 @@ iteration: zero the flat gradient buckets, post the DP exchange's first receives
 barrier, or one wall-clock instant with ``spec.start == "clock"``; with ``"free"`` one instant
 before the first iteration only), GPipe forward/backward over the replica's micro-batches,
 per-stage data-parallel exchange, (loss-scale check), optimizer step. With DiLoCo
-(``spec.local_sgd``) the exchange is skipped and every H-th step ends with the outer step.
+(``spec.compression.local``) the exchange is skipped and every H-th step ends with the outer
+step.
 Pipeline and data-parallel compression live in the wires and the exchange the spec's options
 build (:mod:`system.runtime.wire`, :mod:`system.runtime.exchange`). Rank 0 gathers every rank's
 timings and bytes sent and writes the metrics JSON (``spec.metrics_out``).
@@ -174,7 +175,7 @@ def _train(spec: RunSpec, rank: int, world: int, device: torch.device) -> dict |
     data = make_data(spec)
     tl = Timeline(rank, use_cuda_events=device.type == "cuda", keep_events=bool(spec.trace_path))
     comm = P2P(device, tl)
-    options = spec.compression()
+    options = spec.compression
     wires = make_wires(options.pipe, torch.float16 if spec.amp else torch.float32)
     exchange = make_exchange(options, buckets, dp_group, mode=spec.dp_mode, seed=spec.seed)
     diloco = DiLoCo(list(stage.parameters()), options.local) if options.local.active else None
@@ -389,7 +390,7 @@ def _metrics(spec, assign, wl, losses, scales, skipped, timings, probes) -> dict
         # payload bytes all ranks sent per iteration: between stages / in DP exchanges
         "pipe_bytes": sent["pipe_bytes"].tolist(),
         "dp_bytes": sent["dp_bytes"].tolist(),
-        "compression": spec.compression().label(),
+        "compression": spec.compression.label(),
         "warmup_iters": w,
         "tokens_per_s": wl.tokens_per_iteration / med,
         "tflops": flops / med / 1e12,  # Megatron's recompute FLOP count, the project's convention

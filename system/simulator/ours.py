@@ -25,7 +25,7 @@ recomputation (``recompute``). Compute times come from the V100 model (default) 
 ``compression=`` (:mod:`system.compression`) predicts the same iteration with pipeline or
 data-parallel compression or DiLoCo: the compressed message sizes, the modelled encode/decode
 time, and for DiLoCo the mean over H iterations of which one ends with the outer exchange
-(:mod:`system.simulator.compression`; throughput only, not quality).
+(:mod:`system.simulator.compressed_traffic`; throughput only, not quality).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from system.cluster import Cluster
 from system.compression import Compression
 from system.cost.model import check_sizes
 from system.simulator.collectives import nccl_tuned_end_s, ring_collective_s, sharded_ps_p2p_s
-from system.simulator.compression import codec_overhead_s
+from system.simulator.compressed_traffic import codec_overhead_s
 from system.simulator.gpipe_timeline import gpipe_timeline
 from system.simulator.hardware import V100, Hardware, StageCompute, stage_compute
 from system.simulator.memory import RECOMPUTE_MODES, training_memory

@@ -4,6 +4,7 @@ the bytes the runtime counts are the bytes the simulator predicts."""
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import os
 import socket
@@ -11,6 +12,7 @@ import socket
 import numpy as np
 import pytest
 
+from system.compression import Compression, DPCompression, LocalSGD, PipeCompression
 from system.runtime.launch import launch
 from system.runtime.spec import RunSpec
 
@@ -26,18 +28,15 @@ def _rel(a, b) -> float:
 def test_diloco_with_h1_outer_sgd_lr1_no_momentum_is_data_parallel_sgd_step_for_step():
     sgd = dict(BASE, optimizer="sgd", lr=0.5)
     plain = launch(RunSpec(**sgd), timeout_s=300)
-    diloco = dict(
-        local_sgd="diloco",
-        diloco_inner_steps=1,
-        diloco_outer_lr=1.0,
-        diloco_outer_momentum=0.0,
-        diloco_nesterov=False,
+    diloco = LocalSGD(
+        method="diloco", inner_steps=1, outer_lr=1.0, outer_momentum=0.0, nesterov=False
     )
-    h1 = launch(RunSpec(**sgd, **diloco), timeout_s=300)
+    h1 = launch(RunSpec(**sgd, compression=Compression(local=diloco)), timeout_s=300)
     assert plain["losses"][-1] < plain["losses"][0] - 0.05  # it trains
     assert _rel(h1["losses"], plain["losses"]) < 1e-5, (h1["losses"], plain["losses"])
     assert h1["dp_bytes"] == plain["dp_bytes"]  # one fp32 exchange per step either way
-    h2 = launch(RunSpec(**sgd, **{**diloco, "diloco_inner_steps": 2}), timeout_s=300)
+    h2_options = Compression(local=dataclasses.replace(diloco, inner_steps=2))
+    h2 = launch(RunSpec(**sgd, compression=h2_options), timeout_s=300)
     assert _rel(h2["losses"], plain["losses"]) > 1e-3  # not the same method at H = 2
 
 
@@ -63,7 +62,6 @@ def _ef_replica(args) -> float:
     import torch
     import torch.distributed as dist
 
-    from system.compression import Compression, DPCompression
     from system.runtime.data_parallel import GradBuckets
     from system.runtime.exchange import make_exchange
     from system.runtime.timeline import Timeline
@@ -117,28 +115,29 @@ def test_error_feedback_reaches_the_uncompressed_loss_where_plain_topk_does_not(
 # ---- bytes on the wire: runtime against simulator ----------------------------------------------
 RUNS = {  # every option at least once, pipeline and data-parallel options combined per run
     "plain": dict(),
-    "q8_topk_ps": dict(pipe_compress="quantize", dp_compress="topk", dp_ratio=0.1),
+    "q8_topk_ps": dict(
+        compression=Compression(
+            pipe=PipeCompression(method="quantize"), dp=DPCompression(method="topk", ratio=0.1)
+        )
+    ),
     "aqsgd_random_ring": dict(
-        pipe_compress="aq_sgd",
-        pipe_fwd_bits=4,
-        dp_compress="random",
-        dp_ratio=0.1,
-        dp_bits=4,
+        compression=Compression(
+            pipe=PipeCompression(method="aq_sgd", fwd_bits=4),
+            dp=DPCompression(method="random", ratio=0.1, bits=4),
+        ),
         dp_mode="ring",
         data="kjv",
         vocab_size=64,
         train_sequences=16,  # two iterations per epoch: AQ-SGD's buffers fill up
     ),
     "q4_diloco_int8": dict(
-        pipe_compress="quantize",
-        pipe_fwd_bits=4,
-        pipe_bwd_bits=4,
-        local_sgd="diloco",
-        diloco_inner_steps=2,
-        diloco_outer_bits=8,
+        compression=Compression(
+            pipe=PipeCompression(method="quantize", fwd_bits=4, bwd_bits=4),
+            local=LocalSGD(method="diloco", inner_steps=2, outer_bits=8),
+        ),
         start="free",
     ),
-    "diloco_fp32": dict(local_sgd="diloco", diloco_inner_steps=2),
+    "diloco_fp32": dict(compression=Compression(local=LocalSGD(method="diloco", inner_steps=2))),
 }
 
 

@@ -15,6 +15,7 @@ import copy
 
 import torch
 
+from system.compression import Compression, LocalSGD
 from system.runtime.data import make_data, micro_batches
 from system.runtime.inprocess import train_in_process
 from system.runtime.model import build_stage, lm_loss
@@ -34,11 +35,11 @@ BASE = dict(
     train_sequences=64,
 )
 H1 = dict(
-    local_sgd="diloco",
-    diloco_inner_steps=1,
-    diloco_outer_lr=1.0,
-    diloco_outer_momentum=0.0,
-    diloco_nesterov=False,
+    compression=Compression(
+        local=LocalSGD(
+            method="diloco", inner_steps=1, outer_lr=1.0, outer_momentum=0.0, nesterov=False
+        )
+    )
 )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from system.compression import Compression, DPCompression, LocalSGD, PipeCompression
 from system.runtime.inprocess import train_in_process
 from system.runtime.launch import launch
 from system.runtime.spec import RunSpec
@@ -39,28 +40,37 @@ def _rel(a, b) -> float:
     [
         {},
         dict(dp_mode="allreduce"),
-        dict(dp_compress="topk", dp_ratio=0.1, dp_bits=8),
-        dict(dp_compress="topk", dp_ratio=0.1, dp_bits=4, dp_mode="ring"),
-        dict(pipe_compress="aq_sgd", pipe_fwd_bits=4, pipe_bwd_bits=8),
-        dict(pipe_compress="quantize", pipe_fwd_bits=4, pipe_bwd_bits=4),
-        dict(local_sgd="diloco", diloco_inner_steps=2),
-        dict(local_sgd="diloco", diloco_inner_steps=2, diloco_outer_bits=8),
+        dict(compression=Compression(dp=DPCompression(method="topk", ratio=0.1, bits=8))),
+        dict(
+            compression=Compression(dp=DPCompression(method="topk", ratio=0.1, bits=4)),
+            dp_mode="ring",
+        ),
+        dict(compression=Compression(pipe=PipeCompression(method="aq_sgd", fwd_bits=4))),
+        dict(
+            compression=Compression(pipe=PipeCompression(method="quantize", fwd_bits=4, bwd_bits=4))
+        ),
+        dict(compression=Compression(local=LocalSGD(method="diloco", inner_steps=2))),
+        dict(compression=Compression(local=LocalSGD(method="diloco", inner_steps=2, outer_bits=8))),
     ],
-    ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()) or "plain",
+    ids=lambda o: (
+        "-".join(v.label() if k == "compression" else f"{k}={v}" for k, v in o.items()) or "plain"
+    ),
 )
 def test_in_process_losses_equal_the_launched_runtime(options):
     spec = RunSpec(**BASE, **options)
     ran = launch(spec, timeout_s=300)
     here = train_in_process(spec, eval_every=2)
     assert _rel(here.train_loss, ran["losses"]) < 1e-4, (here.train_loss, ran["losses"])
+    c = spec.compression
     assert here.dp_bytes == sum(ran["dp_bytes"]) or not (
-        options.get("dp_compress") or options.get("diloco_outer_bits") == 8
+        c.dp.active or (c.local.active and c.local.outer_bits == 8)
     ), (here.dp_bytes, ran["dp_bytes"])
 
 
 def test_a_broken_option_differs():  # the comparison above can fail
     a = train_in_process(RunSpec(**BASE), eval_every=2)
-    b = train_in_process(RunSpec(**BASE, pipe_compress="quantize", pipe_fwd_bits=4), eval_every=2)
+    q4 = Compression(pipe=PipeCompression(method="quantize", fwd_bits=4))
+    b = train_in_process(RunSpec(**BASE, compression=q4), eval_every=2)
     assert _rel(a.train_loss[2:], b.train_loss[2:]) > 1e-4
 
 
@@ -91,6 +101,6 @@ def test_same_seed_same_curve_and_split_halves_differ():
 
 
 def test_diloco_eval_must_fall_on_outer_steps():
-    spec = RunSpec(**BASE, local_sgd="diloco", diloco_inner_steps=4)
+    spec = RunSpec(**BASE, compression=Compression(local=LocalSGD(method="diloco", inner_steps=4)))
     with pytest.raises(ValueError, match="eval_every=6 must be a multiple"):
         train_in_process(spec, eval_every=6)

@@ -3,6 +3,7 @@ process; the multi-process checks are in tests/dist/test_compression.py)."""
 
 from __future__ import annotations
 
+import json
 import math
 import time
 
@@ -25,7 +26,7 @@ from system.compression import (
 from system.runtime.codec import Quantizer, Raw, Sparsifier
 from system.runtime.spec import RunSpec
 from system.runtime.wire import AQSGDWire, make_wires
-from system.simulator.compression import aq_sgd_new_rows, iteration_bytes
+from system.simulator.compressed_traffic import aq_sgd_new_rows, iteration_bytes
 from system.workload import Workload, get_model
 
 arrays = st.tuples(
@@ -124,27 +125,48 @@ def test_plain_wires_send_the_tensor_itself():
     assert torch.equal(wires.fwd_in.decode(wires.fwd_out.encode(x, [0, 1]), x.shape, [0, 1]), x)
 
 
+def _pipe(**kw) -> dict:
+    return dict(compression=Compression(pipe=PipeCompression(**kw)))
+
+
+def _dp(**kw) -> dict:
+    return dict(compression=Compression(dp=DPCompression(**kw)))
+
+
+def _local(**kw) -> dict:
+    return dict(compression=Compression(local=LocalSGD(**kw)))
+
+
 @pytest.mark.parametrize(
     ("kw", "match"),
     [
-        (dict(pipe_compress="quantize", pipe_fwd_bits=3), "pipe_fwd_bits=3"),
-        (dict(pipe_compress="aq_sgd", pipe_bwd_bits=3), "pipe_bwd_bits=3"),
-        (dict(dp_compress="topk", dp_bits=3), "dp_bits=3"),
-        (dict(dp_compress="topk", dp_ratio=0.0), "dp_ratio=0.0"),
-        (dict(dp_compress="random", dp_ratio=-0.1), "dp_ratio=-0.1"),
-        (dict(dp_compress="topk", dp_ratio=1.5), "dp_ratio=1.5"),
-        (dict(local_sgd="diloco", diloco_inner_steps=0), "H=0"),
-        (dict(local_sgd="diloco", diloco_outer_bits=4), "diloco_outer_bits=4"),
-        (dict(pipe_compress="zstd"), "pipe_compress='zstd'"),
-        (dict(dp_compress="powersgd"), "dp_compress='powersgd'"),
-        (dict(local_sgd="swarm"), "local_sgd='swarm'"),
-        (dict(dp_compress="topk", dp_mode="allreduce"), "inside dp_mode"),
+        (_pipe(method="quantize", fwd_bits=3), r"RunSpec.compression: pipe.fwd_bits=3"),
+        (_pipe(method="aq_sgd", bwd_bits=3), r"pipe.bwd_bits=3"),
+        (_dp(method="topk", bits=3), r"dp.bits=3"),
+        (_dp(method="topk", ratio=0.0), r"dp.ratio=0.0"),
+        (_dp(method="random", ratio=-0.1), r"dp.ratio=-0.1"),
+        (_dp(method="topk", ratio=1.5), r"dp.ratio=1.5"),
+        (_local(method="diloco", inner_steps=0), r"local.inner_steps=0"),
+        (_local(method="diloco", outer_bits=4), r"local.outer_bits=4"),
+        (_local(method="diloco", outer_momentum=0.0), r"local.nesterov"),
+        (_pipe(method="zstd"), r"pipe.method='zstd'"),
+        (_dp(method="powersgd"), r"dp.method='powersgd'"),
+        (_local(method="swarm"), r"local.method='swarm'"),
+        (dict(_dp(method="topk"), dp_mode="allreduce"), "inside dp_mode"),
         (dict(dp_mode="ring"), "compressed ring"),
-        (dict(local_sgd="diloco", dp_compress="topk"), "no per-step gradient exchange"),
         (
-            dict(local_sgd="diloco", diloco_inner_steps=4, snapshot_every=6, snapshot_dir="x"),
+            dict(
+                compression=Compression(
+                    local=LocalSGD(method="diloco"), dp=DPCompression(method="topk")
+                )
+            ),
+            "no per-step gradient exchange",
+        ),
+        (
+            dict(_local(method="diloco", inner_steps=4), snapshot_every=6, snapshot_dir="x"),
             "multiple",
         ),
+        (dict(compression={"dp": {"method": "topk"}}), "compression must be a"),
         (dict(data="kjv", vocab_size=32), "vocab_size=32"),
     ],
 )
@@ -162,10 +184,37 @@ def test_a_bad_option_is_one_clear_error_before_any_process_starts(kw, match, tm
 
 def test_every_option_is_off_by_default():
     spec = RunSpec()
-    c = spec.compression()
-    assert not c.active and c.label() == "none"
-    assert (spec.pipe_compress, spec.dp_compress, spec.local_sgd) == ("none", "none", "none")
+    c = spec.compression
+    assert not c.active and c.label() == "none" and c == Compression()
+    assert (c.pipe.method, c.dp.method, c.local.method) == ("none", "none", "none")
     assert spec.data == "synthetic" and spec.snapshot_every == 0 and spec.start == "barrier"
+
+
+def test_the_workers_json_rebuilds_the_nested_options():
+    c = Compression(
+        pipe=PipeCompression(method="aq_sgd", fwd_bits=4),
+        local=LocalSGD(method="diloco", inner_steps=2, outer_bits=8),
+    )
+    spec = RunSpec(pp=2, dp=2, compression=c)
+    back = RunSpec.from_dict(json.loads(spec.to_json()))
+    assert back == spec and isinstance(back.compression.local, LocalSGD)
+    topk = RunSpec.from_dict({"compression": {"dp": {"method": "topk"}}}).compression
+    assert topk == Compression(dp=DPCompression(method="topk"))
+    assert Compression.from_dict(c.to_dict(only_active=True)) == c
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        ({"pipes": {}}, r"RunSpec.compression: unknown part\(s\) \['pipes'\]"),
+        ({"dp": {"ratio_kept": 0.1}}, r"unknown field\(s\) \['dp.ratio_kept'\]"),
+        ({"local": 8}, "local must be a mapping"),
+        ("topk", "expected a mapping"),
+    ],
+)
+def test_a_bad_nested_option_names_itself(data, match):
+    with pytest.raises(ValueError, match=match):
+        RunSpec.from_dict({"compression": data})
 
 
 def test_iteration_bytes_count_every_message():

@@ -68,3 +68,16 @@ def test_summary_orders_systems_and_decomposes_the_speedup():
     assert np.isnan(out.loc["ours_dp_topk", "ttt_median_s"])
     assert out.loc["ours", "bytes_per_iter"] == 15.0 == out.loc["ours", "sim_bytes_per_iter"]
     assert out.loc["ours", "target_tokens"] == 5 * 4 * 8
+
+
+def test_mode_report_rebuilds_the_quality_report_of_a_quality_folder():
+    """``mode=report`` on a folder of ``mode=quality`` rows builds that study's own report (the
+    paper's report does not fit its rows)."""
+    from importlib import import_module
+
+    from repro.report.build import _own_report
+
+    own = _own_report(pd.DataFrame({"mode": ["quality", "quality"]}))
+    module, func = own.split(":")
+    assert getattr(import_module(module), func).__name__ == "build_quality_report"
+    assert _own_report(pd.DataFrame({"mode": ["quality", "simulate"]})) is None

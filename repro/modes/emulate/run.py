@@ -17,6 +17,7 @@ communication and pipeline model, not a CPU FLOP model), plus every scale factor
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import statistics
@@ -91,7 +92,6 @@ def _delayer_lag(before: dict, after: dict) -> dict:
 
 def run(cfg: EmulateConfig) -> dict:
     from system.runtime.launch import launch
-    from system.runtime.spec import RunSpec
     from system.simulator import simulate_ours
     from system.workload import Workload, tasklet_sizes
 
@@ -147,13 +147,8 @@ def run(cfg: EmulateConfig) -> dict:
             # every rank times the iteration from one instant (one machine, one clock), what the
             # simulator predicts; the instant is far enough ahead for rank 0's notice to arrive
             margin = max(0.5, 4.0 * float(scaled.delay_s.max()))
-            spec = RunSpec(
-                **{
-                    **base.to_dict(),
-                    "stages": assign.stages.tolist(),
-                    "start": "clock",
-                    "start_margin_s": margin,
-                }
+            spec = dataclasses.replace(
+                base, stages=assign.stages.tolist(), start="clock", start_margin_s=margin
             )
             key = {
                 "study": cfg.study,

@@ -33,11 +33,12 @@ def _setting(case: str):
 
 
 def paper_iter_time_s(case: str, options: dict) -> float:
-    """Simulated seconds per iteration of ours with ``options`` (RunSpec compression fields)."""
+    """Simulated seconds per iteration of ours with ``options`` (a method's setting: RunSpec
+    options ``compression`` and ``lr``, :mod:`.methods`)."""
     from system.runtime.spec import RunSpec
     from system.simulator import simulate_ours
 
     cluster, layout, wl = _setting(str(case))
     spec = RunSpec(**{k: v for k, v in options.items() if k != "lr"})
-    sim = simulate_ours(cluster, layout, wl, compression=spec.compression(), dp_mode=spec.dp_mode)
+    sim = simulate_ours(cluster, layout, wl, compression=spec.compression, dp_mode=spec.dp_mode)
     return float(sim.iter_time_s)

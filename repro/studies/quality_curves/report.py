@@ -13,13 +13,12 @@ only where the interval excludes 1×.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from repro.studies.quality_curves.methods import GRIDS, REFERENCE
+from repro.studies.quality_curves.methods import GRIDS, REFERENCE, setting_of
 from repro.studies.quality_curves.targets import bootstrap_median_ci, iters_to_target, verdict
 
 __all__ = ["build_report", "TARGET_FRACTIONS", "reference_band", "outside_band"]
@@ -193,7 +192,7 @@ def build_report(results_dir: str | Path) -> Path:
         for f, a in zip(TARGET_FRACTIONS, at, strict=True)
     }
     chosen = {
-        m: json.loads(score[score["system"] == m].iloc[0]["hparams"])
+        m: setting_of(score[score["system"] == m].iloc[0]["hparams"])
         for m in methods
         if not score[score["system"] == m].empty
     }
@@ -302,7 +301,7 @@ def _markdown(df, tune, tab, targets, at, chosen, per_iter, sources, base, check
         "| --- | --- | --- | --- |",
     ]
     for r in tune.sort_values(["system", "lr"]).itertuples():
-        h = json.loads(r.hparams)
+        h = setting_of(r.hparams)
         mark = "✓" if h == chosen.get(r.system) else ""
         lines.append(f"| {r.system} | `{r.hparams}` | {r.eval_loss[-1]:.4f} | {mark} |")
     unscored = sorted(set(tune["system"]) - set(chosen))

@@ -27,7 +27,7 @@ import logging
 import os
 import time
 
-from repro.studies.quality_curves.methods import REFERENCE, trials
+from repro.studies.quality_curves.methods import REFERENCE, hparams_text, setting_of, trials
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def _task(cfg, method: str, phase: str, seed: int, options: dict) -> tuple[dict,
         "eval_split": split,
         "eval_every": cfg.eval_every,
         "eval_sequences": cfg.eval_sequences,
-        "hparams": json.dumps(options, sort_keys=True),
+        "hparams": hparams_text(options),
         "spec_sha256": hashlib.sha256(spec_json.encode()).hexdigest()[:16],
         "model": str(cfg.model),
         "num_layers": spec.gpt_config().num_layers,
@@ -80,7 +80,7 @@ def _task(cfg, method: str, phase: str, seed: int, options: dict) -> tuple[dict,
         "lr": options["lr"],
         "num_devices": cfg.pp * cfg.dp,
         "train_sequences": cfg.train_sequences,
-        "compression": spec.compression().label(),
+        "compression": spec.compression.label(),
     }
     return key, spec_json
 
@@ -153,7 +153,7 @@ def choose(cfg, method: str, rows: list[dict], target: float) -> dict:
         n = iters_to_target(r["eval_iters"], r["eval_loss"], target)
         if n is None:
             return (1, r["eval_loss"][-1])
-        return (0, n * paper_iter_time_s(cfg.select_case, json.loads(r["hparams"])))
+        return (0, n * paper_iter_time_s(cfg.select_case, setting_of(r["hparams"])))
 
     return min(rows, key=rank)
 
@@ -170,7 +170,7 @@ def select(cfg, tuned: dict[str, list[dict]]) -> tuple[dict[str, dict], float]:
     chosen = {REFERENCE: {"lr": float(ref["lr"])}}
     for m, rows in tuned.items():
         if m != REFERENCE:
-            chosen[m] = json.loads(choose(cfg, m, rows, target)["hparams"])
+            chosen[m] = setting_of(choose(cfg, m, rows, target)["hparams"])
     return chosen, target
 
 

@@ -20,7 +20,6 @@ time to target is the product of the two factors.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import statistics
 import time
@@ -73,6 +72,7 @@ def _devices(cfg, case: str) -> list[int]:
 
 def run(cfg) -> dict:
     from baselines.grid import emulation_kwargs
+    from repro.studies.quality_curves.methods import hparams_text
     from repro.studies.quality_curves.run import chosen_from_store
     from system.cases import get_case
     from system.emulation.netns import Emulation
@@ -120,7 +120,7 @@ def run(cfg) -> dict:
                     "system": method,
                     "case": case,
                     "seed": cfg.seed,
-                    "hparams": json.dumps(opts, sort_keys=True),
+                    "hparams": hparams_text(opts),
                     "iters": iters,
                     "emu_bandwidth_scale": cfg.bandwidth_scale,
                     "emu_delay_scale": cfg.delay_scale,

@@ -7,28 +7,22 @@ One job is one case and one seed: ``pp·dp`` devices of the case (the first of e
 network namespaces with the case's delays and ``bandwidth_scale`` × its bandwidths
 (:mod:`system.emulation`), then every system of ``systems`` in turn on the same links, data
 order and seed, each for ``iters`` iterations of ``batch`` sequences of the corpus
-(:mod:`system.runtime.corpus`, character-level King James Bible, ``train_sequences`` training
-sequences visited in a seeded order each epoch):
+(:mod:`system.runtime.corpus`, ``train_sequences`` training sequences in a seeded order each
+epoch). The systems (:data:`~.config.QUALITY_SYSTEMS`):
 
-* ``ours``: our runtime on the scheduler's layout for the emulated links, uncompressed;
-* ``ours_pipe_q4`` / ``ours_aq_sgd``: with pipeline compression, activations at 4 bits and
-  their gradients at 8 — directly, or as AQ-SGD's per-sample changes;
-* ``ours_dp_topk``: the top 5% of each gradient shard with 8-bit values and error feedback,
-  inside the sharded exchange; ``ring_dp_topk``: the same compression in a ring all-gather (the
-  collective baseline for sparse gradients);
-* ``diloco_h4`` / ``diloco_h16``: DiLoCo with H = 4 and 16 inner steps, fp32 outer exchange,
-  outer Nesterov SGD at the DiLoCo paper's learning rate 0.7 and momentum 0.9; each replica is a
-  pipeline;
+* ``ours`` and its variants: our runtime on the scheduler's layout for the emulated links,
+  uncompressed or with the variant's :class:`~system.compression.Compression` (pipeline
+  quantization, AQ-SGD, top-k in the sharded exchange or a compressed ring, DiLoCo), each at
+  its method's published setting, not tuned here;
 * ``megatron`` / ``deepspeed``: the real baselines (1F1B pipeline and a data-parallel
   all-reduce; DeepSpeed with ZeRO-1) under their topology-aware rank placement.
 
-One learning rate for every system (AdamW ``lr``, DiLoCo's inner optimizer too); the options
-above are the methods' published settings, not tuned here. Iterations run back to back
-(``start=free``) and the clock is the training wall clock from a common start, so a system's
-time is its own compute and communication, nothing of the harness. Each run is one row of the
-results store: losses and wall clock per iteration, the bytes its ranks sent (counted by the
-runtime) beside the simulator's prediction of them, held-out losses of its snapshots (our
-runtime's systems), the corpus record and the link scaling. After each job the report
+One learning rate for every system (AdamW ``lr``, DiLoCo's inner optimizer too). Iterations run
+back to back (``start=free``) and the clock is the training wall clock from a common start, so
+a system's time is its own compute and communication, nothing of the harness. Each run is one
+row: losses and wall clock per iteration, the bytes its ranks sent (counted by the runtime)
+beside the simulator's prediction of them, held-out losses of its snapshots (our runtime's
+systems), the corpus record and the link scaling. After each job the report
 (:mod:`repro.report.quality`) is rebuilt from every row of the study.
 """
 
@@ -39,7 +33,7 @@ import logging
 import tempfile
 import time
 
-from repro.config.studies import QUALITY_SYSTEMS as SYSTEMS
+from repro.studies.quality.config import QUALITY_SYSTEMS as SYSTEMS
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +127,7 @@ def _baseline(cfg, name, emu_kw, scaled, margin) -> dict:
     from baselines.placement import Placement
     from baselines.worker import calibrated_cpu_hardware
     from system.compression import Compression
-    from system.simulator.compression import iteration_bytes
+    from system.simulator.compressed_traffic import iteration_bytes
     from system.simulator.transfers import GLOO
 
     spec = BaselineSpec(

@@ -1,9 +1,8 @@
-"""Compression and local SGD in the simulator: bytes on the wire and compute overhead.
+"""Compressed training's traffic in the simulator: bytes on the wire and codec overhead.
 
-Throughput only: these functions say how many bytes an iteration of our runtime sends and how
-long encoding them takes with the options of :mod:`system.compression`; they say nothing about
-the loss (fewer bytes can need more steps to the same loss: the quality benchmark measures
-that). :func:`system.simulator.simulate_ours` uses them when given ``compression=``.
+Throughput only: how many bytes an iteration of our runtime sends and how long encoding them
+takes with the options of :mod:`system.compression`, nothing about the loss (the quality studies
+measure that). :func:`system.simulator.simulate_ours` uses them when given ``compression=``.
 
 Bytes per iteration (all devices; one bucket per stage, padded to a multiple of dp as the
 runtime pads it):

@@ -1,4 +1,4 @@
-"""``mode=quality``'s options (the one study whose options are not yet beside its code)."""
+"""``mode=quality``: its options and its systems (the study is :mod:`.run`)."""
 
 from __future__ import annotations
 
@@ -14,19 +14,25 @@ from repro.config.shared import (
     ModelOptions,
     check_emulated_links,
 )
+from system.compression import Compression, DPCompression, LocalSGD, PipeCompression
 
 __all__ = ["QualityConfig", "QUALITY_SYSTEMS", "QUALITY_REFERENCE"]
 
-# mode=quality's systems (repro/studies/quality.py): RunSpec options of our runtime, or None
-# for a real baseline (its own worker)
+# the study's systems: RunSpec options of our runtime (its
+# ``compression``, and ``dp_mode`` for the ring), or None for a real baseline (its own worker)
+_TOPK = DPCompression(method="topk", ratio=0.05, bits=8)
 QUALITY_SYSTEMS: dict[str, dict | None] = {
     "ours": {},
-    "ours_pipe_q4": dict(pipe_compress="quantize", pipe_fwd_bits=4, pipe_bwd_bits=8),
-    "ours_aq_sgd": dict(pipe_compress="aq_sgd", pipe_fwd_bits=4, pipe_bwd_bits=8),
-    "ours_dp_topk": dict(dp_compress="topk", dp_ratio=0.05, dp_bits=8),
-    "ring_dp_topk": dict(dp_compress="topk", dp_ratio=0.05, dp_bits=8, dp_mode="ring"),
-    "diloco_h4": dict(local_sgd="diloco", diloco_inner_steps=4),
-    "diloco_h16": dict(local_sgd="diloco", diloco_inner_steps=16),
+    "ours_pipe_q4": dict(
+        compression=Compression(pipe=PipeCompression(method="quantize", fwd_bits=4, bwd_bits=8))
+    ),
+    "ours_aq_sgd": dict(
+        compression=Compression(pipe=PipeCompression(method="aq_sgd", fwd_bits=4, bwd_bits=8))
+    ),
+    "ours_dp_topk": dict(compression=Compression(dp=_TOPK)),
+    "ring_dp_topk": dict(compression=Compression(dp=_TOPK), dp_mode="ring"),
+    "diloco_h4": dict(compression=Compression(local=LocalSGD(method="diloco", inner_steps=4))),
+    "diloco_h16": dict(compression=Compression(local=LocalSGD(method="diloco", inner_steps=16))),
     "megatron": None,
     "deepspeed": None,
 }
@@ -37,7 +43,7 @@ QualitySystem = choice("QualitySystem", QUALITY_SYSTEMS, module=__name__)
 
 
 @dataclass
-@register_mode("quality", "repro.studies.quality:run", rows=True)
+@register_mode("quality", "repro.studies.quality.run:run", rows=True)
 class QualityConfig(ModelOptions, CaseOptions, RunConfig):
     """Time to a target loss on emulated links: compression, DiLoCo, ours and the baselines."""
 
