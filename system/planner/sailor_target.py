@@ -260,6 +260,15 @@ class SailorTargetPlanner:
             return math.inf
         return float(c.time_s(nbytes))
 
+    def layer_s(self, gpu: str) -> float:
+        """Seconds of one micro-batch through the model on one GPU of project type ``gpu`` at
+        its smallest profiled (mbs, tp) (the heuristics' speed order)."""
+        for mbs, tp in itertools.product(sorted(self.micro_batch_sizes), (1, 2, 4, 8)):
+            r = self.row(self.sgpu[gpu], mbs, tp)
+            if r is not None:
+                return float(r.cost_s.sum()) * tp / mbs
+        return math.inf
+
     # ---- objective -------------------------------------------------------------------------
     def score(self, c: SailorCandidate | None) -> float:
         if c is None or not math.isfinite(c.iter_time_s):
@@ -424,6 +433,17 @@ class SailorTargetPlanner:
         return out
 
     def evaluate(self, entry: tuple) -> SailorCandidate | None:
+        """The model's prediction of a configuration; None where it does not fit memory."""
+        plan = self.plan_of(entry)
+        if not replicas_fit(plan, self.inputs):
+            return None
+        self.simulations += 1
+        pred = predict_plan(plan, self.inputs)
+        usd = sum(self.price[self.project[r.gpu]] * r.tp for st in plan.stages for r in st.replicas)
+        return SailorCandidate(entry[0], plan, pred, usd)
+
+    def plan_of(self, entry: tuple) -> SailorPlan:
+        """A configuration ((name, grid, mbs, layer counts)) as a plan of Sailor's framework."""
         name, grid, mbs, counts = entry
         bounds = np.concatenate([[0], np.cumsum(counts)]).astype(int)
         stages = tuple(
@@ -443,12 +463,7 @@ class SailorTargetPlanner:
             real_s=None,
             max_mem_bytes=None,
         )
-        if not replicas_fit(plan, self.inputs):
-            return None
-        self.simulations += 1
-        pred = predict_plan(plan, self.inputs)
-        usd = sum(self.price[self.project[r.gpu]] * r.tp for st in stages for r in st.replicas)
-        return SailorCandidate(name, plan, pred, usd)
+        return plan
 
     def best_first(self, entries: list[tuple], incumbent: SailorCandidate | None):
         heap = [(e, b, k, item) for k, (e, b, item) in enumerate(entries)]
@@ -489,7 +504,7 @@ class SailorTargetPlanner:
             return None
         regions_list = list(cl.regions)
         rindex = {r: k for k, r in enumerate(regions_list)}
-        rate1 = {g: 1.0 / float(self.row(self.sgpu[g], 1, 1).cost_s.sum()) for g in self.sgpu}
+        rate1 = {g: 1.0 / self.layer_s(g) for g in self.sgpu}
         if name == "launch_order":
             return np.arange(n).reshape(pp, dp)
         if name == "fastest_first":
@@ -520,6 +535,8 @@ class SailorTargetPlanner:
         return {k: sorted(v.values()) for k, v in hosts.items()}
 
     def typed_entries(self) -> list[tuple]:
+        """Every typed layout's configurations (module docstring), each layout once."""
+        self._seen = set()
         pools = self.node_pools()
         zones = sorted({z for z, _ in pools})
         types = sorted({g for _, g in pools})
@@ -532,7 +549,7 @@ class SailorTargetPlanner:
                 if smallest % t == 0
                 and any(self.row(self.sgpu[g], b, t) for b in self.micro_batch_sizes)
             ]
-        speed = {g: float(self.row(self.sgpu[g], 1, 1).cost_s.sum()) for g in types}
+        speed = {g: self.layer_s(g) for g in types}
         entries = []
         for tp_combo in itertools.product(*(tps[g] for g in types)):
             tp_of = dict(zip(types, tp_combo, strict=True))
