@@ -200,10 +200,12 @@ class SailorTargetPlanner:
         self.price = {g: usd_per_hour(g) / 3600.0 for g in self.sgpu}
         self.project = {s: g for g, s in self.sgpu.items()}
         self._rows: dict[tuple[str, int, int], _TypeRow | None] = {}
-        self._bw: dict[tuple, float] = {}
+        self._bw: dict[tuple, object] = {}
+        self._sends: dict[tuple, float] = {}
         self._split: dict[tuple, tuple | None] = {}
         self._limits: dict[tuple, tuple] = {}
         self._seen: set = set()
+        self.prune_s = math.inf  # the incumbent's score while layouts are enumerated
         self.simulations = self.estimates = 0
         self.layouts: dict[str, int] = {}
         self.t0 = time.perf_counter()
@@ -258,7 +260,10 @@ class SailorTargetPlanner:
         c = self._bw[key]
         if c is None:
             return math.inf
-        return float(c.time_s(nbytes))
+        k = (key, nbytes)
+        if k not in self._sends:
+            self._sends[k] = float(c.time_s(nbytes))
+        return self._sends[k]
 
     def layer_s(self, gpu: str) -> float:
         """Seconds of one micro-batch through the model on one GPU of project type ``gpu`` at
@@ -346,21 +351,23 @@ class SailorTargetPlanner:
             cost.append(c)
             most.append(ends)
 
+        last = pp - 1
+        bisect_right = bisect.bisect_right
+
         def feasible(T: float):
             counts, i = [], 0
-            for s in range(pp):
+            for s in range(last):
                 c = cost[s]
-                if s == pp - 1:
-                    if c[L] - c[i] > T or most[s][i] < L:
-                        return None
-                    counts.append(L - i)
-                    return counts
-                j = min(bisect.bisect_right(c, c[i] + T) - 1, L - (pp - s - 1), most[s][i])
+                j = min(bisect_right(c, c[i] + T) - 1, L - last + s, most[s][i])
                 if j <= i:
                     return None
                 counts.append(j - i)
                 i = j
-            return None
+            c = cost[last]
+            if c[L] - c[i] > T or most[last][i] < L:
+                return None
+            counts.append(L - i)
+            return counts
 
         lo, hi = 0.0, max(c[-1] for c in cost)
         best = feasible(hi)
@@ -373,7 +380,7 @@ class SailorTargetPlanner:
                 lo = mid
             else:
                 hi, best = mid, got
-            if hi - lo < 1e-4 * hi:
+            if hi - lo < 2e-3 * hi:  # the counts are integers: 0.2% is past their steps
                 break
         bounds = np.concatenate([[0], np.cumsum(best)]).astype(int)
         fb = [cost[s][bounds[s + 1]] - cost[s][bounds[s]] for s in range(pp)]
@@ -404,6 +411,8 @@ class SailorTargetPlanner:
             if got is None:
                 continue
             counts, bound, params, fb, opt = got
+            if self._bound_score(bound, usd) >= self.prune_s:
+                continue
             m = math.ceil(self.batch / (mbs * dp))
             ends = np.cumsum(counts)
             sends = []
@@ -428,7 +437,7 @@ class SailorTargetPlanner:
             comm += dp_worst
             b = self._bound_score(bound, usd)
             e = self._bound_score(bound + comm, usd)
-            if math.isfinite(b):
+            if b < self.prune_s:
                 out.append((e, b, (name, grid, mbs, counts)))
         return out
 
@@ -599,6 +608,8 @@ class SailorTargetPlanner:
                 for order in orders:
                     count = dict(zip(used, vec, strict=True))
                     kinds = [g for g in order for _ in range(count[g])]
+                    if not self._may_beat(kinds, tp_of, dp):
+                        continue
                     for zone_order in anchors:
                         grid = self._fill(kinds, dp, tp_of, nodes, zone_order)
                         if grid is None:
@@ -608,6 +619,17 @@ class SailorTargetPlanner:
                             self._seen.add(key)
                             out += self.configs("typed", grid)
         return out
+
+    def _may_beat(self, kinds, tp_of, dp: int) -> bool:
+        """Whether some micro-batch size's compute bound of these stages is below the
+        incumbent's score (``prune_s``): no placement of them can beat it otherwise."""
+        keys = tuple(((self.sgpu[g], tp_of[g]),) for g in kinds)
+        usd = sum(self.price[g] * tp_of[g] for g in kinds) * dp
+        for mbs in self.micro_batch_sizes:
+            got = self.split(keys, mbs, dp)
+            if got is not None and self._bound_score(got[1], usd) < self.prune_s:
+                return True
+        return False
 
     def _anchor_orders(self, zones, used, tp_of) -> list[tuple[str, ...]]:
         """Per anchor zone, the zones by the time of 100 MB from it (the anchor first); each
@@ -670,6 +692,7 @@ class SailorTargetPlanner:
         best = min(heuristics.values(), key=self.score, default=None)
         self.deadline_s = math.inf
         if self.typed_layouts and not self.out_of_time():
+            self.prune_s = self.score(best)
             best = self.best_first(self.typed_entries(), best)
         return SailorPlanResult(
             best=best,
