@@ -17,7 +17,8 @@ The search:
 2. **Typed layouts**: per tp of each GPU type, per subset of the types, per number of stages of
    each type (a stage's replicas all one type), per dp, per type order along the pipeline and
    per anchor zone (its replicas' pipelines filled into one zone where they fit, the zones by
-   bandwidth to the anchor), every micro-batch size.
+   bandwidth to the anchor), every micro-batch size; dp: every divisor of the batch, the most
+   the nodes allow, and per micro-batch size the least dp for each micro-batch count.
 
 A configuration's layer split minimises its busiest stage's forward + backward time within
 each stage's memory (a contiguous min-max split, bisection on the time). Configurations are
@@ -392,9 +393,9 @@ class SailorTargetPlanner:
                 params[s] = max(params[s], p)
         return tuple(best), fb, opt, params
 
-    def configs(self, name: str, grid: list[list[tuple[str, str, int]]]) -> list[tuple]:
-        """(estimate, bound, tick, (name, grid, mbs, counts)) per micro-batch size that fits;
-        ``grid[s][r]`` = (zone, Sailor GPU, tp) of stage s, replica r."""
+    def configs(self, name: str, grid: list[list[tuple[str, str, int]]], sizes=None) -> list:
+        """(estimate, bound, (name, grid, mbs, counts)) per micro-batch size (of ``sizes``,
+        default all) that fits; ``grid[s][r]`` = (zone, Sailor GPU, tp) of stage s, replica r."""
         self.layouts[name] = self.layouts.get(name, 0) + 1
         pp, dp = len(grid), len(grid[0])
         stage_keys = tuple(tuple(sorted({(g, tp) for _, g, tp in st})) for st in grid)
@@ -405,7 +406,7 @@ class SailorTargetPlanner:
         ]
         zone_sets = [(sorted({z for z, _, _ in st}), {(g, tp) for _, g, tp in st}) for st in grid]
         out = []
-        for mbs in self.micro_batch_sizes:
+        for mbs in sizes or self.micro_batch_sizes:
             got = self.split(stage_keys, mbs, dp)
             self.estimates += 1
             if got is None:
@@ -601,14 +602,13 @@ class SailorTargetPlanner:
         for vec, most in vectors:
             if self.out_of_time():
                 break
-            cand_dp = sorted({d for d in dps if d <= most} | {most})
-            for dp in cand_dp:
+            for dp, sizes in self._dp_choices(most, dps).items():
                 if dp > max_dp:
                     continue
                 for order in orders:
                     count = dict(zip(used, vec, strict=True))
                     kinds = [g for g in order for _ in range(count[g])]
-                    if not self._may_beat(kinds, tp_of, dp):
+                    if not self._may_beat(kinds, tp_of, dp, sizes):
                         continue
                     for zone_order in anchors:
                         grid = self._fill(kinds, dp, tp_of, nodes, zone_order)
@@ -617,15 +617,32 @@ class SailorTargetPlanner:
                         key = tuple(sorted(zip(*grid, strict=True)))
                         if key not in self._seen:  # the same pipelines from another anchor
                             self._seen.add(key)
-                            out += self.configs("typed", grid)
+                            out += self.configs("typed", grid, sizes)
         return out
 
-    def _may_beat(self, kinds, tp_of, dp: int) -> bool:
+    def _dp_choices(self, most: int, dps: set[int]) -> dict[int, tuple[int, ...]]:
+        """dp (at most ``most``) -> the micro-batch sizes tried with it: every dp dividing the
+        batch, and ``most``, at every size; and per size b and micro-batch count m the least dp
+        giving m micro-batches, ⌈batch / (b·m)⌉ (a larger dp with the same m adds replicas
+        and sequences without shortening the pipeline)."""
+        out = {d: set(self.micro_batch_sizes) for d in dps if d <= most}
+        out.setdefault(most, set()).update(self.micro_batch_sizes)
+        for b in self.micro_batch_sizes:
+            m = math.ceil(self.batch / (b * most))
+            while True:
+                d = math.ceil(self.batch / (b * m))
+                out.setdefault(d, set()).add(b)
+                if d <= 1:
+                    break
+                m = math.ceil(self.batch / (b * (d - 1)))  # the next m with a smaller dp
+        return {d: tuple(sorted(v)) for d, v in sorted(out.items())}
+
+    def _may_beat(self, kinds, tp_of, dp: int, sizes: tuple[int, ...]) -> bool:
         """Whether some micro-batch size's compute bound of these stages is below the
         incumbent's score (``prune_s``): no placement of them can beat it otherwise."""
         keys = tuple(((self.sgpu[g], tp_of[g]),) for g in kinds)
         usd = sum(self.price[g] * tp_of[g] for g in kinds) * dp
-        for mbs in self.micro_batch_sizes:
+        for mbs in sizes:
             got = self.split(keys, mbs, dp)
             if got is not None and self._bound_score(got[1], usd) < self.prune_s:
                 return True
