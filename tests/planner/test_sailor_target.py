@@ -117,3 +117,25 @@ def test_unknown_model_and_gpu(tmp_path, inputs):
     cl = _fleet(tmp_path, [(ZA, "A100", 4)])
     with pytest.raises(ValueError, match="no Sailor training config"):
         SailorTargetPlanner(cl, "GPT-9", 16, inputs)
+
+
+def test_mode_plan_framework_sailor_writes_a_plan_in_sailors_format(tmp_path, inputs):
+    from repro.config.options import ConfigError
+    from repro.run import run
+    from system.external.sailor.framework import predict_plan
+    from system.external.sailor.plan import load_plan
+
+    _fleet(tmp_path, [(ZA, "A100", 4), (ZA, "V100", 4)])
+    out = tmp_path / "plan.json"
+    common = {"case": str(tmp_path / "fleet.json"), "results_dir": str(tmp_path / "r")}
+    args = {"mode": "plan", "model": "opt_350", "batch": 16, "framework": "sailor", **common}
+    run({**args, "profiles": str(SHARED), "time_limit_s": 60, "out": str(out)})
+    rec = json.loads(out.read_text())
+    assert rec["framework"] == "sailor" and rec["sailor_model"] == "OPT-350"
+    doc = tmp_path / "plan_config_x.json"
+    doc.write_text(json.dumps(rec["plan_config"]))
+    plan = load_plan(doc, "OPT-350", inputs.shapes["OPT-350"].num_all_layers)
+    assert replicas_fit(plan, inputs)
+    assert predict_plan(plan, inputs).iter_time_s == pytest.approx(rec["iteration_time_s"])
+    with pytest.raises(ConfigError, match="framework=sailor: needs profiles="):
+        run({**args, "out": str(out)})
