@@ -11,9 +11,12 @@ from repro.config.shared import CaseOptions, LinkSharing, ModelName
 from system.planner.search import OBJECTIVES
 from system.simulator.sharing import DEFAULT_LINK_SHARING
 
-__all__ = ["PlanConfig", "PlanObjective"]
+__all__ = ["PlanConfig", "PlanFramework", "PlanObjective"]
 
 PlanObjective = choice("PlanObjective", OBJECTIVES, module=__name__)
+# the runtime a plan is made for: ours (our simulator) or Sailor's training framework (the
+# project's model of it, system/external/sailor/framework.py)
+PlanFramework = choice("PlanFramework", ("ours", "sailor"), module=__name__)
 
 
 @dataclass
@@ -43,6 +46,12 @@ class PlanConfig(CaseOptions, RunConfig):
         False, "plan only what our runtime runs (GPipe, full or no recomputation, even split)"
     )
     local_search: bool = option(True, "swap moves on the best placement while time allows")
+    framework: PlanFramework = option(
+        PlanFramework.ours,
+        "ours: plans for our runtime, timed by our simulator; sailor: plans for Sailor's "
+        "training framework (tp inside a host, FP32, DeepSpeed 1F1B), timed and memory-checked "
+        "by its model (system/planner/sailor_target.py); needs profiles= Sailor's data folder",
+    )
     out: str | None = option(None, "the plan's JSON file (null: results_dir/plan-<case>.json)")
 
     def check(self) -> None:
@@ -53,5 +62,15 @@ class PlanConfig(CaseOptions, RunConfig):
             need = Path(self.profiles) / "profiles_tmp.json"
             if not need.is_file():
                 raise ConfigError(f"profiles={self.profiles!r}: no profiles_tmp.json in it")
+        if str(self.framework) == "sailor":
+            from system.external.sailor.predict import DATA_FILES
+
+            if self.profiles is None:
+                raise ConfigError("framework=sailor: needs profiles= a folder of Sailor's data")
+            missing = [n for n in DATA_FILES if not (Path(self.profiles) / n).is_file()]
+            if missing:
+                raise ConfigError(f"profiles={self.profiles!r}: lacks {', '.join(missing)}")
+            if self.runnable_only:
+                raise ConfigError("runnable_only: applies to framework=ours only")
         if self.out is not None and (not self.out.strip() or self.out.endswith("/")):
             raise ConfigError(f"out={self.out!r}: not a file path")

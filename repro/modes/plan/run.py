@@ -26,6 +26,8 @@ __all__ = ["run", "plan_case"]
 
 def plan_case(cfg: PlanConfig) -> dict:
     """Plan per ``cfg``; returns the JSON-ready record."""
+    if str(cfg.framework) == "sailor":
+        return plan_sailor_case(cfg)
     from system.planner.compute import compute_model
     from system.planner.record import plan_record
     from system.planner.search import plan
@@ -74,10 +76,99 @@ def plan_case(cfg: PlanConfig) -> dict:
     return rec
 
 
+def sailor_model_name(model, inputs) -> str:
+    """The Sailor training config whose shape (hidden size, blocks, sequence) is ``model``'s."""
+    for name, sh in sorted(inputs.shapes.items()):
+        if (sh.hidden_size, sh.num_layers, sh.seq_length) == (
+            model.hidden_size,
+            model.num_layers,
+            model.seq_length,
+        ):
+            return name
+    raise ValueError(
+        f"model {model.name}: no Sailor training config of its shape (have "
+        f"{', '.join(sorted(inputs.shapes))})"
+    )
+
+
+def plan_sailor_case(cfg: PlanConfig) -> dict:
+    """``framework=sailor``: plan for Sailor's framework (system/planner/sailor_target.py)."""
+    import baselines.deepspeed.schedule  # noqa: F401  (DeepSpeed's op order for the replay)
+    from system.external.sailor.predict import load_inputs
+    from system.planner.sailor_target import plan_sailor
+    from system.workload import get_model
+
+    t0 = time.perf_counter()
+    cluster = cfg.cluster()
+    model = get_model(str(cfg.model), cfg.layers)
+    inputs = load_inputs(cfg.profiles)
+    name = sailor_model_name(model, inputs)
+    load_s = time.perf_counter() - t0
+    result = plan_sailor(
+        cluster,
+        name,
+        cfg.batch,
+        inputs,
+        objective=str(cfg.objective),
+        max_iter_time_s=cfg.max_iter_time_s,
+        time_limit_s=max(1.0, cfg.time_limit_s - load_s),
+    )
+    best = result.best
+    if best is None:
+        raise ValueError(
+            f"case {cfg.case}: no plan fits Sailor's framework (model {name}, batch {cfg.batch}, "
+            f"objective {cfg.objective})"
+        )
+    pred = best.prediction
+    return {
+        "framework": "sailor",
+        "case": cfg.case,
+        "case_sha256": case_digest(cfg.case),
+        "cluster": cluster.name,
+        "num_devices": cluster.num_devices,
+        "model": model.name,
+        "sailor_model": name,
+        "layers": model.num_layers,
+        "batch": cfg.batch,
+        "objective": str(cfg.objective),
+        "max_iter_time_s": cfg.max_iter_time_s,
+        "profiles": cfg.profiles,
+        "iteration_time_s": float(best.iter_time_s),
+        "cost_per_iteration_usd": float(best.cost_usd),
+        "layout": best.layout,
+        "config": best.config(),
+        "layers_per_stage": [len(st.layers) for st in best.plan.stages],
+        "gpus_used": sum(r.tp for st in best.plan.stages for r in st.replicas),
+        "peak_memory_bytes": float(pred.peak_memory_bytes),
+        "breakdown_s": {
+            "pipeline": pred.pipeline_s,
+            "tied": pred.tied_s,
+            "data_parallel": pred.dp_s,
+            "optimizer": pred.optimizer_s,
+        },
+        "plan_config": best.plan_config(),
+        "heuristics": {
+            k: (float(c.iter_time_s) if c is not None else None)
+            for k, c in result.heuristics.items()
+        },
+        "search_time_s": result.search_time_s,
+        "simulations": result.simulations,
+        "estimates": result.estimates,
+        "load_time_s": load_s,
+    }
+
+
 def run(cfg: PlanConfig) -> dict:
     rec = plan_case(cfg)
     out = cfg.out or str(path_in(cfg.results_dir, f"plan-{case_label(cfg.case)}.json"))
     atomic_write_text(out, json.dumps(rec, indent=1) + "\n")
+    if rec.get("framework") == "sailor":
+        print(
+            f"plan (Sailor's framework): {rec['iteration_time_s']:.3f} s per iteration on "
+            f"{rec['gpus_used']} of {rec['num_devices']} GPUs ({rec['config']}, layers "
+            f"{rec['layers_per_stage']}); searched {rec['search_time_s']:.1f} s -> {out}"
+        )
+        return {"out": out, "iteration_time_s": rec["iteration_time_s"]}
     heur = ", ".join(
         f"{k} {v:.2f} s" if v is not None else f"{k} -" for k, v in rec["heuristics"].items()
     )

@@ -8,12 +8,15 @@ Inputs (``results_dir`` holds them; ``COMMANDS.md`` there says how each was made
   it chose per trace point and what its own simulator said of it
   (:mod:`system.external.sailor.planner_import`);
 - ``ours/<study>_<model>_p<k>.json`` — ``mode=plan``'s record on that point's fleet (optional);
-- ``sailor_judge/<study>_<model>_ours.json`` — Sailor's simulator on ours' plans in its format
-  (optional; one entry per point, null where ours has no plan).
+- ``ours_sailor/<study>_<model>_p<k>.json`` — ``mode=plan framework=sailor``'s record (ours
+  planning for Sailor's framework; its ``plan_config`` is the plan; optional);
+- ``sailor_judge/<study>_<model>_ours.json`` and ``..._ours_sailor.json`` — Sailor's simulator on
+  each of ours' plans in its format (optional; one entry per point, null where ours has none).
 
 Writes, beside them: ``fleets/<study>_p<k>.json`` (each point's fleet as a topology file: one
 device per GPU, hosts of ``gpus_per_host``, zone = region, links from Sailor's bandwidth fits),
-``sailor_plans/`` and ``ours_plans/`` (every plan as a ``plan_config`` document), and
+``sailor_plans/``, ``ours_plans/`` and ``ours_sailor_plans/`` (every plan as a ``plan_config``
+document), and
 ``table.csv``: per point and planner the iteration time and dollars per iteration under our
 judge (:func:`system.external.sailor.framework.predict_plan`, the model of Sailor's framework on
 the plan's own profiles and link fits) and under Sailor's simulator, and each planner's wall
@@ -209,6 +212,7 @@ def run(cfg) -> dict:
     out = Path(cfg.results_dir)
     studies = _studies(out)
     sailor_dir, ours_dir = out / "sailor_plans", out / "ours_plans"
+    target_dir = out / "ours_sailor_plans"
     rows = []
     for name, study in studies:
         write_plans(study, sailor_dir, name)
@@ -220,6 +224,8 @@ def run(cfg) -> dict:
         stem = f"{name}_{study.model}"
         judge_file = out / "sailor_judge" / f"{stem}_ours.json"
         judged = read_json(judge_file)["points"] if judge_file.is_file() else None
+        judge_file2 = out / "sailor_judge" / f"{stem}_ours_sailor.json"
+        judged2 = read_json(judge_file2)["points"] if judge_file2.is_file() else None
         for p in study.points:
             rec_file = out / "ours" / f"{stem}_p{p.point}.json"
             rec = read_json(rec_file) if rec_file.is_file() else None
@@ -233,12 +239,28 @@ def run(cfg) -> dict:
                     / f"plan_config_{name}_p{p.point}.json",
                     doc,
                 )
-            rows.append((name, study, p, rec, judged[p.point] if judged else None))
+            rec2_file = out / "ours_sailor" / f"{stem}_p{p.point}.json"
+            rec2 = read_json(rec2_file) if rec2_file.is_file() else None
+            if rec2 is not None:
+                rel = f"{name}/{MODEL_DIRS[study.model]}/plan_config_{name}_p{p.point}.json"
+                _json(target_dir / rel, rec2["plan_config"])
+            rows.append(
+                (
+                    name,
+                    study,
+                    p,
+                    rec,
+                    judged[p.point] if judged else None,
+                    rec2,
+                    judged2[p.point] if judged2 else None,
+                )
+            )
     inputs = load_inputs(cfg.data_dir)
     ours_judge_sailor = _predicted(sailor_dir, cfg.data_dir)
     ours_judge_ours = _predicted(ours_dir, cfg.data_dir)
+    ours_judge_target = _predicted(target_dir, cfg.data_dir)
     table = []
-    for name, study, p, rec, judged in rows:
+    for name, study, p, rec, judged, rec2, judged2 in rows:
         rel = f"{name}/{MODEL_DIRS[study.model]}/plan_config_{name}_p{p.point}.json"
         base = {
             "study": name,
@@ -279,7 +301,7 @@ def run(cfg) -> dict:
         table.append(
             {
                 **base,
-                "planner": "ours",
+                "planner": "ours (our runtime)",
                 "plan": f"ours_plans/{rel}" if odoc else "",
                 "shape": _shape(odoc),
                 "planner_wall_s": rec.get("search_time_s") if rec else None,
@@ -297,6 +319,32 @@ def run(cfg) -> dict:
                 ),
             }
         )
+        if rec2 is not None:
+            t_row = ours_judge_target.get(rel)
+            t_pred = getattr(t_row, "prediction", None)
+            tdoc = rec2["plan_config"]
+            usd_t = _gpu_usd_per_s(tdoc)
+            table.append(
+                {
+                    **base,
+                    "planner": "ours (framework=sailor)",
+                    "plan": f"ours_sailor_plans/{rel}",
+                    "shape": _shape(tdoc),
+                    "planner_wall_s": rec2.get("search_time_s"),
+                    "planner_setup_s": rec2.get("load_time_s"),
+                    "planner_estimate_s": rec2.get("iteration_time_s"),
+                    "ours_judge_iter_time_s": t_pred.iter_time_s if t_pred else None,
+                    "ours_judge_usd_per_iter": t_pred.iter_time_s * usd_t if t_pred else None,
+                    "ours_judge_fits": _fits(t_pred, target_dir / rel, study.model, inputs),
+                    "ours_judge_note": (getattr(t_row, "excluded", "") if t_row else "no plan"),
+                    "sailor_judge_fits": judged2.get("fits") if judged2 else None,
+                    "sailor_judge_iter_time_s": judged2.get("iter_time_s") if judged2 else None,
+                    "sailor_judge_usd_per_iter": judged2.get("usd_per_iter") if judged2 else None,
+                    "sailor_judge_comm_usd_per_iter": (
+                        judged2.get("comm_usd_per_iter") if judged2 else None
+                    ),
+                }
+            )
     frame = pd.DataFrame(table)
     atomic_write(out / "table.csv", lambda tmp: frame.to_csv(tmp, index=False, float_format="%.6g"))
     cols = [
@@ -311,7 +359,7 @@ def run(cfg) -> dict:
         "ours_judge_usd_per_iter",
         "sailor_judge_usd_per_iter",
     ]
-    atomic_write_text(out / "table.md", _markdown(frame))
+    atomic_write_text(out / "table.md", _markdown(frame) + "\n" + _ratios(frame))
     print(frame[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     log.info("%d rows into %s", len(frame), out / "table.csv")
     return {"rows": len(frame)}
@@ -356,5 +404,47 @@ def _markdown(frame: pd.DataFrame) -> str:
             f"{_cell(r.sailor_judge_iter_time_s, '.3f', r.sailor_judge_fits)} | "
             f"{_cell(r.ours_judge_usd_per_iter, '.3f')} | "
             f"{_cell(r.sailor_judge_usd_per_iter, '.3f')} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _ratio(a, b, fits_a=None) -> str:
+    if a is None or b is None or a != a or b != b:
+        return "—"
+    return f"{a / b:.2f}x" + (" (OOM)" if fits_a is False else "")
+
+
+def _ratios(frame: pd.DataFrame) -> str:
+    """Per point: each of ours' plans over Sailor's, under each judge, and the planners' wall
+    times (Sailor's one-time table build in brackets)."""
+    lines = [
+        "| study | model | point | Sailor: plan | ours (framework=sailor): plan | "
+        "ours/Sailor, ours' judge | ours/Sailor, Sailor's judge | "
+        "ours (our runtime)/Sailor, ours' judge | ours (our runtime)/Sailor, Sailor's judge | "
+        "wall s: Sailor (+setup) / ours (framework=sailor) / ours (our runtime) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (study, model, point), g in frame.groupby(["study", "model", "point"], sort=True):
+        by = {r.planner: r for _, r in g.iterrows()}
+        s, t, o = by.get("sailor"), by.get("ours (framework=sailor)"), by.get("ours (our runtime)")
+
+        def cell(r, col):
+            return None if r is None else r[col]
+
+        setup = cell(s, "planner_setup_s")
+        wall_s = _cell(cell(s, "planner_wall_s"), ".2f") + (
+            f" (+{setup:.1f})" if setup is not None and setup == setup and setup > 0 else ""
+        )
+
+        def vs(r, judge, s=s):
+            col = f"{judge}_iter_time_s"
+            return _ratio(cell(r, col), cell(s, col), cell(r, f"{judge}_fits"))
+
+        lines.append(
+            f"| {study} | {model} | {point} | {cell(s, 'shape') or '—'} | "
+            f"{cell(t, 'shape') or '—'} | {vs(t, 'ours_judge')} | {vs(t, 'sailor_judge')} | "
+            f"{vs(o, 'ours_judge')} | {vs(o, 'sailor_judge')} | "
+            f"{wall_s} / {_cell(cell(t, 'planner_wall_s'), '.1f')} / "
+            f"{_cell(cell(o, 'planner_wall_s'), '.1f')} |"
         )
     return "\n".join(lines) + "\n"

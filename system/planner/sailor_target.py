@@ -1,0 +1,726 @@
+"""The planner with Sailor's training framework as the plan's runtime (``framework=sailor``).
+
+The objective is :func:`system.external.sailor.framework.predict_plan`'s iteration time (the
+project's model of Sailor's framework: Megatron-DeepSpeed in FP32, DeepSpeed's 1F1B, tensor
+parallelism inside a node) and a plan must fit its memory model
+(:func:`~system.external.sailor.framework.replicas_fit`). The search space is what that
+framework runs: per (stage, replica) one node of ``tp`` GPUs of one host (tp dividing the GPUs
+of each host of that type and zone, one tp per GPU type), ``pp`` stages of ``dp`` replicas,
+a micro-batch size with a profile for every (GPU, tp) used, any subset of the fleet's GPUs and
+zones, and an uneven split of Sailor's layers (0 the embedding, the last the head).
+
+The search:
+
+1. **Heuristics** (:data:`~system.planner.search.HEURISTICS`, on the fleet's devices, one GPU a
+   node, tp 1, every shape) get the same configuration search (every micro-batch size, the
+   balanced layer split); each one's best is reported and the best of them seeds the search.
+2. **Typed layouts**: per tp of each GPU type, per subset of the types, per number of stages of
+   each type (a stage's replicas all one type), per dp, per type order along the pipeline and
+   per anchor zone (its replicas' pipelines filled into one zone where they fit, the zones by
+   bandwidth to the anchor), every micro-batch size; dp: every divisor of the batch, the most
+   the nodes allow, and per micro-batch size the least dp for each micro-batch count.
+
+A configuration's layer split minimises its busiest stage's forward + backward time within
+each stage's memory (a contiguous min-max split, bisection on the time). Configurations are
+simulated in the order of an estimate — 1F1B over each stage's f + b plus its boundary sends
+(Sailor's link fits), a ring all-reduce over the slowest link of each stage's group, the
+optimizer step — skipping those whose compute bound (``(m − 1)·max(f + b) + Σ(f + b) +``
+optimizer) reaches the incumbent, and stopping at the first estimated more than
+:data:`ESTIMATE_MARGIN` above it, or at the time limit. The stop is a rule on the estimate, not
+a bound: a plan the estimate ranks that far off is not simulated.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import itertools
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from system.cluster import Cluster
+from system.external.sailor.bandwidth import NodeSpec
+from system.external.sailor.errors import SailorFormatError
+from system.external.sailor.framework import (
+    ADAM_STATE_BYTES_PER_PARAM,
+    BUCKET_ELEMENTS,
+    BYTES_PER_ELEMENT,
+    CONTEXT_BYTES,
+    PlanPrediction,
+    SailorInputs,
+    head_is_tied,
+    predict_plan,
+    replicas_fit,
+    tied_head_times_s,
+)
+from system.external.sailor.gpus import SAILOR_GPUS
+from system.external.sailor.plan import Replica, SailorPlan, Stage
+from system.external.sailor.profile import PROFILED_TRANSFORMER_LAYERS
+from system.gpus import get_gpu
+from system.planner.prices import usd_per_hour
+from system.planner.search import HEURISTICS, OBJECTIVES, SMALL_FLEET
+from system.scheduler.heuristics import greedy_region_chains
+
+__all__ = [
+    "SailorCandidate",
+    "SailorPlanResult",
+    "SailorTargetPlanner",
+    "plan_sailor",
+    "sailor_gpu",
+]
+
+MICRO_BATCH_SIZES = (1, 2, 4, 8)
+STAGE_COUNTS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32)  # per type, and its max
+# the search stops at the first configuration estimated this much above the incumbent (a stop
+# rule on the estimate, not a bound: module docstring)
+ESTIMATE_MARGIN = 0.15
+HEURISTIC_SHARE = 0.3  # of the time limit, split evenly between the heuristics
+
+
+def sailor_gpu(project: str, model: str, inputs: SailorInputs) -> str:
+    """Sailor's name for the project's GPU type ``project``: the one with profiles of ``model``
+    whose memory suffix (``A100-40``: 40 GB) is the project GPU's memory; ValueError if none."""
+    names = [s for s, p in SAILOR_GPUS.items() if p == project]
+    have = {g for (m, g, _, _) in inputs.profiles.rows if m == model}
+    names = [s for s in names if s in have]
+    gb = round(get_gpu(project).memory_bytes / 1e9)
+    exact = [s for s in names if s.rsplit("-", 1)[-1] == str(gb)]
+    if len(exact) == 1:
+        return exact[0]
+    if len(names) == 1:
+        return names[0]
+    raise ValueError(
+        f"GPU {project!r}: no single Sailor profile of {model} matches it (candidates {names})"
+    )
+
+
+@dataclass
+class SailorCandidate:
+    """One plan judged by the model of Sailor's framework."""
+
+    layout: str
+    plan: SailorPlan
+    prediction: PlanPrediction
+    usd_per_s: float
+
+    @property
+    def iter_time_s(self) -> float:
+        return self.prediction.iter_time_s
+
+    @property
+    def cost_usd(self) -> float:
+        return self.iter_time_s * self.usd_per_s
+
+    def config(self) -> dict:
+        tps = sorted({r.tp for st in self.plan.stages for r in st.replicas})
+        return {
+            "pp": self.plan.pp,
+            "dp": self.plan.dp,
+            "micro_batch_size": self.plan.mbs,
+            "micro_batches": self.plan.micro_batches,
+            "tp": tps[0] if len(tps) == 1 else tps,
+            "schedule": "1f1b (DeepSpeed)",
+            "recompute": "none",
+        }
+
+    def plan_config(self) -> dict:
+        """The plan as a Sailor ``plan_config`` document."""
+        p = self.plan
+        return {
+            "pipeline_list": [
+                {
+                    "num_stages": p.pp,
+                    "layers_per_stage": [list(st.layers) for st in p.stages],
+                    "tmp_per_stage": [
+                        [[[[r.gpu, r.gpus, r.zone]], r.tp] for r in st.replicas] for st in p.stages
+                    ],
+                    "dp": [st.dp for st in p.stages],
+                }
+            ],
+            "mbs": p.mbs,
+            "gbs": p.gbs,
+            "N": p.pp * p.dp,
+        }
+
+
+@dataclass
+class SailorPlanResult:
+    best: SailorCandidate | None
+    heuristics: dict[str, SailorCandidate | None]
+    search_time_s: float
+    simulations: int
+    estimates: int
+    layouts: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class _TypeRow:
+    """Per-layer times, parameters and activations of one (Sailor GPU, mbs, tp)."""
+
+    cost_s: np.ndarray  # fwd + bwd per layer per micro-batch (the tied head's GEMM included)
+    opt_s_per_param: float
+    params: np.ndarray  # per GPU
+    act: np.ndarray  # act_mem elements per sequence
+    act_out: np.ndarray  # act_output elements per sequence (a stage boundary's send)
+    memory_bytes: float
+
+
+class SailorTargetPlanner:
+    """One planning problem (module docstring); :meth:`run` plans it."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        model: str,
+        batch: int,
+        inputs: SailorInputs,
+        *,
+        objective: str = "throughput",
+        max_iter_time_s: float | None = None,
+        time_limit_s: float = 50.0,
+        micro_batch_sizes: tuple[int, ...] = MICRO_BATCH_SIZES,
+        heuristics: tuple[str, ...] = HEURISTICS,
+        typed: bool = True,
+    ) -> None:
+        if objective not in OBJECTIVES:
+            raise ValueError(f"objective={objective!r}: expected one of {', '.join(OBJECTIVES)}")
+        if model not in inputs.shapes:
+            raise ValueError(
+                f"model {model!r}: no Sailor training config (have {list(inputs.shapes)})"
+            )
+        self.cluster, self.model, self.batch, self.inputs = cluster, model, int(batch), inputs
+        self.objective, self.max_iter_time_s = objective, max_iter_time_s
+        self.time_limit_s = float(time_limit_s)
+        self.micro_batch_sizes = tuple(micro_batch_sizes)
+        self.heuristic_names, self.typed_layouts = tuple(heuristics), typed
+        self.num_layers = inputs.shapes[model].num_all_layers
+        self.sgpu = {g: sailor_gpu(g, model, inputs) for g in sorted(set(cluster.gpus))}
+        self.price = {g: usd_per_hour(g) / 3600.0 for g in self.sgpu}
+        self.project = {s: g for g, s in self.sgpu.items()}
+        self._rows: dict[tuple[str, int, int], _TypeRow | None] = {}
+        self._bw: dict[tuple, object] = {}
+        self._sends: dict[tuple, float] = {}
+        self._split: dict[tuple, tuple | None] = {}
+        self._limits: dict[tuple, tuple] = {}
+        self._seen: set = set()
+        self.prune_s = math.inf  # the incumbent's score while layouts are enumerated
+        self.simulations = self.estimates = 0
+        self.layouts: dict[str, int] = {}
+        self.t0 = time.perf_counter()
+        self.deadline_s = math.inf
+
+    # ---- inputs ----------------------------------------------------------------------------
+    def row(self, gpu: str, mbs: int, tp: int) -> _TypeRow | None:
+        """Per-layer figures of Sailor GPU ``gpu`` at (mbs, tp); None without a profile."""
+        key = (gpu, mbs, tp)
+        if key not in self._rows:
+            self._rows[key] = None
+            if (self.model, gpu, mbs, tp) in self.inputs.profiles.rows and (
+                (self.model, tp) in self.inputs.sizes.rows
+            ):
+                self._rows[key] = self._make_row(gpu, mbs, tp)
+        return self._rows[key]
+
+    def _make_row(self, gpu: str, mbs: int, tp: int) -> _TypeRow:
+        times = self.inputs.profiles.get(self.model, gpu, mbs, tp)
+        sizes = self.inputs.sizes.get(self.model, tp)
+        shape = self.inputs.shapes[self.model]
+        cost = (times.fwd_s + times.bwd_s).astype(float)
+        if head_is_tied(self.inputs.sizes.get(self.model, 1), shape):
+            hf, hb, _ = tied_head_times_s(times, sizes, shape, mbs, tp)
+            cost[-1] += hf + hb
+        n = PROFILED_TRANSFORMER_LAYERS
+        profiled = sizes.params[0] + n * sizes.params[1] + sizes.params[-1]
+        return _TypeRow(
+            cost_s=cost,
+            opt_s_per_param=times.profiled_opt_s / profiled,
+            params=sizes.params.astype(float),
+            act=sizes.act_mem.astype(float),
+            act_out=sizes.act_output.astype(float),
+            memory_bytes=get_gpu(self.project[gpu]).memory_bytes,
+        )
+
+    def send_s(self, za: str, zb: str, gpu: str, tp: int, nbytes: float) -> float:
+        """Seconds for a message of ``nbytes`` per GPU between nodes of ``tp`` GPUs of ``gpu`` in
+        zones za and zb, every GPU sending at once (Sailor's fit; the one-GPU nodes' where the
+        fits have no ``tp``-GPU node)."""
+        key = (za, zb, gpu, tp)
+        if key not in self._bw:
+            self._bw[key] = None
+            for n in (tp, 1):
+                try:
+                    self._bw[key] = self.inputs.fits.curve(
+                        NodeSpec(za, gpu, n), NodeSpec(zb, gpu, n)
+                    )
+                    break
+                except SailorFormatError:
+                    continue
+        c = self._bw[key]
+        if c is None:
+            return math.inf
+        k = (key, nbytes)
+        if k not in self._sends:
+            self._sends[k] = float(c.time_s(nbytes))
+        return self._sends[k]
+
+    def layer_s(self, gpu: str) -> float:
+        """Seconds of one micro-batch through the model on one GPU of project type ``gpu`` at
+        its smallest profiled (mbs, tp) (the heuristics' speed order)."""
+        for mbs, tp in itertools.product(sorted(self.micro_batch_sizes), (1, 2, 4, 8)):
+            r = self.row(self.sgpu[gpu], mbs, tp)
+            if r is not None:
+                return float(r.cost_s.sum()) * tp / mbs
+        return math.inf
+
+    # ---- objective -------------------------------------------------------------------------
+    def score(self, c: SailorCandidate | None) -> float:
+        if c is None or not math.isfinite(c.iter_time_s):
+            return math.inf
+        if self.max_iter_time_s is not None and c.iter_time_s > self.max_iter_time_s:
+            return math.inf
+        return c.iter_time_s if self.objective == "throughput" else c.cost_usd
+
+    def _bound_score(self, t: float, usd_per_s: float) -> float:
+        if self.max_iter_time_s is not None and t > self.max_iter_time_s:
+            return math.inf
+        return t if self.objective == "throughput" else t * usd_per_s
+
+    def out_of_time(self) -> bool:
+        return time.perf_counter() - self.t0 > min(self.time_limit_s, self.deadline_s)
+
+    # ---- one layout's configurations -------------------------------------------------------
+    def split(self, stage_keys: tuple, mbs: int, dp: int) -> tuple | None:
+        """(layer counts per stage, compute bound s, parameters per GPU per stage, f + b per
+        stage, optimizer s): the split
+        minimising the busiest stage's f + b within memory; None if none fits.
+        ``stage_keys``: per stage the (gpu, tp) of its replicas."""
+        m = math.ceil(self.batch / (mbs * dp))
+        pp = len(stage_keys)
+        key = (stage_keys, mbs, dp > 1, min(m, pp))
+        if key not in self._split:
+            self._split[key] = self._balanced(stage_keys, mbs, dp > 1, min(m, pp))
+        got = self._split[key]
+        if got is None:
+            return None
+        counts, fb, opt, params = got
+        return counts, (m - 1) * max(fb) + sum(fb) + opt, params, fb, opt
+
+    def _stage_limits(self, keys, mbs: int, replicated: bool, in_flight: int):
+        """A stage of replicas ``keys``: cumulative f + b per layer (its slowest replica's) and,
+        per first layer i, the last end j whose layers i..j−1 fit every replica's memory."""
+        key = (keys, mbs, replicated, in_flight)
+        if key in self._limits:
+            return self._limits[key]
+        rs = [self.row(g, mbs, tp) for g, tp in keys]
+        L = self.num_layers
+        zero = np.zeros(1)
+        c = np.concatenate([zero, np.cumsum(np.max([r.cost_s for r in rs], axis=0))])
+        fits = np.full((L + 1, L + 1), True)
+        for r in rs:
+            P = np.concatenate([zero, np.cumsum(r.params)])
+            A = np.concatenate([zero, np.cumsum(r.act)])
+            params = P[None, :] - P[:, None]
+            acts = in_flight * mbs * (A[None, :] - A[:, None]) * BYTES_PER_ELEMENT
+            bucket = BYTES_PER_ELEMENT * np.minimum(params, BUCKET_ELEMENTS) if replicated else 0
+            mem = ADAM_STATE_BYTES_PER_PARAM * params + np.maximum(acts, bucket) + CONTEXT_BYTES
+            fits &= mem <= r.memory_bytes
+        ends = []
+        for i in range(L + 1):
+            j = i
+            while j < L and fits[i, j + 1]:
+                j += 1
+            ends.append(j)
+        self._limits[key] = (c.tolist(), ends)
+        return self._limits[key]
+
+    def _balanced(self, stage_keys, mbs: int, replicated: bool, m_cap: int):
+        pp, L = len(stage_keys), self.num_layers
+        if pp > L:
+            return None
+        rows = []
+        for keys in stage_keys:
+            rs = [self.row(g, mbs, tp) for g, tp in keys]
+            if any(r is None for r in rs):
+                return None
+            rows.append(rs)
+        cost, most = [], []
+        for s, keys in enumerate(stage_keys):
+            c, ends = self._stage_limits(keys, mbs, replicated, min(pp - s, m_cap))
+            cost.append(c)
+            most.append(ends)
+
+        last = pp - 1
+        bisect_right = bisect.bisect_right
+
+        def feasible(T: float):
+            counts, i = [], 0
+            for s in range(last):
+                c = cost[s]
+                j = min(bisect_right(c, c[i] + T) - 1, L - last + s, most[s][i])
+                if j <= i:
+                    return None
+                counts.append(j - i)
+                i = j
+            c = cost[last]
+            if c[L] - c[i] > T or most[last][i] < L:
+                return None
+            counts.append(L - i)
+            return counts
+
+        lo, hi = 0.0, max(c[-1] for c in cost)
+        best = feasible(hi)
+        if best is None:
+            return None
+        for _ in range(40):
+            mid = 0.5 * (lo + hi)
+            got = feasible(mid)
+            if got is None:
+                lo = mid
+            else:
+                hi, best = mid, got
+            if hi - lo < 2e-3 * hi:  # the counts are integers: 0.2% is past their steps
+                break
+        bounds = np.concatenate([[0], np.cumsum(best)]).astype(int)
+        fb = [cost[s][bounds[s + 1]] - cost[s][bounds[s]] for s in range(pp)]
+        opt, params = 0.0, np.zeros(pp)
+        for s, rs in enumerate(rows):
+            for r in rs:
+                p = float(r.params[bounds[s] : bounds[s + 1]].sum())
+                opt = max(opt, r.opt_s_per_param * p)
+                params[s] = max(params[s], p)
+        return tuple(best), fb, opt, params
+
+    def configs(self, name: str, grid: list[list[tuple[str, str, int]]], sizes=None) -> list:
+        """(estimate, bound, (name, grid, mbs, counts)) per micro-batch size (of ``sizes``,
+        default all) that fits; ``grid[s][r]`` = (zone, Sailor GPU, tp) of stage s, replica r."""
+        self.layouts[name] = self.layouts.get(name, 0) + 1
+        pp, dp = len(grid), len(grid[0])
+        stage_keys = tuple(tuple(sorted({(g, tp) for _, g, tp in st})) for st in grid)
+        usd = sum(self.price[self.project[g]] * tp for st in grid for _, g, tp in st)
+        pairs = [
+            {(za, g, tp, zb) for (za, g, tp), (zb, _, _) in zip(grid[s], grid[s + 1], strict=True)}
+            for s in range(pp - 1)
+        ]
+        zone_sets = [(sorted({z for z, _, _ in st}), {(g, tp) for _, g, tp in st}) for st in grid]
+        out = []
+        for mbs in sizes or self.micro_batch_sizes:
+            got = self.split(stage_keys, mbs, dp)
+            self.estimates += 1
+            if got is None:
+                continue
+            counts, bound, params, fb, opt = got
+            if self._bound_score(bound, usd) >= self.prune_s:
+                continue
+            m = math.ceil(self.batch / (mbs * dp))
+            ends = np.cumsum(counts)
+            sends = []
+            for s in range(pp - 1):
+                worst = 0.0
+                for za, g, tp, zb in pairs[s]:
+                    part = self.row(g, mbs, tp).act_out[ends[s] - 1] * mbs * BYTES_PER_ELEMENT / tp
+                    worst = max(worst, self.send_s(za, zb, g, tp, part))
+                sends.append(worst)
+            eff = [
+                fb[s] + (sends[s] if s < pp - 1 else 0.0) + (sends[s - 1] if s else 0.0)
+                for s in range(pp)
+            ]
+            comm = (m - 1) * max(eff) + sum(eff) + sum(sends) + opt - bound
+            dp_worst = 0.0
+            if dp > 1:
+                for s, (zones, kinds) in enumerate(zone_sets):
+                    chunk = params[s] * BYTES_PER_ELEMENT / dp
+                    for g, tp in kinds:
+                        step = max(self.send_s(a, b, g, tp, chunk) for a in zones for b in zones)
+                        dp_worst = max(dp_worst, 2 * (dp - 1) * step)
+            comm += dp_worst
+            b = self._bound_score(bound, usd)
+            e = self._bound_score(bound + comm, usd)
+            if b < self.prune_s:
+                out.append((e, b, (name, grid, mbs, counts)))
+        return out
+
+    def evaluate(self, entry: tuple) -> SailorCandidate | None:
+        """The model's prediction of a configuration; None where it does not fit memory."""
+        plan = self.plan_of(entry)
+        if not replicas_fit(plan, self.inputs):
+            return None
+        self.simulations += 1
+        pred = predict_plan(plan, self.inputs)
+        usd = sum(self.price[self.project[r.gpu]] * r.tp for st in plan.stages for r in st.replicas)
+        return SailorCandidate(entry[0], plan, pred, usd)
+
+    def plan_of(self, entry: tuple) -> SailorPlan:
+        """A configuration ((name, grid, mbs, layer counts)) as a plan of Sailor's framework."""
+        name, grid, mbs, counts = entry
+        bounds = np.concatenate([[0], np.cumsum(counts)]).astype(int)
+        stages = tuple(
+            Stage(
+                tuple(range(bounds[s], bounds[s + 1])),
+                tuple(Replica(g, tp, z, tp) for z, g, tp in st),
+            )
+            for s, st in enumerate(grid)
+        )
+        plan = SailorPlan(
+            file=f"planner:{name}",
+            model=self.model,
+            stages=stages,
+            mbs=mbs,
+            gbs=self.batch,
+            nodes_declared=len(grid) * len(grid[0]),
+            real_s=None,
+            max_mem_bytes=None,
+        )
+        return plan
+
+    def best_first(self, entries: list[tuple], incumbent: SailorCandidate | None):
+        heap = [(e, b, k, item) for k, (e, b, item) in enumerate(entries)]
+        heapq.heapify(heap)
+        while heap and not self.out_of_time():
+            e, b, _, item = heapq.heappop(heap)
+            if e > (1.0 + ESTIMATE_MARGIN) * self.score(incumbent):
+                break  # the rest are estimated well above the incumbent
+            if b >= self.score(incumbent):
+                continue
+            c = self.evaluate(item)
+            if self.score(c) < self.score(incumbent):
+                incumbent = c
+        return incumbent
+
+    # ---- layouts ---------------------------------------------------------------------------
+    def shapes(self, n: int) -> list[tuple[int, int]]:
+        """(pp, dp) as :meth:`system.planner.search.Planner.shapes` lists them."""
+        out, L = [], self.num_layers - 2
+        for dp in range(1, min(n, self.batch) + 1):
+            if self.batch % dp:
+                continue
+            top = min(L, n // dp)
+            if top < 1:
+                continue
+            if n <= SMALL_FLEET:
+                pps = set(range(1, top + 1))
+            else:
+                pps = {top} | {p for p in range(1, top) if L % p == 0 and p * dp * 2 > n}
+            out += [(p, dp) for p in sorted(pps)]
+        return out
+
+    def heuristic_grid(self, name: str, pp: int, dp: int):
+        """A heuristic's (pp, dp) device grid, as :meth:`Planner.heuristic` places it."""
+        cl = self.cluster
+        n, total = pp * dp, cl.num_devices
+        if n > total:
+            return None
+        regions_list = list(cl.regions)
+        rindex = {r: k for k, r in enumerate(regions_list)}
+        rate1 = {g: 1.0 / self.layer_s(g) for g in self.sgpu}
+        if name == "launch_order":
+            return np.arange(n).reshape(pp, dp)
+        if name == "fastest_first":
+            devs = sorted(range(total), key=lambda d: (-rate1[cl.gpus[d]], d))[:n]
+            return np.asarray(devs).reshape(pp, dp)
+        regions = [[] for _ in regions_list]
+        for d in sorted(range(total), key=lambda d: (rindex[cl.region_of[d]], cl.host_of[d], d)):
+            regions[rindex[cl.region_of[d]]].append(d)
+        if name == "one_pipeline_per_region":
+            if n == total and any(len(r) % pp for r in regions):
+                return None
+            chains = [r[i : i + pp] for r in regions for i in range(0, len(r) - pp + 1, pp)]
+            if len(chains) < dp:
+                return None
+            return np.asarray(chains[:dp]).T
+        if name == "greedy_region_fill":
+            return np.asarray(greedy_region_chains(regions, pp, dp)).T
+        raise ValueError(f"unknown heuristic {name!r}")
+
+    def node_pools(self) -> dict:
+        """Per (zone, GPU type) the sizes of its hosts."""
+        hosts: dict[tuple[str, str], dict[int, int]] = {}
+        for d in range(self.cluster.num_devices):
+            key = (self.cluster.region_of[d], self.cluster.gpus[d])
+            h = self.cluster.host_of[d]
+            hosts.setdefault(key, {})
+            hosts[key][h] = hosts[key].get(h, 0) + 1
+        return {k: sorted(v.values()) for k, v in hosts.items()}
+
+    def typed_entries(self) -> list[tuple]:
+        """Every typed layout's configurations (module docstring), each layout once."""
+        self._seen = set()
+        pools = self.node_pools()
+        zones = sorted({z for z, _ in pools})
+        types = sorted({g for _, g in pools})
+        tps = {}
+        for g in types:
+            smallest = min(min(v) for (z, gg), v in pools.items() if gg == g)
+            tps[g] = [
+                t
+                for t in (1, 2, 4, 8)
+                if smallest % t == 0
+                and any(self.row(self.sgpu[g], b, t) for b in self.micro_batch_sizes)
+            ]
+        speed = {g: self.layer_s(g) for g in types}
+        entries = []
+        for tp_combo in itertools.product(*(tps[g] for g in types)):
+            tp_of = dict(zip(types, tp_combo, strict=True))
+            nodes = {  # zone -> type -> nodes of tp_of[type] GPUs
+                z: {g: sum(h // tp_of[g] for h in pools.get((z, g), [])) for g in types}
+                for z in zones
+            }
+            total = {g: sum(nodes[z][g] for z in zones) for g in types}
+            for k in range(1, len(types) + 1):
+                for used in itertools.combinations(types, k):
+                    if any(tp_of[g] != min(tps[g]) for g in types if g not in used):
+                        continue  # an idle type's tp does not matter
+                    entries += self._typed_for(used, tp_of, nodes, total, zones, speed)
+        return entries
+
+    def _typed_for(self, used, tp_of, nodes, total, zones, speed) -> list[tuple]:
+        L = self.num_layers
+        dps = set()
+        for dp in range(1, min(total[g] for g in used) + 1):
+            if self.batch % dp == 0:
+                dps.add(dp)
+        out = []
+        max_dp = min(total[g] for g in used)
+        # per stage-count vector also its largest dp
+        vectors = []
+        ranges = []
+        for g in used:
+            top = min(total[g], L)
+            ranges.append(sorted({c for c in STAGE_COUNTS if c <= top} | {top}))
+        for vec in itertools.product(*ranges):
+            if sum(vec) > L:
+                continue
+            most = min(total[g] // c for g, c in zip(used, vec, strict=True))
+            if most < 1:
+                continue
+            vectors.append((vec, most))
+        orders = {tuple(sorted(used, key=lambda g: speed[g]))}  # fastest first
+        orders.add(tuple(sorted(used, key=lambda g: -speed[g])))
+        anchors = self._anchor_orders(zones, used, tp_of)
+        for vec, most in vectors:
+            if self.out_of_time():
+                break
+            for dp, sizes in self._dp_choices(most, dps).items():
+                if dp > max_dp:
+                    continue
+                for order in orders:
+                    count = dict(zip(used, vec, strict=True))
+                    kinds = [g for g in order for _ in range(count[g])]
+                    if not self._may_beat(kinds, tp_of, dp, sizes):
+                        continue
+                    for zone_order in anchors:
+                        grid = self._fill(kinds, dp, tp_of, nodes, zone_order)
+                        if grid is None:
+                            continue
+                        key = tuple(sorted(zip(*grid, strict=True)))
+                        if key not in self._seen:  # the same pipelines from another anchor
+                            self._seen.add(key)
+                            out += self.configs("typed", grid, sizes)
+        return out
+
+    def _dp_choices(self, most: int, dps: set[int]) -> dict[int, tuple[int, ...]]:
+        """dp (at most ``most``) -> the micro-batch sizes tried with it: every dp dividing the
+        batch, and ``most``, at every size; and per size b and micro-batch count m the least dp
+        giving m micro-batches, ⌈batch / (b·m)⌉ (a larger dp with the same m adds replicas
+        and sequences without shortening the pipeline)."""
+        out = {d: set(self.micro_batch_sizes) for d in dps if d <= most}
+        out.setdefault(most, set()).update(self.micro_batch_sizes)
+        for b in self.micro_batch_sizes:
+            m = math.ceil(self.batch / (b * most))
+            while True:
+                d = math.ceil(self.batch / (b * m))
+                out.setdefault(d, set()).add(b)
+                if d <= 1:
+                    break
+                m = math.ceil(self.batch / (b * (d - 1)))  # the next m with a smaller dp
+        return {d: tuple(sorted(v)) for d, v in sorted(out.items())}
+
+    def _may_beat(self, kinds, tp_of, dp: int, sizes: tuple[int, ...]) -> bool:
+        """Whether some micro-batch size's compute bound of these stages is below the
+        incumbent's score (``prune_s``): no placement of them can beat it otherwise."""
+        keys = tuple(((self.sgpu[g], tp_of[g]),) for g in kinds)
+        usd = sum(self.price[g] * tp_of[g] for g in kinds) * dp
+        for mbs in sizes:
+            got = self.split(keys, mbs, dp)
+            if got is not None and self._bound_score(got[1], usd) < self.prune_s:
+                return True
+        return False
+
+    def _anchor_orders(self, zones, used, tp_of) -> list[tuple[str, ...]]:
+        """Per anchor zone, the zones by the time of 100 MB from it (the anchor first); each
+        order once."""
+        g = self.sgpu[used[0]]
+        t = tp_of[used[0]]
+        out = []
+        for a in zones:
+            rest = sorted(
+                (z for z in zones if z != a), key=lambda z: (self.send_s(a, z, g, t, 1e8), z)
+            )
+            order = (a, *rest)
+            if order not in out:
+                out.append(order)
+        return out
+
+    def _fill(self, kinds, dp, tp_of, nodes, zone_order):
+        """``dp`` pipelines of stage types ``kinds``: each in the first zone (in order) that has
+        its nodes left, else its stages from the zones in order."""
+        free = {z: dict(nodes[z]) for z in zone_order}
+        need = {}
+        for g in kinds:
+            need[g] = need.get(g, 0) + 1
+        if any(sum(free[z][g] for z in zone_order) < n * dp for g, n in need.items()):
+            return None
+        cols = []
+        for _ in range(dp):
+            home = next(
+                (z for z in zone_order if all(free[z][g] >= n for g, n in need.items())), None
+            )
+            col = []
+            for g in kinds:
+                z = home if home is not None else next(z for z in zone_order if free[z][g] > 0)
+                free[z][g] -= 1
+                col.append((z, self.sgpu[g], tp_of[g]))
+            cols.append(col)
+        return [[cols[r][s] for r in range(dp)] for s in range(len(kinds))]
+
+    # ---- the search ------------------------------------------------------------------------
+    def run(self) -> SailorPlanResult:
+        self.t0 = time.perf_counter()
+        heuristics: dict[str, SailorCandidate | None] = {}
+        share = HEURISTIC_SHARE * self.time_limit_s / max(len(self.heuristic_names), 1)
+        shapes = self.shapes(self.cluster.num_devices)
+        for k, name in enumerate(self.heuristic_names):
+            self.deadline_s = share * (k + 1)
+            entries = []
+            for pp, dp in shapes:
+                if self.out_of_time():
+                    break
+                got = self.heuristic_grid(name, pp, dp)
+                if got is None:
+                    continue
+                grid = [
+                    [(self.cluster.region_of[d], self.sgpu[self.cluster.gpus[d]], 1) for d in row]
+                    for row in np.asarray(got).tolist()
+                ]
+                entries += self.configs(name, grid)
+            heuristics[name] = self.best_first(entries, None)
+        best = min(heuristics.values(), key=self.score, default=None)
+        self.deadline_s = math.inf
+        if self.typed_layouts and not self.out_of_time():
+            self.prune_s = self.score(best)
+            best = self.best_first(self.typed_entries(), best)
+        return SailorPlanResult(
+            best=best,
+            heuristics=heuristics,
+            search_time_s=time.perf_counter() - self.t0,
+            simulations=self.simulations,
+            estimates=self.estimates,
+            layouts=dict(self.layouts),
+        )
+
+
+def plan_sailor(cluster: Cluster, model: str, batch: int, inputs: SailorInputs, **kw):
+    """Plan Sailor's ``model`` at global batch ``batch`` on ``cluster`` for Sailor's framework."""
+    return SailorTargetPlanner(cluster, model, batch, inputs, **kw).run()

@@ -1,0 +1,141 @@
+"""The planner's framework=sailor target (system/planner/sailor_target.py) on Sailor's shared
+profiles and link fits: tp only inside a host, no plan the framework's memory model refuses,
+never slower than a heuristic, the enumerated optimum on a small fleet."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+import baselines.deepspeed.schedule  # noqa: F401  (DeepSpeed's op order for the replay)
+from system.cases import load_topology
+from system.external.sailor.framework import replicas_fit
+from system.external.sailor.predict import load_inputs
+from system.planner import sailor_target
+from system.planner.sailor_target import SailorTargetPlanner
+from tests.external.test_sailor_importers import SHARED, shipped
+
+pytestmark = shipped
+ZA, ZB = "us-central1-a", "us-central1-b"
+
+
+@pytest.fixture(scope="module")
+def inputs():
+    return load_inputs(SHARED)
+
+
+def _fleet(tmp_path: Path, hosts: list[tuple[str, str, int]]):
+    """A fleet of hosts (zone, project GPU, GPUs), as the study's fleet files write it."""
+    devices = [
+        {"region": z, "gpu": g, "host": f"{z}-{g}-{i}"}
+        for i, (z, g, n) in enumerate(hosts)
+        for _ in range(n)
+    ]
+    zones = sorted({z for z, _, _ in hosts})
+    pairs = [
+        {"region_a": a, "region_b": b, "delay_ms": 0.0, "bandwidth_gbps": 1.0}
+        for i, a in enumerate(zones)
+        for b in zones[i:]
+    ]
+    doc = {
+        "name": "t",
+        "devices": devices,
+        "pairs": pairs,
+        "intra_host_bandwidth_gbps": 100.0,
+        "intra_host_delay_ms": 0.0,
+    }
+    p = tmp_path / "fleet.json"
+    p.write_text(json.dumps(doc))
+    return load_topology(str(p))
+
+
+def test_tp_only_inside_a_host(tmp_path, inputs):
+    # A100 hosts of 2 GPUs, V100 hosts of 4: A100 nodes at tp 1 or 2 only, V100 up to 4
+    cl = _fleet(tmp_path, [(ZA, "A100", 2), (ZA, "A100", 2), (ZA, "V100", 4)])
+    pl = SailorTargetPlanner(cl, "OPT-350", 16, inputs, time_limit_s=600)
+    entries = pl.typed_entries()
+    seen = set()
+    for _, _, (_, grid, _, _) in entries:
+        for st in grid:
+            for _zone, gpu, tp in st:
+                seen.add((gpu, tp))
+                assert tp in ({1, 2} if gpu == "A100-40" else {1, 2, 4})
+    assert ("V100-16", 4) in seen and ("A100-40", 2) in seen
+    best = pl.run().best
+    for st in best.plan.stages:
+        for r in st.replicas:
+            assert r.gpus == r.tp  # a node is its tp GPUs of one host
+
+
+def test_never_a_plan_the_framework_refuses(tmp_path, inputs):
+    # GPT-Neo-2.7 in FP32 with Adam does not fit one V100-16 (16 B per parameter): the split
+    # must spread it, and every configuration the search builds fits the framework's memory
+    cl = _fleet(tmp_path, [(ZA, "V100", 4), (ZA, "V100", 4)])
+    pl = SailorTargetPlanner(cl, "GPT-Neo-2.7", 8, inputs, time_limit_s=600)
+    entries = pl.typed_entries()
+    assert entries
+    for _, _, item in entries:
+        assert replicas_fit(pl.plan_of(item), inputs)
+    best = pl.run().best
+    assert best is not None and replicas_fit(best.plan, inputs)
+    # a fleet on which nothing fits: no plan rather than one that does not fit
+    one = _fleet(tmp_path, [(ZA, "V100", 1)])
+    assert SailorTargetPlanner(one, "GPT-Neo-2.7", 8, inputs).run().best is None
+
+
+def test_never_slower_than_a_heuristic_and_the_enumerated_optimum(tmp_path, inputs, monkeypatch):
+    cl = _fleet(tmp_path, [(ZA, "A100", 4), (ZB, "A100", 4), (ZA, "V100", 4)])
+    res = SailorTargetPlanner(cl, "OPT-350", 16, inputs, time_limit_s=600).run()
+    for name, c in res.heuristics.items():
+        assert c is not None, name
+        assert res.best.iter_time_s <= c.iter_time_s + 1e-12, name
+    # with the estimate's stop rule off, the search skips only configurations whose compute
+    # bound reaches the incumbent: it finds the best of every configuration it enumerates
+    monkeypatch.setattr(sailor_target, "ESTIMATE_MARGIN", math.inf)
+    pl = SailorTargetPlanner(cl, "OPT-350", 16, inputs, time_limit_s=600)
+    best = pl.run().best
+    brute = SailorTargetPlanner(cl, "OPT-350", 16, inputs, time_limit_s=600)
+    every = brute.typed_entries()
+    for name in brute.heuristic_names:
+        for pp, dp in brute.shapes(cl.num_devices):
+            got = brute.heuristic_grid(name, pp, dp)
+            if got is not None:
+                grid = [[(cl.region_of[d], brute.sgpu[cl.gpus[d]], 1) for d in row] for row in got]
+                every += brute.configs(name, grid)
+    times = [c.iter_time_s for e in every if (c := brute.evaluate(e[2])) is not None]
+    assert best.iter_time_s == pytest.approx(min(times), rel=1e-12)
+    for _, bound, item in every:  # the compute bound is below the model's time
+        c = brute.evaluate(item)
+        if c is not None:
+            assert bound <= c.iter_time_s + 1e-9
+
+
+def test_unknown_model_and_gpu(tmp_path, inputs):
+    cl = _fleet(tmp_path, [(ZA, "A100", 4)])
+    with pytest.raises(ValueError, match="no Sailor training config"):
+        SailorTargetPlanner(cl, "GPT-9", 16, inputs)
+
+
+def test_mode_plan_framework_sailor_writes_a_plan_in_sailors_format(tmp_path, inputs):
+    from repro.config.options import ConfigError
+    from repro.run import run
+    from system.external.sailor.framework import predict_plan
+    from system.external.sailor.plan import load_plan
+
+    _fleet(tmp_path, [(ZA, "A100", 4), (ZA, "V100", 4)])
+    out = tmp_path / "plan.json"
+    common = {"case": str(tmp_path / "fleet.json"), "results_dir": str(tmp_path / "r")}
+    args = {"mode": "plan", "model": "opt_350", "batch": 16, "framework": "sailor", **common}
+    run({**args, "profiles": str(SHARED), "time_limit_s": 60, "out": str(out)})
+    rec = json.loads(out.read_text())
+    assert rec["framework"] == "sailor" and rec["sailor_model"] == "OPT-350"
+    doc = tmp_path / "plan_config_x.json"
+    doc.write_text(json.dumps(rec["plan_config"]))
+    plan = load_plan(doc, "OPT-350", inputs.shapes["OPT-350"].num_all_layers)
+    assert replicas_fit(plan, inputs)
+    assert predict_plan(plan, inputs).iter_time_s == pytest.approx(rec["iteration_time_s"])
+    with pytest.raises(ConfigError, match="framework=sailor: needs profiles="):
+        run({**args, "out": str(out)})
