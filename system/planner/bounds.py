@@ -7,66 +7,20 @@ of the fleet, micro-batches of ``b`` sequences, ``m = B / (dp·b)`` of them per 
 backward at stage ``s`` after its forward there and after its backward at ``s + 1``); after its
 last backward a stage's devices exchange gradients in the sharded parameter server (paper §3.2,
 :func:`system.simulator.collectives.sharded_ps_p2p_s`), then all devices all-reduce the fp16
-overflow flag and take the optimizer step. The bound holds for every such plan whatever its devices,
-placement, layer split, recomputation and schedule. Per shape ``(pp, dp)`` (every ``pp <= L``
-and ``dp`` dividing ``B`` with ``pp·dp`` at most the fleet's devices: a superset of the shapes
-the search builds) and micro-batch size ``b`` it takes the larger of two terms, and the bound
-is the least of those over shapes and ``b`` — the shapes whose middle stage cannot hold
-``⌈L / pp⌉`` layers on the fleet's largest GPU even with one micro-batch and full
-recomputation left out.
+overflow flag and take the optimizer step. The bound holds for every such plan whatever its
+devices, placement, layer split, recomputation and schedule.
 
-**Stage rates.** Let ``r_(k)`` be the ``k``-th largest rate (FLOP/s at micro-batch ``b``) in the
-fleet. Sorted from fastest, the ``j``-th stage's slowest device is at most ``r_((j+1)·dp)``:
-``j + 1`` groups of ``dp`` devices each have their slowest device at least as fast, so
-``(j + 1)·dp`` devices are. Stage ``j`` (in that order) takes at least ``t_j = l_j·c_j`` per
-micro-batch, ``c_j = 3·F(b) / r_((j+1)·dp)`` (``F(b)`` one layer's forward FLOPs; no
-recomputation, which only adds), its backward ``b_j >= 2/3·t_j``; the last stage also at least
-``3·F_head(b) / r_(1)`` for the logits.
+The bound is the least, over micro-batch sizes ``b`` and shapes ``(pp, dp)`` (every ``pp <= L``
+and ``dp`` dividing ``B`` with ``pp·dp`` at most the fleet's devices, a superset of the shapes
+the search builds, less those whose middle stage cannot hold ``⌈L / pp⌉`` layers on the
+fleet's largest GPU even with one micro-batch and full recomputation), of the larger of two
+terms, each argued in :func:`shape_terms_s`:
 
-**Term 1: stage 0's last backward, then its exchange.** With ``M = max t_s`` (one of the
-finitely many ``l·c_j``):
-
-- the busiest stage computes ``m·M`` before its last backward, and the stages before it then
-  run that backward: stage 0 is done no earlier than ``m·M``;
-- the backward passes form a flow shop over the stages (and the links between machines): the
-  first starts after one micro-batch's forward through every stage, and ``m`` jobs through
-  machines of times ``p`` take at least ``Σ p + (m − 1)·max p`` (Johnson's flow-shop bound):
-  stage 0 is done no earlier than ``G(M) + (m − 1)·max(2M/3, a)``, ``G(M)`` the least
-  ``Σ t_s`` of a split with every ``t_s <= M`` (the layers to the fastest stages first, each
-  stage at least one layer: exact) plus the logits, plus the messages of one micro-batch
-  each way over the ``pp − 1`` boundaries: a message of ``b·seq·hidden`` fp16 values (``Y``
-  bits) takes at least the least delay ``α`` plus ``a = Y / β``, ``β`` the fastest link at
-  most the device's cap ``κ`` (under ``tc_class`` and ``flow`` with no host NIC given, the
-  instance NIC :data:`system.simulator.sharing.INSTANCE_GBPS` caps all of a device's flows,
-  those inside a machine too), and the ``k = ⌈pp / H⌉ − 1`` boundaries of each replica that
-  must cross machines (``H`` the most GPUs on one machine) at least the least delay and the
-  fastest link between machines; every link is a machine of the flow shop too (size-dependent
-  links, where a fleet has them, are not charged);
-- then stage 0's exchange (dp >= 2): every member ``j`` sends each other member ``i`` its
-  shard ``X = g·P_0 / dp`` bytes (``g = 2`` fp16 bytes, ``P_0`` at least one layer's and the
-  embeddings' parameters) and, on the same connection after it, its reduced shard, so ``i``
-  is done no earlier than ``e_j + α + 2·8X / ρ_ji``, ``ρ_ji`` the flow's rate. Under
-  ``tc_class`` (:mod:`system.simulator.sharing`) a sender's flows to the devices of one
-  region (one (delay, bandwidth) setting where links are set per region pair, checked) share
-  at most that pair's bandwidth ``β_RR'``; so with ``c_R`` members in region ``R``, ``T >=
-  e + 16X·c_R' / β_RR'`` for every member regions ``R ≠ R'``, and ``T >= e + 16X·(c_R − H_R)
-  / β_R`` for the members of one region on other machines (``H_R`` the most GPUs on one of
-  its machines, ``β_R`` the fastest link between two of its machines). The least over every
-  distribution ``c`` (a sum of ``dp``, at most the region's devices; relaxed to real numbers)
-  and every set of member regions (all 2^regions, or one relaxation past
-  :data:`MAX_REGIONS_ENUMERATED`) is found by bisection; it scales with ``X``. Under the
-  other link-sharing models only one flow's ``α + 2·8X / β_max`` is charged (a pair is capped
-  at its β by every model). Wherever the group sits, a member sends ``2·(dp − 1)`` shards
-  within its cap: at least ``16X·(dp − 1) / κ``. The optimizer step (at least one layer's
-  Adam update at the fleet's fastest memory bandwidth) follows.
-
-**Term 2: every stage's compute, then its exchange.** Stage ``j``'s slowest device runs at some
-rate ``θ <= r_((j+1)·dp)`` (one of the fleet's rates), and its group then holds only devices at
-least that fast; the stage ends its last backward no earlier than ``m·l_j·3F(b)/θ`` and then
-needs its exchange, at least ``l_j·τ_1(θ)`` (``τ_1(θ)`` the exchange bound above for one
-layer's parameters, the embeddings left out, drawn from the devices at least as fast as
-``θ``): ``T >= min over splits of max_j l_j·min_θ (3m·F(b)/θ + τ_1(θ))``, exact over integer
-splits.
+1. stage 0's last backward (after the busiest stage's ``m`` micro-batches and after the backward
+   passes' flow shop over stages and links, stage groups as fast as the fleet's sorted rates
+   allow), then its exchange, least over its group's spreads (:meth:`_Network.exchange_s`);
+2. every stage's own compute, then its own exchange, its group drawn from the devices at least
+   as fast as its slowest.
 
 Not charged (so the bound holds for every placement): the flag all-reduce, the pipeline's sends
 beyond one micro-batch's fill and the busiest link, the exchange of every stage but one (term
@@ -128,7 +82,47 @@ def shape_lower_bound_s(planner, pp: int, dp: int, b: int, net=None) -> float:
 def shape_terms_s(planner, pp: int, dp: int, b: int, net=None) -> dict[str, float]:
     """The terms (module docstring) for one shape and micro-batch size, seconds: ``stage0``
     (stage 0's last backward), ``exchange0`` (its exchange and the optimizer step after it),
-    ``term1`` (their sum), ``term2``."""
+    ``term1`` (their sum), ``term2``.
+
+    **Stage rates.** Let ``r_(k)`` be the ``k``-th largest rate (FLOP/s at micro-batch ``b``) in
+    the fleet. Sorted from fastest, the ``j``-th stage's slowest device is at most
+    ``r_((j+1)·dp)``: ``j + 1`` groups of ``dp`` devices each have their slowest device at least
+    as fast, so ``(j + 1)·dp`` devices are. Stage ``j`` (in that order) takes at least
+    ``t_j = l_j·c_j`` per micro-batch, ``c_j = 3·F(b) / r_((j+1)·dp)`` (``F(b)`` one layer's
+    forward FLOPs; no recomputation, which only adds), its backward ``b_j >= 2/3·t_j``; the last
+    stage also at least ``3·F_head(b) / r_(1)`` for the logits.
+
+    **Term 1: stage 0's last backward, then its exchange.** With ``M = max t_s`` (one of the
+    finitely many ``l·c_j``):
+
+    - the busiest stage computes ``m·M`` before its last backward, and the stages before it
+      then run that backward: stage 0 is done no earlier than ``m·M``;
+    - the backward passes form a flow shop over the stages (and the links between machines):
+      the first starts after one micro-batch's forward through every stage, and ``m`` jobs
+      through machines of times ``p`` take at least ``Σ p + (m − 1)·max p`` (Johnson's
+      flow-shop bound): stage 0 is done no earlier than ``G(M) + (m − 1)·max(2M/3, a)``,
+      ``G(M)`` the least ``Σ t_s`` of a split with every ``t_s <= M`` (the layers to the
+      fastest stages first, each stage at least one layer: exact) plus the logits, plus the
+      messages of one micro-batch each way over the ``pp − 1`` boundaries: a message of
+      ``b·seq·hidden`` fp16 values (``Y`` bits) takes at least the least delay ``α`` plus
+      ``a = Y / β``, ``β`` the fastest link at most the device's cap ``κ``
+      (:meth:`_Network.exchange_s`), and the ``k = ⌈pp / H⌉ − 1`` boundaries of each replica
+      that must cross machines (``H`` the most GPUs on one machine) at least the least delay
+      and the fastest link between machines; every link is a machine of the flow shop too
+      (size-dependent links, where a fleet has them, are not charged);
+    - then stage 0's exchange (:meth:`_Network.exchange_s`, shards of ``X = g·P_0 / dp`` bytes,
+      ``g = 2`` fp16 bytes, ``P_0`` at least one layer's and the embeddings' parameters) and
+      the optimizer step (at least one layer's Adam update at the fleet's fastest memory
+      bandwidth).
+
+    **Term 2: every stage's compute, then its exchange.** Stage ``j``'s slowest device runs at
+    some rate ``θ <= r_((j+1)·dp)`` (one of the fleet's rates), and its group then holds only
+    devices at least that fast; the stage ends its last backward no earlier than
+    ``m·l_j·3F(b)/θ`` and then needs its exchange, at least ``l_j·τ_1(θ)`` (``τ_1(θ)`` the
+    exchange bound for one layer's parameters, the embeddings left out, drawn from the devices
+    at least as fast as ``θ``): ``T >= min over splits of max_j l_j·min_θ (3m·F(b)/θ +
+    τ_1(θ))``, exact over integer splits.
+    """
     net = net if net is not None else network_of(planner)
     model = planner.model
     total = int(model.num_layers)
@@ -185,7 +179,8 @@ def shape_terms_s(planner, pp: int, dp: int, b: int, net=None) -> dict[str, floa
 
 
 class _Network:
-    """What the exchange and pipeline terms need of the fleet's links (module docstring)."""
+    """What the exchange and pipeline terms need of the fleet's links (:func:`shape_terms_s`,
+    :meth:`exchange_s`)."""
 
     def __init__(self, cluster) -> None:
         from system.gpus import get_gpu
@@ -258,8 +253,27 @@ class _Network:
         self, dp: int, shard_bytes: float, delay: bool = True, keep: np.ndarray | None = None
     ) -> float:
         """The least time from a stage's last backward to its exchange's end, seconds, for a
-        group of ``dp`` devices exchanging shards of ``shard_bytes`` (module docstring), drawn
-        from the devices ``keep`` (a boolean mask; all when None)."""
+        group of ``dp`` devices exchanging shards of ``X = shard_bytes``, drawn from the
+        devices ``keep`` (a boolean mask; all when None).
+
+        Every member ``j`` sends each other member ``i`` its shard and, on the same connection
+        after it, its reduced shard, so ``i`` is done no earlier than ``e_j + α + 2·8X /
+        ρ_ji``, ``ρ_ji`` the flow's rate. Under ``tc_class`` (:mod:`system.simulator.sharing`) a
+        sender's flows to the devices of one region (one (delay, bandwidth) setting where
+        links are set per region pair, checked) share at most that pair's bandwidth
+        ``β_RR'``; so with ``c_R`` members in region ``R``, ``T >= e + 16X·c_R' / β_RR'`` for
+        every member regions ``R ≠ R'``, and ``T >= e + 16X·(c_R − H_R) / β_R`` for the
+        members of one region on other machines (``H_R`` the most GPUs on one of its
+        machines, ``β_R`` the fastest link between two of its machines). The least over every
+        distribution ``c`` (a sum of ``dp``, at most the region's devices; relaxed to real
+        numbers) and every set of member regions (all 2^regions, or one relaxation past
+        :data:`MAX_REGIONS_ENUMERATED`) is found by bisection (:meth:`min_peers_per_bps`); it
+        scales with ``X``. Under the other link-sharing models only one flow's ``α + 2·8X /
+        β_max`` is charged (a pair is capped at its β by every model). Wherever the group
+        sits, a member sends ``2·(dp − 1)`` shards within its cap ``κ``: at least
+        ``16X·(dp − 1) / κ``. The cap: under ``tc_class`` and ``flow`` with no host NIC given,
+        the instance NIC :data:`system.simulator.sharing.INSTANCE_GBPS` caps all of a
+        device's flows, those inside a machine too; none otherwise."""
         if dp <= 1:
             return 0.0
         # every member sends its dp − 1 peers two shards each within its own cap
@@ -364,7 +378,7 @@ def layout_exchange_terms(planner, stages: np.ndarray) -> tuple[np.ndarray, np.n
     bandwidth, at most ``β_σ / n_σ`` for the slowest of the ``n_σ`` flows ``j`` sends in one
     ``tc_class`` class ``σ`` (one (delay, bandwidth) setting, :mod:`system.simulator.sharing`),
     and at most ``κ / (dp − 1)`` for the slowest of all ``j``'s flows under a device cap ``κ``
-    (the module docstring's). ``α_s`` is the least delay between two devices of the fleet.
+    (:meth:`_Network.exchange_s`). ``α_s`` is the least delay between two devices of the fleet.
     Where links are set per region pair (:class:`_Network`), a class is counted per region of
     the destinations (a sender's destinations in another region share one setting; two
     regions of one setting would share more), in ``O(dp)``; elsewhere per pair, in

@@ -12,26 +12,16 @@ compute times from :mod:`system.planner.compute`.
 Objectives: ``throughput`` (the shortest iteration) or ``cost`` (the fewest dollars per
 iteration, :mod:`system.planner.prices`, at most ``max_iter_time_s`` per iteration when given).
 
-The search, best-first: every layout (a pool of devices, a shape, a placement) has a compute
-lower bound — its replica's work spread perfectly over its devices — and is configured in the
-order of that bound until the bound passes the incumbent; per layout every (micro-batch,
-recomputation, schedule, layer split) is simulated in the order of its own bound (the busiest
-stage's m·(f + b) + optimizer step, the pipeline's fill and drain, and each stage's compute
-then its data-parallel exchange, which no schedule beats; :meth:`Planner.configs`) until that
-passes the incumbent (as :mod:`system.config_search` does for one layout).
-
-- The heuristics (:data:`HEURISTICS`: launch order, one pipeline per region, greedy region fill,
-  fastest GPUs first, each generalised to shapes using fewer than all devices) get the same
-  configuration search over every shape; each one's best is reported, and the best of them is
-  the planner's first incumbent, so the plan is never worse than any heuristic under the same
-  simulator (tested).
-- The planner's own layouts, over pools of devices (all; the k fastest GPU types; the k regions
-  with the most compute): ``typed`` (the fastest devices first, each stage's group one GPU type
-  where it can, each replica's next stage on the same host, else the same region, as its last)
-  and ``regional`` (pipelines inside one region, the fastest chains first).
-- Then, while the time limit allows, a local search on the incumbent's placement: swaps of two
-  devices of different stages, and of a used device with an idle one, kept when the simulator
-  says the objective improves.
+The search (:meth:`Planner.run`) is best-first: layouts (a pool of devices, a shape, a
+placement) in the order of their compute lower bound (:meth:`Planner.layout_bound`), each
+layout's configurations (micro-batch, recomputation, schedule, layer split) in the order of a
+bound no schedule beats (:meth:`Planner.configs`), until the bound passes the incumbent (as
+:mod:`system.config_search` does for one layout). The layouts: first the heuristics'
+(:data:`HEURISTICS`, generalised to shapes using fewer than all devices), each one's best
+reported and the best of them the first incumbent, so the plan is never worse than any
+heuristic under the same simulator (tested); then the planner's own (``typed``, ``regional``,
+``anchored``) over pools of devices (:meth:`Planner.pools`); then a local search on the
+incumbent's placement (:meth:`Planner._improve`).
 
 Our runtime (:mod:`system.runtime.spec`) runs GPipe with full or no recomputation and an even
 layer split; a plan outside that is labelled (``runtime_supported``) and the best plan the
@@ -587,7 +577,9 @@ class Planner:
         raise ValueError(f"unknown heuristic {name!r}")
 
     def pools(self) -> list[tuple[str, list[int]]]:
-        """Device pools the planner's layouts draw from (module docstring)."""
+        """Device pools the planner's layouts draw from: all devices; the devices of the k
+        fastest GPU types (fewer than all); those of the k regions with the most compute (k at
+        most 3, fewer than all)."""
         total = self.cluster.num_devices
         out = [("all", list(range(total)))]
         speeds = sorted({float(x) for x in self.rate1}, reverse=True)
@@ -603,7 +595,8 @@ class Planner:
         return out
 
     def typed(self, pool: list[int], pp: int, dp: int, pool_name: str = "") -> np.ndarray | None:
-        """The fastest devices, stage groups by type, each replica's next stage near its last."""
+        """The fastest devices first, each stage's group one GPU type where it can, each
+        replica's next stage on the same host as its last, else in the same region."""
         n = pp * dp
         if n > len(pool):
             return None
@@ -842,10 +835,10 @@ class Planner:
         return found
 
     def _improve(self, best: Candidate) -> Candidate:
-        """Local search on the incumbent's placement while time allows (module docstring):
-        first every swap of two whole stages (the order the pipeline visits its groups in),
-        repeated while one improves; then random swaps of two devices of different stages and
-        of a used device with an idle one."""
+        """Local search on the incumbent's placement while time allows: first every swap of
+        two whole stages (the order the pipeline visits its groups in), repeated while one
+        improves; then random swaps of two devices of different stages and of a used device
+        with an idle one, each kept when the simulator says the objective improves."""
         total = self.cluster.num_devices
         improved = True
         while improved and not self.out_of_time():

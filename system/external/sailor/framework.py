@@ -3,74 +3,30 @@
 The runs used Sailor's framework: Megatron-DeepSpeed with a modified DeepSpeed pipeline engine
 (``deepspeed/runtime/pipe/engine.py`` of Sailor's repository) in FP32 (its ``ds_config`` has no
 ``fp16``/``bf16`` section and its launch scripts pass neither ``--fp16`` nor ``--bf16``). What one
-iteration (``train_batch``) does, in order, and how each part is timed here:
+iteration (``train_batch``) does, in order, timed on the profiles
+(:mod:`~system.external.sailor.profile`) and the fitted links (:mod:`system.links`):
 
 1. **Pipeline** — DeepSpeed's 1F1B ``TrainSchedule`` on every replica, replayed event by event
    (:func:`system.simulator.replay.replay_end_s` with the ``deepspeed`` program of
    ``baselines/deepspeed/schedule.py``, registered when ``baselines.deepspeed.schedule`` is
-   imported: the entry point and the tests import it). Per stage and replica: forward and
-   backward seconds per micro-batch = the sum of its layers' profiled times at (GPU, mbs, tp)
-   (:mod:`~system.external.sailor.profile`); a model whose last profiled layer holds no output
-   projection (its head is tied to the embedding) gets the logit GEMM, 2·s·h·V/tp FLOPs per
-   sequence forward and twice that backward, at the FLOP rate its profiled transformer layer
-   reaches on that GPU at that shape. Stage boundaries: the engine partitions each activation
-   (and each input gradient) over the sending stage's TP group (DeepSpeed's
-   ``PartitionedTensor``), every TP rank sends its part and a small meta tensor to its peer,
-   and the receiving node all-gathers the parts (``reconstruct_tensor``) before using them —
-   fp32, ``act_output`` elements of the stage's last layer per sequence. The sends are NCCL
-   point-to-point over the fitted links (:mod:`system.links`), which moves data only into
-   receive buffers the receiver has posted (``rendezvous``; 4 MiB may leave early).
-2. **Tied gradients** — ``ReduceTiedGrads``: the first and last stage of each replica all-reduce
-   the tied word-embedding gradient (pipelines of more than one stage of a tied model), then
-   Sailor's engine calls ``dist.barrier()`` ("for measurements"): every rank waits for the
-   slowest pipeline.
-3. **Data parallel** — ``ReduceGrads``: each stage's gradients (fp32) are flattened into buckets
-   of 5e8 elements (DeepSpeed's ``MEMORY_OPT_ALLREDUCE_SIZE``) and all-reduced over the stage's
-   replicas, one NCCL all-reduce per TP rank index, all at once, after the pipeline: the
-   pipeline engine turns DeepSpeed's backward-overlapped reduction off, so nothing overlaps.
-   The algorithm per group is ``dp_collective``'s (:data:`DP_COLLECTIVES`): ``auto``, the one
-   NCCL's tuner picks from its own constants for the group's ranks, nodes and message size
-   (:mod:`system.simulator.nccl_tuner`; every group here has one rank per node); ``fastest``,
-   ring or tree, whichever ends first on the fitted links
-   (:func:`system.simulator.collectives.nccl_allreduce_end_s`); ``ring`` or ``tree`` forced. It is
-   timed on the fitted links, plus the bucket's flatten and unflatten copies at the GPU's memory
-   bandwidth; a stage without replicas still flattens, all-reduces over its one rank and copies
-   back (DeepSpeed's ``buffered_allreduce_fallback`` makes no exception for dp = 1), so it pays
-   the copies.
-4. **Optimizer** — ``OptimizerStep``: AdamW over the stage's parameters. The profile's
-   optimizer time is that of the profiled model (embedding, two transformer layers and the last
-   layer, Sailor's ``profile.sh``), so a stage's step is that time scaled by its parameters over
-   the profiled model's — Adam is memory-bound, linear in the parameters it updates.
+   imported, as the entry point and tests do); stage times :func:`_stage_times`, sends :func:`_p2p`.
+2. **Tied gradients** — ``ReduceTiedGrads`` (:func:`_tied_grads_end_s`), then Sailor's engine's
+   ``dist.barrier()``: every rank waits for the slowest pipeline.
+3. **Data parallel** — ``ReduceGrads`` after the pipeline, nothing overlapped: fp32 buckets
+   all-reduced over each stage's replicas (:func:`_data_parallel_s`, :func:`_allreduce_end_s`).
+4. **Optimizer** — ``OptimizerStep``: AdamW, the profiled step scaled (:func:`_optimizer_s`).
 
-**The logged gradient reduction** (``red_grads`` of the plans, :attr:`PlanPrediction.red_grads_s`):
-global rank 0 (stage 0, replica 0, TP rank 0 in DeepSpeed's pipe/data/model rank order) from its
-``ReduceGrads`` call to its return — the time it waits for the slowest member of its
-data-parallel group to enter the all-reduce, plus the all-reduce of its stage's buckets and their
-copies. Every rank leaves ``ReduceTiedGrads``'s barrier at the same moment, so rank 0's group
-enters together and the wait is zero; :attr:`PlanPrediction.red_grads_no_barrier_s` is the same
-reduction had the barrier not held the ranks (each member entering when its own pipeline and
-tied-gradient all-reduce end), a sensitivity, not the prediction.
-
-Host-side framework overhead per micro-batch is taken as hidden: the engine's Python issues
-asynchronous CUDA work and none of its per-micro-batch instructions waits on the host, so the GPU
-timeline above is the iteration; the engine's per-micro-batch GPU work (meta tensors, partition
-and reconstruction) is charged. No constant of this model is fitted to measured iterations.
-The loss's all-reduce and broadcast at the end (one scalar each) are left out (tens of µs).
-
-Peak memory per GPU (:func:`peak_memory_bytes`): fp32 weights, gradients and Adam's two
-moments (16 bytes per parameter), the activations of ``min(p − s, m)`` micro-batches in flight
-on stage s (DeepSpeed's ``num_pipe_buffers``; ``act_mem`` elements per sequence), the flattened
-gradient bucket during the all-reduce, and 1 GiB for the CUDA context and allocator (assumed).
+Also rank 0's logged gradient reduction (:class:`PlanPrediction`) and the peak memory per GPU
+(:func:`stage_memory_bytes`). Host-side overhead per micro-batch is taken as hidden: the
+engine's Python issues asynchronous CUDA work and none of its per-micro-batch instructions waits
+on the host, so the GPU timeline is the iteration; the engine's per-micro-batch GPU work (meta
+tensors, partition and reconstruction) is charged. The loss's all-reduce and broadcast at the
+end (one scalar each) are left out. No constant of this model is fitted to measured iterations.
 
 Replicas of one stage with different TP degrees (plans of Sailor's planner, read with
-``mixed_tp``; none of its measured runs has one) are timed as an extension of the above, not a
-description of a measured run: each replica computes at its own (GPU, tp) profile; a wider TP
-group sending to a narrower one sends every part (rank t to rank t mod tp of the receiver); the
-data-parallel all-reduce runs one group per TP rank of the narrowest replica, each over the
-stage's parameters at that width (a tp = 1 replica's GPU sends the whole stage's gradients, its
-link the bottleneck; a wider replica's first ranks stand for it, the gather inside its node left
-out), as Sailor's own simulator reduces a stage at its smallest TP degree; memory is checked at
-every TP degree of the stage.
+``mixed_tp``) are an extension, not checked against a measured run: each at its own (GPU, tp)
+profile, the all-reduce at the stage's narrowest TP degree as in Sailor's own simulator
+(:func:`_p2p`, :func:`_data_parallel_s`), memory checked at every TP degree of the stage.
 """
 
 from __future__ import annotations
@@ -116,7 +72,7 @@ RECV_BUFFER_BYTES = 4 * 2**20  # NCCL's default channel buffer (NCCL_BUFFSIZE)
 META_BYTES = 256 * 4  # DeepSpeed's partition meta tensor (int32[<=256])
 CONTEXT_BYTES = 2**30  # CUDA context + allocator slack per GPU (assumption, not fitted)
 ADAM_STATE_BYTES_PER_PARAM = 16  # fp32 weight, gradient, exp_avg, exp_avg_sq
-# how the data-parallel and tied-gradient all-reduces pick their algorithm (module docstring)
+# how the data-parallel and tied-gradient all-reduces pick their algorithm (_allreduce_end_s)
 DP_COLLECTIVES = ("auto", "fastest", "ring", "tree")
 
 
@@ -138,8 +94,17 @@ class PlanPrediction:
     ``iter_time_s = pipeline_s + tied_s + dp_s + optimizer_s``: the pipeline until the
     barrier, the tied-gradient all-reduce's share past the pipeline, the data-parallel
     all-reduce, the optimizer step. ``red_grads_s = red_grads_wait_s + red_grads_collective_s``:
-    rank 0's logged reduction (module docstring); ``red_grads_no_barrier_s`` the same without
-    the barrier before it (a sensitivity).
+    rank 0's logged reduction; ``red_grads_no_barrier_s`` the same without the barrier before
+    it (a sensitivity).
+
+    The logged gradient reduction (``red_grads`` of the plans) is global rank 0's (stage 0,
+    replica 0, TP rank 0 in DeepSpeed's pipe/data/model rank order) from its ``ReduceGrads``
+    call to its return: the time it waits for the slowest member of its data-parallel group
+    to enter the all-reduce, plus the all-reduce of its stage's buckets and their copies.
+    Every rank leaves ``ReduceTiedGrads``'s barrier at the same moment, so rank 0's group
+    enters together and the wait is zero; ``red_grads_no_barrier_s`` is the same reduction
+    had the barrier not held the ranks (each member entering when its own pipeline and
+    tied-gradient all-reduce end), a sensitivity, not the prediction.
     """
 
     iter_time_s: float
@@ -201,6 +166,11 @@ def tied_head_times_s(
 
 
 def _stage_times(plan, inputs, s, r, findings) -> tuple[float, float]:
+    """(forward s, backward s) per micro-batch of stage ``s`` in replica ``r``: the sum of its
+    layers' profiled times at (GPU, mbs, tp). A model whose last profiled layer holds no output
+    projection (its head tied to the embedding) gets the logit GEMM, 2·s·h·V/tp FLOPs per
+    sequence forward and twice that backward, at the FLOP rate its profiled transformer layer
+    reaches on that GPU at that shape (:func:`tied_head_times_s`)."""
     st, rep = plan.stages[s], plan.stages[s].replicas[r]
     times = inputs.profiles.get(plan.model, rep.gpu, plan.mbs, rep.tp)
     if times.num_layers != inputs.shapes[plan.model].num_all_layers:
@@ -231,7 +201,17 @@ def _stage_times(plan, inputs, s, r, findings) -> tuple[float, float]:
 
 
 def _p2p(plan, inputs, cluster, devs, s, r) -> tuple[float, float, float]:
-    """(link busy s, sender-side buffer s, receiver all-gather s) of one boundary s -> s+1."""
+    """(link busy s, sender-side buffer s, receiver all-gather s) of one boundary s -> s+1.
+
+    The engine partitions each activation (and each input gradient) over the sending stage's
+    TP group (DeepSpeed's ``PartitionedTensor``), every TP rank sends its part and a small meta
+    tensor to its peer, and the receiving node all-gathers the parts (``reconstruct_tensor``)
+    before using them: fp32, ``act_output`` elements of the stage's last layer per sequence.
+    The sends are NCCL point-to-point over the fitted links, which moves data only into receive
+    buffers the receiver has posted (``rendezvous`` in the replay; 4 MiB may leave early). A
+    wider TP group sending to a narrower one (``mixed_tp``) sends every part, rank ``t`` to
+    rank ``t mod tp`` of the receiver.
+    """
     rep = plan.stages[s].replicas[r]
     nxt = plan.stages[s + 1].replicas[r]
     sizes = inputs.sizes.get(plan.model, rep.tp)
@@ -329,7 +309,11 @@ def nccl_tuner_algorithms(cluster: Cluster, groups: np.ndarray, nbytes: float) -
 
 def _allreduce_end_s(cluster, groups, nbytes, entry, dp_collective) -> tuple[np.ndarray, list]:
     """(G, n) end times of G concurrent all-reduces, each group one communicator, and each
-    group's algorithm, as ``dp_collective`` picks it (module docstring)."""
+    group's algorithm, as ``dp_collective`` picks it: ``auto``, the one NCCL's tuner picks from
+    its own constants for the group's ranks, nodes and message size
+    (:mod:`system.simulator.nccl_tuner`; every group here has one rank per node); ``fastest``,
+    ring or tree, whichever ends first on the fitted links
+    (:func:`system.simulator.collectives.nccl_allreduce_end_s`); ``ring`` or ``tree`` forced."""
     g = np.asarray(groups, dtype=int)
     if dp_collective == "fastest":
         return nccl_allreduce_end_s(cluster, g, nbytes, entry)
@@ -350,8 +334,10 @@ def _allreduce_end_s(cluster, groups, nbytes, entry, dp_collective) -> tuple[np.
 
 
 def _tied_grads_end_s(plan, inputs, cluster, devs, ends, dp_collective) -> np.ndarray:
-    """Per replica, when its first/last stage pair has all-reduced the tied embedding (zeros
-    where the model has no tied head or the pipeline one stage)."""
+    """Per replica, when its first/last stage pair has all-reduced the tied word-embedding
+    gradient (``ReduceTiedGrads``; zeros where the model has no tied head or the pipeline one
+    stage). Sailor's engine then calls ``dist.barrier()`` ("for measurements"), so every rank
+    waits for the slowest replica (:func:`predict_plan`)."""
     shape = inputs.shapes[plan.model]
     out = np.zeros(plan.dp)
     if plan.pp == 1 or not head_is_tied(inputs.sizes.get(plan.model, 1), shape):
@@ -371,7 +357,7 @@ def _tied_grads_end_s(plan, inputs, cluster, devs, ends, dp_collective) -> np.nd
 
 def _stage_params(plan: SailorPlan, inputs: SailorInputs, s: int) -> float:
     """Parameters per GPU of stage ``s`` at its narrowest TP degree (one all-reduce group per
-    TP rank of the narrowest replica)."""
+    TP rank of the narrowest replica, as Sailor's own simulator reduces a stage)."""
     tp = min(rep.tp for rep in plan.stages[s].replicas)
     return float(inputs.sizes.get(plan.model, tp).params[list(plan.stages[s].layers)].sum())
 
@@ -379,7 +365,19 @@ def _stage_params(plan: SailorPlan, inputs: SailorInputs, s: int) -> float:
 def _data_parallel_s(plan, inputs, cluster, devs, dp_collective) -> tuple[float, str, float]:
     """Longest stage all-reduce (fp32 buckets of 5e8 elements, one after the other), the
     algorithms used, and rank 0's own reduction (stage 0, TP rank 0), every member entering
-    at once."""
+    at once.
+
+    ``ReduceGrads`` flattens each stage's gradients into buckets of DeepSpeed's
+    ``MEMORY_OPT_ALLREDUCE_SIZE`` elements and all-reduces them over the stage's replicas, one
+    NCCL all-reduce per TP rank index, all at once, after the pipeline: the pipeline engine
+    turns DeepSpeed's backward-overlapped reduction off, so nothing overlaps. Each bucket also
+    pays its flatten and unflatten copies at the GPU's memory bandwidth; a stage without
+    replicas still flattens, all-reduces over its one rank and copies back (DeepSpeed's
+    ``buffered_allreduce_fallback`` makes no exception for dp = 1), so it pays the copies.
+    With mixed TP degrees (``mixed_tp``) one group runs per TP rank of the narrowest replica,
+    over the stage's parameters at that width: a tp = 1 replica's GPU sends the whole stage's
+    gradients, its link the bottleneck; a wider replica's first ranks stand for it, the gather
+    inside its node left out."""
     worst, algos, rank0 = 0.0, set(), 0.0
     for s, st in enumerate(plan.stages):
         params = _stage_params(plan, inputs, s)
@@ -405,7 +403,10 @@ def _data_parallel_s(plan, inputs, cluster, devs, dp_collective) -> tuple[float,
 
 
 def _optimizer_s(plan: SailorPlan, inputs: SailorInputs) -> float:
-    """Slowest stage's AdamW step: the profiled model's step scaled by parameters."""
+    """Slowest stage's AdamW step: the profiled model's step scaled by parameters. The
+    profile's optimizer time is that of the profiled model (embedding, two transformer layers
+    and the last layer, Sailor's ``profile.sh``); Adam is memory-bound, linear in the
+    parameters it updates."""
     worst = 0.0
     n = PROFILED_TRANSFORMER_LAYERS
     for s, st in enumerate(plan.stages):
@@ -419,7 +420,11 @@ def _optimizer_s(plan: SailorPlan, inputs: SailorInputs) -> float:
 
 
 def stage_memory_bytes(plan: SailorPlan, inputs: SailorInputs, s: int, tp: int) -> float:
-    """Peak bytes on one GPU of stage ``s`` in a replica of TP degree ``tp`` (module docstring)."""
+    """Peak bytes on one GPU of stage ``s`` in a replica of TP degree ``tp``: fp32 weights,
+    gradients and Adam's two moments (16 bytes per parameter), the activations of
+    ``min(p − s, m)`` micro-batches in flight (DeepSpeed's ``num_pipe_buffers``; ``act_mem``
+    elements per sequence) or, if larger, the flattened gradient bucket during the all-reduce,
+    and 1 GiB for the CUDA context and allocator (assumed)."""
     sizes = inputs.sizes.get(plan.model, tp)
     idx = list(plan.stages[s].layers)
     params = float(sizes.params[idx].sum())
@@ -431,7 +436,7 @@ def stage_memory_bytes(plan: SailorPlan, inputs: SailorInputs, s: int, tp: int) 
 
 
 def peak_memory_bytes(plan: SailorPlan, inputs: SailorInputs) -> float:
-    """Peak bytes on the fullest GPU (module docstring)."""
+    """Peak bytes on the fullest GPU (:func:`stage_memory_bytes`), every TP degree of a stage."""
     return max(
         stage_memory_bytes(plan, inputs, s, tp)
         for s, st in enumerate(plan.stages)
