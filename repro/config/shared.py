@@ -63,6 +63,19 @@ Backend = choice("Backend", BACKENDS, module=__name__)
 # the methods of the time-to-quality study (mode=quality_curves; a row's system, read by the
 # reports), the reference first; each one's settings: repro/studies/quality_curves/methods.py
 QUALITY_METHODS = ("ours", "pipe_q", "aq_sgd", "dp_topk", "diloco_h4", "diloco_h16", "diloco_h64")
+# the systems of the emulated quality study (mode=quality; a row's system, read by the reports),
+# the reference first; each one's settings: repro/studies/quality/config.py
+QUALITY_STUDY_SYSTEMS = (
+    "ours",
+    "ours_pipe_q4",
+    "ours_aq_sgd",
+    "ours_dp_topk",
+    "ring_dp_topk",
+    "diloco_h4",
+    "diloco_h16",
+    "megatron",
+    "deepspeed",
+)
 # the layouts mode=emulate runs ours on (a row's system is ours_<layout>, read by the reports)
 EmulateLayout = choice("EmulateLayout", ("scheduled", "random", "identity"), module=__name__)
 

@@ -137,14 +137,19 @@ def ablation_from_rows(rows: pd.DataFrame) -> pd.DataFrame | None:
 def known_systems() -> tuple[str, ...]:
     """Every value of the ``system`` column a mode writes: the simulated and trained systems,
     ours on each layout ``mode=emulate`` runs (``ours_<layout>``) and the quality study's."""
-    from repro.config.shared import QUALITY_METHODS, EmulateLayout
-    from repro.studies.quality.config import QUALITY_SYSTEMS
+    from repro.config.shared import QUALITY_METHODS, QUALITY_STUDY_SYSTEMS, EmulateLayout
     from system.results import SIMULATED_SYSTEMS, TRAINED_SYSTEMS
 
     emulated = [f"ours_{layout}" for layout in EmulateLayout if layout != EmulateLayout.scheduled]
     return tuple(
         dict.fromkeys(
-            (*SIMULATED_SYSTEMS, *TRAINED_SYSTEMS, *emulated, *QUALITY_SYSTEMS, *QUALITY_METHODS)
+            (
+                *SIMULATED_SYSTEMS,
+                *TRAINED_SYSTEMS,
+                *emulated,
+                *QUALITY_STUDY_SYSTEMS,
+                *QUALITY_METHODS,
+            )
         )
     )
 
@@ -153,7 +158,7 @@ def known_systems() -> tuple[str, ...]:
 UNTIMED_MODES = ("quality_curves",)
 # modes whose study has a report of its own ("module:function" taking the results folder)
 OWN_REPORTS = {
-    "quality": "repro.report.quality:build_quality_report",
+    "quality": "repro.studies.quality.report:build_quality_report",
     "quality_curves": "repro.studies.quality_curves.report:build_report",
     "quality_links": "repro.studies.quality_curves.report:build_report",
 }

