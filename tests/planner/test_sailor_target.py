@@ -86,6 +86,7 @@ def test_never_a_plan_the_framework_refuses(tmp_path, inputs):
     assert SailorTargetPlanner(one, "GPT-Neo-2.7", 8, inputs).run().best is None
 
 
+@pytest.mark.slow
 def test_never_slower_than_a_heuristic_and_the_enumerated_optimum(tmp_path, inputs, monkeypatch):
     cl = _fleet(tmp_path, [(ZA, "A100", 4), (ZB, "A100", 4), (ZA, "V100", 4)])
     res = SailorTargetPlanner(cl, "OPT-350", 16, inputs, time_limit_s=600).run()
