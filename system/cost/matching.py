@@ -24,8 +24,6 @@ from __future__ import annotations
 import logging
 
 import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import maximum_bipartite_matching
 
 from system.compiled import kernel
 
@@ -45,6 +43,11 @@ def _check_square(m: np.ndarray, name: str) -> np.ndarray:
 
 def _perfect_matching(allowed: np.ndarray) -> np.ndarray | None:
     """Hopcroft–Karp on a boolean (n, n) matrix: column per row, or None if not perfect."""
+    # scipy is imported at the first matching, not with the module: the command line's start
+    # (every configuration check and error message) does not wait for it
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import maximum_bipartite_matching
+
     n = allowed.shape[0]
     _, cols = np.nonzero(allowed)  # row-major: each row's columns in order, as csr wants them
     indptr = np.zeros(n + 1, dtype=np.int32)

@@ -39,8 +39,6 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, linprog, milp
-from scipy.sparse import coo_matrix, vstack
 
 from system.cluster import Cluster
 from system.cost.model import check_sizes, dp_cost_matrix_s
@@ -118,6 +116,9 @@ def _lp(
     integral: bool,
     time_limit_s: float,
 ) -> float:
+    from scipy.optimize import Bounds, LinearConstraint, milp  # at first use (cost/matching.py)
+    from scipy.sparse import coo_matrix, vstack
+
     d = pair.shape[0]
     ii, jj = np.triu_indices(d, k=1)
     n_e = ii.size
@@ -235,6 +236,8 @@ def _min_compositions(
     """A lower bound on how many distinct compositions among ``sel`` can make up the cluster:
     the LP relaxation of min Σ z_n with m_n <= cap_n·z_n, i.e. min Σ m_n / cap_n subject to
     Σ m_n = pp and Σ m_n·n = counts, rounded up (inf if infeasible)."""
+    from scipy.optimize import linprog  # at first use (system/cost/matching.py says why)
+
     if not sel.any():
         return np.inf
     a_eq = np.vstack([np.ones(int(sel.sum())), comp[sel].T.astype(float)])

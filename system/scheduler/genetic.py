@@ -27,7 +27,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from system.cost.partition import PartitionEvaluator
 from system.scheduler.local_search import Partition, local_search
@@ -141,6 +140,8 @@ def _labels(part: Partition, n: int) -> np.ndarray:
 
 def crossover(a: Partition, b: Partition, rng: np.random.Generator) -> Partition:
     """Uniform crossover after normalising b's group labels to a's, then balance repair."""
+    from scipy.optimize import linear_sum_assignment  # at first use (system/cost/matching.py)
+
     pp = len(a)
     n = sum(len(g) for g in a)
     dp = n // pp
