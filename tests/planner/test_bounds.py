@@ -60,7 +60,7 @@ def _check_every(planner: Planner, seen: list) -> int:
 @pytest.mark.parametrize(
     "sharing, streams",
     [
-        ("tc_class", 16),
+        pytest.param("tc_class", 16, marks=pytest.mark.slow),
         ("pair", 16),
         ("nic", 16),
         pytest.param("flow", 16, marks=pytest.mark.slow),

@@ -237,6 +237,7 @@ def test_cost_objective_respects_max_iter_time(tmp_path):
         assert h is None or h.iter_time_s <= cap
 
 
+@pytest.mark.slow
 def test_mode_plan_writes_a_plan_that_mode_simulate_reads_back(tmp_path):
     from repro.run import run
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 
 from system.compression import Compression, LocalSGD
@@ -51,6 +52,7 @@ def _losses(**kw) -> list[float]:
     return train_in_process(RunSpec(**{**BASE, **kw}), eval_every=1, eval_sequences=4).train_loss
 
 
+@pytest.mark.slow
 def test_one_replica_diloco_h1_is_adamw_step_for_step():
     assert _rel(_losses(dp=1, **H1), _losses(dp=1)) < 1e-6
 

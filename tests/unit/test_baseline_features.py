@@ -164,7 +164,11 @@ def _uniform(n: int, gbps: float, ms: float) -> Cluster:
     )
 
 
-@pytest.mark.parametrize("cluster", [get_case("1"), _uniform(16, 10.0, 0.01)], ids=["case1", "u16"])
+@pytest.mark.parametrize(
+    "cluster",
+    [pytest.param(get_case("1"), marks=pytest.mark.slow), _uniform(16, 10.0, 0.01)],
+    ids=["case1", "u16"],
+)
 def test_megatron_overlap_between_compute_bound_and_no_overlap(cluster):
     # with the distributed optimizer, overlapping the reduce-scatter (and the all-gather) never
     # loses on data-center links, and no configuration beats its own compute

@@ -246,6 +246,7 @@ def test_pair_tables_refuse_extra_cells_and_non_numbers(tmp_path, text, message)
     assert message in str(err.value)
 
 
+@pytest.mark.slow
 def test_scheduling_is_a_mode_of_run_py(tmp_path):
     import json
 

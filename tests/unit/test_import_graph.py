@@ -4,6 +4,7 @@ lazy (function-level) import and every ``importlib.import_module("literal")`` in
 from __future__ import annotations
 
 import ast
+import functools
 import graphlib
 from pathlib import Path
 
@@ -66,6 +67,16 @@ def import_graph(packages=PACKAGES, root: Path = ROOT) -> dict[str, set[str]]:
     return graph
 
 
+@functools.cache
+def _repo_graph_read() -> dict[str, frozenset[str]]:
+    return {m: frozenset(d) for m, d in import_graph().items()}
+
+
+def repo_graph() -> dict[str, set[str]]:
+    """The repository's graph, read from the sources once per test process; a fresh copy."""
+    return {m: set(d) for m, d in _repo_graph_read().items()}
+
+
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     try:
         list(graphlib.TopologicalSorter(graph).static_order())
@@ -75,7 +86,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def test_the_graph_is_read_from_the_sources():
-    g = import_graph()
+    g = repo_graph()
     assert {m.split(".")[0] for m in g} == set(PACKAGES)
     assert "repro.config.base" in g["repro.config"]
     # a function-level import
@@ -91,7 +102,7 @@ def test_the_graph_is_read_from_the_sources():
 
 
 def test_no_package_has_an_import_cycle():
-    g = import_graph()
+    g = repo_graph()
     cycle = _cycle(g)
     assert cycle is None, f"import cycle: {' -> '.join(cycle)}"
 
@@ -120,7 +131,7 @@ def test_the_mode_registry_closes_no_circle():
     drawn, the graph still has no circle, and no ``config.py`` imports a mode's work."""
     from repro.config.base import MODE_CONFIGS
 
-    g = import_graph()
+    g = repo_graph()
     configs = {_module(p, ROOT) for pattern in MODE_CONFIGS for p in (ROOT / "repro").glob(pattern)}
     assert {"repro.modes.simulate.config", "repro.report.config"} <= configs
     assert "repro.config.base" in g["repro"]

@@ -64,6 +64,7 @@ def test_a_notebook_call_on_case_5_gives_the_main_jobs_iteration_time(tmp_path):
     assert discriminating > 0
 
 
+@pytest.mark.slow
 def test_the_row_records_the_model_the_simulator_ran_under(tmp_path):
     rows = _main_job(tmp_path, "system=all", "link_sharing=pair", "baseline_placements=[launch]")
     assert set(rows.link_sharing) == {"pair"}

@@ -69,6 +69,7 @@ def _verdicts_in_markdown(text: str) -> dict[tuple[str, str, str], str]:
     return out
 
 
+@pytest.mark.slow
 def test_claims_csv_claims_md_and_report_are_one_table(tmp_path):
     """Every (model, protocol, claim) verdict of claims.csv is the one claims.md and REPORT.md
     show, including a claim only the ablation table can test."""
@@ -259,6 +260,7 @@ def test_an_unreadable_ablation_table_is_one_line_naming_it(tmp_path):
     assert str(bad) in str(err.value) and len(str(err.value).splitlines()) == 1, str(err.value)
 
 
+@pytest.mark.slow
 def test_a_report_made_with_a_helper_process_is_the_one_made_alone(tmp_path, monkeypatch):
     """A large study's summary and Fig. 3 come from a helper process while the claims are
     evaluated: every file is the same, byte for byte, as one process alone writes it."""

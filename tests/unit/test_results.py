@@ -155,6 +155,7 @@ def test_a_file_as_results_folder_is_one_clear_error(tmp_path):
         write_rows(f, [make_row(KEY)])
 
 
+@pytest.mark.slow
 def test_a_fresh_clone_rebuilds_the_report_from_runs_parquet_alone(tmp_path):
     from repro.report.build import build_report
 

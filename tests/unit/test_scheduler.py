@@ -139,6 +139,7 @@ def test_crossover_children_are_balanced():
     assert sorted(crossover(a, a, rng)) == sorted(a)  # same parents, same child
 
 
+@pytest.mark.slow
 def test_time_limit_stops_the_search():
     c = get_case("5")
     r = schedule(c, SIZES, pp=8, dp=8, seed=0, time_limit_s=0.2, population=10)

@@ -164,6 +164,7 @@ def test_the_main_job_prints_within_100_columns(tmp_path):
     assert p.returncode == 0 and max(len(ln) for ln in p.stdout.splitlines()) > 100
 
 
+@pytest.mark.slow
 def test_a_prefetched_schedule_is_the_one_a_job_makes(tmp_path):
     """A serial sweep starts its jobs' schedules in a helper process (the idle core): the job
     then stores the same layout it would have made itself."""

@@ -89,6 +89,7 @@ def _fake_task(calls):
     return task
 
 
+@pytest.mark.slow
 def test_job_key_ignores_reporting_keys_only(tmp_path):
     a = _configs(tmp_path)[0]  # the whole sweep, composed once for the module
     (b,) = _configs(tmp_path, ["logger=wandb", "workflow.tolerance=0.1"], jobs=1)
@@ -466,6 +467,7 @@ def test_the_sweep_composer_gives_every_job_hydras_own_config(sweep, extra):
         assert "load_sweep_config" not in vars(loader)
 
 
+@pytest.mark.slow
 def test_a_shipped_config_loader_composes_as_hydra_does():
     """The joblib and Slurm launchers pickle the config loader into their workers: there it
     composes each job as Hydra does, with a composer of the worker's own, kept for the sweep's

@@ -98,6 +98,7 @@ def _registered(repo: Path) -> tuple[dict, Path, Path, str]:
     return doc, pf, mf, _head(repo)
 
 
+@pytest.mark.slow
 def test_score_registered_in_order(repo):
     doc, pf, mf, reg = _registered(repo)
     time.sleep(1.1)  # measured strictly after the registration commit (1 s resolution)
@@ -120,6 +121,7 @@ def test_score_registered_in_order(repo):
     assert reg[:10] in md and "PASS" in md and md.count("| s1 |") == 4 + 2  # 4 systems, 2 ratios
 
 
+@pytest.mark.slow
 def test_a_round_moved_into_its_folder_still_scores(repo):
     """Moving a round's files (``git mv`` into ``roundN/``) keeps the registration: the commit
     that first added the predictions, whose content is unchanged."""
@@ -164,6 +166,7 @@ def test_score_refuses_rows_measured_before_registration_or_edited_predictions(r
         score(pf, mf)
 
 
+@pytest.mark.slow
 def test_score_refuses_rows_of_another_predictions_file(repo):
     doc, pf, mf, reg = _registered(repo)
     time.sleep(1.1)

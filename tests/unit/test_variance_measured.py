@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from repro.report.claims import _claim_variance
 from repro.report.variance import measured_rows
@@ -54,6 +55,7 @@ def test_mixed_rows_use_only_the_measured_ones():
     assert verdict == "PASS"
 
 
+@pytest.mark.slow
 def test_simulated_repeats_are_named_for_what_they_are(tmp_path):
     from repro.run import run as simulate
     from tests.unit.test_simulate_mode import _cfg
