@@ -144,6 +144,18 @@ def _buckets(stage_params: np.ndarray, bucket_params) -> list[np.ndarray]:
     return out
 
 
+def _per_size(
+    cluster: Cluster, ring: np.ndarray, sizes: np.ndarray, bytes_per: float, kind: str
+) -> dict[float, float]:
+    """Seconds of the ``kind`` ring collective over ``ring`` (the rings of a stage's tensor
+    ranks, at once) of ``bytes_per``·n bytes, for each distinct bucket size n in ``sizes`` (a
+    stage's buckets are all of one size but the last: each is timed once)."""
+    return {
+        n: float(ring_collective_s(cluster, ring, bytes_per * n, kind=kind).max())
+        for n in dict.fromkeys(sizes.tolist())
+    }
+
+
 def _gather_delay_s(
     cluster: Cluster, rings: np.ndarray, buckets: list[np.ndarray], f: np.ndarray, tp: int
 ) -> np.ndarray:
@@ -157,10 +169,11 @@ def _gather_delay_s(
     out = np.zeros(pp)
     for s in range(pp):
         ring = rings[s * tp : (s + 1) * tp]  # the stage's tensor ranks' rings, at once
+        took = _per_size(cluster, ring, buckets[s], 2.0, "allgather")
         total = buckets[s].sum()
         gathered = done = 0.0
         for n in buckets[s]:
-            gathered += float(ring_collective_s(cluster, ring, 2.0 * n, kind="allgather").max())
+            gathered += took[n]
             done = max(done, gathered) + f[s] * n / total
         out[s] = done - f[s]
     return out
@@ -192,16 +205,14 @@ def _bucketed_reduce_end_s(
     done = np.zeros((pp * tp, dp))
     for s in range(pp):
         ring = rings[s * tp : (s + 1) * tp]
+        took = _per_size(cluster, ring, buckets[s], workload.gradient_bytes, "reducescatter")
         total = buckets[s].sum()
         end = -np.inf
         filled = 0.0
         for n in buckets[s]:
             filled += n
             ready = float((last_bwd_end_s[s] - last_bwd_s[s] * (1.0 - filled / total)).max())
-            took = ring_collective_s(
-                cluster, ring, workload.gradient_bytes * n, kind="reducescatter"
-            ).max()
-            end = max(end, ready) + float(took)
+            end = max(end, ready) + took[n]
         done[s * tp : (s + 1) * tp] = end
     return done
 

@@ -95,18 +95,20 @@ def ring_collective_s(
     steps_per_n = {"allreduce": 2, "reducescatter": 1, "allgather": 1}
     if kind not in steps_per_n:
         raise ValueError(f"ring collective: unknown kind {kind!r}; known: {', '.join(steps_per_n)}")
-    rings = [list(r) for r in rings]
-    sizes = {len(r) for r in rings}
-    if len(sizes) != 1:
-        raise ValueError(f"ring collective: rings must have one size, got {sorted(sizes)}")
-    n = sizes.pop()
+    if not isinstance(rings, np.ndarray):
+        sizes = {len(r) for r in rings}
+        if len(sizes) > 1:
+            raise ValueError(f"ring collective: rings must have one size, got {sorted(sizes)}")
+    rings = np.asarray(rings, dtype=int)
+    if rings.ndim != 2:
+        raise ValueError(f"ring collective: rings must be a list of rings, got shape {rings.shape}")
+    k, n = rings.shape
     if n == 1:
-        return np.zeros(len(rings))
-    src = np.array([r[i] for r in rings for i in range(n)])
-    dst = np.array([r[(i + 1) % n] for r in rings for i in range(n)])
-    per_ring = np.broadcast_to(np.asarray(nbytes, dtype=float), (len(rings),))
+        return np.zeros(k)
+    src, dst = rings.ravel(), np.roll(rings, -1, axis=1).ravel()  # member i sends to i + 1
+    per_ring = np.broadcast_to(np.asarray(nbytes, dtype=float), (k,))
     step = flow_time_s(cluster, src, dst, np.repeat(per_ring / n, n))
-    step = step.reshape(len(rings), n).max(axis=1)
+    step = step.reshape(k, n).max(axis=1)
     return steps_per_n[kind] * (n - 1) * step
 
 
@@ -550,8 +552,8 @@ def nccl_tuned_end_s(
     modelled: those run the ring, their pick still recorded."""
     g, e, size = _groups_entries(groups, entry_s, nbytes)
     picks = [
-        choose(system_for_group(cluster, grp), coll, float(b))
-        for grp, b in zip(g, size, strict=True)
+        choose(system_for_group(cluster, grp), coll, b)
+        for grp, b in zip(g.tolist(), size.tolist(), strict=True)
     ]
     tuned = [f"{c.algorithm}/{c.protocol}" for c in picks]
     if coll != "allreduce":

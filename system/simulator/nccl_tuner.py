@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import NamedTuple
 
 import numpy as np
@@ -442,7 +444,7 @@ class TunerChoice(NamedTuple):
     algorithm: str
     protocol: str
     time_us: float
-    times_us: dict[tuple[str, str], float]
+    times_us: Mapping[tuple[str, str], float]
 
 
 def choose(sys: NcclSystem, coll: str, nbytes: float) -> TunerChoice:
@@ -453,8 +455,14 @@ def choose(sys: NcclSystem, coll: str, nbytes: float) -> TunerChoice:
         raise ValueError(f"collective must be one of {COLLECTIVES}, got {coll!r}")
     if not (nbytes >= 0 and math.isfinite(nbytes)):
         raise ValueError(f"message bytes must be finite and >= 0, got {nbytes}")
+    return _choose(sys, coll, float(nbytes))
+
+
+@functools.lru_cache(maxsize=1 << 16)  # a grid search asks the same few sizes many times
+def _choose(sys: NcclSystem, coll: str, nbytes: float) -> TunerChoice:
+    """:func:`choose` on checked arguments; a pure function of them, kept for the process."""
     if sys.n_ranks == 1:
-        return TunerChoice("ring", "Simple", 0.0, {("ring", "Simple"): 0.0})
+        return TunerChoice("ring", "Simple", 0.0, MappingProxyType({("ring", "Simple"): 0.0}))
     model = tune_model(sys)
     times = {}
     for algo in ALGOS:
@@ -467,7 +475,7 @@ def choose(sys: NcclSystem, coll: str, nbytes: float) -> TunerChoice:
     if best is None:
         raise ValueError(f"NCCL: no algorithm/protocol available for {coll} on {sys}")
     (algo, proto) = best[1]
-    return TunerChoice(algo, proto, best[0], times)
+    return TunerChoice(algo, proto, best[0], MappingProxyType(times))  # shared: read-only
 
 
 def tune_allreduce(sys: NcclSystem, nbytes: float) -> TunerChoice:

@@ -219,13 +219,18 @@ def _programs(p: int, m: int, fn: ProgramFn) -> _Compiled:
 
 
 @functools.lru_cache(maxsize=1 << 14)
-def _replay_cached(p: int, m: int, fn: ProgramFn, args: tuple, rendezvous: bool) -> tuple:
+def _replay_cached(p: int, m: int, fn: ProgramFn, times: bytes, rendezvous: bool) -> tuple:
     """:func:`_replay_kernel` of one replica, kept for the process: the grid searches of one
     setting and its neighbours (another global batch: the same extrapolation window) replay the
-    same pipelines again. A pure function of its arguments, so the results are the same."""
+    same pipelines again. ``times``: the replica's column of :func:`replay`'s inputs (forward,
+    backward and start per stage, the six per-link arrays), as float64 bytes. A pure function of
+    its arguments, so the results are the same."""
     prog = _programs(p, m, fn)
-    times = [np.array(x, dtype=float) for x in args]
-    now, first, ok = _replay_kernel(*prog, *times, rendezvous)
+    col = np.frombuffer(times, dtype=float)
+    links = (col.size - 3 * p) // 6
+    f, b, start = col[:p], col[p : 2 * p], col[2 * p : 3 * p]
+    per_link = [col[3 * p + i * links : 3 * p + (i + 1) * links] for i in range(6)]
+    now, first, ok = _replay_kernel(*prog, f, b, *per_link, start, rendezvous)
     if not ok:
         raise RuntimeError("replay: the programs deadlocked (a call never met its peer)")
     return tuple(now.tolist()), tuple(first.tolist())
@@ -265,6 +270,7 @@ def replay(
     fn = program_for(schedule)
     links = p if _virtual_stages(fn) > 1 and p > 1 else max(p - 1, 0)
     cols = [f, np.broadcast_to(np.asarray(bwd_s, float), (p, r))]
+    cols.append(np.broadcast_to(np.asarray(start_s, float), (p, r)))
     for x in (busy_fwd_s, busy_bwd_s, delay_fwd_s, delay_bwd_s, buffer_fwd_s, buffer_bwd_s):
         x = np.asarray(x, float)
         if x.ndim == 2 and x.shape[0] != links:
@@ -273,11 +279,10 @@ def replay(
                 f"({_virtual_stages(fn)} virtual stages each), got shape {x.shape}"
             )
         cols.append(np.broadcast_to(x, (links, r)))
-    cols.append(np.broadcast_to(np.asarray(start_s, float), (p, r)))
+    times = np.ascontiguousarray(np.concatenate(cols).T)  # (r, 3p + 6·links): a row per replica
     ends, firsts = [], []
-    for j in range(r):  # one replay per replica, kept by its times (:func:`_replay_cached`)
-        args = tuple(tuple(c[:, j].tolist()) for c in cols)
-        end, first = _replay_cached(p, m, fn, args, bool(rendezvous))
+    for row in times:  # one replay per replica, kept by its times (:func:`_replay_cached`)
+        end, first = _replay_cached(p, m, fn, row.tobytes(), bool(rendezvous))
         ends.append(end)
         firsts.append(first)
     out = np.array(ends, dtype=float).T
