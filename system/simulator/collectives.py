@@ -66,7 +66,7 @@ TREE_CHUNK_BYTES = 512 * 1024
 
 def _groups_and_entries(groups, entry_s, what: str) -> tuple[np.ndarray, np.ndarray]:
     """``groups`` as a (G, n) device array and ``entry_s`` as a float array of the same shape."""
-    g = np.asarray([list(r) for r in groups], dtype=int)
+    g = np.asarray(groups if isinstance(groups, np.ndarray) else [list(r) for r in groups], int)
     e = np.asarray(entry_s, dtype=float)
     if g.ndim != 2 or e.shape != g.shape:
         raise ValueError(f"{what}: groups {g.shape} and entry_s {e.shape} must be (G, n) alike")

@@ -503,7 +503,7 @@ def system_for_group(cluster, group, *, gpu_nic_path: str = "PHB") -> NcclSystem
     cluster names none, at the fastest link that leaves the host (a NIC is at least that fast;
     NCCL reads the NIC's nominal speed, not the path's), the slowest host's for all (NCCL takes
     the minimum over ranks). Computed once per cluster, group and path."""
-    devs = tuple(int(d) for d in group)
+    devs = tuple(map(int, group))
     if not devs or len(set(devs)) != len(devs):
         raise ValueError(f"NCCL communicator: group must list distinct devices, got {group}")
     known = cluster.memo("nccl_systems", dict)
