@@ -63,6 +63,37 @@ ALGORITHMS = ("ring", "tree", "two_level")
 # default) in NCCL_STEPS = 8 slots of 512 KiB.
 TREE_CHUNK_BYTES = 512 * 1024
 
+# Per cluster fingerprint, the results that do not depend on when members enter: a ring
+# collective's duration, NCCL's picks per group, a tree's per-hop times. A grid search asks for
+# the same groups and sizes again and again (every global batch of a setting, every rank map
+# that keeps a group), and the clusters a sweep's jobs build apart share a fingerprint.
+_KEPT: dict[str, dict] = {}
+_KEPT_CLUSTERS = 16  # clusters kept at once
+_KEPT_PER_CLUSTER = 1 << 16  # entries per cluster before its table starts again
+
+
+def _kept(cluster: Cluster, key: tuple, make):
+    """``make()``, computed once per ``cluster`` (by fingerprint) and ``key``; a pure function
+    of both, so a kept value is the value."""
+    fp = fingerprint(cluster)
+    table = _KEPT.get(fp)
+    if table is None:
+        if len(_KEPT) >= _KEPT_CLUSTERS:
+            _KEPT.clear()
+        table = _KEPT[fp] = {}
+    try:
+        return table[key]
+    except KeyError:
+        if len(table) >= _KEPT_PER_CLUSTER:
+            table.clear()
+        value = table[key] = make()
+        return value
+
+
+def _array_key(*arrays: np.ndarray) -> tuple:
+    """A hashable key of arrays' shapes, kinds and contents."""
+    return tuple((a.shape, a.dtype.str, a.tobytes()) for a in arrays)
+
 
 def _groups_and_entries(groups, entry_s, what: str) -> tuple[np.ndarray, np.ndarray]:
     """``groups`` as a (G, n) device array and ``entry_s`` as a float array of the same shape."""
@@ -105,11 +136,16 @@ def ring_collective_s(
     k, n = rings.shape
     if n == 1:
         return np.zeros(k)
-    src, dst = rings.ravel(), np.roll(rings, -1, axis=1).ravel()  # member i sends to i + 1
     per_ring = np.broadcast_to(np.asarray(nbytes, dtype=float), (k,))
-    step = flow_time_s(cluster, src, dst, np.repeat(per_ring / n, n))
-    step = step.reshape(k, n).max(axis=1)
-    return steps_per_n[kind] * (n - 1) * step
+
+    def make() -> np.ndarray:
+        src, dst = rings.ravel(), np.roll(rings, -1, axis=1).ravel()  # member i sends to i + 1
+        step = flow_time_s(cluster, src, dst, np.repeat(per_ring / n, n))
+        out = steps_per_n[kind] * (n - 1) * step.reshape(k, n).max(axis=1)
+        out.flags.writeable = False
+        return out
+
+    return _kept(cluster, ("ring", kind, *_array_key(rings, per_ring)), make).copy()
 
 
 def ring_allreduce_s(
@@ -368,6 +404,22 @@ def tree_allreduce_end_s(
         return e.copy()
     # one chunk: one channel, so one tree carries it all
     trees = _trees(n, bool(size.max() <= TREE_CHUNK_BYTES))
+    passes, drain = _kept(
+        cluster, ("tree", *_array_key(g, size)), lambda: _tree_hops(cluster, g, size, trees)
+    )
+    out = np.full(g.shape, -np.inf)
+    for t, (up, down, stream) in enumerate(passes):
+        done = _tree_pass(e, trees.parents[t], trees.orders[t], trees.cols[t], up, down)
+        out = np.maximum(out, done + stream[:, None])
+    return np.maximum(out, (e.max(axis=1) + drain)[:, None])
+
+
+def _tree_hops(
+    cluster: Cluster, g: np.ndarray, size: np.ndarray, trees: _Trees
+) -> tuple[list[tuple[np.ndarray, np.ndarray, np.ndarray]], np.ndarray]:
+    """What :func:`tree_allreduce_end_s` times without the entry times: per tree, the first
+    chunk's hop up and down each edge (G, n − 1) and the rest's streaming time (G,); and the
+    busiest link's drain (G,)."""
     child, par = trees.child, trees.par
     src = np.concatenate([g[:, child], g[:, par]], axis=1)  # up, then down, per group
     dst = np.concatenate([g[:, par], g[:, child]], axis=1)
@@ -377,17 +429,23 @@ def tree_allreduce_end_s(
     half = size / len(trees.parents)
     chunk = np.minimum(half, TREE_CHUNK_BYTES)
     hop = alpha + 8.0 * chunk[:, None] / rate  # (G, 2·edges): first chunk per hop
-    edges = n - 1
-    out = np.full(g.shape, -np.inf)
+    edges = g.shape[1] - 1
+    passes = []
     for t in range(len(trees.parents)):
         cols = np.arange(t * edges, (t + 1) * edges)  # this tree's edges among the up flows
         up, down = hop[:, cols], hop[:, cols + child.size]
         slowest = np.minimum(rate[:, cols], rate[:, cols + child.size]).min(axis=1)
         stream = 8.0 * (half - chunk) / slowest
-        done = _tree_pass(e, trees.parents[t], trees.orders[t], trees.cols[t], up, down)
-        out = np.maximum(out, done + stream[:, None])
+        passes.append(tuple(_read_only(x) for x in (up, down, stream)))
     drain = (8.0 * half[:, None] / shared + alpha).max(axis=1)  # the busiest link's bytes
-    return np.maximum(out, (e.max(axis=1) + drain)[:, None])
+    return passes, _read_only(drain)
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    """``a`` (a fresh array), no longer writable: a kept value is shared."""
+    a = np.ascontiguousarray(a)
+    a.flags.writeable = False
+    return a
 
 
 @kernel
@@ -551,15 +609,21 @@ def nccl_tuned_end_s(
     all-gather (``coll``) has no tree, and the PAT NCCL may pick for one GPU per node is not
     modelled: those run the ring, their pick still recorded."""
     g, e, size = _groups_entries(groups, entry_s, nbytes)
-    picks = [
-        choose(system_for_group(cluster, grp), coll, b)
-        for grp, b in zip(g.tolist(), size.tolist(), strict=True)
-    ]
-    tuned = [f"{c.algorithm}/{c.protocol}" for c in picks]
+
+    def make() -> tuple[list[str], np.ndarray]:
+        picks = [
+            choose(system_for_group(cluster, grp), coll, b)
+            for grp, b in zip(g.tolist(), size.tolist(), strict=True)
+        ]
+        use_tree = np.array([c.algorithm == "tree" for c in picks], dtype=bool)
+        use_tree.flags.writeable = False
+        return [f"{c.algorithm}/{c.protocol}" for c in picks], use_tree
+
+    tuned, use_tree = _kept(cluster, ("nccl", coll, *_array_key(g, size)), make)
+    tuned = list(tuned)
     if coll != "allreduce":
-        return e, ["ring"] * len(picks), tuned  # the caller times the ring collectives
-    ran = ["tree" if c.algorithm == "tree" else "ring" for c in picks]
-    use_tree = np.array([r == "tree" for r in ran])
+        return e, ["ring"] * len(tuned), tuned  # the caller times the ring collectives
+    ran = ["tree" if u else "ring" for u in use_tree.tolist()]
     end = np.empty(g.shape)
     for algo, rows in (("ring", ~use_tree), ("tree", use_tree)):
         if rows.any():
