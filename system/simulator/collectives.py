@@ -107,8 +107,9 @@ def _groups_and_entries(groups, entry_s, what: str) -> tuple[np.ndarray, np.ndar
 def _groups_entries(groups, entry_s, nbytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`_groups_and_entries` of an all-reduce, and its message bytes, one per group."""
     g, e = _groups_and_entries(groups, entry_s, "all-reduce")
-    size = np.broadcast_to(np.asarray(nbytes, dtype=float), (g.shape[0],)).copy()
-    if np.any(size < 0) or not np.all(np.isfinite(size)):
+    size = np.empty(g.shape[0])
+    size[:] = nbytes  # one per group
+    if not (size >= 0).all() or not np.isfinite(size).all():
         raise ValueError(f"all-reduce: message bytes must be finite and >= 0, got {nbytes}")
     return g, e, size
 
@@ -136,7 +137,8 @@ def ring_collective_s(
     k, n = rings.shape
     if n == 1:
         return np.zeros(k)
-    per_ring = np.broadcast_to(np.asarray(nbytes, dtype=float), (k,))
+    per_ring = np.empty(k)
+    per_ring[:] = nbytes  # one per ring
 
     def make() -> np.ndarray:
         src, dst = rings.ravel(), np.roll(rings, -1, axis=1).ravel()  # member i sends to i + 1

@@ -194,21 +194,28 @@ def _programs(p: int, m: int, fn: ProgramFn) -> _Compiled:
     call_start: list[int] = []
     call_len: list[int] = []
     msgs: list[tuple[int, int, int, int, int, int]] = []
+    phys: list[int] = []  # per key: its physical link (of a virtual one)
+    back: list[bool] = []  # per key: a gradient
     v = _virtual_stages(fn)
     for s in range(p):
         for o in fn(s, p, m):
-            if o.kind in ("F", "B"):
+            if o.kind == "F" or o.kind == "B":
                 ops.append(0 if o.kind == "F" else 1)
                 continue
             ops.append(2 + len(call_start))
             call_start.append(len(msgs))
             call_len.append(len(o.arg))
             for role, key in o.arg:
-                _check_message(role, key, p, v)
-                k = key_ids.setdefault(tuple(key), len(key_ids))
+                k = key_ids.get(key)
+                if k is None:  # a new message: checked once
+                    _check_message("send", key, p, v)
+                    k = key_ids[key] = len(key_ids)
+                    phys.append(int(key[2]) % p)
+                    back.append(key[0] == "b")
+                if role != "send" and role != "recv":
+                    _check_message(role, key, p, v)
                 send = role == "send"
-                phys = int(key[2]) % p  # the physical link of a virtual one
-                msgs.append((2 * k + send, 2 * k + (not send), k, send, key[0] == "b", phys))
+                msgs.append((2 * k + send, 2 * k + (not send), k, send, back[k], phys[k]))
         op_start.append(len(ops))
     cols = np.array(msgs, dtype=np.int64).reshape(-1, 6).T
     return _Compiled(
@@ -269,17 +276,20 @@ def replay(
         raise ValueError(f"replay: micro_batches must be >= 1, got {micro_batches}")
     fn = program_for(schedule)
     links = p if _virtual_stages(fn) > 1 and p > 1 else max(p - 1, 0)
-    cols = [f, np.broadcast_to(np.asarray(bwd_s, float), (p, r))]
-    cols.append(np.broadcast_to(np.asarray(start_s, float), (p, r)))
-    for x in (busy_fwd_s, busy_bwd_s, delay_fwd_s, delay_bwd_s, buffer_fwd_s, buffer_bwd_s):
+    # (3p + 6·links, r): forward, backward, start per stage, then the six per-link arrays; the
+    # replicas' columns, each one replica's inputs
+    times = np.empty((3 * p + 6 * links, r))
+    times[:p], times[p : 2 * p], times[2 * p : 3 * p] = f, bwd_s, start_s
+    per_link = (busy_fwd_s, busy_bwd_s, delay_fwd_s, delay_bwd_s, buffer_fwd_s, buffer_bwd_s)
+    for i, x in enumerate(per_link):
         x = np.asarray(x, float)
         if x.ndim == 2 and x.shape[0] != links:
             raise ValueError(
                 f"replay: link arrays need {links} rows for {p} stages "
                 f"({_virtual_stages(fn)} virtual stages each), got shape {x.shape}"
             )
-        cols.append(np.broadcast_to(x, (links, r)))
-    times = np.ascontiguousarray(np.concatenate(cols).T)  # (r, 3p + 6·links): a row per replica
+        times[3 * p + i * links : 3 * p + (i + 1) * links] = x
+    times = np.ascontiguousarray(times.T)  # a row per replica
     ends, firsts = [], []
     for row in times:  # one replay per replica, kept by its times (:func:`_replay_cached`)
         end, first = _replay_cached(p, m, fn, row.tobytes(), bool(rendezvous))
