@@ -61,7 +61,7 @@ from system.external.sailor.plan import Replica, SailorPlan, Stage
 from system.external.sailor.profile import PROFILED_TRANSFORMER_LAYERS
 from system.gpus import get_gpu
 from system.planner.prices import usd_per_hour
-from system.planner.search import HEURISTICS, OBJECTIVES, SMALL_FLEET
+from system.planner.search import HEURISTICS, SMALL_FLEET, check_objective
 from system.scheduler.heuristics import greedy_region_chains
 
 __all__ = [
@@ -185,8 +185,7 @@ class SailorTargetPlanner:
         heuristics: tuple[str, ...] = HEURISTICS,
         typed: bool = True,
     ) -> None:
-        if objective not in OBJECTIVES:
-            raise ValueError(f"objective={objective!r}: expected one of {', '.join(OBJECTIVES)}")
+        check_objective(objective, max_iter_time_s)
         if model not in inputs.shapes:
             raise ValueError(
                 f"model {model!r}: no Sailor training config (have {list(inputs.shapes)})"

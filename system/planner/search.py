@@ -56,6 +56,7 @@ from system.workload import GPTConfig, Workload, stage_gradient_params
 
 __all__ = [
     "OBJECTIVES",
+    "check_objective",
     "HEURISTICS",
     "Candidate",
     "PlanResult",
@@ -65,6 +66,17 @@ __all__ = [
 ]
 
 OBJECTIVES = ("throughput", "cost")
+
+
+def check_objective(objective: str, max_iter_time_s: float | None) -> None:
+    """ValueError naming the argument unless ``objective`` is one of :data:`OBJECTIVES` and
+    ``max_iter_time_s`` is None or a positive number of seconds."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective={objective!r}: expected one of {', '.join(OBJECTIVES)}")
+    if max_iter_time_s is not None and not max_iter_time_s > 0:
+        raise ValueError(f"max_iter_time_s={max_iter_time_s}: must be > 0")
+
+
 HEURISTICS = ("launch_order", "one_pipeline_per_region", "greedy_region_fill", "fastest_first")
 MICRO_BATCH_SIZES = (1, 2, 4, 8)
 RECOMPUTE = ("none", "selective", "full")  # least recomputation first
@@ -159,10 +171,7 @@ class Planner:
         layouts: tuple[str, ...] = ("typed", "regional", "anchored"),
         max_anchors: int = 4,
     ) -> None:
-        if objective not in OBJECTIVES:
-            raise ValueError(f"objective={objective!r}: expected one of {', '.join(OBJECTIVES)}")
-        if max_iter_time_s is not None and not max_iter_time_s > 0:
-            raise ValueError(f"max_iter_time_s={max_iter_time_s}: must be > 0")
+        check_objective(objective, max_iter_time_s)
         self.cluster, self.model, self.batch, self.compute = cluster, model, int(batch), compute
         self.objective, self.max_iter_time_s = objective, max_iter_time_s
         self.time_limit_s, self.rng = float(time_limit_s), np.random.default_rng(seed)

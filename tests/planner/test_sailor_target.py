@@ -120,6 +120,15 @@ def test_unknown_model_and_gpu(tmp_path, inputs):
         SailorTargetPlanner(cl, "GPT-9", 16, inputs)
 
 
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan")])
+def test_a_time_cap_that_is_not_positive_is_refused(tmp_path, inputs, bad):
+    cl = _fleet(tmp_path, [(ZA, "A100", 4)])
+    with pytest.raises(ValueError, match="max_iter_time_s=.*must be > 0"):
+        SailorTargetPlanner(cl, "OPT-350", 16, inputs, objective="cost", max_iter_time_s=bad)
+    with pytest.raises(ValueError, match="objective='speed'"):
+        SailorTargetPlanner(cl, "OPT-350", 16, inputs, objective="speed")
+
+
 def test_mode_plan_framework_sailor_writes_a_plan_in_sailors_format(tmp_path, inputs):
     from repro.config.options import ConfigError
     from repro.run import run
