@@ -240,7 +240,10 @@ def _replay_cached(p: int, m: int, fn: ProgramFn, times: bytes, rendezvous: bool
     now, first, ok = _replay_kernel(*prog, f, b, *per_link, start, rendezvous)
     if not ok:
         raise RuntimeError("replay: the programs deadlocked (a call never met its peer)")
-    return tuple(now.tolist()), tuple(first.tolist())
+    now.flags.writeable = False  # kept and shared: read-only
+    first = first.copy()  # its own buffer, not a view of the kernel's larger one
+    first.flags.writeable = False
+    return now, first
 
 
 def replay(
@@ -295,9 +298,9 @@ def replay(
         end, first = _replay_cached(p, m, fn, row.tobytes(), bool(rendezvous))
         ends.append(end)
         firsts.append(first)
-    out = np.array(ends, dtype=float).T
+    out = np.stack(ends, axis=1)
     if return_first_bwd:
-        return out, np.array(firsts, dtype=float).T
+        return out, np.stack(firsts, axis=1)
     return out
 
 
