@@ -279,15 +279,18 @@ def _check_part(
     composer = load.composer_for(master)
     checked = [_check_one(composer, n, overrides) for n, overrides in part]
     composed = composer.kept([overrides for _, overrides in part])
-    # The jobs' code is loaded here, in the worker's first task: loky measures a worker's
-    # memory after its first task and restarts a worker that grows 300 MB beyond it (its leak
-    # guard), which one sized by the check alone reaches while it runs the paper's grid.
+    # The jobs' code is loaded and warmed here, in the worker's first task: loky measures a
+    # worker's memory after its first task and restarts a worker that grows 300 MB beyond it
+    # (its leak guard), which one sized by the check alone reaches while it runs the paper's
+    # grid (a restarted worker imports everything again and loses its caches).
     from repro.config import MODES
 
     for mode in dict.fromkeys(c.mode for c in checked if not isinstance(c, str)):
         MODES[mode].function()
-    if any(not isinstance(c, str) and MODES[c.mode].rows for c in checked):
-        import numba  # noqa: F401 - the kernels' compiler, loaded at a job's first kernel
+        if MODES[mode].warm is not None:
+            MODES[mode].function("warm")()
+        elif MODES[mode].rows:
+            import numba  # noqa: F401 - the kernels' compiler, loaded at a job's first kernel
 
     return checked, composed
 

@@ -324,6 +324,9 @@ class ModeSpec:
     # "package.module:function" that a serial sweep of the mode calls with its jobs before the
     # first: work shared across jobs started on the idle core; returns the function stopping it
     prefetch: str | None = None
+    # "package.module:function" (no arguments) that a launcher's worker process calls before its
+    # first job: loads and compiles what the mode's first job would (see repro.sweep._check_part)
+    warm: str | None = None
 
     @property
     def summary(self) -> str:
@@ -338,19 +341,24 @@ MODES: dict[str, ModeSpec] = {}
 
 
 def register_mode(
-    name: str, runner: str | None = None, *, rows: bool = False, prefetch: str | None = None
+    name: str,
+    runner: str | None = None,
+    *,
+    rows: bool = False,
+    prefetch: str | None = None,
+    warm: str | None = None,
 ):
     """Class decorator, placed below ``@dataclass``: ``name`` is a mode, configured by the class
     and run by ``runner`` (``"package.module:function"``, the function taking the class; none:
     ``run`` of the ``run.py`` beside the class's ``config.py``); ``rows``: it stores result rows;
-    ``prefetch``: :attr:`ModeSpec.prefetch`."""
+    ``prefetch``, ``warm``: :attr:`ModeSpec.prefetch`, :attr:`ModeSpec.warm`."""
 
     def wrap(cls):
         if "__dataclass_fields__" in cls.__dict__:
             raise TypeError(f"@register_mode({name!r}) goes below @dataclass")
         cls.__annotations__ = {**cls.__dict__.get("__annotations__", {}), "mode": str}
         cls.mode = dataclasses.field(default=name, metadata={"help": "this mode"})
-        MODES[name] = ModeSpec(name, cls, runner or _beside(cls, name), rows, prefetch)
+        MODES[name] = ModeSpec(name, cls, runner or _beside(cls, name), rows, prefetch, warm)
         if _STORED:
             _store_mode(MODES[name])
         return cls

@@ -37,7 +37,12 @@ OursConfigs = choice("OursConfigs", CONFIG_SETS, module=__name__)
 
 
 @dataclass
-@register_mode("simulate", rows=True, prefetch="repro.modes.simulate.run:prefetch")
+@register_mode(
+    "simulate",
+    rows=True,
+    prefetch="repro.modes.simulate.run:prefetch",
+    warm="repro.modes.simulate.run:warm",
+)
 class SimulateConfig(LayoutOptions, ModelOptions, CaseOptions, RunConfig):
     """The paper's Fig. 3 experiment in the performance simulator: every system, no GPU."""
 

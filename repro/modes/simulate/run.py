@@ -204,6 +204,28 @@ def prefetch(jobs: list[SimulateConfig]):
     return stop
 
 
+def warm() -> None:
+    """A launcher worker's warm-up before its first job (:attr:`repro.config.base.ModeSpec.warm`):
+    one small setting of the debug case scheduled, simulated for every system and its rows
+    typed, all thrown away, so that the compiled kernels (the scheduler's, the replay's, the
+    collectives') and the row store's writer are loaded before the first job. Nothing is
+    shared or written."""
+    import pyarrow.parquet  # noqa: F401 - the store's writer
+
+    from system.scheduler import schedule
+
+    cfg = SimulateConfig(case="debug", layers=8, batch=64)
+    plain, cluster, hw, workload, pp, dp = _setting(cfg, "debug", 8, 64)
+    _, (cl, sizes, kwargs) = Schedules(cfg.scheduler, cfg.seed).call(
+        "debug", plain, workload, pp, dp
+    )
+    ours = simulate_ours(cluster, schedule(cl, sizes, **kwargs).assignment, workload, hardware=hw)
+    _row({"system": "ours"}, ours, cluster)
+    for search in (grid_search_megatron, grid_search_deepspeed):
+        grid = search(cluster, workload, hw, placement="topology")
+        _row({"system": grid.best.system}, grid.best, cluster)
+
+
 def _model_knobs(cfg: SimulateConfig) -> dict:
     """The sensitivity knobs as configured (null efficiency: the hardware model's): what the
     simulator's inputs are built from (:func:`_setting`)."""
