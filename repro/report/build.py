@@ -183,7 +183,7 @@ def check_rows(rows: pd.DataFrame, folder: str | Path) -> None:
         return
     known = known_systems()
     system = rows["system"].astype("string") if "system" in rows else pd.Series(dtype="string")
-    unknown = sorted(set(system.dropna()) - set(known))
+    unknown = sorted(set(system.dropna().unique()) - set(known))
     if unknown:
         n = int(system.isin(unknown).sum())
         raise ValueError(

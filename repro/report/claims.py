@@ -33,7 +33,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from repro.report.variance import CV_LIMIT, best_configs, measured_rows, ok_rows, variance_table
+from repro.report.variance import (
+    CONFIG_COLUMNS,
+    CV_LIMIT,
+    SETTING_COLUMNS,
+    best_configs,
+    measured_rows,
+    ok_rows,
+    variance_table,
+)
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +51,7 @@ __all__ = [
     "evaluate_claims",
     "VERDICTS",
     "UP_TO_CLAIMS",
+    "CLAIM_INPUTS",
 ]
 
 VERDICTS = ("PASS", "FAIL", "INCONCLUSIVE")
@@ -50,6 +59,19 @@ BASELINES = ("megatron", "deepspeed")
 # claims the paper states as a maximum ("up to X"); their paper_high is X
 UP_TO_CLAIMS = frozenset({"scheduler_vs_random"})
 KEYS = ["case", "num_layers", "global_batch_size"]
+# every column a claim reads of a row (with the placement protocol's and link-sharing model's
+# groups, repro/report/protocols.py)
+CLAIM_INPUTS = [
+    "mode",
+    "status",
+    *SETTING_COLUMNS,
+    *CONFIG_COLUMNS,
+    "iter_time_s",
+    "pflops",
+    "mfu",
+    "link_sharing",
+    "is_best",
+]
 
 
 @dataclass(frozen=True, slots=True)

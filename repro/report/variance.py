@@ -66,11 +66,12 @@ def ok_rows(rows: pd.DataFrame) -> pd.DataFrame:
     missing = [c for c in (*SETTING_COLUMNS, "iter_time_s") if c not in rows.columns]
     if missing:
         raise ValueError(f"rows: missing columns {missing}; have {sorted(rows.columns)}")
-    df = rows.copy()
-    if "status" in df.columns:
-        df = df[df["status"].fillna("ok").astype(str) == "ok"]
+    iter_time_s = pd.to_numeric(rows["iter_time_s"], errors="coerce")
+    keep = np.isfinite(iter_time_s) & (iter_time_s > 0)
+    if "status" in rows.columns:
+        keep &= rows["status"].fillna("ok").astype(str) == "ok"
+    df = rows[keep]  # one copy, of the rows kept only: a study's report asks this many times
     df["iter_time_s"] = pd.to_numeric(df["iter_time_s"], errors="coerce")
-    df = df[np.isfinite(df["iter_time_s"]) & (df["iter_time_s"] > 0)]
     df["case"] = df["case"].map(_case_text)
     if "pflops" in df.columns:
         df["pflops"] = pd.to_numeric(df["pflops"], errors="coerce")
