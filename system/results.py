@@ -801,11 +801,12 @@ def current_of(results_dir: str | Path, settings) -> dict[str, str]:
     # parts first, then the table, ranked table first: the order current_run_ids reads them in
     parts = [index(f) for f in _parts(d)]
     files = [index(_table_file(d)), *parts]
+    wanted = set(settings)
     newest: dict[str, tuple[str, int, int, str]] = {}
-    for s in set(settings):
-        for rank, idx in enumerate(files):
-            got = idx.get(s)
-            if got is not None and (s not in newest or (got[0], rank, got[1]) >= newest[s][:3]):
+    for rank, idx in enumerate(files):
+        for s in idx.keys() & wanted:  # a set operation: a fresh sweep's settings are in none
+            got = idx[s]
+            if s not in newest or (got[0], rank, got[1]) >= newest[s][:3]:
                 newest[s] = (got[0], rank, got[1], got[2])
     return {s: v[3] for s, v in newest.items()}
 

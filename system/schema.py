@@ -521,6 +521,11 @@ RECOMPUTE = ("full", "selective", "none")
 
 # (kind, Python type) whose values are stored as they are: the common case, checked first
 _AS_IS = {("float", float), ("str", str), ("json", str), ("int", int), ("bool", bool)}
+# per kind, the types of a column whose every value is stored as it is (None: missing)
+_STORED_AS_IS = {
+    kind: frozenset({type(None), *(t for k, t in _AS_IS if k == kind)})
+    for kind in ("float", "str", "json", "int", "bool", "recompute")
+}
 
 
 def _coerce(column: str, kind: str, v):
@@ -606,9 +611,12 @@ def _frame(records: list[dict]):
     names: dict[str, None] = dict.fromkeys(CORE_COLUMNS)
     for r in records:
         names.update(dict.fromkeys(r))
+    columns = {c: [None] * len(records) for c in names}  # None where a record lacks the column
+    for i, r in enumerate(records):
+        for c, v in r.items():
+            columns[c][i] = v
     data = {}
-    for c in names:
-        values = [r.get(c) for r in records]
+    for c, values in columns.items():
         kind = COLUMNS.get(c)
         if kind is None:
             kind = _kind_of_extra(values)
@@ -620,5 +628,7 @@ def _frame(records: list[dict]):
                     c,
                     kind,
                 )
-        data[c] = pd.array([_coerce(c, kind, v) for v in values], dtype=_DTYPES[kind])
+        if not set(map(type, values)) <= _STORED_AS_IS[kind]:  # else _coerce returns each as is
+            values = [_coerce(c, kind, v) for v in values]
+        data[c] = pd.array(values, dtype=_DTYPES[kind])
     return pd.DataFrame(data, index=pd.RangeIndex(len(records)))
