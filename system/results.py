@@ -644,15 +644,24 @@ def _table(d: Path, parts: list[Path] | None = None):
     frames += from_parts
     if not frames:
         return _view([])
-    typed = {c: _DTYPES[k] for c, k in COLUMNS.items()}
-    names = dict.fromkeys(c for df in frames for c in df.columns)
-    aligned = [
-        df.reindex(columns=list(names)).astype(
-            {c: typed[c] for c in names if c in typed and c not in df}
-        )
-        for df in frames
-    ]
+    names = list(dict.fromkeys(c for df in frames for c in df.columns))
+    aligned = [_with_columns(df, names) for df in frames]
     return _tidy(pd.concat(aligned, ignore_index=True) if len(aligned) > 1 else aligned[0])
+
+
+def _with_columns(df, names: list[str]):
+    """``df`` with the columns ``names``, in that order: one it lacks is all missing, of the
+    schema's dtype (an extra column: float64, filled as NaN)."""
+    import pandas as pd
+
+    lacks = [c for c in names if c not in df.columns]
+    if not lacks:
+        return df[names]
+    missing = {
+        c: pd.Series(index=df.index, dtype=_DTYPES[COLUMNS[c]] if c in COLUMNS else "float64")
+        for c in lacks
+    }
+    return pd.concat([df, pd.DataFrame(missing, index=df.index)], axis=1)[names]
 
 
 def _latest_of(df):
