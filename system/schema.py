@@ -449,6 +449,8 @@ def current_config_key() -> str | None:
 
 
 def _rename(fields: Mapping) -> dict:
+    if RENAMED.keys().isdisjoint(fields):  # the common case: every name is the schema's
+        return dict(fields)
     out = {}
     for k, v in fields.items():
         new = RENAMED.get(k, k)
@@ -476,11 +478,14 @@ def make_row(key: Mapping, **values) -> dict:
             digest = case_digest(key["case"])
             if digest is not None:
                 key["case_sha256"] = digest
-    row = {c: None for c in CORE_COLUMNS}
+    row = dict.fromkeys(CORE_COLUMNS)
     row.update(key)
     row.update(_rename(values))
     mv = model_version()
-    row["setting_id"] = run_id_for({k: v for k, v in key.items() if k not in VERSION_KEYS})
+    setting = key
+    if not key.keys().isdisjoint(VERSION_KEYS):
+        setting = {k: v for k, v in key.items() if k not in VERSION_KEYS}
+    row["setting_id"] = run_id_for(setting)
     row["model_version"] = mv
     versions = {"model_version": mv}
     config = _CONFIG_KEY.get()
