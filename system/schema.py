@@ -399,9 +399,13 @@ def file_digest(path: str | Path) -> str | None:
         return None
 
 
+# json.dumps(..., sort_keys=True, default=str) made once: a sweep hashes two keys per row
+_KEY_JSON = json.JSONEncoder(sort_keys=True, default=str)
+
+
 def run_id_for(key: Mapping) -> str:
     """Stable 16-hex id of a mapping (order-insensitive; values as JSON)."""
-    blob = json.dumps(dict(key), sort_keys=True, default=str)
+    blob = _KEY_JSON.encode(dict(key))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
