@@ -62,6 +62,7 @@ from system.results import (
     atomic_write_text,
     current_run_ids,
     deferred_collect,
+    fold_here,
     model_version,
     read_parts_ahead,
     read_rows,
@@ -565,6 +566,10 @@ class WorkflowCallback(Callback):
             d: (js[0], ledger_stamps(d, [job_key(j) for j in js])) for d, js in by_dir.items()
         }
         self._stops = [remove, *self._prefetch(config, jobs)]
+        if _launcher_is(config, "BasicLauncher"):  # the jobs run here: the fold keeps their parts
+            kept = contextlib.ExitStack()
+            kept.enter_context(fold_here(list(self._studies)))
+            self._stops.append(kept.close)
         if joblib:  # this process waits for the workers: it prepares the sweep's end meanwhile
             from repro.report.figures import load_plotting
 

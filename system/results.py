@@ -92,6 +92,7 @@ __all__ = [
     "collect",
     "compact",
     "read_parts_ahead",
+    "fold_here",
     "deferred_collect",
     "PARTS",
     "STALE_TMP_AGE_S",
@@ -472,8 +473,11 @@ def _read_handle(fh, f: Path, *, columns: list[str] | None = None, what: str = "
     return df
 
 
-# Parts read ahead of their fold (:func:`read_parts_ahead`), by path: (stamp, frame).
+# Parts read ahead of their fold (:func:`read_parts_ahead`), or kept by the process that wrote
+# them (:func:`fold_here`), by path: (stamp, frame).
 _AHEAD: dict[str, tuple[tuple[int, int, int], object]] = {}
+# The studies (resolved folders) whose parts this process writes and then folds itself.
+_FOLDS_HERE: set[str] = set()
 
 
 def _read_part(f: Path):
@@ -485,6 +489,21 @@ def _read_part(f: Path):
         return _read_table(f, what="results part")
     except FileNotFoundError:
         return None
+
+
+@contextlib.contextmanager
+def fold_here(results_dirs: Iterable[str | Path]) -> Iterator[None]:
+    """While inside, :func:`write_rows` keeps the frame of each part it writes to one of
+    ``results_dirs`` for the next fold (:func:`compact`), which then does not read back what
+    this process has just written: for a process whose jobs write parts that it compacts
+    itself (a serial sweep). A kept part is used only while the file still has the stamp it
+    had when written."""
+    dirs = {str(Path(d).resolve()) for d in results_dirs} - _FOLDS_HERE
+    _FOLDS_HERE.update(dirs)
+    try:
+        yield
+    finally:
+        _FOLDS_HERE.difference_update(dirs)
 
 
 def read_parts_ahead(results_dir: str | Path) -> int:
@@ -644,15 +663,24 @@ def _table(d: Path, parts: list[Path] | None = None):
     frames += from_parts
     if not frames:
         return _view([])
-    typed = {c: _DTYPES[k] for c, k in COLUMNS.items()}
-    names = dict.fromkeys(c for df in frames for c in df.columns)
-    aligned = [
-        df.reindex(columns=list(names)).astype(
-            {c: typed[c] for c in names if c in typed and c not in df}
-        )
-        for df in frames
-    ]
+    names = list(dict.fromkeys(c for df in frames for c in df.columns))
+    aligned = [_with_columns(df, names) for df in frames]
     return _tidy(pd.concat(aligned, ignore_index=True) if len(aligned) > 1 else aligned[0])
+
+
+def _with_columns(df, names: list[str]):
+    """``df`` with the columns ``names``, in that order: one it lacks is all missing, of the
+    schema's dtype (an extra column: float64, filled as NaN)."""
+    import pandas as pd
+
+    lacks = [c for c in names if c not in df.columns]
+    if not lacks:
+        return df[names]
+    missing = {
+        c: pd.Series(index=df.index, dtype=_DTYPES[COLUMNS[c]] if c in COLUMNS else "float64")
+        for c in lacks
+    }
+    return pd.concat([df, pd.DataFrame(missing, index=df.index)], axis=1)[names]
 
 
 def _latest_of(df):
@@ -801,11 +829,12 @@ def current_of(results_dir: str | Path, settings) -> dict[str, str]:
     # parts first, then the table, ranked table first: the order current_run_ids reads them in
     parts = [index(f) for f in _parts(d)]
     files = [index(_table_file(d)), *parts]
+    wanted = set(settings)
     newest: dict[str, tuple[str, int, int, str]] = {}
-    for s in set(settings):
-        for rank, idx in enumerate(files):
-            got = idx.get(s)
-            if got is not None and (s not in newest or (got[0], rank, got[1]) >= newest[s][:3]):
+    for rank, idx in enumerate(files):
+        for s in idx.keys() & wanted:  # a set operation: a fresh sweep's settings are in none
+            got = idx[s]
+            if s not in newest or (got[0], rank, got[1]) >= newest[s][:3]:
                 newest[s] = (got[0], rank, got[1], got[2])
     return {s: v[3] for s, v in newest.items()}
 
@@ -893,8 +922,12 @@ def write_rows(
     frame = _view(rows)  # type check before writing
     if rows:
         name = f"{time.time_ns():020d}-{_HOST}-{os.getpid()}-{secrets.token_hex(4)}.parquet"
-        atomic_write(d / PARTS / name, lambda tmp: frame.to_parquet(tmp, index=False), durable=True)
-        log.info("%s: +%d rows", d / PARTS / name, len(rows))
+        part = d / PARTS / name
+        atomic_write(part, lambda tmp: frame.to_parquet(tmp, index=False), durable=True)
+        stamp = _stamp_of(part) if str(d.resolve()) in _FOLDS_HERE else None
+        if stamp is not None:
+            _AHEAD[str(part)] = (stamp, frame)
+        log.info("%s: +%d rows", part, len(rows))
     if collect_after is None:
         collect_after = not _DEFER.get()
     if collect_after or not has_stored_rows(d):

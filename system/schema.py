@@ -399,9 +399,13 @@ def file_digest(path: str | Path) -> str | None:
         return None
 
 
+# json.dumps(..., sort_keys=True, default=str) made once: a sweep hashes two keys per row
+_KEY_JSON = json.JSONEncoder(sort_keys=True, default=str)
+
+
 def run_id_for(key: Mapping) -> str:
     """Stable 16-hex id of a mapping (order-insensitive; values as JSON)."""
-    blob = json.dumps(dict(key), sort_keys=True, default=str)
+    blob = _KEY_JSON.encode(dict(key))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -449,6 +453,8 @@ def current_config_key() -> str | None:
 
 
 def _rename(fields: Mapping) -> dict:
+    if RENAMED.keys().isdisjoint(fields):  # the common case: every name is the schema's
+        return dict(fields)
     out = {}
     for k, v in fields.items():
         new = RENAMED.get(k, k)
@@ -476,11 +482,14 @@ def make_row(key: Mapping, **values) -> dict:
             digest = case_digest(key["case"])
             if digest is not None:
                 key["case_sha256"] = digest
-    row = {c: None for c in CORE_COLUMNS}
+    row = dict.fromkeys(CORE_COLUMNS)
     row.update(key)
     row.update(_rename(values))
     mv = model_version()
-    row["setting_id"] = run_id_for({k: v for k, v in key.items() if k not in VERSION_KEYS})
+    setting = key
+    if not key.keys().isdisjoint(VERSION_KEYS):
+        setting = {k: v for k, v in key.items() if k not in VERSION_KEYS}
+    row["setting_id"] = run_id_for(setting)
     row["model_version"] = mv
     versions = {"model_version": mv}
     config = _CONFIG_KEY.get()
@@ -521,6 +530,11 @@ RECOMPUTE = ("full", "selective", "none")
 
 # (kind, Python type) whose values are stored as they are: the common case, checked first
 _AS_IS = {("float", float), ("str", str), ("json", str), ("int", int), ("bool", bool)}
+# per kind, the types of a column whose every value is stored as it is (None: missing)
+_STORED_AS_IS = {
+    kind: frozenset({type(None), *(t for k, t in _AS_IS if k == kind)})
+    for kind in ("float", "str", "json", "int", "bool", "recompute")
+}
 
 
 def _coerce(column: str, kind: str, v):
@@ -606,9 +620,12 @@ def _frame(records: list[dict]):
     names: dict[str, None] = dict.fromkeys(CORE_COLUMNS)
     for r in records:
         names.update(dict.fromkeys(r))
+    columns = {c: [None] * len(records) for c in names}  # None where a record lacks the column
+    for i, r in enumerate(records):
+        for c, v in r.items():
+            columns[c][i] = v
     data = {}
-    for c in names:
-        values = [r.get(c) for r in records]
+    for c, values in columns.items():
         kind = COLUMNS.get(c)
         if kind is None:
             kind = _kind_of_extra(values)
@@ -620,5 +637,7 @@ def _frame(records: list[dict]):
                     c,
                     kind,
                 )
-        data[c] = pd.array([_coerce(c, kind, v) for v in values], dtype=_DTYPES[kind])
+        if not set(map(type, values)) <= _STORED_AS_IS[kind]:  # else _coerce returns each as is
+            values = [_coerce(c, kind, v) for v in values]
+        data[c] = pd.array(values, dtype=_DTYPES[kind])
     return pd.DataFrame(data, index=pd.RangeIndex(len(records)))

@@ -26,6 +26,7 @@ import pandas as pd
 
 from repro.config import RunConfig
 from repro.helper import Helper, take
+from repro.report.claims import CLAIM_INPUTS
 from repro.report.config import CollectConfig, ReportConfig
 from repro.report.figures.fig3 import plot_fig3
 from repro.report.figures.fig4 import plot_fig4
@@ -183,7 +184,7 @@ def check_rows(rows: pd.DataFrame, folder: str | Path) -> None:
         return
     known = known_systems()
     system = rows["system"].astype("string") if "system" in rows else pd.Series(dtype="string")
-    unknown = sorted(set(system.dropna()) - set(known))
+    unknown = sorted(set(system.dropna().unique()) - set(known))
     if unknown:
         n = int(system.isin(unknown).sum())
         raise ValueError(
@@ -211,14 +212,17 @@ def check_rows(rows: pd.DataFrame, folder: str | Path) -> None:
             )
 
 
-def _python_strings(rows: pd.DataFrame) -> pd.DataFrame:
-    """``rows`` with Arrow-backed text columns held as Python strings: the same values and missing
-    marks, but the report selects rows hundreds of times and a Python-string column is copied
-    by one numpy take, where an Arrow one goes through a compute kernel per column."""
+def _python_strings(rows: pd.DataFrame, columns) -> pd.DataFrame:
+    """``rows`` with the Arrow-backed text columns among ``columns`` held as Python strings: the
+    same values and missing marks, but the claims and the summary select rows hundreds of times
+    and a Python-string column is copied by one numpy take, where an Arrow one goes through a
+    compute kernel per column. The other columns (run ids, rank maps) are read a few times
+    and stay as they are."""
+    wanted = set(columns)
     arrow = {
         c: pd.StringDtype("python")
         for c, t in rows.dtypes.items()
-        if isinstance(t, pd.StringDtype) and t.storage == "pyarrow"
+        if c in wanted and isinstance(t, pd.StringDtype) and t.storage == "pyarrow"
     }
     return rows.astype(arrow) if arrow else rows
 
@@ -235,7 +239,7 @@ def build_report(
     d = Path(results_dir)
     if not d.is_dir():
         raise FileNotFoundError(f"results_dir {d} does not exist")
-    rows = _python_strings(read_rows(d))
+    rows = _python_strings(read_rows(d), [*CLAIM_INPUTS, *SUMMARY_INPUTS])
     check_rows(rows, d)
     own = _own_report(rows)
     if own is not None:  # a study whose rows have their own report (the paper's does not fit)

@@ -33,7 +33,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from repro.report.variance import CV_LIMIT, best_configs, measured_rows, ok_rows, variance_table
+from repro.report.variance import (
+    CONFIG_COLUMNS,
+    CV_LIMIT,
+    SETTING_COLUMNS,
+    best_configs,
+    measured_rows,
+    ok_rows,
+    variance_table,
+)
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +51,7 @@ __all__ = [
     "evaluate_claims",
     "VERDICTS",
     "UP_TO_CLAIMS",
+    "CLAIM_INPUTS",
 ]
 
 VERDICTS = ("PASS", "FAIL", "INCONCLUSIVE")
@@ -50,6 +59,19 @@ BASELINES = ("megatron", "deepspeed")
 # claims the paper states as a maximum ("up to X"); their paper_high is X
 UP_TO_CLAIMS = frozenset({"scheduler_vs_random"})
 KEYS = ["case", "num_layers", "global_batch_size"]
+# every column a claim reads of a row (with the placement protocol's and link-sharing model's
+# groups, repro/report/protocols.py)
+CLAIM_INPUTS = [
+    "mode",
+    "status",
+    *SETTING_COLUMNS,
+    *CONFIG_COLUMNS,
+    "iter_time_s",
+    "pflops",
+    "mfu",
+    "link_sharing",
+    "is_best",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,9 +236,8 @@ def _claim_variance(rows):
     return (ours, f"CV ≤ {CV_LIMIT:.0%}", "PASS" if k == 0 else "FAIL"), ""
 
 
-def _claim_megatron_best(rows, cases, expected: str):
-    df = ok_rows(rows)
-    df = df[(df.system == "megatron") & df.case.isin([str(c) for c in cases])]
+def _claim_megatron_best(ok, cases, expected: str):
+    df = ok[(ok.system == "megatron") & ok.case.isin([str(c) for c in cases])]
     if df.empty:
         return None, f"no megatron rows in case(s) {','.join(map(str, cases))}"
     if not {"tp", "pp", "dp"} <= set(df.columns):
@@ -233,9 +254,8 @@ def _claim_megatron_best(rows, cases, expected: str):
     return (ours, "best in a majority", "PASS" if share > 0.5 else "FAIL"), ""
 
 
-def _claim_deepspeed(rows):
-    df = ok_rows(rows)
-    df = df[df.system == "deepspeed"]
+def _claim_deepspeed(ok):
+    df = ok[ok.system == "deepspeed"]
     if df.empty or "zero" not in df.columns or "pp" not in df.columns:
         return None, "needs deepspeed rows with zero and pp columns"
     z = pd.to_numeric(df["zero"], errors="coerce")
@@ -294,8 +314,8 @@ def _claim_kl(ablation: pd.DataFrame | None):
     return (ours, "≥ 1 in every case, > 1 in one", verdict), ""
 
 
-def _claim_fluidstack(rows, low, high, tol):
-    df = ok_rows(rows) if not rows.empty else rows
+def _claim_fluidstack(ok, low, high, tol):
+    df = ok
     if df.empty or "mfu" not in df.columns:
         return None, "no rows with an mfu column (the A40 two-region setting is not simulated)"
     sel = df[df.case.astype(str).str.startswith("fluidstack")]
@@ -304,8 +324,9 @@ def _claim_fluidstack(rows, low, high, tol):
     return _range_verdict(pd.to_numeric(sel.mfu).to_numpy(float), low, high, tol), ""
 
 
-def _check(claim_id: str, rows, best, ablation, low, high, expected: str, tol: float):
-    """Dispatch one claim to its check; returns ((ours, tolerance, verdict) | None, reason)."""
+def _check(claim_id: str, rows, ok, best, ablation, low, high, expected: str, tol: float):
+    """Dispatch one claim to its check (``ok``: :func:`ok_rows` of ``rows``, ``best``: their
+    :func:`best_configs`); returns ((ours, tolerance, verdict) | None, reason)."""
     speedups = {
         "c5_vs_megatron": ("megatron", [5]),
         "c5_vs_deepspeed": ("deepspeed", [5]),
@@ -329,13 +350,13 @@ def _check(claim_id: str, rows, best, ablation, low, high, expected: str, tol: f
     if claim_id == "variance_3runs":
         return _claim_variance(rows)
     if claim_id == "megatron_best_case1":
-        return _claim_megatron_best(rows, [1], expected)
+        return _claim_megatron_best(ok, [1], expected)
     if claim_id == "megatron_best_case2to5":
-        return _claim_megatron_best(rows, [2, 3, 4, 5], expected)
+        return _claim_megatron_best(ok, [2, 3, 4, 5], expected)
     if claim_id == "deepspeed_best":
-        return _claim_deepspeed(rows)
+        return _claim_deepspeed(ok)
     if claim_id == "fluidstack_mfu":
-        return _claim_fluidstack(rows, low, high, tol)
+        return _claim_fluidstack(ok, low, high, tol)
     return None, "no check implemented for this claim"
 
 
@@ -350,7 +371,10 @@ def evaluate_claims(
     if not 0 <= tolerance < 1:
         raise ValueError(f"tolerance must be in [0, 1), got {tolerance}")
     claims = load_paper_claims() if claims is None else claims
-    best = best_configs(rows) if not rows.empty else pd.DataFrame(columns=KEYS + ["system"])
+    # the ok rows are selected once for every claim that reads them (ok_rows of its result is
+    # the same rows)
+    ok = ok_rows(rows) if not rows.empty else rows
+    best = best_configs(ok) if not rows.empty else pd.DataFrame(columns=KEYS + ["system"])
     out = []
     for c in claims.itertuples(index=False):
         paper = _paper_text(c.paper_low, c.paper_high)
@@ -360,6 +384,7 @@ def evaluate_claims(
             res, why = _check(
                 c.claim_id,
                 rows,
+                ok,
                 best,
                 ablation,
                 _num(c.paper_low),

@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from baselines.placement import Placement, check_placement
-from repro.report.claims import BASELINES, evaluate_claims, load_paper_claims
+from repro.report.claims import BASELINES, CLAIM_INPUTS, evaluate_claims, load_paper_claims
 from system.simulator.sharing import DEFAULT_LINK_SHARING, LINK_SHARING
 
 __all__ = [
@@ -95,7 +95,7 @@ def _sharing(rows: pd.DataFrame) -> pd.Series:
 def sharing_models(rows: pd.DataFrame) -> list[str]:
     """The link-sharing models of the simulated rows: the default first, then in the order of
     :data:`LINK_SHARING` (one group even when there are no simulated rows)."""
-    have = set(_sharing(rows[_simulated(rows)])) if not rows.empty else set()
+    have = set(_sharing(rows[_simulated(rows)]).unique()) if not rows.empty else set()
     order = [DEFAULT_LINK_SHARING, *(m for m in LINK_SHARING if m != DEFAULT_LINK_SHARING)]
     models = [m for m in order if m in have] + sorted(have - set(order))
     return models or [DEFAULT_LINK_SHARING]
@@ -135,14 +135,15 @@ def evaluate_claims_by_protocol(
     """One line per (link-sharing model, protocol, claim) present in ``rows``, with our number
     and verdict: columns :data:`CLAIM_COLUMNS`. Models in :func:`sharing_models` order, within
     each the protocols with baseline rows (launch always)."""
+    # the columns the claims read: every selection below copies these only, not a study's ~90
+    rows = rows[[c for c in CLAIM_INPUTS if c in rows.columns]]
     parts = []
     for model in sharing_models(rows):
         group = sharing_rows(rows, model)
         have = {Placement.launch.value}
         if "placement" in group.columns and "system" in group.columns:
-            have |= set(
-                group.loc[group["system"].isin(BASELINES), "placement"].dropna().astype(str)
-            )
+            placements = group.loc[group["system"].isin(BASELINES), "placement"].dropna()
+            have |= set(placements.astype(str).unique())
         best = best_as_ours(group)
         for protocol in (p for p in Placement if p in have):
             c = evaluate_claims(protocol_rows(group, protocol), ablation, tolerance=tolerance)

@@ -57,19 +57,23 @@ SUMMARY_INPUTS = ["mode", *COLUMNS]  # every column summary_from_rows reads
 
 
 def _points(grid: pd.DataFrame) -> list[GridPoint]:
-    def seconds(r, name: str) -> float:
-        v = getattr(r, name, None)
-        return 0.0 if v is None or pd.isna(v) else float(v)
+    """One point per row of ``grid``, read column by column (a missing time: 0 s)."""
+
+    def seconds(name: str) -> list[float]:
+        if name not in grid.columns:
+            return [0.0] * len(grid)
+        return [0.0 if v is None or pd.isna(v) else float(v) for v in grid[name].tolist()]
 
     return [
-        GridPoint(
-            str(r.config),
-            seconds(r, "iter_time_s"),
-            seconds(r, "sim_pipeline_s"),
-            seconds(r, "sim_dp_sync_s"),
-            str(r.status),
+        GridPoint(str(label), *times, str(status))
+        for label, *times, status in zip(
+            grid["config"].tolist(),
+            seconds("iter_time_s"),
+            seconds("sim_pipeline_s"),
+            seconds("sim_dp_sync_s"),
+            grid["status"].tolist(),
+            strict=True,
         )
-        for r in grid.itertuples(index=False)
     ]
 
 

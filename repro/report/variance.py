@@ -66,12 +66,13 @@ def ok_rows(rows: pd.DataFrame) -> pd.DataFrame:
     missing = [c for c in (*SETTING_COLUMNS, "iter_time_s") if c not in rows.columns]
     if missing:
         raise ValueError(f"rows: missing columns {missing}; have {sorted(rows.columns)}")
-    df = rows.copy()
-    if "status" in df.columns:
-        df = df[df["status"].fillna("ok").astype(str) == "ok"]
+    iter_time_s = pd.to_numeric(rows["iter_time_s"], errors="coerce")
+    keep = np.isfinite(iter_time_s) & (iter_time_s > 0)
+    if "status" in rows.columns:
+        keep &= rows["status"].fillna("ok").astype(str) == "ok"
+    df = rows[keep]  # one copy, of the rows kept only: a study's report asks this many times
     df["iter_time_s"] = pd.to_numeric(df["iter_time_s"], errors="coerce")
-    df = df[np.isfinite(df["iter_time_s"]) & (df["iter_time_s"] > 0)]
-    df["case"] = df["case"].map(_case_text)
+    df["case"] = _map_distinct(df["case"], _case_text)
     if "pflops" in df.columns:
         df["pflops"] = pd.to_numeric(df["pflops"], errors="coerce")
     return df.reset_index(drop=True)
@@ -83,6 +84,18 @@ def measured_rows(rows: pd.DataFrame) -> pd.DataFrame:
     if "mode" not in rows.columns:
         return rows
     return rows[rows["mode"].astype(str).isin(MEASURED_MODES)]
+
+
+def _map_distinct(values: pd.Series, func) -> pd.Series:
+    """``values.map(func)``, calling ``func`` once per distinct value (a study's rows hold a
+    handful of cases): the distinct values, missing included, are mapped as a Series of the
+    same dtype, then put back in place. Python objects are mapped one by one: factorize takes
+    None and NaN for the same missing value, which ``func`` may tell apart."""
+    if values.dtype == object:
+        return values.map(func)
+    codes, distinct = pd.factorize(values, use_na_sentinel=False)
+    mapped = pd.Series(distinct).map(func)
+    return pd.Series(mapped.array.take(codes), index=values.index, name=values.name)
 
 
 def _case_text(v) -> str:

@@ -257,10 +257,25 @@ def _changed_knobs(cfg: SimulateConfig, cluster: Cluster, hw) -> dict:
     return {k: v for k, v in knobs.items() if k == "link_sharing" or v != default[k]}
 
 
+def _rows(key: dict, res: SimResult, cluster: Cluster, repeats: int, **extra) -> list[dict]:
+    """The rows of one deterministic result, one per repeat (``repeat`` 0, 1, ... appended to
+    ``key``): copies but for their key and identity (:data:`REPEAT_COPY`), so what the row
+    says of the result is worked out once (:func:`_row_fields`)."""
+    key, values = _row_fields(key, res, cluster, **extra)
+    return [make_row({**key, "repeat": r}, **values) for r in range(repeats)]
+
+
 def _row(key: dict, res: SimResult, cluster: Cluster, **extra) -> dict:
-    """The row of one simulated result. The link-sharing model and the DP collective asked for
-    are recorded as the result says it ran them (the link-sharing model: the cluster's where
-    nothing was simulated, an over-memory point); a key that says otherwise is a bug, refused."""
+    """The row of one simulated result (:func:`_row_fields`)."""
+    key, values = _row_fields(key, res, cluster, **extra)
+    return make_row(key, **values)
+
+
+def _row_fields(key: dict, res: SimResult, cluster: Cluster, **extra) -> tuple[dict, dict]:
+    """(key, values) of the row of one simulated result, for :func:`system.results.make_row`.
+    The link-sharing model and the DP collective asked for are recorded as the result says it
+    ran them (the link-sharing model: the cluster's where nothing was simulated, an over-memory
+    point); a key that says otherwise is a bug, refused."""
     c = res.config
     ok = res.status == "ok"
     own = ("rank_map", "placement_how", "dp_collective", "layout_table")  # row columns
@@ -291,8 +306,7 @@ def _row(key: dict, res: SimResult, cluster: Cluster, **extra) -> dict:
     if "rank_map" in res.breakdown:  # baselines: where each launch rank ran
         extra["rank_map"] = json.dumps(res.breakdown["rank_map"])
         extra["placement_how"] = res.breakdown.get("placement_how")
-    return make_row(
-        key,
+    return key, dict(
         status=res.status,
         num_devices=cluster.num_devices,
         iter_time_s=res.iter_time_s if ok else None,
@@ -382,20 +396,18 @@ def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, s
                 features=knobs["baseline_features"],
             )
             for res in grid.results:
-                for r in range(repeats):
-                    key = {**base, "system": name, **res.config, "repeat": r}
-                    baseline_rows.append(
-                        _row(
-                            key,
-                            res,
-                            cluster,
-                            is_best=res is grid.best,
-                            repeat_kind=REPEAT_COPY,
-                            variant=res.breakdown.get("variant", name),
-                            placement=str(protocol),
-                            **({} if "dp_collective_request" in key else request),
-                        )
-                    )
+                key = {**base, "system": name, **res.config}
+                baseline_rows += _rows(
+                    key,
+                    res,
+                    cluster,
+                    repeats,
+                    is_best=res is grid.best,
+                    repeat_kind=REPEAT_COPY,
+                    variant=res.breakdown.get("variant", name),
+                    placement=str(protocol),
+                    **({} if "dp_collective_request" in key else request),
+                )
     rows = []
     oom = ValueError(
         f"case {case}, {layers} layers: not even one micro-batch of "
@@ -413,55 +425,49 @@ def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, s
             "search_trials": sched.trials,
             "layout": sched.assignment.stages.tolist(),
         }
-        for r in range(repeats):
-            key = {
-                **base,
-                "system": "ours",
-                **schedules.key,
-                "micro_batch_size": workload.micro_batch_size,
-                "pp": pp,
-                "dp": dp,
-                "repeat": r,
-            }
-            rows.append(
-                _row(
-                    key,
-                    ours,
-                    cluster,
-                    placement="scheduled",
-                    repeat_kind=REPEAT_COPY,
-                    variant="paper",
-                    runtime_supported=True,
-                    **info,
-                )
-            )
+        key = {
+            **base,
+            "system": "ours",
+            **schedules.key,
+            "micro_batch_size": workload.micro_batch_size,
+            "pp": pp,
+            "dp": dp,
+        }
+        rows += _rows(
+            key,
+            ours,
+            cluster,
+            repeats,
+            placement="scheduled",
+            repeat_kind=REPEAT_COPY,
+            variant="paper",
+            runtime_supported=True,
+            **info,
+        )
     if "ours_search" in systems:  # the best this design can do (system/config_search.py)
         found = take(SEARCH_CACHE.pop(_search_key(cfg, case, layers, batch, plain), None))
         if found is None:
             found = _search(cfg, case, layers, batch, schedules)
         for res in found.results:
             c = res.config
-            for r in range(repeats):
-                key = {
-                    **base,
-                    "system": "ours_search",
-                    **schedules.key,
-                    **{k: c[k] for k in ("pp", "dp", "micro_batch_size", "recompute", "schedule")},
-                    "ours_configs": str(cfg.ours_configs),  # what the search was credited with
-                    "placement": c["layout"],
-                    "repeat": r,
-                }
-                rows.append(
-                    _row(
-                        key,
-                        res,
-                        cluster,
-                        is_best=res is found.best,
-                        repeat_kind=REPEAT_COPY,
-                        variant="paper" if res is found.paper else "search",
-                        layout=res.breakdown["layout_table"],
-                    )
-                )
+            key = {
+                **base,
+                "system": "ours_search",
+                **schedules.key,
+                **{k: c[k] for k in ("pp", "dp", "micro_batch_size", "recompute", "schedule")},
+                "ours_configs": str(cfg.ours_configs),  # what the search was credited with
+                "placement": c["layout"],
+            }
+            rows += _rows(
+                key,
+                res,
+                cluster,
+                repeats,
+                is_best=res is found.best,
+                repeat_kind=REPEAT_COPY,
+                variant="paper" if res is found.paper else "search",
+                layout=res.breakdown["layout_table"],
+            )
     if "ours_random" in systems:  # the paper's random layouts: a new seeded rank map per run
         for k in range(max(MIN_RANDOM_LAYOUTS, repeats)):
             a = random_assignment(pp, dp, np.random.default_rng([seed, k]))
