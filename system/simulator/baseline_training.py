@@ -207,11 +207,12 @@ def _bucketed_reduce_end_s(
         ring = rings[s * tp : (s + 1) * tp]
         took = _per_size(cluster, ring, buckets[s], workload.gradient_bytes, "reducescatter")
         total = buckets[s].sum()
+        last = last_bwd_end_s[s].max()  # the stage's last member: a bucket waits for it
         end = -np.inf
         filled = 0.0
         for n in buckets[s]:
             filled += n
-            ready = float((last_bwd_end_s[s] - last_bwd_s[s] * (1.0 - filled / total)).max())
+            ready = float(last - last_bwd_s[s] * (1.0 - filled / total))
             end = max(end, ready) + took[n]
         done[s * tp : (s + 1) * tp] = end
     return done

@@ -293,14 +293,14 @@ def replay(
             )
         times[3 * p + i * links : 3 * p + (i + 1) * links] = x
     times = np.ascontiguousarray(times.T)  # a row per replica
-    ends, firsts = [], []
-    for row in times:  # one replay per replica, kept by its times (:func:`_replay_cached`)
-        end, first = _replay_cached(p, m, fn, row.tobytes(), bool(rendezvous))
-        ends.append(end)
-        firsts.append(first)
-    out = np.stack(ends, axis=1)
+    wait = bool(rendezvous)
+    # one replay per replica, kept by its times (:func:`_replay_cached`)
+    done = [_replay_cached(p, m, fn, row.tobytes(), wait) for row in times]
+    out = np.empty((p, r))
+    for j, (end, _) in enumerate(done):
+        out[:, j] = end
     if return_first_bwd:
-        return out, np.stack(firsts, axis=1)
+        return out, np.column_stack([first for _, first in done])
     return out
 
 
