@@ -45,7 +45,7 @@ from baselines.space import (
     config_memory_bytes,
     pick_best,
 )
-from system.cluster import Cluster, fingerprint
+from system.cluster import Cluster, fingerprint, link_time_s
 from system.cost.tsp import open_tsp_path
 from system.simulator.baseline_training import dp_sync_end_s
 from system.simulator.collectives import ring_collective_s
@@ -242,9 +242,11 @@ def proxy_cost_s(
     total = 0.0
     if pp > 1:
         act = config.micro_batch_size * model.seq_length * model.hidden_size
-        link = cluster.link_time_s(act * workload.activation_bytes / tp)
-        fwd = link[grid[:-1], grid[1:]].max(axis=(1, 2))  # slowest replica per boundary
-        bwd = link[grid[1:], grid[:-1]].max(axis=(1, 2))
+        nbytes = act * workload.activation_bytes / tp
+        up, down = grid[:-1], grid[1:]  # each boundary's pairs, devices apart
+        fwd = link_time_s(cluster.delay_s[up, down], cluster.bandwidth_bps[up, down], nbytes)
+        bwd = link_time_s(cluster.delay_s[down, up], cluster.bandwidth_bps[down, up], nbytes)
+        fwd, bwd = fwd.max(axis=(1, 2)), bwd.max(axis=(1, 2))  # slowest replica per boundary
         m = workload.global_batch_size // (dp * config.micro_batch_size)
         total += m * float((fwd + bwd).max()) + float((fwd + bwd).sum())
     if dp > 1:

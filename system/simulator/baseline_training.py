@@ -31,6 +31,9 @@ with a collective after the pipeline flush (Narayanan et al., SC'21):
 
 from __future__ import annotations
 
+import functools
+import math
+
 import numpy as np
 
 from system.cluster import Cluster
@@ -132,16 +135,24 @@ def _buckets(stage_params: np.ndarray, bucket_params) -> list[np.ndarray]:
     [[4.0, 4.0, 2.0], [4.0]]
     """
     size = np.broadcast_to(
-        np.asarray(np.inf if bucket_params is None else bucket_params, dtype=float).copy(),
+        np.asarray(np.inf if bucket_params is None else bucket_params, dtype=float),
         stage_params.shape,
     )
-    size = np.where(np.isnan(size), np.inf, size)
+    return list(_bucket_split(tuple(stage_params.tolist()), tuple(size.tolist())))
+
+
+@functools.lru_cache(maxsize=4096)  # a grid asks the same few splits again and again
+def _bucket_split(params: tuple[float, ...], sizes: tuple[float, ...]) -> tuple[np.ndarray, ...]:
+    """:func:`_buckets` of plain floats (NaN size: one bucket); read-only arrays, shared."""
     out = []
-    for n, b in zip(stage_params, size, strict=True):
-        full = int(n // b) if np.isfinite(b) and b < n else 0
+    for n, b in zip(params, sizes, strict=True):
+        b = math.inf if math.isnan(b) else b
+        full = int(n // b) if math.isfinite(b) and b < n else 0
         rest = n - full * b if full else n
-        out.append(np.array([b] * full + ([rest] if rest > 0 or not full else []), dtype=float))
-    return out
+        split = np.array([b] * full + ([rest] if rest > 0 or not full else []), dtype=float)
+        split.flags.writeable = False
+        out.append(split)
+    return tuple(out)
 
 
 def _per_size(
