@@ -41,6 +41,7 @@ from system.cases import get_case
 from system.cluster import Cluster
 from system.config_search import OursSearch, search_ours
 from system.results import (
+    BASELINE_SYSTEMS,
     SIMULATED_SYSTEMS,
     current_of,
     make_row,
@@ -72,6 +73,9 @@ SCHEDULE_CACHE: dict[tuple, object] = {}
 # Ours' configuration searches a helper process runs ahead of the jobs (:func:`prefetch`), by the
 # job's whole config and setting (:func:`_search_key`): Futures of OursSearch.
 SEARCH_CACHE: dict[tuple, Future] = {}
+# The baselines' grids of a setting a helper process runs ahead of the jobs (:func:`prefetch`),
+# keyed like SEARCH_CACHE: Futures of :func:`_baseline_grids`.
+GRID_CACHE: dict[tuple, Future] = {}
 
 
 @dataclass
@@ -171,26 +175,31 @@ def _helper_start() -> None:
     queued tasks, which nothing in the helper would ever finish."""
     SCHEDULE_CACHE.clear()
     SEARCH_CACHE.clear()
+    GRID_CACHE.clear()
 
 
 def prefetch(jobs: list[SimulateConfig]):
-    """Run the jobs' schedules and configuration searches in a helper process (the serial
-    launcher leaves a core idle), in job order; a job takes them from :data:`SCHEDULE_CACHE` and
-    :data:`SEARCH_CACHE` when it gets there, does them itself where the helper has not started
-    them yet, and does the queue's last ones while it waits (:func:`repro.helper.take`).
+    """Run the jobs' schedules, configuration searches and baseline grids in a helper process
+    (the serial launcher leaves a core idle), in job order; a job takes them from
+    :data:`SCHEDULE_CACHE`, :data:`SEARCH_CACHE` and :data:`GRID_CACHE` when it gets there, does
+    them itself where the helper has not started them yet, and does the queue's last ones while
+    it waits (:func:`repro.helper.take`), so the two cores share the sweep's simulations.
     Deterministic work (:data:`SIM_BUDGET` has no wall-time cap), so a job stores what it would
     have computed. Returns the function that stops the helper."""
     helper = Helper(_helper_start)
     for cfg in jobs:
         schedules = Schedules(cfg.scheduler, cfg.seed)
-        if cfg.system not in ("all", "ours", "ours_search"):
-            continue
+        baselines = cfg.system == "all" or str(cfg.system) in BASELINE_SYSTEMS
         for case, layers, batch in cfg.settings():
             plain, _, _, workload, pp, dp = _setting(cfg, case, layers, batch)
+            search = _search_key(cfg, case, layers, batch, plain)
+            if baselines and search not in GRID_CACHE:
+                GRID_CACHE[search] = helper.submit(_baseline_grids, cfg, case, layers, batch)
+            if cfg.system not in ("all", "ours", "ours_search"):
+                continue
             key, (cl, sizes, kwargs) = schedules.call(case, plain, workload, pp, dp)
             if key not in SCHEDULE_CACHE:
                 SCHEDULE_CACHE[key] = helper.submit(_schedule, key, cl, sizes, kwargs)
-            search = _search_key(cfg, case, layers, batch, plain)
             if cfg.system in ("all", "ours_search") and search not in SEARCH_CACHE:
                 SEARCH_CACHE[search] = helper.submit(_search_ahead, cfg, case, layers, batch)
     helper.start()
@@ -198,6 +207,7 @@ def prefetch(jobs: list[SimulateConfig]):
     def stop() -> None:
         helper.stop()
         SEARCH_CACHE.clear()
+        GRID_CACHE.clear()
         for key in [k for k, v in SCHEDULE_CACHE.items() if isinstance(v, Future) and not v.done()]:
             del SCHEDULE_CACHE[key]  # never made: a later job in this process makes its own
 
@@ -358,6 +368,32 @@ def _search(cfg: SimulateConfig, case: str, layers: int, batch: int, schedules) 
     )
 
 
+def _baseline_grids(cfg: SimulateConfig, case: str, layers: int, batch: int) -> list[tuple]:
+    """(system, placement protocol, grid search) of every baseline and protocol of one setting,
+    each protocol's simulations shared with the next (launch order first: its rank maps are
+    the topology search's first candidates)."""
+    _, cluster, hw, workload, _, _ = _setting(cfg, case, layers, batch)
+    knobs = _model_knobs(cfg)
+    cache: dict = {}  # (config, rank map) -> simulation, shared by the protocols
+    out = []
+    for name, search in (("megatron", grid_search_megatron), ("deepspeed", grid_search_deepspeed)):
+        if cfg.system not in ("all", name):
+            continue
+        for protocol in sorted(cfg.baseline_placements):
+            grid = search(
+                cluster,
+                workload,
+                hw,
+                placement=protocol,
+                cache=cache,
+                transport=TRANSPORTS[knobs["baseline_transport"]],
+                dp_collective=knobs["dp_collective_request"],
+                features=knobs["baseline_features"],
+            )
+            out.append((name, str(protocol), grid))
+    return out
+
+
 def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, schedules):
     """All rows of one (case, layers, batch). Raises ValueError on bad input."""
     systems = SIMULATED_SYSTEMS if cfg.system == "all" else (str(cfg.system),)
@@ -379,35 +415,24 @@ def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, s
     # the baselines first: a helper process may meanwhile finish this setting's schedules and
     # search (:func:`prefetch`); their rows still come after ours'
     baseline_rows = []
-    cache: dict = {}  # (config, rank map) -> simulation, shared by the protocols
     request = {"dp_collective_request": knobs["dp_collective_request"]}  # ZeRO-3's rows too
-    for name, search in (("megatron", grid_search_megatron), ("deepspeed", grid_search_deepspeed)):
-        if name not in systems:
-            continue
-        for protocol in sorted(cfg.baseline_placements):  # launch first: its maps are cached
-            grid = search(
+    grids = take(GRID_CACHE.pop(_search_key(cfg, case, layers, batch, plain), None))
+    if grids is None:
+        grids = _baseline_grids(cfg, case, layers, batch)
+    for name, protocol, grid in grids:  # the systems asked for, in order
+        for res in grid.results:
+            key = {**base, "system": name, **res.config}
+            baseline_rows += _rows(
+                key,
+                res,
                 cluster,
-                workload,
-                hw,
-                placement=protocol,
-                cache=cache,
-                transport=TRANSPORTS[knobs["baseline_transport"]],
-                dp_collective=knobs["dp_collective_request"],
-                features=knobs["baseline_features"],
+                repeats,
+                is_best=res is grid.best,
+                repeat_kind=REPEAT_COPY,
+                variant=res.breakdown.get("variant", name),
+                placement=str(protocol),
+                **({} if "dp_collective_request" in key else request),
             )
-            for res in grid.results:
-                key = {**base, "system": name, **res.config}
-                baseline_rows += _rows(
-                    key,
-                    res,
-                    cluster,
-                    repeats,
-                    is_best=res is grid.best,
-                    repeat_kind=REPEAT_COPY,
-                    variant=res.breakdown.get("variant", name),
-                    placement=str(protocol),
-                    **({} if "dp_collective_request" in key else request),
-                )
     rows = []
     oom = ValueError(
         f"case {case}, {layers} layers: not even one micro-batch of "
