@@ -217,6 +217,31 @@ def test_a_search_run_ahead_is_the_one_a_job_makes(tmp_path):
     sim.SCHEDULE_CACHE.clear()
 
 
+@pytest.mark.slow
+def test_baseline_grids_run_ahead_are_the_ones_a_job_makes(tmp_path):
+    """A serial sweep also runs its jobs' baseline grids in the helper process: the job stores
+    the same rows (every configuration, placement and time, the best marked) as when it runs
+    them itself."""
+    from repro.config import validate
+    from repro.modes.simulate import run as sim
+
+    def rows(d, ahead):
+        cfg = validate(_cfg(d, "system=megatron", "batch=16"))
+        stop = sim.prefetch([cfg]) if ahead else (lambda: None)
+        try:
+            assert ahead == bool(sim.GRID_CACHE)
+            simulate(cfg)
+            assert not sim.GRID_CACHE  # taken by the job (or dropped with the helper)
+        finally:
+            stop()
+        got = pd.read_csv(d / "runs.csv")
+        cols = ["config", "placement", "rank_map", "iter_time_s", "is_best", "status"]
+        return got[cols].to_dict("list")
+
+    made = rows(tmp_path / "made", False)
+    assert rows(tmp_path / "ahead", True) == made
+
+
 def test_the_default_search_runs_its_whole_budget_on_a_slow_machine(monkeypatch):
     """Ours' layout must not depend on the machine's load: on a clock that runs 100 s per
     reading (a very slow machine) the default search still runs all its trials."""
