@@ -64,7 +64,8 @@ ALGORITHMS = ("ring", "tree", "two_level")
 TREE_CHUNK_BYTES = 512 * 1024
 
 # Per cluster fingerprint, the results that do not depend on when members enter: a ring
-# collective's duration, NCCL's picks per group, a tree's per-hop times. A grid search asks for
+# collective's duration, NCCL's picks per group, a tree's per-hop times, each pair's rate alone.
+# A grid search asks for
 # the same groups and sizes again and again (every global batch of a setting, every rank map
 # that keeps a group), and the clusters a sweep's jobs build apart share a fingerprint.
 _KEPT: dict[str, dict] = {}
@@ -360,18 +361,11 @@ def _trees(n: int, one: bool) -> _Trees:
     return out
 
 
-_ALONE: dict[str, np.ndarray] = {}  # per cluster fingerprint: each pair's rate alone, NaN unknown
-
-
 def _alone_bps(cluster: Cluster, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     """Rate (bit/s) of each flow ``src → dst`` were it the only flow (its pair, capped by
-    whatever else caps one flow under the sharing model), kept per cluster."""
-    key = fingerprint(cluster)
-    table = _ALONE.get(key)
-    if table is None:
-        if len(_ALONE) >= 64:
-            _ALONE.clear()
-        table = _ALONE[key] = np.full((cluster.num_devices,) * 2, np.nan)
+    whatever else caps one flow under the sharing model), kept per cluster in a (D, D) table
+    filled as pairs are asked for (NaN: not yet)."""
+    table = _kept(cluster, ("alone",), lambda: np.full((cluster.num_devices,) * 2, np.nan))
     unknown = np.isnan(table[src, dst])
     for a, b in set(zip(src[unknown].tolist(), dst[unknown].tolist(), strict=True)):
         table[a, b] = float(flow_bandwidth_bps(cluster, [a], [b])[0])

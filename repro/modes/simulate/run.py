@@ -71,7 +71,7 @@ MIN_RANDOM_LAYOUTS = 3  # the paper's three random layouts per setting (appendix
 # joblib worker) share them; a value may be a Future of a helper process (:func:`prefetch`).
 SCHEDULE_CACHE: dict[tuple, object] = {}
 # Ours' configuration searches a helper process runs ahead of the jobs (:func:`prefetch`), by the
-# job's whole config and setting (:func:`_search_key`): Futures of OursSearch.
+# job's whole config and setting (:func:`_setting_key`): Futures of OursSearch.
 SEARCH_CACHE: dict[tuple, Future] = {}
 # The baselines' grids of a setting a helper process runs ahead of the jobs (:func:`prefetch`),
 # keyed like SEARCH_CACHE: Futures of :func:`_baseline_grids`.
@@ -163,9 +163,9 @@ def _search_ahead(cfg: SimulateConfig, case: str, layers: int, batch: int):
     return _search(cfg, case, layers, batch, Schedules(cfg.scheduler, cfg.seed))
 
 
-def _search_key(cfg: SimulateConfig, case: str, layers: int, batch: int, plain: Cluster) -> tuple:
-    """Everything ours' configuration search of one setting depends on: the job's whole config
-    and the case as read (``plain``: a topology file also by its content)."""
+def _setting_key(cfg: SimulateConfig, case: str, layers: int, batch: int, plain: Cluster) -> tuple:
+    """Everything one setting's configuration search and baseline grids depend on: the job's
+    whole config and the case as read (``plain``: a topology file also by its content)."""
     sha = plain.meta.get("source_sha256")
     return json.dumps(as_dict(cfg), sort_keys=True, default=str), case, layers, batch, sha
 
@@ -192,7 +192,7 @@ def prefetch(jobs: list[SimulateConfig]):
         baselines = cfg.system == "all" or str(cfg.system) in BASELINE_SYSTEMS
         for case, layers, batch in cfg.settings():
             plain, _, _, workload, pp, dp = _setting(cfg, case, layers, batch)
-            search = _search_key(cfg, case, layers, batch, plain)
+            search = _setting_key(cfg, case, layers, batch, plain)
             if baselines and search not in GRID_CACHE:
                 GRID_CACHE[search] = helper.submit(_baseline_grids, cfg, case, layers, batch)
             if cfg.system not in ("all", "ours", "ours_search"):
@@ -416,7 +416,7 @@ def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, s
     # search (:func:`prefetch`); their rows still come after ours'
     baseline_rows = []
     request = {"dp_collective_request": knobs["dp_collective_request"]}  # ZeRO-3's rows too
-    grids = take(GRID_CACHE.pop(_search_key(cfg, case, layers, batch, plain), None))
+    grids = take(GRID_CACHE.pop(_setting_key(cfg, case, layers, batch, plain), None))
     if grids is None:
         grids = _baseline_grids(cfg, case, layers, batch)
     for name, protocol, grid in grids:  # the systems asked for, in order
@@ -470,7 +470,7 @@ def _simulate_setting(cfg: SimulateConfig, case: str, layers: int, batch: int, s
             **info,
         )
     if "ours_search" in systems:  # the best this design can do (system/config_search.py)
-        found = take(SEARCH_CACHE.pop(_search_key(cfg, case, layers, batch, plain), None))
+        found = take(SEARCH_CACHE.pop(_setting_key(cfg, case, layers, batch, plain), None))
         if found is None:
             found = _search(cfg, case, layers, batch, schedules)
         for res in found.results:
