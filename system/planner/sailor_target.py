@@ -16,9 +16,15 @@ The search:
    balanced layer split); each one's best is reported and the best of them seeds the search.
 2. **Typed layouts**: per tp of each GPU type, per subset of the types, per number of stages of
    each type (a stage's replicas all one type), per dp, per type order along the pipeline and
-   per anchor zone (its replicas' pipelines filled into one zone where they fit, the zones by
-   bandwidth to the anchor), every micro-batch size; dp: every divisor of the batch, the most
-   the nodes allow, and per micro-batch size the least dp for each micro-batch count.
+   per anchor zone (the zones by bandwidth to the anchor) and per fill — pipeline-major (each
+   replica's pipeline in one zone where it fits) or stage-major (each stage's replicas from
+   the zones in order, stage after stage: a stage's data-parallel group spans fewer zones, its
+   pipeline boundaries cross them) — every micro-batch size; dp: every divisor of the batch,
+   the most the nodes allow, and per micro-batch size the least dp for each micro-batch count.
+3. **Zone swaps**: the best plan's zones relabelled two at a time (a used zone with another
+   used one — the ring's and the stages' zone order — or with an idle one of room enough),
+   each swap simulated, the best taken while one improves (a local search; the last
+   :data:`POLISH_SHARE` of the time limit is kept for it).
 
 A configuration's layer split minimises its busiest stage's forward + backward time within
 each stage's memory (a contiguous min-max split, bisection on the time). Configurations are
@@ -26,7 +32,7 @@ simulated in the order of an estimate — 1F1B over each stage's f + b plus its 
 (Sailor's link fits), a ring all-reduce over the slowest link of each stage's group, the
 optimizer step — skipping those whose compute bound (``(m − 1)·max(f + b) + Σ(f + b) +``
 optimizer) reaches the incumbent, and stopping at the first estimated more than
-:data:`ESTIMATE_MARGIN` above it, or at the time limit. The stop is a rule on the estimate, not
+:data:`ESTIMATE_MARGIN` above it, or at the time limit less :data:`POLISH_SHARE`. The stop is a rule on the estimate, not
 a bound: a plan the estimate ranks that far off is not simulated.
 """
 
@@ -78,6 +84,8 @@ STAGE_COUNTS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32)  # per t
 # rule on the estimate, not a bound: module docstring)
 ESTIMATE_MARGIN = 0.15
 HEURISTIC_SHARE = 0.3  # of the time limit, split evenly between the heuristics
+POLISH_SHARE = 0.1  # of the time limit, kept for the zone swaps of the best plan
+FILLS = ("pipeline", "stage")  # how a typed layout's replicas take the zones (module docstring)
 
 
 def sailor_gpu(project: str, model: str, inputs: SailorInputs) -> str:
@@ -105,6 +113,7 @@ class SailorCandidate:
     plan: SailorPlan
     prediction: PlanPrediction
     usd_per_s: float
+    entry: tuple | None = None  # (layout, grid, mbs, layer counts) it was made from
 
     @property
     def iter_time_s(self) -> float:
@@ -205,6 +214,7 @@ class SailorTargetPlanner:
         self._split: dict[tuple, tuple | None] = {}
         self._limits: dict[tuple, tuple] = {}
         self._seen: set = set()
+        self._pools: dict = {}  # per (zone, GPU type) its hosts' sizes, for the zone swaps
         self.prune_s = math.inf  # the incumbent's score while layouts are enumerated
         self.simulations = self.estimates = 0
         self.layouts: dict[str, int] = {}
@@ -449,7 +459,7 @@ class SailorTargetPlanner:
         self.simulations += 1
         pred = predict_plan(plan, self.inputs)
         usd = sum(self.price[self.project[r.gpu]] * r.tp for st in plan.stages for r in st.replicas)
-        return SailorCandidate(entry[0], plan, pred, usd)
+        return SailorCandidate(entry[0], plan, pred, usd, entry)
 
     def plan_of(self, entry: tuple) -> SailorPlan:
         """A configuration ((name, grid, mbs, layer counts)) as a plan of Sailor's framework."""
@@ -609,12 +619,12 @@ class SailorTargetPlanner:
                     kinds = [g for g in order for _ in range(count[g])]
                     if not self._may_beat(kinds, tp_of, dp, sizes):
                         continue
-                    for zone_order in anchors:
-                        grid = self._fill(kinds, dp, tp_of, nodes, zone_order)
+                    for zone_order, fill in itertools.product(anchors, FILLS):
+                        grid = self._fill(kinds, dp, tp_of, nodes, zone_order, fill)
                         if grid is None:
                             continue
                         key = tuple(sorted(zip(*grid, strict=True)))
-                        if key not in self._seen:  # the same pipelines from another anchor
+                        if key not in self._seen:  # the same pipelines another way
                             self._seen.add(key)
                             out += self.configs("typed", grid, sizes)
         return out
@@ -662,15 +672,26 @@ class SailorTargetPlanner:
                 out.append(order)
         return out
 
-    def _fill(self, kinds, dp, tp_of, nodes, zone_order):
-        """``dp`` pipelines of stage types ``kinds``: each in the first zone (in order) that has
-        its nodes left, else its stages from the zones in order."""
+    def _fill(self, kinds, dp, tp_of, nodes, zone_order, fill="pipeline"):
+        """``dp`` pipelines of stage types ``kinds``. ``fill="pipeline"``: each in the first
+        zone (in order) that has its nodes left, else its stages from the zones in order;
+        ``"stage"``: stage after stage, each replica from the first zone with a node left."""
         free = {z: dict(nodes[z]) for z in zone_order}
         need = {}
         for g in kinds:
             need[g] = need.get(g, 0) + 1
         if any(sum(free[z][g] for z in zone_order) < n * dp for g, n in need.items()):
             return None
+        if fill == "stage":
+            grid = []
+            for g in kinds:
+                row = []
+                for _ in range(dp):
+                    z = next(z for z in zone_order if free[z][g] > 0)
+                    free[z][g] -= 1
+                    row.append((z, self.sgpu[g], tp_of[g]))
+                grid.append(row)
+            return grid
         cols = []
         for _ in range(dp):
             home = next(
@@ -683,6 +704,52 @@ class SailorTargetPlanner:
                 col.append((z, self.sgpu[g], tp_of[g]))
             cols.append(col)
         return [[cols[r][s] for r in range(dp)] for s in range(len(kinds))]
+
+    # ---- zone swaps ------------------------------------------------------------------------
+    def _room(self, grid) -> bool:
+        """Whether every zone has the nodes ``grid`` takes there (one tp per zone and type)."""
+        pools = self._pools
+        need: dict[tuple[str, str], dict[int, int]] = {}
+        for st in grid:
+            for z, g, tp in st:
+                by_tp = need.setdefault((z, g), {})
+                by_tp[tp] = by_tp.get(tp, 0) + 1
+        for (z, g), by_tp in need.items():
+            if len(by_tp) != 1:
+                return False  # nodes of two sizes on one zone's hosts: not checked, not tried
+            ((tp, n),) = by_tp.items()
+            if n > sum(h // tp for h in pools.get((z, self.project[g]), [])):
+                return False
+        return True
+
+    def swap_zones(self, best: SailorCandidate | None) -> SailorCandidate | None:
+        """The zone swaps (module docstring): every transposition of two of the fleet's zones
+        applied to ``best``'s grid, each simulated; the best one taken while it improves."""
+        zones = sorted(set(self.cluster.region_of))
+        if best is None or best.entry is None or len(zones) < 2:
+            return best
+        self._pools = self.node_pools()
+        tried = set()
+        for _ in range(len(zones) ** 2):  # each round improves, so this bound is never binding
+            name, grid, mbs, counts = best.entry
+            found = best
+            for a, b in itertools.combinations(zones, 2):
+                if self.out_of_time():
+                    return found
+                swap = {a: b, b: a}
+                moved = [[(swap.get(z, z), g, tp) for z, g, tp in st] for st in grid]
+                key = tuple(tuple(st) for st in moved)
+                if moved == grid or key in tried or not self._room(moved):
+                    continue
+                tried.add(key)
+                label = name if name.endswith(" + zone swaps") else f"{name} + zone swaps"
+                c = self.evaluate((label, moved, mbs, counts))
+                if self.score(c) < self.score(found):
+                    found = c
+            if found is best:
+                return best
+            best = found
+        return best
 
     # ---- the search ------------------------------------------------------------------------
     def run(self) -> SailorPlanResult:
@@ -706,10 +773,12 @@ class SailorTargetPlanner:
                 entries += self.configs(name, grid)
             heuristics[name] = self.best_first(entries, None)
         best = min(heuristics.values(), key=self.score, default=None)
-        self.deadline_s = math.inf
+        self.deadline_s = (1.0 - POLISH_SHARE) * self.time_limit_s
         if self.typed_layouts and not self.out_of_time():
             self.prune_s = self.score(best)
             best = self.best_first(self.typed_entries(), best)
+        self.deadline_s = math.inf
+        best = self.swap_zones(best)
         return SailorPlanResult(
             best=best,
             heuristics=heuristics,
