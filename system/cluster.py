@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from system.gpus import DEFAULT_GPU, get_gpu
-from system.links import SizeDependentLinks
+from system.links import KindPairCurves, SizeDependentLinks
 
 __all__ = [
     "Cluster",
@@ -310,7 +310,34 @@ def fingerprint(cluster: Cluster) -> str:
         h.update(json.dumps(plain, default=str).encode())
         for m in (cluster.delay_ms, cluster.bandwidth_gbps):
             h.update(np.ascontiguousarray(m, dtype=np.float64).tobytes())
-        h.update(repr(cluster.links).encode())
+        h.update(_links_digest(cluster.links))
         return h.hexdigest()
 
     return cluster.memo("fingerprint", make)
+
+
+def _links_digest(links) -> bytes:
+    """SHA-256 of a cluster's size-dependent links, as exact as their ``repr``: per map
+    (``between``, then ``within``) its keys in order and, per key, which of the map's distinct
+    curves it holds, each distinct curve by its ``repr`` (computed once per curve object: a
+    fleet of N nodes has N² pairs but a few distinct curves)."""
+    if not isinstance(links, SizeDependentLinks):
+        return repr(links).encode()
+    h = hashlib.sha256(b"SizeDependentLinks")
+    for part in (links.between, links.within):
+        if isinstance(part, KindPairCurves):
+            h.update(part.digest())
+            continue
+        text_of: dict[int, str] = {}
+        code_of: dict[str, int] = {}
+        codes = []
+        for c in part.values():
+            t = text_of.get(id(c))
+            if t is None:
+                t = text_of[id(c)] = repr(c)
+            codes.append(code_of.setdefault(t, len(code_of)))
+        h.update(json.dumps(list(code_of)).encode())
+        h.update(np.asarray(list(part), dtype=np.int64).tobytes())
+        h.update(np.asarray(codes, dtype=np.int64).tobytes())
+        h.update(len(codes).to_bytes(8, "little"))
+    return h.digest()

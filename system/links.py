@@ -26,13 +26,21 @@ curve, so clusters built from fits carry ``delay_ms`` = 0.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["BandwidthCurve", "SizeDependentLinks", "FIT_MIN_BYTES", "FIT_MAX_BYTES"]
+__all__ = [
+    "BandwidthCurve",
+    "KindPairCurves",
+    "SizeDependentLinks",
+    "FIT_MIN_BYTES",
+    "FIT_MAX_BYTES",
+]
 
 FIT_MIN_BYTES = 2.0**16  # smallest message Sailor's send/recv probe measures
 FIT_MAX_BYTES = 2.0**30  # largest one
@@ -101,6 +109,62 @@ class BandwidthCurve:
         return np.maximum(self.bandwidth_bps(np.maximum(nbytes, 1.0)) / self.peak_bps, 1e-12)
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _efficiency(curve: BandwidthCurve, nbytes: float) -> float:
+    """``curve.efficiency(nbytes)``, kept per (curve, size): a simulation asks again for every
+    flow of the same size between hosts of the same pair of kinds."""
+    return float(curve.efficiency(nbytes))
+
+
+class KindPairCurves(Mapping):
+    """The ``between`` map of :class:`SizeDependentLinks` for hosts of a few kinds: host h is
+    of kind ``kind_of_host[h]`` and traffic from host h to host h' (h != h') follows
+    ``curves[(kind h, kind h')]``. The same content as the dict of every ordered host pair, in
+    the memory and time of the kinds (a fleet of N nodes has N² pairs and a few kinds)."""
+
+    __slots__ = ("_kind", "_curves")
+
+    def __init__(
+        self, kind_of_host: tuple[int, ...], curves: Mapping[tuple[int, int], BandwidthCurve]
+    ) -> None:
+        self._kind = tuple(int(k) for k in kind_of_host)
+        self._curves = dict(curves)
+
+    def __getitem__(self, key) -> BandwidthCurve:
+        try:
+            i, j = key
+            ki, kj = self._kind[i], self._kind[j]
+        except (TypeError, ValueError, IndexError):
+            raise KeyError(key) from None
+        if i == j or i < 0 or j < 0:
+            raise KeyError(key)
+        return self._curves[(ki, kj)]
+
+    def __iter__(self):
+        n = len(self._kind)
+        for i in range(n):
+            for j in range(n):
+                if i != j and (self._kind[i], self._kind[j]) in self._curves:
+                    yield (i, j)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __repr__(self) -> str:
+        return f"KindPairCurves(kind_of_host={self._kind!r}, curves={self._curves!r})"
+
+    def subset(self, hosts: list[int]) -> KindPairCurves:
+        """The map of ``hosts`` (old ids), renumbered 0..k-1 in the given order."""
+        return KindPairCurves(tuple(self._kind[h] for h in hosts), self._curves)
+
+    def digest(self) -> bytes:
+        """SHA-256 of the kinds and the curves: equal digests, equal maps."""
+        h = hashlib.sha256(b"KindPairCurves")
+        h.update(np.asarray(self._kind, dtype=np.int64).tobytes())
+        h.update(repr(sorted(self._curves.items())).encode())
+        return h.digest()
+
+
 @dataclass(frozen=True, slots=True)
 class SizeDependentLinks:
     """Bandwidth curves of a cluster's links, by host: ``between[(h, h')]`` for traffic from
@@ -127,15 +191,18 @@ class SizeDependentLinks:
             s, d = int(hs[k]), int(hd[k])
             c = self.within.get(s) if s == d else self.between.get((s, d))
             if c is not None:
-                out[k] = float(c.efficiency(nb[k]))
+                out[k] = _efficiency(c, float(nb[k]))
         return out
 
     def subset(self, hosts: list[int]) -> SizeDependentLinks:
         """The curves of ``hosts`` (old ids), renumbered 0..k-1 in the given order."""
         new = {h: i for i, h in enumerate(hosts)}
-        return SizeDependentLinks(
-            between={
+        if isinstance(self.between, KindPairCurves):
+            between = self.between.subset(hosts)
+        else:
+            between = {
                 (new[a], new[b]): c for (a, b), c in self.between.items() if a in new and b in new
-            },
-            within={new[h]: c for h, c in self.within.items() if h in new},
+            }
+        return SizeDependentLinks(
+            between=between, within={new[h]: c for h, c in self.within.items() if h in new}
         )

@@ -67,6 +67,31 @@ def test_cluster_from_nodes_links_are_size_dependent(tmp_path):
     assert flow_time_s(c, [0], [1], 10)[0] == pytest.approx(2**16 / 1e9)
 
 
+@shipped
+def test_cluster_from_nodes_links_are_every_pair_of_nodes_fit():
+    inputs = load_inputs(SHARED)
+    z = ("us-central1-a", "us-central1-b", "us-west1-b")
+    nodes = [NodeSpec(z[k % 3], "A100-40", 4) for k in range(5)]
+    nodes += [NodeSpec(z[0], "V100-16", 4), NodeSpec(z[1], "A100-40", 2)]
+    c = cluster_from_nodes(nodes, inputs.fits, inputs.intra)
+    expect = {
+        (i, j): inputs.fits.curve(a, b)
+        for i, a in enumerate(nodes)
+        for j, b in enumerate(nodes)
+        if i != j
+    }
+    assert dict(c.links.between.items()) == expect
+    for i, a in enumerate(nodes):
+        for j, b in enumerate(nodes):
+            cu = inputs.fits.curve(a, b) if i != j else inputs.intra.get((a.gpu, a.gpus))
+            per_flow = 1e4 if cu is None else cu.peak_bps / cu.flows / 1e9
+            back = inputs.fits.curve(b, a) if i != j else cu
+            per_flow_back = 1e4 if back is None else back.peak_bps / back.flows / 1e9
+            last_of_j = len(c.host_of) - 1 - c.host_of[::-1].index(j)  # two devices if i == j
+            bw = c.bandwidth_gbps[c.host_of.index(i), last_of_j]
+            assert bw == min(per_flow, per_flow_back)
+
+
 def test_model_and_set_of_a_plan_path():
     assert model_of("clariden/GPT-NEO/N4/plan_config_N4_D1.json") == "GPT-Neo-2.7"
     assert model_of("mit/N2/plan_config_N2_D1.json") == "OPT-350"

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from system.cluster import Cluster, LinkSharing
-from system.links import FIT_MAX_BYTES, BandwidthCurve, SizeDependentLinks
+from system.cluster import Cluster, LinkSharing, fingerprint
+from system.links import FIT_MAX_BYTES, BandwidthCurve, KindPairCurves, SizeDependentLinks
 from system.simulator.collectives import ring_collective_s
 from system.simulator.transfers import flow_time_s
 
@@ -68,3 +68,49 @@ def test_subset_renumbers_the_hosts_of_the_curves():
     links = SizeDependentLinks(between={(0, 1): GH, (1, 0): GH}, within={1: GH})
     sub = _two_hosts(links).subset([2, 3])  # host 1 only, renumbered 0
     assert sub.links.between == {} and sub.links.within == {0: GH}
+
+
+SLOW = BandwidthCurve(0.0, 0.0, 1.0, peak_bps=8e9)
+
+
+def _kind_pairs():
+    # hosts 0, 2 of kind 0 and host 1 of kind 1; no curve from kind 1 to kind 1
+    return KindPairCurves((0, 1, 0), {(0, 0): GH, (0, 1): SLOW, (1, 0): SLOW})
+
+
+def test_kind_pair_curves_hold_the_pairwise_dict():
+    kp = _kind_pairs()
+    every = {(0, 1): SLOW, (0, 2): GH, (1, 0): SLOW, (1, 2): SLOW, (2, 0): GH, (2, 1): SLOW}
+    assert dict(kp.items()) == every and len(kp) == 6 and kp == every
+    for bad in [(0, 0), (1, 1), (0, 3), (-1, 0), 5, "x", (0, 1, 2)]:
+        assert kp.get(bad) is None
+    # a subset is the dict's subset, renumbered
+    links = SizeDependentLinks(between=kp, within={1: GH})
+    sub = links.subset([2, 1])
+    assert dict(sub.between.items()) == {(0, 1): SLOW, (1, 0): SLOW}
+    assert sub.within == {1: GH}
+
+
+def test_fingerprint_of_kind_pair_links_is_exact():
+    def cluster(kp):
+        return Cluster(
+            name="three",
+            region_of=("a",) * 3,
+            host_of=(0, 1, 2),
+            delay_ms=np.zeros((3, 3)),
+            bandwidth_gbps=np.full((3, 3), 8.0),
+            link_sharing=LinkSharing("pair"),
+            links=SizeDependentLinks(between=kp, within={}),
+        )
+
+    assert fingerprint(cluster(_kind_pairs())) == fingerprint(cluster(_kind_pairs()))
+    other = KindPairCurves((0, 1, 0), {(0, 0): SLOW, (0, 1): SLOW, (1, 0): SLOW})
+    moved = KindPairCurves((0, 0, 1), {(0, 0): GH, (0, 1): SLOW, (1, 0): SLOW})
+    fps = {fingerprint(cluster(k)) for k in (_kind_pairs(), other, moved)}
+    assert len(fps) == 3
+    # the same links as a plain dict: the same content, so the same iteration times
+    plain = dict(_kind_pairs().items())
+    a, b = cluster(_kind_pairs()), cluster(plain)
+    assert flow_time_s(a, [0, 1, 2], [2, 0, 1], 3e6).tolist() == (
+        flow_time_s(b, [0, 1, 2], [2, 0, 1], 3e6).tolist()
+    )

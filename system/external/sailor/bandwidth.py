@@ -33,7 +33,7 @@ import numpy as np
 from system.cluster import Cluster, LinkSharing
 from system.external.sailor.errors import SailorFormatError, number, positive_int, read_json
 from system.external.sailor.gpus import project_gpu
-from system.links import BandwidthCurve, SizeDependentLinks
+from system.links import BandwidthCurve, KindPairCurves, SizeDependentLinks
 
 __all__ = [
     "BandwidthFits",
@@ -186,20 +186,30 @@ def cluster_from_nodes(
         region_of += [n.zone] * n.gpus
     d = len(host_of)
     host = np.asarray(host_of)
-    between, within = {}, {}
-    peak = np.zeros((len(nodes), len(nodes)))
+    # node kinds (zone, GPU, GPUs) in order of first appearance; a curve per ordered pair of
+    # kinds that two distinct nodes form
+    kinds = list(dict.fromkeys(nodes))
+    index = {k: i for i, k in enumerate(kinds)}
+    kind = np.array([index[n] for n in nodes])
+    count = np.bincount(kind, minlength=len(kinds))
+    curves: dict[tuple[int, int], BandwidthCurve] = {}
+    for ka in range(len(kinds)):
+        for kb in range(len(kinds)):
+            if ka != kb or count[ka] > 1:
+                curves[(ka, kb)] = fits.curve(kinds[ka], kinds[kb])
+    per_flow = np.zeros((len(kinds), len(kinds)))
+    for (ka, kb), c in curves.items():
+        per_flow[ka, kb] = c.peak_bps / c.flows / 1e9
+    peak = per_flow[np.ix_(kind, kind)]
+    within = {}
     for i, a in enumerate(nodes):
         c = (intra or {}).get((a.gpu, a.gpus))
         if c is not None:
             within[i] = c
         peak[i, i] = c.peak_bps / c.flows / 1e9 if c is not None else 1e4
-        for j, b in enumerate(nodes):
-            if i != j:
-                between[(i, j)] = fits.curve(a, b)
-                peak[i, j] = between[(i, j)].peak_bps / between[(i, j)].flows / 1e9
     bw = peak[np.ix_(host, host)]
     bw = np.minimum(bw, bw.T)  # the Cluster keeps one symmetric peak per pair
-    links = SizeDependentLinks(between=between, within=within)
+    links = SizeDependentLinks(between=KindPairCurves(tuple(kind.tolist()), curves), within=within)
     return Cluster(
         name=name,
         region_of=tuple(region_of),
