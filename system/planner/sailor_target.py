@@ -32,8 +32,8 @@ simulated in the order of an estimate — 1F1B over each stage's f + b plus its 
 (Sailor's link fits), a ring all-reduce over the slowest link of each stage's group, the
 optimizer step — skipping those whose compute bound (``(m − 1)·max(f + b) + Σ(f + b) +``
 optimizer) reaches the incumbent, and stopping at the first estimated more than
-:data:`ESTIMATE_MARGIN` above it, or at the time limit less :data:`POLISH_SHARE`. The stop is a rule on the estimate, not
-a bound: a plan the estimate ranks that far off is not simulated.
+:data:`ESTIMATE_MARGIN` above it, or at the time limit less :data:`POLISH_SHARE`. The stop is
+a rule on the estimate, not a bound: a plan the estimate ranks that far off is not simulated.
 """
 
 from __future__ import annotations
