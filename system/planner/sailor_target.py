@@ -619,7 +619,8 @@ class SailorTargetPlanner:
                     kinds = [g for g in order for _ in range(count[g])]
                     if not self._may_beat(kinds, tp_of, dp, sizes):
                         continue
-                    for zone_order, fill in itertools.product(anchors, FILLS):
+                    fills = FILLS if len(zones) > 1 else FILLS[:1]  # one zone: one grid
+                    for zone_order, fill in itertools.product(anchors, fills):
                         grid = self._fill(kinds, dp, tp_of, nodes, zone_order, fill)
                         if grid is None:
                             continue
@@ -682,6 +683,8 @@ class SailorTargetPlanner:
             need[g] = need.get(g, 0) + 1
         if any(sum(free[z][g] for z in zone_order) < n * dp for g, n in need.items()):
             return None
+        if len(zone_order) == 1:  # one zone: every fill is the same grid
+            return [[(zone_order[0], self.sgpu[g], tp_of[g])] * dp for g in kinds]
         if fill == "stage":
             grid = []
             for g in kinds:
