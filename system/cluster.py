@@ -217,6 +217,11 @@ class Cluster:
     def bandwidth_bps(self) -> np.ndarray:
         return self.memo("bandwidth_bps", lambda: _read_only(self.bandwidth_gbps * 1e9))
 
+    @property
+    def host_ids(self) -> np.ndarray:
+        """(D,) host of each device, as a read-only integer array."""
+        return self.memo("host_ids", lambda: _read_only(np.asarray(self.host_of, dtype=int)))
+
     def memo(self, name: str, make):
         """The value ``make()`` computes from this cluster, computed once (a simulation reads
         the SI views thousands of times per configuration grid); ``name`` names the value."""

@@ -387,7 +387,7 @@ def simulate_1f1b_ring(
             f"{m_all} micro-batches per replica"
         )
     grid = device_grid(tp, pp, dp, rank_map)
-    host = np.asarray(cluster.host_of)
+    host = cluster.host_ids
     if np.any(host[grid] != host[grid[..., :1]]):
         raise ValueError(f"tp={tp}: a tensor-parallel group would span hosts of {cluster.name!r}")
     mbs = workload.micro_batch_size

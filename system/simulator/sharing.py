@@ -176,6 +176,10 @@ def _derived(cluster: Cluster) -> _Derived:
 
 def _compact(key: np.ndarray) -> tuple[np.ndarray, int]:
     """Dense ids 0..K−1 of non-negative integer keys (first-seen order not kept) and K."""
+    if key.size <= 32:  # a few flows (a pipeline boundary's TP ranks): the same ids, in Python
+        vals = key.tolist()
+        rank = {v: i for i, v in enumerate(sorted(set(vals)))}
+        return np.array([rank[v] for v in vals], dtype=np.intp), len(rank)
     top = int(key.max()) + 1
     if top > 64 * key.size + 4096:  # few keys spread wide (e.g. one flow of n² pair keys)
         distinct, code = np.unique(key, return_inverse=True)  # the same ids: sorted rank
@@ -256,7 +260,7 @@ def _allocate(cluster: Cluster, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     every = np.ones(f, dtype=bool)
     single = cluster.host_nic_gbps is None  # one device per instance: device-level caps
     if not single:
-        host = np.asarray(cluster.host_of)
+        host = cluster.host_ids
         nic = np.asarray(cluster.host_nic_gbps) * 1e9
         cross = host[s] != host[d]
         add(cross, host[s], nic[host[s]])

@@ -72,7 +72,7 @@ def flow_time_s(cluster: Cluster, src: Sequence[int], dst: Sequence[int], nbytes
     src, dst = np.asarray(src, dtype=int), np.asarray(dst, dtype=int)
     bw = flow_bandwidth_bps(cluster, src, dst)
     if cluster.links is not None:  # message-size-dependent links (system.links)
-        host = np.asarray(cluster.host_of)
+        host = cluster.host_ids
         bw = bw * cluster.links.efficiency(host[src], host[dst], nbytes)
     t = cluster.delay_s[src, dst] + 8.0 * np.asarray(nbytes, dtype=float) / bw
     return np.where(src == dst, 0.0, t)

@@ -126,7 +126,7 @@ class PlanPrediction:
 
 def _ranges(plan: SailorPlan, cluster: Cluster) -> list[list[np.ndarray]]:
     """Devices of node (s, r): its first ``tp`` GPUs, as [stage][replica] -> device array."""
-    host = np.asarray(cluster.host_of)
+    host = cluster.host_ids
     out = []
     for s, st in enumerate(plan.stages):
         row = []
