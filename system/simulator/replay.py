@@ -186,8 +186,11 @@ def _check_message(role: str, key: tuple, p: int, v: int = 1) -> None:
 
 
 @functools.lru_cache(maxsize=1024)  # a sweep of the paper's grid compiles about a hundred
+@functools.lru_cache(maxsize=1 << 10)
 def _programs(p: int, m: int, fn: ProgramFn) -> _Compiled:
-    """Each stage's program of ``fn`` as the replay kernel reads it (:class:`_Compiled`)."""
+    """Each stage's program of ``fn`` as the replay kernel reads it (:class:`_Compiled`), kept
+    for the process (every replica replayed with the same (p, m, schedule) reads the same
+    program); its arrays are read-only."""
     key_ids: dict[tuple, int] = {}
     ops: list[int] = []
     op_start = [0]
@@ -218,11 +221,11 @@ def _programs(p: int, m: int, fn: ProgramFn) -> _Compiled:
                 msgs.append((2 * k + send, 2 * k + (not send), k, send, back[k], phys[k]))
         op_start.append(len(ops))
     cols = np.array(msgs, dtype=np.int64).reshape(-1, 6).T
-    return _Compiled(
-        *(np.array(x, dtype=np.int64) for x in (ops, op_start, call_start, call_len)),
-        *(np.ascontiguousarray(c) for c in cols),
-        len(key_ids),
-    )
+    arrays = [np.array(x, dtype=np.int64) for x in (ops, op_start, call_start, call_len)]
+    arrays += [np.ascontiguousarray(c) for c in cols]
+    for x in arrays:
+        x.flags.writeable = False  # kept and shared between replays
+    return _Compiled(*arrays, len(key_ids))
 
 
 @functools.lru_cache(maxsize=1 << 14)
