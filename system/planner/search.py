@@ -20,8 +20,8 @@ bound no schedule beats (:meth:`Planner.configs`), until the bound passes the in
 (:data:`HEURISTICS`, generalised to shapes using fewer than all devices), each one's best
 reported and the best of them the first incumbent, so the plan is never worse than any
 heuristic under the same simulator (tested); then the planner's own (``typed``, ``regional``,
-``anchored``) over pools of devices (:meth:`Planner.pools`); then a local search on the
-incumbent's placement (:meth:`Planner._improve`).
+``anchored``, ``stagewise``) over pools of devices (:meth:`Planner.pools`); then a local search
+on the incumbent's placement (:meth:`Planner._improve`).
 
 Our runtime (:mod:`system.runtime.spec`) runs GPipe with full or no recomputation and an even
 layer split; a plan outside that is labelled (``runtime_supported``) and the best plan the
@@ -168,7 +168,7 @@ class Planner:
         schedules: tuple[str, ...] = SCHEDULES,
         runnable_only: bool = False,
         local_search: bool = True,
-        layouts: tuple[str, ...] = ("typed", "regional", "anchored"),
+        layouts: tuple[str, ...] = ("typed", "regional", "anchored", "stagewise"),
         max_anchors: int = 4,
     ) -> None:
         check_objective(objective, max_iter_time_s)
@@ -688,6 +688,22 @@ class Planner:
         ]
         return np.asarray(chains, dtype=np.int64).T.copy()
 
+    def stagewise(
+        self, pool: list[int], pp: int, dp: int, anchor: str, pool_name: str = ""
+    ) -> np.ndarray | None:
+        """The anchored order's devices stage by stage: stage s takes the next ``dp`` of them,
+        so each stage's data-parallel group spans as few regions (and machines) as the order
+        allows and the pipelines cross them instead (the paper's trade, §3: data parallelism
+        inside a region, pipeline boundaries over the slow links)."""
+        n = pp * dp
+        if n > len(pool):
+            return None
+        key = ("anchored", anchor, pool_name or tuple(pool))
+        if key not in self._orders:
+            self._orders[key] = self._anchored_order(pool, anchor)
+        devs = self._orders[key][:n]
+        return np.asarray(devs, dtype=np.int64).reshape(pp, dp).copy()
+
     def _anchored_order(self, pool: list[int], anchor: str) -> list[int]:
         region = np.asarray(self.cluster.region_of)
         first = {r: int(np.flatnonzero(region == r)[0]) for r in self.cluster.regions}
@@ -792,6 +808,10 @@ class Planner:
                     for r in self.anchors():
                         got = self.anchored(pool, pp, dp, r, pool_name)
                         layouts.append(self._scored("anchored", got))
+                if "stagewise" in self.layouts and not pool_name.startswith("top"):
+                    for r in self.anchors():
+                        got = self.stagewise(pool, pp, dp, r, pool_name)
+                        layouts.append(self._scored("stagewise", got))
         best = self._best_first([x for x in layouts if x], best, set())
         self.deadline_s = 0.90 * limit
         if self.local_search and best is not None:

@@ -299,3 +299,19 @@ def test_time_limit_cuts_the_search_and_says_so(tmp_path):
     assert got.heuristics_cut  # 0.5 s is too short for four full searches of 64 devices
     for h in got.heuristics.values():
         assert h is None or got.best.iter_time_s <= h.iter_time_s
+
+
+def test_stagewise_layout_keeps_each_stage_in_few_regions(tmp_path):
+    # four V100s in each of two regions: stage-major, each stage's group is one region
+    devices = [f"{{region: {r}, gpu: V100, host: {r}}}" for r in ("east", "west") for _ in range(4)]
+    cluster = load_topology(str(_fleet(tmp_path, devices)))
+    model = get_model("gpt3_xl", 4)
+    planner = Planner(cluster, model, 8, compute_model(model, set(cluster.gpus)))
+    pool = list(range(cluster.num_devices))
+    region = np.asarray(cluster.region_of)
+    by_stage = planner.stagewise(pool, 2, 4, "west")
+    assert [sorted(set(region[row])) for row in by_stage] == [["west"], ["east"]]
+    by_pipeline = planner.anchored(pool, 2, 4, "west")
+    assert all(len(set(region[col])) == 1 for col in by_pipeline.T)  # each pipeline in one
+    assert planner.stagewise(pool, 3, 3, "east") is None  # more devices than the pool
+    assert "stagewise" in planner.layouts
