@@ -24,6 +24,7 @@ import pytest
 from system.cluster import Cluster, LinkSharing
 from system.simulator.sharing import (
     LINK_SHARING,
+    _compact,
     link_sharing_of,
     max_min_rates,
     shared_bandwidth_bps,
@@ -135,3 +136,14 @@ def test_a_fingerprint_is_the_clusters_content():
     assert fingerprint(replace(b, host_of=(0, 0, 1))) != fingerprint(a)
     assert fingerprint(with_link_sharing(b, "nic")) != fingerprint(with_link_sharing(b, "pair"))
     assert fingerprint(replace(b, name="renamed", meta={"case": "x"})) == fingerprint(a)
+
+
+@pytest.mark.parametrize("size", [1, 5, 32, 33, 200])
+def test_dense_ids_are_the_sorted_ranks_on_either_path(size):
+    # up to 32 keys take a Python path, more np.unique or a table: the same ids either way
+    rng = np.random.default_rng(size)
+    for top in (8, 10**9):
+        key = rng.integers(0, top, size=size)
+        ids, k = _compact(key)
+        distinct, want = np.unique(key, return_inverse=True)
+        assert k == distinct.size and ids.tolist() == want.ravel().tolist()
