@@ -676,13 +676,9 @@ class Planner:
         it; inside a region the machines with the most compute first; pipelines of consecutive
         devices (so a pipeline stays on a machine where it can), each one's stages fastest
         last (the last stage also computes the logits)."""
-        n = pp * dp
-        if n > len(pool):
+        devs = self._anchored_devices(pool, pp * dp, anchor, pool_name)
+        if devs is None:
             return None
-        key = ("anchored", anchor, pool_name or tuple(pool))
-        if key not in self._orders:
-            self._orders[key] = self._anchored_order(pool, anchor)
-        devs = self._orders[key][:n]
         chains = [
             sorted(devs[r * pp : (r + 1) * pp], key=lambda d: (self.rate1[d], d)) for r in range(dp)
         ]
@@ -695,14 +691,20 @@ class Planner:
         so each stage's data-parallel group spans as few regions (and machines) as the order
         allows and the pipelines cross them instead (the paper's trade, §3: data parallelism
         inside a region, pipeline boundaries over the slow links)."""
-        n = pp * dp
+        devs = self._anchored_devices(pool, pp * dp, anchor, pool_name)
+        if devs is None:
+            return None
+        return np.asarray(devs, dtype=np.int64).reshape(pp, dp).copy()
+
+    def _anchored_devices(self, pool, n: int, anchor: str, pool_name: str) -> list[int] | None:
+        """The first ``n`` devices of the pool's anchored order (kept per pool and anchor);
+        None if the pool has fewer."""
         if n > len(pool):
             return None
         key = ("anchored", anchor, pool_name or tuple(pool))
         if key not in self._orders:
             self._orders[key] = self._anchored_order(pool, anchor)
-        devs = self._orders[key][:n]
-        return np.asarray(devs, dtype=np.int64).reshape(pp, dp).copy()
+        return self._orders[key][:n]
 
     def _anchored_order(self, pool: list[int], anchor: str) -> list[int]:
         region = np.asarray(self.cluster.region_of)
