@@ -200,8 +200,9 @@ def _stage_times(plan, inputs, s, r, findings) -> tuple[float, float]:
     return f, b
 
 
-def _p2p(plan, inputs, cluster, devs, s, r) -> tuple[float, float, float]:
-    """(link busy s, sender-side buffer s, receiver all-gather s) of one boundary s -> s+1.
+def _p2p(plan, inputs, cluster, devs, s) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per replica r of boundary s -> s+1: (link busy s, sender-side buffer s, receiver
+    all-gather s), each (dp,).
 
     The engine partitions each activation (and each input gradient) over the sending stage's
     TP group (DeepSpeed's ``PartitionedTensor``), every TP rank sends its part and a small meta
@@ -210,25 +211,42 @@ def _p2p(plan, inputs, cluster, devs, s, r) -> tuple[float, float, float]:
     The sends are NCCL point-to-point over the fitted links, which moves data only into receive
     buffers the receiver has posted (``rendezvous`` in the replay; 4 MiB may leave early). A
     wider TP group sending to a narrower one (``mixed_tp``) sends every part, rank ``t`` to
-    rank ``t mod tp`` of the receiver.
+    rank ``t mod tp`` of the receiver. Each replica's sends are timed as one set of concurrent
+    flows; the replicas' sets use disjoint devices, so where flows on different device pairs
+    share nothing (``pair`` sharing, no host NIC caps: every cluster built from Sailor's fits)
+    all replicas are timed in one call, with the same numbers.
     """
-    rep = plan.stages[s].replicas[r]
-    nxt = plan.stages[s + 1].replicas[r]
-    sizes = inputs.sizes.get(plan.model, rep.tp)
+    dp = plan.dp
     last = plan.stages[s].layers[-1]
-    full = sizes.act_output[last] * plan.mbs * BYTES_PER_ELEMENT
-    part = full / rep.tp
-    src, dst = devs[s][r], devs[s + 1][r]
-    if src.size > dst.size:  # a wider TP group sends to a narrower one: every part is sent
-        dst = dst[np.arange(src.size) % dst.size]
-    k = min(src.size, dst.size)
-    data = flow_time_s(cluster, src[:k], dst[:k], part).max()
-    meta = flow_time_s(cluster, src[:k], dst[:k], META_BYTES).max()
-    buffer = data * min(RECV_BUFFER_BYTES / part, 1.0)
-    gather = 0.0
-    if nxt.tp > 1:
-        gather = float(ring_collective_s(cluster, [dst], full, kind="allgather")[0])
-    return float(data + meta), float(buffer), gather
+    flows, parts, gather = [], np.zeros(dp), np.zeros(dp)
+    for r in range(dp):
+        rep = plan.stages[s].replicas[r]
+        nxt = plan.stages[s + 1].replicas[r]
+        full = inputs.sizes.get(plan.model, rep.tp).act_output[last] * plan.mbs * BYTES_PER_ELEMENT
+        parts[r] = full / rep.tp
+        src, dst = devs[s][r], devs[s + 1][r]
+        if src.size > dst.size:  # a wider TP group sends to a narrower one: every part is sent
+            dst = dst[np.arange(src.size) % dst.size]
+        k = min(src.size, dst.size)
+        flows.append((src[:k], dst[:k]))
+        if nxt.tp > 1:
+            gather[r] = float(ring_collective_s(cluster, [dst], full, kind="allgather")[0])
+    apart = cluster.link_sharing.model == "pair" and cluster.host_nic_gbps is None
+    if apart:  # one call for every replica's flows (the docstring)
+        src = np.concatenate([a for a, _ in flows])
+        dst = np.concatenate([b for _, b in flows])
+        sizes = np.repeat(parts, [a.size for a, _ in flows])
+        ends = np.cumsum([a.size for a, _ in flows])[:-1]
+        data = [t.max() for t in np.split(flow_time_s(cluster, src, dst, sizes), ends)]
+        meta = [t.max() for t in np.split(flow_time_s(cluster, src, dst, META_BYTES), ends)]
+    else:
+        data = [flow_time_s(cluster, a, b, parts[r]).max() for r, (a, b) in enumerate(flows)]
+        meta = [flow_time_s(cluster, a, b, META_BYTES).max() for a, b in flows]
+    busy = np.array([float(d + m) for d, m in zip(data, meta, strict=True)])
+    buffer = np.array(
+        [float(d * min(RECV_BUFFER_BYTES / parts[r], 1.0)) for r, d in enumerate(data)]
+    )
+    return busy, buffer, gather
 
 
 def predict_plan(
@@ -253,10 +271,9 @@ def predict_plan(
     busy = np.zeros((max(p - 1, 0), dp))
     buf = np.zeros((max(p - 1, 0), dp))
     for s in range(p - 1):
-        for r in range(dp):
-            busy[s, r], buf[s, r], gather = _p2p(plan, inputs, cluster, devs, s, r)
-            fwd[s + 1, r] += gather  # the receiver rebuilds the activation before its forward
-            bwd[s, r] += gather  # and the input gradient before its backward
+        busy[s], buf[s], gather = _p2p(plan, inputs, cluster, devs, s)
+        fwd[s + 1] += gather  # the receiver rebuilds the activation before its forward
+        bwd[s] += gather  # and the input gradient before its backward
     ends = replay_end_s(
         fwd,
         bwd,
