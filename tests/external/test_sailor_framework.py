@@ -136,3 +136,39 @@ def test_auto_runs_what_nccl_s_tuner_picks(tmp_path):
     p = load_plan(path, "OPT-350", 4)
     cluster = cluster_from_nodes(p.nodes(), inputs.fits, inputs.intra)
     assert tune_allreduce(system_for_group(cluster, [0, 1, 2]), 880e6).algorithm == "ring"
+
+
+def test_boundary_sends_timed_together_equal_one_replica_at_a_time():
+    # a two-stage plan of 64 tp-4 replicas over four zones (ours' geo OPT-350 point 2): the
+    # one call for every replica's flows gives each replica's own call's times, and so does
+    # the per-replica path that a cluster with host NIC caps takes
+    import dataclasses
+    from pathlib import Path
+
+    from system.external.sailor import framework
+    from system.external.sailor.bandwidth import cluster_from_nodes
+    from system.simulator.transfers import flow_time_s
+    from tests.external.test_sailor_importers import SHARED
+
+    if not SHARED.is_dir():
+        pytest.skip("Sailor's shared data is not present")
+    root = Path(__file__).resolve().parents[2]
+    path = root / "results/planner/sailor/ours_sailor_plans/geo/OPT-350/plan_config_geo_p2.json"
+    inputs = load_inputs(SHARED)
+    plan = load_plan(path, "OPT-350", inputs.shapes["OPT-350"].num_all_layers, mixed_tp=True)
+    flat = cluster_from_nodes(plan.nodes(), inputs.fits, inputs.intra)
+    capped = dataclasses.replace(flat, host_nic_gbps=tuple([50.0] * flat.num_hosts))
+    tp = plan.stages[0].replicas[0].tp
+    full = inputs.sizes.get(plan.model, tp).act_output[plan.stages[0].layers[-1]] * plan.mbs * 4
+    part = full / tp
+    for cluster in (flat, capped):
+        devs = framework._ranges(plan, cluster)
+        busy, buffer, _ = framework._p2p(plan, inputs, cluster, devs, 0)
+        assert busy.shape == buffer.shape == (plan.dp,)
+        for r in range(plan.dp):
+            src, dst = devs[0][r], devs[1][r]
+            data = flow_time_s(cluster, src, dst, part).max()
+            meta = flow_time_s(cluster, src, dst, framework.META_BYTES).max()
+            assert busy[r] == float(data + meta)
+            assert buffer[r] == float(data * min(framework.RECV_BUFFER_BYTES / part, 1.0))
+    assert plan.dp == 64 and len({r.zone for r in plan.stages[0].replicas}) > 1
