@@ -733,7 +733,7 @@ class SailorTargetPlanner:
             return best
         self._pools = self.node_pools()
         tried = set()
-        for _ in range(len(zones) ** 2):  # each round improves, so this bound is never binding
+        for _ in range(len(zones) ** 2):  # rounds, each one an improvement, at most this many
             name, grid, mbs, counts = best.entry
             found = best
             for a, b in itertools.combinations(zones, 2):
