@@ -105,7 +105,7 @@ def launch_map(cluster: Cluster) -> RankMap:
 def _region_blocks(cluster: Cluster) -> tuple[list[str], list[np.ndarray]]:
     """Regions in first-listed order and their devices, sorted by (host, device)."""
     names = list(dict.fromkeys(cluster.region_of))
-    host = np.asarray(cluster.host_of)
+    host = cluster.host_ids
     region = np.asarray(cluster.region_of)
     blocks = []
     for r in names:
@@ -168,7 +168,7 @@ def _tours(k: int) -> np.ndarray:
 
 
 def _tp_inside_hosts(cluster: Cluster, grid: np.ndarray) -> bool:
-    host = np.asarray(cluster.host_of)[grid]
+    host = cluster.host_ids[grid]
     return bool(np.all(host == host[..., :1]))
 
 

@@ -224,7 +224,7 @@ def _divisors(n: int) -> list[int]:
 
 def _tp_inside_hosts(cluster: Cluster, tp: int) -> bool:
     """Launch order puts TP ranks on consecutive devices: each block of ``tp`` on one host?"""
-    host = np.asarray(cluster.host_of).reshape(-1, tp)
+    host = cluster.host_ids.reshape(-1, tp)
     return bool(np.all(host == host[:, :1]))
 
 

@@ -186,7 +186,7 @@ class _Network:
         from system.gpus import get_gpu
         from system.simulator.sharing import INSTANCE_GBPS, link_sharing_of
 
-        host = np.asarray(cluster.host_of)
+        host = cluster.host_ids
         region = np.asarray(cluster.region_of)
         self.host_gpus = int(np.bincount(host).max())
         bw, delay = np.asarray(cluster.bandwidth_bps), np.asarray(cluster.delay_s)

@@ -31,7 +31,7 @@ HEURISTICS = ("one_pipeline_per_region", "greedy_region_fill", "launch_order", "
 
 def _region_devices(cluster: Cluster) -> list[list[int]]:
     """Devices of each region (regions in first-listed order), sorted by (host, device)."""
-    host = np.asarray(cluster.host_of)
+    host = cluster.host_ids
     region = np.asarray(cluster.region_of)
     out = []
     for r in cluster.regions:

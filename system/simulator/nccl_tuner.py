@@ -486,7 +486,7 @@ def tune_allreduce(sys: NcclSystem, nbytes: float) -> TunerChoice:
 def _host_egress_gbps(cluster) -> dict[int, float]:
     """Per host, the fastest link from one of its devices to a device of another host (0.0 for
     a host alone in the cluster)."""
-    host = np.asarray(cluster.host_of)
+    host = cluster.host_ids
     other = host[:, None] != host[None, :]
     fastest = np.where(other, cluster.bandwidth_gbps, 0.0).max(axis=1)  # per device
     out: dict[int, float] = {}
