@@ -214,7 +214,6 @@ class SailorTargetPlanner:
         self._split: dict[tuple, tuple | None] = {}
         self._limits: dict[tuple, tuple] = {}
         self._seen: set = set()
-        self._pools: dict = {}  # per (zone, GPU type) its hosts' sizes, for the zone swaps
         self.prune_s = math.inf  # the incumbent's score while layouts are enumerated
         self.simulations = self.estimates = 0
         self.layouts: dict[str, int] = {}
@@ -709,9 +708,9 @@ class SailorTargetPlanner:
         return [[cols[r][s] for r in range(dp)] for s in range(len(kinds))]
 
     # ---- zone swaps ------------------------------------------------------------------------
-    def _room(self, grid) -> bool:
-        """Whether every zone has the nodes ``grid`` takes there (one tp per zone and type)."""
-        pools = self._pools
+    def _room(self, grid, pools: dict) -> bool:
+        """Whether every zone has the nodes ``grid`` takes there (one tp per zone and type);
+        ``pools``: :meth:`node_pools`."""
         need: dict[tuple[str, str], dict[int, int]] = {}
         for st in grid:
             for z, g, tp in st:
@@ -731,7 +730,7 @@ class SailorTargetPlanner:
         zones = sorted(set(self.cluster.region_of))
         if best is None or best.entry is None or len(zones) < 2:
             return best
-        self._pools = self.node_pools()
+        pools = self.node_pools()
         tried = set()
         for _ in range(len(zones) ** 2):  # rounds, each one an improvement, at most this many
             name, grid, mbs, counts = best.entry
@@ -742,7 +741,7 @@ class SailorTargetPlanner:
                 swap = {a: b, b: a}
                 moved = [[(swap.get(z, z), g, tp) for z, g, tp in st] for st in grid]
                 key = tuple(tuple(st) for st in moved)
-                if moved == grid or key in tried or not self._room(moved):
+                if moved == grid or key in tried or not self._room(moved, pools):
                     continue
                 tried.add(key)
                 label = name if name.endswith(" + zone swaps") else f"{name} + zone swaps"

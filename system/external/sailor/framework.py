@@ -53,6 +53,7 @@ from system.gpus import get_gpu
 from system.links import BandwidthCurve
 from system.simulator.collectives import allreduce_end_s, nccl_allreduce_end_s, ring_collective_s
 from system.simulator.replay import replay_end_s
+from system.simulator.sharing import sharing_of
 from system.simulator.transfers import flow_time_s
 
 __all__ = [
@@ -231,12 +232,13 @@ def _p2p(plan, inputs, cluster, devs, s) -> tuple[np.ndarray, np.ndarray, np.nda
         flows.append((src[:k], dst[:k]))
         if nxt.tp > 1:
             gather[r] = float(ring_collective_s(cluster, [dst], full, kind="allgather")[0])
-    apart = cluster.link_sharing.model == "pair" and cluster.host_nic_gbps is None
+    apart = sharing_of(cluster).model == "pair" and cluster.host_nic_gbps is None
     if apart:  # one call for every replica's flows (the docstring)
         src = np.concatenate([a for a, _ in flows])
         dst = np.concatenate([b for _, b in flows])
-        sizes = np.repeat(parts, [a.size for a, _ in flows])
-        ends = np.cumsum([a.size for a, _ in flows])[:-1]
+        counts = [a.size for a, _ in flows]
+        sizes = np.repeat(parts, counts)
+        ends = np.cumsum(counts)[:-1]
         data = [t.max() for t in np.split(flow_time_s(cluster, src, dst, sizes), ends)]
         meta = [t.max() for t in np.split(flow_time_s(cluster, src, dst, META_BYTES), ends)]
     else:
