@@ -191,24 +191,33 @@ def test_a_prefetched_schedule_is_the_one_a_job_makes(tmp_path):
     assert layouts(tmp_path / "prefetched") == made
 
 
+def _rows_run_ahead(d, ahead: bool, system: str, cache: dict, cols: list[str]) -> dict:
+    """The rows of one batch-16 job of ``system`` into ``d``: run ahead by the serial sweep's
+    helper process first (``ahead``; its result waits in ``cache`` until the job takes it) or
+    made by the job itself."""
+    from repro.config import validate
+    from repro.modes.simulate import run as sim
+
+    cfg = validate(_cfg(d, system, "batch=16"))
+    stop = sim.prefetch([cfg]) if ahead else (lambda: None)
+    try:
+        assert ahead == bool(cache)
+        simulate(cfg)
+        assert not cache  # taken by the job (or dropped with the helper)
+    finally:
+        stop()
+    return pd.read_csv(d / "runs.csv")[cols].to_dict("list")
+
+
 def test_a_search_run_ahead_is_the_one_a_job_makes(tmp_path):
     """A serial sweep also runs its jobs' configuration searches in the helper process: the job
     stores the same configurations and times as when it searches itself (a helper stopped
     before it got there: tests/unit/test_helper.py)."""
-    from repro.config import validate
     from repro.modes.simulate import run as sim
 
     def rows(d, ahead):
-        cfg = validate(_cfg(d, "system=ours_search", "batch=16"))
-        stop = sim.prefetch([cfg]) if ahead else (lambda: None)
-        try:
-            assert ahead == bool(sim.SEARCH_CACHE)
-            simulate(cfg)
-            assert not sim.SEARCH_CACHE  # taken by the job (or dropped with the helper)
-        finally:
-            stop()
-        got = pd.read_csv(d / "runs.csv")
-        return got[["config", "placement", "schedule", "iter_time_s", "is_best"]].to_dict("list")
+        cols = ["config", "placement", "schedule", "iter_time_s", "is_best"]
+        return _rows_run_ahead(d, ahead, "system=ours_search", sim.SEARCH_CACHE, cols)
 
     sim.SCHEDULE_CACHE.clear()
     made = rows(tmp_path / "made", False)
@@ -222,21 +231,11 @@ def test_baseline_grids_run_ahead_are_the_ones_a_job_makes(tmp_path):
     """A serial sweep also runs its jobs' baseline grids in the helper process: the job stores
     the same rows (every configuration, placement and time, the best marked) as when it runs
     them itself."""
-    from repro.config import validate
     from repro.modes.simulate import run as sim
 
     def rows(d, ahead):
-        cfg = validate(_cfg(d, "system=megatron", "batch=16"))
-        stop = sim.prefetch([cfg]) if ahead else (lambda: None)
-        try:
-            assert ahead == bool(sim.GRID_CACHE)
-            simulate(cfg)
-            assert not sim.GRID_CACHE  # taken by the job (or dropped with the helper)
-        finally:
-            stop()
-        got = pd.read_csv(d / "runs.csv")
         cols = ["config", "placement", "rank_map", "iter_time_s", "is_best", "status"]
-        return got[cols].to_dict("list")
+        return _rows_run_ahead(d, ahead, "system=megatron", sim.GRID_CACHE, cols)
 
     made = rows(tmp_path / "made", False)
     assert rows(tmp_path / "ahead", True) == made
