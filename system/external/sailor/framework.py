@@ -32,6 +32,7 @@ profile, the all-reduce at the stage's narrowest TP degree as in Sailor's own si
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -86,6 +87,12 @@ class SailorInputs:
     shapes: dict[str, ModelShape]
     fits: BandwidthFits
     intra: dict[tuple[str, int], BandwidthCurve]
+
+
+# The clusters :func:`plan_cluster` built last, by nodes and name (a planner predicts many plans
+# on the same nodes: other micro-batches and layer splits); a cluster is immutable
+_CLUSTERS: OrderedDict[tuple, tuple[SailorInputs, Cluster]] = OrderedDict()
+_CLUSTERS_KEPT = 16  # a cluster of 500 GPUs holds about 8 MB of matrices
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +208,13 @@ def _stage_times(plan, inputs, s, r, findings) -> tuple[float, float]:
     return f, b
 
 
+def _pairs_apart(cluster: Cluster) -> bool:
+    """Whether flows on different device pairs share nothing (``pair`` sharing and no host NIC
+    caps: every cluster built from Sailor's fits), so that the transfers of replicas on disjoint
+    devices may be timed in one call, with the numbers each replica's own call gives."""
+    return sharing_of(cluster).model == "pair" and cluster.host_nic_gbps is None
+
+
 def _p2p(plan, inputs, cluster, devs, s) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per replica r of boundary s -> s+1: (link busy s, sender-side buffer s, receiver
     all-gather s), each (dp,).
@@ -212,14 +226,17 @@ def _p2p(plan, inputs, cluster, devs, s) -> tuple[np.ndarray, np.ndarray, np.nda
     The sends are NCCL point-to-point over the fitted links, which moves data only into receive
     buffers the receiver has posted (``rendezvous`` in the replay; 4 MiB may leave early). A
     wider TP group sending to a narrower one (``mixed_tp``) sends every part, rank ``t`` to
-    rank ``t mod tp`` of the receiver. Each replica's sends are timed as one set of concurrent
-    flows; the replicas' sets use disjoint devices, so where flows on different device pairs
-    share nothing (``pair`` sharing, no host NIC caps: every cluster built from Sailor's fits)
-    all replicas are timed in one call, with the same numbers.
+    rank ``t mod tp`` of the receiver (whose all-gather then runs over the parts, rank ``t``
+    receiving for part ``t``). Each replica's sends, and each receiver's all-gather, are timed as
+    one set of concurrent flows; the replicas use disjoint devices, so where flows on different
+    device pairs share nothing (:func:`_pairs_apart`) all replicas are timed in one call (the
+    all-gathers: one per width), with the same numbers.
     """
     dp = plan.dp
     last = plan.stages[s].layers[-1]
+    apart = _pairs_apart(cluster)
     flows, parts, gather = [], np.zeros(dp), np.zeros(dp)
+    rings: dict[int, list[tuple[int, np.ndarray, float]]] = {}  # receivers' gathers, by width
     for r in range(dp):
         rep = plan.stages[s].replicas[r]
         nxt = plan.stages[s + 1].replicas[r]
@@ -228,11 +245,16 @@ def _p2p(plan, inputs, cluster, devs, s) -> tuple[np.ndarray, np.ndarray, np.nda
         src, dst = devs[s][r], devs[s + 1][r]
         if src.size > dst.size:  # a wider TP group sends to a narrower one: every part is sent
             dst = dst[np.arange(src.size) % dst.size]
+        if nxt.tp > 1:
+            rings.setdefault(dst.size, []).append((r, dst, full))
         k = min(src.size, dst.size)
         flows.append((src[:k], dst[:k]))
-        if nxt.tp > 1:
-            gather[r] = float(ring_collective_s(cluster, [dst], full, kind="allgather")[0])
-    apart = sharing_of(cluster).model == "pair" and cluster.host_nic_gbps is None
+    for same in rings.values():  # each receiver's all-gather alone, or all of a width at once
+        for part in [same] if apart else [[x] for x in same]:
+            rs = [r for r, _, _ in part]
+            ring = np.stack([d for _, d, _ in part])
+            sizes = np.array([f for _, _, f in part])
+            gather[rs] = ring_collective_s(cluster, ring, sizes, kind="allgather")
     if apart:  # one call for every replica's flows (the docstring)
         src = np.concatenate([a for a, _ in flows])
         dst = np.concatenate([b for _, b in flows])
@@ -251,6 +273,22 @@ def _p2p(plan, inputs, cluster, devs, s) -> tuple[np.ndarray, np.ndarray, np.nda
     return busy, buffer, gather
 
 
+def plan_cluster(plan: SailorPlan, inputs: SailorInputs) -> Cluster:
+    """The cluster of ``plan``'s nodes on ``inputs``' link fits
+    (:func:`~system.external.sailor.bandwidth.cluster_from_nodes`), kept for the next plans on
+    the same nodes."""
+    key = (tuple(plan.nodes()), plan.file)
+    hit = _CLUSTERS.get(key)
+    if hit is not None and hit[0] is inputs:
+        _CLUSTERS.move_to_end(key)
+        return hit[1]
+    cluster = cluster_from_nodes(list(key[0]), inputs.fits, inputs.intra, name=plan.file)
+    _CLUSTERS[key] = (inputs, cluster)
+    while len(_CLUSTERS) > _CLUSTERS_KEPT:
+        _CLUSTERS.popitem(last=False)
+    return cluster
+
+
 def predict_plan(
     plan: SailorPlan, inputs: SailorInputs, *, dp_collective: str = "auto"
 ) -> PlanPrediction:
@@ -260,7 +298,7 @@ def predict_plan(
         raise ValueError(
             f"dp_collective must be one of {', '.join(DP_COLLECTIVES)}, got {dp_collective!r}"
         )
-    cluster = cluster_from_nodes(plan.nodes(), inputs.fits, inputs.intra, name=plan.file)
+    cluster = plan_cluster(plan, inputs)
     devs = _ranges(plan, cluster)
     p, dp, m = plan.pp, plan.dp, plan.micro_batches
     findings: set[Finding] = set(plan.findings)
@@ -336,12 +374,12 @@ def _allreduce_end_s(cluster, groups, nbytes, entry, dp_collective) -> tuple[np.
     g = np.asarray(groups, dtype=int)
     if dp_collective == "fastest":
         return nccl_allreduce_end_s(cluster, g, nbytes, entry)
-    if dp_collective == "auto":
+    if g.shape[1] < 3:
+        picks = ["ring"] * g.shape[0]  # a tree of two ranks is the ring (collectives module)
+    elif dp_collective == "auto":
         picks = nccl_tuner_algorithms(cluster, g, nbytes)
     else:
         picks = [dp_collective] * g.shape[0]
-    if g.shape[1] < 3:
-        picks = ["ring"] * g.shape[0]  # a tree of two ranks is the ring (collectives module)
     unknown = sorted(set(picks) - {"ring", "tree"})
     if unknown:
         raise ValueError(f"all-reduce: no timing for NCCL's {', '.join(unknown)} algorithm")
@@ -361,6 +399,8 @@ def _tied_grads_end_s(plan, inputs, cluster, devs, ends, dp_collective) -> np.nd
     out = np.zeros(plan.dp)
     if plan.pp == 1 or not head_is_tied(inputs.sizes.get(plan.model, 1), shape):
         return out
+    apart = _pairs_apart(cluster)
+    calls: dict[tuple, list[tuple[int, np.ndarray, np.ndarray]]] = {}  # by message bytes
     for r in range(plan.dp):
         a, b = devs[0][r], devs[-1][r]
         k = min(a.size, b.size)
@@ -369,8 +409,16 @@ def _tied_grads_end_s(plan, inputs, cluster, devs, ends, dp_collective) -> np.nd
         nbytes = words * shape.hidden_size * BYTES_PER_ELEMENT
         groups = np.stack([a[:k], b[:k]], axis=1)
         entry = np.tile([ends[0, r], ends[-1, r]], (k, 1))
+        calls.setdefault((nbytes, None if apart else r), []).append((r, groups, entry))
+    # each replica's all-reduces alone, or, where flows on different device pairs share
+    # nothing (:func:`_pairs_apart`), every replica's of one size at once: the same numbers
+    for (nbytes, _), same in calls.items():
+        groups = np.concatenate([g for _, g, _ in same])
+        entry = np.concatenate([e for _, _, e in same])
         done, _ = _allreduce_end_s(cluster, groups, nbytes, entry, dp_collective)
-        out[r] = float(done.max())
+        rows = np.cumsum([g.shape[0] for _, g, _ in same])[:-1]
+        for (r, _, _), d in zip(same, np.split(done, rows), strict=True):
+            out[r] = float(d.max())
     return out
 
 
