@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import baselines.deepspeed.schedule  # noqa: F401  (registers the "deepspeed" op order)
@@ -172,3 +173,83 @@ def test_boundary_sends_timed_together_equal_one_replica_at_a_time():
             assert busy[r] == float(data + meta)
             assert buffer[r] == float(data * min(framework.RECV_BUFFER_BYTES / part, 1.0))
     assert plan.dp == 64 and len({r.zone for r in plan.stages[0].replicas}) > 1
+
+
+def test_gathers_and_tied_grads_timed_together_equal_one_replica_at_a_time():
+    # ours' het GPT-Neo point 1 plan: tp 4 -> tp 2 at one boundary (every part sent, the
+    # receiver's all-gather over the parts) and a tied head; the receivers' all-gathers and
+    # the replicas' tied-gradient all-reduces timed in one call give each replica's own
+    # call's times, and so does the per-replica path a cluster with host NIC caps takes
+    import dataclasses
+    from pathlib import Path
+
+    from system.external.sailor import framework
+    from system.external.sailor.bandwidth import cluster_from_nodes
+    from system.simulator.collectives import ring_collective_s
+    from tests.external.test_sailor_importers import SHARED
+
+    if not SHARED.is_dir():
+        pytest.skip("Sailor's shared data is not present")
+    root = Path(__file__).resolve().parents[2]
+    path = root / "results/planner/sailor/ours_sailor_plans/het/GPT-NEO/plan_config_het_p1.json"
+    inputs = load_inputs(SHARED)
+    model = "GPT-Neo-2.7"
+    plan = load_plan(path, model, inputs.shapes[model].num_all_layers, mixed_tp=True)
+    flat = cluster_from_nodes(plan.nodes(), inputs.fits, inputs.intra)
+    capped = dataclasses.replace(flat, host_nic_gbps=tuple([50.0] * flat.num_hosts))
+    narrowing = [
+        s
+        for s in range(plan.pp - 1)
+        if plan.stages[s].replicas[0].tp > plan.stages[s + 1].replicas[0].tp > 1
+    ]
+    assert narrowing, "the plan no longer narrows its TP groups: pick another"
+    shape = inputs.shapes[model]
+    assert framework.head_is_tied(inputs.sizes.get(model, 1), shape)
+    rng = np.random.default_rng(0)
+    ends = rng.uniform(1.0, 2.0, size=(plan.pp, plan.dp))
+    for cluster in (flat, capped):
+        devs = framework._ranges(plan, cluster)
+        s = narrowing[0]
+        _, _, gather = framework._p2p(plan, inputs, cluster, devs, s)
+        last = plan.stages[s].layers[-1]
+        for r in range(plan.dp):
+            tp = plan.stages[s].replicas[r].tp
+            full = inputs.sizes.get(model, tp).act_output[last] * plan.mbs * 4
+            dst = devs[s + 1][r][np.arange(tp) % devs[s + 1][r].size]
+            alone = ring_collective_s(cluster, [dst], full, kind="allgather")[0]
+            assert gather[r] == alone
+        tied = framework._tied_grads_end_s(plan, inputs, cluster, devs, ends, "auto")
+        for r in range(plan.dp):
+            a, b = devs[0][r], devs[-1][r]
+            k = min(a.size, b.size)
+            tp = plan.stages[0].replicas[r].tp
+            words = inputs.sizes.get(model, tp).params[0] / shape.hidden_size - shape.seq_length
+            groups = np.stack([a[:k], b[:k]], axis=1)
+            entry = np.tile([ends[0, r], ends[-1, r]], (k, 1))
+            done, _ = framework._allreduce_end_s(
+                cluster, groups, words * shape.hidden_size * 4, entry, "auto"
+            )
+            assert tied[r] == float(done.max())
+
+
+def test_a_plan_s_cluster_is_kept_for_the_same_nodes_and_inputs():
+    from pathlib import Path
+
+    from system.cluster import fingerprint
+    from system.external.sailor import framework
+    from system.external.sailor.bandwidth import cluster_from_nodes
+    from tests.external.test_sailor_importers import SHARED
+
+    if not SHARED.is_dir():
+        pytest.skip("Sailor's shared data is not present")
+    root = Path(__file__).resolve().parents[2]
+    path = root / "results/planner/sailor/ours_sailor_plans/geo/OPT-350/plan_config_geo_p2.json"
+    inputs = load_inputs(SHARED)
+    plan = load_plan(path, "OPT-350", inputs.shapes["OPT-350"].num_all_layers, mixed_tp=True)
+    first = framework.plan_cluster(plan, inputs)
+    assert framework.plan_cluster(plan, inputs) is first
+    assert fingerprint(first) == fingerprint(
+        cluster_from_nodes(plan.nodes(), inputs.fits, inputs.intra)
+    )
+    other = load_inputs(SHARED)  # the same data read again: another inputs, another cluster
+    assert framework.plan_cluster(plan, other) is not first
