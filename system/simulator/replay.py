@@ -186,7 +186,6 @@ def _check_message(role: str, key: tuple, p: int, v: int = 1) -> None:
 
 
 @functools.lru_cache(maxsize=1024)  # a sweep of the paper's grid compiles about a hundred
-@functools.lru_cache(maxsize=1 << 10)
 def _programs(p: int, m: int, fn: ProgramFn) -> _Compiled:
     """Each stage's program of ``fn`` as the replay kernel reads it (:class:`_Compiled`), kept
     for the process (every replica replayed with the same (p, m, schedule) reads the same
