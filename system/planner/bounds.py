@@ -400,7 +400,7 @@ def layout_exchange_terms(planner, stages: np.ndarray) -> tuple[np.ndarray, np.n
     if dp > MAX_DENSE_GROUP:
         return alpha, k
     sharing_tc = net.sharing == "tc_class"
-    cls_all = _derived(cluster).tc_class if sharing_tc else None
+    cls_all = _derived(cluster, "tc_class") if sharing_tc else None
     off = ~np.eye(dp, dtype=bool)
     for s in range(pp):
         g = stages[s]

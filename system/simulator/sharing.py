@@ -43,6 +43,7 @@ from system.cluster import (
     LinkSharing,
     fingerprint,
 )
+from system.compiled import kernel
 
 __all__ = [
     "LINK_SHARING",
@@ -103,74 +104,164 @@ def max_min_rates(
     ``flow_of[k]`` uses resource ``resource_of[k]``. Every flow must use at least one resource.
 
     Progressive filling: all unfrozen flows rise together until a resource is full; its flows
-    freeze; repeat (at most R rounds).
+    freeze; repeat (at most R rounds). Compiled (:func:`_progressive_filling`).
 
     >>> max_min_rates(np.array([3.0, 10.0]), np.array([0, 1, 1]), np.array([0, 0, 1]), 2).tolist()
     [1.5, 1.5]
     """
-    cap = np.asarray(capacity_bps, dtype=float)
-    flow_of, resource_of = np.asarray(flow_of), np.asarray(resource_of)
+    cap = np.ascontiguousarray(capacity_bps, dtype=np.float64)
+    flow_of = np.ascontiguousarray(flow_of, dtype=np.int64)
+    resource_of = np.ascontiguousarray(resource_of, dtype=np.int64)
+    return _progressive_filling(cap, flow_of, resource_of, int(num_flows))
+
+
+@kernel
+def _progressive_filling(cap, flow_of, resource_of, num_flows):
+    """:func:`max_min_rates`' rounds. Each round: every resource with unfrozen flows offers
+    ``left / count``; the least offer is the step every unfrozen flow rises by; each such
+    resource pays ``count · step``; those whose offer was within 1e-12 of the step are full,
+    and their unfrozen flows freeze (their entries leave every resource's count). A flow's rate
+    is the running sum of the steps up to the round it froze in, added in round order (the
+    same additions as raising every unfrozen flow by each step). Per round O(R), and each
+    entry leaves its resource's count once."""
+    n_res = cap.size
+    n_ent = flow_of.size
+    count = np.zeros(n_res, np.int64)
+    flow_start = np.zeros(num_flows + 1, np.int64)
+    for k in range(n_ent):
+        count[resource_of[k]] += 1
+        flow_start[flow_of[k] + 1] += 1
+    res_start = np.zeros(n_res + 1, np.int64)
+    for r in range(n_res):
+        res_start[r + 1] = res_start[r] + count[r]
+    for f in range(num_flows):
+        flow_start[f + 1] += flow_start[f]
+    res_entries = np.empty(n_ent, np.int64)  # entries by resource, then by flow
+    flow_entries = np.empty(n_ent, np.int64)
+    res_fill = res_start[:-1].copy()
+    flow_fill = flow_start[:-1].copy()
+    for k in range(n_ent):
+        r = resource_of[k]
+        res_entries[res_fill[r]] = k
+        res_fill[r] += 1
+        f = flow_of[k]
+        flow_entries[flow_fill[f]] = k
+        flow_fill[f] += 1
+    live = np.ones(n_ent, np.bool_)
+    active = np.ones(num_flows, np.bool_)
     rate = np.zeros(num_flows)
-    active = np.ones(num_flows, dtype=bool)
     left = cap.copy()
-    live = np.ones(flow_of.size, dtype=bool)
-    for _ in range(cap.size + 1):
-        if not live.any():
+    share = np.empty(n_res)
+    full = np.zeros(n_res, np.bool_)
+    total = 0.0
+    n_live = n_ent
+    for _ in range(n_res + 1):
+        if n_live == 0:
             break
-        count = np.bincount(resource_of[live], minlength=cap.size)
-        used = count > 0
-        share = np.full(cap.size, np.inf)
-        share[used] = left[used] / count[used]
-        step = float(share.min())
-        rate[active] += step
-        left[used] -= count[used] * step
-        full = used & (share <= step * (1.0 + 1e-12) + 1e-300)
-        frozen = np.unique(flow_of[live & full[resource_of]])
-        active[frozen] = False
-        live &= active[flow_of]
+        step = np.inf
+        for r in range(n_res):
+            if count[r] > 0:
+                share[r] = left[r] / count[r]
+                if share[r] < step:
+                    step = share[r]
+        total += step
+        limit = step * (1.0 + 1e-12) + 1e-300
+        for r in range(n_res):
+            full[r] = False
+            if count[r] > 0:
+                left[r] -= count[r] * step
+                full[r] = share[r] <= limit
+        for r in range(n_res):
+            if not full[r]:
+                continue
+            for i in range(res_start[r], res_start[r + 1]):
+                k = res_entries[i]
+                f = flow_of[k]
+                if not live[k] or not active[f]:
+                    continue
+                active[f] = False
+                rate[f] = total
+                for j in range(flow_start[f], flow_start[f + 1]):
+                    e = flow_entries[j]
+                    if live[e]:
+                        live[e] = False
+                        count[resource_of[e]] -= 1
+                        n_live -= 1
+    for f in range(num_flows):
+        if active[f]:
+            rate[f] = total
     return rate
 
 
-class _Derived:
-    """What the models read off a cluster's links, computed once per link matrix: region ids,
-    each region pair's bandwidth (the median of its device pairs), each device's fastest link,
-    and the ``tc_class`` class of every destination seen from every sender."""
-
-    def __init__(self, cluster: Cluster):
-        n = cluster.num_devices
-        bw = cluster.bandwidth_bps
-        self.region = np.unique(np.asarray(cluster.region_of), return_inverse=True)[1].ravel()
-        k = int(self.region.max()) + 1
-        self.region_bps = np.full((k, k), np.inf)
-        for a in range(k):
-            for b in range(k):
-                block = bw[np.ix_(self.region == a, self.region == b)]
-                block = block[np.isfinite(block)]
-                if block.size:
-                    self.region_bps[a, b] = float(np.median(block))
-        self.fastest_bps = np.where(np.isfinite(bw), bw, 0.0).max(axis=1)
-        self.tc_class = np.zeros((n, n), dtype=np.int64)
-        for s in range(n):
-            setting = np.stack(
-                [np.round(cluster.delay_ms[s], 9), np.round(cluster.bandwidth_gbps[s], 9)]
-            )
-            self.tc_class[s] = np.unique(setting, axis=1, return_inverse=True)[1].ravel()
+def _regions(cluster: Cluster) -> np.ndarray:
+    """(D,) region id per device (region names in sorted order)."""
+    return np.unique(np.asarray(cluster.region_of), return_inverse=True)[1].ravel()
 
 
-# :class:`_Derived` by the links it is computed from (the cluster's fingerprint), so that the
-# clusters of one case built apart (the jobs of a sweep) share it
-_DERIVED: dict[str, _Derived] = {}
+def _region_bps(cluster: Cluster) -> np.ndarray:
+    """(k, k) each region pair's bandwidth: the median of its device pairs' (inf: none)."""
+    bw = cluster.bandwidth_bps
+    region = _derived(cluster, "region")
+    k = int(region.max()) + 1
+    out = np.full((k, k), np.inf)
+    for a in range(k):
+        for b in range(k):
+            block = bw[np.ix_(region == a, region == b)]
+            block = block[np.isfinite(block)]
+            if block.size:
+                out[a, b] = float(np.median(block))
+    return out
+
+
+def _fastest_bps(cluster: Cluster) -> np.ndarray:
+    """(D,) each device's fastest link."""
+    bw = cluster.bandwidth_bps
+    return np.where(np.isfinite(bw), bw, 0.0).max(axis=1)
+
+
+def _tc_class(cluster: Cluster) -> np.ndarray:
+    """(D, D) the ``tc_class`` class of every destination seen from every sender: the rank of
+    its (delay, bandwidth) setting among the sender's distinct settings (both rounded to 1e-9),
+    in (delay, bandwidth) order. That is what ``np.unique(..., axis=1, return_inverse=True)``
+    gives row by row; here every row in one sort."""
+    n = cluster.num_devices
+    delay = np.round(cluster.delay_ms, 9).ravel()
+    bw = np.round(cluster.bandwidth_gbps, 9).ravel()
+    row = np.repeat(np.arange(n), n)
+    order = np.lexsort((bw, delay, row))  # by sender, then delay, then bandwidth
+    d, b, r = delay[order], bw[order], row[order]
+    new = np.ones(n * n, dtype=bool)  # where a sender's next setting starts
+    new[1:] = (r[1:] != r[:-1]) | (d[1:] != d[:-1]) | (b[1:] != b[:-1])
+    seen = np.cumsum(new)
+    rank = seen - np.repeat(seen[np.arange(n) * n], n)  # sender r's row starts at r·n
+    out = np.empty(n * n, dtype=np.int64)
+    out[order] = rank
+    return out.reshape(n, n)
+
+
+# What the models read off a cluster's links, each computed when a model first asks for it
+_DERIVE = {
+    "region": _regions,
+    "region_bps": _region_bps,
+    "fastest_bps": _fastest_bps,
+    "tc_class": _tc_class,
+}
+# :data:`_DERIVE`'s values by the links they are computed from (the cluster's fingerprint) and
+# name, so that the clusters of one case built apart (the jobs of a sweep) share them
+_DERIVED: dict[tuple[str, str], np.ndarray] = {}
 MAX_DERIVED = 64  # entries
 
 
-def _derived(cluster: Cluster) -> _Derived:
-    """:class:`_Derived` of ``cluster``, computed once per content."""
-    key = fingerprint(cluster)
+def _derived(cluster: Cluster, part: str) -> np.ndarray:
+    """``part`` (a :data:`_DERIVE` name) of ``cluster``, computed once per content; read-only."""
+    key = (fingerprint(cluster), part)
     hit = _DERIVED.get(key)
     if hit is None:
+        value = _DERIVE[part](cluster)
+        value.setflags(write=False)
         if len(_DERIVED) >= MAX_DERIVED:
             _DERIVED.clear()
-        hit = _DERIVED[key] = _Derived(cluster)
+        hit = _DERIVED[key] = value
     return hit
 
 
@@ -266,24 +357,24 @@ def _allocate(cluster: Cluster, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         add(cross, host[s], nic[host[s]])
         add(cross, host[d], nic[host[d]])
     if model != "pair":
-        der = _derived(cluster)
-        ra, rb = der.region[s], der.region[d]
+        region = _derived(cluster, "region")
+        ra, rb = region[s], region[d]
         across = ra != rb
         if model == "nic" and single:
             nic = sharing.nic_gbps
-            cap = der.fastest_bps if nic is None else np.full(n, nic * 1e9)
+            cap = _derived(cluster, "fastest_bps") if nic is None else np.full(n, nic * 1e9)
             add(every, s, cap[s])
             add(every, d, cap[d])
         if model == "region":
-            k = int(der.region.max()) + 1
-            add(across, ra * k + rb, der.region_bps[ra, rb])
+            k = int(region.max()) + 1
+            add(across, ra * k + rb, _derived(cluster, "region_bps")[ra, rb])
         if model == "flow" and single:
             add(across, s, AWS_REGION_EGRESS_GBPS * 1e9)
         if model in ("flow", "tc_class") and single:
             add(every, s, INSTANCE_GBPS * 1e9)
             add(every, d, INSTANCE_GBPS * 1e9)
         if model == "tc_class":
-            add(every, s * n + der.tc_class[s, d], pair_bps)
+            add(every, s * n + _derived(cluster, "tc_class")[s, d], pair_bps)
     if not extra:  # nothing but the pairs binds: each pair splits equally among its flows
         out[moving] = pair_bps / np.bincount(pair)[pair]
         return out
