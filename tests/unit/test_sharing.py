@@ -147,3 +147,78 @@ def test_dense_ids_are_the_sorted_ranks_on_either_path(size):
         ids, k = _compact(key)
         distinct, want = np.unique(key, return_inverse=True)
         assert k == distinct.size and ids.tolist() == want.ravel().tolist()
+
+
+def _filling_by_rounds(cap, flow_of, resource_of, num_flows):
+    """Progressive filling written the plain way, round by round over every entry: the
+    reference the compiled :func:`max_min_rates` must equal bit for bit."""
+    rate = np.zeros(num_flows)
+    active = np.ones(num_flows, dtype=bool)
+    left = np.asarray(cap, dtype=float).copy()
+    live = np.ones(flow_of.size, dtype=bool)
+    for _ in range(left.size + 1):
+        if not live.any():
+            break
+        count = np.bincount(resource_of[live], minlength=left.size)
+        used = count > 0
+        share = np.full(left.size, np.inf)
+        share[used] = left[used] / count[used]
+        step = float(share.min())
+        rate[active] += step
+        left[used] -= count[used] * step
+        full = used & (share <= step * (1.0 + 1e-12) + 1e-300)
+        active[np.unique(flow_of[live & full[resource_of]])] = False
+        live &= active[flow_of]
+    return rate
+
+
+def test_max_min_rates_equal_plain_rounds_bit_for_bit():
+    rng = np.random.default_rng(7)
+    for trial in range(400):
+        flows, resources = int(rng.integers(1, 40)), int(rng.integers(1, 30))
+        entries = [
+            (f, int(r))
+            for f in range(flows)
+            for r in rng.choice(
+                resources, size=min(int(rng.integers(1, 5)), resources), replace=False
+            )
+        ]
+        flow_of = np.array([f for f, _ in entries])
+        resource_of = np.array([r for _, r in entries])
+        if trial % 2:  # capacities with ties: several resources fill in one round
+            cap = rng.choice([1.0, 2.0, 3.0, 7.5, 1e9], size=resources)
+        else:
+            cap = rng.uniform(0.1, 10.0, size=resources)
+        got = max_min_rates(cap, flow_of, resource_of, flows)
+        want = _filling_by_rounds(cap, flow_of, resource_of, flows)
+        assert np.array_equal(got, want), trial
+
+
+def test_tc_classes_rank_each_sender_s_settings_as_unique_does():
+    from system.simulator import sharing
+
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 5, 17):
+        delay = rng.choice([0.0, 1.5, 40.0, 40.0000000001], size=(n, n))
+        gbps = rng.choice([1.0, 2.5, 10.0], size=(n, n))
+        delay, gbps = (delay + delay.T) / 2, (gbps + gbps.T) / 2
+        np.fill_diagonal(delay, 0.0)
+        c = Cluster(
+            name=f"tc{n}",
+            region_of=("a",) * n,
+            host_of=tuple(range(n)),
+            delay_ms=delay,
+            bandwidth_gbps=gbps,
+            link_sharing=LinkSharing("tc_class"),
+        )
+        want = np.stack(
+            [
+                np.unique(
+                    np.stack([np.round(c.delay_ms[s], 9), np.round(c.bandwidth_gbps[s], 9)]),
+                    axis=1,
+                    return_inverse=True,
+                )[1].ravel()
+                for s in range(n)
+            ]
+        )
+        assert np.array_equal(sharing._tc_class(c), want)
