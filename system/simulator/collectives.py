@@ -38,6 +38,7 @@ import numpy as np
 from system.cluster import Cluster, fingerprint
 from system.compiled import kernel
 from system.simulator.nccl_tuner import choose, system_for_group
+from system.simulator.sharing import alone_bps
 from system.simulator.transfers import NCCL, Transport, flow_bandwidth_bps, flow_time_s
 
 __all__ = [
@@ -367,8 +368,9 @@ def _alone_bps(cluster: Cluster, src: np.ndarray, dst: np.ndarray) -> np.ndarray
     filled as pairs are asked for (NaN: not yet)."""
     table = _kept(cluster, ("alone",), lambda: np.full((cluster.num_devices,) * 2, np.nan))
     unknown = np.isnan(table[src, dst])
-    for a, b in set(zip(src[unknown].tolist(), dst[unknown].tolist(), strict=True)):
-        table[a, b] = float(flow_bandwidth_bps(cluster, [a], [b])[0])
+    if unknown.any():
+        a, b = src[unknown], dst[unknown]
+        table[a, b] = alone_bps(cluster, a, b)
     return table[src, dst]
 
 

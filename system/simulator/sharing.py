@@ -312,6 +312,76 @@ def shared_bandwidth_bps(cluster: Cluster, src: Sequence[int], dst: Sequence[int
     return hit.copy()
 
 
+def _pair_bps(cluster: Cluster, s: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """Each flow's pair capacity: the pair's bandwidth, under ``flow`` that many sixteenths of
+    it as the connection has sockets."""
+    sharing = sharing_of(cluster)
+    pair_bps = cluster.bandwidth_bps[s, d]
+    if sharing.model == "flow":  # a connection of ``streams`` sockets gets that many sixteenths
+        pair_bps = pair_bps * (sharing.streams / MEASURED_STREAMS)
+    return pair_bps
+
+
+def _caps(cluster: Cluster, s: np.ndarray, d: np.ndarray, pair_bps: np.ndarray):
+    """The model's capacities besides the pairs (module docstring), for the moving flows
+    ``s[i] -> d[i]``: per kind, (the flows it applies to, a function giving the key of each
+    flow's capacity — flows of one key share it —, the capacity per flow)."""
+    n, f = cluster.num_devices, s.size
+    sharing = sharing_of(cluster)
+    model = sharing.model
+    every = np.ones(f, dtype=bool)
+    single = cluster.host_nic_gbps is None  # one device per instance: device-level caps
+    if not single:
+        host = cluster.host_ids
+        nic = np.asarray(cluster.host_nic_gbps) * 1e9
+        cross = host[s] != host[d]
+        yield cross, lambda: host[s], nic[host[s]]
+        yield cross, lambda: host[d], nic[host[d]]
+    if model == "pair":
+        return
+    region = _derived(cluster, "region")
+    ra, rb = region[s], region[d]
+    across = ra != rb
+    if model == "nic" and single:
+        nic = sharing.nic_gbps
+        cap = _derived(cluster, "fastest_bps") if nic is None else np.full(n, nic * 1e9)
+        yield every, lambda: s, cap[s]
+        yield every, lambda: d, cap[d]
+    if model == "region":
+        k = int(region.max()) + 1
+        yield across, lambda: ra * k + rb, _derived(cluster, "region_bps")[ra, rb]
+    if model == "flow" and single:
+        yield across, lambda: s, AWS_REGION_EGRESS_GBPS * 1e9
+    if model in ("flow", "tc_class") and single:
+        yield every, lambda: s, INSTANCE_GBPS * 1e9
+        yield every, lambda: d, INSTANCE_GBPS * 1e9
+    if model == "tc_class":
+        yield every, lambda: s * n + _derived(cluster, "tc_class")[s, d], pair_bps
+
+
+def alone_bps(cluster: Cluster, src: Sequence[int], dst: Sequence[int]) -> np.ndarray:
+    """Bandwidth (bit/s) each flow ``src[i] -> dst[i]`` would get were it the only flow: what
+    :func:`shared_bandwidth_bps` gives that flow on its own (its pair's capacity, or the least
+    of the model's capacities below it by more than 1e-12, the ones that bind a lone flow),
+    for many flows in one call; ``inf`` for a device to itself."""
+    src, dst = np.asarray(src, dtype=int), np.asarray(dst, dtype=int)
+    if src.shape != dst.shape:
+        raise ValueError(f"flows: src {src.shape} and dst {dst.shape} differ in shape")
+    out = np.full(src.shape, np.inf)
+    moving = src != dst
+    if not moving.any():
+        return out
+    s, d = src[moving], dst[moving]
+    pair_bps = _pair_bps(cluster, s, d)
+    rate = pair_bps
+    for mask, _, cap_bps in _caps(cluster, s, d, pair_bps):
+        cap = np.broadcast_to(np.asarray(cap_bps, dtype=float), (s.size,))
+        binds = mask & (pair_bps > cap * (1.0 + 1e-12))
+        rate = np.where(binds, np.minimum(rate, cap), rate)
+    out[moving] = rate
+    return out
+
+
 def _allocate(cluster: Cluster, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     """:func:`shared_bandwidth_bps` without the memo (``src``, ``dst`` int arrays, one shape)."""
     out = np.full(src.shape, np.inf)
@@ -320,11 +390,7 @@ def _allocate(cluster: Cluster, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         return out
     s, d = src[moving], dst[moving]
     n, f = cluster.num_devices, s.size
-    sharing = sharing_of(cluster)
-    model = sharing.model
-    pair_bps = cluster.bandwidth_bps[s, d]
-    if model == "flow":  # a connection of ``streams`` sockets gets that many sixteenths
-        pair_bps = pair_bps * (sharing.streams / MEASURED_STREAMS)
+    pair_bps = _pair_bps(cluster, s, d)
     pair, n_pairs = _compact(s * n + d)
     pair_cap = np.zeros(n_pairs)
     pair_cap[pair] = pair_bps
@@ -348,33 +414,8 @@ def _allocate(cluster: Cluster, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
             cap2[inv2] = cap[inv[keep]]
             extra.append((ids[keep], inv2, cap2))
 
-    every = np.ones(f, dtype=bool)
-    single = cluster.host_nic_gbps is None  # one device per instance: device-level caps
-    if not single:
-        host = cluster.host_ids
-        nic = np.asarray(cluster.host_nic_gbps) * 1e9
-        cross = host[s] != host[d]
-        add(cross, host[s], nic[host[s]])
-        add(cross, host[d], nic[host[d]])
-    if model != "pair":
-        region = _derived(cluster, "region")
-        ra, rb = region[s], region[d]
-        across = ra != rb
-        if model == "nic" and single:
-            nic = sharing.nic_gbps
-            cap = _derived(cluster, "fastest_bps") if nic is None else np.full(n, nic * 1e9)
-            add(every, s, cap[s])
-            add(every, d, cap[d])
-        if model == "region":
-            k = int(region.max()) + 1
-            add(across, ra * k + rb, _derived(cluster, "region_bps")[ra, rb])
-        if model == "flow" and single:
-            add(across, s, AWS_REGION_EGRESS_GBPS * 1e9)
-        if model in ("flow", "tc_class") and single:
-            add(every, s, INSTANCE_GBPS * 1e9)
-            add(every, d, INSTANCE_GBPS * 1e9)
-        if model == "tc_class":
-            add(every, s * n + _derived(cluster, "tc_class")[s, d], pair_bps)
+    for mask, key, cap_bps in _caps(cluster, s, d, pair_bps):
+        add(mask, key(), cap_bps)
     if not extra:  # nothing but the pairs binds: each pair splits equally among its flows
         out[moving] = pair_bps / np.bincount(pair)[pair]
         return out
