@@ -222,3 +222,26 @@ def test_tc_classes_rank_each_sender_s_settings_as_unique_does():
             ]
         )
         assert np.array_equal(sharing._tc_class(c), want)
+
+
+@pytest.mark.parametrize("model", LINK_SHARING)
+@pytest.mark.parametrize("host_nics", [False, True])
+@pytest.mark.parametrize("case", ["5", "system/data/fleets/four-regions.yaml"])
+def test_alone_bps_is_each_flow_s_rate_on_its_own(model, host_nics, case):
+    # case 5: one GPU a host in eight regions; the four-region fleet: hosts of 4 and 8 GPUs,
+    # whose flows inside a host no host NIC caps
+    import dataclasses
+
+    from system.cases import get_case
+    from system.simulator.sharing import alone_bps
+
+    c = with_link_sharing(get_case(case), model)
+    rng = np.random.default_rng(11)
+    if host_nics:  # caps that bind some flows alone and not others
+        c = dataclasses.replace(c, host_nic_gbps=tuple(rng.uniform(0.5, 20.0, c.num_hosts)))
+    src = rng.integers(0, c.num_devices, 200)
+    dst = rng.integers(0, c.num_devices, 200)
+    got = alone_bps(c, src, dst)
+    want = [shared_bandwidth_bps(c, [a], [b])[0] for a, b in zip(src, dst, strict=True)]
+    assert np.array_equal(got, np.array(want))
+    assert np.isinf(got[src == dst]).all() and (src == dst).any()
