@@ -52,6 +52,7 @@ from system.simulator.hardware import (
     logits_forward_flops,
 )
 from system.simulator.memory import training_memory
+from system.simulator.sharing import subset
 from system.workload import GPTConfig, Workload, stage_gradient_params
 
 __all__ = [
@@ -294,7 +295,7 @@ class Planner:
         if used not in self._subsets:
             if len(self._subsets) > 64:
                 self._subsets.clear()
-            self._subsets[used] = self.cluster.subset(list(used), name=self.cluster.name)
+            self._subsets[used] = subset(self.cluster, list(used), name=self.cluster.name)
         where = np.full(self.cluster.num_devices, -1, dtype=np.int64)
         where[list(used)] = np.arange(len(used))
         return self._subsets[used], Assignment(where[stages])

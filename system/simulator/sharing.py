@@ -234,12 +234,8 @@ def _tc_class(cluster: Cluster) -> np.ndarray:
     by_delay, delays = pd.factorize(delay, sort=True)
     by_bw, bws = pd.factorize(bw, sort=True)
     setting, settings = pd.factorize(by_delay.astype(np.int64) * len(bws) + by_bw, sort=True)
-    if len(settings) <= MAX_SETTINGS_RANKED:  # which settings each sender sees, in order
-        setting = setting.reshape(n, n)
-        seen = np.zeros((n, len(settings)), dtype=bool)
-        seen[np.arange(n)[:, None], setting] = True
-        rank = np.cumsum(seen, axis=1) - 1
-        return np.take_along_axis(rank, setting, axis=1).astype(np.int64)
+    if len(settings) <= MAX_SETTINGS_RANKED:
+        return _row_ranks(setting.reshape(n, n), len(settings))
     row = np.repeat(np.arange(n), n)
     order = np.lexsort((bw, delay, row))  # by sender, then delay, then bandwidth
     d, b, r = delay[order], bw[order], row[order]
@@ -253,6 +249,36 @@ def _tc_class(cluster: Cluster) -> np.ndarray:
 
 
 MAX_SETTINGS_RANKED = 1024  # distinct (delay, bandwidth) settings ranked per row by a table
+
+
+def _row_ranks(setting: np.ndarray, count: int) -> np.ndarray:
+    """Per row, the rank of each entry's value among the row's distinct values, in value
+    order: ``setting`` (rows, cols) ints in ``0..count-1``, ranked by a (rows, count) table of
+    which values each row holds."""
+    rows = setting.shape[0]
+    seen = np.zeros((rows, count), dtype=bool)
+    seen[np.arange(rows)[:, None], setting] = True
+    rank = np.cumsum(seen, axis=1) - 1
+    return np.take_along_axis(rank, setting, axis=1).astype(np.int64)
+
+
+def subset(cluster: Cluster, devices: Sequence[int], name: str | None = None) -> Cluster:
+    """:meth:`Cluster.subset`, its ``tc_class`` classes read off the whole cluster's (a subset's
+    links are the whole's: a sender's settings in the subset keep their order, so their ranks
+    there are the ranks of the whole's ranks) instead of being worked out again. For a planner
+    that simulates many subsets of one fleet."""
+    sub = cluster.subset(devices, name=name)
+    model = cluster.link_sharing
+    if model is None or model.model != "tc_class":
+        return sub
+    key = (fingerprint(sub), "tc_class")
+    if key not in _DERIVED:
+        whole = _derived(cluster, "tc_class")
+        count = int(whole.max()) + 1
+        if count <= MAX_SETTINGS_RANKED:
+            idx = np.asarray(devices, dtype=np.int64)
+            _keep(key, _row_ranks(whole[np.ix_(idx, idx)], count))
+    return sub
 
 
 # What the models read off a cluster's links, each computed when a model first asks for it
@@ -273,12 +299,17 @@ def _derived(cluster: Cluster, part: str) -> np.ndarray:
     key = (fingerprint(cluster), part)
     hit = _DERIVED.get(key)
     if hit is None:
-        value = _DERIVE[part](cluster)
-        value.setflags(write=False)
-        if len(_DERIVED) >= MAX_DERIVED:
-            _DERIVED.clear()
-        hit = _DERIVED[key] = value
+        hit = _keep(key, _DERIVE[part](cluster))
     return hit
+
+
+def _keep(key: tuple[str, str], value: np.ndarray) -> np.ndarray:
+    """``value`` kept in :data:`_DERIVED` under ``key``, read-only."""
+    value.setflags(write=False)
+    if len(_DERIVED) >= MAX_DERIVED:
+        _DERIVED.clear()
+    _DERIVED[key] = value
+    return value
 
 
 def _compact(key: np.ndarray) -> tuple[np.ndarray, int]:

@@ -247,3 +247,18 @@ def test_alone_bps_is_each_flow_s_rate_on_its_own(model, host_nics, case):
     want = [shared_bandwidth_bps(c, [a], [b])[0] for a, b in zip(src, dst, strict=True)]
     assert np.array_equal(got, np.array(want))
     assert np.isinf(got[src == dst]).all() and (src == dst).any()
+
+
+def test_a_subset_s_tc_classes_read_off_the_whole_equal_its_own():
+    from system.cases import get_case
+    from system.simulator import sharing
+
+    whole = with_link_sharing(get_case("system/data/fleets/four-regions.yaml"), "tc_class")
+    rng = np.random.default_rng(5)
+    for size in (2, 9, 30):
+        idx = rng.choice(whole.num_devices, size=size, replace=False).tolist()
+        sub = sharing.subset(whole, idx)
+        kept = sharing._derived(sub, "tc_class")  # the entry the subset left
+        assert np.array_equal(kept, sharing._tc_class(sub))
+        plain = whole.subset(idx)
+        assert sharing.fingerprint(plain) == sharing.fingerprint(sub)
