@@ -112,7 +112,16 @@ def max_min_rates(
     cap = np.ascontiguousarray(capacity_bps, dtype=np.float64)
     flow_of = np.ascontiguousarray(flow_of, dtype=np.int64)
     resource_of = np.ascontiguousarray(resource_of, dtype=np.int64)
-    return _progressive_filling(cap, flow_of, resource_of, int(num_flows))
+    num_flows = int(num_flows)
+    if flow_of.shape != resource_of.shape or flow_of.ndim != 1 or cap.ndim != 1:
+        raise ValueError("max_min_rates: flow_of and resource_of must be 1-D and alike")
+    if flow_of.size and (
+        min(flow_of.min(), resource_of.min()) < 0
+        or flow_of.max() >= num_flows
+        or resource_of.max() >= cap.size
+    ):  # the compiled loop does not check its indices
+        raise ValueError("max_min_rates: a flow or resource id is out of range")
+    return _progressive_filling(cap, flow_of, resource_of, num_flows)
 
 
 @kernel

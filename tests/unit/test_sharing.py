@@ -262,3 +262,12 @@ def test_a_subset_s_tc_classes_read_off_the_whole_equal_its_own():
         assert np.array_equal(kept, sharing._tc_class(sub))
         plain = whole.subset(idx)
         assert sharing.fingerprint(plain) == sharing.fingerprint(sub)
+
+
+def test_max_min_rates_refuses_ids_out_of_range():
+    with pytest.raises(ValueError, match="out of range"):
+        max_min_rates(np.array([1.0]), np.array([0, 1]), np.array([0, 0]), 1)
+    with pytest.raises(ValueError, match="out of range"):
+        max_min_rates(np.array([1.0]), np.array([0]), np.array([1]), 1)
+    with pytest.raises(ValueError, match="alike"):
+        max_min_rates(np.array([1.0]), np.array([0, 0]), np.array([0]), 1)
