@@ -232,32 +232,26 @@ def _tc_class(cluster: Cluster) -> np.ndarray:
     """(D, D) the ``tc_class`` class of every destination seen from every sender: the rank of
     its (delay, bandwidth) setting among the sender's distinct settings (both rounded to 1e-9),
     in (delay, bandwidth) order. That is what ``np.unique(..., axis=1, return_inverse=True)``
-    gives row by row; here the settings are numbered once for all rows (hashing: a fleet has a
-    few dozen), then ranked per row, or, past :data:`MAX_SETTINGS_RANKED` settings, all rows
-    are sorted together."""
-    import pandas as pd
-
+    gives row by row; here every row in one sort. A subset of a fleet reads its classes off
+    the fleet's instead (:func:`subset`)."""
     n = cluster.num_devices
     delay = np.round(cluster.delay_ms, 9).ravel()
     bw = np.round(cluster.bandwidth_gbps, 9).ravel()
-    by_delay, delays = pd.factorize(delay, sort=True)
-    by_bw, bws = pd.factorize(bw, sort=True)
-    setting, settings = pd.factorize(by_delay.astype(np.int64) * len(bws) + by_bw, sort=True)
-    if len(settings) <= MAX_SETTINGS_RANKED:
-        return _row_ranks(setting.reshape(n, n), len(settings))
     row = np.repeat(np.arange(n), n)
     order = np.lexsort((bw, delay, row))  # by sender, then delay, then bandwidth
     d, b, r = delay[order], bw[order], row[order]
     new = np.ones(n * n, dtype=bool)  # where a sender's next setting starts
     new[1:] = (r[1:] != r[:-1]) | (d[1:] != d[:-1]) | (b[1:] != b[:-1])
-    seen_so_far = np.cumsum(new)
-    rank = seen_so_far - np.repeat(seen_so_far[np.arange(n) * n], n)  # row r starts at r·n
+    seen = np.cumsum(new)
+    rank = seen - np.repeat(seen[np.arange(n) * n], n)  # sender r's row starts at r·n
     out = np.empty(n * n, dtype=np.int64)
     out[order] = rank
     return out.reshape(n, n)
 
 
-MAX_SETTINGS_RANKED = 1024  # distinct (delay, bandwidth) settings ranked per row by a table
+# A subset ranks its classes off the fleet's (a table of devices × settings) while the fleet's
+# senders see at most this many settings each
+MAX_SETTINGS_RANKED = 1024
 
 
 def _row_ranks(setting: np.ndarray, count: int) -> np.ndarray:

@@ -194,11 +194,9 @@ def test_max_min_rates_equal_plain_rounds_bit_for_bit():
         assert np.array_equal(got, want), trial
 
 
-@pytest.mark.parametrize("ranked", [1024, 0])  # a table of the settings, or one sort
-def test_tc_classes_rank_each_sender_s_settings_as_unique_does(ranked, monkeypatch):
+def test_tc_classes_rank_each_sender_s_settings_as_unique_does():
     from system.simulator import sharing
 
-    monkeypatch.setattr(sharing, "MAX_SETTINGS_RANKED", ranked)
     rng = np.random.default_rng(3)
     for n in (1, 2, 5, 17):
         delay = rng.choice([0.0, 1.5, 40.0, 40.0000000001], size=(n, n))
