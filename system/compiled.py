@@ -1,13 +1,14 @@
 """Numeric kernels compiled by numba at their first call.
 
-The scheduler's and the replay's inner loops (Held–Karp, bottleneck matching values, the
-coarse-edge lower bounds, the pipeline event loop) are plain loops over numpy arrays of floats
-and ints. :func:`kernel` compiles such a function with numba the first time it is called (numba
-is imported only then: a process that never calls one, such as a command that refuses its input,
-does not pay for it) and keeps the machine code on disk beside its module, so later processes
-load it instead of compiling again (a few seconds on a fresh checkout). No fast-math: the
-compiled loops do the same IEEE operations as the Python source reads, so their results do not
-depend on whether they ran compiled. A kernel calls no other kernel.
+The scheduler's, the replay's and the link-sharing model's inner loops (Held–Karp, bottleneck
+matching values, the coarse-edge lower bounds, the pipeline event loop, max-min filling) are
+plain loops over numpy arrays of floats and ints. :func:`kernel` compiles such a function with
+numba the first time it is called (numba is imported only then: a process that never calls one,
+such as a command that refuses its input, does not pay for it) and keeps the machine code on
+disk beside its module, so later processes load it instead of compiling again (a few seconds on
+a fresh checkout). No fast-math: the compiled loops do the same IEEE operations as the Python
+source reads, so their results do not depend on whether they ran compiled. A kernel calls no
+other kernel.
 
     @kernel
     def total(x):
