@@ -139,26 +139,41 @@ def test_auto_runs_what_nccl_s_tuner_picks(tmp_path):
     assert tune_allreduce(system_for_group(cluster, [0, 1, 2]), 880e6).algorithm == "ring"
 
 
-def test_boundary_sends_timed_together_equal_one_replica_at_a_time():
-    # a two-stage plan of 64 tp-4 replicas over four zones (ours' geo OPT-350 point 2): the
-    # one call for every replica's flows gives each replica's own call's times, and so does
-    # the per-replica path that a cluster with host NIC caps takes
-    import dataclasses
+def _committed_plan(rel: str, model: str):
+    """(inputs, plan): ours' committed ``framework=sailor`` plan ``rel`` (under
+    ``results/planner/sailor/ours_sailor_plans``) on Sailor's shared data; skips without it."""
     from pathlib import Path
 
-    from system.external.sailor import framework
-    from system.external.sailor.bandwidth import cluster_from_nodes
-    from system.simulator.transfers import flow_time_s
     from tests.external.test_sailor_importers import SHARED
 
     if not SHARED.is_dir():
         pytest.skip("Sailor's shared data is not present")
-    root = Path(__file__).resolve().parents[2]
-    path = root / "results/planner/sailor/ours_sailor_plans/geo/OPT-350/plan_config_geo_p2.json"
+    root = Path(__file__).resolve().parents[2] / "results/planner/sailor/ours_sailor_plans"
     inputs = load_inputs(SHARED)
-    plan = load_plan(path, "OPT-350", inputs.shapes["OPT-350"].num_all_layers, mixed_tp=True)
+    plan = load_plan(root / rel, model, inputs.shapes[model].num_all_layers, mixed_tp=True)
+    return inputs, plan
+
+
+def _flat_and_capped(plan, inputs):
+    """The plan's cluster as built from Sailor's fits, and the same with 50 Gbit/s host NICs
+    (the per-replica path of the batched timings)."""
+    import dataclasses
+
+    from system.external.sailor.bandwidth import cluster_from_nodes
+
     flat = cluster_from_nodes(plan.nodes(), inputs.fits, inputs.intra)
-    capped = dataclasses.replace(flat, host_nic_gbps=tuple([50.0] * flat.num_hosts))
+    return flat, dataclasses.replace(flat, host_nic_gbps=tuple([50.0] * flat.num_hosts))
+
+
+def test_boundary_sends_timed_together_equal_one_replica_at_a_time():
+    # a two-stage plan of 64 tp-4 replicas over four zones (ours' geo OPT-350 point 2): the
+    # one call for every replica's flows gives each replica's own call's times, and so does
+    # the per-replica path that a cluster with host NIC caps takes
+    from system.external.sailor import framework
+    from system.simulator.transfers import flow_time_s
+
+    inputs, plan = _committed_plan("geo/OPT-350/plan_config_geo_p2.json", "OPT-350")
+    flat, capped = _flat_and_capped(plan, inputs)
     tp = plan.stages[0].replicas[0].tp
     full = inputs.sizes.get(plan.model, tp).act_output[plan.stages[0].layers[-1]] * plan.mbs * 4
     part = full / tp
@@ -180,23 +195,12 @@ def test_gathers_and_tied_grads_timed_together_equal_one_replica_at_a_time():
     # receiver's all-gather over the parts) and a tied head; the receivers' all-gathers and
     # the replicas' tied-gradient all-reduces timed in one call give each replica's own
     # call's times, and so does the per-replica path a cluster with host NIC caps takes
-    import dataclasses
-    from pathlib import Path
-
     from system.external.sailor import framework
-    from system.external.sailor.bandwidth import cluster_from_nodes
     from system.simulator.collectives import ring_collective_s
-    from tests.external.test_sailor_importers import SHARED
 
-    if not SHARED.is_dir():
-        pytest.skip("Sailor's shared data is not present")
-    root = Path(__file__).resolve().parents[2]
-    path = root / "results/planner/sailor/ours_sailor_plans/het/GPT-NEO/plan_config_het_p1.json"
-    inputs = load_inputs(SHARED)
     model = "GPT-Neo-2.7"
-    plan = load_plan(path, model, inputs.shapes[model].num_all_layers, mixed_tp=True)
-    flat = cluster_from_nodes(plan.nodes(), inputs.fits, inputs.intra)
-    capped = dataclasses.replace(flat, host_nic_gbps=tuple([50.0] * flat.num_hosts))
+    inputs, plan = _committed_plan("het/GPT-NEO/plan_config_het_p1.json", model)
+    flat, capped = _flat_and_capped(plan, inputs)
     narrowing = [
         s
         for s in range(plan.pp - 1)
@@ -233,19 +237,12 @@ def test_gathers_and_tied_grads_timed_together_equal_one_replica_at_a_time():
 
 
 def test_a_plan_s_cluster_is_kept_for_the_same_nodes_and_inputs():
-    from pathlib import Path
-
     from system.cluster import fingerprint
     from system.external.sailor import framework
     from system.external.sailor.bandwidth import cluster_from_nodes
     from tests.external.test_sailor_importers import SHARED
 
-    if not SHARED.is_dir():
-        pytest.skip("Sailor's shared data is not present")
-    root = Path(__file__).resolve().parents[2]
-    path = root / "results/planner/sailor/ours_sailor_plans/geo/OPT-350/plan_config_geo_p2.json"
-    inputs = load_inputs(SHARED)
-    plan = load_plan(path, "OPT-350", inputs.shapes["OPT-350"].num_all_layers, mixed_tp=True)
+    inputs, plan = _committed_plan("geo/OPT-350/plan_config_geo_p2.json", "OPT-350")
     first = framework.plan_cluster(plan, inputs)
     assert framework.plan_cluster(plan, inputs) is first
     assert fingerprint(first) == fingerprint(
