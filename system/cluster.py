@@ -33,6 +33,7 @@ __all__ = [
     "MEASURED_STREAMS",
     "link_time_s",
     "fingerprint",
+    "fingerprint_from_recipe",
 ]
 
 # How concurrent flows share the links: the models' names (what each one caps is in
@@ -132,21 +133,29 @@ class Cluster:
             raise ValueError(f"{where}: host_of has {len(self.host_of)} entries, expected {d}")
         delay = np.array(self.delay_ms, dtype=np.float64)
         bw = np.array(self.bandwidth_gbps, dtype=np.float64)
+        diagonal = (np.arange(d), np.arange(d))
         for label, m in (("delay_ms", delay), ("bandwidth_gbps", bw)):
             if m.shape != (d, d):
                 raise ValueError(f"{where}: {label} has shape {m.shape}, expected ({d}, {d})")
-            if not np.all(np.isfinite(m[~np.eye(d, dtype=bool)])):
+            if not m.any():
+                continue  # all zeros: finite and symmetric
+            bad = ~np.isfinite(m)
+            bad[diagonal] = False  # only the off-diagonal entries are read
+            if bad.any():
                 raise ValueError(f"{where}: {label} has non-finite off-diagonal entries")
             if not (np.array_equal(m, m.T) or np.allclose(m, m.T, rtol=1e-9, atol=1e-12)):
                 i, j = np.argwhere(~np.isclose(m, m.T))[0]
                 raise ValueError(
                     f"{where}: {label} is not symmetric: [{i},{j}]={m[i, j]} vs [{j},{i}]={m[j, i]}"
                 )
-        off = ~np.eye(d, dtype=bool)
-        if np.any(delay[off] < 0):
+        negative = delay < 0
+        negative[diagonal] = False
+        if negative.any():
             raise ValueError(f"{where}: delay_ms has negative entries")
-        if np.any(bw[off] <= 0):
-            i, j = np.argwhere((bw <= 0) & off)[0]
+        down = bw <= 0
+        down[diagonal] = False
+        if down.any():
+            i, j = np.argwhere(down)[0]
             raise ValueError(f"{where}: bandwidth_gbps[{i},{j}]={bw[i, j]} must be > 0")
         np.fill_diagonal(delay, 0.0)
         np.fill_diagonal(bw, np.inf)  # a device talking to itself is free
@@ -319,6 +328,24 @@ def fingerprint(cluster: Cluster) -> str:
         return h.hexdigest()
 
     return cluster.memo("fingerprint", make)
+
+
+def fingerprint_from_recipe(cluster: Cluster, recipe: str) -> None:
+    """Give ``cluster``, just built, the fingerprint of how it was built instead of one hashed
+    from its matrices: SHA-256 of ``recipe`` (the builder's name and every input that decides
+    the cluster's content, regions, hosts, GPUs and matrices included), its size-dependent
+    links and its link-sharing model. A builder of thousands of large clusters (a planner's
+    candidate layouts) saves hashing (D, D) matrices each time. Clusters of one recipe share
+    the fingerprint; a cluster of the same content built another way has another, so work keyed
+    by it is not shared between the two (never wrongly shared)."""
+    if "fingerprint" in cluster._memo:
+        raise ValueError(f"cluster {cluster.name!r} already has a fingerprint")
+    h = hashlib.sha256(b"recipe")
+    ls = cluster.link_sharing
+    sharing = None if ls is None else dataclasses.asdict(ls)
+    h.update(json.dumps([recipe, sharing], default=str).encode())
+    h.update(_links_digest(cluster.links))
+    cluster._memo["fingerprint"] = h.hexdigest()
 
 
 def _links_digest(links) -> bytes:

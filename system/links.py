@@ -186,13 +186,14 @@ class SizeDependentLinks:
         hs = np.asarray(host_src, dtype=int)
         hd = np.asarray(host_dst, dtype=int)
         nb = np.broadcast_to(np.asarray(nbytes, dtype=float), hs.shape)
-        out = np.ones(hs.shape)
-        for k in np.ndindex(hs.shape):
-            s, d = int(hs[k]), int(hd[k])
-            c = self.within.get(s) if s == d else self.between.get((s, d))
+        out = np.ones(hs.size)
+        within, between = self.within, self.between
+        flows = zip(hs.ravel().tolist(), hd.ravel().tolist(), nb.ravel().tolist(), strict=True)
+        for k, (s, d, b) in enumerate(flows):
+            c = within.get(s) if s == d else between.get((s, d))
             if c is not None:
-                out[k] = _efficiency(c, float(nb[k]))
-        return out
+                out[k] = _efficiency(c, b)
+        return out.reshape(hs.shape)
 
     def subset(self, hosts: list[int]) -> SizeDependentLinks:
         """The curves of ``hosts`` (old ids), renumbered 0..k-1 in the given order."""

@@ -92,6 +92,37 @@ def test_cluster_from_nodes_links_are_every_pair_of_nodes_fit():
             assert bw == min(per_flow, per_flow_back)
 
 
+@shipped
+def test_a_node_cluster_s_fingerprint_is_its_recipe_s():
+    # a cluster of nodes is fingerprinted by its nodes and links, not by hashing its matrices:
+    # the same nodes give the same fingerprint, anything that changes the content another
+    import dataclasses
+
+    from system.cluster import fingerprint, fingerprint_from_recipe
+    from system.simulator.collectives import ring_collective_s
+
+    inputs = load_inputs(SHARED)
+    z = ("us-central1-a", "us-central1-b")
+    nodes = [NodeSpec(z[k % 2], "A100-40", 4) for k in range(3)] + [NodeSpec(z[0], "V100-16", 4)]
+    a = cluster_from_nodes(nodes, inputs.fits, inputs.intra)
+    b = cluster_from_nodes(list(nodes), inputs.fits, inputs.intra)
+    assert a is not b and fingerprint(a) == fingerprint(b)
+    others = [
+        cluster_from_nodes(nodes[::-1], inputs.fits, inputs.intra),  # other hosts' order
+        cluster_from_nodes(nodes, inputs.fits),  # no intra-node fits: other links
+        cluster_from_nodes(nodes[:3] + [NodeSpec(z[1], "V100-16", 4)], inputs.fits, inputs.intra),
+    ]
+    assert len({fingerprint(c) for c in [a, *others]}) == 4
+    # the same content built another way hashes its matrices: another fingerprint, the same
+    # numbers from work keyed by either
+    copy = dataclasses.replace(a)
+    assert fingerprint(copy) != fingerprint(a)
+    ring = np.arange(a.num_devices)[None, :]
+    assert ring_collective_s(copy, ring, 4e8).tolist() == ring_collective_s(a, ring, 4e8).tolist()
+    with pytest.raises(ValueError, match="already has a fingerprint"):
+        fingerprint_from_recipe(a, "again")
+
+
 def test_model_and_set_of_a_plan_path():
     assert model_of("clariden/GPT-NEO/N4/plan_config_N4_D1.json") == "GPT-Neo-2.7"
     assert model_of("mit/N2/plan_config_N2_D1.json") == "OPT-350"

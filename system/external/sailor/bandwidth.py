@@ -24,13 +24,14 @@ make a link free and is refused too. Both files must be non-empty.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from system.cluster import Cluster, LinkSharing
+from system.cluster import Cluster, LinkSharing, fingerprint_from_recipe
 from system.external.sailor.errors import SailorFormatError, number, positive_int, read_json
 from system.external.sailor.gpus import project_gpu
 from system.links import BandwidthCurve, KindPairCurves, SizeDependentLinks
@@ -178,9 +179,10 @@ def cluster_from_nodes(
     """
     if not nodes:
         raise ValueError("cluster_from_nodes: needs at least one node")
-    host_of, gpu_of, region_of = [], [], []
+    host_of, gpu_of, region_of, recipe = [], [], [], []
     for k, n in enumerate(nodes):
         g = project_gpu(n.gpu, fits.source, f"node {k} gpu")
+        recipe.append((n.zone, g, n.gpus))
         host_of += [k] * n.gpus
         gpu_of += [g] * n.gpus
         region_of += [n.zone] * n.gpus
@@ -207,10 +209,10 @@ def cluster_from_nodes(
         if c is not None:
             within[i] = c
         peak[i, i] = c.peak_bps / c.flows / 1e9 if c is not None else 1e4
+    peak = np.minimum(peak, peak.T)  # the Cluster keeps one symmetric peak per pair
     bw = peak[np.ix_(host, host)]
-    bw = np.minimum(bw, bw.T)  # the Cluster keeps one symmetric peak per pair
     links = SizeDependentLinks(between=KindPairCurves(tuple(kind.tolist()), curves), within=within)
-    return Cluster(
+    cluster = Cluster(
         name=name,
         region_of=tuple(region_of),
         host_of=tuple(host_of),
@@ -221,6 +223,10 @@ def cluster_from_nodes(
         link_sharing=LinkSharing("pair"),  # flows share a pair's curve, nothing else (links.py)
         meta={"source": "sailor", "nodes": [(n.zone, n.gpu, n.gpus) for n in nodes]},
     )
+    # nodes, GPU types and links decide everything above (a node pair's peak is read off its
+    # kinds' curve or its node's intra-node curve, in ``links``): no need to hash the matrices
+    fingerprint_from_recipe(cluster, json.dumps(["cluster_from_nodes", recipe]))
+    return cluster
 
 
 MULTIZONE = (  # (zone, nodes): 16 nodes of 4 V100-16 in Sailor's five zones
