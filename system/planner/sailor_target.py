@@ -214,6 +214,8 @@ class SailorTargetPlanner:
         self._split: dict[tuple, tuple | None] = {}
         self._limits: dict[tuple, tuple] = {}
         self._seen: set = set()
+        self._usd: dict[tuple, float] = {}
+        self._steps: dict[tuple, float] = {}
         self.prune_s = math.inf  # the incumbent's score while layouts are enumerated
         self.simulations = self.estimates = 0
         self.layouts: dict[str, int] = {}
@@ -273,6 +275,24 @@ class SailorTargetPlanner:
         if k not in self._sends:
             self._sends[k] = float(c.time_s(nbytes))
         return self._sends[k]
+
+    def _slowest_send_s(self, zones: list[str], gpu: str, tp: int, nbytes: float) -> float:
+        """The slowest :meth:`send_s` from one of ``zones`` to one of them (a zone to itself
+        included), kept per (zones, GPU, tp, size)."""
+        key = (tuple(zones), gpu, tp, nbytes)
+        step = self._steps.get(key)
+        if step is None:
+            step = self._steps[key] = max(
+                self.send_s(a, b, gpu, tp, nbytes) for a in zones for b in zones
+            )
+        return step
+
+    def _cell_usd(self, cell: tuple[str, str, int]) -> float:
+        """Dollars per second of one grid cell (zone, Sailor GPU, tp): its node's GPUs."""
+        usd = self._usd.get(cell)
+        if usd is None:
+            usd = self._usd[cell] = self.price[self.project[cell[1]]] * cell[2]
+        return usd
 
     def layer_s(self, gpu: str) -> float:
         """Seconds of one micro-batch through the model on one GPU of project type ``gpu`` at
@@ -406,13 +426,16 @@ class SailorTargetPlanner:
         default all) that fits; ``grid[s][r]`` = (zone, Sailor GPU, tp) of stage s, replica r."""
         self.layouts[name] = self.layouts.get(name, 0) + 1
         pp, dp = len(grid), len(grid[0])
-        stage_keys = tuple(tuple(sorted({(g, tp) for _, g, tp in st})) for st in grid)
-        usd = sum(self.price[self.project[g]] * tp for st in grid for _, g, tp in st)
+        # what the estimate reads of the grid is sets of cells: taken once per stage (a stage's
+        # replicas repeat a few distinct cells), the dollars cell by cell in grid order
+        cells = [set(st) for st in grid]
+        stage_keys = tuple(tuple(sorted({(g, tp) for _, g, tp in c})) for c in cells)
+        usd = sum(map(self._cell_usd, itertools.chain.from_iterable(grid)))
         pairs = [
-            {(za, g, tp, zb) for (za, g, tp), (zb, _, _) in zip(grid[s], grid[s + 1], strict=True)}
-            for s in range(pp - 1)
+            {(za, g, tp, zb) for (za, g, tp), (zb, _, _) in set(zip(a, b, strict=True))}
+            for a, b in zip(grid[:-1], grid[1:], strict=True)
         ]
-        zone_sets = [(sorted({z for z, _, _ in st}), {(g, tp) for _, g, tp in st}) for st in grid]
+        zone_sets = [(sorted({z for z, _, _ in c}), {(g, tp) for _, g, tp in c}) for c in cells]
         out = []
         for mbs in sizes or self.micro_batch_sizes:
             got = self.split(stage_keys, mbs, dp)
@@ -441,7 +464,7 @@ class SailorTargetPlanner:
                 for s, (zones, kinds) in enumerate(zone_sets):
                     chunk = params[s] * BYTES_PER_ELEMENT / dp
                     for g, tp in kinds:
-                        step = max(self.send_s(a, b, g, tp, chunk) for a in zones for b in zones)
+                        step = self._slowest_send_s(zones, g, tp, chunk)
                         dp_worst = max(dp_worst, 2 * (dp - 1) * step)
             comm += dp_worst
             b = self._bound_score(bound, usd)
@@ -604,8 +627,12 @@ class SailorTargetPlanner:
             if most < 1:
                 continue
             vectors.append((vec, most))
-        orders = {tuple(sorted(used, key=lambda g: speed[g]))}  # fastest first
-        orders.add(tuple(sorted(used, key=lambda g: -speed[g])))
+        # fastest first, then slowest first: a list, not a set, so that the configurations'
+        # order (which breaks the estimate's ties) does not follow the strings' hash seed
+        orders = [tuple(sorted(used, key=lambda g: speed[g]))]
+        slowest_first = tuple(sorted(used, key=lambda g: -speed[g]))
+        if slowest_first != orders[0]:
+            orders.append(slowest_first)
         anchors = self._anchor_orders(zones, used, tp_of)
         for vec, most in vectors:
             if self.out_of_time():
@@ -684,28 +711,42 @@ class SailorTargetPlanner:
             return None
         if len(zone_order) == 1:  # one zone: every fill is the same grid
             return [[(zone_order[0], self.sgpu[g], tp_of[g])] * dp for g in kinds]
-        if fill == "stage":
+        if fill == "stage":  # each replica from the first zone in order with a node left
             grid = []
             for g in kinds:
-                row = []
-                for _ in range(dp):
-                    z = next(z for z in zone_order if free[z][g] > 0)
-                    free[z][g] -= 1
-                    row.append((z, self.sgpu[g], tp_of[g]))
+                row, left = [], dp
+                for z in zone_order:
+                    take = min(free[z][g], left)
+                    if take > 0:
+                        row += [(z, self.sgpu[g], tp_of[g])] * take
+                        free[z][g] -= take
+                        left -= take
                 grid.append(row)
             return grid
-        cols = []
-        for _ in range(dp):
-            home = next(
-                (z for z in zone_order if all(free[z][g] >= n for g, n in need.items())), None
-            )
-            col = []
-            for g in kinds:
-                z = home if home is not None else next(z for z in zone_order if free[z][g] > 0)
+        # pipeline-major: each pipeline in the first zone (in order) with room for all of it;
+        # a zone that has no room for one never gets it back, so the zones take their whole
+        # pipelines in order, and the pipelines left over take each stage's node from the
+        # first zone with one left
+        homes, homed = [], 0  # (zone, its pipelines)
+        for z in zone_order:
+            take = min(min(free[z][g] // n for g, n in need.items()), dp - homed)
+            if take > 0:
+                homes.append((z, take))
+                homed += take
+                for g, n in need.items():
+                    free[z][g] -= n * take
+        rows = []  # stage s of every pipeline
+        for g in kinds:
+            row: list = []
+            for z, take in homes:
+                row += [(z, self.sgpu[g], tp_of[g])] * take
+            rows.append(row)
+        for _ in range(dp - homed):
+            for s, g in enumerate(kinds):
+                z = next(z for z in zone_order if free[z][g] > 0)
                 free[z][g] -= 1
-                col.append((z, self.sgpu[g], tp_of[g]))
-            cols.append(col)
-        return [[cols[r][s] for r in range(dp)] for s in range(len(kinds))]
+                rows[s].append((z, self.sgpu[g], tp_of[g]))
+        return rows
 
     # ---- zone swaps ------------------------------------------------------------------------
     def _room(self, grid, pools: dict) -> bool:
