@@ -187,7 +187,6 @@ def cluster_from_nodes(
         gpu_of += [g] * n.gpus
         region_of += [n.zone] * n.gpus
     d = len(host_of)
-    host = np.asarray(host_of)
     # node kinds (zone, GPU, GPUs) in order of first appearance; a curve per ordered pair of
     # kinds that two distinct nodes form
     kinds = list(dict.fromkeys(nodes))
@@ -210,7 +209,8 @@ def cluster_from_nodes(
             within[i] = c
         peak[i, i] = c.peak_bps / c.flows / 1e9 if c is not None else 1e4
     peak = np.minimum(peak, peak.T)  # the Cluster keeps one symmetric peak per pair
-    bw = peak[np.ix_(host, host)]
+    gpus = [n.gpus for n in nodes]  # a node's devices are consecutive: repeat its row, column
+    bw = np.repeat(np.repeat(peak, gpus, axis=0), gpus, axis=1)
     links = SizeDependentLinks(between=KindPairCurves(tuple(kind.tolist()), curves), within=within)
     cluster = Cluster(
         name=name,

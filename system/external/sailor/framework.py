@@ -512,10 +512,12 @@ def peak_memory_bytes(plan: SailorPlan, inputs: SailorInputs) -> float:
 
 
 def replicas_fit(plan: SailorPlan, inputs: SailorInputs) -> bool:
-    """Whether every stage replica's GPUs hold its peak bytes (each GPU type its own memory)."""
-    return all(
-        stage_memory_bytes(plan, inputs, s, rep.tp)
-        <= get_gpu(project_gpu(rep.gpu, plan.file, "gpu")).memory_bytes
-        for s, st in enumerate(plan.stages)
-        for rep in st.replicas
-    )
+    """Whether every stage replica's GPUs hold its peak bytes (each GPU type its own memory).
+    A stage's replicas of one (tp, GPU) hold the same bytes: each such kind is checked once,
+    in the replicas' order."""
+    for s, st in enumerate(plan.stages):
+        for tp, gpu in dict.fromkeys((rep.tp, rep.gpu) for rep in st.replicas):
+            limit = get_gpu(project_gpu(gpu, plan.file, "gpu")).memory_bytes
+            if stage_memory_bytes(plan, inputs, s, tp) > limit:
+                return False
+    return True
