@@ -130,6 +130,15 @@ class KindPairCurves(Mapping):
         self._kind = tuple(int(k) for k in kind_of_host)
         self._curves = dict(curves)
 
+    def curves_of(self, host_src: list[int], host_dst: list[int]) -> list:
+        """``self.get((s, d))`` for each pair of the two lists (None where there is no curve or
+        s == d), read off the kinds without a lookup per pair through the mapping."""
+        kind, curves, n = self._kind, self._curves, len(self._kind)
+        return [
+            curves.get((kind[s], kind[d])) if s != d and 0 <= s < n and 0 <= d < n else None
+            for s, d in zip(host_src, host_dst, strict=True)
+        ]
+
     def __getitem__(self, key) -> BandwidthCurve:
         try:
             i, j = key
@@ -186,14 +195,27 @@ class SizeDependentLinks:
         hs = np.asarray(host_src, dtype=int)
         hd = np.asarray(host_dst, dtype=int)
         nb = np.broadcast_to(np.asarray(nbytes, dtype=float), hs.shape)
-        out = np.ones(hs.size)
+        src, dst, sizes = hs.ravel().tolist(), hd.ravel().tolist(), nb.ravel().tolist()
         within, between = self.within, self.between
-        flows = zip(hs.ravel().tolist(), hd.ravel().tolist(), nb.ravel().tolist(), strict=True)
-        for k, (s, d, b) in enumerate(flows):
-            c = within.get(s) if s == d else between.get((s, d))
-            if c is not None:
-                out[k] = _efficiency(c, b)
-        return out.reshape(hs.shape)
+        if isinstance(between, KindPairCurves):  # between hosts: by kinds, in one pass
+            curves = between.curves_of(src, dst)
+        else:
+            curves = [
+                None if s == d else between.get((s, d)) for s, d in zip(src, dst, strict=True)
+            ]
+        out = []
+        seen: dict[tuple[int, float], float] = {}  # this call's (curve, size)s: few distinct
+        for s, d, c, b in zip(src, dst, curves, sizes, strict=True):
+            if s == d:
+                c = within.get(s)  # inside a host: its curve, if any
+            if c is None:
+                out.append(1.0)
+                continue
+            e = seen.get((id(c), b))
+            if e is None:
+                e = seen[(id(c), b)] = _efficiency(c, b)
+            out.append(e)
+        return np.array(out, dtype=float).reshape(hs.shape)
 
     def subset(self, hosts: list[int]) -> SizeDependentLinks:
         """The curves of ``hosts`` (old ids), renumbered 0..k-1 in the given order."""

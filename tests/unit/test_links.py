@@ -91,6 +91,27 @@ def test_kind_pair_curves_hold_the_pairwise_dict():
     assert sub.within == {1: GH}
 
 
+def test_kind_pair_efficiency_equals_the_pairwise_dict_s():
+    # the kind-pair links find each flow's curve by array lookup; the plain dict of the same
+    # pairs asks pair by pair: every flow the same value, inside hosts and between them, hosts
+    # the map does not know (no curve: 1) and several sizes at once
+    kp = _kind_pairs()
+    within = {0: GH, 2: SLOW}
+    fast = SizeDependentLinks(between=kp, within=within)
+    plain = SizeDependentLinks(between=dict(kp.items()), within=within)
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        n = int(rng.integers(1, 40))
+        hs, hd = rng.integers(-1, 5, n), rng.integers(-1, 5, n)
+        sizes = rng.choice([1e3, 3e6, 3e6, 5e8], n)
+        for nbytes in (sizes, 4e6):
+            want = plain.efficiency(hs, hd, nbytes)
+            assert fast.efficiency(hs, hd, nbytes).tolist() == want.tolist()
+    grid = np.array([[0, 1], [2, 2]])  # a 2-D shape comes back as given
+    assert fast.efficiency(grid, grid.T, 1e6).shape == (2, 2)
+    assert fast.efficiency([], [], 1e6).shape == (0,)
+
+
 def test_fingerprint_of_kind_pair_links_is_exact():
     def cluster(kp):
         return Cluster(
