@@ -314,7 +314,8 @@ def fingerprint(cluster: Cluster) -> str:
     """SHA-256 of everything a cluster's links and devices are: regions, hosts, NICs, GPUs, both
     matrices, size-dependent links and the link-sharing model — not its name or provenance. Two
     clusters built apart from the same data (the jobs of a sweep each read their case) have the
-    same fingerprint, so work keyed by it is shared between them."""
+    same fingerprint, so work keyed by it is shared between them. A builder may give its
+    clusters the fingerprint of how they were built instead (:func:`fingerprint_from_recipe`)."""
 
     def make() -> str:
         h = hashlib.sha256()
