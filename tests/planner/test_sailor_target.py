@@ -136,7 +136,10 @@ def _fill_cell_by_cell(pl, kinds, dp, tp_of, nodes, zone_order, fill):
         return None
     if len(zone_order) == 1:
         return [[(zone_order[0], pl.sgpu[g], tp_of[g])] * dp for g in kinds]
-    cell = lambda z, g: (z, pl.sgpu[g], tp_of[g])  # noqa: E731
+
+    def cell(z, g):
+        return (z, pl.sgpu[g], tp_of[g])
+
     if fill == "stage":
         grid = []
         for g in kinds:
@@ -184,6 +187,7 @@ def test_fills_equal_the_cell_by_cell_fills(tmp_path, inputs):
 def test_typed_layouts_do_not_follow_the_hash_seed(tmp_path):
     # the configurations' order breaks the estimate's ties: it must not depend on how the
     # interpreter hashes strings (two types, so that two type orders are tried)
+    import os
     import subprocess
     import sys
 
@@ -201,7 +205,7 @@ def test_typed_layouts_do_not_follow_the_hash_seed(tmp_path):
     root = Path(__file__).resolve().parents[2]
     out = []
     for seed in ("1", "2"):
-        env = {**__import__("os").environ, "PYTHONHASHSEED": seed, "OMP_NUM_THREADS": "1"}
+        env = {**os.environ, "PYTHONHASHSEED": seed, "OMP_NUM_THREADS": "1"}
         run = subprocess.run(
             [sys.executable, "-c", code],
             cwd=root,
