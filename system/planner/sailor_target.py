@@ -58,6 +58,7 @@ from system.external.sailor.framework import (
     PlanPrediction,
     SailorInputs,
     head_is_tied,
+    iteration_floor_s,
     predict_plan,
     replicas_fit,
     tied_head_times_s,
@@ -83,6 +84,9 @@ STAGE_COUNTS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32)  # per t
 # the search stops at the first configuration estimated this much above the incumbent (a stop
 # rule on the estimate, not a bound: module docstring)
 ESTIMATE_MARGIN = 0.15
+# a configuration is skipped when its floor reaches the incumbent's score times 1 + this: the
+# floor and the prediction sum the same times in another order (rounding), never more apart
+FLOOR_SLACK = 1e-9
 HEURISTIC_SHARE = 0.3  # of the time limit, split evenly between the heuristics
 POLISH_SHARE = 0.1  # of the time limit, kept for the zone swaps of the best plan
 FILLS = ("pipeline", "stage")  # how a typed layout's replicas take the zones (module docstring)
@@ -162,6 +166,7 @@ class SailorPlanResult:
     search_time_s: float
     simulations: int
     estimates: int
+    floored: int  # configurations not simulated: their floor reached the incumbent
     layouts: dict[str, int] = field(default_factory=dict)
 
 
@@ -217,7 +222,7 @@ class SailorTargetPlanner:
         self._usd: dict[tuple, float] = {}
         self._steps: dict[tuple, float] = {}
         self.prune_s = math.inf  # the incumbent's score while layouts are enumerated
-        self.simulations = self.estimates = 0
+        self.simulations = self.estimates = self.floored = 0
         self.layouts: dict[str, int] = {}
         self.t0 = time.perf_counter()
         self.deadline_s = math.inf
@@ -473,14 +478,24 @@ class SailorTargetPlanner:
                 out.append((e, b, (name, grid, mbs, counts)))
         return out
 
-    def evaluate(self, entry: tuple) -> SailorCandidate | None:
-        """The model's prediction of a configuration; None where it does not fit memory."""
+    def evaluate(self, entry: tuple, beat: float = math.inf) -> SailorCandidate | None:
+        """The model's prediction of a configuration; None where it does not fit memory, or
+        where its floor (:func:`~system.external.sailor.framework.iteration_floor_s`) shows it
+        cannot score below ``beat`` (then it is not simulated)."""
         plan = self.plan_of(entry)
         if not replicas_fit(plan, self.inputs):
             return None
+        usd = sum(self.price[self.project[r.gpu]] * r.tp for st in plan.stages for r in st.replicas)
+        if math.isfinite(beat):
+            need = beat * (1.0 + FLOOR_SLACK)
+            floor = iteration_floor_s(
+                plan, self.inputs, above=need if self.objective == "throughput" else need / usd
+            )
+            if self._bound_score(floor, usd) >= need:
+                self.floored += 1
+                return None
         self.simulations += 1
         pred = predict_plan(plan, self.inputs)
-        usd = sum(self.price[self.project[r.gpu]] * r.tp for st in plan.stages for r in st.replicas)
         return SailorCandidate(entry[0], plan, pred, usd, entry)
 
     def plan_of(self, entry: tuple) -> SailorPlan:
@@ -515,7 +530,7 @@ class SailorTargetPlanner:
                 break  # the rest are estimated well above the incumbent
             if b >= self.score(incumbent):
                 continue
-            c = self.evaluate(item)
+            c = self.evaluate(item, self.score(incumbent))
             if self.score(c) < self.score(incumbent):
                 incumbent = c
         return incumbent
@@ -786,7 +801,7 @@ class SailorTargetPlanner:
                     continue
                 tried.add(key)
                 label = name if name.endswith(" + zone swaps") else f"{name} + zone swaps"
-                c = self.evaluate((label, moved, mbs, counts))
+                c = self.evaluate((label, moved, mbs, counts), self.score(found))
                 if self.score(c) < self.score(found):
                     found = c
             if found is best:
@@ -828,6 +843,7 @@ class SailorTargetPlanner:
             search_time_s=time.perf_counter() - self.t0,
             simulations=self.simulations,
             estimates=self.estimates,
+            floored=self.floored,
             layouts=dict(self.layouts),
         )
 

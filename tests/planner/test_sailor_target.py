@@ -12,7 +12,7 @@ import pytest
 
 import baselines.deepspeed.schedule  # noqa: F401  (DeepSpeed's op order for the replay)
 from system.cases import load_topology
-from system.external.sailor.framework import replicas_fit
+from system.external.sailor.framework import iteration_floor_s, predict_plan, replicas_fit
 from system.external.sailor.predict import load_inputs
 from system.planner import sailor_target
 from system.planner.sailor_target import SailorTargetPlanner
@@ -238,6 +238,51 @@ def test_zone_swaps_end_where_no_swap_is_faster(tmp_path, inputs):
         moved = [[(swap.get(z, z), x, t) for z, x, t in st] for st in g]
         c = pl.evaluate(("typed", moved, mbs, counts))
         assert c is None or c.iter_time_s >= end.iter_time_s - 1e-12
+
+
+def test_the_floor_is_below_every_prediction(tmp_path, inputs):
+    # two nearby zones and a far one, two GPU types: boundary sends and all-reduces that
+    # cross zones; batch 64 also gives passes past the replay's exact range (dp 1, mbs 1)
+    far = "us-west1-b"
+    hosts = [(ZA, "A100", 4), (ZB, "V100", 4), (far, "A100", 4), (far, "V100", 4)]
+    cl = _fleet(tmp_path, hosts)
+    pl = SailorTargetPlanner(cl, "OPT-350", 64, inputs, time_limit_s=600)
+    entries = pl.typed_entries()
+    checked = above_compute = beyond_replay = 0
+    for _, bound, item in entries[:: max(1, len(entries) // 150)]:
+        plan = pl.plan_of(item)
+        if not replicas_fit(plan, inputs):
+            continue
+        for how in ("auto", "ring", "tree"):
+            floor = iteration_floor_s(plan, inputs, dp_collective=how)
+            assert floor <= predict_plan(plan, inputs, dp_collective=how).iter_time_s * (1 + 1e-12)
+        checked += 1
+        above_compute += floor > bound * (1 + 1e-9)
+        beyond_replay += plan.micro_batches > 8 * plan.pp + 32 and plan.pp > 1
+        # stopping early still gives a bound, at least the threshold it was asked about
+        early = iteration_floor_s(plan, inputs, above=0.0)
+        assert 0.0 < early <= floor
+    assert checked > 50 and above_compute > checked // 2 and beyond_replay > 0
+
+
+def test_the_floor_skips_simulations_not_plans(tmp_path, inputs, monkeypatch):
+    # the same plans, heuristics' plans included, with and without the floor; fewer simulated
+    far = "us-west1-b"
+    hosts = [(ZA, "A100", 4), (ZA, "A100", 4), (ZB, "V100", 4), (far, "A100", 4)]
+    cl = _fleet(tmp_path, hosts)
+    for objective in ("throughput", "cost"):
+        kw = {"objective": objective, "time_limit_s": 600}
+        got = SailorTargetPlanner(cl, "GPT-Neo-2.7", 128, inputs, **kw).run()
+        with monkeypatch.context() as m:
+            m.setattr(sailor_target, "iteration_floor_s", lambda *a, **k: 0.0)
+            plain = SailorTargetPlanner(cl, "GPT-Neo-2.7", 128, inputs, **kw).run()
+        assert got.floored > 0 and plain.floored == 0
+        assert got.simulations + got.floored == plain.simulations
+        assert got.best.plan == plain.best.plan
+        assert got.best.iter_time_s == plain.best.iter_time_s
+        assert {k: c.plan for k, c in got.heuristics.items()} == {
+            k: c.plan for k, c in plain.heuristics.items()
+        }
 
 
 def test_unknown_model_and_gpu(tmp_path, inputs):

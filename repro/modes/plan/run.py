@@ -154,6 +154,7 @@ def plan_sailor_case(cfg: PlanConfig) -> dict:
         "search_time_s": result.search_time_s,
         "simulations": result.simulations,
         "estimates": result.estimates,
+        "floored": result.floored,
         "load_time_s": load_s,
     }
 

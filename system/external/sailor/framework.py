@@ -61,6 +61,7 @@ __all__ = [
     "PlanPrediction",
     "SailorInputs",
     "predict_plan",
+    "iteration_floor_s",
     "peak_memory_bytes",
     "stage_memory_bytes",
     "replicas_fit",
@@ -93,6 +94,10 @@ class SailorInputs:
 # on the same nodes: other micro-batches and layer splits); a cluster is immutable
 _CLUSTERS: OrderedDict[tuple, tuple[SailorInputs, Cluster]] = OrderedDict()
 _CLUSTERS_KEPT = 16  # a cluster of 500 GPUs holds about 8 MB of matrices
+# the data-parallel all-reduces' times (:func:`_data_parallel_kept`) of the last plans, by what
+# decides them: a planner asks again for the other micro-batch sizes of one layout
+_DATA_PARALLEL: OrderedDict[tuple, tuple[SailorInputs, tuple[float, str, float]]] = OrderedDict()
+_DATA_PARALLEL_KEPT = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,12 +140,16 @@ class PlanPrediction:
 def _ranges(plan: SailorPlan, cluster: Cluster) -> list[list[np.ndarray]]:
     """Devices of node (s, r): its first ``tp`` GPUs, as [stage][replica] -> device array."""
     host = cluster.host_ids
+    order = np.argsort(host, kind="stable")  # devices by host, each host's in index order
+    nodes = np.arange(plan.pp * plan.dp)
+    first = np.searchsorted(host[order], nodes)
+    after = np.searchsorted(host[order], nodes, side="right")
     out = []
     for s, st in enumerate(plan.stages):
         row = []
         for r, rep in enumerate(st.replicas):
-            devs = np.flatnonzero(host == s * plan.dp + r)
-            row.append(devs[: rep.tp])
+            k = s * plan.dp + r
+            row.append(order[first[k] : min(first[k] + rep.tp, after[k])])
         out.append(row)
     return out
 
@@ -208,11 +217,65 @@ def _stage_times(plan, inputs, s, r, findings) -> tuple[float, float]:
     return f, b
 
 
+def _all_stage_times(plan, inputs, findings) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) s per micro-batch of every (stage, replica), (p, dp) each
+    (:func:`_stage_times`, asked once per (stage, GPU, tp): a stage's replicas of one kind
+    take the same times)."""
+    fwd = np.zeros((plan.pp, plan.dp))
+    bwd = np.zeros((plan.pp, plan.dp))
+    for s, st in enumerate(plan.stages):
+        seen: dict[tuple[str, int], tuple[float, float]] = {}
+        for r, rep in enumerate(st.replicas):
+            kind = (rep.gpu, rep.tp)
+            if kind not in seen:
+                seen[kind] = _stage_times(plan, inputs, s, r, findings)
+            fwd[s, r], bwd[s, r] = seen[kind]
+    return fwd, bwd
+
+
 def _pairs_apart(cluster: Cluster) -> bool:
     """Whether flows on different device pairs share nothing (``pair`` sharing and no host NIC
     caps: every cluster built from Sailor's fits), so that the transfers of replicas on disjoint
     devices may be timed in one call, with the numbers each replica's own call gives."""
     return sharing_of(cluster).model == "pair" and cluster.host_nic_gbps is None
+
+
+def _boundary(plan, inputs, devs, s) -> tuple[list, np.ndarray, dict]:
+    """The sends of boundary s -> s+1 as :func:`_p2p` describes them: per replica its flows
+    (sending devices, receiving devices), the bytes each of its flows carries, and the
+    receivers' all-gathers by width ((replica, devices, full bytes) each)."""
+    dp = plan.dp
+    last = plan.stages[s].layers[-1]
+    flows, parts = [], np.zeros(dp)
+    rings: dict[int, list[tuple[int, np.ndarray, float]]] = {}  # receivers' gathers, by width
+    for r in range(dp):
+        rep = plan.stages[s].replicas[r]
+        nxt = plan.stages[s + 1].replicas[r]
+        full = inputs.sizes.get(plan.model, rep.tp).act_output[last] * plan.mbs * BYTES_PER_ELEMENT
+        parts[r] = full / rep.tp
+        src, dst = devs[s][r], devs[s + 1][r]
+        if src.size > dst.size:  # a wider TP group sends to a narrower one: every part is sent
+            dst = dst[np.arange(src.size) % dst.size]
+        if nxt.tp > 1:
+            rings.setdefault(dst.size, []).append((r, dst, full))
+        k = min(src.size, dst.size)
+        flows.append((src[:k], dst[:k]))
+    return flows, parts, rings
+
+
+def _slowest_flow_s(cluster, flows, nbytes, apart: bool) -> np.ndarray:
+    """Per replica, its slowest flow's seconds for ``nbytes`` (one value per replica, or one
+    for all): each replica's flows as one concurrent set, or, where flows on different device
+    pairs share nothing (``apart``), every replica's flows in one call (the same numbers)."""
+    sizes = np.broadcast_to(np.asarray(nbytes, dtype=float), (len(flows),))
+    if not apart:
+        pairs = zip(flows, sizes, strict=True)
+        return np.array([flow_time_s(cluster, a, b, n).max() for (a, b), n in pairs])
+    src = np.concatenate([a for a, _ in flows])
+    dst = np.concatenate([b for _, b in flows])
+    counts = [a.size for a, _ in flows]
+    times = flow_time_s(cluster, src, dst, np.repeat(sizes, counts))
+    return np.array([t.max() for t in np.split(times, np.cumsum(counts)[:-1])])
 
 
 def _p2p(plan, inputs, cluster, devs, s) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -232,44 +295,19 @@ def _p2p(plan, inputs, cluster, devs, s) -> tuple[np.ndarray, np.ndarray, np.nda
     device pairs share nothing (:func:`_pairs_apart`) all replicas are timed in one call (the
     all-gathers: one per width), with the same numbers.
     """
-    dp = plan.dp
-    last = plan.stages[s].layers[-1]
     apart = _pairs_apart(cluster)
-    flows, parts, gather = [], np.zeros(dp), np.zeros(dp)
-    rings: dict[int, list[tuple[int, np.ndarray, float]]] = {}  # receivers' gathers, by width
-    for r in range(dp):
-        rep = plan.stages[s].replicas[r]
-        nxt = plan.stages[s + 1].replicas[r]
-        full = inputs.sizes.get(plan.model, rep.tp).act_output[last] * plan.mbs * BYTES_PER_ELEMENT
-        parts[r] = full / rep.tp
-        src, dst = devs[s][r], devs[s + 1][r]
-        if src.size > dst.size:  # a wider TP group sends to a narrower one: every part is sent
-            dst = dst[np.arange(src.size) % dst.size]
-        if nxt.tp > 1:
-            rings.setdefault(dst.size, []).append((r, dst, full))
-        k = min(src.size, dst.size)
-        flows.append((src[:k], dst[:k]))
+    flows, parts, rings = _boundary(plan, inputs, devs, s)
+    gather = np.zeros(plan.dp)
     for same in rings.values():  # each receiver's all-gather alone, or all of a width at once
         for part in [same] if apart else [[x] for x in same]:
             rs = [r for r, _, _ in part]
             ring = np.stack([d for _, d, _ in part])
             sizes = np.array([f for _, _, f in part])
             gather[rs] = ring_collective_s(cluster, ring, sizes, kind="allgather")
-    if apart:  # one call for every replica's flows (the docstring)
-        src = np.concatenate([a for a, _ in flows])
-        dst = np.concatenate([b for _, b in flows])
-        counts = [a.size for a, _ in flows]
-        sizes = np.repeat(parts, counts)
-        ends = np.cumsum(counts)[:-1]
-        data = [t.max() for t in np.split(flow_time_s(cluster, src, dst, sizes), ends)]
-        meta = [t.max() for t in np.split(flow_time_s(cluster, src, dst, META_BYTES), ends)]
-    else:
-        data = [flow_time_s(cluster, a, b, parts[r]).max() for r, (a, b) in enumerate(flows)]
-        meta = [flow_time_s(cluster, a, b, META_BYTES).max() for a, b in flows]
-    busy = np.array([float(d + m) for d, m in zip(data, meta, strict=True)])
-    buffer = np.array(
-        [float(d * min(RECV_BUFFER_BYTES / parts[r], 1.0)) for r, d in enumerate(data)]
-    )
+    data = _slowest_flow_s(cluster, flows, parts, apart)
+    meta = _slowest_flow_s(cluster, flows, META_BYTES, apart)
+    busy = data + meta
+    buffer = data * np.minimum(RECV_BUFFER_BYTES / parts, 1.0)
     return busy, buffer, gather
 
 
@@ -302,11 +340,7 @@ def predict_plan(
     devs = _ranges(plan, cluster)
     p, dp, m = plan.pp, plan.dp, plan.micro_batches
     findings: set[Finding] = set(plan.findings)
-    fwd = np.zeros((p, dp))
-    bwd = np.zeros((p, dp))
-    for s in range(p):
-        for r in range(dp):
-            fwd[s, r], bwd[s, r] = _stage_times(plan, inputs, s, r, findings)
+    fwd, bwd = _all_stage_times(plan, inputs, findings)
     compute_s = float((m * (fwd + bwd)).max())
     busy = np.zeros((max(p - 1, 0), dp))
     buf = np.zeros((max(p - 1, 0), dp))
@@ -330,7 +364,7 @@ def predict_plan(
     pipeline_s = float(ends.max())
     tied_end = _tied_grads_end_s(plan, inputs, cluster, devs, ends, dp_collective)
     barrier_s = max(pipeline_s, float(tied_end.max()))
-    dp_s, algo, rank0_s = _data_parallel_s(plan, inputs, cluster, devs, dp_collective)
+    dp_s, algo, rank0_s = _data_parallel_kept(plan, inputs, cluster, devs, dp_collective)
     opt_s = _optimizer_s(plan, inputs)
     # rank 0's group (stage 0, TP rank 0) without the barrier: member r enters when replica r's
     # stage 0 is past its pipeline and its tied-gradient all-reduce
@@ -353,6 +387,61 @@ def predict_plan(
         dp_collective=dp_collective,
         findings=tuple(sorted(findings, key=str)),
     )
+
+
+def iteration_floor_s(
+    plan: SailorPlan, inputs: SailorInputs, *, dp_collective: str = "auto", above: float = math.inf
+) -> float:
+    """A lower bound on ``predict_plan(plan, inputs, dp_collective=...).iter_time_s`` that
+    skips the pipeline's replay, its meta sends, all-gathers and tied gradients: the
+    data-parallel all-reduce and the optimizer step as :func:`predict_plan` times them, after a
+    bound on the pipeline.
+
+    The pipeline bound reads the replay's rules (:mod:`system.simulator.replay`): a stage runs
+    its program's ops one at a time; with ``rendezvous`` a message starts no earlier than its
+    receiver posted the receive, so a receive lasts at least the message's link time ``d``
+    (data, without the meta tensor: less than ``busy``), and a send lasts at least
+    ``d − buffer``. Per replica, stage ``s`` receives and sends once per micro-batch on each of
+    its boundaries, so its ops take at least ``occ_s = m·(f_s + b_s) + m·Σ_(its boundaries)
+    (2d − buffer)``. Its first op is the receive of micro-batch 0, which lands no earlier than
+    ``Σ_(k<s) (f_k + d_k)``: the first op's own ``d`` counted in ``occ_s``, its last backward
+    ends at ``E_s >= Σ_(k<s) f_k + Σ_(k<s−1) d_k + occ_s − (d_(s−1) − buffer_(s−1))`` (its last
+    send may come after it). That backward's gradient then goes down to stage 0, at least
+    ``Σ_(k<s) (d_k + b_k)`` more, so stage 0 ends no earlier than the largest of these, and
+    the pipeline (the latest stage end) with it. The all-gathers a receiver adds to its compute
+    only lengthen ``f`` and ``b``; they are left out. Above :func:`replay_end_s`'s exact range
+    (``8p + 32`` micro-batches with rendezvous) the replay is extrapolated (within 1% of the
+    exact one), so there only the busiest stage's compute ``m·(f + b)`` is charged.
+
+    Where the pipeline and the optimizer step alone reach ``above``, their sum is returned
+    without timing the all-reduce (still a lower bound, and a caller's answer already)."""
+    cluster = plan_cluster(plan, inputs)
+    devs = _ranges(plan, cluster)
+    p, m = plan.pp, plan.micro_batches
+    f, b = _all_stage_times(plan, inputs, set())
+    pipeline = float((m * (f + b)).max())
+    if p > 1 and m <= 8 * p + 32:
+        apart = _pairs_apart(cluster)
+        d = np.zeros((p - 1, plan.dp))
+        x = np.zeros((p - 1, plan.dp))
+        for s in range(p - 1):
+            flows, parts, _ = _boundary(plan, inputs, devs, s)
+            d[s] = _slowest_flow_s(cluster, flows, parts, apart)
+            x[s] = d[s] * (1.0 - np.minimum(RECV_BUFFER_BYTES / parts, 1.0))
+        comm = d + x  # per boundary and micro-batch: a receive and a send
+        occ = m * (f + b)
+        occ[:-1] += m * comm
+        occ[1:] += m * comm
+        zero = np.zeros((1, plan.dp))
+        head = np.cumsum(np.vstack([zero, f[:-1]]), axis=0)
+        head[2:] += np.cumsum(d[:-1], axis=0)
+        tail = np.cumsum(np.vstack([zero, d + b[:-1]]), axis=0)
+        last = np.vstack([zero, x])  # the last send of a stage may come after its backward
+        pipeline = max(pipeline, float((head + occ - last + tail).max()))
+    floor = pipeline + _optimizer_s(plan, inputs)
+    if floor >= above:
+        return floor
+    return floor + _data_parallel_kept(plan, inputs, cluster, devs, dp_collective)[0]
 
 
 def nccl_tuner_algorithms(cluster: Cluster, groups: np.ndarray, nbytes: float) -> list[str]:
@@ -469,6 +558,27 @@ def _data_parallel_s(plan, inputs, cluster, devs, dp_collective) -> tuple[float,
     return worst, "+".join(sorted(algos)) or "none", rank0
 
 
+def _data_parallel_kept(plan, inputs, cluster, devs, dp_collective) -> tuple[float, str, float]:
+    """:func:`_data_parallel_s`, kept per (nodes, stages' layers and TP degrees, model,
+    ``dp_collective``): the nodes decide the cluster (:func:`plan_cluster`) and the devices,
+    the layers and TP degrees the buckets, so the same key gives the same numbers."""
+    key = (
+        tuple(plan.nodes()),
+        tuple((st.layers, tuple(r.tp for r in st.replicas)) for st in plan.stages),
+        plan.model,
+        dp_collective,
+    )
+    hit = _DATA_PARALLEL.get(key)
+    if hit is not None and hit[0] is inputs:
+        _DATA_PARALLEL.move_to_end(key)
+        return hit[1]
+    got = _data_parallel_s(plan, inputs, cluster, devs, dp_collective)
+    _DATA_PARALLEL[key] = (inputs, got)
+    while len(_DATA_PARALLEL) > _DATA_PARALLEL_KEPT:
+        _DATA_PARALLEL.popitem(last=False)
+    return got
+
+
 def _optimizer_s(plan: SailorPlan, inputs: SailorInputs) -> float:
     """Slowest stage's AdamW step: the profiled model's step scaled by parameters. The
     profile's optimizer time is that of the profiled model (embedding, two transformer layers
@@ -478,9 +588,9 @@ def _optimizer_s(plan: SailorPlan, inputs: SailorInputs) -> float:
     n = PROFILED_TRANSFORMER_LAYERS
     for s, st in enumerate(plan.stages):
         params = _stage_params(plan, inputs, s)
-        for rep in st.replicas:
-            times = inputs.profiles.get(plan.model, rep.gpu, plan.mbs, rep.tp)
-            sz = inputs.sizes.get(plan.model, rep.tp).params
+        for gpu, tp in dict.fromkeys((rep.gpu, rep.tp) for rep in st.replicas):
+            times = inputs.profiles.get(plan.model, gpu, plan.mbs, tp)
+            sz = inputs.sizes.get(plan.model, tp).params
             profiled = sz[0] + n * sz[1] + sz[-1]
             worst = max(worst, times.profiled_opt_s * params / profiled)
     return worst
