@@ -28,6 +28,7 @@ BAD = {
     "bench_runtime": ({"table": "../x.csv"}, {}, "table='../x.csv': a file name"),
     "bench_store": ({"rounds": 0}, {}, "rounds=0: must be >= 1"),
     "bench_sweep": ({"sweep_name": "nope"}, {}, "sweep_name='nope': expected one of"),
+    "bench_plan_sailor": ({"points": ["geo_X_p9"]}, {}, "points=['geo_X_p9']: expected some of"),
     "gpu_check": ({"dry": "maybe"}, {}, "dry"),
     "probe_inputs": ({"limits": {"max_micro_batches": 0}}, {}, "max_micro_batches=0"),
     "profile": ({"repeats": 0}, {"settings": f"{VAL}/settings.json"}, "repeats=0: must be >= 1"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +16,8 @@ __all__ = [
     "BenchRuntimeConfig",
     "BenchStoreConfig",
     "BenchSweepConfig",
+    "BenchPlanSailorConfig",
+    "POINTS",
 ]
 
 
@@ -114,3 +117,42 @@ class BenchSweepConfig(RunConfig):
         if not (conf / f"{self.sweep_name}.yaml").is_file():
             known = ", ".join(sorted(p.stem for p in conf.glob("*.yaml")))
             raise ConfigError(f"sweep_name={self.sweep_name!r}: expected one of {known}")
+
+
+# Sailor's trace points (results/planner/sailor/COMMANDS.md): <study>_<model>_p<k>
+POINTS = tuple(
+    f"{study}_{model}_p{k}"
+    for study in ("het", "geo")
+    for model in ("OPT-350", "GPT-Neo-2.7")
+    for k in range(3)
+)
+
+
+@dataclass
+@register_mode("bench_plan_sailor", "repro.checks.bench.plan_sailor:run")
+class BenchPlanSailorConfig(RunConfig):
+    """Planning for Sailor's framework on Sailor's trace points beside an earlier commit."""
+
+    base: str = option("HEAD", "the earlier commit run beside this tree")
+    rounds: int = option(3, "rounds; the trees alternate their order", ge=1)
+    points: list[str] = option([], f"trace points (empty: all {len(POINTS)})")
+    profiles: str = option(
+        "../shared/reference/external/sailor", "Sailor's profiles and link fits, from the root"
+    )
+
+    def check(self) -> None:
+        super().check()
+        from repro.checks.tree import short_rev
+
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/~^-]{0,99}", self.base):
+            raise ConfigError(f"base={self.base!r}: expected a commit, a branch or a tag name")
+        try:
+            short_rev(self.base)
+        except ValueError:
+            raise ConfigError(f"base={self.base!r}: not a commit of this repository") from None
+        unknown = [p for p in self.points if p not in POINTS]
+        if unknown:
+            raise ConfigError(f"points={unknown}: expected some of {', '.join(POINTS)}")
+        root = Path(__file__).resolve().parents[3]
+        if not (root / self.profiles).is_dir():
+            raise ConfigError(f"profiles={self.profiles!r}: no such folder under the root")

@@ -48,14 +48,14 @@ from repro.checks.tree import ROOT, materialise, short_rev
 
 LAUNCHERS = {"serial": [], "joblib": ["hydra/launcher=joblib"]}
 
-__all__ = ["run_sweep", "warm_up", "run"]
+__all__ = ["run_sweep", "warm_up", "tree_env", "dirty", "run"]
 
 _SPLIT = re.compile(
     r"sweep \S+: (\d+) jobs ran.* in ([\d.]+) s \(check ([\d.]+) s, report ([\d.]+) s\);"
 )
 
 
-def _env(tree: Path) -> dict:
+def tree_env(tree: Path) -> dict:
     """The environment of a run of the repository copy ``tree``."""
     return {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "PYTHONPATH": str(tree)}
 
@@ -86,7 +86,7 @@ def run_sweep(
     ]
     t0 = time.perf_counter()
     p = subprocess.run(
-        cmd, cwd=tree, env=_env(tree), capture_output=True, text=True, timeout=timeout_s
+        cmd, cwd=tree, env=tree_env(tree), capture_output=True, text=True, timeout=timeout_s
     )
     wall_s = time.perf_counter() - t0
     results_dir.mkdir(parents=True, exist_ok=True)
@@ -108,7 +108,7 @@ def warm_up(tree: Path, results_dir: Path, timeout_s: float = 600.0) -> None:
     p = subprocess.run(
         [*cmd, f"results_dir={results_dir}"],
         cwd=tree,
-        env=_env(tree),
+        env=tree_env(tree),
         capture_output=True,
         text=True,
         timeout=timeout_s,
@@ -229,17 +229,23 @@ _COLUMNS = (
 )
 
 
+def dirty() -> bool:
+    """Whether this tree's tracked files differ from its commit."""
+    return bool(
+        subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+    )
+
+
 def _write(cfg: BenchSweepConfig, lines: list[str], load_before: float, load_after: float):
     """The table as Markdown, with what produced it, in ``results_dir``."""
     from system.results import atomic_write_text
 
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.strip()
     command = (
         f"python repro/run.py mode=bench_sweep sweep_name={cfg.sweep_name} "
         f"launchers=[{','.join(map(str, cfg.launchers))}] rounds={cfg.rounds}"
@@ -249,7 +255,7 @@ def _write(cfg: BenchSweepConfig, lines: list[str], load_before: float, load_aft
     text = [
         f"# sweep={cfg.sweep_name}: wall time per job",
         "",
-        f"`{command}` at {short_rev('HEAD')}{' (uncommitted changes)' if dirty else ''}, "
+        f"`{command}` at {short_rev('HEAD')}{' (uncommitted changes)' if dirty() else ''}, "
         f"{os.cpu_count()} cores, 1-minute load {load_before:.2f} before, {load_after:.2f} "
         f"after; medians of {cfg.rounds} round(s). Columns: {_COLUMNS}.",
         "",
