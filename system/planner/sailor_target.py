@@ -34,6 +34,11 @@ optimizer step — skipping those whose compute bound (``(m − 1)·max(f + b) +
 optimizer) reaches the incumbent, and stopping at the first estimated more than
 :data:`ESTIMATE_MARGIN` above it, or at the time limit less :data:`POLISH_SHARE`. The stop is
 a rule on the estimate, not a bound: a plan the estimate ranks that far off is not simulated.
+Before a configuration is simulated its floor
+(:func:`~system.external.sailor.framework.iteration_floor_s`: the all-reduce and optimizer
+step as the model times them after a bound on the pipeline with its sends) is compared with
+the incumbent; one whose floor reaches it cannot beat it and is not simulated (``floored``),
+so the floor changes how many configurations are simulated, never which plan is chosen.
 """
 
 from __future__ import annotations
