@@ -77,6 +77,9 @@ CONTEXT_BYTES = 2**30  # CUDA context + allocator slack per GPU (assumption, not
 ADAM_STATE_BYTES_PER_PARAM = 16  # fp32 weight, gradient, exp_avg, exp_avg_sq
 # how the data-parallel and tied-gradient all-reduces pick their algorithm (_allreduce_end_s)
 DP_COLLECTIVES = ("auto", "fastest", "ring", "tree")
+# iteration_floor_s's link times are computed another way than the cluster's: kept this much
+# below them, so that rounding never lifts the floor above the prediction
+FLOOR_ROUNDING = 1e-9
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,7 +255,7 @@ def _boundary(plan, inputs, devs, s) -> tuple[list, np.ndarray, dict]:
         rep = plan.stages[s].replicas[r]
         nxt = plan.stages[s + 1].replicas[r]
         full = inputs.sizes.get(plan.model, rep.tp).act_output[last] * plan.mbs * BYTES_PER_ELEMENT
-        parts[r] = full / rep.tp
+        parts[r] = _part_bytes(plan, inputs, s, r)
         src, dst = devs[s][r], devs[s + 1][r]
         if src.size > dst.size:  # a wider TP group sends to a narrower one: every part is sent
             dst = dst[np.arange(src.size) % dst.size]
@@ -261,6 +264,14 @@ def _boundary(plan, inputs, devs, s) -> tuple[list, np.ndarray, dict]:
         k = min(src.size, dst.size)
         flows.append((src[:k], dst[:k]))
     return flows, parts, rings
+
+
+def _part_bytes(plan, inputs, s, r) -> float:
+    """Bytes each TP rank of replica r's stage s sends across boundary s -> s+1 (:func:`_p2p`)."""
+    rep = plan.stages[s].replicas[r]
+    last = plan.stages[s].layers[-1]
+    full = inputs.sizes.get(plan.model, rep.tp).act_output[last] * plan.mbs * BYTES_PER_ELEMENT
+    return full / rep.tp
 
 
 def _slowest_flow_s(cluster, flows, nbytes, apart: bool) -> np.ndarray:
@@ -400,34 +411,43 @@ def iteration_floor_s(
     The pipeline bound reads the replay's rules (:mod:`system.simulator.replay`): a stage runs
     its program's ops one at a time; with ``rendezvous`` a message starts no earlier than its
     receiver posted the receive, so a receive lasts at least the message's link time ``d``
-    (data, without the meta tensor: less than ``busy``), and a send lasts at least
-    ``d − buffer``. Per replica, stage ``s`` receives and sends once per micro-batch on each of
-    its boundaries, so its ops take at least ``occ_s = m·(f_s + b_s) + m·Σ_(its boundaries)
-    (2d − buffer)``. Its first op is the receive of micro-batch 0, which lands no earlier than
-    ``Σ_(k<s) (f_k + d_k)``: the first op's own ``d`` counted in ``occ_s``, its last backward
-    ends at ``E_s >= Σ_(k<s) f_k + Σ_(k<s−1) d_k + occ_s − (d_(s−1) − buffer_(s−1))`` (its last
-    send may come after it). That backward's gradient then goes down to stage 0, at least
-    ``Σ_(k<s) (d_k + b_k)`` more, so stage 0 ends no earlier than the largest of these, and
-    the pipeline (the latest stage end) with it. The all-gathers a receiver adds to its compute
-    only lengthen ``f`` and ``b``; they are left out. Above :func:`replay_end_s`'s exact range
-    (``8p + 32`` micro-batches with rendezvous) the replay is extrapolated (within 1% of the
-    exact one), so there only the busiest stage's compute ``m·(f + b)`` is charged.
+    (its data, without the meta tensor), and a send lasts at least ``d − buffer``. ``d`` is
+    read off the sending node's fit to the receiving node (:meth:`BandwidthCurve.time_s`, one
+    flow's time when each of its GPUs sends at once), without building the plan's cluster: a
+    flow there runs at most at that fit's per-flow bandwidth (its pair's peak is the smaller of
+    the two directions', its rate never above its pair's), so it takes at least that long.
+    Per replica, stage ``s`` receives and sends once per micro-batch on each of its boundaries,
+    so its ops take at least ``occ_s = m·(f_s + b_s) + m·Σ_(its boundaries) (2d − buffer)``. Its
+    first op is the receive of micro-batch 0, which lands no earlier than ``Σ_(k<s) (f_k +
+    d_k)``: the first op's own ``d`` counted in ``occ_s``, its last backward ends at ``E_s >=
+    Σ_(k<s) f_k + Σ_(k<s−1) d_k + occ_s − (d_(s−1) − buffer_(s−1))`` (its last send may come
+    after it). That backward's gradient then goes down to stage 0, at least ``Σ_(k<s) (d_k +
+    b_k)`` more, so stage 0 ends no earlier than the largest of these, and the pipeline (the
+    latest stage end) with it. The all-gathers a receiver adds to its compute only lengthen
+    ``f`` and ``b``; they are left out. Above :func:`replay_end_s`'s exact range (``8p + 32``
+    micro-batches with rendezvous) the replay is extrapolated (within 1% of the exact one), so
+    there only the busiest stage's compute ``m·(f + b)`` is charged.
 
     Where the pipeline and the optimizer step alone reach ``above``, their sum is returned
-    without timing the all-reduce (still a lower bound, and a caller's answer already)."""
-    cluster = plan_cluster(plan, inputs)
-    devs = _ranges(plan, cluster)
+    without building the plan's cluster or timing the all-reduce (still a lower bound, and a
+    caller's answer already)."""
     p, m = plan.pp, plan.micro_batches
     f, b = _all_stage_times(plan, inputs, set())
     pipeline = float((m * (f + b)).max())
     if p > 1 and m <= 8 * p + 32:
-        apart = _pairs_apart(cluster)
         d = np.zeros((p - 1, plan.dp))
-        x = np.zeros((p - 1, plan.dp))
+        parts = np.zeros((p - 1, plan.dp))
+        seen: dict[tuple, float] = {}
         for s in range(p - 1):
-            flows, parts, _ = _boundary(plan, inputs, devs, s)
-            d[s] = _slowest_flow_s(cluster, flows, parts, apart)
-            x[s] = d[s] * (1.0 - np.minimum(RECV_BUFFER_BYTES / parts, 1.0))
+            for r in range(plan.dp):
+                parts[s, r] = _part_bytes(plan, inputs, s, r)
+                pair = (plan.stages[s].replicas[r].node, plan.stages[s + 1].replicas[r].node)
+                key = (*pair, parts[s, r])
+                if key not in seen:
+                    seen[key] = float(inputs.fits.curve(*pair).time_s(parts[s, r]))
+                d[s, r] = seen[key]
+        d *= 1.0 - FLOOR_ROUNDING
+        x = d * (1.0 - np.minimum(RECV_BUFFER_BYTES / parts, 1.0))
         comm = d + x  # per boundary and micro-batch: a receive and a send
         occ = m * (f + b)
         occ[:-1] += m * comm
@@ -441,6 +461,8 @@ def iteration_floor_s(
     floor = pipeline + _optimizer_s(plan, inputs)
     if floor >= above:
         return floor
+    cluster = plan_cluster(plan, inputs)
+    devs = _ranges(plan, cluster)
     return floor + _data_parallel_kept(plan, inputs, cluster, devs, dp_collective)[0]
 
 
