@@ -51,6 +51,7 @@ __all__ = [
     "program_for",
     "replay",
     "replay_end_s",
+    "exact_range",
 ]
 
 
@@ -418,6 +419,26 @@ def _cycles(increments: np.ndarray, longest: int) -> np.ndarray:
     return out
 
 
+def _cool_down_units(p: int, v: int) -> int:
+    """Units of the period that a pass of ``v`` virtual stages per stage spends cooling down."""
+    return p if v == 1 else -(-(2 * (p - 1) + (v - 1) * p) // (p * v)) + 1
+
+
+def exact_range(p: int, *, schedule: str, rendezvous: bool = False) -> int:
+    """The most micro-batches :func:`replay_end_s` replays whole by default (past it the pass
+    is extrapolated); every count for a program that is not periodic."""
+    fn = program_for(schedule)
+    if not getattr(fn, "is_periodic", True):
+        return np.iinfo(np.int64).max
+    v = _virtual_stages(fn)
+    if v > 1:
+        cap = p * (16 + 2 * _cool_down_units(p, v)) * (2 if rendezvous else 1)
+    else:
+        cap = 8 * p + 32 if rendezvous else 3 * p + 24
+    g = p if v > 1 else 1
+    return max(cap // g, 1) * g
+
+
 def replay_end_s(*args, micro_batches: int, exact_up_to: int | None = None, **kw) -> np.ndarray:
     """:func:`replay` (same arguments), extrapolated past ``exact_up_to`` micro-batches.
 
@@ -441,14 +462,11 @@ def replay_end_s(*args, micro_batches: int, exact_up_to: int | None = None, **kw
         return replay(*args, micro_batches=micro_batches, **kw)
     v = _virtual_stages(fn)
     g = p if v > 1 else 1  # micro-batches per unit of the period
-    tail = p if v == 1 else -(-(2 * (p - 1) + (v - 1) * p) // (p * v)) + 1  # cool-down units
+    tail = _cool_down_units(p, v)
     if exact_up_to is not None:
-        cap = int(exact_up_to)
-    elif v > 1:
-        cap = p * (16 + 2 * tail) * (2 if kw.get("rendezvous") else 1)
+        cap = max(int(exact_up_to) // g, 1) * g
     else:
-        cap = 8 * p + 32 if kw.get("rendezvous") else 3 * p + 24
-    cap = max(cap // g, 1) * g
+        cap = exact_range(p, schedule=kw["schedule"], rendezvous=bool(kw.get("rendezvous")))
     m = int(micro_batches)
     while m > cap:
         _, first = replay(*args, micro_batches=cap, return_first_bwd=True, **kw)

@@ -116,3 +116,31 @@ def test_gpipe_is_replayed_whole_and_1f1b_extrapolates_exactly():
         exact = replay(f, 2 * f, *links, micro_batches=m, schedule=fn)
         fast = replay_end_s(f, 2 * f, *links, micro_batches=m, schedule=fn)
         assert fast == pytest.approx(exact, rel=1e-9)
+
+
+@pytest.mark.parametrize("rendezvous", [False, True])
+def test_up_to_the_exact_range_the_pass_is_replayed_whole(rendezvous, monkeypatch):
+    # exact_range is the count replay_end_s replays whole; one more is extrapolated (the
+    # module by importlib: the package's attribute ``replay`` is the function)
+    import importlib
+
+    rp = importlib.import_module("system.simulator.replay")
+
+    rng = np.random.default_rng(5)
+    p, r = 3, 2
+    f = rng.uniform(0.01, 0.1, (p, r))
+    links = [rng.uniform(0, 0.05, (p - 1, r)) for _ in range(2)] + [np.zeros((p - 1, r))] * 2
+    top = rp.exact_range(p, schedule=deepspeed_train_program, rendezvous=rendezvous)
+    assert top == (8 * p + 32 if rendezvous else 3 * p + 24)
+    calls = []
+    real = rp.replay
+    monkeypatch.setattr(
+        rp, "replay", lambda *a, **k: calls.append(k["micro_batches"]) or real(*a, **k)
+    )
+    kw = {"schedule": deepspeed_train_program, "rendezvous": rendezvous}
+    rp.replay_end_s(f, 2 * f, *links, micro_batches=top, **kw)
+    assert calls == [top]  # one whole replay
+    calls.clear()
+    rp.replay_end_s(f, 2 * f, *links, micro_batches=top + 1, **kw)
+    assert calls[0] == top  # the first run is cut at the range: the rest is extrapolated
+    assert rp.exact_range(p, schedule=gpipe_blocking_program) > 10**9  # replayed whole

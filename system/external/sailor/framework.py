@@ -53,7 +53,7 @@ from system.external.sailor.profile import (
 from system.gpus import get_gpu
 from system.links import BandwidthCurve
 from system.simulator.collectives import allreduce_end_s, nccl_allreduce_end_s, ring_collective_s
-from system.simulator.replay import replay_end_s
+from system.simulator.replay import exact_range, replay_end_s
 from system.simulator.sharing import sharing_of
 from system.simulator.transfers import flow_time_s
 
@@ -248,14 +248,13 @@ def _boundary(plan, inputs, devs, s) -> tuple[list, np.ndarray, dict]:
     (sending devices, receiving devices), the bytes each of its flows carries, and the
     receivers' all-gathers by width ((replica, devices, full bytes) each)."""
     dp = plan.dp
-    last = plan.stages[s].layers[-1]
     flows, parts = [], np.zeros(dp)
     rings: dict[int, list[tuple[int, np.ndarray, float]]] = {}  # receivers' gathers, by width
     for r in range(dp):
         rep = plan.stages[s].replicas[r]
         nxt = plan.stages[s + 1].replicas[r]
-        full = inputs.sizes.get(plan.model, rep.tp).act_output[last] * plan.mbs * BYTES_PER_ELEMENT
-        parts[r] = _part_bytes(plan, inputs, s, r)
+        full = _activation_bytes(plan, inputs, s, r)
+        parts[r] = full / rep.tp
         src, dst = devs[s][r], devs[s + 1][r]
         if src.size > dst.size:  # a wider TP group sends to a narrower one: every part is sent
             dst = dst[np.arange(src.size) % dst.size]
@@ -266,12 +265,12 @@ def _boundary(plan, inputs, devs, s) -> tuple[list, np.ndarray, dict]:
     return flows, parts, rings
 
 
-def _part_bytes(plan, inputs, s, r) -> float:
-    """Bytes each TP rank of replica r's stage s sends across boundary s -> s+1 (:func:`_p2p`)."""
-    rep = plan.stages[s].replicas[r]
+def _activation_bytes(plan, inputs, s, r) -> float:
+    """Bytes of the activation replica r's stage s sends across boundary s -> s+1, all its TP
+    ranks' parts together (:func:`_p2p`)."""
+    tp = plan.stages[s].replicas[r].tp
     last = plan.stages[s].layers[-1]
-    full = inputs.sizes.get(plan.model, rep.tp).act_output[last] * plan.mbs * BYTES_PER_ELEMENT
-    return full / rep.tp
+    return inputs.sizes.get(plan.model, tp).act_output[last] * plan.mbs * BYTES_PER_ELEMENT
 
 
 def _slowest_flow_s(cluster, flows, nbytes, apart: bool) -> np.ndarray:
@@ -424,9 +423,9 @@ def iteration_floor_s(
     after it). That backward's gradient then goes down to stage 0, at least ``Σ_(k<s) (d_k +
     b_k)`` more, so stage 0 ends no earlier than the largest of these, and the pipeline (the
     latest stage end) with it. The all-gathers a receiver adds to its compute only lengthen
-    ``f`` and ``b``; they are left out. Above :func:`replay_end_s`'s exact range (``8p + 32``
-    micro-batches with rendezvous) the replay is extrapolated (within 1% of the exact one), so
-    there only the busiest stage's compute ``m·(f + b)`` is charged.
+    ``f`` and ``b``; they are left out. Past :func:`replay_end_s`'s exact range
+    (:func:`~system.simulator.replay.exact_range`) the replay is extrapolated (within 1% of
+    the exact one), so there only the busiest stage's compute ``m·(f + b)`` is charged.
 
     Where the pipeline and the optimizer step alone reach ``above``, their sum is returned
     without building the plan's cluster or timing the all-reduce (still a lower bound, and a
@@ -434,13 +433,13 @@ def iteration_floor_s(
     p, m = plan.pp, plan.micro_batches
     f, b = _all_stage_times(plan, inputs, set())
     pipeline = float((m * (f + b)).max())
-    if p > 1 and m <= 8 * p + 32:
+    if p > 1 and m <= exact_range(p, schedule="deepspeed", rendezvous=True):
         d = np.zeros((p - 1, plan.dp))
         parts = np.zeros((p - 1, plan.dp))
         seen: dict[tuple, float] = {}
         for s in range(p - 1):
             for r in range(plan.dp):
-                parts[s, r] = _part_bytes(plan, inputs, s, r)
+                parts[s, r] = _activation_bytes(plan, inputs, s, r) / plan.stages[s].replicas[r].tp
                 pair = (plan.stages[s].replicas[r].node, plan.stages[s + 1].replicas[r].node)
                 key = (*pair, parts[s, r])
                 if key not in seen:
