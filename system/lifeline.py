@@ -42,6 +42,7 @@ __all__ = [
     "exit_on_signals",
     "die_with_parent",
     "exit_now",
+    "run_guarded",
     "child_env",
     "on_death",
     "cancel",
@@ -270,6 +271,25 @@ def cancel(action_id: int) -> None:
         if _actions.pop(action_id, None) is not None and _guard is not None:
             with contextlib.suppress(OSError):
                 _send({"drop": action_id})
+
+
+def run_guarded(cmd: list[str], *, timeout_s: float, **kw) -> subprocess.CompletedProcess:
+    """:func:`subprocess.run` (output captured as text) whose child is killed with its tree
+    when this process dies, SIGKILL included (:func:`on_death`), or when it outlives
+    ``timeout_s`` (``subprocess.TimeoutExpired``). ``kw`` goes to :class:`subprocess.Popen`."""
+    with subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw
+    ) as p:
+        guard = on_death("kill", p.pid)
+        try:
+            out, err = p.communicate(timeout=timeout_s)
+        except BaseException:
+            _kill_tree(p.pid, None)
+            p.wait()
+            raise
+        finally:
+            cancel(guard)
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
 
 
 def _run(action: dict) -> None:

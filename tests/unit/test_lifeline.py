@@ -65,3 +65,47 @@ def test_every_rank_module_leaves_through_exit_now(path):
         and isinstance(last.value, ast.Call)
         and ast.unparse(last.value.func) == "exit_now"
     ), f"{path}: the __main__ block ends in {ast.unparse(last)!r}, not exit_now(...)"
+
+
+def test_a_guarded_child_dies_with_its_killed_parent(tmp_path):
+    # the parent runs `sleep 60` through run_guarded and is SIGKILLed: the sleep goes too
+    import os
+    import signal
+    import time
+
+    from system.lifeline import descendants, pid_alive
+
+    code = "from system.lifeline import run_guarded; run_guarded(['sleep', '60'], timeout_s=120)"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    parent = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env)
+    try:
+        child = None
+        for _ in range(200):  # up to 20 s for the child to start
+            kids = [
+                d for d in descendants(parent.pid) if "sleep" in Path(f"/proc/{d}/comm").read_text()
+            ]
+            if kids:
+                child = kids[0]
+                break
+            time.sleep(0.1)
+        assert child is not None, "the guarded child never started"
+        time.sleep(0.5)  # the guard holds the kill action once on_death returned
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=10)
+        for _ in range(100):  # up to 10 s for the guard to kill it
+            if not pid_alive(child):
+                break
+            time.sleep(0.1)
+        assert not pid_alive(child), "the child outlived its SIGKILLed parent"
+    finally:
+        parent.kill()
+        parent.wait(timeout=10)
+
+
+def test_a_guarded_child_past_its_time_is_killed():
+    from system.lifeline import run_guarded
+
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_guarded(["sleep", "30"], timeout_s=0.5)
+    done = run_guarded([sys.executable, "-c", "print('ok')"], timeout_s=60)
+    assert done.returncode == 0 and done.stdout == "ok\n"

@@ -13,7 +13,8 @@ each point's median over the rounds, the ratio, and how many configurations each
 simulated. Both trees must choose the same plan at a point (the same ``plan_config`` and
 iteration time) in every round, or the run stops. The table, with the command, the commits and
 the load, is also written to ``<results_dir>/plan_sailor.md``; a timing quoted from it needs the
-machine to itself.
+machine to itself. Its runs and its temporary folder go with it however it is stopped
+(:mod:`system.lifeline`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -29,6 +29,7 @@ from pathlib import Path
 from repro.checks.bench.config import POINTS, BenchPlanSailorConfig
 from repro.checks.bench.sweep import dirty, tree_env, warm_up
 from repro.checks.tree import ROOT, materialise, short_rev
+from system.lifeline import cancel, exit_on_signals, on_death, run_guarded
 
 __all__ = ["plan_point", "run"]
 
@@ -53,9 +54,7 @@ def plan_point(tree: Path, point: str, profiles: Path, out: Path, timeout_s: flo
         f"out={out}",
         f"results_dir={out.parent}",
     ]
-    p = subprocess.run(
-        cmd, cwd=tree, env=tree_env(tree), capture_output=True, text=True, timeout=timeout_s
-    )
+    p = run_guarded(cmd, cwd=tree, env=tree_env(tree), timeout_s=timeout_s)
     if p.returncode != 0:
         raise RuntimeError(f"{point} in {tree} failed ({p.returncode}):\n{p.stderr[-2000:]}")
     return json.loads(out.read_text())
@@ -65,7 +64,8 @@ def run(cfg: BenchPlanSailorConfig) -> dict:
     profiles = (ROOT / cfg.profiles).resolve()
     points = list(cfg.points or POINTS)
     out: dict[tuple[str, str], list[dict]] = {}
-    with tempfile.TemporaryDirectory(prefix="dtfm-bench-plan-") as tmp:
+    with exit_on_signals(), tempfile.TemporaryDirectory(prefix="dtfm-bench-plan-") as tmp:
+        gone = on_death("rmtree", tmp)  # removed even if this process is SIGKILLed
         base = short_rev(cfg.base)
         trees = {base: Path(tmp) / "base", "this tree": ROOT}
         materialise(base, trees[base])
@@ -93,6 +93,7 @@ def run(cfg: BenchPlanSailorConfig) -> dict:
                     + ", ".join(f"{n} {out[(point, n)][-1]['search_time_s']:.2f} s" for n in trees),
                     flush=True,
                 )
+        cancel(gone)
     load_after = os.getloadavg()[0]
     lines = _table(out, list(trees), points)
     print("\n".join(lines))

@@ -45,6 +45,7 @@ import numpy as np
 
 from repro.checks.bench.config import BenchSweepConfig
 from repro.checks.tree import ROOT, materialise, short_rev
+from system.lifeline import cancel, exit_on_signals, on_death, run_guarded
 
 LAUNCHERS = {"serial": [], "joblib": ["hydra/launcher=joblib"]}
 
@@ -85,9 +86,7 @@ def run_sweep(
         *extra,
     ]
     t0 = time.perf_counter()
-    p = subprocess.run(
-        cmd, cwd=tree, env=tree_env(tree), capture_output=True, text=True, timeout=timeout_s
-    )
+    p = run_guarded(cmd, cwd=tree, env=tree_env(tree), timeout_s=timeout_s)
     wall_s = time.perf_counter() - t0
     results_dir.mkdir(parents=True, exist_ok=True)
     (results_dir / "sweep.log").write_text(p.stdout + p.stderr)
@@ -105,13 +104,8 @@ def warm_up(tree: Path, results_dir: Path, timeout_s: float = 600.0) -> None:
     at their first call (:mod:`system.compiled`) are then on disk, so no timed run pays for
     compiling them (a fresh checkout's first run does, once)."""
     cmd = [sys.executable, "repro/run.py", "mode=simulate", "case=debug", "model=debug"]
-    p = subprocess.run(
-        [*cmd, f"results_dir={results_dir}"],
-        cwd=tree,
-        env=tree_env(tree),
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
+    p = run_guarded(
+        [*cmd, f"results_dir={results_dir}"], cwd=tree, env=tree_env(tree), timeout_s=timeout_s
     )
     if p.returncode != 0:
         raise RuntimeError(f"warm-up in {tree} failed ({p.returncode}):\n{p.stderr[-2000:]}")
@@ -163,7 +157,8 @@ def agreement(a: list[float], b: list[float]) -> str:
 def run(cfg: BenchSweepConfig) -> dict:
     trees = {"this tree": ROOT}
     out: dict[tuple[str, str], list[dict]] = {}
-    with tempfile.TemporaryDirectory(prefix="dtfm-bench-sweep-") as tmp:
+    with exit_on_signals(), tempfile.TemporaryDirectory(prefix="dtfm-bench-sweep-") as tmp:
+        gone = on_death("rmtree", tmp)  # removed even if this process is SIGKILLed
         if cfg.base:
             base = short_rev(cfg.base)
             materialise(base, Path(tmp) / "base")
@@ -188,6 +183,7 @@ def run(cfg: BenchSweepConfig) -> dict:
                 row = split(d, wall_s, workers[str(launcher)])
                 out.setdefault((name, str(launcher)), []).append(row)
                 print(f"round {r}: {name} {launcher}: {wall_s:.1f} s", flush=True)
+        cancel(gone)
     load_after = os.getloadavg()[0]
     print(f"load after {load_after:.2f}")
     lines = _table(out)
