@@ -313,6 +313,7 @@ def test_mode_plan_framework_sailor_writes_a_plan_in_sailors_format(tmp_path, in
     run({**args, "profiles": str(SHARED), "time_limit_s": 60, "out": str(out)})
     rec = json.loads(out.read_text())
     assert rec["framework"] == "sailor" and rec["sailor_model"] == "OPT-350"
+    assert rec["simulations"] >= 1 and rec["floored"] >= 0  # the search's counts are recorded
     doc = tmp_path / "plan_config_x.json"
     doc.write_text(json.dumps(rec["plan_config"]))
     plan = load_plan(doc, "OPT-350", inputs.shapes["OPT-350"].num_all_layers)
