@@ -89,8 +89,9 @@ STAGE_COUNTS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32)  # per t
 # the search stops at the first configuration estimated this much above the incumbent (a stop
 # rule on the estimate, not a bound: module docstring)
 ESTIMATE_MARGIN = 0.15
-# a configuration is skipped when its floor reaches the incumbent's score times 1 + this: the
-# floor and the prediction sum the same times in another order (rounding), never more apart
+# a configuration is skipped when its floor reaches the incumbent's score times 1 + this: where
+# floor and prediction are equal in exact arithmetic (a one-stage plan), they may still differ
+# in their last bits, being summed in another order
 FLOOR_SLACK = 1e-9
 HEURISTIC_SHARE = 0.3  # of the time limit, split evenly between the heuristics
 POLISH_SHARE = 0.1  # of the time limit, kept for the zone swaps of the best plan
@@ -493,9 +494,11 @@ class SailorTargetPlanner:
         usd = sum(self.price[self.project[r.gpu]] * r.tp for st in plan.stages for r in st.replicas)
         if math.isfinite(beat):
             need = beat * (1.0 + FLOOR_SLACK)
-            floor = iteration_floor_s(
-                plan, self.inputs, above=need if self.objective == "throughput" else need / usd
-            )
+            if self.objective == "throughput":
+                above = need
+            else:
+                above = need / usd if usd > 0 else math.inf
+            floor = iteration_floor_s(plan, self.inputs, above=above)
             if self._bound_score(floor, usd) >= need:
                 self.floored += 1
                 return None

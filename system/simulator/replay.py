@@ -424,9 +424,10 @@ def _cool_down_units(p: int, v: int) -> int:
     return p if v == 1 else -(-(2 * (p - 1) + (v - 1) * p) // (p * v)) + 1
 
 
-def exact_range(p: int, *, schedule: str, rendezvous: bool = False) -> int:
-    """The most micro-batches :func:`replay_end_s` replays whole by default (past it the pass
-    is extrapolated); every count for a program that is not periodic."""
+def exact_range(p: int, *, schedule, rendezvous: bool = False) -> int:
+    """The most micro-batches :func:`replay_end_s` replays whole by default over ``p`` stages
+    (past it the pass is extrapolated); every count for a program that is not periodic.
+    ``schedule``: a registered program's name or a program function (:func:`program_for`)."""
     fn = program_for(schedule)
     if not getattr(fn, "is_periodic", True):
         return np.iinfo(np.int64).max
