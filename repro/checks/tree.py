@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-__all__ = ["ROOT", "short_rev", "materialise"]
+__all__ = ["ROOT", "short_rev", "materialise", "dirty"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,3 +25,15 @@ def materialise(rev: str, into: Path) -> None:
     into.mkdir(parents=True)
     archive = subprocess.run(["git", "archive", rev], cwd=ROOT, capture_output=True, check=True)
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+
+
+def dirty() -> bool:
+    """Whether this tree's tracked files differ from its commit."""
+    p = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return bool(p.stdout.strip())

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from repro.config import ConfigError, validate
-from tests.external.test_sailor_importers import shipped
+from tests.external.test_sailor_importers import SHARED, shipped
 
 
 @pytest.mark.slow  # two trees plan one trace point, each after its warm-up
@@ -22,6 +22,7 @@ def test_one_point_beside_this_commit(tmp_path):
             "base": "HEAD",
             "rounds": 1,
             "points": ["geo_OPT-350_p0"],
+            "profiles": str(SHARED),
             "results_dir": str(tmp_path),
         }
     )

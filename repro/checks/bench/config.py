@@ -8,7 +8,7 @@ from pathlib import Path
 
 from repro.config.base import RunConfig, register_mode
 from repro.config.options import ConfigError, choice, option
-from repro.config.shared import CaseOptions, ModelName, WorkloadName
+from repro.config.shared import CaseOptions, ModelName, WorkloadName, require
 
 __all__ = [
     "BenchSchedulerConfig",
@@ -136,8 +136,8 @@ class BenchPlanSailorConfig(RunConfig):
     base: str = option("HEAD", "the earlier commit run beside this tree")
     rounds: int = option(3, "rounds; the trees alternate their order", ge=1)
     points: list[str] = option([], f"trace points (empty: all {len(POINTS)})")
-    profiles: str = option(
-        "../shared/reference/external/sailor", "Sailor's profiles and link fits, from the root"
+    profiles: str | None = option(
+        None, "folder of Sailor's data files (mode=plan's profiles=): profiles, link fits"
     )
 
     def check(self) -> None:
@@ -153,6 +153,6 @@ class BenchPlanSailorConfig(RunConfig):
         unknown = [p for p in self.points if p not in POINTS]
         if unknown:
             raise ConfigError(f"points={unknown}: expected some of {', '.join(POINTS)}")
-        root = Path(__file__).resolve().parents[3]
-        if not (root / self.profiles).is_dir():
-            raise ConfigError(f"profiles={self.profiles!r}: no such folder under the root")
+        require("profiles", self.profiles, "the folder of Sailor's data files")
+        if not Path(self.profiles).is_dir():
+            raise ConfigError(f"profiles={self.profiles!r}: no such folder")

@@ -1,7 +1,8 @@
 """Planning for Sailor's framework (``mode=plan framework=sailor``) on Sailor's twelve trace
 points: this tree beside an earlier commit.
 
-    python repro/run.py mode=bench_plan_sailor base=4acee8c rounds=3 results_dir=results/bench
+    python repro/run.py mode=bench_plan_sailor base=4acee8c rounds=3 \
+        profiles=../shared/reference/external/sailor results_dir=results/bench
 
 Each point is the command of ``results/planner/sailor/COMMANDS.md`` (step 3b): its fleet file,
 model and batch, the profiles and link fits of ``profiles``. Each tree first runs one small
@@ -27,8 +28,8 @@ import tempfile
 from pathlib import Path
 
 from repro.checks.bench.config import POINTS, BenchPlanSailorConfig
-from repro.checks.bench.sweep import dirty, tree_env, warm_up
-from repro.checks.tree import ROOT, materialise, short_rev
+from repro.checks.bench.sweep import tree_env, warm_up
+from repro.checks.tree import ROOT, dirty, materialise, short_rev
 from system.lifeline import cancel, exit_on_signals, on_death, run_guarded
 
 __all__ = ["plan_point", "run"]
@@ -61,7 +62,7 @@ def plan_point(tree: Path, point: str, profiles: Path, out: Path, timeout_s: flo
 
 
 def run(cfg: BenchPlanSailorConfig) -> dict:
-    profiles = (ROOT / cfg.profiles).resolve()
+    profiles = Path(cfg.profiles).resolve()
     points = list(cfg.points or POINTS)
     out: dict[tuple[str, str], list[dict]] = {}
     with exit_on_signals(), tempfile.TemporaryDirectory(prefix="dtfm-bench-plan-") as tmp:
@@ -138,6 +139,7 @@ def _write(cfg: BenchPlanSailorConfig, lines: list[str], load_before: float, loa
     command = (
         f"python repro/run.py mode=bench_plan_sailor base={cfg.base} rounds={cfg.rounds}"
         + (f" points=[{','.join(cfg.points)}]" if cfg.points else "")
+        + f" profiles={cfg.profiles}"
         + f" results_dir={cfg.results_dir}"
     )
     text = [

@@ -35,7 +35,6 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,12 +43,12 @@ from pathlib import Path
 import numpy as np
 
 from repro.checks.bench.config import BenchSweepConfig
-from repro.checks.tree import ROOT, materialise, short_rev
+from repro.checks.tree import ROOT, dirty, materialise, short_rev
 from system.lifeline import cancel, exit_on_signals, on_death, run_guarded
 
 LAUNCHERS = {"serial": [], "joblib": ["hydra/launcher=joblib"]}
 
-__all__ = ["run_sweep", "warm_up", "tree_env", "dirty", "run"]
+__all__ = ["run_sweep", "warm_up", "tree_env", "run"]
 
 _SPLIT = re.compile(
     r"sweep \S+: (\d+) jobs ran.* in ([\d.]+) s \(check ([\d.]+) s, report ([\d.]+) s\);"
@@ -223,19 +222,6 @@ _COLUMNS = (
     "own time over the workers), store (the rest of the jobs phase: rows typed and written, "
     "Hydra's per-job set-up), report (the report at the end); they add up to wall / jobs"
 )
-
-
-def dirty() -> bool:
-    """Whether this tree's tracked files differ from its commit."""
-    return bool(
-        subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout.strip()
-    )
 
 
 def _write(cfg: BenchSweepConfig, lines: list[str], load_before: float, load_after: float):
