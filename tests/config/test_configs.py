@@ -106,6 +106,7 @@ NEEDS = {
     "mode=score": [f"predictions={VAL}/predictions.json", f"measured={VAL}/measured.csv"],
     "mode=external": ["plans=tests/external/fixtures/tiny/plans"],
     "mode=sailor_planner": ["data_dir=tests/external/fixtures/tiny"],
+    "mode=bench_plan_sailor": ["profiles=tests/external/fixtures/tiny"],
 }
 
 
