@@ -36,6 +36,7 @@ import numpy as np
 
 __all__ = [
     "BandwidthCurve",
+    "CurveStack",
     "KindPairCurves",
     "SizeDependentLinks",
     "FIT_MIN_BYTES",
@@ -107,6 +108,32 @@ class BandwidthCurve:
     def efficiency(self, nbytes) -> np.ndarray:
         """``β(nbytes) / β_peak`` in (0, 1]."""
         return np.maximum(self.bandwidth_bps(np.maximum(nbytes, 1.0)) / self.peak_bps, 1e-12)
+
+
+class CurveStack:
+    """Several :class:`BandwidthCurve` s timed at one message size in one array step:
+    ``CurveStack(curves).time_s(n)[k] == curves[k].time_s(n)``, the same operations element by
+    element (a planner asking for the slowest of many node pairs at many sizes)."""
+
+    __slots__ = ("a", "b", "c", "peak_bps", "flows", "floor_bytes", "max_bytes")
+
+    def __init__(self, curves: list[BandwidthCurve]) -> None:
+        if not curves:
+            raise ValueError("a curve stack needs at least one curve")
+        for name in self.__slots__:
+            setattr(self, name, np.array([getattr(c, name) for c in curves], dtype=float))
+
+    def time_s(self, nbytes: float) -> np.ndarray:
+        """Seconds for one message of ``nbytes`` on each curve (:meth:`BandwidthCurve.time_s`)."""
+        nb = float(nbytes)
+        if not nb > 0:
+            return np.zeros(self.a.shape)
+        one = max(nb, 1.0)
+        x = np.log2(np.clip(one, self.floor_bytes, self.max_bytes) / 1e6)
+        gbs = self.a * x * x + self.b * x + self.c
+        bw = np.minimum(gbs * 8e9, self.peak_bps)
+        bw = np.where(one < self.floor_bytes, bw * one / self.floor_bytes, bw)
+        return 8.0 * self.flows * nb / bw
 
 
 @functools.lru_cache(maxsize=1 << 16)

@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 
 from system.cluster import Cluster, LinkSharing, fingerprint
-from system.links import FIT_MAX_BYTES, BandwidthCurve, KindPairCurves, SizeDependentLinks
+from system.links import (
+    FIT_MAX_BYTES,
+    BandwidthCurve,
+    CurveStack,
+    KindPairCurves,
+    SizeDependentLinks,
+)
 from system.simulator.collectives import ring_collective_s
 from system.simulator.transfers import flow_time_s
 
@@ -29,6 +35,25 @@ def test_curve_value_floor_and_cap():
     # one flow's share: all 4 flows move the message at once
     assert float(GH.time_s(8e6)) == pytest.approx(4 * 8 * 8e6 / expect)
     assert 0 < float(GH.efficiency(8e6)) < 1
+
+
+def test_a_curve_stack_times_each_curve_as_the_curve_does():
+    # a floor above the smallest size (GH), a flat fit below its peak, one capped at its peak,
+    # one flow and several; sizes at 0, below the floor, inside and above the measured range
+    curves = [
+        GH,
+        BandwidthCurve(0.0, 0.0, 2.0, peak_bps=16e9),
+        BandwidthCurve(-0.1, 1.0, 30.0, peak_bps=100e9, flows=8),
+        BandwidthCurve(0.02, 0.5, 1.0, peak_bps=40e9, flows=2),
+    ]
+    stack = CurveStack(curves)
+    sizes = [0.0, 0.5, 1.0, 10.0, 2.0**16, 2.0**17 - 1, 3e5, 8e6, FIT_MAX_BYTES, 4 * FIT_MAX_BYTES]
+    sizes += list(np.geomspace(1.0, 1e11, 200))
+    for n in sizes:
+        want = np.array([float(c.time_s(n)) for c in curves])
+        assert np.array_equal(stack.time_s(n), want), n  # the same floats, not close ones
+    with pytest.raises(ValueError, match="at least one curve"):
+        CurveStack([])
 
 
 def test_curve_rejects_a_fit_never_positive():
