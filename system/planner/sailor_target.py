@@ -72,6 +72,7 @@ from system.external.sailor.gpus import SAILOR_GPUS
 from system.external.sailor.plan import Replica, SailorPlan, Stage
 from system.external.sailor.profile import PROFILED_TRANSFORMER_LAYERS
 from system.gpus import get_gpu
+from system.links import BandwidthCurve, CurveStack
 from system.planner.prices import usd_per_hour
 from system.planner.search import HEURISTICS, SMALL_FLEET, check_objective
 from system.scheduler.heuristics import greedy_region_chains
@@ -227,6 +228,8 @@ class SailorTargetPlanner:
         self._seen: set = set()
         self._usd: dict[tuple, float] = {}
         self._steps: dict[tuple, float] = {}
+        self._stacks: dict[tuple, CurveStack | None] = {}
+        self._replicas: dict[tuple[str, str, int], Replica] = {}
         self.prune_s = math.inf  # the incumbent's score while layouts are enumerated
         self.simulations = self.estimates = self.floored = 0
         self.layouts: dict[str, int] = {}
@@ -269,6 +272,17 @@ class SailorTargetPlanner:
         zones za and zb, every GPU sending at once (Sailor's fit; the one-GPU nodes' where the
         fits have no ``tp``-GPU node)."""
         key = (za, zb, gpu, tp)
+        c = self._curve(za, zb, gpu, tp)
+        if c is None:
+            return math.inf
+        k = (key, nbytes)
+        if k not in self._sends:
+            self._sends[k] = float(c.time_s(nbytes))
+        return self._sends[k]
+
+    def _curve(self, za: str, zb: str, gpu: str, tp: int) -> BandwidthCurve | None:
+        """The fit :meth:`send_s` reads for (za, zb, gpu, tp); None where the fits have none."""
+        key = (za, zb, gpu, tp)
         if key not in self._bw:
             self._bw[key] = None
             for n in (tp, 1):
@@ -279,23 +293,22 @@ class SailorTargetPlanner:
                     break
                 except SailorFormatError:
                     continue
-        c = self._bw[key]
-        if c is None:
-            return math.inf
-        k = (key, nbytes)
-        if k not in self._sends:
-            self._sends[k] = float(c.time_s(nbytes))
-        return self._sends[k]
+        return self._bw[key]
 
     def _slowest_send_s(self, zones: list[str], gpu: str, tp: int, nbytes: float) -> float:
         """The slowest :meth:`send_s` from one of ``zones`` to one of them (a zone to itself
-        included), kept per (zones, GPU, tp, size)."""
+        included), kept per (zones, GPU, tp, size); every pair's fit timed in one array step
+        (:class:`~system.links.CurveStack`, the same numbers)."""
         key = (tuple(zones), gpu, tp, nbytes)
         step = self._steps.get(key)
         if step is None:
-            step = self._steps[key] = max(
-                self.send_s(a, b, gpu, tp, nbytes) for a in zones for b in zones
-            )
+            stack = self._stacks.get(key[:3], False)
+            if stack is False:
+                curves = [self._curve(a, b, gpu, tp) for a in zones for b in zones]
+                stack = None if None in curves else CurveStack(curves)
+                self._stacks[key[:3]] = stack
+            step = math.inf if stack is None else float(stack.time_s(nbytes).max())
+            self._steps[key] = step
         return step
 
     def _cell_usd(self, cell: tuple[str, str, int]) -> float:
@@ -326,6 +339,12 @@ class SailorTargetPlanner:
         if self.max_iter_time_s is not None and t > self.max_iter_time_s:
             return math.inf
         return t if self.objective == "throughput" else t * usd_per_s
+
+    def left_out_above(self) -> float:
+        """Estimates above this are left out of :meth:`configs`' entries: :meth:`best_first`
+        stops at the first estimate above (1 + ESTIMATE_MARGIN)·its incumbent's score, and that
+        incumbent is never above ``prune_s``, so such an entry would never be simulated."""
+        return (1.0 + ESTIMATE_MARGIN) * self.prune_s
 
     def out_of_time(self) -> bool:
         return time.perf_counter() - self.t0 > min(self.time_limit_s, self.deadline_s)
@@ -441,7 +460,13 @@ class SailorTargetPlanner:
         # replicas repeat a few distinct cells), the dollars cell by cell in grid order
         cells = [set(st) for st in grid]
         stage_keys = tuple(tuple(sorted({(g, tp) for _, g, tp in c})) for c in cells)
-        usd = sum(map(self._cell_usd, itertools.chain.from_iterable(grid)))
+        # dollars only where the objective reads them (:meth:`_bound_score`)
+        usd = 0.0
+        if self.objective == "cost":
+            usd = sum(map(self._cell_usd, itertools.chain.from_iterable(grid)))
+        # an entry is left out as soon as its estimate's data-parallel part alone is above
+        # this (the estimate's other parts are not negative)
+        stop = self.left_out_above()
         pairs = [
             {(za, g, tp, zb) for (za, g, tp), (zb, _, _) in set(zip(a, b, strict=True))}
             for a, b in zip(grid[:-1], grid[1:], strict=True)
@@ -455,6 +480,15 @@ class SailorTargetPlanner:
                 continue
             counts, bound, params, fb, opt = got
             if self._bound_score(bound, usd) >= self.prune_s:
+                continue
+            dp_worst = 0.0
+            if dp > 1:
+                for s, (zones, kinds) in enumerate(zone_sets):
+                    chunk = params[s] * BYTES_PER_ELEMENT / dp
+                    for g, tp in kinds:
+                        step = self._slowest_send_s(zones, g, tp, chunk)
+                        dp_worst = max(dp_worst, 2 * (dp - 1) * step)
+            if self._bound_score(bound + dp_worst, usd) > stop:
                 continue
             m = math.ceil(self.batch / (mbs * dp))
             ends = np.cumsum(counts)
@@ -470,17 +504,10 @@ class SailorTargetPlanner:
                 for s in range(pp)
             ]
             comm = (m - 1) * max(eff) + sum(eff) + sum(sends) + opt - bound
-            dp_worst = 0.0
-            if dp > 1:
-                for s, (zones, kinds) in enumerate(zone_sets):
-                    chunk = params[s] * BYTES_PER_ELEMENT / dp
-                    for g, tp in kinds:
-                        step = self._slowest_send_s(zones, g, tp, chunk)
-                        dp_worst = max(dp_worst, 2 * (dp - 1) * step)
             comm += dp_worst
             b = self._bound_score(bound, usd)
             e = self._bound_score(bound + comm, usd)
-            if b < self.prune_s:
+            if b < self.prune_s and not e > stop:
                 out.append((e, b, (name, grid, mbs, counts)))
         return out
 
@@ -510,11 +537,12 @@ class SailorTargetPlanner:
         """A configuration ((name, grid, mbs, layer counts)) as a plan of Sailor's framework."""
         name, grid, mbs, counts = entry
         bounds = np.concatenate([[0], np.cumsum(counts)]).astype(int)
+        kept = self._replicas  # one (immutable) replica per grid cell
+        for cell in set(itertools.chain.from_iterable(grid)) - kept.keys():
+            z, g, tp = cell
+            kept[cell] = Replica(g, tp, z, tp)
         stages = tuple(
-            Stage(
-                tuple(range(bounds[s], bounds[s + 1])),
-                tuple(Replica(g, tp, z, tp) for z, g, tp in st),
-            )
+            Stage(tuple(range(bounds[s], bounds[s + 1])), tuple(map(kept.__getitem__, st)))
             for s, st in enumerate(grid)
         )
         plan = SailorPlan(

@@ -285,6 +285,35 @@ def test_the_floor_skips_simulations_not_plans(tmp_path, inputs, monkeypatch):
         }
 
 
+def test_entries_left_out_by_their_estimate_change_nothing(tmp_path, inputs, monkeypatch):
+    # the entries estimated above best_first's stop are left out of the typed layouts' list:
+    # the same plans and the same simulations as with every entry kept, from a shorter list
+    far = "us-west1-b"
+    hosts = [(ZA, "A100", 4), (ZA, "A100", 4), (ZB, "V100", 4), (far, "A100", 4)]
+    cl = _fleet(tmp_path, hosts)
+    for objective in ("throughput", "cost"):
+        kw = {"objective": objective, "time_limit_s": 600}
+        runs = {}
+        for keep_all in (False, True):
+            with monkeypatch.context() as m:
+                sizes = []
+                typed = SailorTargetPlanner.typed_entries
+                m.setattr(
+                    SailorTargetPlanner,
+                    "typed_entries",
+                    lambda self, typed=typed, sizes=sizes: sizes.append(len(e := typed(self))) or e,
+                )
+                if keep_all:
+                    m.setattr(SailorTargetPlanner, "left_out_above", lambda self: math.inf)
+                got = SailorTargetPlanner(cl, "GPT-Neo-2.7", 128, inputs, **kw).run()
+            runs[keep_all] = (got, sizes[0])
+        (short, n_short), (full, n_full) = runs[False], runs[True]
+        assert n_short < n_full
+        assert (short.simulations, short.floored) == (full.simulations, full.floored)
+        assert short.best.plan == full.best.plan
+        assert short.best.iter_time_s == full.best.iter_time_s
+
+
 def test_unknown_model_and_gpu(tmp_path, inputs):
     cl = _fleet(tmp_path, [(ZA, "A100", 4)])
     with pytest.raises(ValueError, match="no Sailor training config"):

@@ -429,7 +429,8 @@ def iteration_floor_s(
 
     Where the pipeline and the optimizer step alone reach ``above``, their sum is returned
     without building the plan's cluster or timing the all-reduce (still a lower bound, and a
-    caller's answer already)."""
+    caller's answer already); otherwise the cluster is built only where the all-reduce of
+    these nodes, layers and TP degrees has not been timed before (:func:`_data_parallel_kept`)."""
     p, m = plan.pp, plan.micro_batches
     f, b = _all_stage_times(plan, inputs, set())
     pipeline = float((m * (f + b)).max())
@@ -438,13 +439,17 @@ def iteration_floor_s(
         parts = np.zeros((p - 1, plan.dp))
         seen: dict[tuple, float] = {}
         for s in range(p - 1):
-            for r in range(plan.dp):
-                parts[s, r] = _activation_bytes(plan, inputs, s, r) / plan.stages[s].replicas[r].tp
-                pair = (plan.stages[s].replicas[r].node, plan.stages[s + 1].replicas[r].node)
-                key = (*pair, parts[s, r])
+            # a boundary's replicas repeat a few (sender, receiver) kinds: each timed once
+            pairs = list(zip(plan.stages[s].replicas, plan.stages[s + 1].replicas, strict=True))
+            kinds: dict[tuple, tuple[float, float]] = {}
+            for here, there in dict.fromkeys(pairs):
+                r = pairs.index((here, there))
+                part = _activation_bytes(plan, inputs, s, r) / here.tp
+                key = (here.node, there.node, part)
                 if key not in seen:
-                    seen[key] = float(inputs.fits.curve(*pair).time_s(parts[s, r]))
-                d[s, r] = seen[key]
+                    seen[key] = float(inputs.fits.curve(here.node, there.node).time_s(part))
+                kinds[here, there] = (part, seen[key])
+            parts[s], d[s] = np.array([kinds[k] for k in pairs]).T
         d *= 1.0 - FLOOR_ROUNDING
         x = d * (1.0 - np.minimum(RECV_BUFFER_BYTES / parts, 1.0))
         comm = d + x  # per boundary and micro-batch: a receive and a send
@@ -460,9 +465,7 @@ def iteration_floor_s(
     floor = pipeline + _optimizer_s(plan, inputs)
     if floor >= above:
         return floor
-    cluster = plan_cluster(plan, inputs)
-    devs = _ranges(plan, cluster)
-    return floor + _data_parallel_kept(plan, inputs, cluster, devs, dp_collective)[0]
+    return floor + _data_parallel_kept(plan, inputs, None, None, dp_collective)[0]
 
 
 def nccl_tuner_algorithms(cluster: Cluster, groups: np.ndarray, nbytes: float) -> list[str]:
@@ -579,20 +582,25 @@ def _data_parallel_s(plan, inputs, cluster, devs, dp_collective) -> tuple[float,
     return worst, "+".join(sorted(algos)) or "none", rank0
 
 
+def _data_parallel_key(plan: SailorPlan, dp_collective: str) -> tuple:
+    """What :func:`_data_parallel_s` reads of a plan: its nodes (they decide the cluster,
+    :func:`plan_cluster`, and the devices), its stages' layers and TP degrees (the buckets),
+    its model and the collective."""
+    return (plan.stages, plan.model, dp_collective)  # each replica: its node and TP degree
+
+
 def _data_parallel_kept(plan, inputs, cluster, devs, dp_collective) -> tuple[float, str, float]:
-    """:func:`_data_parallel_s`, kept per (nodes, stages' layers and TP degrees, model,
-    ``dp_collective``): the nodes decide the cluster (:func:`plan_cluster`) and the devices,
-    the layers and TP degrees the buckets, so the same key gives the same numbers."""
-    key = (
-        tuple(plan.nodes()),
-        tuple((st.layers, tuple(r.tp for r in st.replicas)) for st in plan.stages),
-        plan.model,
-        dp_collective,
-    )
+    """:func:`_data_parallel_s`, kept per :func:`_data_parallel_key`, so the same key gives the
+    same numbers; ``cluster`` and ``devs`` may be None (built, :func:`plan_cluster`, only where
+    the key is new)."""
+    key = _data_parallel_key(plan, dp_collective)
     hit = _DATA_PARALLEL.get(key)
     if hit is not None and hit[0] is inputs:
         _DATA_PARALLEL.move_to_end(key)
         return hit[1]
+    if cluster is None:
+        cluster = plan_cluster(plan, inputs)
+        devs = _ranges(plan, cluster)
     got = _data_parallel_s(plan, inputs, cluster, devs, dp_collective)
     _DATA_PARALLEL[key] = (inputs, got)
     while len(_DATA_PARALLEL) > _DATA_PARALLEL_KEPT:
