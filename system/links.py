@@ -129,7 +129,7 @@ class CurveStack:
         if not nb > 0:
             return np.zeros(self.a.shape)
         one = max(nb, 1.0)
-        x = np.log2(np.clip(one, self.floor_bytes, self.max_bytes) / 1e6)
+        x = np.log2(np.minimum(np.maximum(one, self.floor_bytes), self.max_bytes) / 1e6)
         gbs = self.a * x * x + self.b * x + self.c
         bw = np.minimum(gbs * 8e9, self.peak_bps)
         bw = np.where(one < self.floor_bytes, bw * one / self.floor_bytes, bw)

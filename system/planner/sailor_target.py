@@ -96,6 +96,7 @@ ESTIMATE_MARGIN = 0.15
 FLOOR_SLACK = 1e-9
 HEURISTIC_SHARE = 0.3  # of the time limit, split evenly between the heuristics
 POLISH_SHARE = 0.1  # of the time limit, kept for the zone swaps of the best plan
+USD_ROUNDING = 1e-9  # relative: one configuration's dollars summed in two orders differ less
 FILLS = ("pipeline", "stage")  # how a typed layout's replicas take the zones (module docstring)
 
 
@@ -229,6 +230,7 @@ class SailorTargetPlanner:
         self._usd: dict[tuple, float] = {}
         self._steps: dict[tuple, float] = {}
         self._stacks: dict[tuple, CurveStack | None] = {}
+        self._own_zone: dict[tuple[str, int], CurveStack | None] = {}
         self._replicas: dict[tuple[str, str, int], Replica] = {}
         self.prune_s = math.inf  # the incumbent's score while layouts are enumerated
         self.simulations = self.estimates = self.floored = 0
@@ -271,14 +273,12 @@ class SailorTargetPlanner:
         """Seconds for a message of ``nbytes`` per GPU between nodes of ``tp`` GPUs of ``gpu`` in
         zones za and zb, every GPU sending at once (Sailor's fit; the one-GPU nodes' where the
         fits have no ``tp``-GPU node)."""
-        key = (za, zb, gpu, tp)
-        c = self._curve(za, zb, gpu, tp)
-        if c is None:
-            return math.inf
-        k = (key, nbytes)
-        if k not in self._sends:
-            self._sends[k] = float(c.time_s(nbytes))
-        return self._sends[k]
+        k = ((za, zb, gpu, tp), nbytes)
+        got = self._sends.get(k)
+        if got is None:
+            c = self._curve(za, zb, gpu, tp)
+            got = self._sends[k] = math.inf if c is None else float(c.time_s(nbytes))
+        return got
 
     def _curve(self, za: str, zb: str, gpu: str, tp: int) -> BandwidthCurve | None:
         """The fit :meth:`send_s` reads for (za, zb, gpu, tp); None where the fits have none."""
@@ -310,6 +310,16 @@ class SailorTargetPlanner:
             step = math.inf if stack is None else float(stack.time_s(nbytes).max())
             self._steps[key] = step
         return step
+
+    def _least_step_s(self, gpu: str, tp: int, nbytes: float) -> float:
+        """The fastest :meth:`send_s` of one of the fleet's zones to itself (inf where no
+        zone has a fit for ``gpu``, ``tp``): no stage's :meth:`_slowest_send_s` is below it."""
+        stack = self._own_zone.get((gpu, tp), False)
+        if stack is False:
+            zones = sorted(set(self.cluster.region_of))
+            curves = [c for z in zones if (c := self._curve(z, z, gpu, tp)) is not None]
+            stack = self._own_zone[gpu, tp] = CurveStack(curves) if curves else None
+        return math.inf if stack is None else float(stack.time_s(nbytes).min())
 
     def _cell_usd(self, cell: tuple[str, str, int]) -> float:
         """Dollars per second of one grid cell (zone, Sailor GPU, tp): its node's GPUs."""
@@ -467,10 +477,7 @@ class SailorTargetPlanner:
         # an entry is left out as soon as its estimate's data-parallel part alone is above
         # this (the estimate's other parts are not negative)
         stop = self.left_out_above()
-        pairs = [
-            {(za, g, tp, zb) for (za, g, tp), (zb, _, _) in set(zip(a, b, strict=True))}
-            for a, b in zip(grid[:-1], grid[1:], strict=True)
-        ]
+        pairs = None  # per boundary its (zone, GPU, tp, next zone) kinds, once an entry needs them
         zone_sets = [(sorted({z for z, _, _ in c}), {(g, tp) for _, g, tp in c}) for c in cells]
         out = []
         for mbs in sizes or self.micro_batch_sizes:
@@ -490,6 +497,11 @@ class SailorTargetPlanner:
                         dp_worst = max(dp_worst, 2 * (dp - 1) * step)
             if self._bound_score(bound + dp_worst, usd) > stop:
                 continue
+            if pairs is None:
+                pairs = [
+                    {(za, g, tp, zb) for (za, g, tp), (zb, _, _) in set(zip(a, b, strict=True))}
+                    for a, b in zip(grid[:-1], grid[1:], strict=True)
+                ]
             m = math.ceil(self.batch / (mbs * dp))
             ends = np.cumsum(counts)
             sends = []
@@ -725,13 +737,27 @@ class SailorTargetPlanner:
         return {d: tuple(sorted(v)) for d, v in sorted(out.items())}
 
     def _may_beat(self, kinds, tp_of, dp: int, sizes: tuple[int, ...]) -> bool:
-        """Whether some micro-batch size's compute bound of these stages is below the
-        incumbent's score (``prune_s``): no placement of them can beat it otherwise."""
+        """Whether, at some micro-batch size, these stages' compute bound is below the
+        incumbent's score (``prune_s``) and that bound plus the least data-parallel part any
+        placement gives them is not above :meth:`left_out_above`: otherwise every placement's
+        entries are left out by :meth:`configs`. The least part: each stage's slowest send
+        (:meth:`_slowest_send_s`) over its zones is at least the fastest send of a zone to
+        itself (:meth:`_least_step_s`)."""
         keys = tuple(((self.sgpu[g], tp_of[g]),) for g in kinds)
         usd = sum(self.price[g] * tp_of[g] for g in kinds) * dp
+        # the grid's dollars are summed cell by cell in configs: a rounding apart from these
+        stop = self.left_out_above() * (1.0 + USD_ROUNDING)
         for mbs in sizes:
             got = self.split(keys, mbs, dp)
-            if got is not None and self._bound_score(got[1], usd) < self.prune_s:
+            if got is None or self._bound_score(got[1], usd) >= self.prune_s:
+                continue
+            least = 0.0
+            if dp > 1:
+                params = got[2]
+                for s, (gpu, tp) in enumerate(k for (k,) in keys):
+                    step = self._least_step_s(gpu, tp, params[s] * BYTES_PER_ELEMENT / dp)
+                    least = max(least, 2 * (dp - 1) * step)
+            if not self._bound_score(got[1] + least, usd) > stop:
                 return True
         return False
 
@@ -887,3 +913,25 @@ class SailorTargetPlanner:
 def plan_sailor(cluster: Cluster, model: str, batch: int, inputs: SailorInputs, **kw):
     """Plan Sailor's ``model`` at global batch ``batch`` on ``cluster`` for Sailor's framework."""
     return SailorTargetPlanner(cluster, model, batch, inputs, **kw).run()
+
+
+def warm_up(cluster: Cluster, model: str, inputs: SailorInputs) -> bool:
+    """Load once per process what the model of Sailor's framework loads at its first prediction
+    — the simulator's modules imported on first use and its compiled kernels (read from
+    numba's disk cache) — by predicting, and bounding, a plan of two stages of two one-GPU
+    replicas on ``cluster``'s first devices. A search timed after it times the search alone,
+    as Sailor's planner is timed after its tables are built. False where the fleet or the
+    profiles give no such plan (nothing loaded)."""
+    planner = SailorTargetPlanner(cluster, model, 2, inputs, heuristics=())
+    grid = planner.heuristic_grid("launch_order", 2, 2)
+    if grid is None:
+        return False
+    cells = [[(cluster.region_of[d], planner.sgpu[cluster.gpus[d]], 1) for d in st] for st in grid]
+    for mbs in planner.micro_batch_sizes:
+        if all(planner.row(g, mbs, 1) is not None for _, g, _ in itertools.chain(*cells)):
+            half = planner.num_layers // 2
+            plan = planner.plan_of(("warm-up", cells, mbs, (half, planner.num_layers - half)))
+            iteration_floor_s(plan, inputs)
+            predict_plan(plan, inputs)
+            return True
+    return False

@@ -15,7 +15,7 @@ from system.cases import load_topology
 from system.external.sailor.framework import iteration_floor_s, predict_plan, replicas_fit
 from system.external.sailor.predict import load_inputs
 from system.planner import sailor_target
-from system.planner.sailor_target import SailorTargetPlanner
+from system.planner.sailor_target import SailorTargetPlanner, warm_up
 from tests.external.test_sailor_importers import SHARED, shipped
 
 pytestmark = shipped
@@ -312,6 +312,11 @@ def test_entries_left_out_by_their_estimate_change_nothing(tmp_path, inputs, mon
         assert (short.simulations, short.floored) == (full.simulations, full.floored)
         assert short.best.plan == full.best.plan
         assert short.best.iter_time_s == full.best.iter_time_s
+
+
+def test_the_warm_up_predicts_a_small_plan_where_the_fleet_has_one(tmp_path, inputs):
+    assert warm_up(_fleet(tmp_path, [(ZA, "A100", 4)]), "OPT-350", inputs)
+    assert not warm_up(_fleet(tmp_path, [(ZA, "A100", 1)]), "OPT-350", inputs)  # no 2 x 2 plan
 
 
 def test_unknown_model_and_gpu(tmp_path, inputs):

@@ -95,7 +95,7 @@ def plan_sailor_case(cfg: PlanConfig) -> dict:
     """``framework=sailor``: plan for Sailor's framework (system/planner/sailor_target.py)."""
     import baselines.deepspeed.schedule  # noqa: F401  (DeepSpeed's op order for the replay)
     from system.external.sailor.predict import load_inputs
-    from system.planner.sailor_target import plan_sailor
+    from system.planner.sailor_target import plan_sailor, warm_up
     from system.workload import get_model
 
     t0 = time.perf_counter()
@@ -103,6 +103,7 @@ def plan_sailor_case(cfg: PlanConfig) -> dict:
     model = get_model(str(cfg.model), cfg.layers)
     inputs = load_inputs(cfg.profiles)
     name = sailor_model_name(model, inputs)
+    warm_up(cluster, name, inputs)  # the model's modules and kernels: loading, not search
     load_s = time.perf_counter() - t0
     result = plan_sailor(
         cluster,
