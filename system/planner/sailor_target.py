@@ -34,6 +34,8 @@ optimizer step — skipping those whose compute bound (``(m − 1)·max(f + b) +
 optimizer) reaches the incumbent, and stopping at the first estimated more than
 :data:`ESTIMATE_MARGIN` above it, or at the time limit less :data:`POLISH_SHARE`. The stop is
 a rule on the estimate, not a bound: a plan the estimate ranks that far off is not simulated.
+Such entries are not even listed: an entry is dropped once its estimate's data-parallel part
+alone passes the stop.
 Before a configuration is simulated its floor
 (:func:`~system.external.sailor.framework.iteration_floor_s`: the all-reduce and optimizer
 step as the model times them after a bound on the pipeline with its sends) is compared with
@@ -96,7 +98,9 @@ ESTIMATE_MARGIN = 0.15
 FLOOR_SLACK = 1e-9
 HEURISTIC_SHARE = 0.3  # of the time limit, split evenly between the heuristics
 POLISH_SHARE = 0.1  # of the time limit, kept for the zone swaps of the best plan
-USD_ROUNDING = 1e-9  # relative: one configuration's dollars summed in two orders differ less
+# relative: a bound summed in another order than the layer split's cumulative sums stays within
+# this of its exact value (float64 sums of at most a few hundred positive terms)
+SPLIT_ROUNDING = 1e-9
 FILLS = ("pipeline", "stage")  # how a typed layout's replicas take the zones (module docstring)
 
 
@@ -230,8 +234,8 @@ class SailorTargetPlanner:
         self._usd: dict[tuple, float] = {}
         self._steps: dict[tuple, float] = {}
         self._stacks: dict[tuple, CurveStack | None] = {}
-        self._own_zone: dict[tuple[str, int], CurveStack | None] = {}
         self._replicas: dict[tuple[str, str, int], Replica] = {}
+        self._least_layers: dict[tuple, tuple[float, float]] = {}
         self.prune_s = math.inf  # the incumbent's score while layouts are enumerated
         self.simulations = self.estimates = self.floored = 0
         self.layouts: dict[str, int] = {}
@@ -310,16 +314,6 @@ class SailorTargetPlanner:
             step = math.inf if stack is None else float(stack.time_s(nbytes).max())
             self._steps[key] = step
         return step
-
-    def _least_step_s(self, gpu: str, tp: int, nbytes: float) -> float:
-        """The fastest :meth:`send_s` of one of the fleet's zones to itself (inf where no
-        zone has a fit for ``gpu``, ``tp``): no stage's :meth:`_slowest_send_s` is below it."""
-        stack = self._own_zone.get((gpu, tp), False)
-        if stack is False:
-            zones = sorted(set(self.cluster.region_of))
-            curves = [c for z in zones if (c := self._curve(z, z, gpu, tp)) is not None]
-            stack = self._own_zone[gpu, tp] = CurveStack(curves) if curves else None
-        return math.inf if stack is None else float(stack.time_s(nbytes).min())
 
     def _cell_usd(self, cell: tuple[str, str, int]) -> float:
         """Dollars per second of one grid cell (zone, Sailor GPU, tp): its node's GPUs."""
@@ -737,29 +731,40 @@ class SailorTargetPlanner:
         return {d: tuple(sorted(v)) for d, v in sorted(out.items())}
 
     def _may_beat(self, kinds, tp_of, dp: int, sizes: tuple[int, ...]) -> bool:
-        """Whether, at some micro-batch size, these stages' compute bound is below the
-        incumbent's score (``prune_s``) and that bound plus the least data-parallel part any
-        placement gives them is not above :meth:`left_out_above`: otherwise every placement's
-        entries are left out by :meth:`configs`. The least part: each stage's slowest send
-        (:meth:`_slowest_send_s`) over its zones is at least the fastest send of a zone to
-        itself (:meth:`_least_step_s`)."""
+        """Whether some micro-batch size's compute bound of these stages is below the
+        incumbent's score (``prune_s``): no placement of them can beat it otherwise. A size
+        whose :meth:`_least_compute_s` already reaches it is not split."""
         keys = tuple(((self.sgpu[g], tp_of[g]),) for g in kinds)
-        usd = sum(self.price[g] * tp_of[g] for g in kinds) * dp
-        # the grid's dollars are summed cell by cell in configs: a rounding apart from these
-        stop = self.left_out_above() * (1.0 + USD_ROUNDING)
+        usd = 0.0  # dollars only where the objective reads them (:meth:`_bound_score`)
+        if self.objective == "cost":
+            usd = sum(self.price[g] * tp_of[g] for g in kinds) * dp
         for mbs in sizes:
-            got = self.split(keys, mbs, dp)
-            if got is None or self._bound_score(got[1], usd) >= self.prune_s:
+            least = self._least_compute_s(keys, mbs, dp)
+            if self._bound_score(least * (1.0 - SPLIT_ROUNDING), usd) >= self.prune_s:
                 continue
-            least = 0.0
-            if dp > 1:
-                params = got[2]
-                for s, (gpu, tp) in enumerate(k for (k,) in keys):
-                    step = self._least_step_s(gpu, tp, params[s] * BYTES_PER_ELEMENT / dp)
-                    least = max(least, 2 * (dp - 1) * step)
-            if not self._bound_score(got[1] + least, usd) > stop:
+            got = self.split(keys, mbs, dp)
+            if got is not None and self._bound_score(got[1], usd) < self.prune_s:
                 return True
         return False
+
+    def _least_compute_s(self, keys, mbs: int, dp: int) -> float:
+        """A lower bound on :meth:`split`'s compute bound ``(m − 1)·max(f + b) + Σ(f + b) +
+        opt`` for these stages without splitting them: each layer runs on some stage, at least
+        at the fastest of their kinds' times for it (W, the sum of those), so Σ(f + b) ≥ W and
+        the busiest stage holds at least W / pp and at least the dearest such layer; opt ≥ 0.
+        0 where a kind has no profile (the split then finds nothing)."""
+        got = self._least_layers.get((keys, mbs))
+        if got is None:
+            rows = [self.row(g, mbs, tp) for g, tp in {k for (k,) in keys}]
+            if any(r is None for r in rows):
+                got = (0.0, 0.0)
+            else:
+                fastest = np.min([r.cost_s for r in rows], axis=0)
+                got = (float(fastest.sum()), float(fastest.max()))
+            self._least_layers[keys, mbs] = got
+        total, dearest = got
+        m = math.ceil(self.batch / (mbs * dp))
+        return (m - 1) * max(total / len(keys), dearest) + total
 
     def _anchor_orders(self, zones, used, tp_of) -> list[tuple[str, ...]]:
         """Per anchor zone, the zones by the time of 100 MB from it (the anchor first); each

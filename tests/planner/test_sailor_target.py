@@ -314,6 +314,28 @@ def test_entries_left_out_by_their_estimate_change_nothing(tmp_path, inputs, mon
         assert short.best.iter_time_s == full.best.iter_time_s
 
 
+def test_the_least_compute_is_below_every_split_s_bound(tmp_path, inputs):
+    # stage sequences of two GPU types at several TP degrees, micro-batch sizes and dp: the
+    # bound that spares a split never passes the split's own compute bound
+    hosts = [(ZA, "A100", 4), (ZA, "A100", 4), (ZB, "V100", 4), (ZB, "V100", 4)]
+    pl = SailorTargetPlanner(_fleet(tmp_path, hosts), "GPT-Neo-2.7", 256, inputs)
+    a, v = pl.sgpu["A100"], pl.sgpu["V100"]
+    checked = close = 0
+    for seq in ([a], [v], [a, v], [v, a, a], [a] * 4 + [v] * 4, [v, v, a, a, a, v]):
+        for tp in (1, 2, 4):
+            keys = tuple(((g, tp),) for g in seq)
+            for mbs in (1, 2, 4, 8):
+                for dp in (1, 2, 4):
+                    got = pl.split(keys, mbs, dp)
+                    if got is None:
+                        continue
+                    least = pl._least_compute_s(keys, mbs, dp)
+                    assert 0 < least <= got[1] * (1 + 1e-12), (seq, tp, mbs, dp)
+                    checked += 1
+                    close += least > 0.5 * got[1]
+    assert checked > 50 and close > checked // 2, close  # a bound that spares splits, not a zero
+
+
 def test_the_warm_up_predicts_a_small_plan_where_the_fleet_has_one(tmp_path, inputs):
     assert warm_up(_fleet(tmp_path, [(ZA, "A100", 4)]), "OPT-350", inputs)
     assert not warm_up(_fleet(tmp_path, [(ZA, "A100", 1)]), "OPT-350", inputs)  # no 2 x 2 plan
