@@ -10,13 +10,14 @@ simulation (:func:`~repro.checks.bench.sweep.warm_up`: the numeric kernels compi
 timing); then every round plans every point with each tree, the two trees' order alternating
 from one point to the next and from one round to the next. A point's time is its plan's own
 ``search_time_s`` (the search, without Python's start and the inputs' loading); the table gives
-each point's median over the rounds, the ratio, and how many configurations each tree
-simulated. Both trees must choose the same plan at a point (the same ``plan_config`` and
-iteration time) in every round, or the run stops. The table, with the command, the commits and
-the load, is also written to ``<results_dir>/plan_sailor.md``; a timing quoted from it needs the
-machine to itself. Its runs and its temporary folder go with it however it is stopped
-(:mod:`system.lifeline`).
-"""
+each point's median over the rounds and the ratio, the same for ``load_time_s + search_time_s``
+(a tree that loads the model's modules and kernels before its search,
+:func:`system.planner.sailor_target.warm_up`, counts them in ``load_time_s``, an earlier one in
+its search), and how many configurations each tree simulated. Both trees must choose the same
+plan at a point (the same ``plan_config`` and iteration time) in every round, or the run stops.
+The table, with the command, the commits and the load, is also written to
+``<results_dir>/plan_sailor.md``; a timing quoted from it needs the machine to itself. Its runs
+and its temporary folder go with it however it is stopped (:mod:`system.lifeline`)."""
 
 from __future__ import annotations
 
@@ -106,28 +107,38 @@ def run(cfg: BenchPlanSailorConfig) -> dict:
     }
 
 
+def _with_load_s(record: dict) -> float:
+    """A plan's search and loading seconds together (what a tree counts as loading may differ:
+    the model's kernels loaded before the search or during it)."""
+    return record["search_time_s"] + record["load_time_s"]
+
+
 def _table(out: dict, names: list[str], points: list[str]) -> list[str]:
-    """Each point's median search seconds per tree, the ratio, the simulations; the totals."""
+    """Each point's median search seconds per tree and their ratio, the same for search and
+    loading together, the simulations; the totals."""
     a, b = names
-    lines = [
-        f"{'point':>22} | {a + ' s':>10} {b + ' s':>12} {'ratio':>6} | simulations"
-        f" {a} -> {b} (floored)"
-    ]
-    total = {a: 0.0, b: 0.0}
+    cols = {"search": lambda r: r["search_time_s"], "load + search": _with_load_s}
+    head = " | ".join(f"{k + ': ' + a:>17} {b:>9} {'ratio':>6}" for k in cols)
+    lines = [f"{'point':>22} | {head} | simulations {a} -> {b} (floored)"]
+    total = {(k, n): 0.0 for k in cols for n in names}
     for p in points:
-        med = {n: statistics.median(r["search_time_s"] for r in out[(p, n)]) for n in names}
-        for n in names:
-            total[n] += med[n]
+        parts = []
+        for k, of in cols.items():
+            med = {n: statistics.median(of(r) for r in out[(p, n)]) for n in names}
+            for n in names:
+                total[k, n] += med[n]
+            parts.append(f"{med[a]:17.2f} {med[b]:9.2f} {med[a] / med[b]:5.2f}x")
         last = {n: out[(p, n)][-1] for n in names}
         floored = last[b].get("floored")
         lines.append(
-            f"{p:>22} | {med[a]:10.2f} {med[b]:12.2f} {med[a] / med[b]:5.2f}x | "
+            f"{p:>22} | {' | '.join(parts)} | "
             f"{last[a]['simulations']} -> {last[b]['simulations']}"
             + (f" ({floored})" if floored is not None else "")
         )
-    lines.append(
-        f"{'all points':>22} | {total[a]:10.2f} {total[b]:12.2f} {total[a] / total[b]:5.2f}x |"
-    )
+    sums = [
+        f"{total[k, a]:17.2f} {total[k, b]:9.2f} {total[k, a] / total[k, b]:5.2f}x" for k in cols
+    ]
+    lines.append(f"{'all points':>22} | {' | '.join(sums)} |")
     lines.append(f"{a} and {b} chose the same plan at every point in every round")
     return lines
 
@@ -147,9 +158,9 @@ def _write(cfg: BenchPlanSailorConfig, lines: list[str], load_before: float, loa
         "",
         f"`{command}` at {short_rev('HEAD')}{' (uncommitted changes)' if dirty() else ''}, "
         f"{os.cpu_count()} cores, 1-minute load {load_before:.2f} before, {load_after:.2f} "
-        f"after; medians of {cfg.rounds} round(s) of each plan's `search_time_s`; "
-        "simulations: the last round's (floored: configurations whose floor reached the "
-        "incumbent, not simulated).",
+        f"after; medians of {cfg.rounds} round(s) of each plan's `search_time_s`, and of its "
+        "`load_time_s + search_time_s`; simulations: the last round's (floored: configurations "
+        "whose floor reached the incumbent, not simulated).",
         "",
         "```",
         *lines,
