@@ -265,11 +265,15 @@ def test_the_floor_is_below_every_prediction(tmp_path, inputs):
     assert checked > 50 and above_compute > checked // 2 and beyond_replay > 0
 
 
+def _two_types_three_zones(tmp_path: Path):
+    """Two A100 hosts in one zone, a V100 host in a second and an A100 host in a far third."""
+    far = "us-west1-b"
+    return _fleet(tmp_path, [(ZA, "A100", 4), (ZA, "A100", 4), (ZB, "V100", 4), (far, "A100", 4)])
+
+
 def test_the_floor_skips_simulations_not_plans(tmp_path, inputs, monkeypatch):
     # the same plans, heuristics' plans included, with and without the floor; fewer simulated
-    far = "us-west1-b"
-    hosts = [(ZA, "A100", 4), (ZA, "A100", 4), (ZB, "V100", 4), (far, "A100", 4)]
-    cl = _fleet(tmp_path, hosts)
+    cl = _two_types_three_zones(tmp_path)
     for objective in ("throughput", "cost"):
         kw = {"objective": objective, "time_limit_s": 600}
         got = SailorTargetPlanner(cl, "GPT-Neo-2.7", 128, inputs, **kw).run()
@@ -288,9 +292,7 @@ def test_the_floor_skips_simulations_not_plans(tmp_path, inputs, monkeypatch):
 def test_entries_left_out_by_their_estimate_change_nothing(tmp_path, inputs, monkeypatch):
     # the entries estimated above best_first's stop are left out of the typed layouts' list:
     # the same plans and the same simulations as with every entry kept, from a shorter list
-    far = "us-west1-b"
-    hosts = [(ZA, "A100", 4), (ZA, "A100", 4), (ZB, "V100", 4), (far, "A100", 4)]
-    cl = _fleet(tmp_path, hosts)
+    cl = _two_types_three_zones(tmp_path)
     for objective in ("throughput", "cost"):
         kw = {"objective": objective, "time_limit_s": 600}
         runs = {}
