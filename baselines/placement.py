@@ -183,7 +183,18 @@ def candidate_maps(cluster: Cluster, workload: Workload, config: BaselineConfig)
     """Launch order first, then the distinct topology-aware maps (module docstring), each a
     valid layout (TP groups inside a host). They depend on the shape, the micro-batch and the
     model's sizes only; each is made once per cluster content (:data:`_CANDIDATES`)."""
-    key = (
+    key = _candidates_key(cluster, workload, config)
+    hit = _CANDIDATES.get(key)
+    if hit is None:
+        if len(_CANDIDATES) >= MAX_CANDIDATES:
+            _CANDIDATES.clear()
+        hit = _CANDIDATES[key] = tuple(_candidate_maps(cluster, workload, config))
+    return list(hit)
+
+
+def _candidates_key(cluster: Cluster, workload: Workload, config: BaselineConfig) -> tuple:
+    """What :func:`candidate_maps` depends on (its memo's key)."""
+    return (
         fingerprint(cluster),
         workload.model,
         workload.activation_bytes,
@@ -193,12 +204,6 @@ def candidate_maps(cluster: Cluster, workload: Workload, config: BaselineConfig)
         config.dp,
         config.micro_batch_size,
     )
-    hit = _CANDIDATES.get(key)
-    if hit is None:
-        if len(_CANDIDATES) >= MAX_CANDIDATES:
-            _CANDIDATES.clear()
-        hit = _CANDIDATES[key] = tuple(_candidate_maps(cluster, workload, config))
-    return list(hit)
 
 
 def _candidate_maps(cluster: Cluster, workload: Workload, config: BaselineConfig) -> list[RankMap]:
@@ -269,6 +274,49 @@ def proxy_cost_s(
     return total
 
 
+# Rankings already made (:func:`_ranked`), by what :func:`proxy_cost_s` reads: a grid asks
+# again for every recomputation, chunking and optimizer variant of one shape and micro-batch.
+_RANKINGS: dict[tuple, tuple[RankMap, ...]] = {}
+
+
+def _ranked(
+    cluster: Cluster,
+    workload: Workload,
+    config: BaselineConfig,
+    cands: list[RankMap],
+    dp_collective: str,
+    transport: Transport,
+) -> tuple[RankMap, ...]:
+    """The topology-aware maps of ``cands`` (launch order, first, left out) by increasing
+    :func:`proxy_cost_s`, ties in their order. The cost reads the candidates' inputs (the
+    :func:`candidate_maps` key), the global batch, ``config.zero``, the DP collective and the
+    transport, so a ranking is kept by those (:data:`_RANKINGS`)."""
+    key = (
+        _candidates_key(cluster, workload, config),
+        workload.global_batch_size,
+        config.zero,
+        dp_collective,
+        transport,
+    )
+    hit = _RANKINGS.get(key)
+    if hit is None:
+
+        def cost(c: RankMap) -> float:
+            return proxy_cost_s(
+                cluster,
+                workload,
+                config,
+                c.devices,
+                dp_collective=dp_collective,
+                transport=transport,
+            )
+
+        if len(_RANKINGS) >= MAX_CANDIDATES:
+            _RANKINGS.clear()
+        hit = _RANKINGS[key] = tuple(sorted(cands[1:], key=cost))
+    return hit
+
+
 def search_placement(
     cluster: Cluster,
     workload: Workload,
@@ -284,13 +332,7 @@ def search_placement(
     :func:`proxy_cost_s` (under the row's ``dp_collective`` and ``transport``), with the map
     that gave it; ties keep launch order."""
     cands = candidate_maps(cluster, workload, config)
-
-    def cost(c: RankMap) -> float:
-        return proxy_cost_s(
-            cluster, workload, config, c.devices, dp_collective=dp_collective, transport=transport
-        )
-
-    ranked = sorted(cands[1:], key=cost)
+    ranked = _ranked(cluster, workload, config, cands, dp_collective, transport)
     best: tuple[SimResult, RankMap] | None = None
     for cand in [cands[0], *ranked[:top]]:
         res = simulate(cand)

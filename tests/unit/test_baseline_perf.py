@@ -156,6 +156,50 @@ def test_candidate_maps_are_made_once_per_shape_and_cluster():
     assert placement.candidate_maps(c, GPT, wide) == placement._candidate_maps(c, GPT, wide)
 
 
+def test_rank_map_ranking_is_kept_by_what_its_cost_reads():
+    from dataclasses import replace
+
+    from baselines import placement
+    from system.simulator.transfers import GLOO, NCCL
+
+    c = get_case("5")
+    cfg = BaselineConfig(system="megatron", tp=1, pp=4, dp=16, micro_batch_size=1)
+
+    def fresh(config, workload=GPT, collective="auto", transport=NCCL):
+        cands = placement.candidate_maps(c, workload, config)
+
+        def cost(m):
+            return placement.proxy_cost_s(
+                c, workload, config, m.devices, dp_collective=collective, transport=transport
+            )
+
+        return tuple(sorted(cands[1:], key=cost))
+
+    def kept(config, workload=GPT, collective="auto", transport=NCCL):
+        cands = placement.candidate_maps(c, workload, config)
+        return placement._ranked(c, workload, config, cands, collective, transport)
+
+    placement._RANKINGS.clear()
+    first = kept(cfg)
+    assert first == fresh(cfg) and len(first) >= 2
+    assert len(placement._RANKINGS) == 1
+    # a variant the cost does not read takes the kept ranking
+    assert kept(replace(cfg, recompute="none", virtual_stages=2)) is first
+    assert len(placement._RANKINGS) == 1
+    # every input the cost reads is its own entry, ranked as a fresh ranking would be
+    bigger = Workload(model=GPT.model, global_batch_size=4 * GPT.global_batch_size)
+    for args in (
+        (cfg, GPT, "ring", NCCL),
+        (cfg, GPT, "tree", NCCL),
+        (cfg, GPT, "auto", GLOO),
+        (cfg, bigger, "auto", NCCL),
+        (replace(cfg, micro_batch_size=2), GPT, "auto", NCCL),
+    ):
+        assert kept(*args) == fresh(*args)
+    assert len(placement._RANKINGS) == 6
+    assert fresh(cfg, collective="ring") != fresh(cfg, collective="tree")  # inputs that matter
+
+
 @pytest.mark.slow
 def test_topology_never_slower_and_records_its_map():
     c = get_case("5")
