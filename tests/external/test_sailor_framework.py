@@ -250,3 +250,39 @@ def test_a_plan_s_cluster_is_kept_for_the_same_nodes_and_inputs():
     )
     other = load_inputs(SHARED)  # the same data read again: another inputs, another cluster
     assert framework.plan_cluster(plan, other) is not first
+
+
+@pytest.mark.parametrize(
+    "rel,model",
+    [
+        ("geo/OPT-350/plan_config_geo_p2.json", "OPT-350"),
+        ("geo/GPT-NEO/plan_config_geo_p1.json", "GPT-Neo-2.7"),
+        ("het/GPT-NEO/plan_config_het_p1.json", "GPT-Neo-2.7"),
+        ("het/OPT-350/plan_config_het_p0.json", "OPT-350"),
+    ],
+)
+def test_a_stage_s_all_reduce_on_its_own_nodes_equals_it_on_the_plan_s_cluster(rel, model):
+    # each stage's all-reduce is timed on the cluster of its own nodes and kept per stage: the
+    # same floats as on the whole plan's cluster, under every collective, as the plan's maximum
+    from system.external.sailor import framework
+
+    inputs, plan = _committed_plan(rel, model)
+    whole = framework.plan_cluster(plan, inputs)
+    devs = framework._ranges(plan, whole)
+    assert plan.pp > 1 or plan.dp > 1
+    for collective in ("auto", "ring", "tree", "fastest"):
+        framework._DATA_PARALLEL.clear()
+        per_stage = [
+            framework._data_parallel_s(plan, inputs, whole, devs, s, collective)
+            for s in range(plan.pp)
+        ]
+        seconds, algos, rank0 = framework._data_parallel_kept(plan, inputs, collective)
+        assert seconds == max(x[0] for x in per_stage)
+        assert rank0 == per_stage[0][2]
+        used = sorted({a for x in per_stage for a in x[1]})
+        assert algos == ("+".join(used) or "none")
+        keys = [framework._data_parallel_key(plan, inputs, s, collective) for s in range(plan.pp)]
+        assert len(framework._DATA_PARALLEL) == len(set(keys))
+        for s in range(plan.pp):  # each stage kept with its own numbers
+            kept = framework._DATA_PARALLEL[keys[s]][1]
+            assert kept[0] == per_stage[s][0] and kept[2] == per_stage[s][2]

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -41,7 +41,7 @@ from system.cluster import Cluster
 from system.external.sailor.bandwidth import BandwidthFits, cluster_from_nodes
 from system.external.sailor.errors import Finding
 from system.external.sailor.gpus import project_gpu
-from system.external.sailor.plan import SailorPlan
+from system.external.sailor.plan import SailorPlan, Stage
 from system.external.sailor.profile import (
     PROFILED_TRANSFORMER_LAYERS,
     LayerSizes,
@@ -97,10 +97,15 @@ class SailorInputs:
 # on the same nodes: other micro-batches and layer splits); a cluster is immutable
 _CLUSTERS: OrderedDict[tuple, tuple[SailorInputs, Cluster]] = OrderedDict()
 _CLUSTERS_KEPT = 16  # a cluster of 500 GPUs holds about 8 MB of matrices
-# the data-parallel all-reduces' times (:func:`_data_parallel_kept`) of the last plans, by what
-# decides them: a planner asks again for the other micro-batch sizes of one layout
-_DATA_PARALLEL: OrderedDict[tuple, tuple[SailorInputs, tuple[float, str, float]]] = OrderedDict()
-_DATA_PARALLEL_KEPT = 4096
+# the data-parallel all-reduces' times of the last stages (:func:`_data_parallel_kept`), by what
+# decides them: a planner asks again for the other micro-batch sizes of one layout, and for a
+# stage placed as in a layout it timed before
+_DATA_PARALLEL: OrderedDict[tuple, tuple[SailorInputs, tuple[float, tuple[str, ...], float]]]
+_DATA_PARALLEL = OrderedDict()
+_DATA_PARALLEL_KEPT = 16384
+# the clusters of one stage's nodes (:func:`_stage_cluster`), by nodes
+_STAGE_CLUSTERS: OrderedDict[tuple, tuple[SailorInputs, Cluster]] = OrderedDict()
+_STAGE_CLUSTERS_KEPT = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,7 +379,7 @@ def predict_plan(
     pipeline_s = float(ends.max())
     tied_end = _tied_grads_end_s(plan, inputs, cluster, devs, ends, dp_collective)
     barrier_s = max(pipeline_s, float(tied_end.max()))
-    dp_s, algo, rank0_s = _data_parallel_kept(plan, inputs, cluster, devs, dp_collective)
+    dp_s, algo, rank0_s = _data_parallel_kept(plan, inputs, dp_collective)
     opt_s = _optimizer_s(plan, inputs)
     # rank 0's group (stage 0, TP rank 0) without the barrier: member r enters when replica r's
     # stage 0 is past its pipeline and its tied-gradient all-reduce
@@ -465,7 +470,7 @@ def iteration_floor_s(
     floor = pipeline + _optimizer_s(plan, inputs)
     if floor >= above:
         return floor
-    return floor + _data_parallel_kept(plan, inputs, None, None, dp_collective)[0]
+    return floor + _data_parallel_kept(plan, inputs, dp_collective)[0]
 
 
 def nccl_tuner_algorithms(cluster: Cluster, groups: np.ndarray, nbytes: float) -> list[str]:
@@ -542,10 +547,9 @@ def _stage_params(plan: SailorPlan, inputs: SailorInputs, s: int) -> float:
     return float(inputs.sizes.get(plan.model, tp).params[list(plan.stages[s].layers)].sum())
 
 
-def _data_parallel_s(plan, inputs, cluster, devs, dp_collective) -> tuple[float, str, float]:
-    """Longest stage all-reduce (fp32 buckets of 5e8 elements, one after the other), the
-    algorithms used, and rank 0's own reduction (stage 0, TP rank 0), every member entering
-    at once.
+def _data_parallel_s(plan, inputs, cluster, devs, s, dp_collective) -> tuple[float, list, float]:
+    """Stage ``s``'s all-reduce (fp32 buckets of 5e8 elements, one after the other), every
+    member entering at once: (its seconds, the algorithms used, its TP rank 0's seconds).
 
     ``ReduceGrads`` flattens each stage's gradients into buckets of DeepSpeed's
     ``MEMORY_OPT_ALLREDUCE_SIZE`` elements and all-reduces them over the stage's replicas, one
@@ -558,54 +562,79 @@ def _data_parallel_s(plan, inputs, cluster, devs, dp_collective) -> tuple[float,
     over the stage's parameters at that width: a tp = 1 replica's GPU sends the whole stage's
     gradients, its link the bottleneck; a wider replica's first ranks stand for it, the gather
     inside its node left out."""
-    worst, algos, rank0 = 0.0, set(), 0.0
-    for s, st in enumerate(plan.stages):
-        params = _stage_params(plan, inputs, s)
-        buckets = max(1, math.ceil(params / BUCKET_ELEMENTS))
-        nbytes = params * BYTES_PER_ELEMENT / buckets
-        tp = min(rep.tp for rep in st.replicas)  # uniform TP: the stage's
-        groups = np.array([[devs[s][r][t] for r in range(plan.dp)] for t in range(tp)])
-        if plan.dp > 1:
-            done, used = _allreduce_end_s(
-                cluster, groups, nbytes, np.zeros(groups.shape), dp_collective
-            )
-            algos.update(used)
-        else:
-            done = np.zeros(groups.shape)
-        hbm = min(
-            get_gpu(project_gpu(rep.gpu, plan.file, "gpu")).hbm_bandwidth_bps for rep in st.replicas
+    st = plan.stages[s]
+    params = _stage_params(plan, inputs, s)
+    buckets = max(1, math.ceil(params / BUCKET_ELEMENTS))
+    nbytes = params * BYTES_PER_ELEMENT / buckets
+    tp = min(rep.tp for rep in st.replicas)  # uniform TP: the stage's
+    groups = np.array([[devs[s][r][t] for r in range(plan.dp)] for t in range(tp)])
+    used: list = []
+    if plan.dp > 1:
+        done, used = _allreduce_end_s(
+            cluster, groups, nbytes, np.zeros(groups.shape), dp_collective
         )
-        copies = 2 * 2 * 8.0 * nbytes / hbm  # flatten and unflatten, each a read and a write
-        worst = max(worst, buckets * (float(done.max()) + copies))
-        if s == 0:
-            rank0 = buckets * (float(done[0, 0]) + copies)
-    return worst, "+".join(sorted(algos)) or "none", rank0
+    else:
+        done = np.zeros(groups.shape)
+    hbm = min(
+        get_gpu(project_gpu(rep.gpu, plan.file, "gpu")).hbm_bandwidth_bps for rep in st.replicas
+    )
+    copies = 2 * 2 * 8.0 * nbytes / hbm  # flatten and unflatten, each a read and a write
+    return buckets * (float(done.max()) + copies), used, buckets * (float(done[0, 0]) + copies)
 
 
-def _data_parallel_key(plan: SailorPlan, dp_collective: str) -> tuple:
-    """What :func:`_data_parallel_s` reads of a plan: its nodes (they decide the cluster,
-    :func:`plan_cluster`, and the devices), its stages' layers and TP degrees (the buckets),
-    its model and the collective."""
-    return (plan.stages, plan.model, dp_collective)  # each replica: its node and TP degree
-
-
-def _data_parallel_kept(plan, inputs, cluster, devs, dp_collective) -> tuple[float, str, float]:
-    """:func:`_data_parallel_s`, kept per :func:`_data_parallel_key`, so the same key gives the
-    same numbers; ``cluster`` and ``devs`` may be None (built, :func:`plan_cluster`, only where
-    the key is new)."""
-    key = _data_parallel_key(plan, dp_collective)
-    hit = _DATA_PARALLEL.get(key)
+def _stage_cluster(stage: Stage, plan: SailorPlan, inputs: SailorInputs) -> Cluster:
+    """The cluster of one stage's nodes (:func:`~system.external.sailor.bandwidth.
+    cluster_from_nodes`), kept for the next stages on the same nodes."""
+    key = (tuple(r.node for r in stage.replicas), plan.file)
+    hit = _STAGE_CLUSTERS.get(key)
     if hit is not None and hit[0] is inputs:
-        _DATA_PARALLEL.move_to_end(key)
+        _STAGE_CLUSTERS.move_to_end(key)
         return hit[1]
-    if cluster is None:
-        cluster = plan_cluster(plan, inputs)
-        devs = _ranges(plan, cluster)
-    got = _data_parallel_s(plan, inputs, cluster, devs, dp_collective)
-    _DATA_PARALLEL[key] = (inputs, got)
-    while len(_DATA_PARALLEL) > _DATA_PARALLEL_KEPT:
-        _DATA_PARALLEL.popitem(last=False)
-    return got
+    cluster = cluster_from_nodes(list(key[0]), inputs.fits, inputs.intra, name=plan.file)
+    _STAGE_CLUSTERS[key] = (inputs, cluster)
+    while len(_STAGE_CLUSTERS) > _STAGE_CLUSTERS_KEPT:
+        _STAGE_CLUSTERS.popitem(last=False)
+    return cluster
+
+
+def _data_parallel_key(plan: SailorPlan, inputs: SailorInputs, s: int, dp_collective: str):
+    """What :func:`_data_parallel_s` reads of stage ``s``: its replicas' nodes (they decide the
+    devices, their links and memory bandwidth) and TP degrees, its parameters per GPU (the
+    buckets: stages of other layers but as many parameters are timed once) and the
+    collective."""
+    return (plan.stages[s].replicas, _stage_params(plan, inputs, s), dp_collective)
+
+
+def _data_parallel_kept(plan, inputs, dp_collective) -> tuple[float, str, float]:
+    """The data-parallel all-reduce after the pipeline: (the longest stage's seconds, the
+    algorithms used, rank 0's own seconds: stage 0, TP rank 0). Each stage's all-reduce
+    (:func:`_data_parallel_s`) is timed on the cluster of that stage's nodes alone: its groups
+    hold only those nodes' devices and their flows share only those nodes' pairs' curves
+    (``cluster_from_nodes`` gives each pair its kinds' curve whatever the other nodes), so it
+    is the same on the plan's whole cluster. It is kept per :func:`_data_parallel_key`, so the
+    same stage gives the same numbers in every plan that holds it."""
+    worst, algos, rank0 = 0.0, set(), 0.0
+    for s, stage in enumerate(plan.stages):
+        key = _data_parallel_key(plan, inputs, s, dp_collective)
+        hit = _DATA_PARALLEL.get(key)
+        if hit is not None and hit[0] is inputs:
+            _DATA_PARALLEL.move_to_end(key)
+            seconds, used, own = hit[1]
+        else:
+            one = replace(plan, stages=(stage,))
+            cluster = _stage_cluster(stage, plan, inputs)
+            seconds, got, own = _data_parallel_s(
+                one, inputs, cluster, _ranges(one, cluster), 0, dp_collective
+            )
+            used = tuple(got)
+            _DATA_PARALLEL[key] = (inputs, (seconds, used, own))
+            while len(_DATA_PARALLEL) > _DATA_PARALLEL_KEPT:
+                _DATA_PARALLEL.popitem(last=False)
+        worst = max(worst, seconds)
+        algos.update(used)
+        if s == 0:
+            rank0 = own
+    return worst, "+".join(sorted(algos)) or "none", rank0
 
 
 def _optimizer_s(plan: SailorPlan, inputs: SailorInputs) -> float:
