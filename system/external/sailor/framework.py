@@ -103,8 +103,8 @@ _CLUSTERS_KEPT = 16  # a cluster of 500 GPUs holds about 8 MB of matrices
 _DATA_PARALLEL: OrderedDict[tuple, tuple[SailorInputs, tuple[float, tuple[str, ...], float]]]
 _DATA_PARALLEL = OrderedDict()
 _DATA_PARALLEL_KEPT = 16384
-# the clusters of one stage's nodes (:func:`_stage_cluster`), by nodes
-_STAGE_CLUSTERS: OrderedDict[tuple, tuple[SailorInputs, Cluster]] = OrderedDict()
+# the clusters of one stage's nodes (:func:`_stage_devices`), by nodes in sorted order
+_STAGE_CLUSTERS: OrderedDict[tuple, tuple[SailorInputs, tuple[Cluster, dict]]] = OrderedDict()
 _STAGE_CLUSTERS_KEPT = 64
 
 
@@ -582,19 +582,39 @@ def _data_parallel_s(plan, inputs, cluster, devs, s, dp_collective) -> tuple[flo
     return buckets * (float(done.max()) + copies), used, buckets * (float(done[0, 0]) + copies)
 
 
-def _stage_cluster(stage: Stage, plan: SailorPlan, inputs: SailorInputs) -> Cluster:
-    """The cluster of one stage's nodes (:func:`~system.external.sailor.bandwidth.
-    cluster_from_nodes`), kept for the next stages on the same nodes."""
-    key = (tuple(r.node for r in stage.replicas), plan.file)
+def _stage_devices(stage: Stage, plan: SailorPlan, inputs: SailorInputs):
+    """(a cluster holding one stage's nodes, the devices of each of its replicas there: the
+    first ``tp`` GPUs of its node). The cluster (:func:`~system.external.sailor.bandwidth.
+    cluster_from_nodes`) holds the nodes in sorted order, so the stages on the same nodes in
+    any order share it (kept for the next ones); a replica takes the next node of its kind."""
+    nodes = tuple(r.node for r in stage.replicas)
+    key = (tuple(sorted(nodes, key=_node_order)), plan.file)
     hit = _STAGE_CLUSTERS.get(key)
     if hit is not None and hit[0] is inputs:
         _STAGE_CLUSTERS.move_to_end(key)
-        return hit[1]
-    cluster = cluster_from_nodes(list(key[0]), inputs.fits, inputs.intra, name=plan.file)
-    _STAGE_CLUSTERS[key] = (inputs, cluster)
-    while len(_STAGE_CLUSTERS) > _STAGE_CLUSTERS_KEPT:
-        _STAGE_CLUSTERS.popitem(last=False)
-    return cluster
+        cluster, first = hit[1]
+    else:
+        cluster = cluster_from_nodes(list(key[0]), inputs.fits, inputs.intra, name=plan.file)
+        first = {}  # per node kind: its first device in the sorted order
+        offset = 0
+        for node in key[0]:
+            first.setdefault(node, offset)
+            offset += node.gpus
+        _STAGE_CLUSTERS[key] = (inputs, (cluster, first))
+        while len(_STAGE_CLUSTERS) > _STAGE_CLUSTERS_KEPT:
+            _STAGE_CLUSTERS.popitem(last=False)
+    taken: dict = {}
+    devs = []
+    for rep, node in zip(stage.replicas, nodes, strict=True):
+        k = taken.get(node, 0)
+        taken[node] = k + 1
+        start = first[node] + k * node.gpus
+        devs.append(np.arange(start, start + min(rep.tp, node.gpus)))
+    return cluster, [devs]
+
+
+def _node_order(node) -> tuple:
+    return (node.zone, node.gpu, node.gpus)
 
 
 def _data_parallel_key(plan: SailorPlan, inputs: SailorInputs, s: int, dp_collective: str):
@@ -621,11 +641,9 @@ def _data_parallel_kept(plan, inputs, dp_collective) -> tuple[float, str, float]
             _DATA_PARALLEL.move_to_end(key)
             seconds, used, own = hit[1]
         else:
+            cluster, devs = _stage_devices(stage, plan, inputs)
             one = replace(plan, stages=(stage,))
-            cluster = _stage_cluster(stage, plan, inputs)
-            seconds, got, own = _data_parallel_s(
-                one, inputs, cluster, _ranges(one, cluster), 0, dp_collective
-            )
+            seconds, got, own = _data_parallel_s(one, inputs, cluster, devs, 0, dp_collective)
             used = tuple(got)
             _DATA_PARALLEL[key] = (inputs, (seconds, used, own))
             while len(_DATA_PARALLEL) > _DATA_PARALLEL_KEPT:
