@@ -286,3 +286,39 @@ def test_a_stage_s_all_reduce_on_its_own_nodes_equals_it_on_the_plan_s_cluster(r
         for s in range(plan.pp):  # each stage kept with its own numbers
             kept = framework._DATA_PARALLEL[keys[s]][1]
             assert kept[0] == per_stage[s][0] and kept[2] == per_stage[s][2]
+
+
+@pytest.mark.parametrize(
+    "rel,model",
+    [
+        ("geo/OPT-350/plan_config_geo_p2.json", "OPT-350"),
+        ("geo/GPT-NEO/plan_config_geo_p1.json", "GPT-Neo-2.7"),
+        ("het/GPT-NEO/plan_config_het_p1.json", "GPT-Neo-2.7"),
+        ("het/OPT-350/plan_config_het_p0.json", "OPT-350"),
+    ],
+)
+def test_the_all_reduce_bound_without_a_cluster_is_below_its_timing(rel, model):
+    # what NCCL detects of a stage's group, read off its nodes, equals what it detects on the
+    # stage's cluster; the bound built without that cluster is below the all-reduce's timing
+    # under every collective (none under fastest), and reads the kept timing where there is one
+    from system.external.sailor import framework
+    from system.simulator.nccl_tuner import system_for_group
+
+    inputs, plan = _committed_plan(rel, model)
+    for stage in plan.stages:
+        cluster, devs = framework._stage_devices(stage, plan, inputs)
+        group = [int(d[0]) for d in devs[0]]
+        nodes = [rep.node for rep in stage.replicas]
+        assert framework._stage_nccl_system(nodes, inputs) == system_for_group(cluster, group)
+    for collective in ("auto", "ring", "tree", "fastest"):
+        framework._DATA_PARALLEL.clear()
+        framework._DATA_PARALLEL_FLOORS.clear()
+        cheap = framework._data_parallel_floor_s(plan, inputs, collective)
+        seconds = framework._data_parallel_kept(plan, inputs, collective)[0]
+        if collective == "fastest" or (collective == "tree" and plan.dp > 2):
+            assert cheap is None
+            continue
+        assert 0.0 < cheap <= seconds
+        if collective == "ring":  # the ring's steps read off the fits: close to its timing
+            assert cheap >= 0.5 * seconds
+        assert framework._data_parallel_floor_s(plan, inputs, collective) == seconds  # kept

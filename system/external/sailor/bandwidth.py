@@ -163,6 +163,16 @@ def load_intra_node_fits(path) -> dict[tuple[str, int], BandwidthCurve]:
     return out
 
 
+def _per_flow_gbps(curve: BandwidthCurve) -> float:
+    return curve.peak_bps / curve.flows / 1e9
+
+
+def node_pair_peak_gbps(fits: BandwidthFits, a: NodeSpec, b: NodeSpec) -> float:
+    """Gbit/s between a GPU of node ``a`` and one of another node ``b`` in
+    :func:`cluster_from_nodes`'s cluster: the smaller of the two directions' per-flow peaks."""
+    return min(_per_flow_gbps(fits.curve(a, b)), _per_flow_gbps(fits.curve(b, a)))
+
+
 def cluster_from_nodes(
     nodes: Sequence[NodeSpec],
     fits: BandwidthFits,
@@ -200,7 +210,7 @@ def cluster_from_nodes(
                 curves[(ka, kb)] = fits.curve(kinds[ka], kinds[kb])
     per_flow = np.zeros((len(kinds), len(kinds)))
     for (ka, kb), c in curves.items():
-        per_flow[ka, kb] = c.peak_bps / c.flows / 1e9
+        per_flow[ka, kb] = _per_flow_gbps(c)
     peak = per_flow[np.ix_(kind, kind)]
     within = {}
     for i, a in enumerate(nodes):

@@ -31,14 +31,19 @@ profile, the all-reduce at the stage's narrowest TP degree as in Sailor's own si
 
 from __future__ import annotations
 
+import functools
 import math
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from system.cluster import Cluster
-from system.external.sailor.bandwidth import BandwidthFits, cluster_from_nodes
+from system.external.sailor.bandwidth import (
+    BandwidthFits,
+    cluster_from_nodes,
+    node_pair_peak_gbps,
+)
 from system.external.sailor.errors import Finding
 from system.external.sailor.gpus import project_gpu
 from system.external.sailor.plan import SailorPlan, Stage
@@ -53,6 +58,7 @@ from system.external.sailor.profile import (
 from system.gpus import get_gpu
 from system.links import BandwidthCurve
 from system.simulator.collectives import allreduce_end_s, nccl_allreduce_end_s, ring_collective_s
+from system.simulator.nccl_tuner import GPU_ARCH, NcclSystem, system_for_group, tune_allreduce
 from system.simulator.replay import exact_range, replay_end_s
 from system.simulator.sharing import sharing_of
 from system.simulator.transfers import flow_time_s
@@ -103,6 +109,10 @@ _CLUSTERS_KEPT = 16  # a cluster of 500 GPUs holds about 8 MB of matrices
 _DATA_PARALLEL: OrderedDict[tuple, tuple[SailorInputs, tuple[float, tuple[str, ...], float]]]
 _DATA_PARALLEL = OrderedDict()
 _DATA_PARALLEL_KEPT = 16384
+# their bounds without a cluster (:func:`_stage_floor_s`), by the same key, and what NCCL
+# detects of a stage's group (:func:`_stage_nccl_system`), by its node kinds
+_DATA_PARALLEL_FLOORS: OrderedDict[tuple, tuple[SailorInputs, float | None]] = OrderedDict()
+_NCCL_SYSTEMS: OrderedDict[tuple, tuple[SailorInputs, NcclSystem]] = OrderedDict()
 # the clusters of one stage's nodes (:func:`_stage_devices`), by nodes in sorted order
 _STAGE_CLUSTERS: OrderedDict[tuple, tuple[SailorInputs, tuple[Cluster, dict]]] = OrderedDict()
 _STAGE_CLUSTERS_KEPT = 64
@@ -434,8 +444,10 @@ def iteration_floor_s(
 
     Where the pipeline and the optimizer step alone reach ``above``, their sum is returned
     without building the plan's cluster or timing the all-reduce (still a lower bound, and a
-    caller's answer already); otherwise the cluster is built only where the all-reduce of
-    these nodes, layers and TP degrees has not been timed before (:func:`_data_parallel_kept`)."""
+    caller's answer already); so is their sum with the all-reduce's bound built without a
+    cluster (:func:`_data_parallel_floor_s`) where that reaches ``above``. Otherwise the
+    all-reduce is timed, each stage's cluster built only where the all-reduce of its nodes,
+    layers and TP degrees has not been timed before (:func:`_data_parallel_kept`)."""
     p, m = plan.pp, plan.micro_batches
     f, b = _all_stage_times(plan, inputs, set())
     pipeline = float((m * (f + b)).max())
@@ -470,6 +482,9 @@ def iteration_floor_s(
     floor = pipeline + _optimizer_s(plan, inputs)
     if floor >= above:
         return floor
+    cheap = _data_parallel_floor_s(plan, inputs, dp_collective)
+    if cheap is not None and floor + cheap >= above:
+        return floor + cheap
     return floor + _data_parallel_kept(plan, inputs, dp_collective)[0]
 
 
@@ -477,8 +492,6 @@ def nccl_tuner_algorithms(cluster: Cluster, groups: np.ndarray, nbytes: float) -
     """The all-reduce algorithm NCCL's tuner picks for each communicator (a row of ``groups``)
     from what NCCL sees of it — its ranks, nodes (hosts), GPUs and NICs
     (:func:`system.simulator.nccl_tuner.system_for_group`) — and the message size."""
-    from system.simulator.nccl_tuner import system_for_group, tune_allreduce
-
     return [tune_allreduce(system_for_group(cluster, g), float(nbytes)).algorithm for g in groups]
 
 
@@ -492,12 +505,9 @@ def _allreduce_end_s(cluster, groups, nbytes, entry, dp_collective) -> tuple[np.
     g = np.asarray(groups, dtype=int)
     if dp_collective == "fastest":
         return nccl_allreduce_end_s(cluster, g, nbytes, entry)
-    if g.shape[1] < 3:
-        picks = ["ring"] * g.shape[0]  # a tree of two ranks is the ring (collectives module)
-    elif dp_collective == "auto":
-        picks = nccl_tuner_algorithms(cluster, g, nbytes)
-    else:
-        picks = [dp_collective] * g.shape[0]
+    picks = _picks(
+        g.shape[1], g.shape[0], dp_collective, lambda: nccl_tuner_algorithms(cluster, g, nbytes)
+    )
     unknown = sorted(set(picks) - {"ring", "tree"})
     if unknown:
         raise ValueError(f"all-reduce: no timing for NCCL's {', '.join(unknown)} algorithm")
@@ -506,6 +516,18 @@ def _allreduce_end_s(cluster, groups, nbytes, entry, dp_collective) -> tuple[np.
     ends = {a: allreduce_end_s(cluster, g, nbytes, entry, a)[0] for a in sorted(set(picks))}
     end = np.stack([ends[a][i] for i, a in enumerate(picks)])
     return end, picks
+
+
+def _picks(ranks: int, groups: int, dp_collective: str, tuned) -> list[str]:
+    """The algorithm each of ``groups`` groups of ``ranks`` runs under ``dp_collective`` (not
+    ``fastest``): the ring for fewer than three ranks (a tree of two ranks is the ring,
+    :mod:`system.simulator.collectives`), NCCL's tuner's picks (``tuned()``) under ``auto``,
+    else the one named."""
+    if ranks < 3:
+        return ["ring"] * groups
+    if dp_collective == "auto":
+        return list(tuned())
+    return [dp_collective] * groups
 
 
 def _tied_grads_end_s(plan, inputs, cluster, devs, ends, dp_collective) -> np.ndarray:
@@ -547,6 +569,20 @@ def _stage_params(plan: SailorPlan, inputs: SailorInputs, s: int) -> float:
     return float(inputs.sizes.get(plan.model, tp).params[list(plan.stages[s].layers)].sum())
 
 
+def _stage_buckets(plan: SailorPlan, inputs: SailorInputs, s: int) -> tuple[int, float, float]:
+    """Stage ``s``'s gradient buckets (:func:`_data_parallel_s`): (how many, bytes each, the
+    seconds of one bucket's flatten and unflatten copies, each a read and a write at the
+    slowest replica's memory bandwidth)."""
+    params = _stage_params(plan, inputs, s)
+    buckets = max(1, math.ceil(params / BUCKET_ELEMENTS))
+    nbytes = params * BYTES_PER_ELEMENT / buckets
+    hbm = min(
+        get_gpu(project_gpu(gpu, plan.file, "gpu")).hbm_bandwidth_bps
+        for gpu in {rep.gpu for rep in plan.stages[s].replicas}
+    )
+    return buckets, nbytes, 2 * 2 * 8.0 * nbytes / hbm
+
+
 def _data_parallel_s(plan, inputs, cluster, devs, s, dp_collective) -> tuple[float, list, float]:
     """Stage ``s``'s all-reduce (fp32 buckets of 5e8 elements, one after the other), every
     member entering at once: (its seconds, the algorithms used, its TP rank 0's seconds).
@@ -563,9 +599,7 @@ def _data_parallel_s(plan, inputs, cluster, devs, s, dp_collective) -> tuple[flo
     gradients, its link the bottleneck; a wider replica's first ranks stand for it, the gather
     inside its node left out."""
     st = plan.stages[s]
-    params = _stage_params(plan, inputs, s)
-    buckets = max(1, math.ceil(params / BUCKET_ELEMENTS))
-    nbytes = params * BYTES_PER_ELEMENT / buckets
+    buckets, nbytes, copies = _stage_buckets(plan, inputs, s)
     tp = min(rep.tp for rep in st.replicas)  # uniform TP: the stage's
     groups = np.array([[devs[s][r][t] for r in range(plan.dp)] for t in range(tp)])
     used: list = []
@@ -575,11 +609,115 @@ def _data_parallel_s(plan, inputs, cluster, devs, s, dp_collective) -> tuple[flo
         )
     else:
         done = np.zeros(groups.shape)
-    hbm = min(
-        get_gpu(project_gpu(rep.gpu, plan.file, "gpu")).hbm_bandwidth_bps for rep in st.replicas
-    )
-    copies = 2 * 2 * 8.0 * nbytes / hbm  # flatten and unflatten, each a read and a write
     return buckets * (float(done.max()) + copies), used, buckets * (float(done[0, 0]) + copies)
+
+
+def _data_parallel_floor_s(plan: SailorPlan, inputs: SailorInputs, dp_collective: str):
+    """A lower bound on :func:`_data_parallel_kept`'s seconds that builds no cluster: the
+    longest stage's kept seconds where it was timed, else its :func:`_stage_floor_s`; None
+    where a stage has no such bound."""
+    worst = 0.0
+    for s in range(plan.pp):
+        key = _data_parallel_key(plan, inputs, s, dp_collective)
+        hit = _DATA_PARALLEL.get(key)
+        if hit is not None and hit[0] is inputs:
+            worst = max(worst, hit[1][0])
+            continue
+        hit = _DATA_PARALLEL_FLOORS.get(key)
+        if hit is not None and hit[0] is inputs:
+            got = hit[1]
+        else:
+            got = _stage_floor_s(plan, inputs, s, dp_collective)
+            _DATA_PARALLEL_FLOORS[key] = (inputs, got)
+            while len(_DATA_PARALLEL_FLOORS) > _DATA_PARALLEL_KEPT:
+                _DATA_PARALLEL_FLOORS.popitem(last=False)
+        if got is None:
+            return None
+        worst = max(worst, got)
+    return worst
+
+
+def _stage_floor_s(plan: SailorPlan, inputs: SailorInputs, s: int, dp_collective: str):
+    """A lower bound on stage ``s``'s all-reduce (:func:`_data_parallel_s`) read off its nodes'
+    fits, no cluster built; None where its groups would run the tree or ``dp_collective`` is
+    ``fastest`` (no cheap bound: the caller times the all-reduce).
+
+    The groups' algorithm is picked as :func:`_allreduce_end_s` picks it (:func:`_picks`;
+    NCCL's tuner from :func:`_stage_nccl_system`). The ring's 2·(n − 1) steps each last as
+    long as its slowest flow of ``nbytes / n`` from a replica's node to the next one's
+    (:func:`~system.simulator.collectives.ring_collective_s`), and a flow between two nodes
+    takes at least its fit's :meth:`~system.links.BandwidthCurve.time_s` (as
+    :func:`iteration_floor_s` argues for the pipeline's messages), so the stage takes at least
+    ``buckets·(2·(n − 1)·max_r t_r + copies)``; a stage without replicas pays its copies
+    alone, as timed."""
+    stage = plan.stages[s]
+    buckets, nbytes, copies = _stage_buckets(plan, inputs, s)
+    n = plan.dp
+    if n == 1:
+        return buckets * copies
+    if dp_collective == "fastest":
+        return None
+    node_of = {rep: rep.node for rep in dict.fromkeys(stage.replicas)}  # a few kinds
+    nodes = [node_of[rep] for rep in stage.replicas]
+    tuned = lambda: [_tuned_algorithm(_stage_nccl_system(nodes, inputs), nbytes)]  # noqa: E731
+    if _picks(n, 1, dp_collective, tuned)[0] != "ring":
+        return None
+    edges = dict.fromkeys(zip(nodes, nodes[1:] + nodes[:1], strict=True))
+    step = max(_curve_time_s(inputs.fits.curve(a, b), nbytes / n) for a, b in edges)
+    return buckets * (2 * (n - 1) * step * (1.0 - FLOOR_ROUNDING) + copies)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _tuned_algorithm(system, nbytes: float) -> str:
+    """NCCL's tuner's all-reduce algorithm for ``system`` and ``nbytes``, kept."""
+    return tune_allreduce(system, nbytes).algorithm
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _curve_time_s(curve: BandwidthCurve, nbytes: float) -> float:
+    """``curve.time_s(nbytes)``, kept per (curve, size)."""
+    return float(curve.time_s(nbytes))
+
+
+def _stage_nccl_system(nodes: list, inputs: SailorInputs):
+    """What :func:`~system.simulator.nccl_tuner.system_for_group` detects for a data-parallel
+    group of a stage on ``nodes`` (one replica each) on the cluster of those nodes
+    (:func:`_stage_devices`), read off the nodes without building that cluster: one rank on
+    each node (PCIe between a node's GPUs, none of them in the group twice), the slowest GPU
+    arch, and as the NIC the least over the nodes of the fastest link from one to another of
+    them (:func:`~system.external.sailor.bandwidth.node_pair_peak_gbps`, the cluster's pair
+    peak). Kept per (node kinds, the kinds on more than one node, nodes)."""
+    count = Counter(nodes)
+    kinds = tuple(sorted(count, key=_node_order))
+    key = (kinds, tuple(k for k in kinds if count[k] > 1), len(nodes))
+    hit = _NCCL_SYSTEMS.get(key)
+    if hit is not None and hit[0] is inputs:
+        return hit[1]
+    fits = inputs.fits
+    egress = []
+    for a in kinds:
+        others = (node_pair_peak_gbps(fits, a, b) for b in kinds if b != a or count[a] > 1)
+        out = max(others, default=0.0)
+        if out > 0:
+            egress.append(out)
+    types = [project_gpu(k.gpu, fits.source, "gpu") for k in kinds]
+    unknown = sorted(set(types) - set(GPU_ARCH))
+    if unknown:
+        raise ValueError(f"NCCL communicator: no compute capability known for GPU {unknown[0]!r}")
+    system = NcclSystem(
+        len(nodes),
+        len(nodes),
+        arch=min(GPU_ARCH[t] for t in types),
+        intra="pci",
+        net_gbps=min(egress) if egress else 100.0,
+        nvlinks=1,
+        gpu_nic_path="PHB",
+        uniform_arch=len({GPU_ARCH[t] for t in types}) == 1,
+    )
+    _NCCL_SYSTEMS[key] = (inputs, system)
+    while len(_NCCL_SYSTEMS) > _DATA_PARALLEL_KEPT:
+        _NCCL_SYSTEMS.popitem(last=False)
+    return system
 
 
 def _stage_devices(stage: Stage, plan: SailorPlan, inputs: SailorInputs):
