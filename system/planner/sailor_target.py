@@ -472,7 +472,13 @@ class SailorTargetPlanner:
         # this (the estimate's other parts are not negative)
         stop = self.left_out_above()
         pairs = None  # per boundary its (zone, GPU, tp, next zone) kinds, once an entry needs them
-        zone_sets = [(sorted({z for z, _, _ in c}), {(g, tp) for _, g, tp in c}) for c in cells]
+        # per stage its zones (a sorted tuple, as :meth:`_slowest_send_s` keys the times it
+        # keeps) and its (GPU, tp) kinds; the kept times of that method and of :meth:`send_s`
+        # are read here first (the same numbers, without a call per stage and boundary)
+        zone_sets = [
+            (tuple(sorted({z for z, _, _ in c})), k) for c, k in zip(cells, stage_keys, strict=True)
+        ]
+        steps, sends_kept = self._steps, self._sends
         out = []
         for mbs in sizes or self.micro_batch_sizes:
             got = self.split(stage_keys, mbs, dp)
@@ -484,10 +490,12 @@ class SailorTargetPlanner:
                 continue
             dp_worst = 0.0
             if dp > 1:
-                for s, (zones, kinds) in enumerate(zone_sets):
-                    chunk = params[s] * BYTES_PER_ELEMENT / dp
+                for (zones, kinds), p in zip(zone_sets, params.tolist(), strict=True):
+                    chunk = p * BYTES_PER_ELEMENT / dp
                     for g, tp in kinds:
-                        step = self._slowest_send_s(zones, g, tp, chunk)
+                        step = steps.get((zones, g, tp, chunk))
+                        if step is None:
+                            step = self._slowest_send_s(zones, g, tp, chunk)
                         dp_worst = max(dp_worst, 2 * (dp - 1) * step)
             if self._bound_score(bound + dp_worst, usd) > stop:
                 continue
@@ -497,13 +505,16 @@ class SailorTargetPlanner:
                     for a, b in zip(grid[:-1], grid[1:], strict=True)
                 ]
             m = math.ceil(self.batch / (mbs * dp))
-            ends = np.cumsum(counts)
+            ends = list(itertools.accumulate(counts))
             sends = []
             for s in range(pp - 1):
                 worst = 0.0
                 for za, g, tp, zb in pairs[s]:
                     part = self.row(g, mbs, tp).act_out[ends[s] - 1] * mbs * BYTES_PER_ELEMENT / tp
-                    worst = max(worst, self.send_s(za, zb, g, tp, part))
+                    got = sends_kept.get(((za, zb, g, tp), part))
+                    if got is None:
+                        got = self.send_s(za, zb, g, tp, part)
+                    worst = max(worst, got)
                 sends.append(worst)
             eff = [
                 fb[s] + (sends[s] if s < pp - 1 else 0.0) + (sends[s - 1] if s else 0.0)
