@@ -45,7 +45,6 @@ so the floor changes how many configurations are simulated, never which plan is 
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import itertools
 import math
@@ -55,6 +54,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from system.cluster import Cluster
+from system.compiled import kernel
 from system.external.sailor.bandwidth import NodeSpec
 from system.external.sailor.errors import SailorFormatError
 from system.external.sailor.framework import (
@@ -119,6 +119,58 @@ def sailor_gpu(project: str, model: str, inputs: SailorInputs) -> str:
     raise ValueError(
         f"GPU {project!r}: no single Sailor profile of {model} matches it (candidates {names})"
     )
+
+
+@kernel
+def _bisect_split(cost, most, hi, best):
+    """A contiguous layer split with a small busiest-stage time, by bisection on the time ``T``
+    over ``[0, hi]`` until within 0.2% (the counts are integers: past their steps): ``cost[s]``
+    stage ``s``'s cumulative f + b per layer (``L + 1`` entries), ``most[s, i]`` the last layer
+    end its memory allows from first layer ``i``. For a ``T``, each stage but the last takes as
+    many layers as ``T``, its memory and one layer for each later stage allow, and the last
+    stage must take the rest within ``T``. Writes the counts of the least ``T`` found so into
+    ``best`` and returns True; False where ``hi`` itself fails, which no split then fits
+    (``hi`` is at least any stage's whole-model time, so only memory binds there).
+
+    Taking as many layers as possible is exact where each stage's layers cost alike (then the
+    split is within 0.2% of the best); where layers differ (an embedding or head layer) a
+    stage pushed to start later may find its first layer over ``T``, so the best split can be
+    missed (on Sailor's trace points it stayed within the tolerance:
+    ``results/planner/sailor/README.md``)."""
+    pp, width = cost.shape
+    total = width - 1
+    last = pp - 1
+    trial = np.empty(pp, dtype=np.int64)
+    lo = 0.0
+    for step in range(41):  # ``hi`` itself, then at most 40 halvings
+        t = hi if step == 0 else 0.5 * (lo + hi)
+        ok = True
+        i = 0
+        for s in range(last):
+            j = np.searchsorted(cost[s], cost[s, i] + t, side="right") - 1
+            j = min(j, total - last + s, most[s, i])
+            if j <= i:
+                ok = False
+                break
+            trial[s] = j - i
+            i = j
+        if ok and (cost[last, total] - cost[last, i] > t or most[last, i] < total):
+            ok = False
+        if ok:
+            trial[last] = total - i
+        if step == 0:
+            if not ok:
+                return False
+            best[:] = trial
+            continue
+        if ok:
+            hi = t
+            best[:] = trial
+        else:
+            lo = t
+        if hi - lo < 2e-3 * hi:
+            break
+    return True
 
 
 @dataclass
@@ -230,6 +282,7 @@ class SailorTargetPlanner:
         self._sends: dict[tuple, float] = {}
         self._split: dict[tuple, tuple | None] = {}
         self._limits: dict[tuple, tuple] = {}
+        self._param_sums: dict[tuple[int, int, int], float] = {}
         self._seen: set = set()
         self._usd: dict[tuple, float] = {}
         self._steps: dict[tuple, float] = {}
@@ -402,55 +455,33 @@ class SailorTargetPlanner:
         pp, L = len(stage_keys), self.num_layers
         if pp > L:
             return None
-        rows = []
-        for keys in stage_keys:
+        rows = {}  # per distinct (GPU, tp) set: its replicas' rows (stages repeat a few sets)
+        for keys in dict.fromkeys(stage_keys):
             rs = [self.row(g, mbs, tp) for g, tp in keys]
             if any(r is None for r in rs):
                 return None
-            rows.append(rs)
+            rows[keys] = rs
         cost, most = [], []
         for s, keys in enumerate(stage_keys):
             c, ends = self._stage_limits(keys, mbs, replicated, min(pp - s, m_cap))
             cost.append(c)
             most.append(ends)
 
-        last = pp - 1
-        bisect_right = bisect.bisect_right
-
-        def feasible(T: float):
-            counts, i = [], 0
-            for s in range(last):
-                c = cost[s]
-                j = min(bisect_right(c, c[i] + T) - 1, L - last + s, most[s][i])
-                if j <= i:
-                    return None
-                counts.append(j - i)
-                i = j
-            c = cost[last]
-            if c[L] - c[i] > T or most[last][i] < L:
-                return None
-            counts.append(L - i)
-            return counts
-
-        lo, hi = 0.0, max(c[-1] for c in cost)
-        best = feasible(hi)
-        if best is None:
+        found = np.empty(pp, dtype=np.int64)
+        hi = max(c[-1] for c in cost)
+        if not _bisect_split(np.array(cost), np.array(most, dtype=np.int64), hi, found):
             return None
-        for _ in range(40):
-            mid = 0.5 * (lo + hi)
-            got = feasible(mid)
-            if got is None:
-                lo = mid
-            else:
-                hi, best = mid, got
-            if hi - lo < 2e-3 * hi:  # the counts are integers: 0.2% is past their steps
-                break
-        bounds = np.concatenate([[0], np.cumsum(best)]).astype(int)
+        best = found.tolist()
+        bounds = [0, *itertools.accumulate(best)]
         fb = [cost[s][bounds[s + 1]] - cost[s][bounds[s]] for s in range(pp)]
         opt, params = 0.0, np.zeros(pp)
-        for s, rs in enumerate(rows):
-            for r in rs:
-                p = float(r.params[bounds[s] : bounds[s + 1]].sum())
+        sums = self._param_sums  # a row's parameters over layers i..j−1 depend on its tp alone
+        for s, keys in enumerate(stage_keys):
+            i, j = bounds[s], bounds[s + 1]
+            for (_, tp), r in zip(keys, rows[keys], strict=True):
+                p = sums.get((tp, i, j))
+                if p is None:
+                    p = sums[tp, i, j] = float(r.params[i:j].sum())
                 opt = max(opt, r.opt_s_per_param * p)
                 params[s] = max(params[s], p)
         return tuple(best), fb, opt, params
@@ -935,9 +966,10 @@ def warm_up(cluster: Cluster, model: str, inputs: SailorInputs) -> bool:
     """Load once per process what the model of Sailor's framework loads at its first prediction
     — the simulator's modules imported on first use and its compiled kernels (read from
     numba's disk cache) — by predicting, and bounding, a plan of two stages of two one-GPU
-    replicas on ``cluster``'s first devices. A search timed after it times the search alone,
-    as Sailor's planner is timed after its tables are built. False where the fleet or the
-    profiles give no such plan (nothing loaded)."""
+    replicas on ``cluster``'s first devices, and the layer split's kernel by splitting it. A
+    search timed after it times the search alone, as Sailor's planner is timed after its
+    tables are built. False where the fleet or the profiles give no such plan (nothing
+    loaded)."""
     planner = SailorTargetPlanner(cluster, model, 2, inputs, heuristics=())
     grid = planner.heuristic_grid("launch_order", 2, 2)
     if grid is None:
@@ -949,5 +981,6 @@ def warm_up(cluster: Cluster, model: str, inputs: SailorInputs) -> bool:
             plan = planner.plan_of(("warm-up", cells, mbs, (half, planner.num_layers - half)))
             iteration_floor_s(plan, inputs)
             predict_plan(plan, inputs)
+            planner.split(tuple(tuple(sorted({(g, 1) for _, g, _ in st})) for st in cells), mbs, 2)
             return True
     return False
