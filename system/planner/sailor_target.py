@@ -425,7 +425,8 @@ class SailorTargetPlanner:
 
     def _stage_limits(self, keys, mbs: int, replicated: bool, in_flight: int):
         """A stage of replicas ``keys``: cumulative f + b per layer (its slowest replica's) and,
-        per first layer i, the last end j whose layers i..j−1 fit every replica's memory."""
+        per first layer i, the last end j whose layers i..j−1 fit every replica's memory; as
+        lists, then the same as arrays."""
         key = (keys, mbs, replicated, in_flight)
         if key in self._limits:
             return self._limits[key]
@@ -448,7 +449,7 @@ class SailorTargetPlanner:
             while j < L and fits[i, j + 1]:
                 j += 1
             ends.append(j)
-        self._limits[key] = (c.tolist(), ends)
+        self._limits[key] = (c.tolist(), ends, c, np.array(ends, dtype=np.int64))
         return self._limits[key]
 
     def _balanced(self, stage_keys, mbs: int, replicated: bool, m_cap: int):
@@ -461,15 +462,17 @@ class SailorTargetPlanner:
             if any(r is None for r in rs):
                 return None
             rows[keys] = rs
-        cost, most = [], []
-        for s, keys in enumerate(stage_keys):
-            c, ends = self._stage_limits(keys, mbs, replicated, min(pp - s, m_cap))
-            cost.append(c)
-            most.append(ends)
-
+        limits = [
+            self._stage_limits(keys, mbs, replicated, min(pp - s, m_cap))
+            for s, keys in enumerate(stage_keys)
+        ]
+        cost = [x[0] for x in limits]
         found = np.empty(pp, dtype=np.int64)
         hi = max(c[-1] for c in cost)
-        if not _bisect_split(np.array(cost), np.array(most, dtype=np.int64), hi, found):
+        # every stage's row has L + 1 entries: one concatenation, then rows
+        cost_a = np.concatenate([x[2] for x in limits]).reshape(pp, -1)
+        most_a = np.concatenate([x[3] for x in limits]).reshape(pp, -1)
+        if not _bisect_split(cost_a, most_a, hi, found):
             return None
         best = found.tolist()
         bounds = [0, *itertools.accumulate(best)]
