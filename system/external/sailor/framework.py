@@ -454,19 +454,17 @@ def iteration_floor_s(
     if p > 1 and m <= exact_range(p, schedule="deepspeed", rendezvous=True):
         d = np.zeros((p - 1, plan.dp))
         parts = np.zeros((p - 1, plan.dp))
-        seen: dict[tuple, float] = {}
         for s in range(p - 1):
             # a boundary's replicas repeat a few (sender, receiver) kinds: each timed once
             pairs = list(zip(plan.stages[s].replicas, plan.stages[s + 1].replicas, strict=True))
-            kinds: dict[tuple, tuple[float, float]] = {}
-            for here, there in dict.fromkeys(pairs):
-                r = pairs.index((here, there))
-                part = _activation_bytes(plan, inputs, s, r) / here.tp
-                key = (here.node, there.node, part)
-                if key not in seen:
-                    seen[key] = float(inputs.fits.curve(here.node, there.node).time_s(part))
-                kinds[here, there] = (part, seen[key])
-            parts[s], d[s] = np.array([kinds[k] for k in pairs]).T
+            kinds: dict[tuple, int] = {}
+            codes = [kinds.setdefault(k, len(kinds)) for k in pairs]
+            values = np.empty((len(kinds), 2))
+            for (here, there), k in kinds.items():
+                part = _activation_bytes(plan, inputs, s, pairs.index((here, there))) / here.tp
+                curve = inputs.fits.curve(here.node, there.node)
+                values[k] = part, _curve_time_s(curve, part)
+            parts[s], d[s] = values[codes].T
         d *= 1.0 - FLOOR_ROUNDING
         x = d * (1.0 - np.minimum(RECV_BUFFER_BYTES / parts, 1.0))
         comm = d + x  # per boundary and micro-batch: a receive and a send
