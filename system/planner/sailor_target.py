@@ -26,8 +26,9 @@ The search:
    each swap simulated, the best taken while one improves (a local search; the last
    :data:`POLISH_SHARE` of the time limit is kept for it).
 
-A configuration's layer split minimises its busiest stage's forward + backward time within
-each stage's memory (a contiguous min-max split, bisection on the time). Configurations are
+A configuration's layer split keeps its busiest stage's forward + backward time small within
+each stage's memory (a contiguous split, greedy bisection on the time: the least within 0.2%
+where a stage's layers cost alike, :func:`_bisect_split`). Configurations are
 simulated in the order of an estimate — 1F1B over each stage's f + b plus its boundary sends
 (Sailor's link fits), a ring all-reduce over the slowest link of each stage's group, the
 optimizer step — skipping those whose compute bound (``(m − 1)·max(f + b) + Σ(f + b) +``
@@ -135,8 +136,7 @@ def _bisect_split(cost, most, hi, best):
     Taking as many layers as possible is exact where each stage's layers cost alike (then the
     split is within 0.2% of the best); where layers differ (an embedding or head layer) a
     stage pushed to start later may find its first layer over ``T``, so the best split can be
-    missed (on Sailor's trace points it stayed within the tolerance:
-    ``results/planner/sailor/README.md``)."""
+    missed."""
     pp, width = cost.shape
     total = width - 1
     last = pp - 1
@@ -409,8 +409,8 @@ class SailorTargetPlanner:
     # ---- one layout's configurations -------------------------------------------------------
     def split(self, stage_keys: tuple, mbs: int, dp: int) -> tuple | None:
         """(layer counts per stage, compute bound s, parameters per GPU per stage, f + b per
-        stage, optimizer s): the split
-        minimising the busiest stage's f + b within memory; None if none fits.
+        stage, optimizer s): the split of :func:`_bisect_split`, its busiest stage's f + b
+        small within memory; None if none fits.
         ``stage_keys``: per stage the (gpu, tp) of its replicas."""
         m = math.ceil(self.batch / (mbs * dp))
         pp = len(stage_keys)
