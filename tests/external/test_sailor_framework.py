@@ -252,15 +252,16 @@ def test_a_plan_s_cluster_is_kept_for_the_same_nodes_and_inputs():
     assert framework.plan_cluster(plan, other) is not first
 
 
-@pytest.mark.parametrize(
-    "rel,model",
-    [
-        ("geo/OPT-350/plan_config_geo_p2.json", "OPT-350"),
-        ("geo/GPT-NEO/plan_config_geo_p1.json", "GPT-Neo-2.7"),
-        ("het/GPT-NEO/plan_config_het_p1.json", "GPT-Neo-2.7"),
-        ("het/OPT-350/plan_config_het_p0.json", "OPT-350"),
-    ],
-)
+# four of ours' committed plans (geo and het, both models, under ``ours_sailor_plans``)
+FOUR_COMMITTED_PLANS = [
+    ("geo/OPT-350/plan_config_geo_p2.json", "OPT-350"),
+    ("geo/GPT-NEO/plan_config_geo_p1.json", "GPT-Neo-2.7"),
+    ("het/GPT-NEO/plan_config_het_p1.json", "GPT-Neo-2.7"),
+    ("het/OPT-350/plan_config_het_p0.json", "OPT-350"),
+]
+
+
+@pytest.mark.parametrize("rel,model", FOUR_COMMITTED_PLANS)
 def test_a_stage_s_all_reduce_on_its_own_nodes_equals_it_on_the_plan_s_cluster(rel, model):
     # each stage's all-reduce is timed on the cluster of its own nodes and kept per stage: the
     # same floats as on the whole plan's cluster, under every collective, as the plan's maximum
@@ -288,15 +289,7 @@ def test_a_stage_s_all_reduce_on_its_own_nodes_equals_it_on_the_plan_s_cluster(r
             assert kept[0] == per_stage[s][0] and kept[2] == per_stage[s][2]
 
 
-@pytest.mark.parametrize(
-    "rel,model",
-    [
-        ("geo/OPT-350/plan_config_geo_p2.json", "OPT-350"),
-        ("geo/GPT-NEO/plan_config_geo_p1.json", "GPT-Neo-2.7"),
-        ("het/GPT-NEO/plan_config_het_p1.json", "GPT-Neo-2.7"),
-        ("het/OPT-350/plan_config_het_p0.json", "OPT-350"),
-    ],
-)
+@pytest.mark.parametrize("rel,model", FOUR_COMMITTED_PLANS)
 def test_the_all_reduce_bound_without_a_cluster_is_below_its_timing(rel, model):
     # what NCCL detects of a stage's group, read off its nodes, equals what it detects on the
     # stage's cluster; the bound built without that cluster is below the all-reduce's timing
