@@ -173,6 +173,38 @@ def _bisect_split(cost, most, hi, best):
     return True
 
 
+def _runs(grid) -> list[list[tuple]]:
+    """A grid (``grid[s][r]``: the cell of stage s, replica r) as runs: per stage its
+    (cell, replicas in a row) pairs, in replica order."""
+    return [[(cell, sum(1 for _ in same)) for cell, same in itertools.groupby(st)] for st in grid]
+
+
+def _grid(runs) -> list[list[tuple]]:
+    """The grid of :func:`_runs`' runs."""
+    return [[cell for cell, n in st for _ in range(n)] for st in runs]
+
+
+def _pipelines(runs) -> dict[tuple, int]:
+    """A layout's pipelines (replica r's cells, stage by stage) and how many replicas each
+    one is, from its :func:`_runs`: two grids with the same counts hold the same pipelines.
+    Walked run by run: a layout's replicas repeat a few cells."""
+    at = [0] * len(runs)
+    left = [r[0][1] for r in runs]
+    out: dict[tuple, int] = {}
+    while True:
+        n = min(left)
+        p = tuple(r[k][0] for r, k in zip(runs, at, strict=True))
+        out[p] = out.get(p, 0) + n
+        for s, r in enumerate(runs):
+            left[s] -= n
+            if not left[s]:
+                at[s] += 1
+                if at[s] < len(r):
+                    left[s] = r[at[s]][1]
+        if at[0] == len(runs[0]):
+            return out
+
+
 @dataclass
 class SailorCandidate:
     """One plan judged by the model of Sailor's framework."""
@@ -286,6 +318,7 @@ class SailorTargetPlanner:
         self._seen: set = set()
         self._usd: dict[tuple, float] = {}
         self._steps: dict[tuple, float] = {}
+        self._outs: dict[tuple, float] = {}  # kept :meth:`_boundary_bytes`
         self._stacks: dict[tuple, CurveStack | None] = {}
         self._replicas: dict[tuple[str, str, int], Replica] = {}
         self._least_layers: dict[tuple, tuple[float, float]] = {}
@@ -351,6 +384,11 @@ class SailorTargetPlanner:
                 except SailorFormatError:
                     continue
         return self._bw[key]
+
+    def _boundary_bytes(self, gpu: str, tp: int, mbs: int, end: int) -> float:
+        """Bytes per GPU of a micro-batch's activations sent on from a stage whose layers end
+        before layer ``end``, on nodes of ``tp`` GPUs of Sailor GPU ``gpu``."""
+        return self.row(gpu, mbs, tp).act_out[end - 1] * mbs * BYTES_PER_ELEMENT / tp
 
     def _slowest_send_s(self, zones: list[str], gpu: str, tp: int, nbytes: float) -> float:
         """The slowest :meth:`send_s` from one of ``zones`` to one of them (a zone to itself
@@ -489,18 +527,24 @@ class SailorTargetPlanner:
                 params[s] = max(params[s], p)
         return tuple(best), fb, opt, params
 
-    def configs(self, name: str, grid: list[list[tuple[str, str, int]]], sizes=None) -> list:
+    def configs(self, name: str, runs: list[list[tuple]], sizes=None, pipelines=None) -> list:
         """(estimate, bound, (name, grid, mbs, counts)) per micro-batch size (of ``sizes``,
-        default all) that fits; ``grid[s][r]`` = (zone, Sailor GPU, tp) of stage s, replica r."""
+        default all) that fits; ``grid[s][r]`` = (zone, Sailor GPU, tp) of stage s, replica r,
+        given as its :func:`_runs`. ``pipelines``: :func:`_pipelines` of the runs, where the
+        caller has it."""
         self.layouts[name] = self.layouts.get(name, 0) + 1
-        pp, dp = len(grid), len(grid[0])
-        # what the estimate reads of the grid is sets of cells: taken once per stage (a stage's
-        # replicas repeat a few distinct cells), the dollars cell by cell in grid order
-        cells = [set(st) for st in grid]
+        pp, dp = len(runs), sum(n for _, n in runs[0])
+        # what the estimate reads of the grid is sets of cells (a stage's replicas repeat a few
+        # distinct cells), the dollars cell by cell in grid order
+        grid = None  # the grid itself, once an entry or the dollars need it
+        if pipelines is None:
+            pipelines = _pipelines(runs)
+        cells = [{c for c, _ in st} for st in runs]
         stage_keys = tuple(tuple(sorted({(g, tp) for _, g, tp in c})) for c in cells)
         # dollars only where the objective reads them (:meth:`_bound_score`)
         usd = 0.0
         if self.objective == "cost":
+            grid = _grid(runs)
             usd = sum(map(self._cell_usd, itertools.chain.from_iterable(grid)))
         # an entry is left out as soon as its estimate's data-parallel part alone is above
         # this (the estimate's other parts are not negative)
@@ -512,7 +556,7 @@ class SailorTargetPlanner:
         zone_sets = [
             (tuple(sorted({z for z, _, _ in c})), k) for c, k in zip(cells, stage_keys, strict=True)
         ]
-        steps, sends_kept = self._steps, self._sends
+        steps, sends_kept, outs = self._steps, self._sends, self._outs
         out = []
         for mbs in sizes or self.micro_batch_sizes:
             got = self.split(stage_keys, mbs, dp)
@@ -534,17 +578,16 @@ class SailorTargetPlanner:
             if self._bound_score(bound + dp_worst, usd) > stop:
                 continue
             if pairs is None:
-                pairs = [
-                    {(za, g, tp, zb) for (za, g, tp), (zb, _, _) in set(zip(a, b, strict=True))}
-                    for a, b in zip(grid[:-1], grid[1:], strict=True)
-                ]
+                pairs = [{(*p[s][:3], p[s + 1][0]) for p in pipelines} for s in range(pp - 1)]
             m = math.ceil(self.batch / (mbs * dp))
             ends = list(itertools.accumulate(counts))
             sends = []
             for s in range(pp - 1):
                 worst = 0.0
                 for za, g, tp, zb in pairs[s]:
-                    part = self.row(g, mbs, tp).act_out[ends[s] - 1] * mbs * BYTES_PER_ELEMENT / tp
+                    part = outs.get((g, tp, mbs, ends[s]))
+                    if part is None:
+                        part = outs[g, tp, mbs, ends[s]] = self._boundary_bytes(g, tp, mbs, ends[s])
                     got = sends_kept.get(((za, zb, g, tp), part))
                     if got is None:
                         got = self.send_s(za, zb, g, tp, part)
@@ -559,6 +602,8 @@ class SailorTargetPlanner:
             b = self._bound_score(bound, usd)
             e = self._bound_score(bound + comm, usd)
             if b < self.prune_s and not e > stop:
+                if grid is None:
+                    grid = _grid(runs)
                 out.append((e, b, (name, grid, mbs, counts)))
         return out
 
@@ -749,13 +794,14 @@ class SailorTargetPlanner:
                         continue
                     fills = FILLS if len(zones) > 1 else FILLS[:1]  # one zone: one grid
                     for zone_order, fill in itertools.product(anchors, fills):
-                        grid = self._fill(kinds, dp, tp_of, nodes, zone_order, fill)
-                        if grid is None:
+                        runs = self._fill(kinds, dp, tp_of, nodes, zone_order, fill)
+                        if runs is None:
                             continue
-                        key = tuple(sorted(zip(*grid, strict=True)))
+                        pipelines = _pipelines(runs)
+                        key = tuple(sorted(pipelines.items()))
                         if key not in self._seen:  # the same pipelines another way
                             self._seen.add(key)
-                            out += self.configs("typed", grid, sizes)
+                            out += self.configs("typed", runs, sizes, pipelines)
         return out
 
     def _dp_choices(self, most: int, dps: set[int]) -> dict[int, tuple[int, ...]]:
@@ -827,29 +873,31 @@ class SailorTargetPlanner:
         return out
 
     def _fill(self, kinds, dp, tp_of, nodes, zone_order, fill="pipeline"):
-        """``dp`` pipelines of stage types ``kinds``. ``fill="pipeline"``: each in the first
-        zone (in order) that has its nodes left, else its stages from the zones in order;
-        ``"stage"``: stage after stage, each replica from the first zone with a node left."""
+        """``dp`` pipelines of stage types ``kinds``, as the grid's :func:`_runs`.
+        ``fill="pipeline"``: each in the first zone (in order) that has its nodes left, else its
+        stages from the zones in order; ``"stage"``: stage after stage, each replica from the
+        first zone with a node left."""
         free = {z: dict(nodes[z]) for z in zone_order}
         need = {}
         for g in kinds:
             need[g] = need.get(g, 0) + 1
         if any(sum(free[z][g] for z in zone_order) < n * dp for g, n in need.items()):
             return None
+        sgpu = self.sgpu
         if len(zone_order) == 1:  # one zone: every fill is the same grid
-            return [[(zone_order[0], self.sgpu[g], tp_of[g])] * dp for g in kinds]
+            return [[((zone_order[0], sgpu[g], tp_of[g]), dp)] for g in kinds]
         if fill == "stage":  # each replica from the first zone in order with a node left
-            grid = []
+            runs = []
             for g in kinds:
                 row, left = [], dp
                 for z in zone_order:
                     take = min(free[z][g], left)
                     if take > 0:
-                        row += [(z, self.sgpu[g], tp_of[g])] * take
+                        row.append(((z, sgpu[g], tp_of[g]), take))
                         free[z][g] -= take
                         left -= take
-                grid.append(row)
-            return grid
+                runs.append(row)
+            return runs
         # pipeline-major: each pipeline in the first zone (in order) with room for all of it;
         # a zone that has no room for one never gets it back, so the zones take their whole
         # pipelines in order, and the pipelines left over take each stage's node from the
@@ -862,18 +910,17 @@ class SailorTargetPlanner:
                 homed += take
                 for g, n in need.items():
                     free[z][g] -= n * take
-        rows = []  # stage s of every pipeline
-        for g in kinds:
-            row: list = []
-            for z, take in homes:
-                row += [(z, self.sgpu[g], tp_of[g])] * take
-            rows.append(row)
+        runs = [[((z, sgpu[g], tp_of[g]), take) for z, take in homes] for g in kinds]
         for _ in range(dp - homed):
-            for s, g in enumerate(kinds):
+            for row, g in zip(runs, kinds, strict=True):
                 z = next(z for z in zone_order if free[z][g] > 0)
                 free[z][g] -= 1
-                rows[s].append((z, self.sgpu[g], tp_of[g]))
-        return rows
+                cell = (z, sgpu[g], tp_of[g])
+                if row and row[-1][0] == cell:
+                    row[-1] = (cell, row[-1][1] + 1)
+                else:
+                    row.append((cell, 1))
+        return runs
 
     # ---- zone swaps ------------------------------------------------------------------------
     def _room(self, grid, pools: dict) -> bool:
@@ -940,7 +987,7 @@ class SailorTargetPlanner:
                     [(self.cluster.region_of[d], self.sgpu[self.cluster.gpus[d]], 1) for d in row]
                     for row in np.asarray(got).tolist()
                 ]
-                entries += self.configs(name, grid)
+                entries += self.configs(name, _runs(grid))
             heuristics[name] = self.best_first(entries, None)
         best = min(heuristics.values(), key=self.score, default=None)
         self.deadline_s = (1.0 - POLISH_SHARE) * self.time_limit_s

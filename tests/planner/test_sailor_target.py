@@ -4,6 +4,7 @@ never slower than a heuristic, the enumerated optimum on a small fleet."""
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
 import math
@@ -18,7 +19,7 @@ from system.external.sailor import framework
 from system.external.sailor.framework import iteration_floor_s, predict_plan, replicas_fit
 from system.external.sailor.predict import load_inputs
 from system.planner import sailor_target
-from system.planner.sailor_target import SailorTargetPlanner, warm_up
+from system.planner.sailor_target import SailorTargetPlanner, _grid, _pipelines, _runs, warm_up
 from tests.external.test_sailor_importers import SHARED, shipped
 
 pytestmark = shipped
@@ -109,7 +110,7 @@ def test_never_slower_than_a_heuristic_and_the_enumerated_optimum(tmp_path, inpu
             got = brute.heuristic_grid(name, pp, dp)
             if got is not None:
                 grid = [[(cl.region_of[d], brute.sgpu[cl.gpus[d]], 1) for d in row] for row in got]
-                every += brute.configs(name, grid)
+                every += brute.configs(name, _runs(grid))
     times = [c.iter_time_s for e in every if (c := brute.evaluate(e[2])) is not None]
     # the zone swaps after the search may only improve on the enumerated best
     assert best.iter_time_s <= min(times) * (1 + 1e-12)
@@ -124,8 +125,8 @@ def test_stage_major_fill_keeps_a_stage_in_few_zones(tmp_path, inputs):
     pl = SailorTargetPlanner(cl, "OPT-350", 16, inputs)
     nodes = {ZA: {"A100": 2}, ZB: {"A100": 2}}
     tp_of, kinds = {"A100": 1}, ["A100", "A100"]
-    by_pipeline = pl._fill(kinds, 2, tp_of, nodes, (ZA, ZB), "pipeline")
-    by_stage = pl._fill(kinds, 2, tp_of, nodes, (ZA, ZB), "stage")
+    by_pipeline = _grid(pl._fill(kinds, 2, tp_of, nodes, (ZA, ZB), "pipeline"))
+    by_stage = _grid(pl._fill(kinds, 2, tp_of, nodes, (ZA, ZB), "stage"))
     assert [[z for z, _, _ in st] for st in by_pipeline] == [[ZA, ZB], [ZA, ZB]]
     assert [[z for z, _, _ in st] for st in by_stage] == [[ZA, ZA], [ZB, ZB]]
     keys = {tuple(tuple(z for z, _, _ in st) for st in e[2][1]) for e in pl.typed_entries()}
@@ -183,9 +184,26 @@ def test_fills_equal_the_cell_by_cell_fills(tmp_path, inputs):
         dp = rng.randint(1, 8)
         for fill in ("pipeline", "stage"):
             want = _fill_cell_by_cell(pl, kinds, dp, tp_of, nodes, tuple(zones), fill)
-            assert pl._fill(kinds, dp, tp_of, nodes, tuple(zones), fill) == want
+            got = pl._fill(kinds, dp, tp_of, nodes, tuple(zones), fill)
+            assert (got if got is None else _grid(got)) == want
+            if got is not None:  # the pipelines read off the runs: the grid's columns
+                assert _pipelines(got) == collections.Counter(zip(*want, strict=True))
             checked += want is not None
     assert checked > 200  # most draws fit
+
+
+def test_a_grid_s_runs_give_back_the_grid_and_its_pipelines():
+    import random
+
+    rng = random.Random(3)
+    cells = [("a", "A100-40", 1), ("b", "A100-40", 1), ("a", "V100-16", 2)]
+    for _ in range(300):
+        dp, pp = rng.randint(1, 9), rng.randint(1, 4)
+        grid = [[rng.choice(cells) for _ in range(dp)] for _ in range(pp)]
+        runs = _runs(grid)
+        assert _grid(runs) == grid
+        assert all(a[0] != b[0] for st in runs for a, b in itertools.pairwise(st))
+        assert _pipelines(runs) == collections.Counter(zip(*grid, strict=True))
 
 
 def test_typed_layouts_do_not_follow_the_hash_seed(tmp_path):
