@@ -131,8 +131,8 @@ class Cluster:
             raise ValueError(f"{where}: needs at least one device")
         if len(self.host_of) != d:
             raise ValueError(f"{where}: host_of has {len(self.host_of)} entries, expected {d}")
-        delay = np.array(self.delay_ms, dtype=np.float64)
-        bw = np.array(self.bandwidth_gbps, dtype=np.float64)
+        delay = _kept_or_copied(self.delay_ms, 0.0)
+        bw = _kept_or_copied(self.bandwidth_gbps, np.inf)
         diagonal = (np.arange(d), np.arange(d))
         for label, m in (("delay_ms", delay), ("bandwidth_gbps", bw)):
             if m.shape != (d, d):
@@ -157,14 +157,14 @@ class Cluster:
         if down.any():
             i, j = np.argwhere(down)[0]
             raise ValueError(f"{where}: bandwidth_gbps[{i},{j}]={bw[i, j]} must be > 0")
-        np.fill_diagonal(delay, 0.0)
-        np.fill_diagonal(bw, np.inf)  # a device talking to itself is free
-        delay.setflags(write=False)
-        bw.setflags(write=False)
+        for m, own in ((delay, 0.0), (bw, np.inf)):  # a device talking to itself is free
+            if m.flags.writeable:
+                np.fill_diagonal(m, own)
+                m.setflags(write=False)
         object.__setattr__(self, "delay_ms", delay)
         object.__setattr__(self, "bandwidth_gbps", bw)
-        object.__setattr__(self, "region_of", tuple(str(r) for r in self.region_of))
-        object.__setattr__(self, "host_of", tuple(int(h) for h in self.host_of))
+        object.__setattr__(self, "region_of", tuple(map(str, self.region_of)))
+        object.__setattr__(self, "host_of", tuple(map(int, self.host_of)))
         if self.host_nic_gbps is not None:
             nics = tuple(float(x) for x in self.host_nic_gbps)
             if len(nics) != self.num_hosts or min(nics) <= 0:
@@ -175,7 +175,7 @@ class Cluster:
                 f"{where}: link_sharing must be a LinkSharing or None, got {self.link_sharing!r}"
             )
         if self.gpu_of is not None:
-            gpus = tuple(str(g) for g in self.gpu_of)
+            gpus = tuple(map(str, self.gpu_of))
             if len(gpus) != d:
                 raise ValueError(f"{where}: gpu_of has {len(gpus)} entries, expected {d}")
             for g in set(gpus):
@@ -329,6 +329,21 @@ def fingerprint(cluster: Cluster) -> str:
         return h.hexdigest()
 
     return cluster.memo("fingerprint", make)
+
+
+def _kept_or_copied(m, diagonal: float) -> np.ndarray:
+    """A cluster's own float64 copy of matrix ``m``; ``m`` itself where it already is a
+    read-only float64 array with ``diagonal`` on its diagonal, as a cluster keeps it (a builder
+    of many large clusters hands its matrices over so, and saves copying them)."""
+    if (
+        isinstance(m, np.ndarray)
+        and m.dtype == np.float64
+        and not m.flags.writeable
+        and m.ndim == 2
+        and bool((np.diagonal(m) == diagonal).all())
+    ):
+        return m
+    return np.array(m, dtype=np.float64)
 
 
 def fingerprint_from_recipe(cluster: Cluster, recipe: str) -> None:

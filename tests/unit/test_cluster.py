@@ -37,6 +37,31 @@ def test_bad_clusters_raise_one_clear_error(kw, msg):
         _two(**kw)
 
 
+def _read_only(m):
+    m = np.array(m, dtype=float)
+    m.setflags(write=False)
+    return m
+
+
+def test_a_cluster_keeps_only_read_only_matrices_with_its_diagonal():
+    # a caller's writable matrices are copied (left as they were); read-only float64 ones with
+    # the cluster's diagonal (0 delay, inf bandwidth) are kept; others are copied and mended
+    delay, bw = np.array([[5.0, 10.0], [10.0, 5.0]]), np.array([[0, 1.0], [1.0, 0]])
+    c = _two(delay_ms=delay, bandwidth_gbps=bw)
+    assert c.delay_ms is not delay and delay[0, 0] == 5.0 and delay.flags.writeable
+    assert c.delay_ms[0, 0] == 0.0 and c.bandwidth_gbps[1, 1] == np.inf
+    kept_delay = _read_only([[0, 10.0], [10.0, 0]])
+    kept_bw = _read_only([[np.inf, 1.0], [1.0, np.inf]])
+    k = _two(delay_ms=kept_delay, bandwidth_gbps=kept_bw)
+    assert k.delay_ms is kept_delay and k.bandwidth_gbps is kept_bw
+    m = _two(delay_ms=_read_only([[0, 10.0], [10.0, 0]]), bandwidth_gbps=_read_only(bw))
+    assert m.bandwidth_gbps[0, 0] == np.inf and not m.bandwidth_gbps.flags.writeable
+    for x in (c, k, m):  # the same cluster whichever way its matrices came
+        assert np.array_equal(x.delay_ms, k.delay_ms) and np.array_equal(x.bandwidth_gbps, kept_bw)
+    with pytest.raises(ValueError, match="not symmetric"):  # a kept matrix is still checked
+        _two(delay_ms=_read_only([[0, 1.0], [2.0, 0]]))
+
+
 def test_link_time_is_latency_plus_size_over_bandwidth():
     c = _two()
     t = c.link_time_s(1e9)  # 8 Gbit over 1 Gbit/s + 10 ms

@@ -189,19 +189,27 @@ def cluster_from_nodes(
     """
     if not nodes:
         raise ValueError("cluster_from_nodes: needs at least one node")
-    host_of, gpu_of, region_of, recipe = [], [], [], []
+    # each node as a (zone, Sailor GPU, GPUs) tuple, its GPU type checked once per name (the
+    # first node of a bad name is the one named)
+    specs = [(n.zone, n.gpu, n.gpus) for n in nodes]
+    project: dict[str, str] = {}
     for k, n in enumerate(nodes):
-        g = project_gpu(n.gpu, fits.source, f"node {k} gpu")
-        recipe.append((n.zone, g, n.gpus))
-        host_of += [k] * n.gpus
-        gpu_of += [g] * n.gpus
-        region_of += [n.zone] * n.gpus
+        if n.gpu not in project:
+            project[n.gpu] = project_gpu(n.gpu, fits.source, f"node {k} gpu")
+    recipe = [(z, project[g], c) for z, g, c in specs]
+    host_of = [k for k, n in enumerate(nodes) for _ in range(n.gpus)]
+    gpu_of = [g for _, g, c in recipe for _ in range(c)]
+    region_of = [z for z, _, c in specs for _ in range(c)]
     d = len(host_of)
     # node kinds (zone, GPU, GPUs) in order of first appearance; a curve per ordered pair of
     # kinds that two distinct nodes form
-    kinds = list(dict.fromkeys(nodes))
-    index = {k: i for i, k in enumerate(kinds)}
-    kind = np.array([index[n] for n in nodes])
+    index: dict[tuple, int] = {}
+    kinds: list[NodeSpec] = []
+    for spec, n in zip(specs, nodes, strict=True):
+        if spec not in index:
+            index[spec] = len(kinds)
+            kinds.append(n)
+    kind = np.array([index[k] for k in specs])
     count = np.bincount(kind, minlength=len(kinds))
     curves: dict[tuple[int, int], BandwidthCurve] = {}
     for ka in range(len(kinds)):
@@ -212,26 +220,30 @@ def cluster_from_nodes(
     for (ka, kb), c in curves.items():
         per_flow[ka, kb] = _per_flow_gbps(c)
     peak = per_flow[np.ix_(kind, kind)]
-    within = {}
-    for i, a in enumerate(nodes):
-        c = (intra or {}).get((a.gpu, a.gpus))
-        if c is not None:
-            within[i] = c
-        peak[i, i] = c.peak_bps / c.flows / 1e9 if c is not None else 1e4
+    own = [(intra or {}).get((g, c)) for _, g, c in specs]  # each node's intra-node fit
+    within = {i: c for i, c in enumerate(own) if c is not None}
+    diagonal = np.arange(len(nodes))
+    peak[diagonal, diagonal] = [c.peak_bps / c.flows / 1e9 if c is not None else 1e4 for c in own]
     peak = np.minimum(peak, peak.T)  # the Cluster keeps one symmetric peak per pair
-    gpus = [n.gpus for n in nodes]  # a node's devices are consecutive: repeat its row, column
+    # a node's devices are consecutive: each device's row and column are its node's; handed
+    # over read-only, with the diagonal the cluster gives a device to itself (not copied)
+    gpus = [n.gpus for n in nodes]
     bw = np.repeat(np.repeat(peak, gpus, axis=0), gpus, axis=1)
+    np.fill_diagonal(bw, np.inf)
+    delay = np.zeros((d, d))
+    for m in (bw, delay):
+        m.setflags(write=False)
     links = SizeDependentLinks(between=KindPairCurves(tuple(kind.tolist()), curves), within=within)
     cluster = Cluster(
         name=name,
         region_of=tuple(region_of),
         host_of=tuple(host_of),
-        delay_ms=np.zeros((d, d)),
+        delay_ms=delay,
         bandwidth_gbps=bw,
         gpu_of=tuple(gpu_of),
         links=links,
         link_sharing=LinkSharing("pair"),  # flows share a pair's curve, nothing else (links.py)
-        meta={"source": "sailor", "nodes": [(n.zone, n.gpu, n.gpus) for n in nodes]},
+        meta={"source": "sailor", "nodes": specs},
     )
     # nodes, GPU types and links decide everything above (a node pair's peak is read off its
     # kinds' curve or its node's intra-node curve, in ``links``): no need to hash the matrices
