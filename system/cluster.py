@@ -333,12 +333,15 @@ def fingerprint(cluster: Cluster) -> str:
 
 def _kept_or_copied(m, diagonal: float) -> np.ndarray:
     """A cluster's own float64 copy of matrix ``m``; ``m`` itself where it already is a
-    read-only float64 array with ``diagonal`` on its diagonal, as a cluster keeps it (a builder
-    of many large clusters hands its matrices over so, and saves copying them)."""
+    read-only float64 array that owns its data, with ``diagonal`` on its diagonal, as a cluster
+    keeps it (a builder of many large clusters hands its matrices over so, and saves copying
+    them; an array handed over becomes the cluster's, never to be made writable again). A
+    read-only view of a writable array is copied."""
     if (
         isinstance(m, np.ndarray)
         and m.dtype == np.float64
         and not m.flags.writeable
+        and m.flags.owndata
         and m.ndim == 2
         and bool((np.diagonal(m) == diagonal).all())
     ):

@@ -58,6 +58,10 @@ def test_a_cluster_keeps_only_read_only_matrices_with_its_diagonal():
     assert m.bandwidth_gbps[0, 0] == np.inf and not m.bandwidth_gbps.flags.writeable
     for x in (c, k, m):  # the same cluster whichever way its matrices came
         assert np.array_equal(x.delay_ms, k.delay_ms) and np.array_equal(x.bandwidth_gbps, kept_bw)
+    base = np.array([[0, 10.0], [10.0, 0]])
+    view = base.view()
+    view.setflags(write=False)
+    assert _two(delay_ms=view).delay_ms is not view  # a view of a writable array: copied
     with pytest.raises(ValueError, match="not symmetric"):  # a kept matrix is still checked
         _two(delay_ms=_read_only([[0, 1.0], [2.0, 0]]))
 
