@@ -73,6 +73,9 @@ CLAIM_INPUTS = [
     "is_best",
 ]
 
+# every column a claim reads of a setting's best configuration (best_configs)
+BEST_INPUTS = [*KEYS, "system", "iter_time_s_mean", "n_configs", "tp", "pp", "dp"]
+
 
 @dataclass(frozen=True, slots=True)
 class ClaimResult:
@@ -236,13 +239,14 @@ def _claim_variance(rows):
     return (ours, f"CV ≤ {CV_LIMIT:.0%}", "PASS" if k == 0 else "FAIL"), ""
 
 
-def _claim_megatron_best(ok, cases, expected: str):
-    df = ok[(ok.system == "megatron") & ok.case.isin([str(c) for c in cases])]
-    if df.empty:
+def _claim_megatron_best(best, cases, expected: str):
+    # best_configs picks per setting, and a setting is one system in one case: its picks for
+    # megatron in ``cases`` are those of best_configs of megatron's rows in ``cases``
+    best = best[(best.system == "megatron") & best.case.isin([str(c) for c in cases])]
+    if best.empty:
         return None, f"no megatron rows in case(s) {','.join(map(str, cases))}"
-    if not {"tp", "pp", "dp"} <= set(df.columns):
+    if not {"tp", "pp", "dp"} <= set(best.columns):
         return None, "megatron rows carry no tp/pp/dp"
-    best = best_configs(df)
     if int(best.n_configs.max()) < 2:
         return None, "one megatron configuration per setting: no grid search in the rows"
     picks = [
@@ -350,9 +354,9 @@ def _check(claim_id: str, rows, ok, best, ablation, low, high, expected: str, to
     if claim_id == "variance_3runs":
         return _claim_variance(rows)
     if claim_id == "megatron_best_case1":
-        return _claim_megatron_best(ok, [1], expected)
+        return _claim_megatron_best(best, [1], expected)
     if claim_id == "megatron_best_case2to5":
-        return _claim_megatron_best(ok, [2, 3, 4, 5], expected)
+        return _claim_megatron_best(best, [2, 3, 4, 5], expected)
     if claim_id == "deepspeed_best":
         return _claim_deepspeed(ok)
     if claim_id == "fluidstack_mfu":
@@ -375,6 +379,8 @@ def evaluate_claims(
     # the same rows)
     ok = ok_rows(rows) if not rows.empty else rows
     best = best_configs(ok) if not rows.empty else pd.DataFrame(columns=KEYS + ["system"])
+    # the columns the claims read of the best configurations, which they select from often
+    best = best[[c for c in BEST_INPUTS if c in best.columns]]
     out = []
     for c in claims.itertuples(index=False):
         paper = _paper_text(c.paper_low, c.paper_high)

@@ -24,6 +24,7 @@ import pandas as pd
 
 from baselines.placement import Placement, check_placement
 from repro.report.claims import BASELINES, CLAIM_INPUTS, evaluate_claims, load_paper_claims
+from repro.report.variance import measured_mask, ok_mask
 from system.simulator.sharing import DEFAULT_LINK_SHARING, LINK_SHARING
 
 __all__ = [
@@ -71,13 +72,20 @@ def protocol_rows(rows: pd.DataFrame, protocol: str) -> pd.DataFrame:
     protocol = check_placement(protocol)
     if rows.empty or "system" not in rows.columns:
         return rows
+    return rows[_in_protocol(rows, protocol)].reset_index(drop=True)
+
+
+def _in_protocol(rows: pd.DataFrame, protocol: str) -> pd.Series:
+    """Which rows :func:`protocol_rows` keeps (every row when there is no ``system``)."""
+    if "system" not in rows.columns:
+        return pd.Series(True, index=rows.index)
     placement = (
         rows["placement"].fillna(Placement.launch).astype(str)
         if "placement" in rows.columns
         else pd.Series(Placement.launch.value, index=rows.index)
     )
     baseline = rows["system"].isin(BASELINES)
-    return rows[~baseline | (placement == protocol)].reset_index(drop=True)
+    return ~baseline | (placement == protocol)
 
 
 def _simulated(rows: pd.DataFrame) -> pd.Series:
@@ -105,8 +113,12 @@ def sharing_rows(rows: pd.DataFrame, model: str) -> pd.DataFrame:
     """The simulated rows of one link-sharing model, and every row that is not simulated."""
     if rows.empty:
         return rows
-    keep = ~_simulated(rows) | (_sharing(rows) == model)
-    return rows[keep].reset_index(drop=True)
+    return rows[_in_sharing(rows, model)].reset_index(drop=True)
+
+
+def _in_sharing(rows: pd.DataFrame, model: str) -> pd.Series:
+    """Which rows :func:`sharing_rows` keeps."""
+    return ~_simulated(rows) | (_sharing(rows) == model)
 
 
 def headline_rows(rows: pd.DataFrame) -> pd.DataFrame:
@@ -120,13 +132,34 @@ def best_as_ours(rows: pd.DataFrame) -> pd.DataFrame:
     and the paper-shape ``ours`` rows left out; empty when there is no such row."""
     if rows.empty or "is_best" not in rows.columns or "system" not in rows.columns:
         return rows.iloc[:0]
-    best = (rows["system"] == "ours_search") & rows["is_best"].fillna(False).astype(bool)
+    best = _ours_best(rows)
     if not best.any():
         return rows.iloc[:0]
+    return _as_ours(rows, best)
+
+
+def _ours_best(rows: pd.DataFrame) -> pd.Series:
+    """Which rows are ours' best configuration (needs ``system`` and ``is_best``)."""
+    return (rows["system"] == "ours_search") & rows["is_best"].fillna(False).astype(bool)
+
+
+def _as_ours(rows: pd.DataFrame, best: pd.Series) -> pd.DataFrame:
+    """:func:`best_as_ours` of ``rows`` whose best configuration's rows are ``best``."""
     keep = best | ~rows["system"].isin(["ours", "ours_search"])
     out = rows[keep].copy()
     out.loc[best[keep], "system"] = "ours"
     return out.reset_index(drop=True)
+
+
+def _read_by_claims(rows: pd.DataFrame) -> pd.Series:
+    """The rows a claim can read: the ok rows, and the measured runs whether ok or not (the
+    variance claim says whether there were any). Leaving the others out changes no verdict:
+    a group without them is judged as one whose rows are all not ok. Every row when a column
+    the claims need is missing (the claims then say which)."""
+    try:
+        return ok_mask(rows) | measured_mask(rows)
+    except ValueError:
+        return pd.Series(True, index=rows.index)
 
 
 def evaluate_claims_by_protocol(
@@ -137,22 +170,34 @@ def evaluate_claims_by_protocol(
     each the protocols with baseline rows (launch always)."""
     # the columns the claims read: every selection below copies these only, not a study's ~90
     rows = rows[[c for c in CLAIM_INPUTS if c in rows.columns]]
+    # Each group (model, protocol, and ours' best or not) is a mask over all the rows, and its
+    # rows are copied once, less those no claim reads. Which groups exist is decided on every
+    # row, as sharing_rows, protocol_rows and best_as_ours decide it.
+    read = _read_by_claims(rows)
+    in_protocol = {p: _in_protocol(rows, p) for p in Placement}
+    has_best = not rows.empty and {"is_best", "system"} <= set(rows.columns)
+    ours_best = _ours_best(rows) if has_best else None
     parts = []
     for model in sharing_models(rows):
-        group = sharing_rows(rows, model)
+        in_model = _in_sharing(rows, model)
         have = {Placement.launch.value}
-        if "placement" in group.columns and "system" in group.columns:
-            placements = group.loc[group["system"].isin(BASELINES), "placement"].dropna()
-            have |= set(placements.astype(str).unique())
-        best = best_as_ours(group)
+        if "placement" in rows.columns and "system" in rows.columns:
+            baseline = in_model & rows["system"].isin(BASELINES)
+            have |= set(rows.loc[baseline, "placement"].dropna().astype(str).unique())
+        best = ours_best[in_model] if has_best else None
+        if best is not None and not best.any():
+            best = None
         for protocol in (p for p in Placement if p in have):
-            c = evaluate_claims(protocol_rows(group, protocol), ablation, tolerance=tolerance)
+            keep = in_model & in_protocol[protocol] & read
+            group = rows[keep].reset_index(drop=True)
+            c = evaluate_claims(group, ablation, tolerance=tolerance)
             parts.append(c.assign(protocol=str(protocol), link_sharing=model))
-            if best.empty:
+            if best is None:
                 continue
-            c = evaluate_claims(
-                protocol_rows(best, protocol), tolerance=tolerance, claims=_best_claims()
-            )
+            # protocol_rows(best_as_ours(...)) of the model's rows: a row is kept or relabelled
+            # on its own, and the relabelled rows (ours) are in every protocol
+            best_rows = _as_ours(group, ours_best[keep].reset_index(drop=True))
+            c = evaluate_claims(best_rows, tolerance=tolerance, claims=_best_claims())
             c["claim_id"] = c["claim_id"] + BEST_SUFFIX
             c["statement"] = "Ours at its best configuration: " + c["statement"]
             parts.append(c.assign(protocol=str(protocol), link_sharing=model))

@@ -29,7 +29,9 @@ __all__ = [
     "CONFIG_COLUMNS",
     "CV_LIMIT",
     "MEASURED_MODES",
+    "ok_mask",
     "ok_rows",
+    "measured_mask",
     "measured_rows",
     "config_columns",
     "variance_table",
@@ -61,8 +63,9 @@ CV_LIMIT = 0.05  # appendix 10.1: "variance within 5%"
 MEASURED_MODES = ("emulate", "train")
 
 
-def ok_rows(rows: pd.DataFrame) -> pd.DataFrame:
-    """Rows with status ok and a positive iteration time; ``case`` as text ("5", "debug")."""
+def ok_mask(rows: pd.DataFrame) -> pd.Series:
+    """Which rows :func:`ok_rows` keeps: status ok (or none) and a positive finite iteration
+    time."""
     missing = [c for c in (*SETTING_COLUMNS, "iter_time_s") if c not in rows.columns]
     if missing:
         raise ValueError(f"rows: missing columns {missing}; have {sorted(rows.columns)}")
@@ -70,7 +73,12 @@ def ok_rows(rows: pd.DataFrame) -> pd.DataFrame:
     keep = np.isfinite(iter_time_s) & (iter_time_s > 0)
     if "status" in rows.columns:
         keep &= rows["status"].fillna("ok").astype(str) == "ok"
-    df = rows[keep]  # one copy, of the rows kept only: a study's report asks this many times
+    return keep.fillna(False).astype(bool)  # a missing time is not a positive one
+
+
+def ok_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """Rows with status ok and a positive iteration time; ``case`` as text ("5", "debug")."""
+    df = rows[ok_mask(rows)]  # one copy, of the rows kept only: a study's report asks this often
     df["iter_time_s"] = pd.to_numeric(df["iter_time_s"], errors="coerce")
     df["case"] = _map_distinct(df["case"], _case_text)
     if "pflops" in df.columns:
@@ -83,7 +91,14 @@ def measured_rows(rows: pd.DataFrame) -> pd.DataFrame:
     are taken as given (their writer did not say)."""
     if "mode" not in rows.columns:
         return rows
-    return rows[rows["mode"].astype(str).isin(MEASURED_MODES)]
+    return rows[measured_mask(rows)]
+
+
+def measured_mask(rows: pd.DataFrame) -> pd.Series:
+    """Which rows :func:`measured_rows` keeps."""
+    if "mode" not in rows.columns:
+        return pd.Series(True, index=rows.index)
+    return rows["mode"].astype(str).isin(MEASURED_MODES)
 
 
 def _map_distinct(values: pd.Series, func) -> pd.Series:
@@ -132,12 +147,12 @@ def variance_table(rows: pd.DataFrame, cv_limit: float = CV_LIMIT) -> pd.DataFra
                 "flagged",
             ]
         )
-    g = df.groupby(keys, dropna=False, sort=True)["iter_time_s"]
-    out = g.agg(
+    groups = df.groupby(keys, dropna=False, sort=True)  # grouped once, for both columns
+    out = groups["iter_time_s"].agg(
         n_repeats="size", iter_time_s_mean="mean", iter_time_s_std="std", _min="min", _max="max"
     )
     if "pflops" in df.columns:
-        out["pflops_mean"] = df.groupby(keys, dropna=False, sort=True)["pflops"].mean()
+        out["pflops_mean"] = groups["pflops"].mean()
     out = out.reset_index()
     one = out["n_repeats"] < 2
     out.loc[one, "iter_time_s_std"] = np.nan

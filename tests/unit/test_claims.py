@@ -211,3 +211,61 @@ def test_claims_per_link_sharing_model_never_mix_the_models():
     # a simulated row without link_sharing ran before the models: pair
     old = pd.DataFrame(synthetic_rows(cases=("5",)))
     assert sharing_models(old) == ["pair"]
+
+
+def _groups_alone(rows: pd.DataFrame) -> pd.DataFrame:
+    """The claims per (model, protocol), each group selected whole and evaluated on its own: what
+    evaluate_claims_by_protocol must return, however it selects the rows."""
+    from repro.report.protocols import (
+        BEST_SUFFIX,
+        CLAIM_COLUMNS,
+        _best_claims,
+        best_as_ours,
+        protocol_rows,
+        sharing_models,
+        sharing_rows,
+    )
+
+    parts = []
+    for model in sharing_models(rows):
+        group = sharing_rows(rows, model)
+        baselines = group[group.system.isin(["megatron", "deepspeed"])]
+        have = {"launch", *baselines.placement.dropna().astype(str)}
+        best = best_as_ours(group)
+        for protocol in (p for p in ("launch", "topology") if p in have):
+            c = evaluate_claims(protocol_rows(group, protocol))
+            parts.append(c.assign(protocol=protocol, link_sharing=model))
+            if best.empty:
+                continue
+            c = evaluate_claims(protocol_rows(best, protocol), claims=_best_claims())
+            c["claim_id"] = c["claim_id"] + BEST_SUFFIX
+            c["statement"] = "Ours at its best configuration: " + c["statement"]
+            parts.append(c.assign(protocol=protocol, link_sharing=model))
+    return pd.concat(parts, ignore_index=True)[CLAIM_COLUMNS]
+
+
+def test_claims_by_protocol_read_each_group_as_if_alone():
+    """The claims leave out the rows none of them reads (not ok, not measured) before the groups
+    are copied: every verdict, number and reason is the one of the whole group, including a
+    model whose rows are all not ok, ours' best row not ok under one model, and measured runs
+    that failed."""
+    from repro.report.protocols import evaluate_claims_by_protocol
+
+    one = pd.DataFrame(synthetic_rows(cases=("1", "5"), layers=(24,), repeats=2, seed=1))
+    launch = one.assign(placement="launch", link_sharing="tc_class")
+    topo = one[one.system.isin(["megatron", "deepspeed"])].assign(
+        placement="topology", iter_time_s=one.iter_time_s * 0.7, link_sharing="tc_class"
+    )
+    launch.loc[launch.system.isin(["ours", "ours_random"]), "placement"] = "scheduled"
+    search = one[one.system == "ours"].assign(
+        system="ours_search", is_best=True, iter_time_s=one.iter_time_s * 0.9
+    )
+    nic = pd.concat([launch, search]).assign(link_sharing="nic", status="oom", iter_time_s=None)
+    pair = pd.concat([launch, topo, search]).assign(link_sharing="pair")
+    pair.loc[pair.system == "ours_search", "status"] = "error"
+    measured = one[one.system == "ours"].assign(mode="emulate", link_sharing=None)
+    measured.loc[measured.index[:3], "status"] = "timeout"
+    rows = pd.concat([launch, topo, search, nic, pair, measured], ignore_index=True)
+    pd.testing.assert_frame_equal(evaluate_claims_by_protocol(rows), _groups_alone(rows))
+    failed = rows.assign(status=rows.status.where(rows["mode"] == "simulate", "timeout"))
+    pd.testing.assert_frame_equal(evaluate_claims_by_protocol(failed), _groups_alone(failed))
