@@ -62,7 +62,11 @@ def _points(grid: pd.DataFrame) -> list[GridPoint]:
     def seconds(name: str) -> list[float]:
         if name not in grid.columns:
             return [0.0] * len(grid)
-        return [0.0 if v is None or pd.isna(v) else float(v) for v in grid[name].tolist()]
+        values = grid[name]
+        if pd.api.types.is_float_dtype(values.dtype):  # the same floats, read at once
+            s = values.to_numpy(dtype=float, na_value=np.nan)
+            return np.where(np.isnan(s), 0.0, s).tolist()
+        return [0.0 if v is None or pd.isna(v) else float(v) for v in values.tolist()]
 
     return [
         GridPoint(str(label), *times, str(status))
@@ -77,13 +81,18 @@ def _points(grid: pd.DataFrame) -> list[GridPoint]:
     ]
 
 
-def _best(grid: pd.DataFrame) -> pd.Series | None:
-    ok = grid[grid["status"] == "ok"]
-    if ok.empty:
+def _best(grid: pd.DataFrame) -> int | None:
+    """The position in ``grid`` of its pick among the ok rows: the first marked ``is_best``,
+    else the fastest (the first of equals); None when no row is ok."""
+    ok = (grid["status"] == "ok").fillna(False).to_numpy(dtype=bool)
+    if not ok.any():
         return None
-    if "is_best" in ok and ok["is_best"].fillna(False).astype(bool).any():
-        return ok[ok["is_best"].fillna(False).astype(bool)].iloc[0]
-    return ok.loc[pd.to_numeric(ok["iter_time_s"]).idxmin()]
+    if "is_best" in grid:
+        marked = ok & grid["is_best"].fillna(False).astype(bool).to_numpy(dtype=bool)
+        if marked.any():
+            return int(marked.argmax())
+    at = np.flatnonzero(ok)
+    return int(at[pd.to_numeric(grid["iter_time_s"].iloc[at]).reset_index(drop=True).idxmin()])
 
 
 def summary_from_rows(rows: pd.DataFrame) -> pd.DataFrame:
@@ -122,7 +131,8 @@ def summary_from_rows(rows: pd.DataFrame) -> pd.DataFrame:
             line[f"{name}_iter_time_s"] = ok["iter_time_s"].mean() if len(ok) else None
         search = g[g["system"] == "ours_search"]
         if len(search):  # ours' configuration search: its best (is_best) configuration
-            best = _best(search)
+            at = _best(search)
+            best = None if at is None else search.iloc[at]
             line["ours_search_pflops"] = None if best is None else best["pflops"]
             line["ours_search_iter_time_s"] = None if best is None else best["iter_time_s"]
             line["ours_search_config"] = None if best is None else best["config"]
@@ -132,16 +142,17 @@ def summary_from_rows(rows: pd.DataFrame) -> pd.DataFrame:
             for p in [headline, *sorted(have - {headline})]:
                 name = b if p == headline else f"{b}_{p}"
                 grid = grids.get((*key, b, p), sim.iloc[:0])
-                best = _best(grid)
+                at = _best(grid)
+                best = None if at is None else grid.iloc[at]
                 line[f"{name}_pflops"] = None if best is None else best["pflops"]
                 line[f"{name}_iter_time_s"] = None if best is None else best["iter_time_s"]
                 line[f"{name}_config"] = None if best is None else best["config"]
                 line[f"{name}_dp_collective"] = None if best is None else best["dp_collective"]
-                line[f"{name}_why"] = (
-                    None
-                    if best is None
-                    else explain_pick(_points(best.to_frame().T)[0], _points(grid))
-                )
+                if best is not None:
+                    points = _points(grid)
+                    line[f"{name}_why"] = explain_pick(points[at], points)
+                else:
+                    line[f"{name}_why"] = None
         out.append(line)
     return with_speedups(pd.DataFrame(out), paper_ratios()) if out else pd.DataFrame(columns=KEYS)
 

@@ -56,3 +56,49 @@ def test_compact_table_fits_100_columns_without_cutting_a_cell(capsys):
         "2.23x launch" in out
     )
     assert "best vs best 0.77x topo" in out  # the nic line: Megatron at 20 s
+
+
+def test_a_grid_pick_is_the_marked_row_else_the_fastest_ok_one():
+    """Each baseline's pick: the ok row marked ``is_best``; without one, the fastest ok row (the
+    first of equals), never a faster row that did not fit; no ok row: no pick."""
+    from repro.report.summary import summary_from_rows
+
+    def row(system, config, it, status="ok", **kw):
+        return {
+            "mode": "simulate",
+            "case": "5",
+            "num_layers": 24,
+            "global_batch_size": 1024,
+            "system": system,
+            "placement": "launch" if system in ("megatron", "deepspeed") else "scheduled",
+            "status": status,
+            "iter_time_s": it,
+            "pflops": 1.0 / it if it else None,
+            "config": config,
+            "sim_pipeline_s": it,
+            "sim_dp_sync_s": None,
+            "is_best": kw.pop("is_best", None),
+            **kw,
+        }
+
+    rows = pd.DataFrame(
+        [
+            row("ours", "paper", 10.0),
+            row("ours_random", "random", 20.0),
+            row("ours_search", "fast", 8.0, is_best=False),
+            row("ours_search", "marked", 9.0, is_best=True),
+            row("megatron", "oom-fast", None, status="oom"),
+            row("megatron", "first", 30.0),
+            row("megatron", "second", 30.0),
+            row("megatron", "slow", 40.0),
+            row("deepspeed", "oom", None, status="oom"),
+        ]
+    )
+    line = summary_from_rows(rows).iloc[0]
+    assert line.ours_search_config == "marked" and line.ours_search_iter_time_s == 9.0
+    assert line.megatron_config == "first" and line.megatron_iter_time_s == 30.0
+    assert line.megatron_why == (
+        "first: 30.0 s (pipeline 30.0 s, DP 0.0 s); runner-up second 30.0 s (pipeline 30.0 s, "
+        "DP 0.0 s); 3 feasible, 1 over memory"
+    )
+    assert pd.isna(line.deepspeed_config) and pd.isna(line.deepspeed_why)
