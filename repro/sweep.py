@@ -420,7 +420,7 @@ def finish_study(
 def _finish(cfg: RunConfig, results_dir: Path, elapsed_s, sweep_dir, outcome, check_s) -> dict:
     import pandas as pd
 
-    from system.results import compact
+    from system.results import compact, count_rows
 
     t0 = time.monotonic()
     runs_csv = results_dir / "runs.csv"
@@ -442,7 +442,7 @@ def _finish(cfg: RunConfig, results_dir: Path, elapsed_s, sweep_dir, outcome, ch
                 pd.read_csv(paths.claims),
                 paths.figures,
             )
-    n_rows = len(pd.read_csv(runs_csv, usecols=["run_id"]))  # runs.csv: newest row per setting
+    n_rows = count_rows(results_dir)  # what runs.csv holds: the newest row of each setting
     report_s = time.monotonic() - t0
     if outcome is None:  # a single run
         log.info(

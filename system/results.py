@@ -83,6 +83,7 @@ __all__ = [
     "make_row",
     "write_rows",
     "read_rows",
+    "count_rows",
     "run_ids",
     "current_run_ids",
     "current_of",
@@ -683,13 +684,21 @@ def _with_columns(df, names: list[str]):
     return pd.concat([df, pd.DataFrame(missing, index=df.index)], axis=1)[names]
 
 
+def _setting_keys(df):
+    """Each row's setting: its ``setting_id`` (a table of schema 1 has none: its run id)."""
+    return df["setting_id"].fillna(df["run_id"]).astype(str)
+
+
 def _latest_of(df):
     """The newest row of each setting (by timestamp, then position)."""
     import pandas as pd
 
+    settings = _setting_keys(df)
+    if not settings.duplicated().any():  # one row per setting: each is its setting's newest
+        return _tidy(df)
     order = pd.DataFrame(
         {
-            "k": df["setting_id"].fillna(df["run_id"]).astype(str).to_numpy(),
+            "k": settings.to_numpy(),
             "t": df["timestamp_utc"].fillna("").astype(str).to_numpy(),
             "i": range(len(df)),
         }
@@ -698,12 +707,55 @@ def _latest_of(df):
     return _tidy(df.iloc[keep.to_numpy()].reset_index(drop=True))
 
 
-def read_rows(results_dir: str | Path, *, history: bool = False):
-    """The study's rows as a typed DataFrame: the newest per setting, or all with ``history``.
-    Parts not yet compacted are read too."""
+def read_rows(
+    results_dir: str | Path, *, history: bool = False, columns: Iterable[str] | None = None
+):
+    """The study's rows as a typed DataFrame: the newest per setting, or all with ``history``;
+    of ``columns`` only (those the study has, in its order) when given. Parts not yet compacted
+    are read too."""
     table = _table(Path(results_dir))
     df = table if history else _latest_of(table)
-    return df.sort_values(["timestamp_utc", "run_id"], kind="stable").reset_index(drop=True)
+    if columns is not None:  # before the sort, which copies every column it is given
+        wanted = {*columns, "timestamp_utc", "run_id"}
+        df = df[[c for c in df.columns if c in wanted]]
+    df = df.sort_values(["timestamp_utc", "run_id"], kind="stable").reset_index(drop=True)
+    if columns is not None:
+        wanted = set(columns)
+        df = df[[c for c in df.columns if c in wanted]]
+    return df
+
+
+def count_rows(results_dir: str | Path) -> int:
+    """How many rows :func:`read_rows` returns (and ``runs.csv`` holds once compacted): one per
+    setting stored. Only the settings' keys are counted: of the table this process last wrote,
+    while nobody has changed it, else of each file's key columns."""
+    import pandas as pd
+
+    d = Path(results_dir)
+    if (d / "rows").is_dir():  # the old store's row files: the full read
+        return len(read_rows(d))
+    parts = _parts(d)
+    pq = d / "runs.parquet"
+    written = _WRITTEN.get(str(pq))
+    if written is not None and not parts and _stamp_of(pq) == written[0]:
+        return int(_setting_keys(written[1]).nunique())
+    settings = [_file_settings(f) for f in (*parts, _table_file(d))]  # parts first, as _table
+    return int(pd.concat(settings, ignore_index=True).nunique())
+
+
+def _file_settings(f: Path):
+    """Each row's setting (:func:`_setting_keys`) in the file ``f``; none when it is gone (a
+    part folded into the table read after it)."""
+    import pandas as pd
+
+    try:
+        with _opened(f) as fh:
+            names = set(_schema_names(fh, f))
+            fh.seek(0)
+            df = _read_handle(fh, f, columns=[c for c in ("run_id", "setting_id") if c in names])
+    except FileNotFoundError:
+        return pd.Series([], dtype=object)
+    return _setting_keys(df) if "setting_id" in df else df["run_id"].astype(str)
 
 
 # What was read of one version of a file, by (what, path, inode, mtime, size): a replaced table

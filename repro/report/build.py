@@ -60,6 +60,15 @@ REPORT_FILES = (
     "fig4.png",
 )
 
+# what ablation_from_rows reads of a row: the scheduler and its best cost under the first name
+# present, the seed, status and case, and the search's curve
+SCHEDULER_COLUMNS = ("scheduler", "method")
+COST_COLUMNS = ("best_total_cost_s", "best_cost_s", "total_cost_s")
+ABLATION_INPUTS = (*SCHEDULER_COLUMNS, *COST_COLUMNS, "seed", "status", "case", "history", "trials")
+# every column build_report reads of the study's rows (check_rows: also the run id); the study's
+# other columns are not read from its table, so no selection below copies them
+REPORT_INPUTS = tuple(dict.fromkeys(("run_id", *CLAIM_INPUTS, *SUMMARY_INPUTS, *ABLATION_INPUTS)))
+
 __all__ = [
     "ReportPaths",
     "build_report",
@@ -105,10 +114,8 @@ def ablation_from_rows(rows: pd.DataFrame) -> pd.DataFrame | None:
     ``method``) and its best cost (``best_total_cost_s``, ``best_cost_s`` or ``total_cost_s``)
     give one point per run, or a curve when they carry a ``history`` of (trial, best) pairs.
     """
-    mcol = next((c for c in ("scheduler", "method") if c in rows.columns), None)
-    ccol = next(
-        (c for c in ("best_total_cost_s", "best_cost_s", "total_cost_s") if c in rows.columns), None
-    )
+    mcol = next((c for c in SCHEDULER_COLUMNS if c in rows.columns), None)
+    ccol = next((c for c in COST_COLUMNS if c in rows.columns), None)
     if rows.empty or mcol is None or ccol is None or "seed" not in rows.columns:
         return None
     df = rows[rows[mcol].notna() & pd.to_numeric(rows[ccol], errors="coerce").notna()]
@@ -239,7 +246,7 @@ def build_report(
     d = Path(results_dir)
     if not d.is_dir():
         raise FileNotFoundError(f"results_dir {d} does not exist")
-    rows = _python_strings(read_rows(d), [*CLAIM_INPUTS, *SUMMARY_INPUTS])
+    rows = _python_strings(read_rows(d, columns=REPORT_INPUTS), [*CLAIM_INPUTS, *SUMMARY_INPUTS])
     check_rows(rows, d)
     own = _own_report(rows)
     if own is not None:  # a study whose rows have their own report (the paper's does not fit)

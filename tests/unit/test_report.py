@@ -278,3 +278,32 @@ def test_a_report_made_with_a_helper_process_is_the_one_made_alone(tmp_path, mon
         }
     assert {"summary.csv", "fig3.png", "REPORT.md", "claims.md"} <= set(outputs["alone"])
     assert outputs["helper"] == outputs["alone"]
+
+
+def test_the_report_reads_only_the_columns_it_names(tmp_path, monkeypatch):
+    """build_report reads REPORT_INPUTS of the study's rows: its files are those made from every
+    column (a column the report reads but does not name would change them)."""
+    import repro.report.build as build
+    from system.results import make_row
+
+    scheduled = [
+        make_row(
+            {"case": "5", "system": "ours", "num_layers": 24, "global_batch_size": 1024}
+            | {"scheduler": m, "seed": s},
+            iter_time_s=10.0 + s,
+            best_cost_s=c + s,
+            history=[[0, c + 20.0], [10, c + s]],
+        )
+        for m, c in (("genetic", 40.0), ("genetic_kl", 55.0))
+        for s in (0, 1)
+    ]
+    outputs = {}
+    for name, read in (("named", build.read_rows), ("every", lambda d, columns: read_rows(d))):
+        d = tmp_path / name / "study"
+        write_rows(d, [*synthetic_rows(cases=("1", "5"), seed=4), *scheduled])
+        monkeypatch.setattr(build, "read_rows", read)
+        build_report(d, ablation_path=d / "absent.csv")
+        made = [d / f for f in build.REPORT_FILES if f.endswith((".md", ".csv"))]
+        outputs[name] = {p.name: p.read_bytes() for p in made if p.exists()}
+    assert {"claims.md", "summary.csv", "best.csv", "variance.csv"} <= set(outputs["named"])
+    assert outputs["named"] == outputs["every"]

@@ -358,3 +358,36 @@ def test_parts_read_ahead_fold_to_the_table_read_without_them(tmp_path):
     assert sorted(ahead.iter_time_s) == [4.0, 5.0, 7.0, 7.0, 7.0]
     assert sorted(plain.iter_time_s) == [1.0, 2.0, 3.0, 4.0, 5.0]
     assert not store._AHEAD  # the fold took what it read ahead
+
+
+def test_count_rows_is_what_read_rows_and_runs_csv_hold(tmp_path):
+    """The rows a study reports, counted from the settings alone: the newest of each setting
+    (a superseded row is not counted), parts not yet compacted included, from the table this
+    process wrote or from the files."""
+    import system.results as store
+    from system.results import compact, count_rows, deferred_collect
+
+    rows = [make_row({**KEY, "repeat": i}, iter_time_s=1.0 + i) for i in range(4)]
+    write_rows(tmp_path, rows)
+    write_rows(tmp_path, [make_row({**KEY, "repeat": 0}, iter_time_s=9.0)])  # supersedes one
+    assert count_rows(tmp_path) == len(read_rows(tmp_path)) == 4
+    assert len(pd.read_csv(tmp_path / "runs.csv")) == 4
+    store._WRITTEN.clear()  # a process that did not write the table reads its keys
+    assert count_rows(tmp_path) == 4
+    with deferred_collect():
+        write_rows(tmp_path, [make_row({**KEY, "repeat": 7}, iter_time_s=2.0)])
+    assert count_rows(tmp_path) == len(read_rows(tmp_path)) == 5  # the part's row too
+    compact(tmp_path)
+    assert count_rows(tmp_path) == len(pd.read_csv(tmp_path / "runs.csv")) == 5
+    assert count_rows(tmp_path / "none") == 0
+
+
+def test_read_rows_of_some_columns_are_those_of_all(tmp_path):
+    rows = [make_row({**KEY, "repeat": i}, iter_time_s=3.0 - i, pflops=i) for i in range(3)]
+    write_rows(tmp_path, rows)
+    write_rows(tmp_path, [make_row({**KEY, "repeat": 1}, iter_time_s=7.0)])
+    every = read_rows(tmp_path)
+    some = read_rows(tmp_path, columns=["pflops", "iter_time_s", "no_such_column", "repeat"])
+    assert list(some.columns) == [c for c in every.columns if c in some.columns]
+    assert set(some.columns) == {"pflops", "iter_time_s", "repeat"}
+    pd.testing.assert_frame_equal(some, every[list(some.columns)])
