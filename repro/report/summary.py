@@ -116,11 +116,20 @@ def summary_from_rows(rows: pd.DataFrame) -> pd.DataFrame:
     if "dp_collective" not in sim:
         sim["dp_collective"] = None
     by = [*KEYS, "link_sharing"]
-    grids = {k: g for k, g in sim.groupby([*by, "system", "placement"], sort=False)}
+    # each baseline's grid per setting and placement, and per setting the other systems' rows,
+    # split once (a group keeps its rows' order)
+    in_grid = sim["system"].isin(BASELINE_SYSTEMS)
+    grids = {k: g for k, g in sim[in_grid].groupby([*by, "system", "placement"], sort=False)}
+    others = {k: g for k, g in sim[~in_grid].groupby(by, sort=False)}
+    placements: dict[tuple, set] = {}
+    for *setting, _, placement in grids:
+        placements.setdefault(tuple(setting), set()).add(placement)
+    empty = sim.iloc[:0]
     out = []
-    for key, g in sim.groupby(by, sort=True):
+    for key in sim.groupby(by, sort=True).indices:  # the settings, in order
         line: dict = dict(zip(by, key, strict=True))
-        have = set(g.loc[g["system"].isin(BASELINE_SYSTEMS), "placement"])
+        g = others.get(key, empty)
+        have = placements.get(key, set())
         headline = Placement.topology if Placement.topology in have else Placement.launch
         line["baseline_placement"] = str(headline)
         for name in ("ours", "ours_random"):
@@ -141,7 +150,7 @@ def summary_from_rows(rows: pd.DataFrame) -> pd.DataFrame:
         for b in BASELINE_SYSTEMS:
             for p in [headline, *sorted(have - {headline})]:
                 name = b if p == headline else f"{b}_{p}"
-                grid = grids.get((*key, b, p), sim.iloc[:0])
+                grid = grids.get((*key, b, p), empty)
                 at = _best(grid)
                 best = None if at is None else grid.iloc[at]
                 line[f"{name}_pflops"] = None if best is None else best["pflops"]
