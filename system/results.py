@@ -589,7 +589,7 @@ def _as_typed(df):
     current = (
         {"setting_id", "model_version"} <= names
         and not names & set(RENAMED)
-        and all(str(df[c].dtype) == _DTYPES[COLUMNS[c]] for c in names if c in COLUMNS)
+        and all(str(t) == _DTYPES[COLUMNS[c]] for c, t in df.dtypes.items() if c in COLUMNS)
     )
     return df if current else _frame(_upgrade(df))
 
