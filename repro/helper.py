@@ -15,6 +15,10 @@ waits while work is left, however their speeds compare. The process dies with it
     helper.start()
     value = take(future)        # None: do it yourself
     helper.stop()
+
+The worker is forked at its first task, after :meth:`Helper.start`: the tasks queued before then
+are in its copy of this process, so only their ids are sent to it, not their arguments (a
+study's rows would take a large share of the task's time to pickle, send and read back).
 """
 
 from __future__ import annotations
@@ -32,6 +36,10 @@ from system.lifeline import die_with_parent
 log = logging.getLogger(__name__)
 
 __all__ = ["Helper", "take"]
+
+# The tasks queued before their helper started, by id(Future), until they end: what a worker
+# forked after them finds in its copy of this process.
+_QUEUED_BEFORE_START: dict[int, tuple[Callable, tuple]] = {}
 
 
 class Helper:
@@ -59,6 +67,9 @@ class Helper:
 
     def start(self) -> None:
         """Start feeding the queue to the worker (a daemon thread: it never holds up an exit)."""
+        with self._lock:
+            for ours, fn, args in self._queue:
+                _QUEUED_BEFORE_START[id(ours)] = (fn, args)
         self._thread = threading.Thread(target=self._feed, name="helper-feeder", daemon=True)
         self._thread.start()
 
@@ -68,6 +79,7 @@ class Helper:
                 item = self._queue.pop() if last else self._queue.popleft()
                 if item[0].set_running_or_notify_cancel():  # False: a job took it back
                     return item
+                _QUEUED_BEFORE_START.pop(id(item[0]), None)
         return None
 
     def run_last_here(self) -> bool:
@@ -76,6 +88,7 @@ class Helper:
         if item is None:
             return False
         ours, fn, args = item
+        _QUEUED_BEFORE_START.pop(id(ours), None)
         try:
             ours.set_result(fn(*args))
         except BaseException as e:  # noqa: BLE001 - the task's own error, for its job
@@ -85,9 +98,14 @@ class Helper:
     def _feed(self) -> None:
         while (item := self._pop(last=False)) is not None:
             ours, fn, args = item
+            task = id(ours)
             try:
-                theirs = self._pool.submit(fn, *args)
+                if task in _QUEUED_BEFORE_START:  # the worker has it: send its id only
+                    theirs = self._pool.submit(_run_queued, task)
+                else:
+                    theirs = self._pool.submit(fn, *args)
             except RuntimeError as e:  # the pool was shut down meanwhile
+                _QUEUED_BEFORE_START.pop(task, None)
                 ours.set_exception(BrokenExecutor(f"the helper is stopped: {e}"))
                 continue
             try:
@@ -96,6 +114,8 @@ class Helper:
                 ours.set_exception(BrokenExecutor("the helper was stopped"))
             except BaseException as e:  # noqa: BLE001 - the task's own error, for its job
                 ours.set_exception(e)
+            finally:
+                _QUEUED_BEFORE_START.pop(task, None)
 
     def stop(self) -> None:
         """Drop every task not started and let the worker go (it ends its task, then exits)."""
@@ -103,8 +123,18 @@ class Helper:
             self._stopped = True
             for ours, *_ in self._queue:
                 ours.cancel()
+                _QUEUED_BEFORE_START.pop(id(ours), None)
             self._queue.clear()
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _run_queued(task: int):
+    """In the worker: a task queued before it was forked (BrokenExecutor, which sends the task
+    back to its job, if it was forked before the task was queued)."""
+    if task not in _QUEUED_BEFORE_START:
+        raise BrokenExecutor("the helper was started before this task was queued")
+    fn, args = _QUEUED_BEFORE_START[task]
+    return fn(*args)
 
 
 def _start(initializer: Callable[[], None] | None) -> None:

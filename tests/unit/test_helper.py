@@ -67,3 +67,23 @@ def test_the_tasks_own_error_reaches_its_job():
 
 def _fail(i: int, gate: str) -> None:
     raise ValueError(f"task {i} failed")
+
+
+def _where_and(value) -> tuple[int, object]:
+    return os.getpid(), value()
+
+
+def test_a_task_queued_before_the_start_reaches_the_worker_without_pickling():
+    """The worker is forked after the tasks queued before start(): it runs them from its copy of
+    this process, so even an argument that cannot be pickled (a lambda) gets there."""
+    import repro.helper as helper_module
+
+    helper = Helper(_nothing)
+    try:
+        before = helper.submit(_where_and, lambda: "kept")
+        helper.start()
+        pid, value = take(before)
+        assert pid != os.getpid() and value == "kept"
+        assert not helper_module._QUEUED_BEFORE_START  # dropped once done
+    finally:
+        helper.stop()
