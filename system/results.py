@@ -32,8 +32,10 @@ The row itself (columns, types, ``setting_id``, ``run_id``, ``model_version``) i
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import fcntl
+import functools
 import json
 import logging
 import math
@@ -44,7 +46,7 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from pathlib import Path
 
@@ -92,6 +94,7 @@ __all__ = [
     "has_stored_rows",
     "collect",
     "compact",
+    "compacting",
     "read_parts_ahead",
     "fold_here",
     "deferred_collect",
@@ -936,7 +939,7 @@ def _write_csv(path: Path, frame) -> None:
     atomic_write(path, lambda tmp: pacsv.write_csv(table, str(tmp)))
 
 
-def _write_tables(d: Path, full) -> Path:
+def _write_table(d: Path, full) -> None:
     pq = d / "runs.parquet"
     _WRITTEN.pop(str(pq), None)
     atomic_write(pq, lambda tmp: full.to_parquet(tmp, index=False), durable=True)
@@ -944,8 +947,6 @@ def _write_tables(d: Path, full) -> Path:
     if stamp is not None:
         _WRITTEN.clear()  # one study's table kept: the one a report is about to read
         _WRITTEN[str(pq)] = (stamp, full.copy(deep=False))
-    _write_csv(d / "runs.csv", _latest_of(full))
-    return d / "runs.csv"
 
 
 @contextlib.contextmanager
@@ -1011,25 +1012,28 @@ def _current_schema(pq: Path) -> bool:
     return {"setting_id", "model_version"} <= names and not names & set(RENAMED)
 
 
-def _fold(d: Path, *, force: bool) -> Path:
-    """Under the study lock: fold the current parts into the tables, then delete them."""
-    with study_lock(d):
-        parts = _parts(d)
-        pq, csv = d / "runs.parquet", d / "runs.csv"
-        table_current = pq.exists() and not (d / "rows").is_dir() and _current_schema(pq)
-        text_current = (
-            table_current and csv.exists() and csv.stat().st_mtime_ns >= pq.stat().st_mtime_ns
-        )
-        if parts or force or not table_current:
-            full = _table(d, parts)
-            log.info("%s: %d rows stored, %d parts folded in", pq, len(full), len(parts))
-            _write_tables(d, full)  # runs.parquet durable before any part goes
-        elif not text_current:  # a fresh clone: runs.csv is rebuilt, runs.parquet kept as is
-            _write_csv(csv, _latest_of(_table(d)))
-        for f in parts:
-            f.unlink(missing_ok=True)
-        _remove_stale_tmp(d)
-        return csv
+def _fold(d: Path, *, force: bool) -> Callable[[], None] | None:
+    """Under the study lock (the caller's): fold the current parts into ``runs.parquet``, then
+    delete them; returns what writes ``runs.csv`` when it is to be rebuilt (the text view, last:
+    one older than the table is rebuilt by the next compaction), else None."""
+    parts = _parts(d)
+    pq, csv = d / "runs.parquet", d / "runs.csv"
+    table_current = pq.exists() and not (d / "rows").is_dir() and _current_schema(pq)
+    text_current = (
+        table_current and csv.exists() and csv.stat().st_mtime_ns >= pq.stat().st_mtime_ns
+    )
+    text = None
+    if parts or force or not table_current:
+        full = _table(d, parts)
+        log.info("%s: %d rows stored, %d parts folded in", pq, len(full), len(parts))
+        _write_table(d, full)  # runs.parquet durable before any part goes
+        text = functools.partial(_write_csv, csv, _latest_of(full))
+    elif not text_current:  # a fresh clone: runs.csv is rebuilt, runs.parquet kept as is
+        text = functools.partial(_write_csv, csv, _latest_of(_table(d)))
+    for f in parts:
+        f.unlink(missing_ok=True)
+    _remove_stale_tmp(d)
+    return text
 
 
 def compact(results_dir: str | Path) -> Path:
@@ -1037,10 +1041,38 @@ def compact(results_dir: str | Path) -> Path:
     lock); nothing is rewritten when there are no parts and the tables are current, and only
     ``runs.csv`` when it alone is missing or older. Returns the path of ``runs.csv``. Safe to
     repeat, and safe after a compaction cut short."""
-    return _fold(_folder(Path(results_dir)), force=False)
+    return _fold_now(_folder(Path(results_dir)), force=False)
+
+
+def _fold_now(d: Path, *, force: bool) -> Path:
+    """:func:`_fold` under the study lock, ``runs.csv`` written before the lock goes."""
+    with study_lock(d):
+        text = _fold(d, force=force)
+        if text is not None:
+            text()
+    return d / "runs.csv"
+
+
+@contextlib.contextmanager
+def compacting(results_dir: str | Path) -> Iterator[Path]:
+    """:func:`compact`, with ``runs.csv`` written by a thread while the block runs (pyarrow
+    writes it without holding the interpreter): what a sweep's end does while its report reads
+    the rows, which need only ``runs.parquet``. The folder lock is held until the block has
+    ended and ``runs.csv`` is written, so no other compaction finds the tables half made.
+    Yields the path of ``runs.csv``."""
+    d = _folder(Path(results_dir))
+    with study_lock(d):
+        text = _fold(d, force=False)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            written = pool.submit(text) if text is not None else None
+            try:
+                yield d / "runs.csv"
+            finally:
+                if written is not None:
+                    written.result()  # its error, if any, is the compaction's
 
 
 def collect(results_dir: str | Path) -> Path:
     """Rewrite ``runs.parquet`` (schema upgraded, parts and old ``rows/*.json`` folded in) +
     ``runs.csv``; returns the path of ``runs.csv``."""
-    return _fold(_folder(Path(results_dir)), force=True)
+    return _fold_now(_folder(Path(results_dir)), force=True)

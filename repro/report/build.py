@@ -455,17 +455,18 @@ def _claim_rules(claims: pd.DataFrame) -> pd.DataFrame:
 
 def report_study(cfg: RunConfig) -> ReportPaths:
     """Every file of the study in ``cfg.results_dir`` from its stored rows: the jobs' parts
-    folded into ``runs.parquet`` and ``runs.csv`` rebuilt (:func:`system.results.compact`),
-    then :func:`build_report` under ``cfg.workflow``'s ablation table and tolerance. What a
-    single run, a sweep's end and ``mode=report`` all do."""
-    from system.results import compact
+    folded into ``runs.parquet`` and ``runs.csv`` rebuilt (:func:`system.results.compacting`:
+    the text view is written while the report is built from the table), then
+    :func:`build_report` under ``cfg.workflow``'s ablation table and tolerance. What a single
+    run, a sweep's end and ``mode=report`` all do."""
+    from system.results import compacting
 
-    compact(cfg.results_dir)
-    return build_report(
-        cfg.results_dir,
-        ablation_path=cfg.workflow.ablation_csv,
-        tolerance=cfg.workflow.tolerance,
-    )
+    with compacting(cfg.results_dir):
+        return build_report(
+            cfg.results_dir,
+            ablation_path=cfg.workflow.ablation_csv,
+            tolerance=cfg.workflow.tolerance,
+        )
 
 
 def run(cfg: ReportConfig) -> dict:

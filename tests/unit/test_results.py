@@ -391,3 +391,29 @@ def test_read_rows_of_some_columns_are_those_of_all(tmp_path):
     assert list(some.columns) == [c for c in every.columns if c in some.columns]
     assert set(some.columns) == {"pflops", "iter_time_s", "repeat"}
     pd.testing.assert_frame_equal(some, every[list(some.columns)])
+
+
+def test_compacting_writes_runs_csv_beside_the_block_under_the_lock(tmp_path):
+    """A sweep's end compacts and builds its report at once: in the block the rows are read
+    from the new runs.parquet while runs.csv is written, and the folder lock is held until
+    both are done; the text view is the one compact writes, even when the block fails."""
+    from system.results import compacting, deferred_collect, study_lock
+
+    rows = [make_row({**KEY, "repeat": i}, iter_time_s=1.0 + i) for i in range(4)]
+    for d in ("plain", "beside"):
+        with deferred_collect():
+            write_rows(tmp_path / d, rows)
+    collect(tmp_path / "plain")
+    with compacting(tmp_path / "beside") as csv:
+        assert len(read_rows(tmp_path / "beside")) == 4
+        with pytest.raises(TimeoutError), study_lock(tmp_path / "beside", timeout_s=0):
+            pass
+    assert csv.read_bytes() == (tmp_path / "plain" / "runs.csv").read_bytes()
+    with study_lock(tmp_path / "beside", timeout_s=0):  # released
+        pass
+    write_rows(
+        tmp_path / "beside", [make_row({**KEY, "repeat": 9}, iter_time_s=9.0)], collect_after=False
+    )
+    with pytest.raises(RuntimeError, match="report failed"), compacting(tmp_path / "beside"):
+        raise RuntimeError("report failed")
+    assert len(pd.read_csv(tmp_path / "beside" / "runs.csv")) == 5
