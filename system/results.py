@@ -721,11 +721,26 @@ def read_rows(
     if columns is not None:  # before the sort, which copies every column it is given
         wanted = {*columns, "timestamp_utc", "run_id"}
         df = df[[c for c in df.columns if c in wanted]]
-    df = df.sort_values(["timestamp_utc", "run_id"], kind="stable").reset_index(drop=True)
+    df = df.take(_time_order(df)).reset_index(drop=True)
     if columns is not None:
         wanted = set(columns)
         df = df[[c for c in df.columns if c in wanted]]
     return df
+
+
+def _time_order(df):
+    """The positions of ``df``'s rows by ``timestamp_utc``, then ``run_id`` (a stable sort,
+    missing values last): Arrow sorts the two text columns as one table, in a fraction of the
+    time pandas takes to sort by two keys."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    keys = pa.table(
+        {k: pa.array(df[k].array, type=pa.string()) for k in ("timestamp_utc", "run_id")}
+    )
+    return pc.sort_indices(
+        keys, sort_keys=[("timestamp_utc", "ascending"), ("run_id", "ascending")]
+    ).to_numpy()
 
 
 def count_rows(results_dir: str | Path) -> int:
