@@ -272,10 +272,13 @@ def _check_part(
     master: DictConfig,
     part: list[tuple[int, list[str]]],
     state: dict,
+    sweep_pid: int,
 ):
     """A joblib worker's share of the pre-check, composed by the composer it keeps for the
     sweep's jobs, under the Hydra state the launcher gives each job (its version base, the
-    job's name: they are part of a composed config)."""
+    job's name: they are part of a composed config). A worker (a process other than the
+    sweep's, ``sweep_pid``) is first tied to the sweep's life (:func:`_tie_worker`)."""
+    _tie_worker(sweep_pid)
     load.enter(state)  # a worker (joblib runs one share there, in order) takes the job's state
     composer = load.composer_for(master)
     checked = [_check_one(composer, n, overrides) for n, overrides in part]
@@ -294,6 +297,20 @@ def _check_part(
             import numba  # noqa: F401 - the kernels' compiler, loaded at a job's first kernel
 
     return checked, composed
+
+
+def _tie_worker(sweep_pid: int) -> None:
+    """In a joblib worker: have the kernel kill it when the sweep's process exits, SIGKILL
+    included (loky's workers outlive a killed parent otherwise, idle and holding their
+    memory), and exit at once when the sweep is already gone. Nothing in the sweep's own
+    process (joblib runs a one-worker sweep's tasks there)."""
+    if os.getpid() == sweep_pid:
+        return
+    from system.lifeline import die_with_parent
+
+    die_with_parent()
+    if os.getppid() != sweep_pid:  # the sweep died before the line above
+        os._exit(137)
 
 
 def _check_on_workers(config: DictConfig, load: SweepLoad) -> tuple[list[str], list[RunConfig]]:
@@ -316,7 +333,8 @@ def _check_on_workers(config: DictConfig, load: SweepLoad) -> tuple[list[str], l
     workers = max(1, min(len(jobs), effective_n_jobs(kwargs.get("n_jobs", -1))))
     parts = [jobs[w::workers] for w in range(workers)]
     state = hydra_state()  # what the launcher ships with every job
-    done = Parallel(**kwargs)(delayed(_check_part)(load, config, p, state) for p in parts)
+    here = os.getpid()
+    done = Parallel(**kwargs)(delayed(_check_part)(load, config, p, state, here) for p in parts)
     checked: list[RunConfig | str] = [""] * len(jobs)
     for part, (results, composed) in zip(parts, done, strict=True):
         for (n, _), result in zip(part, results, strict=True):

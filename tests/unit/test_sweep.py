@@ -6,6 +6,7 @@ stand-in task that writes its rows.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import importlib.util
@@ -265,6 +266,55 @@ def test_smoke_sweep_killed_resumed_and_rerun(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert f"0 jobs ran, {N_SMOKE} skipped" in r.stdout + r.stderr
     assert sorted(pd.read_csv(tmp_path / "runs.csv").run_id) == sorted(first.run_id)
+
+
+def _children(pid: int, name: str) -> list[int]:
+    """The processes whose parent is ``pid`` and whose command line holds ``name``."""
+    out = []
+    for d in Path("/proc").iterdir():
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmd = (d / "cmdline").read_bytes().decode(errors="replace")
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == pid and name in cmd:
+            out.append(int(d.name))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_SIMULATE, reason="needs repro/modes/simulate/run.py (mode=simulate)")
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process table in /proc")
+def test_a_joblib_sweep_s_workers_die_with_it_killed_alone(tmp_path):
+    """SIGKILL of the sweep's process alone (not its group): its joblib workers go with it."""
+    from system.lifeline import pid_alive
+
+    cmd = [*_smoke_cmd(tmp_path), "hydra/launcher=joblib"]
+    p = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not list((tmp_path / "jobs").glob("*.json")) and time.monotonic() < deadline:
+            assert p.poll() is None, "the sweep ended before any job finished"
+            time.sleep(0.05)
+        workers = _children(p.pid, "LokyProcess")
+        assert workers, "no joblib worker found"
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(timeout=30)
+        deadline = time.monotonic() + 20
+        while any(map(pid_alive, workers)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [w for w in workers if pid_alive(w)], "joblib workers outlived the sweep"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait(timeout=30)
 
 
 def test_count_jobs_matches_the_sweep_and_command_line():
