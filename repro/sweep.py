@@ -521,14 +521,16 @@ def _read_ahead(results_dirs: list[str]) -> Callable[[], None]:
 
 
 def _release_workers(config: DictConfig) -> None:
-    """Let joblib's workers exit now, while the report is built, instead of when this process
-    exits (loky waits for them then). The launcher has returned: no job is left to them. With
-    one job at a time joblib ran the jobs here and started no worker: nothing to do."""
+    """Let joblib's workers go now, while the report is built, instead of when this process
+    exits (loky waits for them then). The launcher has returned: no job is left to them, so
+    they are killed rather than left to exit, which frees each worker's heap object by object
+    and takes the cores from the report for a second or more. With one job at a time joblib ran
+    the jobs here and started no worker: nothing to do."""
     from joblib import effective_n_jobs
     from joblib.externals.loky import get_reusable_executor
 
     if effective_n_jobs(joblib_kwargs(config).get("n_jobs", -1)) > 1:
-        get_reusable_executor(reuse=True).shutdown(wait=False)
+        get_reusable_executor(reuse=True).shutdown(wait=False, kill_workers=True)
 
 
 def _launcher_is(config: DictConfig, name: str) -> bool:
