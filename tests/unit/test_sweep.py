@@ -220,10 +220,9 @@ def _sweep(results_dir, timeout=150):
     )
 
 
-def _kill_after_jobs(results_dir: Path, n_jobs: int, timeout_s: float = 120) -> int:
-    """Start the smoke sweep, SIGKILL it once ``n_jobs`` jobs finished; returns how many had."""
-    cmd = _smoke_cmd(results_dir)
-    p = subprocess.Popen(
+def _start_quietly(cmd: list[str]) -> subprocess.Popen:
+    """``cmd`` started in the repository, output discarded, in a session (group) of its own."""
+    return subprocess.Popen(
         cmd,
         cwd=ROOT,
         env=ENV,
@@ -231,6 +230,11 @@ def _kill_after_jobs(results_dir: Path, n_jobs: int, timeout_s: float = 120) -> 
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
+
+
+def _kill_after_jobs(results_dir: Path, n_jobs: int, timeout_s: float = 120) -> int:
+    """Start the smoke sweep, SIGKILL it once ``n_jobs`` jobs finished; returns how many had."""
+    p = _start_quietly(_smoke_cmd(results_dir))
     jobs = results_dir / "jobs"
     deadline = time.monotonic() + timeout_s
     try:
@@ -289,15 +293,7 @@ def test_a_joblib_sweep_s_workers_die_with_it_killed_alone(tmp_path):
     """SIGKILL of the sweep's process alone (not its group): its joblib workers go with it."""
     from system.lifeline import pid_alive
 
-    cmd = [*_smoke_cmd(tmp_path), "hydra/launcher=joblib"]
-    p = subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        env=ENV,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    p = _start_quietly([*_smoke_cmd(tmp_path), "hydra/launcher=joblib"])
     try:
         deadline = time.monotonic() + 120
         while not list((tmp_path / "jobs").glob("*.json")) and time.monotonic() < deadline:
