@@ -18,6 +18,9 @@
   ``recv_tensor_from_previous_stage``; a receive takes the next message its peer sent in that
   direction (p2p messages between two ranks match in order). :func:`megatron_interleaved_program`
   gives the program function of v chunks (its ``virtual_stages`` attribute tells the replay).
+  Its programs are built as flat arrays by a compiled kernel (the function's ``flat``
+  attribute, :class:`system.simulator.replay.FlatProgram`): a long pass's program runs to tens
+  of thousands of ops, too many to build one Python object each.
 
 Replayed by :func:`system.simulator.replay.replay`.
 """
@@ -26,8 +29,12 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+
 from baselines.space import interleaving_allowed
+from system.compiled import kernel
 from system.simulator.replay import (
+    FlatProgram,
     Key,
     Msg,
     Op,
@@ -102,106 +109,195 @@ def _schedule_table(m: int, v: int, group: int) -> list[tuple[int, int]]:
     return table
 
 
+@kernel
+def _interleaved_kernel(p, m, v, tab_i, tab_c):
+    """Every stage's program of the interleaved schedule (module docstring) as the arrays of a
+    :class:`~system.simulator.replay.FlatProgram`, then a status and a stage: status 0 built;
+    1 the stage would run a chunk before its input arrived, 2 the stage receives more than its
+    peer sent, 3 a message is sent but never received (checks of the transcription).
+
+    Virtual id k of a stage runs micro-batch ``tab_i[k]`` of chunk ``tab_c[k]`` forward
+    (:func:`_schedule_table`), and its backward the same micro-batch of chunk v − 1 −
+    ``tab_c[k]``. Stage s: a receive of chunk 0's first input (s > 0); ``warm`` = min(2·(p − s −
+    1) + (v − 1)·p, m·v) forwards, each then one call (its send, the next input's receive and,
+    after the last, the first gradient's); ``rest`` = m·v − ``warm`` steady steps (a forward, a
+    backward, one call of both sends and both receives); a lone gradient receive when ``rest``
+    is 0 (s < p − 1); ``warm`` cool-down backwards, each then a call. Which steps receive follows
+    ``recv_tensor_from_previous_stage``. A receive takes the next message its peer sent in that
+    direction (p2p messages between two ranks match in order), and a stage sends in the order of
+    its virtual ids: the j-th activation stage q sends is virtual id j's (j-th of those whose
+    chunk is not the last, on stage p − 1), and so for the gradients (the first chunk's left
+    out on stage 0)."""
+    n = m * v
+    kept = np.empty(n, np.int64)  # virtual ids whose forward chunk is not the last
+    n_kept = 0
+    for k in range(n):
+        if tab_c[k] != v - 1:
+            kept[n_kept] = k
+            n_kept += 1
+    ops = np.empty(p * (4 * n + 2), np.int64)
+    op_start = np.zeros(p + 1, np.int64)
+    call_start = np.empty(p * (2 * n + 2), np.int64)
+    call_len = np.empty(p * (2 * n + 2), np.int64)
+    size = p * (4 * n + 4)
+    send, back = np.empty(size, np.int64), np.empty(size, np.int64)
+    mb, link = np.empty(size, np.int64), np.empty(size, np.int64)
+    links = p * v
+    have = np.full(2 * m * links, -1, np.int64)  # per key: the stage that received it
+    taken = np.zeros((2, p), np.int64)  # receives taken from each stage, per direction
+    status = 0
+    failed_at = -1
+    n_ops = n_calls = n_msgs = 0
+    for s in range(p):
+        if status:
+            break
+        warm = min(2 * (p - s - 1) + (v - 1) * p, n)
+        rest = n - warm
+        pre = 1 if s > 0 else 0
+        mid = 1 if rest == 0 and s != p - 1 else 0
+        for t in range(pre + warm + rest + mid + warm):
+            fk = bk = sf = sb = -1  # forward / backward virtual id, sent forward / backward
+            rf = rb = False  # receives an activation / a gradient
+            u = t - pre
+            if u < 0:
+                rf = True
+            elif u < warm:  # warm-up
+                fk = sf = u
+                rf = (s != 0 or (u >= p - 1 and tab_c[u - (p - 1)] != v - 1)) and u != n - 1
+                rb = u == warm - 1 and rest > 0 and s != p - 1
+            elif u < warm + rest:  # steady 1F1B
+                j = u - warm
+                fk = sf = warm + j
+                bk = sb = j
+                g = warm + j
+                rf = (s != 0 or (g >= p - 1 and tab_c[g - (p - 1)] != v - 1)) and j != rest - 1
+                rb = s != p - 1 or (j >= p - 1 and tab_c[j - (p - 1)] != v - 1)
+            elif mid and u == warm:  # every id in warm-up: recv_backward
+                rb = True
+            else:  # cool-down
+                j = u - warm - mid
+                bk = sb = j
+                rb = (s != p - 1 or (j >= p - 1 and tab_c[j - (p - 1)] != v - 1)) and j != n - 1
+            for kind in range(2):  # the step's computes, each once its input is here
+                vk = fk if kind == 0 else bk
+                if vk < 0:
+                    continue
+                c = tab_c[vk] if kind == 0 else v - 1 - tab_c[vk]
+                vs = c * p + s
+                need = -1
+                if kind == 0 and vs != 0:
+                    need = tab_i[vk] * links + vs - 1
+                elif kind == 1 and vs != links - 1:
+                    need = (m + tab_i[vk]) * links + vs
+                if need >= 0 and have[need] != s:
+                    status, failed_at = 1, s
+                    break
+                ops[n_ops] = kind
+                n_ops += 1
+            if status:
+                break
+            begin = n_msgs
+            if sf >= 0 and not (tab_c[sf] == v - 1 and s == p - 1):
+                send[n_msgs], back[n_msgs] = 1, 0
+                mb[n_msgs], link[n_msgs] = tab_i[sf], tab_c[sf] * p + s
+                n_msgs += 1
+            if sb >= 0 and not (tab_c[sb] == v - 1 and s == 0):
+                send[n_msgs], back[n_msgs] = 1, 1
+                mb[n_msgs], link[n_msgs] = tab_i[sb], (v - 1 - tab_c[sb]) * p + s - 1
+                n_msgs += 1
+            for d in range(2):  # the receives: the next message the peer sent that way
+                if (d == 0 and not rf) or (d == 1 and not rb):
+                    continue
+                q = (s - 1) % p if d == 0 else (s + 1) % p
+                edge = q == p - 1 if d == 0 else q == 0  # a sender that leaves ids out
+                j = taken[d, q]
+                if j >= (n_kept if edge else n):
+                    status, failed_at = 2, s
+                    break
+                taken[d, q] = j + 1
+                vk = kept[j] if edge else j
+                lk = tab_c[vk] * p + q if d == 0 else (v - 1 - tab_c[vk]) * p + q - 1
+                send[n_msgs], back[n_msgs], mb[n_msgs], link[n_msgs] = 0, d, tab_i[vk], lk
+                n_msgs += 1
+                have[(d * m + tab_i[vk]) * links + lk] = s
+            if status:
+                break
+            if n_msgs > begin:
+                ops[n_ops] = 2 + n_calls
+                n_ops += 1
+                call_start[n_calls] = begin
+                call_len[n_calls] = n_msgs - begin
+                n_calls += 1
+        op_start[s + 1] = n_ops
+    for q in range(p):  # every message sent is received
+        if status == 0 and (
+            taken[0, q] != (n_kept if q == p - 1 else n) or taken[1, q] != (n_kept if q == 0 else n)
+        ):
+            status = 3
+    return (
+        ops[:n_ops],
+        op_start,
+        call_start[:n_calls],
+        call_len[:n_calls],
+        send[:n_msgs],
+        back[:n_msgs],
+        mb[:n_msgs],
+        link[:n_msgs],
+        status,
+        failed_at,
+    )
+
+
+_FAILED = {
+    1: "interleaved 1F1B: stage {} would run a chunk before its input arrived",
+    2: "interleaved 1F1B: stage {} receives more than sent",
+    3: "interleaved 1F1B: a message is sent but never received",
+}
+
+
 @functools.lru_cache(maxsize=64)
-def _interleaved(p: int, m: int, v: int) -> tuple[tuple[Op, ...], ...]:
-    """Every stage's program of the interleaved schedule (module docstring). RuntimeError if a
-    chunk would run before its input arrived (a check of the transcription)."""
+def _interleaved(p: int, m: int, v: int) -> FlatProgram:
+    """Every stage's program of the interleaved schedule (:func:`_interleaved_kernel`),
+    read-only. RuntimeError if a check of the transcription fails."""
     if not interleaving_allowed(p, m, v, p * v):
         raise ValueError(
             f"interleaved 1F1B: needs p > 1, v > 1 and micro-batches a positive multiple of p; "
             f"got p={p}, v={v}, m={m}"
         )
+    tab_i, tab_c = np.array(_schedule_table(m, v, p), dtype=np.int64).reshape(-1, 2).T
+    *arrays, status, stage = _interleaved_kernel(
+        p, m, v, np.ascontiguousarray(tab_i), np.ascontiguousarray(tab_c)
+    )
+    if status:
+        raise RuntimeError(_FAILED[int(status)].format(stage))
+    for x in arrays:
+        x.flags.writeable = False  # kept and shared
+    return FlatProgram(*arrays)
+
+
+def _interleaved_ops(p: int, m: int, v: int, stage: int) -> list[Op]:
+    """Stage ``stage``'s program of :func:`_interleaved` as ops: its n-th forward (backward)
+    is virtual id n's, of micro-batch ``_schedule_table(m, v, p)[n][0]``."""
+    flat = _interleaved(p, m, v)
     table = _schedule_table(m, v, p)
-    n = m * v  # virtual micro-batches per stage
-
-    def fwd(k: int) -> tuple[int, int]:
-        return table[k]
-
-    def bwd(k: int) -> tuple[int, int]:
-        i, c = table[k]
-        return i, v - 1 - c
-
-    def receives(s: int, k: int, forward_: bool) -> bool:
-        """``recv_tensor_from_previous_stage``: does stage s receive after virtual id k?"""
-        if s != (0 if forward_ else p - 1):  # not the leading stage of this direction
-            return True
-        if k < p - 1:  # the ending stage has produced nothing yet
-            return False
-        c = table[k - (p - 1)][1]  # the aligned id's chunk on the ending stage
-        return (c if forward_ else v - 1 - c) != (v - 1 if forward_ else 0)
-
-    # per stage: ("F"|"B", micro-batch, chunk) and calls as lists of sends and "f"/"b" receives
-    progs: list[list] = []
-    for s in range(p):
-        warm = min(2 * (p - s - 1) + (v - 1) * p, n)
-        rest = n - warm
-
-        def send_f(k: int, s: int = s) -> list:
-            i, c = fwd(k)
-            return [] if (c == v - 1 and s == p - 1) else [Msg("send", Key("f", i, c * p + s))]
-
-        def send_b(k: int, s: int = s) -> list:
-            i, c = bwd(k)
-            return [] if (c == 0 and s == 0) else [Msg("send", Key("b", i, c * p + s - 1))]
-
-        ops: list = [["f"]] if s > 0 else []  # recv_forward of chunk 0's first input
-        for k in range(warm):  # warm-up
-            ops.append(("F", *fwd(k)))
-            msgs = send_f(k) + (["f"] if receives(s, k, True) and k != n - 1 else [])
-            if k == warm - 1 and rest > 0 and s != p - 1:  # the first backward's gradient
-                msgs.append("b")
-            ops.append(msgs)
-        for k in range(rest):  # steady 1F1B
-            ops += [("F", *fwd(warm + k)), ("B", *bwd(k))]
-            msgs = send_f(warm + k) + send_b(k)
-            msgs += ["f"] if receives(s, warm + k, True) and k != rest - 1 else []
-            msgs += ["b"] if receives(s, k, False) else []
-            ops.append(msgs)
-        if rest == 0 and s != p - 1:  # every micro-batch in warm-up: recv_backward
-            ops.append(["b"])
-        for k in range(rest, n):  # cool-down
-            ops.append(("B", *bwd(k)))
-            ops.append(send_b(k) + (["b"] if receives(s, k, False) and k != n - 1 else []))
-        progs.append(ops)
-    # a receive takes the next message its peer sent in that direction
-    sent = {(s, d): [] for s in range(p) for d in ("f", "b")}
-    for s in range(p):
-        for o in progs[s]:
-            for x in o if isinstance(o, list) else ():
-                if isinstance(x, Msg):
-                    sent[s, x.key.direction].append(x.key)
-    taken = dict.fromkeys(sent, 0)
-    out = []
-    for s in range(p):
-        ops, have = [], set()
-        for o in progs[s]:
-            if isinstance(o, tuple):  # a chunk's compute needs its input (or gradient) first
-                kind, i, c = o
-                v_stage = c * p + s
-                need = Key("f", i, v_stage - 1) if kind == "F" else Key("b", i, v_stage)
-                first = v_stage == 0 if kind == "F" else v_stage == p * v - 1
-                if not first and need not in have:
-                    raise RuntimeError(f"interleaved 1F1B: stage {s} runs {o} before {need}")
-                ops.append(forward(i) if kind == "F" else backward(i))
-                continue
-            msgs = []
-            for x in o:
-                if isinstance(x, Msg):
-                    msgs.append(x)
-                    continue
-                peer = ((s - 1) % p, "f") if x == "f" else ((s + 1) % p, "b")
-                if taken[peer] >= len(sent[peer]):
-                    raise RuntimeError(f"interleaved 1F1B: stage {s} receives more than sent")
-                key = sent[peer][taken[peer]]
-                taken[peer] += 1
-                have.add(key)
-                msgs.append(Msg("recv", key))
-            if msgs:
-                ops.append(call(*msgs))
-        out.append(tuple(ops))
-    if any(taken[k] != len(sent[k]) for k in sent):
-        raise RuntimeError("interleaved 1F1B: a message is sent but never received")
-    return tuple(out)
+    done = {0: 0, 1: 0}  # forwards, backwards so far
+    out: list[Op] = []
+    for o in flat.ops[flat.op_start[stage] : flat.op_start[stage + 1]].tolist():
+        if o < 2:
+            i = table[done[o]][0]
+            done[o] += 1
+            out.append(forward(i) if o == 0 else backward(i))
+            continue
+        first = int(flat.call_start[o - 2])
+        msgs = [
+            Msg(
+                "send" if flat.send[j] else "recv",
+                Key("b" if flat.back[j] else "f", int(flat.micro_batch[j]), int(flat.link[j])),
+            )
+            for j in range(first, first + int(flat.call_len[o - 2]))
+        ]
+        out.append(call(*msgs))
+    return out
 
 
 @functools.cache
@@ -219,8 +315,9 @@ def megatron_interleaved_program(v: int) -> ProgramFn:
         raise ValueError(f"interleaved 1F1B: v must be >= 2, got {v}")
 
     def program(stage: int, p: int, m: int) -> list[Op]:
-        return list(_interleaved(p, m, v)[stage])
+        return _interleaved_ops(p, m, v, stage)
 
     program.virtual_stages = v  # type: ignore[attr-defined]
+    program.flat = lambda p, m: _interleaved(p, m, v)  # type: ignore[attr-defined]
     program.__name__ = program.__qualname__ = f"megatron_interleaved_v{v}"
     return program

@@ -52,6 +52,8 @@ __all__ = [
     "replay",
     "replay_end_s",
     "exact_range",
+    "FlatProgram",
+    "flat_program",
 ]
 
 
@@ -146,14 +148,34 @@ def program_for(schedule: str | ProgramFn) -> ProgramFn:
     return _PROGRAMS[schedule]
 
 
-class _Compiled(NamedTuple):
-    """Every stage's program as flat integer arrays, for :func:`_replay_kernel`.
+class FlatProgram(NamedTuple):
+    """Every stage's program of one (p, m) as flat integer arrays: what a :data:`ProgramFn`'s
+    optional ``flat`` attribute, ``flat(p, m)``, returns where building a long program op by op
+    would be slow (it must equal the programs ``fn(stage, p, m)`` gives, op for op).
 
     Stage s's ops are ``ops[op_start[s]:op_start[s + 1]]``: 0 a forward, 1 a backward, c >= 2
     the call ``c - 2``, whose messages are ``call_start[c - 2]`` .. + ``call_len[c - 2]`` of the
-    message arrays. A message's own end and its peer's are end ids (2·key + 1 for the send,
-    2·key for the receive); ``key`` numbers the messages' keys; ``send`` whether its own end is
-    the send; ``back`` 0 for an activation ("f"), 1 for a gradient ("b"); ``link`` its link."""
+    message arrays, in the call's order: ``send`` 1 for a send, 0 for a receive; the message's
+    :class:`Key` as ``back`` (0 "f", 1 "b"), ``micro_batch`` and ``link``."""
+
+    ops: np.ndarray
+    op_start: np.ndarray
+    call_start: np.ndarray
+    call_len: np.ndarray
+    send: np.ndarray
+    back: np.ndarray
+    micro_batch: np.ndarray
+    link: np.ndarray
+
+
+class _Compiled(NamedTuple):
+    """Every stage's program as flat integer arrays, for :func:`_replay_kernel`.
+
+    ``ops``, ``op_start``, ``call_start``, ``call_len`` as in :class:`FlatProgram`. A message's
+    own end and its peer's are end ids (2·key + 1 for the send, 2·key for the receive); ``key``
+    numbers the messages' keys in the order they first appear; ``send`` whether its own end is
+    the send; ``back`` 0 for an activation ("f"), 1 for a gradient ("b"); ``link`` its
+    physical link."""
 
     ops: np.ndarray
     op_start: np.ndarray
@@ -186,20 +208,19 @@ def _check_message(role: str, key: tuple, p: int, v: int = 1) -> None:
         )
 
 
-@functools.lru_cache(maxsize=1024)  # a sweep of the paper's grid compiles about a hundred
-def _programs(p: int, m: int, fn: ProgramFn) -> _Compiled:
-    """Each stage's program of ``fn`` as the replay kernel reads it (:class:`_Compiled`), kept
-    for the process (every replica replayed with the same (p, m, schedule) reads the same
-    program); its arrays are read-only."""
-    key_ids: dict[tuple, int] = {}
+def flat_program(fn: ProgramFn, p: int, m: int) -> FlatProgram:
+    """Every stage's program of ``fn`` as a :class:`FlatProgram`: ``fn.flat(p, m)`` where the
+    function has one, else its programs read op by op. ValueError for a message that is not
+    one of the pipeline's (:func:`_check_message`)."""
+    flat = getattr(fn, "flat", None)
+    if flat is not None:
+        return flat(p, m)
+    v = _virtual_stages(fn)
     ops: list[int] = []
     op_start = [0]
     call_start: list[int] = []
     call_len: list[int] = []
-    msgs: list[tuple[int, int, int, int, int, int]] = []
-    phys: list[int] = []  # per key: its physical link (of a virtual one)
-    back: list[bool] = []  # per key: a gradient
-    v = _virtual_stages(fn)
+    msgs: list[tuple[int, int, int, int]] = []
     for s in range(p):
         for o in fn(s, p, m):
             if o.kind == "F" or o.kind == "B":
@@ -209,23 +230,59 @@ def _programs(p: int, m: int, fn: ProgramFn) -> _Compiled:
             call_start.append(len(msgs))
             call_len.append(len(o.arg))
             for role, key in o.arg:
-                k = key_ids.get(key)
-                if k is None:  # a new message: checked once
-                    _check_message("send", key, p, v)
-                    k = key_ids[key] = len(key_ids)
-                    phys.append(int(key[2]) % p)
-                    back.append(key[0] == "b")
-                if role != "send" and role != "recv":
+                direction = key[0]
+                if (role != "send" and role != "recv") or (direction != "f" and direction != "b"):
                     _check_message(role, key, p, v)
-                send = role == "send"
-                msgs.append((2 * k + send, 2 * k + (not send), k, send, back[k], phys[k]))
+                msgs.append((role == "send", direction == "b", int(key[1]), int(key[2])))
         op_start.append(len(ops))
-    cols = np.array(msgs, dtype=np.int64).reshape(-1, 6).T
+    cols = np.array(msgs, dtype=np.int64).reshape(-1, 4).T
     arrays = [np.array(x, dtype=np.int64) for x in (ops, op_start, call_start, call_len)]
-    arrays += [np.ascontiguousarray(c) for c in cols]
+    return FlatProgram(*arrays, *(np.ascontiguousarray(c) for c in cols))
+
+
+@functools.lru_cache(maxsize=1024)  # a sweep of the paper's grid compiles about a hundred
+def _programs(p: int, m: int, fn: ProgramFn) -> _Compiled:
+    """Each stage's program of ``fn`` as the replay kernel reads it (:class:`_Compiled`), kept
+    for the process (every replica replayed with the same (p, m, schedule) reads the same
+    program); its arrays are read-only. ValueError for a message whose link is not one of the
+    pipeline's (:func:`_check_message`)."""
+    v = _virtual_stages(fn)
+    flat = flat_program(fn, p, m)
+    send, back, mb, link = flat.send, flat.back, flat.micro_batch, flat.link
+    links = p * v - 1
+    bad = np.flatnonzero((link < 0) | (link >= links))
+    if bad.size:
+        j = int(bad[0])
+        key = Key("b" if back[j] else "f", int(mb[j]), int(link[j]))
+        _check_message("send" if send[j] else "recv", key, p, v)
+    # each message's key, numbered in the order the keys first appear
+    if link.size:
+        lo = int(mb.min())
+        code = (back * (int(mb.max()) - lo + 1) + (mb - lo)) * max(links, 1) + link
+        _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+        rank = np.empty(first.size, dtype=np.int64)
+        rank[np.argsort(first, kind="stable")] = np.arange(first.size)
+        key_of = rank[inverse.ravel()]
+    else:
+        key_of = np.zeros(0, dtype=np.int64)
+    arrays = [
+        np.ascontiguousarray(x, dtype=np.int64)
+        for x in (
+            flat.ops,
+            flat.op_start,
+            flat.call_start,
+            flat.call_len,
+            2 * key_of + send,
+            2 * key_of + (1 - send),
+            key_of,
+            send,
+            back,
+            link % p if p else link,
+        )
+    ]
     for x in arrays:
         x.flags.writeable = False  # kept and shared between replays
-    return _Compiled(*arrays, len(key_ids))
+    return _Compiled(*arrays, int(key_of.max()) + 1 if key_of.size else 0)
 
 
 @functools.lru_cache(maxsize=1 << 14)

@@ -83,6 +83,16 @@ def test_the_replay_compiled_equals_its_source(v):
         assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
 
 
+@pytest.mark.parametrize("p, m, v", [(2, 2, 2), (3, 9, 2), (4, 8, 3), (4, 12, 2), (5, 10, 4)])
+def test_the_interleaved_program_compiled_equals_its_source(p, m, v):
+    from baselines.megatron.schedule import _interleaved_kernel, _schedule_table
+
+    tab_i, tab_c = np.array(_schedule_table(m, v, p), dtype=np.int64).reshape(-1, 2).T
+    (got, _), (want, _) = _both(_interleaved_kernel, p, m, v, tab_i.copy(), tab_c.copy())
+    assert got[-2] == want[-2] == 0  # built
+    assert all(np.array_equal(a, b) for a, b in zip(got[:-2], want[:-2], strict=True))
+
+
 @pytest.mark.parametrize("n", [2, 5, 8])
 def test_the_tree_all_reduce_compiled_equals_its_source(n):
     """Both trees, entry times with ties and a NaN (numpy's maximum: NaN wins)."""

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from baselines.deepspeed.schedule import deepspeed_train_program
-from baselines.megatron.schedule import megatron_1f1b_program
+from baselines.megatron.schedule import megatron_1f1b_program, megatron_interleaved_program
 from system.simulator.replay import (
     Key,
     Msg,
+    _programs,
     backward,
     call,
     forward,
@@ -94,6 +95,21 @@ def test_a_message_on_a_link_the_pipeline_lacks_is_an_error(link):
     z = np.zeros((1, 1))
     with pytest.raises(ValueError, match="link 0..0"):
         replay(np.zeros((2, 1)), np.zeros((2, 1)), z, z, z, z, 1, schedule=stray)
+
+
+@pytest.mark.parametrize("p, m, v", [(2, 4, 2), (4, 8, 2), (3, 12, 3), (4, 4, 4)])
+def test_a_flat_program_compiles_as_its_ops_do(p, m, v):
+    """A program function's ``flat`` arrays and its ops, read op by op, give the replay the
+    same program (the interleaved schedule is built as arrays, its ops read back from them)."""
+    fn = megatron_interleaved_program(v)
+
+    def by_ops(stage, p, m):
+        return fn(stage, p, m)
+
+    by_ops.virtual_stages = v
+    flat, ops = _programs(p, m, fn), _programs(p, m, by_ops)
+    assert flat.keys == ops.keys > 0
+    assert all(np.array_equal(a, b) for a, b in zip(flat[:-1], ops[:-1], strict=True))
 
 
 def test_program_names_and_registration():
