@@ -68,6 +68,7 @@ from system.schema import (  # noqa: F401
     _kind_of_extra,
     _rename,
     make_row,
+    make_rows,
     model_version,
     run_id_for,
 )
@@ -83,6 +84,7 @@ __all__ = [
     "model_version",
     "run_id_for",
     "make_row",
+    "make_rows",
     "write_rows",
     "read_rows",
     "count_rows",

@@ -60,6 +60,7 @@ __all__ = [
     "file_digest",
     "git_state",
     "make_row",
+    "make_rows",
     "rows_of_config",
     "current_config_key",
 ]
@@ -405,8 +406,12 @@ _KEY_JSON = json.JSONEncoder(sort_keys=True, default=str)
 
 def run_id_for(key: Mapping) -> str:
     """Stable 16-hex id of a mapping (order-insensitive; values as JSON)."""
-    blob = _KEY_JSON.encode(dict(key))
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    return _id_of(_KEY_JSON.encode(dict(key)))
+
+
+def _id_of(text: str) -> str:
+    """:func:`run_id_for` of the mapping whose JSON text is ``text``."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def git_state(root: str | Path | None = None) -> tuple[str, bool]:
@@ -470,6 +475,40 @@ def make_row(key: Mapping, **values) -> dict:
     ``case`` is always text (``"5"``, ``"debug"``, ``"local"``); a topology file's ``case``
     adds its content digest to the key (``case_sha256``); old field names are renamed.
     """
+    row, setting, run = _row_and_keys(key, values)
+    return _identified(row, _KEY_JSON.encode(setting), run and _KEY_JSON.encode(run))
+
+
+def make_rows(key: Mapping, name: str, options, **values) -> list[dict]:
+    """``[make_row({**key, name: x}, **values) for x in options]``, the same rows, with the
+    key's text made once: the rows' keys differ in ``name`` alone (a result's repeats), so
+    their JSON texts are one text with that value's spot filled in."""
+    name = RENAMED.get(name, name)
+    if name in ("case", "case_sha256", "run_id"):
+        raise ValueError(f"make_rows: rows cannot differ in {name!r} alone")
+    token = f"\x00{name} of make_rows\x00"  # a value no key holds: its spot in the texts
+    row, setting, run = _row_and_keys({**key, name: token}, values)
+    spot = _KEY_JSON.encode(token)
+    setting_text = _KEY_JSON.encode(setting)
+    run_text = run and _KEY_JSON.encode(run)
+    if setting_text.count(spot) != 1 or (run_text is not None and run_text.count(spot) != 1):
+        return [make_row({**key, name: x}, **values) for x in options]  # the token elsewhere
+    out = []
+    for x in options:
+        filled = _KEY_JSON.encode(x)
+        one = dict(row)
+        one[name] = x
+        out.append(
+            _identified(
+                one, setting_text.replace(spot, filled), run_text and run_text.replace(spot, filled)
+            )
+        )
+    return out
+
+
+def _row_and_keys(key: Mapping, values: Mapping) -> tuple[dict, dict, dict | None]:
+    """(the row less its ids and time, what ``setting_id`` hashes, what ``run_id`` hashes or
+    None where ``values`` give the run id)."""
     global _GIT
     if _GIT is None:
         _GIT = git_state()
@@ -489,18 +528,27 @@ def make_row(key: Mapping, **values) -> dict:
     setting = key
     if not key.keys().isdisjoint(VERSION_KEYS):
         setting = {k: v for k, v in key.items() if k not in VERSION_KEYS}
-    row["setting_id"] = run_id_for(setting)
     row["model_version"] = mv
     versions = {"model_version": mv}
     config = _CONFIG_KEY.get()
     if config is not None:
         row["config_key"] = versions["config_key"] = config
-    row["run_id"] = values.get("run_id") or run_id_for({**key, **versions})
-    row["timestamp_utc"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
+    run = None if values.get("run_id") else {**key, **versions}
+    if run is not None:
+        row["run_id"] = None
     row["git_sha"], row["git_dirty"] = _GIT
     row["schema_version"] = SCHEMA_VERSION
     if row.get("status") is None:
         row["status"] = "ok"
+    return row, setting, run
+
+
+def _identified(row: dict, setting_text: str, run_text: str | None) -> dict:
+    """``row`` with its ids (:func:`run_id_for` of the keys' JSON texts) and its time."""
+    row["setting_id"] = _id_of(setting_text)
+    if run_text is not None:
+        row["run_id"] = _id_of(run_text)
+    row["timestamp_utc"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
     return row
 
 

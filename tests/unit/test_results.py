@@ -39,6 +39,28 @@ def test_rows_round_trip_and_newest_wins(tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
+@pytest.mark.parametrize("given_id", [None, "fixed-id"])
+def test_make_rows_are_make_row_s_rows_of_each_value(given_id):
+    """Rows made together, differing in one key, are the rows made one by one: the same ids,
+    columns and values (all but the time they were made)."""
+    from system.schema import make_rows, rows_of_config
+
+    key = {**KEY, "case": "debug", "case_sha256": "00ff", "layers": 24, "config": {"b": [1, 2.5]}}
+    values = dict(iter_time_s=1.5, stages=[[0, 1]], note='x \u00e9 "quoted"', run_id=given_id)
+    with rows_of_config("abc123"):
+        together = make_rows(key, "repeat", range(3), **values)
+        alone = [make_row({**key, "repeat": r}, **values) for r in range(3)]
+    for a, b in zip(together, alone, strict=True):
+        assert list(a) == list(b)  # the same columns, in the same order
+        assert {k: v for k, v in a.items() if k != "timestamp_utc"} == {
+            k: v for k, v in b.items() if k != "timestamp_utc"
+        }
+    assert len({r["run_id"] for r in together}) == (1 if given_id else 3)
+    assert len({r["setting_id"] for r in together}) == 3
+    with pytest.raises(ValueError, match="case"):
+        make_rows(key, "case", ["5", "debug"])
+
+
 def test_empty_study_collects_to_header_only(tmp_path):
     collect(tmp_path)
     assert read_rows(tmp_path).empty

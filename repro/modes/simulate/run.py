@@ -45,6 +45,7 @@ from system.results import (
     SIMULATED_SYSTEMS,
     current_of,
     make_row,
+    make_rows,
     write_rows,
 )
 from system.simulator import V100, SimResult, simulate_ours
@@ -272,7 +273,7 @@ def _rows(key: dict, res: SimResult, cluster: Cluster, repeats: int, **extra) ->
     ``key``): copies but for their key and identity (:data:`REPEAT_COPY`), so what the row
     says of the result is worked out once (:func:`_row_fields`)."""
     key, values = _row_fields(key, res, cluster, **extra)
-    return [make_row({**key, "repeat": r}, **values) for r in range(repeats)]
+    return make_rows(key, "repeat", range(repeats), **values)
 
 
 def _row(key: dict, res: SimResult, cluster: Cluster, **extra) -> dict:
