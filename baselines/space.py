@@ -30,6 +30,7 @@ real-launcher grid driver imports :func:`megatron_space` / :func:`deepspeed_spac
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
@@ -329,7 +330,13 @@ def deepspeed_space(
 
 
 def with_micro_batch(workload: Workload, config: BaselineConfig) -> Workload:
-    return replace(workload, micro_batch_size=config.micro_batch_size)
+    """``workload`` at ``config``'s micro-batch size."""
+    return _at_micro_batch(workload, config.micro_batch_size)
+
+
+@functools.lru_cache(maxsize=1024)  # a grid's configurations share a few sizes
+def _at_micro_batch(workload: Workload, size: int) -> Workload:
+    return replace(workload, micro_batch_size=size)
 
 
 def config_memory_bytes(config: BaselineConfig, workload: Workload) -> float:

@@ -94,6 +94,7 @@ def device_grid(tp: int, pp: int, dp: int, rank_map=None) -> np.ndarray:
     return perm[grid]
 
 
+@functools.lru_cache(maxsize=1 << 14)  # a grid asks each configuration's memory again
 def pipeline_memory_bytes(
     workload: Workload,
     tp: int,
@@ -108,7 +109,8 @@ def pipeline_memory_bytes(
     """Peak device memory of a 1F1B stage: stage 0 holds up to ``pp`` micro-batches in flight
     (``in_flight``: a GPipe pass's count instead, on every stage); with ``virtual_stages`` v > 1
     (interleaved 1F1B) stage 0 holds 2·(p − 1) + (v − 1)·p + 1 chunks of 1/v of its layers and
-    the last stage (v − 1)·p + 1, each at most the m·v chunks of its micro-batches."""
+    the last stage (v − 1)·p + 1, each at most the m·v chunks of its micro-batches. Kept per
+    arguments (a pure function of them)."""
     model = workload.model
     kw = dict(
         layers=model.num_layers // pp,
