@@ -44,6 +44,7 @@ from system.simulator.collectives import (
     nccl_tuned_end_s,
     ring_allreduce_end_s,
     ring_allreduce_s,
+    ring_collective_max_s,
     ring_collective_s,
     sharded_ps_p2p_s,
     two_level_block,
@@ -163,10 +164,9 @@ def _per_size(
     """Seconds of the ``kind`` ring collective over ``ring`` (the rings of a stage's tensor
     ranks, at once) of ``bytes_per``·n bytes, for each distinct bucket size n in ``sizes`` (a
     stage's buckets are all of one size but the last: each is timed once)."""
-    return {
-        n: float(ring_collective_s(cluster, ring, bytes_per * n, kind=kind).max())
-        for n in dict.fromkeys(sizes.tolist())
-    }
+    distinct = tuple(dict.fromkeys(sizes.tolist()))
+    took = ring_collective_max_s(cluster, ring, [bytes_per * n for n in distinct], kind=kind)
+    return dict(zip(distinct, took, strict=True))
 
 
 def _gather_delay_s(

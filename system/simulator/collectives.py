@@ -45,6 +45,7 @@ __all__ = [
     "ALGORITHMS",
     "TREE_CHUNK_BYTES",
     "ring_collective_s",
+    "ring_collective_max_s",
     "ring_allreduce_s",
     "ring_allreduce_end_s",
     "sharded_ps_p2p_s",
@@ -150,6 +151,21 @@ def ring_collective_s(
         return out
 
     return _kept(cluster, ("ring", kind, *_array_key(rings, per_ring)), make).copy()
+
+
+def ring_collective_max_s(
+    cluster: Cluster, rings: np.ndarray, nbytes: Sequence[float], *, kind: str
+) -> tuple[float, ...]:
+    """For each size in ``nbytes``, the slowest of the concurrent ring collectives over
+    ``rings`` of that many bytes per device (:func:`ring_collective_s`), kept per cluster: a
+    grid asks each stage's bucket sizes again for every configuration of its shape."""
+    rings = np.asarray(rings, dtype=int)
+    sizes = tuple(float(b) for b in nbytes)
+
+    def make() -> tuple[float, ...]:
+        return tuple(float(ring_collective_s(cluster, rings, b, kind=kind).max()) for b in sizes)
+
+    return _kept(cluster, ("ring_max", kind, *_array_key(rings), sizes), make)
 
 
 def ring_allreduce_s(
