@@ -24,7 +24,9 @@ Virtual pipeline stages (Megatron's interleaved 1F1B): a program function with t
 messages name the virtual link (``Key.link`` in 0 .. p·v − 2, from virtual stage k to k + 1),
 which runs on the physical link k mod p — link p − 1 being the wrap-around from the last stage to
 the first — so the link arrays then have p rows. ``start_s`` delays a stage's first op (e.g. a
-parameter all-gather its first forward waits for).
+parameter all-gather its first forward waits for). A program function may also carry ``flat``,
+its programs as flat arrays (:class:`FlatProgram`), where building a long one op by op is slow;
+they are checked before the replay reads them.
 """
 
 from __future__ import annotations
@@ -240,6 +242,37 @@ def flat_program(fn: ProgramFn, p: int, m: int) -> FlatProgram:
     return FlatProgram(*arrays, *(np.ascontiguousarray(c) for c in cols))
 
 
+def _check_flat(flat: FlatProgram, p: int, name: str) -> None:
+    """ValueError unless ``flat`` is a well-formed :class:`FlatProgram` of ``p`` stages: the
+    replay kernel indexes its arrays without checking. Every call is made once, in order, and
+    its messages follow the previous call's."""
+    ops, op_start = np.asarray(flat.ops), np.asarray(flat.op_start)
+    call_start, call_len = np.asarray(flat.call_start), np.asarray(flat.call_len)
+    msgs = [np.asarray(x) for x in (flat.send, flat.back, flat.micro_batch, flat.link)]
+    calls = ops[ops >= 2] - 2
+    problem = None
+    if any(x.ndim != 1 or x.dtype.kind not in "iu" for x in (ops, op_start, *msgs)):
+        problem = "its arrays must be one-dimensional integers"
+    elif op_start.shape != (p + 1,) or op_start[0] != 0 or op_start[-1] != ops.size:
+        problem = f"op_start must run from 0 to the {ops.size} ops in {p + 1} entries"
+    elif (np.diff(op_start) < 0).any() or (ops < 0).any():
+        problem = "op_start must not decrease and ops must be >= 0"
+    elif (
+        not np.array_equal(calls, np.arange(call_start.size)) or call_len.shape != call_start.shape
+    ):
+        problem = "each call must be made once, in order"
+    elif (
+        (call_len < 0).any()
+        or not np.array_equal(call_start, np.cumsum(call_len) - call_len)
+        or int(call_len.sum()) != msgs[0].size
+    ):
+        problem = "each call's messages must follow the previous call's, all of them used"
+    elif len({x.size for x in msgs}) != 1 or ((msgs[0] | msgs[1]) & ~1).any():
+        problem = "send and back must be 0 or 1, one of each per message"
+    if problem is not None:
+        raise ValueError(f"replay: program {name!r} gives a malformed flat program: {problem}")
+
+
 @functools.lru_cache(maxsize=1024)  # a sweep of the paper's grid compiles about a hundred
 def _programs(p: int, m: int, fn: ProgramFn) -> _Compiled:
     """Each stage's program of ``fn`` as the replay kernel reads it (:class:`_Compiled`), kept
@@ -248,6 +281,7 @@ def _programs(p: int, m: int, fn: ProgramFn) -> _Compiled:
     pipeline's (:func:`_check_message`)."""
     v = _virtual_stages(fn)
     flat = flat_program(fn, p, m)
+    _check_flat(flat, p, getattr(fn, "__name__", repr(fn)))
     send, back, mb, link = flat.send, flat.back, flat.micro_batch, flat.link
     links = p * v - 1
     bad = np.flatnonzero((link < 0) | (link >= links))

@@ -112,6 +112,37 @@ def test_a_flat_program_compiles_as_its_ops_do(p, m, v):
     assert all(np.array_equal(a, b) for a, b in zip(flat[:-1], ops[:-1], strict=True))
 
 
+def _with(array, at, value):
+    out = np.array(array, dtype=np.int64)
+    out[at] = value
+    return out
+
+
+@pytest.mark.parametrize(
+    "field, change, problem",
+    [
+        ("op_start", lambda a: a[:-1], "op_start must run"),  # one stage short
+        ("ops", lambda a: _with(a, 3, 2), "each call must be made once"),  # call 0 twice
+        ("call_start", lambda a: _with(a, 1, 2), "must follow the previous call's"),
+        ("send", lambda a: _with(a, 0, 2), "must be 0 or 1"),
+    ],
+)
+def test_a_malformed_flat_program_is_one_error_naming_it(field, change, problem):
+    """The replay kernel indexes a program's arrays unchecked: a program function's flat
+    arrays are checked first, each fault named."""
+    fn = megatron_interleaved_program(2)
+    good = fn.flat(2, 2)
+
+    def broken(stage, p, m):
+        return fn(stage, p, m)
+
+    broken.virtual_stages = 2
+    broken.flat = lambda p, m: good._replace(**{field: change(getattr(good, field))})
+    z = np.zeros((2, 1))
+    with pytest.raises(ValueError, match=f"'broken' gives a malformed flat program: .*{problem}"):
+        replay(np.ones((2, 1)), np.ones((2, 1)), z, z, z, z, 2, schedule=broken)
+
+
 def test_program_names_and_registration():
     assert program_for("gpipe") is gpipe_blocking_program
     assert program_for("megatron") is megatron_1f1b_program  # registered by importing baselines
