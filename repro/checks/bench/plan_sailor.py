@@ -2,22 +2,23 @@
 points: this tree beside an earlier commit.
 
     python repro/run.py mode=bench_plan_sailor base=4acee8c rounds=3 \
-        profiles=../shared/reference/external/sailor results_dir=results/bench
+        profiles=$SAILOR results_dir=results/bench
 
-Each point is the command of ``results/planner/sailor/COMMANDS.md`` (step 3b): its fleet file,
-model and batch, the profiles and link fits of ``profiles``. Each tree first runs one small
-simulation (:func:`~repro.checks.bench.sweep.warm_up`: the numeric kernels compiled before any
-timing); then every round plans every point with each tree, the two trees' order alternating
-from one point to the next and from one round to the next. A point's time is its plan's own
-``search_time_s`` (the search, without Python's start and the inputs' loading); the table gives
-each point's median over the rounds and the ratio, the same for ``load_time_s + search_time_s``
-(a tree that loads the model's modules and kernels before its search,
-:func:`system.planner.sailor_target.warm_up`, counts them in ``load_time_s``, an earlier one in
-its search), and how many configurations each tree simulated. Both trees must choose the same
-plan at a point (the same ``plan_config`` and iteration time) in every round, or the run stops.
-The table, with the command, the commits and the load, is also written to
-``<results_dir>/plan_sailor.md``; a timing quoted from it needs the machine to itself. Its runs
-and its temporary folder go with it however it is stopped (:mod:`system.lifeline`)."""
+``$SAILOR``: the folder of Sailor's published profiles and link fits, as
+``results/planner/README.md`` sets it. Each point is the command of
+``results/planner/sailor/COMMANDS.md`` (step 3b): its fleet file, model and batch, the profiles and
+link fits of ``profiles``. Each tree first runs one small simulation
+(:func:`~repro.checks.bench.sweep.warm_up`: the numeric kernels compiled before any timing); then
+every round plans every point with each tree, the two trees' order alternating from one point to the
+next and from one round to the next. A point's time is its plan's own ``search_time_s`` (the search,
+without Python's start and the inputs' loading); the table gives each point's median over the rounds
+and the ratio, the same for ``load_time_s + search_time_s`` (a tree that loads the model's modules
+and kernels before its search, :func:`system.planner.sailor_target.warm_up`, counts them in
+``load_time_s``, an earlier one in its search), and how many configurations each tree simulated.
+Both trees must choose the same plan at a point (the same ``plan_config`` and iteration time) in
+every round, or the run stops. The table, with the command, the commits and the load, is also
+written to ``<results_dir>/plan_sailor.md``; a timing quoted from it needs the machine to itself.
+Its runs and its temporary folder go with it however it is stopped (:mod:`system.lifeline`)."""
 
 from __future__ import annotations
 
