@@ -235,6 +235,10 @@ def _tc_class(cluster: Cluster) -> np.ndarray:
     gives row by row; here every row in one sort. A subset of a fleet reads its classes off
     the fleet's instead (:func:`subset`)."""
     n = cluster.num_devices
+    if n >= CODED_CLASSES_FROM:
+        fast = _tc_class_coded(cluster)
+        if fast is not None:
+            return fast
     delay = np.round(cluster.delay_ms, 9).ravel()
     bw = np.round(cluster.bandwidth_gbps, 9).ravel()
     row = np.repeat(np.arange(n), n)
@@ -249,6 +253,38 @@ def _tc_class(cluster: Cluster) -> np.ndarray:
     return out.reshape(n, n)
 
 
+# From this many devices the classes are ranked through ids of the distinct values (one sort
+# of each matrix's values, then O(n²) steps) rather than one sort of all n² (sender, delay,
+# bandwidth) triples
+CODED_CLASSES_FROM = 256
+
+
+def _value_codes(values: np.ndarray) -> tuple[np.ndarray, int] | None:
+    """Each entry's rank among the distinct values after rounding to 1e-9 (rounding is
+    monotone, so the distinct raw values, rounded, give the same ranks as rounding every
+    entry) and the number of distinct values; None when a NaN is among them."""
+    raw = np.unique(values)
+    if np.isnan(raw).any():
+        return None
+    rounded = np.round(raw, 9) + 0.0  # + 0.0: -0.0 and 0.0 are one value, as sorting has it
+    _, rank = np.unique(rounded, return_inverse=True)
+    return rank.ravel()[np.searchsorted(raw, values)], int(rank.max()) + 1
+
+
+def _tc_class_coded(cluster: Cluster) -> np.ndarray | None:
+    """:func:`_tc_class` through value ids: each (delay, bandwidth) setting's id in (delay,
+    bandwidth) order, then ranked per sender among the ids its row holds (:func:`_row_ranks`).
+    None where the ids would outgrow :data:`MAX_SETTINGS_RANKED` or a value is NaN (whose
+    ranks only the sort defines)."""
+    n = cluster.num_devices
+    d = _value_codes(np.asarray(cluster.delay_ms, dtype=float).ravel())
+    b = _value_codes(np.asarray(cluster.bandwidth_gbps, dtype=float).ravel())
+    if d is None or b is None or d[1] * b[1] > MAX_SETTINGS_RANKED:
+        return None
+    setting = d[0].astype(np.int64) * b[1] + b[0]
+    return _row_ranks(setting.reshape(n, n), d[1] * b[1])
+
+
 # A subset ranks its classes off the fleet's (a table of devices × settings) while the fleet's
 # senders see at most this many settings each
 MAX_SETTINGS_RANKED = 1024
@@ -256,13 +292,32 @@ MAX_SETTINGS_RANKED = 1024
 
 def _row_ranks(setting: np.ndarray, count: int) -> np.ndarray:
     """Per row, the rank of each entry's value among the row's distinct values, in value
-    order: ``setting`` (rows, cols) ints in ``0..count-1``, ranked by a (rows, count) table of
-    which values each row holds."""
-    rows = setting.shape[0]
-    seen = np.zeros((rows, count), dtype=bool)
-    seen[np.arange(rows)[:, None], setting] = True
-    rank = np.cumsum(seen, axis=1) - 1
-    return np.take_along_axis(rank, setting, axis=1).astype(np.int64)
+    order: ``setting`` (rows, cols) ints in ``0..count-1``."""
+    setting = np.ascontiguousarray(setting, dtype=np.int64)
+    if setting.size and (setting.min() < 0 or setting.max() >= count):
+        raise ValueError("_row_ranks: a value is out of 0..count-1")  # the loop reads unchecked
+    return _row_ranks_kernel(setting, count)
+
+
+@kernel
+def _row_ranks_kernel(setting, count):
+    """:func:`_row_ranks` row by row: mark the values the row holds, number the marked ones in
+    value order, read each entry's number. O(rows · (cols + count))."""
+    rows, cols = setting.shape
+    out = np.empty((rows, cols), dtype=np.int64)
+    mark = np.zeros(count, dtype=np.int64)  # the last row (+ 1) that held each value
+    rank = np.zeros(count, dtype=np.int64)
+    for i in range(rows):
+        for j in range(cols):
+            mark[setting[i, j]] = i + 1
+        r = 0
+        for v in range(count):
+            if mark[v] == i + 1:
+                rank[v] = r
+                r += 1
+        for j in range(cols):
+            out[i, j] = rank[setting[i, j]]
+    return out
 
 
 def subset(cluster: Cluster, devices: Sequence[int], name: str | None = None) -> Cluster:

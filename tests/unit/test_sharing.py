@@ -224,6 +224,49 @@ def test_tc_classes_rank_each_sender_s_settings_as_unique_does():
         assert np.array_equal(sharing._tc_class(c), want)
 
 
+def test_tc_classes_ranked_by_value_ids_equal_the_sort_s(monkeypatch):
+    # from CODED_CLASSES_FROM devices the classes come from value ids; they must equal the one
+    # sort's, also for values equal only after rounding to 1e-9 and for -0.0 against 0.0
+    from system.simulator import sharing
+
+    rng = np.random.default_rng(7)
+    n = sharing.CODED_CLASSES_FROM + 3
+    delay = rng.choice([0.0, -0.0, 1.5, 40.0, 40.0000000001, 40.0000000004], size=(n, n))
+    gbps = rng.choice([1.0, 2.5, 10.0, 7.0, 7.0000000000001], size=(n, n))
+    delay, gbps = np.minimum(delay, delay.T), np.minimum(gbps, gbps.T)
+    np.fill_diagonal(delay, 0.0)
+    c = Cluster(
+        name="coded",
+        region_of=("a",) * n,
+        host_of=tuple(range(n)),
+        delay_ms=delay,
+        bandwidth_gbps=gbps,
+        link_sharing=LinkSharing("tc_class"),
+    )
+    coded = sharing._tc_class_coded(c)
+    assert coded is not None
+    monkeypatch.setattr(sharing, "CODED_CLASSES_FROM", 10**9)
+    assert np.array_equal(coded, sharing._tc_class(c))
+    # too many distinct settings for the id table: the sort decides
+    many = Cluster(
+        name="many",
+        region_of=("a",) * n,
+        host_of=tuple(range(n)),
+        delay_ms=(np.add.outer(np.arange(n), np.arange(n)) % 97) * 0.5 + 1.0 - np.eye(n),
+        bandwidth_gbps=(np.add.outer(np.arange(n), np.arange(n)) % 13) + 1.0,
+        link_sharing=LinkSharing("tc_class"),
+    )
+    assert sharing._tc_class_coded(many) is None
+
+
+def test_row_ranks_refuses_values_out_of_range():
+    from system.simulator.sharing import _row_ranks
+
+    assert np.array_equal(_row_ranks(np.array([[2, 0, 2], [1, 1, 0]]), 3), [[1, 0, 1], [1, 1, 0]])
+    with pytest.raises(ValueError, match="out of 0..count-1"):
+        _row_ranks(np.array([[0, 3]]), 3)
+
+
 @pytest.mark.parametrize("model", LINK_SHARING)
 @pytest.mark.parametrize("host_nics", [False, True])
 @pytest.mark.parametrize("case", ["5", "system/data/fleets/four-regions.yaml"])
