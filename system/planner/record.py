@@ -82,6 +82,9 @@ def plan_record(result: PlanResult, *, meta: dict, compute: ComputeModel) -> dic
     rec["search_time_s"] = result.search_time_s
     rec["simulations"] = result.simulations
     rec["skipped_as_too_slow"] = result.skipped
+    rec["budget_device_sims"] = result.budget_device_sims
+    rec["spent_device_sims"] = result.spent_device_sims
+    rec["time_cut"] = result.time_cut
     rec["layouts_configured"] = result.layouts
     return rec
 

@@ -23,6 +23,12 @@ heuristic under the same simulator (tested); then the planner's own (``typed``, 
 ``anchored``, ``stagewise``) over pools of devices (:meth:`Planner.pools`); then a local search
 on the incumbent's placement (:meth:`Planner._improve`).
 
+**Budget.** A search whose phases end by the clock gives a plan that depends on the machine's
+speed and load. With a work budget (``budget_device_sims``) every phase ends at its share of
+the work instead, charged per simulation in device-simulations (:meth:`Planner.work`): the
+same fleet, model and budget give the same plan on any machine, and the time limit is only a
+safety stop (``time_cut`` says it struck, and the plan is then the machine's).
+
 Our runtime (:mod:`system.runtime.spec`) runs GPipe with full or no recomputation and an even
 layer split; a plan outside that is labelled (``runtime_supported``) and the best plan the
 runtime can run is reported beside it (``runnable_only`` plans only those).
@@ -87,6 +93,16 @@ SMALL_FLEET = 64  # devices: up to here every stage count is a shape
 # seconds of simulation per data-parallel message before any is timed: 1,024 GPUs at pp 4,
 # dp 256 took 5.4 s on this project's shared two-core machine (~2e-5 s per message)
 SECONDS_PER_MESSAGE = 2e-5
+# the budget's price of copying a fleet's link matrices for a subset of n devices: n² / this
+# many device-simulations (on this project's two-core machine a subset's copy cost about
+# 0.06 µs per device pair and a simulation about 5 µs per device)
+SUBSET_PAIRS_PER_DEVICE = 64
+# and of a simulation's data-parallel messages: this many cost about one simulated device (the
+# sharded exchange of pp 16 × dp 256 took about 0.6 s there, its 4,096 devices about 0.02 s)
+MESSAGES_PER_DEVICE = 8
+# the work budget of a search (:meth:`Planner.work`): on this project's two-core machine about
+# 20–45 s for fleets of 1,024–4,096 GPUs; smaller fleets' searches end before it
+DEFAULT_BUDGET_DEVICE_SIMS = 8_000_000
 RESERVED_BYTES = Hardware().reserved_bytes  # CUDA context and fragmentation, per GPU
 GRADIENT_BYTES = Workload.__dataclass_fields__["gradient_bytes"].default  # on the wire
 REPLAY = {"none": 0.0, "full": 1.0}  # forward replays per layer in the backward pass
@@ -146,8 +162,11 @@ class PlanResult:
     search_time_s: float
     simulations: int
     layouts: int
-    heuristics_cut: tuple[str, ...] = ()  # heuristics whose search stopped at its time share
-    skipped: int = 0  # configurations predicted to outlast the time limit, not simulated
+    heuristics_cut: tuple[str, ...] = ()  # heuristics whose search stopped at its share
+    skipped: int = 0  # configurations that did not fit the phase's budget or time, not simulated
+    budget_device_sims: float | None = None  # the work budget (None: phases by the clock)
+    spent_device_sims: float = 0.0  # the work charged
+    time_cut: bool = False  # the time limit stopped the search: the plan depends on the machine
 
 
 class Planner:
@@ -171,8 +190,11 @@ class Planner:
         local_search: bool = True,
         layouts: tuple[str, ...] = ("typed", "regional", "anchored", "stagewise"),
         max_anchors: int = 4,
+        budget_device_sims: float | None = DEFAULT_BUDGET_DEVICE_SIMS,
     ) -> None:
         check_objective(objective, max_iter_time_s)
+        if budget_device_sims is not None and not budget_device_sims >= 1:
+            raise ValueError(f"budget_device_sims={budget_device_sims}: must be >= 1")
         self.cluster, self.model, self.batch, self.compute = cluster, model, int(batch), compute
         self.objective, self.max_iter_time_s = objective, max_iter_time_s
         self.time_limit_s, self.rng = float(time_limit_s), np.random.default_rng(seed)
@@ -193,7 +215,7 @@ class Planner:
         self.usd_per_s = np.array([usd_per_hour(g) / 3600.0 for g in gpus])
         self.hbm = np.array([get_gpu(g).hbm_bandwidth_bps for g in gpus])
         self.region_index = {r: k for k, r in enumerate(cluster.regions)}
-        self._subsets: dict[tuple[int, ...], Cluster] = {}
+        self._subsets: dict[bytes, Cluster] = {}  # by :meth:`_used_key`
         self._mem: dict[tuple, float] = {}
         self.even_only = runnable_only  # our runtime splits the layers evenly
         self.deadline_s = math.inf  # the current phase's end, seconds after t0
@@ -202,6 +224,11 @@ class Planner:
         self.simulations = 0
         self.skipped = 0  # configurations left out as too slow to simulate in time
         self.seconds_per_message = SECONDS_PER_MESSAGE
+        # the work budget (module docstring, "Budget"): None leaves the phases to the clock
+        self.budget = None if budget_device_sims is None else float(budget_device_sims)
+        self.spent = 0.0  # work charged so far, device-simulations
+        self.phase_end = math.inf  # the current phase's end, device-simulations
+        self.time_cut = False  # the wall-clock limit stopped the search
         self.layouts_tried = 0
         self.t0 = time.perf_counter()
 
@@ -224,11 +251,26 @@ class Planner:
         return time_bound_s * usd_per_s if math.isfinite(usd_per_s) else math.inf
 
     def out_of_time(self) -> bool:
+        """Whether the current phase is over: its share of the work budget spent, or (with no
+        budget) its share of the time limit passed; and whatever the budget, the time limit
+        passed (``time_cut``: the plan then depends on the machine's speed)."""
+        if self.budget is not None and self.spent >= self.phase_end:
+            self.cut = True
+            return True
         now = time.perf_counter() - self.t0
-        if now > min(self.time_limit_s, self.deadline_s):
+        if now > self.time_limit_s:
+            self.cut = self.time_cut = True
+            return True
+        if self.budget is None and now > self.deadline_s:
             self.cut = True
             return True
         return False
+
+    def _phase(self, share: float) -> None:
+        """Start a phase that ends at ``share`` of the budget (or of the time limit)."""
+        self.deadline_s = share * self.time_limit_s
+        self.phase_end = math.inf if self.budget is None else share * self.budget
+        self.cut = False
 
     # ---- memory ----------------------------------------------------------------------------
     def stage_memory(self, s: int, pp: int, layers: int, mbs: int, in_flight: int, rc: str):
@@ -289,16 +331,17 @@ class Planner:
 
     # ---- one layout, every configuration -------------------------------------------------------
     def _sub(self, stages: np.ndarray) -> tuple[Cluster, Assignment]:
-        used = tuple(sorted(int(d) for d in stages.ravel()))
-        if used == tuple(range(self.cluster.num_devices)):
+        used = np.sort(stages, axis=None).astype(np.int64)
+        if used.size == self.cluster.num_devices and np.array_equal(used, np.arange(used.size)):
             return self.cluster, Assignment(stages.copy())
-        if used not in self._subsets:
+        key = used.tobytes()
+        if key not in self._subsets:
             if len(self._subsets) > 64:
                 self._subsets.clear()
-            self._subsets[used] = subset(self.cluster, list(used), name=self.cluster.name)
+            self._subsets[key] = subset(self.cluster, used.tolist(), name=self.cluster.name)
         where = np.full(self.cluster.num_devices, -1, dtype=np.int64)
-        where[list(used)] = np.arange(len(used))
-        return self._subsets[used], Assignment(where[stages])
+        where[used] = np.arange(used.size)
+        return self._subsets[key], Assignment(where[stages])
 
     def layout_bound(self, stages: np.ndarray) -> float:
         """Compute lower bound of any configuration of this layout: each replica's forward and
@@ -381,6 +424,7 @@ class Planner:
         return GRADIENT_BYTES * np.asarray(params, dtype=float) / dp
 
     def simulate_entry(self, entry: tuple) -> Candidate:
+        self.spent += self.work(entry[3])
         t0 = time.perf_counter()
         c = self._simulate_entry(entry)
         pp, dp = entry[3].shape
@@ -760,13 +804,34 @@ class Planner:
         return incumbent
 
     def affordable(self, stages: np.ndarray) -> bool:
-        """Whether simulating a layout is predicted to end before the phase's deadline: the
-        simulator's data-parallel exchange moves pp·dp² messages, and the seconds per message
-        are the most any simulation so far took (:data:`SECONDS_PER_MESSAGE` before the
-        first). A layout predicted to outlast the deadline is skipped (``skipped``)."""
+        """Whether simulating a layout fits what is left of the phase: with a budget, its work
+        (:meth:`work`) within the phase's share; without one, its predicted time before the
+        phase's deadline (the simulator's data-parallel exchange moves pp·dp² messages, and
+        the seconds per message are the most any simulation so far took,
+        :data:`SECONDS_PER_MESSAGE` before the first). A layout that does not fit is skipped
+        (``skipped``)."""
+        if self.budget is not None:
+            return self.spent + self.work(stages) <= self.phase_end
         pp, dp = stages.shape
         left = min(self.time_limit_s, self.deadline_s) - (time.perf_counter() - self.t0)
         return self.seconds_per_message * pp * dp * dp <= left
+
+    def work(self, stages: np.ndarray) -> float:
+        """One simulation's charge against the budget, device-simulations: its ``n = pp·dp``
+        devices, plus its ``pp·dp²`` data-parallel messages at ``1 / MESSAGES_PER_DEVICE``
+        each, plus ``n² / SUBSET_PAIRS_PER_DEVICE`` when its set of devices (not the whole
+        fleet) is not among the subsets kept, whose link matrices it then copies."""
+        pp, dp = stages.shape
+        n = pp * dp
+        charge = n + n * dp / MESSAGES_PER_DEVICE
+        if n < self.cluster.num_devices and self._used_key(stages) not in self._subsets:
+            charge += n * n / SUBSET_PAIRS_PER_DEVICE
+        return float(charge)
+
+    @staticmethod
+    def _used_key(stages: np.ndarray) -> bytes:
+        """The set of devices ``stages`` uses, as a key (:meth:`_sub`'s subsets)."""
+        return np.sort(stages, axis=None).astype(np.int64).tobytes()
 
     def _scored(self, name: str, stages: np.ndarray | None):
         if stages is None:
@@ -775,29 +840,29 @@ class Planner:
         return (self._bound_score(self.layout_bound(stages), price), name, stages)
 
     def run(self) -> PlanResult:
-        """Plan (module docstring). The time limit is shared out: 45% to the heuristics (a
-        quarter each; one stopped at its share reports the best it found and is listed in
-        ``heuristics_cut``), then the planner's layouts until 85%, the local search until 90%,
-        the best plan our runtime runs until the end."""
+        """Plan (module docstring). The work budget (or, with none, the time limit) is shared
+        out: 45% to the heuristics (a quarter each; one stopped at its share reports the best
+        it found and is listed in ``heuristics_cut``), then the planner's layouts until 85%, the
+        local search until 90%, the best plan our runtime runs until the end."""
         self.t0 = time.perf_counter()
-        limit = self.time_limit_s
         self.best_rate = np.max([self._rates[b] for b in self.micro_batch_sizes], axis=0)
         total = self.cluster.num_devices
         all_shapes = self.shapes(total)
         heuristics: dict[str, Candidate | None] = {}
         self.heuristics_cut = []
         for k, name in enumerate(HEURISTICS):
-            self.deadline_s, self.cut = 0.45 * limit * (k + 1) / len(HEURISTICS), False
+            self._phase(0.45 * (k + 1) / len(HEURISTICS))
+            skipped = self.skipped
             layouts = []
             for pp, dp in all_shapes:
                 if self.out_of_time():
                     break
                 layouts.append(self._scored(name, self.heuristic(name, pp, dp)))
             heuristics[name] = self._best_first([x for x in layouts if x], None, set())
-            if self.cut:
+            if self.cut or self.skipped > skipped:  # stopped, or left entries out, at its share
                 self.heuristics_cut.append(name)
         best = min(heuristics.values(), key=self.score, default=None)
-        self.deadline_s = 0.85 * limit
+        self._phase(0.85)
         layouts = []
         for pool_name, pool in self.pools():
             for pp, dp in self.shapes(len(pool)):
@@ -816,10 +881,10 @@ class Planner:
                         got = self.stagewise(pool, pp, dp, r, pool_name)
                         layouts.append(self._scored("stagewise", got))
         best = self._best_first([x for x in layouts if x], best, set())
-        self.deadline_s = 0.90 * limit
+        self._phase(0.90)
         if self.local_search and best is not None:
             best = self._improve(best)
-        self.deadline_s = limit
+        self._phase(1.0)
         runtime = best if best is not None and best.runtime_supported else None
         if runtime is None and not self.runnable_only and best is not None:
             runtime = self._runtime_plan(best)
@@ -833,6 +898,9 @@ class Planner:
             layouts=self.layouts_tried,
             heuristics_cut=tuple(self.heuristics_cut),
             skipped=self.skipped,
+            budget_device_sims=self.budget,
+            spent_device_sims=self.spent,
+            time_cut=self.time_cut,
         )
 
     def anchors(self) -> list[str]:
@@ -861,7 +929,8 @@ class Planner:
                 if self.model.num_layers % pp == 0:
                     layouts.append(sub._scored(name, sub.heuristic(name, pp, dp)))
         found = sub._best_first([x for x in layouts if x], None, set())
-        self.simulations = sub.simulations
+        self.simulations, self.spent, self.skipped = sub.simulations, sub.spent, sub.skipped
+        self.time_cut = self.time_cut or sub.time_cut
         if found is not None and not found.runtime_supported:
             return None
         return found

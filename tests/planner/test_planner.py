@@ -315,3 +315,50 @@ def test_stagewise_layout_keeps_each_stage_in_few_regions(tmp_path):
     assert all(len(set(region[col])) == 1 for col in by_pipeline.T)  # each pipeline in one
     assert planner.stagewise(pool, 3, 3, "east") is None  # more devices than the pool
     assert "stagewise" in planner.layouts
+
+
+def test_a_budgeted_search_gives_the_same_plan_however_fast_the_clock_runs(tmp_path, monkeypatch):
+    """With a work budget the phases end by the work charged, not the clock: a clock ten
+    times slower or faster gives the same plan, the same simulations and the same charge,
+    within the budget; the time limit is then only a safety stop, reported when it strikes."""
+    import system.planner.search as search
+    from system.planner.fleets import fleet
+
+    p = tmp_path / "f.json"
+    p.write_text(json.dumps(fleet(64)))
+    cluster = load_topology(p)
+    model = get_model("gpt3_xl", 8)
+    compute = compute_model(model, set(cluster.gpus))
+    real = search.time.perf_counter
+
+    def run(speed: float, budget, limit_s: float = 600.0):
+        start = real()
+
+        class Clock:  # the search's clock, running ``speed`` times as fast as the real one
+            @staticmethod
+            def perf_counter():
+                return start + speed * (real() - start)
+
+        monkeypatch.setattr(search, "time", Clock)
+        got = Planner(
+            cluster, model, 64, compute, time_limit_s=limit_s, budget_device_sims=budget
+        ).run()
+        monkeypatch.setattr(search, "time", __import__("time"))
+        return got
+
+    def plan_of(r):
+        b = r.best
+        return (b.stages.tobytes(), b.layers, b.micro_batch_size, b.recompute, b.schedule)
+
+    budget = 8_000  # a few dozen simulations of this fleet: the phases end by the budget
+    slow, fast = run(0.1, budget), run(10.0, budget)
+    assert plan_of(slow) == plan_of(fast)
+    assert slow.simulations == fast.simulations and slow.spent_device_sims == fast.spent_device_sims
+    assert slow.heuristics_cut == fast.heuristics_cut and slow.heuristics_cut
+    assert slow.skipped == fast.skipped > 0  # entries past a phase's share are left out
+    assert budget * 0.9 <= slow.spent_device_sims <= budget
+    assert not slow.time_cut and not fast.time_cut
+    for h in slow.heuristics.values():
+        assert h is None or slow.best.iter_time_s <= h.iter_time_s
+    cut = run(1000.0, budget, limit_s=60.0)  # a clock past the limit at once: a safety stop
+    assert cut.time_cut

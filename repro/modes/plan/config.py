@@ -8,7 +8,7 @@ from pathlib import Path
 from repro.config.base import RunConfig, register_mode
 from repro.config.options import ConfigError, choice, option
 from repro.config.shared import CaseOptions, LinkSharing, ModelName
-from system.planner.search import OBJECTIVES
+from system.planner.search import DEFAULT_BUDGET_DEVICE_SIMS, OBJECTIVES
 from system.simulator.sharing import DEFAULT_LINK_SHARING
 
 __all__ = ["PlanConfig", "PlanFramework", "PlanObjective"]
@@ -34,6 +34,15 @@ class PlanConfig(CaseOptions, RunConfig):
         None, "objective=cost: the longest iteration allowed (null: any)", gt=0
     )
     time_limit_s: float = option(50.0, "wall-clock limit of the search", gt=0, le=3600)
+    budget_device_sims: int | None = option(
+        DEFAULT_BUDGET_DEVICE_SIMS,
+        "framework=ours: the search's work budget in device-simulations (a simulation "
+        "charges its devices and messages, system/planner/search.py Planner.work; the same "
+        "budget gives the same plan on any machine, the time limit then only a safety stop); "
+        "null: the phases end by the clock",
+        ge=1,
+        le=10**10,
+    )
     profiles: str | None = option(
         None,
         "a folder of Sailor-format profiles (profiles_tmp.json, training_config_*.json) for "
@@ -72,5 +81,7 @@ class PlanConfig(CaseOptions, RunConfig):
                 raise ConfigError(f"profiles={self.profiles!r}: lacks {', '.join(missing)}")
             if self.runnable_only:
                 raise ConfigError("runnable_only: applies to framework=ours only")
+            if self.budget_device_sims != DEFAULT_BUDGET_DEVICE_SIMS:
+                raise ConfigError("budget_device_sims: applies to framework=ours only")
         if self.out is not None and (not self.out.strip() or self.out.endswith("/")):
             raise ConfigError(f"out={self.out!r}: not a file path")

@@ -50,6 +50,7 @@ def plan_case(cfg: PlanConfig) -> dict:
         seed=cfg.seed,
         runnable_only=cfg.runnable_only,
         local_search=cfg.local_search,
+        budget_device_sims=cfg.budget_device_sims,
     )
     if result.best is None or result.best.iter_time_s == float("inf"):
         raise ValueError(
@@ -184,7 +185,13 @@ def run(cfg: PlanConfig) -> dict:
         + f" on {len(rec['devices_used'])} of {rec['num_devices']} devices "
         f"({rec['config']}, layers {rec['layers_per_stage']}); heuristics: {heur}; "
         f"lower bound {rec['lower_bound_s']:.3f} s (gap {100 * rec['gap']:.1f}%); "
-        f"searched {rec['search_time_s']:.1f} s -> {out}"
+        f"searched {rec['search_time_s']:.1f} s"
+        + (
+            " (stopped by time_limit_s before its budget: this plan depends on the machine)"
+            if rec.get("time_cut")
+            else ""
+        )
+        + f" -> {out}"
     )
     log.info("plan written to %s", out)
     return {"out": out, "iteration_time_s": rec["iteration_time_s"]}
