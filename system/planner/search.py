@@ -20,7 +20,8 @@ bound no schedule beats (:meth:`Planner.configs`), until the bound passes the in
 (:data:`HEURISTICS`, generalised to shapes using fewer than all devices), each one's best
 reported and the best of them the first incumbent, so the plan is never worse than any
 heuristic under the same simulator (tested); then the planner's own (``typed``, ``regional``,
-``anchored``, ``stagewise``) over pools of devices (:meth:`Planner.pools`); then a local search
+``anchored``, ``stagewise``) over pools of devices (:meth:`Planner.pools`) in the shapes of
+:meth:`Planner.pool_shapes`; then a local search
 on the incumbent's placement (:meth:`Planner._improve`).
 
 **Budget.** A search whose phases end by the clock gives a plan that depends on the machine's
@@ -600,6 +601,24 @@ class Planner:
             out += [(p, dp) for p in sorted(pps)]
         return out
 
+    def pool_shapes(self, n: int, sizes) -> list[tuple[int, int]]:
+        """The shapes the planner's layouts take from a pool of ``n`` devices: :meth:`shapes`,
+        and each smaller pool size's (``sizes``) fullest shapes (the most stages its devices
+        hold at that ``dp``, over half of them used), built from this pool's first devices
+        in each layout's order. So a shape that fills the fastest types alone is also
+        tried with the devices nearest an anchor region, whatever their type."""
+        out = self.shapes(n)
+        have = set(out)
+        for m in sorted(set(sizes)):
+            if m >= n:
+                continue
+            for pp, dp in self.shapes(m):
+                full = pp == min(self.model.num_layers, m // dp) and pp * dp * 2 > m
+                if full and (pp, dp) not in have:
+                    have.add((pp, dp))
+                    out.append((pp, dp))
+        return out
+
     def _order(self, devs, key) -> list[int]:
         return sorted(devs, key=key)
 
@@ -864,8 +883,10 @@ class Planner:
         best = min(heuristics.values(), key=self.score, default=None)
         self._phase(0.85)
         layouts = []
-        for pool_name, pool in self.pools():
-            for pp, dp in self.shapes(len(pool)):
+        pools = self.pools()
+        sizes = [len(pool) for _, pool in pools]
+        for pool_name, pool in pools:
+            for pp, dp in self.pool_shapes(len(pool), sizes):
                 if self.out_of_time():
                     break
                 if "typed" in self.layouts:

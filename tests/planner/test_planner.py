@@ -362,3 +362,28 @@ def test_a_budgeted_search_gives_the_same_plan_however_fast_the_clock_runs(tmp_p
         assert h is None or slow.best.iter_time_s <= h.iter_time_s
     cut = run(1000.0, budget, limit_s=60.0)  # a clock past the limit at once: a safety stop
     assert cut.time_cut
+
+
+def test_a_pool_s_shapes_include_each_smaller_pool_s_fullest_shapes(tmp_path):
+    """Past the small-fleet size a pool's shapes are its fullest ones and the layer divisors;
+    the planner's layouts also take, from each pool, the fullest shapes of every smaller pool
+    size (the same shape placed with this pool's devices)."""
+    from system.planner.fleets import fleet
+
+    p = tmp_path / "f.json"
+    p.write_text(json.dumps(fleet(256)))
+    cluster = load_topology(p)
+    model = get_model("gpt3_xl", 40)
+    planner = Planner(cluster, model, 1024, compute_model(model, set(cluster.gpus)))
+    sizes = [len(pool) for _, pool in planner.pools()]
+    n = max(s for s in sizes if s < cluster.num_devices)
+    got = planner.pool_shapes(n, sizes)
+    assert len(got) == len(set(got)) and set(planner.shapes(n)) <= set(got)
+    want = set(planner.shapes(n))
+    for m in sizes:
+        for dp in range(1, min(m, 1024) + 1):
+            top = min(40, m // dp)
+            if m < n and 1024 % dp == 0 and top >= 1 and top * dp * 2 > m:
+                want.add((top, dp))
+    assert set(got) == want
+    assert set(got) - set(planner.shapes(n))  # shapes a smaller pool fills, new to this pool
