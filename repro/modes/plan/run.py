@@ -215,8 +215,14 @@ def simulate_plan(cfg) -> dict:
     profiles = rec.get("profiles")
     compute = compute_model(model, set(cluster.gpus), profiles)
     got = simulate_record(cluster, rec, compute, batch=int(rec["batch"]))
+    parts = ", ".join(
+        f"{k} {got.breakdown[k]:.3f} s"
+        for k in ("pipeline_s", "dp_sync_s", "flag_allreduce_s")
+        if isinstance(got.breakdown.get(k), float)
+    )
     print(
         f"plan {cfg.plan}: simulated {got.iter_time_s:.3f} s per iteration "
         f"(recorded {rec.get('iteration_time_s')}), {got.config()}, layers {list(got.layers)}"
+        + (f"; {parts} (dp_sync_s: past the pipeline, the flag all-reduce in it)" if parts else "")
     )
     return {"iteration_time_s": got.iter_time_s, "recorded": rec.get("iteration_time_s")}
