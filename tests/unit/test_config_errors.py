@@ -52,6 +52,11 @@ RUN_CASES = [
     (["repeats=0"], "repeats=0"),
     (["study=''"], "study=''"),
     (["scheduler.time_limit_s=-1"], "scheduler.time_limit_s=-1"),
+    (["mode=plan", "case=5", "budget_device_sims=0"], "budget_device_sims=0: must be >= 1"),
+    (
+        ["mode=plan", "case=5", "framework=sailor", "profiles={tmp}", "budget_device_sims=5"],
+        "budget_device_sims",
+    ),
     (["mode=emulate", "case=5", "devices=[0,99]"], "devices=[0, 99]"),
     (["compute_efficiency=nan"], "compute_efficiency=nan: must be a finite number"),
     (["case=debug", "model=debug", "layers=3"], "not divisible into pp=2"),

@@ -67,11 +67,14 @@ class PlanConfig(CaseOptions, RunConfig):
         super().check()
         if self.max_iter_time_s is not None and str(self.objective) != "cost":
             raise ConfigError("max_iter_time_s: applies to objective=cost only")
+        sailor = str(self.framework) == "sailor"
+        if sailor and self.budget_device_sims != DEFAULT_BUDGET_DEVICE_SIMS:
+            raise ConfigError("budget_device_sims: applies to framework=ours only")
         if self.profiles is not None:
             need = Path(self.profiles) / "profiles_tmp.json"
             if not need.is_file():
                 raise ConfigError(f"profiles={self.profiles!r}: no profiles_tmp.json in it")
-        if str(self.framework) == "sailor":
+        if sailor:
             from system.external.sailor.predict import DATA_FILES
 
             if self.profiles is None:
@@ -81,7 +84,5 @@ class PlanConfig(CaseOptions, RunConfig):
                 raise ConfigError(f"profiles={self.profiles!r}: lacks {', '.join(missing)}")
             if self.runnable_only:
                 raise ConfigError("runnable_only: applies to framework=ours only")
-            if self.budget_device_sims != DEFAULT_BUDGET_DEVICE_SIMS:
-                raise ConfigError("budget_device_sims: applies to framework=ours only")
         if self.out is not None and (not self.out.strip() or self.out.endswith("/")):
             raise ConfigError(f"out={self.out!r}: not a file path")
