@@ -317,6 +317,7 @@ def test_stagewise_layout_keeps_each_stage_in_few_regions(tmp_path):
     assert "stagewise" in planner.layouts
 
 
+@pytest.mark.slow
 def test_a_budgeted_search_gives_the_same_plan_however_fast_the_clock_runs(tmp_path, monkeypatch):
     """With a work budget the phases end by the work charged, not the clock: a clock ten
     times slower or faster gives the same plan, the same simulations and the same charge,
