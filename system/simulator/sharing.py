@@ -377,7 +377,7 @@ def _compact(key: np.ndarray) -> tuple[np.ndarray, int]:
         rank = {v: i for i, v in enumerate(sorted(set(vals)))}
         return np.array([rank[v] for v in vals], dtype=np.intp), len(rank)
     top = int(key.max()) + 1
-    if top > 64 * key.size + 4096:  # few keys spread wide (e.g. one flow of n² pair keys)
+    if top > 8 * key.size + 4096:  # few keys spread wide (e.g. one flow of n² pair keys)
         distinct, code = np.unique(key, return_inverse=True)  # the same ids: sorted rank
         return code.ravel(), int(distinct.size)
     seen = np.zeros(top, dtype=bool)
