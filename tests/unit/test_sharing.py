@@ -259,6 +259,19 @@ def test_tc_classes_ranked_by_value_ids_equal_the_sort_s(monkeypatch):
     assert sharing._tc_class_coded(many) is None
 
 
+def test_flow_ids_are_each_key_s_sorted_rank_whichever_way_they_are_made():
+    # a few keys (in Python), keys dense in their range (a table) and keys spread wide (a
+    # sort) all give each key its rank among the distinct keys
+    from system.simulator.sharing import _compact
+
+    rng = np.random.default_rng(2)
+    for size, top in ((20, 50), (5000, 9000), (5000, 10**7), (300, 10**6)):
+        key = rng.integers(0, top, size)
+        distinct, want = np.unique(key, return_inverse=True)
+        got, count = _compact(key)
+        assert np.array_equal(got, want.ravel()) and count == distinct.size
+
+
 def test_row_ranks_refuses_values_out_of_range():
     from system.simulator.sharing import _row_ranks
 
