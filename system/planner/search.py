@@ -94,15 +94,15 @@ SMALL_FLEET = 64  # devices: up to here every stage count is a shape
 # seconds of simulation per data-parallel message before any is timed: 1,024 GPUs at pp 4,
 # dp 256 took 5.4 s on this project's shared two-core machine (~2e-5 s per message)
 SECONDS_PER_MESSAGE = 2e-5
-# the budget's price of copying a fleet's link matrices for a subset of n devices: n² / this
-# many device-simulations (on this project's two-core machine a subset's copy cost about
-# 0.06 µs per device pair and a simulation about 5 µs per device)
+# The work budget's prices (:meth:`Planner.work`), set from rough costs on this project's
+# two-core machine and fixed since: a budgeted plan depends on them, not on the machine. A
+# simulation costs about 5 µs per device; copying a subset's link matrices about 0.06 µs per
+# device pair (so n² / 64 device-simulations); the sharded exchange's max-min sharing about a
+# device's worth per 8 data-parallel messages (pp 16 × dp 256: about 0.6 s of exchange).
 SUBSET_PAIRS_PER_DEVICE = 64
-# and of a simulation's data-parallel messages: this many cost about one simulated device (the
-# sharded exchange of pp 16 × dp 256 took about 0.6 s there, its 4,096 devices about 0.02 s)
 MESSAGES_PER_DEVICE = 8
-# the work budget of a search (:meth:`Planner.work`): on this project's two-core machine about
-# 20–45 s for fleets of 1,024–4,096 GPUs; smaller fleets' searches end before it
+# the default budget: at 1,024–4,096 GPUs a search of a few tens of seconds on that machine;
+# smaller fleets' searches end before it
 DEFAULT_BUDGET_DEVICE_SIMS = 8_000_000
 RESERVED_BYTES = Hardware().reserved_bytes  # CUDA context and fragmentation, per GPU
 GRADIENT_BYTES = Workload.__dataclass_fields__["gradient_bytes"].default  # on the wire
