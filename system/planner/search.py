@@ -216,7 +216,7 @@ class Planner:
         self.usd_per_s = np.array([usd_per_hour(g) / 3600.0 for g in gpus])
         self.hbm = np.array([get_gpu(g).hbm_bandwidth_bps for g in gpus])
         self.region_index = {r: k for k, r in enumerate(cluster.regions)}
-        self._subsets: dict[bytes, Cluster] = {}  # by :meth:`_used_key`
+        self._subsets: dict[bytes, Cluster] = {}  # by :meth:`_used`'s bytes
         self._mem: dict[tuple, float] = {}
         self.even_only = runnable_only  # our runtime splits the layers evenly
         self.deadline_s = math.inf  # the current phase's end, seconds after t0
@@ -332,7 +332,7 @@ class Planner:
 
     # ---- one layout, every configuration -------------------------------------------------------
     def _sub(self, stages: np.ndarray) -> tuple[Cluster, Assignment]:
-        used = np.sort(stages, axis=None).astype(np.int64)
+        used = self._used(stages)
         if used.size == self.cluster.num_devices and np.array_equal(used, np.arange(used.size)):
             return self.cluster, Assignment(stages.copy())
         key = used.tobytes()
@@ -843,14 +843,14 @@ class Planner:
         pp, dp = stages.shape
         n = pp * dp
         charge = n + n * dp / MESSAGES_PER_DEVICE
-        if n < self.cluster.num_devices and self._used_key(stages) not in self._subsets:
+        if n < self.cluster.num_devices and self._used(stages).tobytes() not in self._subsets:
             charge += n * n / SUBSET_PAIRS_PER_DEVICE
         return float(charge)
 
     @staticmethod
-    def _used_key(stages: np.ndarray) -> bytes:
-        """The set of devices ``stages`` uses, as a key (:meth:`_sub`'s subsets)."""
-        return np.sort(stages, axis=None).astype(np.int64).tobytes()
+    def _used(stages: np.ndarray) -> np.ndarray:
+        """The devices ``stages`` uses, sorted (its bytes key :meth:`_sub`'s subsets)."""
+        return np.sort(stages, axis=None).astype(np.int64)
 
     def _scored(self, name: str, stages: np.ndarray | None):
         if stages is None:
