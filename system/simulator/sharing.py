@@ -232,8 +232,9 @@ def _tc_class(cluster: Cluster) -> np.ndarray:
     """(D, D) the ``tc_class`` class of every destination seen from every sender: the rank of
     its (delay, bandwidth) setting among the sender's distinct settings (both rounded to 1e-9),
     in (delay, bandwidth) order. That is what ``np.unique(..., axis=1, return_inverse=True)``
-    gives row by row; here every row in one sort. A subset of a fleet reads its classes off
-    the fleet's instead (:func:`subset`)."""
+    gives row by row; here every row in one sort, or from :data:`CODED_CLASSES_FROM` devices
+    through ids of the distinct values (:func:`_tc_class_coded`, the same classes). A subset
+    of a fleet reads its classes off the fleet's instead (:func:`subset`)."""
     n = cluster.num_devices
     if n >= CODED_CLASSES_FROM:
         fast = _tc_class_coded(cluster)
@@ -377,7 +378,7 @@ def _compact(key: np.ndarray) -> tuple[np.ndarray, int]:
         rank = {v: i for i, v in enumerate(sorted(set(vals)))}
         return np.array([rank[v] for v in vals], dtype=np.intp), len(rank)
     top = int(key.max()) + 1
-    if top > 8 * key.size + 4096:  # few keys spread wide (e.g. one flow of n² pair keys)
+    if top > 8 * key.size + 4096:  # keys spread wide (e.g. a million of 4,096² pair keys)
         distinct, code = np.unique(key, return_inverse=True)  # the same ids: sorted rank
         return code.ravel(), int(distinct.size)
     seen = np.zeros(top, dtype=bool)
