@@ -13,8 +13,10 @@ devices, placement, layer split, recomputation and schedule.
 The bound is the least, over micro-batch sizes ``b`` and shapes ``(pp, dp)`` (every ``pp <= L``
 and ``dp`` dividing ``B`` with ``pp·dp`` at most the fleet's devices, a superset of the shapes
 the search builds, less those whose middle stage cannot hold ``⌈L / pp⌉`` layers on the
-fleet's largest GPU even with one micro-batch and full recomputation), of the larger of two
-terms, each argued in :func:`shape_terms_s`:
+fleet's largest GPU even with one micro-batch and full recomputation), and over the cases
+every placement falls in (:func:`placement_cases`: on a fleet of several regions, some
+replica's pipeline crosses two regions, or every pipeline stays inside one), of the larger of
+two terms, each argued in :func:`shape_terms_s`:
 
 1. stage 0's last backward (after the busiest stage's ``m`` micro-batches and after the backward
    passes' flow shop over stages and links, stage groups as fast as the fleet's sorted rates
@@ -22,11 +24,16 @@ terms, each argued in :func:`shape_terms_s`:
 2. every stage's own compute, then its own exchange, its group drawn from the devices at least
    as fast as its slowest.
 
+The case sharpens them: a pipeline that crosses regions has a link between regions in its
+flow shop; pipelines that stay inside regions put as many devices of a region in every stage
+group, so the fast stage groups are bounded by the regions' own GPU types and an exchange group
+by the pipelines a region holds.
+
 Not charged (so the bound holds for every placement): the flag all-reduce, the pipeline's sends
 beyond one micro-batch's fill and the busiest link, the exchange of every stage but one (term
 1) beyond its own compute (term 2), memory beyond the shape filter (recomputation it forces,
 stages it forces onto larger GPUs), which GPU types each region has beyond term 2's
-restriction, and that stage groups share the regions' devices.
+restriction and the ``inside`` case, and that stage groups share the regions' devices.
 """
 
 from __future__ import annotations
@@ -42,7 +49,12 @@ from system.simulator.hardware import (
     logits_forward_flops,
 )
 
-__all__ = ["iteration_lower_bound_s", "shape_lower_bound_s", "MAX_REGIONS_ENUMERATED"]
+__all__ = [
+    "iteration_lower_bound_s",
+    "shape_lower_bound_s",
+    "placement_cases",
+    "MAX_REGIONS_ENUMERATED",
+]
 
 GRADIENT_BYTES = 2  # fp16 gradients on the wire (system/workload.py Workload.gradient_bytes)
 ACTIVATION_BYTES = 2  # fp16 activations on the wire (Workload.activation_bytes)
@@ -51,10 +63,19 @@ _BISECTIONS = 200
 
 
 def iteration_lower_bound_s(planner) -> float:
-    """The bound (module docstring) of ``planner``'s problem, seconds."""
+    """The bound (module docstring) of ``planner``'s problem, seconds. Each shape's terms
+    without a placement case are below its every case's (a case only slows stage groups,
+    lengthens link times or caps exchange groups), so shapes are taken in the order of
+    those and the rest left once they reach the least found."""
     net = network_of(planner)
+    base = sorted(
+        (max(shape_terms_s(planner, pp, dp, b, net).values()), pp, dp, b)
+        for pp, dp, b in _shapes(planner)
+    )
     best = math.inf
-    for pp, dp, b in _shapes(planner):
+    for low, pp, dp, b in base:
+        if low >= best:
+            break
         best = min(best, shape_lower_bound_s(planner, pp, dp, b, net))
     return float(best)
 
@@ -75,14 +96,74 @@ def _shapes(planner):
 
 
 def shape_lower_bound_s(planner, pp: int, dp: int, b: int, net=None) -> float:
-    """The larger of the two terms (module docstring) for one shape and micro-batch size."""
-    return max(shape_terms_s(planner, pp, dp, b, net).values())
+    """For one shape and micro-batch size, the least over the placement cases
+    (:func:`placement_cases`) of the larger of the two terms (module docstring)."""
+    net = net if net is not None else network_of(planner)
+    return min(
+        max(shape_terms_s(planner, pp, dp, b, net, **case).values())
+        for case in placement_cases(planner, pp, dp, b, net).values()
+    )
 
 
-def shape_terms_s(planner, pp: int, dp: int, b: int, net=None) -> dict[str, float]:
+def placement_cases(planner, pp: int, dp: int, b: int, net=None) -> dict[str, dict]:
+    """The cases every placement of a shape falls in, each as :func:`shape_terms_s`'s keyword
+    arguments: on a fleet of one region (or links the terms do not read per region) one case,
+    ``any``; else ``crossing`` — some replica's pipeline crosses two regions — and ``inside``
+    — every pipeline inside one region — where that is possible.
+
+    ``crossing``: that replica's backward passes cross a link between regions once each, so
+    that link is a machine of their flow shop (:func:`shape_terms_s`, term 1) taking at least
+    ``Y / β_inter`` per message, ``β_inter`` the fastest link between two regions (at most
+    the device cap): ``link_floor_s``.
+
+    ``inside``: with ``n_R`` pipelines in region ``R`` (``n_R·pp`` of its ``A_R`` devices, so
+    ``n_R <= ⌊A_R / pp⌋``, ``Σ n_R = dp``) every stage group holds exactly ``n_R`` devices of
+    ``R``. Sorted by their slowest device, stage groups ``0..j`` then hold ``(j + 1)·n_R``
+    devices of ``R`` at least as fast as group ``j``'s slowest, so that rate ``θ`` admits
+    ``Σ_R min(⌊A_R / pp⌋, ⌊A_R(θ) / (j + 1)⌋) >= dp`` (``A_R(θ)`` the devices of ``R`` at
+    least that fast): group ``j``'s slowest is at most the fastest rate that does (``slowest``,
+    never above the sorted fleet's bound). And an exchange group holds at most ``⌊A_R / pp⌋``
+    members of ``R`` (``region_caps``). Where ``Σ_R ⌊A_R / pp⌋ < dp`` every placement crosses."""
+    net = net if net is not None else network_of(planner)
+    if len(net.regions) < 2 or not net.regional:
+        return {"any": {}}
+    out = {}
+    if pp > 1:  # a pipeline of one stage is one device: it crosses nothing
+        act_bits = 8.0 * b * planner.model.seq_length * planner.model.hidden_size
+        out["crossing"] = {"link_floor_s": act_bits * ACTIVATION_BYTES / net.inter_max_bps}
+    caps = np.floor(net.avail / pp)
+    if caps.sum() < dp:
+        return out
+    rates = np.asarray(planner._rates[b], dtype=float)
+    levels = np.unique(rates)[::-1]  # fastest first
+    # devices of each region at least as fast as each level: (levels, regions)
+    at_least = np.stack([np.bincount(net._idx[rates >= th], minlength=len(caps)) for th in levels])
+    slowest = np.zeros(pp)
+    for j in range(pp):
+        held = np.minimum(caps[None, :], np.floor(at_least / (j + 1))).sum(axis=1)
+        ok = np.flatnonzero(held >= dp)
+        slowest[j] = levels[ok[0]] if ok.size else 0.0
+    out["inside"] = {"slowest": slowest, "region_caps": caps}
+    return out
+
+
+def shape_terms_s(
+    planner,
+    pp: int,
+    dp: int,
+    b: int,
+    net=None,
+    *,
+    slowest: np.ndarray | None = None,
+    link_floor_s: float = 0.0,
+    region_caps: np.ndarray | None = None,
+) -> dict[str, float]:
     """The terms (module docstring) for one shape and micro-batch size, seconds: ``stage0``
     (stage 0's last backward), ``exchange0`` (its exchange and the optimizer step after it),
-    ``term1`` (their sum), ``term2``.
+    ``term1`` (their sum), ``term2``. A placement case (:func:`placement_cases`) may bound
+    each stage group's slowest rate further (``slowest``, fastest group first), a pipeline
+    link's time per message (``link_floor_s``) and the members an exchange group holds in
+    each region (``region_caps``).
 
     **Stage rates.** Let ``r_(k)`` be the ``k``-th largest rate (FLOP/s at micro-batch ``b``) in
     the fleet. Sorted from fastest, the ``j``-th stage's slowest device is at most
@@ -128,7 +209,10 @@ def shape_terms_s(planner, pp: int, dp: int, b: int, net=None) -> dict[str, floa
     total = int(model.num_layers)
     m = planner.batch // (dp * b)
     rates = np.sort(np.asarray(planner._rates[b], dtype=float))[::-1]
-    slowest = rates[np.arange(1, pp + 1) * dp - 1]  # stage j's slowest device, at most
+    fleet = rates[np.arange(1, pp + 1) * dp - 1]  # stage j's slowest device, at most
+    slowest = fleet if slowest is None else np.minimum(fleet, slowest)
+    if not (slowest > 0).all():
+        return {"stage0": math.inf, "exchange0": 0.0, "term1": math.inf, "term2": math.inf}
     f1 = layer_forward_flops(model, b)
     c = 3.0 * f1 / slowest  # seconds per layer per micro-batch, fastest stage first
     head = 3.0 * logits_forward_flops(model, b) / rates[0]
@@ -140,7 +224,7 @@ def shape_terms_s(planner, pp: int, dp: int, b: int, net=None) -> dict[str, floa
     a_off = act_bits / net.off_bps if cross and net.off_bps > 0 else 0.0
     inside = pp - 1 - cross
     fill_links = 2.0 * (inside * (net.any_delay_s + a_any) + cross * (net.off_delay_s + a_off))
-    a = max(a_any, a_off)
+    a = max(a_any, a_off, link_floor_s)
     # term 1
     cand = np.unique((np.arange(1, total + 1)[:, None] * c[None, :]).ravel())
     caps = np.minimum(np.floor(cand[:, None] / c[None, :] * (1 + 1e-12)), total - pp + 1)
@@ -154,7 +238,7 @@ def shape_terms_s(planner, pp: int, dp: int, b: int, net=None) -> dict[str, floa
     stage0 = float(np.maximum(m * cand, flow).min())
     p0 = model.params_per_layer * (model.num_layers if pp == 1 else 1) + model.embedding_params
     opt0 = 8.0 * ADAM_BYTES_PER_PARAM * model.params_per_layer / net.hbm_max_bps
-    exchange0 = net.exchange_s(dp, GRADIENT_BYTES * p0 / dp) + opt0
+    exchange0 = net.exchange_s(dp, GRADIENT_BYTES * p0 / dp, caps=region_caps) + opt0
     # term 2
     # stage j's slowest device runs at some rate θ <= its bound, and its group then holds only
     # devices at least that fast: the exchange draws from those alone
@@ -162,7 +246,10 @@ def shape_terms_s(planner, pp: int, dp: int, b: int, net=None) -> dict[str, floa
     shard1 = GRADIENT_BYTES * model.params_per_layer / dp
     levels = np.unique(own)
     cost = np.array(
-        [m * 3.0 * f1 / th + net.exchange_s(dp, shard1, False, own >= th) for th in levels]
+        [
+            m * 3.0 * f1 / th + net.exchange_s(dp, shard1, False, own >= th, caps=region_caps)
+            for th in levels
+        ]
     )
     best_below = np.minimum.accumulate(cost)  # least cost over levels up to each
     per = best_below[np.searchsorted(levels, slowest, side="right") - 1]
@@ -247,14 +334,27 @@ class _Network:
             self.off_delay_s = 0.0
         self.hbm_max_bps = max(get_gpu(g).hbm_bandwidth_bps for g in cluster.gpus)
         self.tc_class = sharing == "tc_class" and plain and uniform
+        # the placement cases (:func:`placement_cases`) read regions: flat links, every
+        # machine in one region, some link between regions; a message between two regions
+        # then runs at most at the fastest such link, and the device cap
+        one_region = np.unique(np.stack([host, idx]), axis=1).shape[1] == np.unique(host).size
+        self.inter_max_bps = min(float(self.inter_bps.max()), self.cap_bps) if k > 1 else 0.0
+        self.regional = plain and one_region and self.inter_max_bps > 0
         self._u: dict[tuple, float] = {}
 
     def exchange_s(
-        self, dp: int, shard_bytes: float, delay: bool = True, keep: np.ndarray | None = None
+        self,
+        dp: int,
+        shard_bytes: float,
+        delay: bool = True,
+        keep: np.ndarray | None = None,
+        *,
+        caps: np.ndarray | None = None,
     ) -> float:
         """The least time from a stage's last backward to its exchange's end, seconds, for a
         group of ``dp`` devices exchanging shards of ``X = shard_bytes``, drawn from the
-        devices ``keep`` (a boolean mask; all when None).
+        devices ``keep`` (a boolean mask; all when None), at most ``caps[R]`` of them in
+        region ``R`` (none when None).
 
         Every member ``j`` sends each other member ``i`` its shard and, on the same connection
         after it, its reduced shard, so ``i`` is done no earlier than ``e_j + α + 2·8X /
@@ -284,7 +384,7 @@ class _Network:
         one_flow = alpha + 16.0 * shard_bytes / self.off_bw_bps
         if not self.tc_class:
             return max(capped, one_flow)
-        u = self.min_peers_per_bps(dp, keep)
+        u = self.min_peers_per_bps(dp, keep, caps)
         return max(capped, one_flow, alpha + 16.0 * shard_bytes * u)
 
     def group_per_byte(self, group: np.ndarray) -> float:
@@ -314,13 +414,15 @@ class _Network:
             best = max(best, (per_host.max() - 1) / min(self.host_bps, self.cap_bps))
         return 16.0 * best
 
-    def min_peers_per_bps(self, dp: int, keep: np.ndarray | None = None) -> float:
+    def min_peers_per_bps(
+        self, dp: int, keep: np.ndarray | None = None, caps: np.ndarray | None = None
+    ) -> float:
         """The least ``u`` (s/bit) such that ``dp`` devices of ``keep`` fit the regions with at
         most ``u·β_RR'`` members in each member region ``R'`` per other member region ``R``,
         and at most ``H_R + u·β_R`` in a region itself: the exchange then takes at least
         ``16X·u``. Every set of member regions at once, by bisection (``lo`` never fits, so it
         is a lower bound on the least ``u``)."""
-        key = (dp, None if keep is None else keep.tobytes())
+        key = (dp, *(None if x is None else x.tobytes() for x in (keep, caps)))
         if key not in self._u:
             if keep is None:
                 avail, hosts = self.avail, self.region_host_gpus
@@ -330,6 +432,8 @@ class _Network:
                 hosts = np.zeros(k)
                 for r in np.flatnonzero(avail):
                     hosts[r] = np.bincount(self._host[keep & (self._idx == r)]).max()
+            if caps is not None:  # at most caps[R] members in region R
+                avail = np.minimum(avail, caps)
             self._u[key] = self._least_u(dp, avail, hosts)
         return self._u[key]
 

@@ -58,16 +58,21 @@ def _check_every(planner: Planner, seen: list) -> int:
 
 
 @pytest.mark.parametrize(
-    "sharing, streams",
+    "sharing, streams, layers, batch",
     [
-        pytest.param("tc_class", 16, marks=pytest.mark.slow),
-        ("pair", 16),
-        ("nic", 16),
-        pytest.param("flow", 16, marks=pytest.mark.slow),
-        pytest.param("flow", 64, marks=pytest.mark.slow),
+        pytest.param("tc_class", 16, 8, 64, marks=pytest.mark.slow),
+        ("pair", 16, 8, 64),
+        ("nic", 16, 8, 64),
+        pytest.param("flow", 16, 8, 64, marks=pytest.mark.slow),
+        pytest.param("flow", 64, 8, 64, marks=pytest.mark.slow),
+        # deeper and larger: the placement cases sharpen most shapes' bounds here
+        pytest.param("tc_class", 16, 16, 256, marks=pytest.mark.slow),
+        pytest.param("pair", 16, 16, 256, marks=pytest.mark.slow),
     ],
 )
-def test_bound_below_every_plan_the_planner_simulates(tmp_path, monkeypatch, sharing, streams):
+def test_bound_below_every_plan_the_planner_simulates(
+    tmp_path, monkeypatch, sharing, streams, layers, batch
+):
     """A 64-GPU fleet of four types on machines of 4 and 8 in eight regions: every candidate
     the search simulates (heuristics, the planner's layouts, the local search) takes at least
     its shape's bound, and at least the bound its configuration was searched in the order
@@ -78,9 +83,11 @@ def test_bound_below_every_plan_the_planner_simulates(tmp_path, monkeypatch, sha
     p.write_text(json.dumps(fleet(64)))
     extra = {"streams": streams} if sharing == "flow" else {}
     cluster = with_link_sharing(load_topology(p), sharing, **extra)
-    model = get_model("gpt3_xl", 8)
+    model = get_model("gpt3_xl", layers)
     seen, entries = _recording(monkeypatch)
-    planner = Planner(cluster, model, 64, compute_model(model, set(cluster.gpus)), time_limit_s=60)
+    planner = Planner(
+        cluster, model, batch, compute_model(model, set(cluster.gpus)), time_limit_s=60
+    )
     result = planner.run()
     assert _check_every(planner, seen) > 10
     for bound, c in entries:
@@ -140,6 +147,92 @@ def test_exchange_term_by_hand(tmp_path):
     assert net.exchange_s(8, 1e6) == pytest.approx(0.002 + 16e6 * 4 / 0.5e9, rel=1e-9)
     pair = bounds._Network(with_link_sharing(load_topology(p), "pair"))
     assert pair.exchange_s(8, 1e6) == pytest.approx(0.002 + 16e6 / 5e9, rel=1e-9)
+
+
+def _two_regions(tmp_path, sharing: str = "tc_class"):
+    """Four A100s on one machine in east, four T4s on one machine in west, 0.5 Gbit/s between."""
+    devices = ["{region: east, gpu: A100, host: a}"] * 4 + ["{region: west, gpu: T4, host: b}"] * 4
+    pairs = (
+        "pairs:\n  - {region_a: east, region_b: west, delay_ms: 40, bandwidth_gbps: 0.5}\n"
+        "intra_delay_ms: 2\nintra_bandwidth_gbps: 5\nintra_host_bandwidth_gbps: 1000\n"
+    )
+    p = tmp_path / "f.yaml"
+    p.write_text("devices:\n" + "".join(f"  - {d}\n" for d in devices) + pairs)
+    cluster = with_link_sharing(load_topology(p), sharing)
+    model = get_model("gpt3_xl", 4)
+    return Planner(cluster, model, 8, compute_model(model, set(cluster.gpus)))
+
+
+def test_placement_cases_by_hand(tmp_path):
+    """Two pipelines of two stages fit the A100 machine, so inside one region every stage group
+    may be all A100; four do not, two of them then sit on the T4s and every stage group holds
+    two T4s (the sorted fleet alone would allow four A100s in the first). A pipeline that
+    crosses sends each message over the 0.5 Gbit/s link. A one-stage pipeline crosses
+    nothing."""
+    planner = _two_regions(tmp_path)
+    a100, t4 = planner._rates[1].max(), planner._rates[1].min()
+    assert a100 > t4
+    act_bits = 8.0 * 2 * planner.model.seq_length * planner.model.hidden_size
+    two = bounds.placement_cases(planner, 2, 2, 1)
+    assert two["crossing"]["link_floor_s"] == pytest.approx(act_bits / 0.5e9, rel=1e-12)
+    assert list(two["inside"]["slowest"]) == [a100, a100]
+    assert list(two["inside"]["region_caps"]) == [2, 2]
+    four = bounds.placement_cases(planner, 2, 4, 1)
+    assert list(four["inside"]["slowest"]) == [t4, t4]
+    # eight pipelines of two stages do not fit four regions' halves: every placement crosses
+    assert set(bounds.placement_cases(planner, 2, 8 // 2 + 1, 1)) == {"crossing"}
+    assert set(bounds.placement_cases(planner, 1, 8, 1)) == {"inside"}
+    # each case's terms are at least the terms without one, and the shape's bound their least
+    for pp, dp in ((2, 2), (2, 4), (4, 2)):
+        plain = max(bounds.shape_terms_s(planner, pp, dp, 1).values())
+        cases = bounds.placement_cases(planner, pp, dp, 1)
+        each = [
+            max(bounds.shape_terms_s(planner, pp, dp, 1, **kw).values()) for kw in cases.values()
+        ]
+        assert min(each) >= plain * (1 - 1e-12)
+        assert bounds.shape_lower_bound_s(planner, pp, dp, 1) == min(each)
+    assert max(bounds.shape_terms_s(planner, 2, 4, 1, **four["inside"]).values()) > max(
+        bounds.shape_terms_s(planner, 2, 4, 1).values()
+    )
+
+
+def test_placement_cases_need_regions_set_by_links(tmp_path):
+    """One region, or a machine in two regions (which a topology file refuses, but a cluster
+    built in code may hold): one case, the plain terms."""
+    import dataclasses
+
+    planner = _two_regions(tmp_path)
+    assert set(bounds.placement_cases(planner, 2, 2, 1)) == {"crossing", "inside"}
+    cluster = planner.cluster
+    spanning = dataclasses.replace(cluster, host_of=(0,) * cluster.num_devices)
+    assert not bounds._Network(spanning).regional
+    from system.planner.fleets import fleet
+
+    whole = fleet(64)
+    first = whole["devices"][0]["region"]
+    one = {**whole, "devices": [d for d in whole["devices"] if d["region"] == first], "pairs": []}
+    q = tmp_path / "one.json"
+    q.write_text(json.dumps(one))
+    cluster = with_link_sharing(load_topology(q), "tc_class")
+    model = get_model("gpt3_xl", 4)
+    planner = Planner(cluster, model, 8, compute_model(model, set(cluster.gpus)))
+    assert bounds.placement_cases(planner, 2, 2, 1) == {"any": {}}
+
+
+def test_the_iteration_bound_is_the_least_shape_bound(tmp_path):
+    """Shapes taken in the order of their plain terms and left once those reach the least found:
+    the least over every shape all the same."""
+    from system.planner.fleets import fleet
+
+    p = tmp_path / "f.json"
+    p.write_text(json.dumps(fleet(64)))
+    cluster = with_link_sharing(load_topology(p), "tc_class")
+    model = get_model("gpt3_xl", 16)
+    planner = Planner(cluster, model, 256, compute_model(model, set(cluster.gpus)))
+    every = min(bounds.shape_lower_bound_s(planner, *k) for k in bounds._shapes(planner))
+    assert bounds.iteration_lower_bound_s(planner) == every
+    plain = min(max(bounds.shape_terms_s(planner, *k).values()) for k in bounds._shapes(planner))
+    assert every > plain  # the cases sharpen the bound on this fleet
 
 
 def test_layout_exchange_by_region_counts_equals_the_pairwise_count(tmp_path):
