@@ -65,7 +65,7 @@ def _check_every(planner: Planner, seen: list) -> int:
         ("nic", 16, 8, 64),
         pytest.param("flow", 16, 8, 64, marks=pytest.mark.slow),
         pytest.param("flow", 64, 8, 64, marks=pytest.mark.slow),
-        # deeper and larger: the placement cases sharpen most shapes' bounds here
+        # deeper and larger: the placement cases sharpen about half the shapes' bounds here
         pytest.param("tc_class", 16, 16, 256, marks=pytest.mark.slow),
         pytest.param("pair", 16, 16, 256, marks=pytest.mark.slow),
     ],
