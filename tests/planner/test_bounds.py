@@ -179,8 +179,8 @@ def test_placement_cases_by_hand(tmp_path):
     assert list(two["inside"]["region_caps"]) == [2, 2]
     four = bounds.placement_cases(planner, 2, 4, 1)
     assert list(four["inside"]["slowest"]) == [t4, t4]
-    # eight pipelines of two stages do not fit four regions' halves: every placement crosses
-    assert set(bounds.placement_cases(planner, 2, 8 // 2 + 1, 1)) == {"crossing"}
+    # five pipelines of two stages do not fit two regions of four GPUs: every placement crosses
+    assert set(bounds.placement_cases(planner, 2, 5, 1)) == {"crossing"}
     assert set(bounds.placement_cases(planner, 1, 8, 1)) == {"inside"}
     # each case's terms are at least the terms without one, and the shape's bound their least
     for pp, dp in ((2, 2), (2, 4), (4, 2)):
