@@ -204,7 +204,8 @@ def test_placement_cases_need_regions_set_by_links(tmp_path):
     planner = _two_regions(tmp_path)
     assert set(bounds.placement_cases(planner, 2, 2, 1)) == {"crossing", "inside"}
     cluster = planner.cluster
-    spanning = dataclasses.replace(cluster, host_of=(0,) * cluster.num_devices)
+    # machine 0 holds the four east GPUs and one west GPU; machine 1 the other three west
+    spanning = dataclasses.replace(cluster, host_of=(0, 0, 0, 0, 0, 1, 1, 1))
     assert not bounds._Network(spanning).regional
     from system.planner.fleets import fleet
 
