@@ -140,9 +140,9 @@ def placement_cases(planner, pp: int, dp: int, b: int, net=None) -> dict[str, di
     at_least = np.stack([np.bincount(net._idx[rates >= th], minlength=len(caps)) for th in levels])
     slowest = np.zeros(pp)
     for j in range(pp):
+        # the slowest level always admits: there ⌊A_R / (j + 1)⌋ >= ⌊A_R / pp⌋
         held = np.minimum(caps[None, :], np.floor(at_least / (j + 1))).sum(axis=1)
-        ok = np.flatnonzero(held >= dp)
-        slowest[j] = levels[ok[0]] if ok.size else 0.0
+        slowest[j] = levels[np.flatnonzero(held >= dp)[0]]
     out["inside"] = {"slowest": slowest, "region_caps": caps}
     return out
 
@@ -211,8 +211,6 @@ def shape_terms_s(
     rates = np.sort(np.asarray(planner._rates[b], dtype=float))[::-1]
     fleet = rates[np.arange(1, pp + 1) * dp - 1]  # stage j's slowest device, at most
     slowest = fleet if slowest is None else np.minimum(fleet, slowest)
-    if not (slowest > 0).all():
-        return {"stage0": math.inf, "exchange0": 0.0, "term1": math.inf, "term2": math.inf}
     f1 = layer_forward_flops(model, b)
     c = 3.0 * f1 / slowest  # seconds per layer per micro-batch, fastest stage first
     head = 3.0 * logits_forward_flops(model, b) / rates[0]

@@ -95,16 +95,23 @@ def test_bound_below_every_plan_the_planner_simulates(
     assert result.lower_bound_s <= result.best.iter_time_s
 
 
+def _east_west(tmp_path, devices: list[str], links: str = "") -> Path:
+    """A topology file of ``devices`` (YAML entries) in regions east and west, 0.5 Gbit/s and
+    40 ms between them, 5 Gbit/s and 2 ms inside a region, and ``links`` (more YAML keys)."""
+    p = tmp_path / "f.yaml"
+    pairs = (
+        "pairs:\n  - {region_a: east, region_b: west, delay_ms: 40, bandwidth_gbps: 0.5}\n"
+        "intra_delay_ms: 2\nintra_bandwidth_gbps: 5\n"
+    )
+    p.write_text("devices:\n" + "".join(f"  - {d}\n" for d in devices) + pairs + links)
+    return p
+
+
 def test_bound_below_every_enumerated_plan(tmp_path):
     """Four GPUs of two types in two regions: every placement, shape, micro-batch,
     recomputation, schedule and layer split, each at least its shape's bound."""
-    pairs = (
-        "pairs:\n  - {region_a: east, region_b: west, delay_ms: 40, bandwidth_gbps: 0.5}\n"
-        "intra_delay_ms: 2\nintra_bandwidth_gbps: 5\nintra_host_bandwidth_gbps: 1000\n"
-    )
     devices = ["{region: east, gpu: A100, host: a}"] * 2 + ["{region: west, gpu: T4}"] * 2
-    p = tmp_path / "f.yaml"
-    p.write_text("devices:\n" + "".join(f"  - {d}\n" for d in devices) + pairs)
+    p = _east_west(tmp_path, devices, "intra_host_bandwidth_gbps: 1000\n")
     cluster = with_link_sharing(load_topology(p), "tc_class")
     model = get_model("gpt3_xl", 2)
     planner = Planner(cluster, model, 4, compute_model(model, set(cluster.gpus)))
@@ -133,13 +140,7 @@ def test_exchange_term_by_hand(tmp_path):
     """Two regions of four one-GPU machines (5 Gbit/s inside, 0.5 between): eight members
     must be four and four, so each sender shares 0.5 Gbit/s among four peers of the other
     region: at least 4 / 0.5e9 s per bit of a shard sent twice."""
-    devices = ["east"] * 4 + ["west"] * 4
-    pairs = (
-        "pairs:\n  - {region_a: east, region_b: west, delay_ms: 40, bandwidth_gbps: 0.5}\n"
-        "intra_delay_ms: 2\nintra_bandwidth_gbps: 5\n"
-    )
-    p = tmp_path / "f.yaml"
-    p.write_text("devices:\n" + "".join(f"  - {d}\n" for d in devices) + pairs)
+    p = _east_west(tmp_path, ["east"] * 4 + ["west"] * 4)
     net = bounds._Network(with_link_sharing(load_topology(p), "tc_class"))
     assert net.min_peers_per_bps(8) == pytest.approx(4 / 0.5e9, rel=1e-9)
     # four members fit one region: three peers at 5 Gbit/s
@@ -149,16 +150,11 @@ def test_exchange_term_by_hand(tmp_path):
     assert pair.exchange_s(8, 1e6) == pytest.approx(0.002 + 16e6 / 5e9, rel=1e-9)
 
 
-def _two_regions(tmp_path, sharing: str = "tc_class"):
+def _two_regions(tmp_path):
     """Four A100s on one machine in east, four T4s on one machine in west, 0.5 Gbit/s between."""
     devices = ["{region: east, gpu: A100, host: a}"] * 4 + ["{region: west, gpu: T4, host: b}"] * 4
-    pairs = (
-        "pairs:\n  - {region_a: east, region_b: west, delay_ms: 40, bandwidth_gbps: 0.5}\n"
-        "intra_delay_ms: 2\nintra_bandwidth_gbps: 5\nintra_host_bandwidth_gbps: 1000\n"
-    )
-    p = tmp_path / "f.yaml"
-    p.write_text("devices:\n" + "".join(f"  - {d}\n" for d in devices) + pairs)
-    cluster = with_link_sharing(load_topology(p), sharing)
+    p = _east_west(tmp_path, devices, "intra_host_bandwidth_gbps: 1000\n")
+    cluster = with_link_sharing(load_topology(p), "tc_class")
     model = get_model("gpt3_xl", 4)
     return Planner(cluster, model, 8, compute_model(model, set(cluster.gpus)))
 
