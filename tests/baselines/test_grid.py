@@ -71,6 +71,7 @@ def test_check_spec_rejects(kw, match):
         check_spec(BaselineSpec(**kw))
 
 
+@pytest.mark.slow
 def test_dp_collective_reaches_nccl_deepspeed_and_the_prediction():
     from baselines.deepspeed.train import ds_config
     from baselines.grid import predict_iter_time_s

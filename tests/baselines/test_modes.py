@@ -76,6 +76,7 @@ class FakeEmulation:
         return {}
 
 
+@pytest.mark.slow
 def test_emulate_path_rows_carry_scales_and_prediction(tmp_path, monkeypatch):
     import system.emulation.netns as netns
     from baselines import worker

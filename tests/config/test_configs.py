@@ -55,10 +55,14 @@ def _check_sweep(name: str, every_job: bool) -> None:
         validate(_compose([f"sweep={name}", *jobs[i], "results_dir=elsewhere"], hydra=False))
 
 
-@pytest.mark.parametrize("name", SWEEPS)
+@pytest.mark.parametrize(
+    "name",
+    [s if s in ("smoke", "paper") else pytest.param(s, marks=pytest.mark.slow) for s in SWEEPS],
+)
 def test_sweep_composes_and_its_first_middle_last_jobs_compose(name):
-    """Every job of a sweep shares one schema, so the fast tier composes three of them (a Hydra
-    compose costs about 0.1 s); the slow tier composes them all."""
+    """Every job of a sweep shares one schema, so this composes three of them (a Hydra compose
+    costs about 0.1 s; the fast tier checks the smoke and paper sweeps, the slow tier the rest);
+    a slow test composes every job."""
     _check_sweep(name, every_job=False)
 
 
@@ -68,6 +72,7 @@ def test_every_job_of_every_sweep_composes(name):
     _check_sweep(name, every_job=True)
 
 
+@pytest.mark.slow
 def test_paper_sweep_is_the_fig3_grid():
     cfg = _compose(["sweep=paper"])
     jobs = _jobs(cfg)

@@ -89,6 +89,7 @@ def _hydra_imports(path: Path) -> list[str]:
     return [n for n in names if n.split(".")[0] == "hydra" and n not in PUBLIC]
 
 
+@pytest.mark.slow
 def test_no_other_module_uses_hydras_internals():
     users = {
         str(p.relative_to(ROOT)): found

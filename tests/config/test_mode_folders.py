@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from repro.config import MODES
 from repro.config.base import MODE_CONFIGS
 
@@ -32,6 +34,7 @@ def test_a_single_mode_folder_runs_the_run_py_beside_its_config():
             assert spec.runner.startswith(f"{package}.run:"), spec
 
 
+@pytest.mark.slow
 def test_importing_the_registry_imports_no_modes_work():
     code = (
         "import sys, json, repro.config as c; "
@@ -48,6 +51,7 @@ def test_importing_the_registry_imports_no_modes_work():
     assert [m for m in loaded if m not in configs and m not in packages] == []
 
 
+@pytest.mark.slow
 def test_a_mode_config_imported_first_is_still_stored_for_hydra():
     code = (
         "import repro.modes.simulate.config; "

@@ -45,6 +45,7 @@ def test_sailor_is_compared_on_the_same_plans_only():
     assert sailor_on_same_plans("mit", _scored("mit", {"N2_D1": (1.0, None)})) == (None, None)
 
 
+@pytest.mark.slow
 @shipped
 def test_the_report_on_two_plans_sets_sailor_on_those_two(tmp_path):
     d = tmp_path / "data"

@@ -61,8 +61,8 @@ def _check_every(planner: Planner, seen: list) -> int:
     "sharing, streams, layers, batch",
     [
         pytest.param("tc_class", 16, 8, 64, marks=pytest.mark.slow),
-        ("pair", 16, 8, 64),
-        ("nic", 16, 8, 64),
+        pytest.param("pair", 16, 8, 64, marks=pytest.mark.slow),
+        pytest.param("nic", 16, 8, 64, marks=pytest.mark.slow),
         pytest.param("flow", 16, 8, 64, marks=pytest.mark.slow),
         pytest.param("flow", 64, 8, 64, marks=pytest.mark.slow),
         # deeper and larger: the placement cases sharpen about half the shapes' bounds here

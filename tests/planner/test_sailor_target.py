@@ -206,6 +206,7 @@ def test_a_grid_s_runs_give_back_the_grid_and_its_pipelines():
         assert _pipelines(runs) == collections.Counter(zip(*grid, strict=True))
 
 
+@pytest.mark.slow
 def test_typed_layouts_do_not_follow_the_hash_seed(tmp_path):
     # the configurations' order breaks the estimate's ties: it must not depend on how the
     # interpreter hashes strings (two types, so that two type orders are tried)
@@ -262,6 +263,7 @@ def test_zone_swaps_end_where_no_swap_is_faster(tmp_path, inputs):
         assert c is None or c.iter_time_s >= end.iter_time_s - 1e-12
 
 
+@pytest.mark.slow
 def test_the_floor_is_below_every_prediction(tmp_path, inputs):
     # two nearby zones and a far one, two GPU types: boundary sends and all-reduces that
     # cross zones; batch 64 also gives passes past the replay's exact range (dp 1, mbs 1)
@@ -300,6 +302,7 @@ def _two_types_three_zones(tmp_path: Path):
     return _fleet(tmp_path, [(ZA, "A100", 4), (ZA, "A100", 4), (ZB, "V100", 4), (far, "A100", 4)])
 
 
+@pytest.mark.slow
 def test_the_floor_skips_simulations_not_plans(tmp_path, inputs, monkeypatch):
     # the same plans, heuristics' plans included, with and without the floor; fewer simulated
     cl = _two_types_three_zones(tmp_path)
@@ -318,6 +321,7 @@ def test_the_floor_skips_simulations_not_plans(tmp_path, inputs, monkeypatch):
         }
 
 
+@pytest.mark.slow
 def test_entries_left_out_by_their_estimate_change_nothing(tmp_path, inputs, monkeypatch):
     # the entries estimated above best_first's stop are left out of the typed layouts' list:
     # the same plans and the same simulations as with every entry kept, from a shorter list
@@ -460,6 +464,7 @@ def _best_busiest_s(cost: list, most: list, total: int) -> float:
     return best[total]
 
 
+@pytest.mark.slow
 def test_the_split_of_a_trace_point_s_search_is_within_its_tolerance(inputs, monkeypatch):
     # every layer split the search at geo OPT-350 point 0 (Sailor's study) asks for, its first
     # and last layers costing apart from the rest, against the best split of the same stages

@@ -57,6 +57,7 @@ def test_one_replica_diloco_h1_is_adamw_step_for_step():
     assert _rel(_losses(dp=1, **H1), _losses(dp=1)) < 1e-6
 
 
+@pytest.mark.slow
 def test_two_replicas_diloco_h1_sgd_is_data_parallel_sgd():
     sgd = dict(dp=2, optimizer="sgd", lr=0.3)
     assert _rel(_losses(**sgd, **H1), _losses(**sgd)) < 1e-6
@@ -89,6 +90,7 @@ def _mean_of_adamw_replicas(spec: RunSpec) -> list[float]:
     return out
 
 
+@pytest.mark.slow
 def test_two_replicas_diloco_h1_adamw_is_the_mean_of_adamw_replicas_not_dp_adamw():
     diloco = _losses(dp=2, **H1)
     assert _rel(diloco, _mean_of_adamw_replicas(RunSpec(**BASE, dp=2))) < 1e-5

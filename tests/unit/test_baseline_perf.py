@@ -156,6 +156,7 @@ def test_candidate_maps_are_made_once_per_shape_and_cluster():
     assert placement.candidate_maps(c, GPT, wide) == placement._candidate_maps(c, GPT, wide)
 
 
+@pytest.mark.slow
 def test_rank_map_ranking_is_kept_by_what_its_cost_reads():
     from dataclasses import replace
 

@@ -61,6 +61,7 @@ def test_exact_optimum_on_16_devices_is_at_most_the_scheduler_result():
     assert opt <= r.cost.total_cost_s + 1e-9
 
 
+@pytest.mark.slow
 def test_spot_shapes_are_proven_optimal_by_the_bound():
     for host_sizes in [(4, 4) + (1,) * 8, (2,) * 4 + (1,) * 8]:
         c = spot_cluster("s16", host_sizes=host_sizes, across_gbps=1.25, inside_gbps=100.0)
@@ -108,6 +109,7 @@ def regional_cluster(n: int, n_regions: int, seed: int, uniform: bool) -> Cluste
     )
 
 
+@pytest.mark.slow
 @settings(deadline=None)
 @given(
     seeds,

@@ -117,6 +117,7 @@ def test_scheduler_worth_builds_every_setting_before_the_first_runs(tmp_path, mo
 
 
 # ---- paths and the environment -----------------------------------------------------------------
+@pytest.mark.slow
 def test_wandb_names_modes_and_folders_are_checked_with_the_config(tmp_path, monkeypatch):
     out = f"results_dir={tmp_path}/r"
     for overrides, message in (

@@ -244,6 +244,7 @@ def _groups_alone(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)[CLAIM_COLUMNS]
 
 
+@pytest.mark.slow
 def test_claims_by_protocol_read_each_group_as_if_alone():
     """The claims leave out the rows none of them reads (not ok, not measured) before the groups
     are copied: every verdict, number and reason is the one of the whole group, including a

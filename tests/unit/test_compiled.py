@@ -20,6 +20,7 @@ from system.simulator.replay import _cycles, _programs, _replay_kernel
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_numba_is_imported_at_a_kernels_first_call_only():
     code = (
         "import sys, numpy as np\n"

@@ -211,6 +211,7 @@ def _mode_made_here(name: str):
         store_schemas()
 
 
+@pytest.mark.slow
 def test_a_new_mode_and_its_key_are_one_class(tmp_path):
     """A mode's own key composes, reaches that mode typed, and is refused for other modes."""
     from repro.config import validate
@@ -323,6 +324,7 @@ def test_stored_schemas_are_shared_copied_safely_and_pickled_by_name():
     assert len(cloudpickle.dumps(stored)) < len(cloudpickle.dumps(stored.node)) / 10
 
 
+@pytest.mark.slow
 def test_a_schema_made_at_run_time_is_pickled_whole():
     """A mode class no pickle can name (defined in a function) travels with its node."""
     import pickle

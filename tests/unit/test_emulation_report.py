@@ -6,6 +6,7 @@ import itertools
 
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -26,6 +27,7 @@ def _definition(df: pd.DataFrame, a: str, b: str) -> tuple[float, int]:
     return (score / pairs if pairs else float("nan")), pairs
 
 
+@pytest.mark.slow
 @given(sizes, seeds)
 def test_pooled_kendall_is_concordance_over_all_pairs(sizes, seed):
     rng = np.random.default_rng(seed)

@@ -69,6 +69,7 @@ def test_topology_files_carry_gpu_types(tmp_path):
         cluster_from_files(pairs, devices)
 
 
+@pytest.mark.slow
 def test_iteration_time_objective_separates_fast_and_slow_gpus():
     c = get_case("mixed").subset(list(range(0, 64, 4)))  # 4 A100, 4 V100, 4 T4, 4 L4
     work = Workload(model=MODELS["gpt3_xl"], global_batch_size=64)

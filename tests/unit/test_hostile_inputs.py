@@ -169,6 +169,7 @@ def test_a_path_case_writes_inside_the_results_folder_only(tmp_path):
     assert only.name.startswith("caset-") and only.name.endswith("-genetic-seed0.json")
 
 
+@pytest.mark.slow
 def test_study_dot_dot_writes_nothing_outside_results(tmp_path):
     line = _one_error_line(_entry("study=..", "case=debug", "model=debug", cwd=tmp_path))
     assert "a plain name" in line
@@ -224,6 +225,7 @@ def test_a_working_folder_hydra_cannot_write_is_one_line(read_only_folder, tmp_p
     assert not (tmp_path / "R").exists()
 
 
+@pytest.mark.slow
 def test_a_read_only_results_folder_is_one_line_before_any_work(read_only_folder, tmp_path):
     t0 = time.monotonic()
     line = _one_error_line(

@@ -8,6 +8,8 @@ import functools
 import graphlib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("system", "baselines", "repro")
 
@@ -85,6 +87,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+@pytest.mark.slow
 def test_the_graph_is_read_from_the_sources():
     g = repo_graph()
     assert {m.split(".")[0] for m in g} == set(PACKAGES)

@@ -46,6 +46,7 @@ def _workload() -> Workload:
     return Workload(model=get_model("gpt3_xl", LAYERS), global_batch_size=BATCH)
 
 
+@pytest.mark.slow
 def test_a_notebook_call_on_case_5_gives_the_main_jobs_iteration_time(tmp_path):
     rows = _main_job(tmp_path, "system=ours_random")
     assert set(rows.link_sharing) == {DEFAULT_LINK_SHARING}

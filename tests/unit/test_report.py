@@ -280,6 +280,7 @@ def test_a_report_made_with_a_helper_process_is_the_one_made_alone(tmp_path, mon
     assert outputs["helper"] == outputs["alone"]
 
 
+@pytest.mark.slow
 def test_the_report_reads_only_the_columns_it_names(tmp_path, monkeypatch):
     """build_report reads REPORT_INPUTS of the study's rows: its files are those made from every
     column (a column the report reads but does not name would change them)."""

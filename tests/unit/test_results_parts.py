@@ -211,6 +211,7 @@ def _write_and_hang(folder: str, ready: str) -> None:
     write_rows(folder, _rows(2), collect_after=False)
 
 
+@pytest.mark.slow
 def test_a_writer_killed_before_its_rename_leaves_a_tmp_that_compaction_removes(tmp_path):
     ready = tmp_path / "ready.txt"
     proc = mp.get_context("spawn").Process(

@@ -89,6 +89,7 @@ def test_random_method_is_the_best_of_its_random_rank_maps():
     assert r.trials == 40 and r.evaluations == 40
 
 
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None)
 @given(
     st.sampled_from([(2, 3), (3, 2), (2, 4), (4, 2), (3, 3)]),
@@ -107,6 +108,7 @@ def test_every_device_gets_exactly_one_slot_and_cost_is_its_assignment_cost(shap
     assert all(b <= a + 1e-12 for a, b in zip(bests, bests[1:], strict=False))  # elitism
 
 
+@pytest.mark.slow
 @settings(max_examples=10, deadline=None)
 @given(st.integers(0, 2**32 - 1), st.sampled_from(SCHEDULERS))
 def test_same_seed_same_assignment(seed, method):

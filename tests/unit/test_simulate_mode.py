@@ -76,6 +76,7 @@ def test_debug_end_to_end_and_rerun_skips_rows(tmp_path):
     assert again["new_rows"] == 0 and len(pd.read_csv(tmp_path / "runs.csv")) == len(rows)
 
 
+@pytest.mark.slow
 def test_a_model_change_recomputes_and_supersedes_the_old_rows(tmp_path, monkeypatch):
     import system.schema as schema
 
@@ -209,6 +210,7 @@ def _rows_run_ahead(d, ahead: bool, system: str, cache: dict, cols: list[str]) -
     return pd.read_csv(d / "runs.csv")[cols].to_dict("list")
 
 
+@pytest.mark.slow
 def test_a_search_run_ahead_is_the_one_a_job_makes(tmp_path):
     """A serial sweep also runs its jobs' configuration searches in the helper process: the job
     stores the same configurations and times as when it searches itself (a helper stopped
@@ -263,6 +265,7 @@ def test_the_default_search_runs_its_whole_budget_on_a_slow_machine(monkeypatch)
     assert got.trials == sim.SIM_BUDGET["trials"]
 
 
+@pytest.mark.slow
 def test_nothing_fits_in_memory_raises(tmp_path):
     target = tmp_path / "out"
     with pytest.raises(ValueError, match="fits"):
@@ -343,6 +346,7 @@ def test_launch_only_and_no_placement(tmp_path):
     assert not (tmp_path / "b").exists()
 
 
+@pytest.mark.slow
 def test_sensitivity_knobs(tmp_path):
     base = simulate(_cfg(tmp_path / "a", "system=megatron", "baseline_placements=[launch]"))
     slow = simulate(

@@ -98,6 +98,7 @@ def test_job_key_ignores_reporting_keys_only(tmp_path):
     assert job_key(a) == job_key(b) != job_key(c)
 
 
+@pytest.mark.slow
 def test_interrupted_sweep_restarts_without_loss_or_duplicates(tmp_path):
     jobs = _configs(tmp_path)
     calls: list[str] = []
@@ -470,6 +471,7 @@ def test_off_a_terminal_each_job_is_one_line_with_the_time_left(caplog, monkeypa
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "sweep, extra",
     [

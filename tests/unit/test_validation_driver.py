@@ -141,6 +141,7 @@ def fake_runs(monkeypatch):
     return runs
 
 
+@pytest.mark.slow
 def test_calibration_layout_is_not_the_scored_random_layout():
     for seed in range(40):
         s = setting(seed=seed)
