@@ -533,6 +533,12 @@ DEVICE_KEYS = ("region", "gpu", "host")  # a device given as a mapping
 NAME_PATTERN = re.compile(r"[^\W_][\w.()-]*(?: [\w.()-]+)*")
 MAX_NAME_CHARS = 64
 _DIGESTS: dict[str, str] = {}  # resolved topology path -> digest of the bytes last loaded
+# The topology files last loaded, by (path as given, digest of their bytes, device limit): a
+# run's config check and its run load the same file, and a 4,096-device fleet's link matrices
+# take seconds to build. A Cluster is frozen and its matrices read-only, so a caller cannot
+# change what another is given; a file whose bytes changed is a new key, loaded and checked anew.
+_LOADED: dict[tuple[str, str, int | None], Cluster] = {}
+MAX_LOADED = 2  # clusters kept (the largest hold n² link matrices)
 
 
 def check_name(value, what: str) -> str:
@@ -664,11 +670,20 @@ def load_topology(path: str | Path, *, max_devices: int | None = None) -> Cluste
         (:func:`check_name`); more than ``max_devices`` devices is a
         :class:`system.limits.LimitError` (a ValueError; None: the default limit), raised before
         any link matrix is built.
+
+    The last :data:`MAX_LOADED` files loaded are kept by their path, the digest of their bytes
+    and ``max_devices``: loading one again returns the same (frozen, read-only) cluster without
+    parsing it, and a file whose bytes changed is loaded and checked anew.
     """
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"topology file {p} does not exist")
     raw = p.read_bytes()
+    digest = _digest(raw)
+    key = (str(p), digest, max_devices)
+    if key in _LOADED:
+        _DIGESTS[str(p.resolve())] = digest
+        return _LOADED[key]
     data = parse_document(raw, f"topology file {p}", json_only=_is_json(p))
     if not isinstance(data, dict):
         raise ValueError(f"{p}: expected a mapping with keys {', '.join(TOPOLOGY_KEYS)}")
@@ -697,7 +712,6 @@ def load_topology(path: str | Path, *, max_devices: int | None = None) -> Cluste
         raise ValueError(f"{p}: need intra_host_bandwidth_gbps > 0 and intra_host_delay_ms >= 0")
     if "intra_host_delay_ms" in host_link and "intra_host_bandwidth_gbps" not in host_link:
         raise ValueError(f"{p}: intra_host_delay_ms needs intra_host_bandwidth_gbps too")
-    digest = _digest(raw)
     cluster = cluster_from_regions(
         name,
         region_of,
@@ -710,7 +724,11 @@ def load_topology(path: str | Path, *, max_devices: int | None = None) -> Cluste
     )
     _DIGESTS[str(p.resolve())] = digest
     # a file names no link-sharing model: the one default, as get_case and the harness use
-    return replace(cluster, link_sharing=LinkSharing())
+    cluster = replace(cluster, link_sharing=LinkSharing())
+    while len(_LOADED) >= MAX_LOADED:
+        del _LOADED[next(iter(_LOADED))]  # the oldest
+    _LOADED[key] = cluster
+    return cluster
 
 
 def canonical_case(name: str | int) -> str:

@@ -225,6 +225,31 @@ def test_too_many_devices_is_refused_before_any_matrix(tmp_path):
         get_case(str(p), max_devices=9999)
 
 
+def test_a_file_loaded_again_is_not_parsed_again_unless_its_bytes_changed(tmp_path, monkeypatch):
+    """A run's check and its run load one fleet file: the second load is the first's cluster,
+    a file edited in between is loaded (and checked) anew, and a lower device limit still
+    refuses it."""
+    import system.cases as cases
+    from system.limits import LimitError
+
+    f = tmp_path / "sites.yaml"
+    f.write_text(TOPOLOGY.format(bw=0.6))
+    first = load_topology(f)
+    parses = []
+    real = cases.parse_document
+    monkeypatch.setattr(cases, "parse_document", lambda *a, **k: parses.append(1) or real(*a, **k))
+    assert load_topology(f) is first and get_case(str(f)) is first and not parses
+    f.write_text(TOPOLOGY.format(bw=0.3))
+    second = load_topology(f)
+    assert parses == [1] and second is not first
+    assert second.bandwidth_gbps[0, 2] == 0.3 and first.bandwidth_gbps[0, 2] == 0.6
+    with pytest.raises(LimitError, match="over limits.max_devices=3"):
+        load_topology(f, max_devices=3)
+    f.write_text("devices: [Oregon, nowhere/..]\n")
+    with pytest.raises(ValueError, match="sites.yaml"):
+        load_topology(f)
+
+
 @pytest.mark.parametrize("args", [["check", "--devices", "0,1"], ["tc-script", "--out", "O"]])
 def test_emulation_cli_refuses_a_bad_topology_file_in_one_line(tmp_path, args):
     p = tmp_path / "bad.yaml"
