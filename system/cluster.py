@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -137,30 +138,13 @@ class Cluster:
         for label, m in (("delay_ms", delay), ("bandwidth_gbps", bw)):
             if m.shape != (d, d):
                 raise ValueError(f"{where}: {label} has shape {m.shape}, expected ({d}, {d})")
-            if not m.any():
-                continue  # all zeros: finite and symmetric
-            bad = ~np.isfinite(m)
-            bad[diagonal] = False  # only the off-diagonal entries are read
-            if bad.any():
-                raise ValueError(f"{where}: {label} has non-finite off-diagonal entries")
-            if not (np.array_equal(m, m.T) or np.allclose(m, m.T, rtol=1e-9, atol=1e-12)):
-                i, j = np.argwhere(~np.isclose(m, m.T))[0]
-                raise ValueError(
-                    f"{where}: {label} is not symmetric: [{i},{j}]={m[i, j]} vs [{j},{i}]={m[j, i]}"
-                )
-        negative = delay < 0
-        negative[diagonal] = False
-        if negative.any():
-            raise ValueError(f"{where}: delay_ms has negative entries")
-        down = bw <= 0
-        down[diagonal] = False
-        if down.any():
-            i, j = np.argwhere(down)[0]
-            raise ValueError(f"{where}: bandwidth_gbps[{i},{j}]={bw[i, j]} must be > 0")
+        if not (_is_checked(delay) and _is_checked(bw)):  # a copy's or subset's are checked
+            _check_values(where, delay, bw, diagonal)
         for m, own in ((delay, 0.0), (bw, np.inf)):  # a device talking to itself is free
             if m.flags.writeable:
                 np.fill_diagonal(m, own)
                 m.setflags(write=False)
+            _mark_checked(m)  # read-only from here on: these checks hold for good
         object.__setattr__(self, "delay_ms", delay)
         object.__setattr__(self, "bandwidth_gbps", bw)
         object.__setattr__(self, "region_of", tuple(map(str, self.region_of)))
@@ -258,6 +242,14 @@ class Cluster:
             )
         hosts = [self.host_of[i] for i in idx]
         remap = {h: k for k, h in enumerate(dict.fromkeys(hosts))}
+        # principal submatrices (distinct devices) of this cluster's checked matrices are finite,
+        # symmetric and of the right signs too: handed over read-only, they are neither copied
+        # again nor checked again (:func:`_kept_or_copied`, :func:`_mark_checked`)
+        delay, bw = self.delay_ms[np.ix_(idx, idx)], self.bandwidth_gbps[np.ix_(idx, idx)]
+        for m in (delay, bw):
+            m.setflags(write=False)
+            if _is_checked(self.delay_ms) and _is_checked(self.bandwidth_gbps):
+                _mark_checked(m)
         nics = None
         if self.host_nic_gbps is not None:
             nics = tuple(self.host_nic_gbps[h] for h in remap)
@@ -265,8 +257,8 @@ class Cluster:
             name=name or f"{self.name}[{len(idx)}]",
             region_of=tuple(self.region_of[i] for i in idx),
             host_of=tuple(remap[h] for h in hosts),
-            delay_ms=self.delay_ms[np.ix_(idx, idx)],
-            bandwidth_gbps=self.bandwidth_gbps[np.ix_(idx, idx)],
+            delay_ms=delay,
+            bandwidth_gbps=bw,
             host_nic_gbps=nics,
             gpu_of=None if self.gpu_of is None else tuple(self.gpu_of[i] for i in idx),
             links=None if self.links is None else self.links.subset(list(remap)),
@@ -329,6 +321,51 @@ def fingerprint(cluster: Cluster) -> str:
         return h.hexdigest()
 
     return cluster.memo("fingerprint", make)
+
+
+def _check_values(where: str, delay: np.ndarray, bw: np.ndarray, diagonal) -> None:
+    """ValueError unless both matrices are finite off the diagonal and symmetric, every delay
+    >= 0 and every bandwidth off the diagonal > 0."""
+    for label, m in (("delay_ms", delay), ("bandwidth_gbps", bw)):
+        if not m.any():
+            continue  # all zeros: finite and symmetric
+        bad = ~np.isfinite(m)
+        bad[diagonal] = False  # only the off-diagonal entries are read
+        if bad.any():
+            raise ValueError(f"{where}: {label} has non-finite off-diagonal entries")
+        if not (np.array_equal(m, m.T) or np.allclose(m, m.T, rtol=1e-9, atol=1e-12)):
+            i, j = np.argwhere(~np.isclose(m, m.T))[0]
+            raise ValueError(
+                f"{where}: {label} is not symmetric: [{i},{j}]={m[i, j]} vs [{j},{i}]={m[j, i]}"
+            )
+    negative = delay < 0
+    negative[diagonal] = False
+    if negative.any():
+        raise ValueError(f"{where}: delay_ms has negative entries")
+    down = bw <= 0
+    down[diagonal] = False
+    if down.any():
+        i, j = np.argwhere(down)[0]
+        raise ValueError(f"{where}: bandwidth_gbps[{i},{j}]={bw[i, j]} must be > 0")
+
+
+# The read-only matrices a cluster has checked (finite, symmetric, delays >= 0, bandwidths > 0
+# off the diagonal), by id, each with a weak reference that drops its entry when the matrix goes:
+# a copy (dataclasses.replace) or a subset of a checked cluster is not checked again.
+_CHECKED: dict[int, weakref.ref] = {}
+
+
+def _is_checked(m: np.ndarray) -> bool:
+    ref = _CHECKED.get(id(m))
+    return ref is not None and ref() is m
+
+
+def _mark_checked(m: np.ndarray) -> None:
+    """Record ``m`` (read-only, never writable again) as checked."""
+    if m.flags.writeable:
+        raise ValueError("only a read-only matrix can be recorded as checked")
+    key = id(m)
+    _CHECKED[key] = weakref.ref(m, lambda _ref, key=key: _CHECKED.pop(key, None))
 
 
 def _kept_or_copied(m, diagonal: float) -> np.ndarray:

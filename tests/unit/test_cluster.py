@@ -66,6 +66,37 @@ def test_a_cluster_keeps_only_read_only_matrices_with_its_diagonal():
         _two(delay_ms=_read_only([[0, 1.0], [2.0, 0]]))
 
 
+def test_a_copy_or_subset_of_a_checked_cluster_is_not_checked_or_copied_again(monkeypatch):
+    """A cluster's read-only matrices are checked once: dataclasses.replace keeps them and a
+    subset hands over its principal submatrices (finite, symmetric, of the right signs because
+    the whole is) without checking or copying them; anything else is still checked."""
+    from dataclasses import replace
+
+    import system.cluster as cluster_mod
+
+    c = get_case("5")
+    calls = []
+    real = cluster_mod._check_values
+    monkeypatch.setattr(cluster_mod, "_check_values", lambda *a: calls.append(a[0]) or real(*a))
+    again = replace(c, description="again")
+    assert again.delay_ms is c.delay_ms and again.bandwidth_gbps is c.bandwidth_gbps
+    s = c.subset([5, 0, 17])
+    assert not calls
+    assert np.array_equal(s.delay_ms, c.delay_ms[np.ix_([5, 0, 17], [5, 0, 17])])
+    assert np.array_equal(s.bandwidth_gbps, c.bandwidth_gbps[np.ix_([5, 0, 17], [5, 0, 17])])
+    assert not s.delay_ms.flags.writeable and s.delay_ms.flags.owndata
+    assert s.subset([2, 1]).bandwidth_gbps[0, 1] == c.bandwidth_gbps[17, 0] and not calls
+    fresh = _read_only([[0, 1.0], [2.0, 0]])  # read-only, kept as handed over, never checked
+    with pytest.raises(ValueError, match="not symmetric"):
+        _two(delay_ms=fresh, bandwidth_gbps=_read_only([[np.inf, 1.0], [1.0, np.inf]]))
+    assert calls == ["cluster 't'"]
+    with pytest.raises(ValueError, match="only a read-only matrix"):
+        cluster_mod._mark_checked(np.zeros((2, 2)))
+    n = len(cluster_mod._CHECKED)
+    del s
+    assert len(cluster_mod._CHECKED) == n - 2  # a matrix gone takes its entry with it
+
+
 def test_link_time_is_latency_plus_size_over_bandwidth():
     c = _two()
     t = c.link_time_s(1e9)  # 8 Gbit over 1 Gbit/s + 10 ms
