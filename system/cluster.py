@@ -246,9 +246,10 @@ class Cluster:
         # symmetric and of the right signs too: handed over read-only, they are neither copied
         # again nor checked again (:func:`_kept_or_copied`, :func:`_mark_checked`)
         delay, bw = self.delay_ms[np.ix_(idx, idx)], self.bandwidth_gbps[np.ix_(idx, idx)]
+        inherited = _is_checked(self.delay_ms) and _is_checked(self.bandwidth_gbps)
         for m in (delay, bw):
             m.setflags(write=False)
-            if _is_checked(self.delay_ms) and _is_checked(self.bandwidth_gbps):
+            if inherited:
                 _mark_checked(m)
         nics = None
         if self.host_nic_gbps is not None:
